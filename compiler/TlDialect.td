@@ -1,0 +1,33 @@
+// The `tl` dialect: a transformer as a graph of tensor ops.
+#ifndef TL_DIALECT_TD
+#define TL_DIALECT_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/OpAsmInterface.td"
+
+def Tl_Dialect : Dialect {
+  let name = "tl";
+  let cppNamespace = "::tl";
+  let summary = "Transformer ops, from primitives (O0) to fused kernels (O3)";
+  let description = [{
+    Values are builtin ranked tensors of f32 or bf16 (token ids: i32). Batch and
+    sequence may be dynamic (`?`) in a model file; `tl-specialize` makes them static.
+    Weights are named by their Hugging Face checkpoint keys.
+  }];
+}
+
+// Every op names its results when printed (see nameResults in TlDialect.cpp):
+// learners read `%rope_3 = tl.rope ...` more easily than `%47 = tl.rope ...`.
+class Tl_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Tl_Dialect, mnemonic, !listconcat(traits, [DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>])> {
+  let extraClassDefinition = [{
+    void $cppClass::getAsmResultNames(::mlir::OpAsmSetValueNameFn setName) {
+      ::tl::nameResults(getOperation(), setName);
+    }
+  }];
+}
+
+def Tl_FloatTensor : TensorRankOf<[F32, BF16], [0, 1, 2, 3, 4]>;
+def Tl_IdTensor : TensorRankOf<[I32], [2]>;
+
+#endif // TL_DIALECT_TD

@@ -1,0 +1,297 @@
+// Type inference and verification of the tl ops. Inference is the shape checker:
+// every rule here says which operand shapes an op accepts and what it produces.
+#include "compiler/TlDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+
+namespace {
+
+RankedTensorType tensorOf(Value value) { return cast<RankedTensorType>(value.getType()); }
+
+bool dimsCompatible(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
+
+// The more precise of two compatible dims.
+int64_t joinDims(int64_t a, int64_t b) { return ShapedType::isDynamic(a) ? b : a; }
+
+int64_t mulDims(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) ? ShapedType::kDynamic : a * b;
+}
+
+LogicalResult sameElementType(std::optional<Location> loc, StringRef what, Value a, Value b) {
+  if (tensorOf(a).getElementType() != tensorOf(b).getElementType())
+    return emitOptionalError(loc, what, " element types differ: ", a.getType(), " vs ", b.getType());
+  return success();
+}
+
+LogicalResult checkRank(std::optional<Location> loc, StringRef what, Value value, int64_t rank) {
+  if (tensorOf(value).getRank() != rank)
+    return emitOptionalError(loc, what, " must have rank ", rank, ", got ", value.getType());
+  return success();
+}
+
+LogicalResult checkDim(std::optional<Location> loc, StringRef what, int64_t actual, int64_t expected) {
+  if (!dimsCompatible(actual, expected))
+    return emitOptionalError(loc, what, ": ", actual, " vs ", expected);
+  return success();
+}
+
+// Ops whose result has the operand's type.
+LogicalResult inferSameAsInput(Value input, SmallVectorImpl<Type> &inferred) {
+  inferred.push_back(input.getType());
+  return success();
+}
+
+} // namespace
+
+namespace tl {
+
+// Two types are compatible when they agree in element type, rank and every static dim:
+// a model file may say `?` where specialization later knows the size.
+static bool compatibleTypes(TypeRange declared, TypeRange inferred) {
+  if (declared.size() != inferred.size()) return false;
+  for (auto [a, b] : llvm::zip(declared, inferred)) {
+    auto ta = dyn_cast<RankedTensorType>(a), tb = dyn_cast<RankedTensorType>(b);
+    if (!ta || !tb || ta.getElementType() != tb.getElementType() || ta.getRank() != tb.getRank())
+      return false;
+    for (auto [da, db] : llvm::zip(ta.getShape(), tb.getShape()))
+      if (!dimsCompatible(da, db)) return false;
+  }
+  return true;
+}
+
+#define TL_COMPATIBLE_RETURN_TYPES(Op)                                              \
+  bool Op::isCompatibleReturnTypes(TypeRange l, TypeRange r) { return compatibleTypes(l, r); }
+TL_COMPATIBLE_RETURN_TYPES(EmbeddingOp)
+TL_COMPATIBLE_RETURN_TYPES(RMSNormOp)
+TL_COMPATIBLE_RETURN_TYPES(LinearOp)
+TL_COMPATIBLE_RETURN_TYPES(SplitHeadsOp)
+TL_COMPATIBLE_RETURN_TYPES(MergeHeadsOp)
+TL_COMPATIBLE_RETURN_TYPES(TransposeOp)
+TL_COMPATIBLE_RETURN_TYPES(RopeOp)
+TL_COMPATIBLE_RETURN_TYPES(RepeatKvOp)
+TL_COMPATIBLE_RETURN_TYPES(BatchMatmulOp)
+TL_COMPATIBLE_RETURN_TYPES(ScaleOp)
+TL_COMPATIBLE_RETURN_TYPES(CausalMaskOp)
+TL_COMPATIBLE_RETURN_TYPES(SoftmaxOp)
+TL_COMPATIBLE_RETURN_TYPES(SiluOp)
+TL_COMPATIBLE_RETURN_TYPES(MulOp)
+TL_COMPATIBLE_RETURN_TYPES(AddOp)
+TL_COMPATIBLE_RETURN_TYPES(CrossEntropyOp)
+#undef TL_COMPATIBLE_RETURN_TYPES
+
+LogicalResult WeightOp::verify() {
+  if (getKey().empty()) return emitOpError("needs a non-empty checkpoint key");
+  if (!getType().hasStaticShape())
+    return emitOpError("weight '") << getKey() << "' must have a static shape, got " << getType();
+  return success();
+}
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  auto table = tensorOf(adaptor.getTable()), ids = tensorOf(adaptor.getIds());
+  if (failed(checkRank(loc, "embedding table", adaptor.getTable(), 2))) return failure();
+  inferred.push_back(RankedTensorType::get({ids.getDimSize(0), ids.getDimSize(1), table.getDimSize(1)},
+                                           table.getElementType()));
+  return success();
+}
+
+LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                          Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  auto input = tensorOf(adaptor.getInput()), gain = tensorOf(adaptor.getGain());
+  if (input.getRank() < 1) return emitOptionalError(loc, "rmsnorm input must have rank >= 1");
+  if (failed(checkRank(loc, "rmsnorm gain", adaptor.getGain(), 1)) ||
+      failed(checkDim(loc, "rmsnorm gain size must equal the input's last dim", gain.getDimSize(0),
+                      input.getDimSize(input.getRank() - 1))) ||
+      failed(sameElementType(loc, "rmsnorm input and gain", adaptor.getInput(), adaptor.getGain())))
+    return failure();
+  if (!(adaptor.getEps().convertToDouble() > 0))
+    return emitOptionalError(loc, "rmsnorm eps must be positive");
+  return inferSameAsInput(adaptor.getInput(), inferred);
+}
+
+LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  auto input = tensorOf(adaptor.getInput()), weight = tensorOf(adaptor.getWeight());
+  if (input.getRank() < 2) return emitOptionalError(loc, "linear input must have rank >= 2, got ", input);
+  if (failed(checkRank(loc, "linear weight [out_features, in_features]", adaptor.getWeight(), 2)) ||
+      failed(checkDim(loc, "linear in_features (weight dim 1) must equal the input's last dim",
+                      weight.getDimSize(1), input.getDimSize(input.getRank() - 1))) ||
+      failed(sameElementType(loc, "linear input and weight", adaptor.getInput(), adaptor.getWeight())))
+    return failure();
+  SmallVector<int64_t> shape(input.getShape());
+  shape.back() = weight.getDimSize(0);
+  inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult SplitHeadsOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  auto input = tensorOf(adaptor.getInput());
+  int64_t heads = adaptor.getHeads();
+  if (failed(checkRank(loc, "split_heads input [B, S, H*D]", adaptor.getInput(), 3))) return failure();
+  if (heads <= 0) return emitOptionalError(loc, "split_heads needs heads > 0, got ", heads);
+  int64_t width = input.getDimSize(2);
+  if (!ShapedType::isDynamic(width) && width % heads != 0)
+    return emitOptionalError(loc, "split_heads: width ", width, " is not divisible by ", heads, " heads");
+  int64_t headDim = ShapedType::isDynamic(width) ? ShapedType::kDynamic : width / heads;
+  inferred.push_back(RankedTensorType::get({input.getDimSize(0), input.getDimSize(1), heads, headDim},
+                                           input.getElementType()));
+  return success();
+}
+
+LogicalResult MergeHeadsOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  auto input = tensorOf(adaptor.getInput());
+  if (failed(checkRank(loc, "merge_heads input [B, S, H, D]", adaptor.getInput(), 4))) return failure();
+  inferred.push_back(RankedTensorType::get(
+      {input.getDimSize(0), input.getDimSize(1), mulDims(input.getDimSize(2), input.getDimSize(3))},
+      input.getElementType()));
+  return success();
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  auto input = tensorOf(adaptor.getInput());
+  ArrayRef<int64_t> perm = adaptor.getPerm();
+  if (int64_t(perm.size()) != input.getRank())
+    return emitOptionalError(loc, "transpose perm has ", perm.size(), " entries for rank ", input.getRank());
+  SmallVector<bool> seen(perm.size(), false);
+  SmallVector<int64_t> shape;
+  for (int64_t axis : perm) {
+    if (axis < 0 || axis >= input.getRank() || seen[axis])
+      return emitOptionalError(loc, "transpose perm is not a permutation of 0..", input.getRank() - 1);
+    seen[axis] = true;
+    shape.push_back(input.getDimSize(axis));
+  }
+  inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult RopeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                       SmallVectorImpl<Type> &inferred) {
+  auto input = tensorOf(adaptor.getInput());
+  if (failed(checkRank(loc, "rope input [B, S, H, D]", adaptor.getInput(), 4))) return failure();
+  int64_t headDim = input.getDimSize(3);
+  if (!ShapedType::isDynamic(headDim) && headDim % 2 != 0)
+    return emitOptionalError(loc, "rope needs an even head dim, got ", headDim);
+  if (adaptor.getStyle() != "adjacent" && adaptor.getStyle() != "half")
+    return emitOptionalError(loc, "rope style must be \"adjacent\" or \"half\", got \"",
+                             adaptor.getStyle(), "\"");
+  if (!(adaptor.getTheta().convertToDouble() > 0))
+    return emitOptionalError(loc, "rope theta must be positive");
+  return inferSameAsInput(adaptor.getInput(), inferred);
+}
+
+LogicalResult RepeatKvOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                           Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  auto input = tensorOf(adaptor.getInput());
+  if (failed(checkRank(loc, "repeat_kv input [B, Hkv, S, D]", adaptor.getInput(), 4))) return failure();
+  int64_t repeats = adaptor.getRepeats();
+  if (repeats <= 0) return emitOptionalError(loc, "repeat_kv needs repeats > 0, got ", repeats);
+  SmallVector<int64_t> shape(input.getShape());
+  shape[1] = mulDims(shape[1], repeats);
+  inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult BatchMatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                              Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  auto lhs = tensorOf(adaptor.getLhs()), rhs = tensorOf(adaptor.getRhs());
+  int64_t rank = lhs.getRank();
+  if (rank < 3 || rhs.getRank() != rank)
+    return emitOptionalError(loc, "batch_matmul needs operands of equal rank >= 3, got ", lhs, " and ", rhs);
+  if (failed(sameElementType(loc, "batch_matmul operands", adaptor.getLhs(), adaptor.getRhs())))
+    return failure();
+  SmallVector<int64_t> shape;
+  for (int64_t i = 0; i < rank - 2; ++i) {
+    if (failed(checkDim(loc, "batch_matmul batch dims differ", lhs.getDimSize(i), rhs.getDimSize(i))))
+      return failure();
+    shape.push_back(joinDims(lhs.getDimSize(i), rhs.getDimSize(i)));
+  }
+  bool transposeB = adaptor.getTransposeB();
+  int64_t rhsK = rhs.getDimSize(transposeB ? rank - 1 : rank - 2);
+  int64_t n = rhs.getDimSize(transposeB ? rank - 2 : rank - 1);
+  if (failed(checkDim(loc, "batch_matmul contraction dims differ", lhs.getDimSize(rank - 1), rhsK)))
+    return failure();
+  shape.push_back(lhs.getDimSize(rank - 2));
+  shape.push_back(n);
+  inferred.push_back(RankedTensorType::get(shape, lhs.getElementType()));
+  return success();
+}
+
+LogicalResult ScaleOp::inferReturnTypes(MLIRContext *, std::optional<Location>, Adaptor adaptor,
+                                        SmallVectorImpl<Type> &inferred) {
+  return inferSameAsInput(adaptor.getInput(), inferred);
+}
+
+LogicalResult CausalMaskOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  auto input = tensorOf(adaptor.getInput());
+  int64_t rank = input.getRank();
+  if (rank < 2) return emitOptionalError(loc, "causal_mask input must have rank >= 2");
+  if (failed(checkDim(loc, "causal_mask needs square [..., S, S] scores", input.getDimSize(rank - 2),
+                      input.getDimSize(rank - 1))))
+    return failure();
+  return inferSameAsInput(adaptor.getInput(), inferred);
+}
+
+LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, std::optional<Location>, Adaptor adaptor,
+                                          SmallVectorImpl<Type> &inferred) {
+  return inferSameAsInput(adaptor.getInput(), inferred);
+}
+
+LogicalResult SiluOp::inferReturnTypes(MLIRContext *, std::optional<Location>, Adaptor adaptor,
+                                       SmallVectorImpl<Type> &inferred) {
+  return inferSameAsInput(adaptor.getInput(), inferred);
+}
+
+// Elementwise binary ops: equal shapes (no broadcasting), equal element types.
+static LogicalResult inferElementwise(std::optional<Location> loc, StringRef name, Value lhs, Value rhs,
+                                      SmallVectorImpl<Type> &inferred) {
+  auto a = tensorOf(lhs), b = tensorOf(rhs);
+  if (failed(sameElementType(loc, name, lhs, rhs))) return failure();
+  if (a.getRank() != b.getRank())
+    return emitOptionalError(loc, name, " operand shapes differ: ", a, " vs ", b);
+  SmallVector<int64_t> shape;
+  for (auto [da, db] : llvm::zip(a.getShape(), b.getShape())) {
+    if (!dimsCompatible(da, db)) return emitOptionalError(loc, name, " operand shapes differ: ", a, " vs ", b);
+    shape.push_back(joinDims(da, db));
+  }
+  inferred.push_back(RankedTensorType::get(shape, a.getElementType()));
+  return success();
+}
+
+LogicalResult MulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                      SmallVectorImpl<Type> &inferred) {
+  return inferElementwise(loc, "mul", adaptor.getLhs(), adaptor.getRhs(), inferred);
+}
+
+LogicalResult AddOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                      SmallVectorImpl<Type> &inferred) {
+  return inferElementwise(loc, "add", adaptor.getLhs(), adaptor.getRhs(), inferred);
+}
+
+LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
+                                               Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  auto logits = tensorOf(adaptor.getLogits()), ids = tensorOf(adaptor.getIds());
+  if (failed(checkRank(loc, "cross_entropy logits [B, S, V]", adaptor.getLogits(), 3)) ||
+      failed(checkDim(loc, "cross_entropy batch differs between logits and ids", logits.getDimSize(0),
+                      ids.getDimSize(0))) ||
+      failed(checkDim(loc, "cross_entropy sequence differs between logits and ids", logits.getDimSize(1),
+                      ids.getDimSize(1))))
+    return failure();
+  inferred.push_back(RankedTensorType::get({}, Float32Type::get(context)));
+  return success();
+}
+
+} // namespace tl
+
+#define GET_OP_CLASSES
+#include "compiler/TlOps.cpp.inc"

@@ -1,0 +1,281 @@
+// The CPU reference backend: interprets each kernel's ops over the planned arena.
+//
+// Arena values are stored in their own dtype (bf16 values really are rounded to bf16
+// between kernels, as on a GPU); ops compute in fp32 with fp64 reductions; Locals live
+// in fp32 scratch for the duration of their kernel. Weights are held as fp32, rounded
+// to bf16 first when the Program is bf16.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "runtime/Backend.h"
+#include "runtime/CpuOps.h"
+#include "runtime/Error.h"
+#include "runtime/MemoryPlanner.h"
+#include "runtime/ThreadPool.h"
+
+namespace tlc {
+namespace {
+
+bool isPlanned(Storage storage) {
+  return storage == Storage::Input || storage == Storage::Output ||
+         storage == Storage::Activation;
+}
+
+double millisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+class CpuBackend : public Backend {
+public:
+  explicit CpuBackend(int threads) : pool_(threads) {}
+
+  std::string name() const override { return "cpu"; }
+
+  void load(const Program &program, const Weights &weights) override {
+    loaded_ = false;
+    validateProgram(program);
+    program_ = program;
+    bool unplanned = false;
+    for (const Value &value : program_.values)
+      if (isPlanned(value.storage) && value.offset < 0) unplanned = true;
+    if (unplanned) planMemory(program_);
+    checkInterface();
+
+    weights.checkAgainst(program_.parameters, "cpu backend");
+    materializeWeights(weights);
+
+    // 0xFF bytes read as NaN in f32 and bf16: a value read before it is written shows.
+    arena_.assign(size_t(program_.arenaBytes), std::byte{0xff});
+    loaded_ = true;
+  }
+
+  ForwardResult forward(const std::vector<int32_t> &tokenIds) override {
+    if (!loaded_) throw Error("cpu backend: forward called before load");
+    checkTokenIds(program_, tokenIds);
+    auto start = std::chrono::steady_clock::now();
+    const Value &ids = program_.storageOf(program_.inputs[0]);
+    std::memcpy(arena_.data() + ids.offset, tokenIds.data(), tokenIds.size() * 4);
+
+    ForwardResult result;
+    for (size_t k = 0; k < program_.kernels.size(); ++k) {
+      auto kernelStart = std::chrono::steady_clock::now();
+      runKernel(program_.kernels[k]);
+      result.kernelTimes.push_back({int(k), millisecondsSince(kernelStart)});
+    }
+
+    const Value &logits = program_.value(program_.outputs[0]);
+    result.logits.shape = logits.shape;
+    result.logits.data = readAsFloats(logits.id);
+    result.loss = program_.outputs.size() > 1 ? readAsFloats(program_.outputs[1])[0]
+                                              : std::numeric_limits<float>::quiet_NaN();
+    result.milliseconds = millisecondsSince(start);
+    return result;
+  }
+
+  int64_t peakActivationBytes() const override { return program_.arenaBytes; }
+
+  int64_t weightBytes() const override {
+    int64_t bytes = 0;
+    for (const auto &entry : weightStore_) bytes += int64_t(entry.second.size() * sizeof(float));
+    return bytes;
+  }
+
+private:
+  // The calling convention forward() relies on: ids in, logits (and loss) out.
+  void checkInterface() const {
+    if (program_.inputs.empty()) throw Error("cpu backend: the program has no inputs");
+    const Value &ids = program_.value(program_.inputs[0]);
+    if (ids.dtype != DType::I32 || ids.numElements() != program_.batch * program_.seqLen)
+      throw Error(fmt::format("cpu backend: input '{}' is {} {}, expected i32 token ids of {} "
+                              "elements (batch {} x seq {})",
+                              ids.name, dtypeName(ids.dtype), shapeString(ids.shape),
+                              program_.batch * program_.seqLen, program_.batch, program_.seqLen));
+    if (program_.outputs.empty()) throw Error("cpu backend: the program has no outputs");
+    if (program_.outputs.size() > 1) {
+      const Value &loss = program_.value(program_.outputs[1]);
+      if (loss.dtype != DType::F32 || loss.numElements() != 1)
+        throw Error(fmt::format("cpu backend: output '{}' is {} {}, expected an f32 scalar loss",
+                                loss.name, dtypeName(loss.dtype), shapeString(loss.shape)));
+    }
+  }
+
+  // Each Weight value is its keys' tensors concatenated along dim 0; values with the same
+  // keys (a tied embedding used twice) share one copy.
+  void materializeWeights(const Weights &weights) {
+    weightStore_.clear();
+    weightData_.assign(program_.values.size(), nullptr);
+    for (const Value &value : program_.values) {
+      if (value.storage != Storage::Weight) continue;
+      bool roundToBf16 = program_.dtype == DType::BF16 || value.dtype == DType::BF16;
+      auto key = std::make_pair(value.weightKeys, roundToBf16);
+      auto found = weightStore_.find(key);
+      if (found == weightStore_.end()) {
+        std::vector<float> data;
+        data.reserve(size_t(value.numElements()));
+        for (const std::string &weightKey : value.weightKeys) {
+          const Tensor &tensor = weights.at(weightKey);
+          data.insert(data.end(), tensor.data.begin(), tensor.data.end());
+        }
+        if (int64_t(data.size()) != value.numElements())
+          throw Error(fmt::format("cpu backend: weight '{}' needs {} elements ({}) but its keys "
+                                  "hold {}",
+                                  value.name, value.numElements(), shapeString(value.shape),
+                                  data.size()));
+        if (roundToBf16)
+          for (float &element : data) element = bf16ToFloat(floatToBf16(element));
+        found = weightStore_.emplace(key, std::move(data)).first;
+      }
+      weightData_[size_t(value.id)] = found->second.data();
+    }
+  }
+
+  std::byte *arenaBytesOf(const Value &base) { return arena_.data() + base.offset; }
+
+  // Reads any non-Local value as fp32 (logits and loss at the end of the forward).
+  std::vector<float> readAsFloats(int id) {
+    const Value &value = program_.value(id);
+    std::vector<float> data(size_t(value.numElements()));
+    cpu::OpInput input = operand(id, data);
+    if (input.data != data.data()) std::memcpy(data.data(), input.data, data.size() * 4);
+    return data;
+  }
+
+  // Makes `id` readable as fp32; `scratch` holds a widened copy when one is needed.
+  cpu::OpInput operand(int id, std::vector<float> &scratch) {
+    const Value &value = program_.value(id);
+    const Value &base = program_.storageOf(id);
+    cpu::OpInput input;
+    input.shape = value.shape;
+    size_t count = size_t(value.numElements());
+    switch (base.storage) {
+    case Storage::Local: {
+      auto found = locals_.find(base.id);
+      if (found == locals_.end())
+        throw Error(fmt::format("cpu backend: kernel '{}' reads local value '{}' before writing it",
+                                currentKernel_->name, value.name));
+      input.data = found->second.data();
+      return input;
+    }
+    case Storage::Weight:
+      input.data = weightData_[size_t(base.id)];
+      return input;
+    default:
+      break;
+    }
+    std::byte *bytes = arenaBytesOf(base);
+    switch (base.dtype) {
+    case DType::F32:
+      input.data = reinterpret_cast<const float *>(bytes);
+      break;
+    case DType::BF16: {
+      scratch.resize(count);
+      const uint16_t *halves = reinterpret_cast<const uint16_t *>(bytes);
+      for (size_t i = 0; i < count; ++i) scratch[i] = bf16ToFloat(halves[i]);
+      input.data = scratch.data();
+      break;
+    }
+    case DType::I32: {
+      input.ids = reinterpret_cast<const int32_t *>(bytes);
+      scratch.resize(count);
+      for (size_t i = 0; i < count; ++i) scratch[i] = float(input.ids[i]);
+      input.data = scratch.data();
+      break;
+    }
+    }
+    return input;
+  }
+
+  // A buffer for result `id`: the arena itself for f32, fp32 scratch otherwise.
+  float *resultBuffer(int id, std::vector<float> &scratch) {
+    const Value &base = program_.storageOf(id);
+    size_t count = size_t(program_.value(id).numElements());
+    if (base.storage == Storage::Local) {
+      std::vector<float> &local = locals_[base.id];
+      local.resize(count);
+      return local.data();
+    }
+    if (base.dtype == DType::F32) return reinterpret_cast<float *>(arenaBytesOf(base));
+    scratch.resize(count);
+    return scratch.data();
+  }
+
+  // Rounds a result computed in scratch into its arena bytes (bf16 and i32 values).
+  void storeResult(int id, const std::vector<float> &scratch) {
+    const Value &base = program_.storageOf(id);
+    if (base.storage == Storage::Local || base.dtype == DType::F32) return;
+    std::byte *bytes = arenaBytesOf(base);
+    if (base.dtype == DType::BF16) {
+      uint16_t *halves = reinterpret_cast<uint16_t *>(bytes);
+      for (size_t i = 0; i < scratch.size(); ++i) halves[i] = floatToBf16(scratch[i]);
+    } else {
+      int32_t *integers = reinterpret_cast<int32_t *>(bytes);
+      for (size_t i = 0; i < scratch.size(); ++i) integers[i] = int32_t(std::lrint(scratch[i]));
+    }
+  }
+
+  void runKernel(const Kernel &kernel) {
+    currentKernel_ = &kernel;
+    locals_.clear();
+    for (const OpRecord &op : kernel.ops) {
+      std::vector<std::vector<float>> operandScratch(op.operands.size());
+      std::vector<cpu::OpInput> inputs;
+      for (size_t i = 0; i < op.operands.size(); ++i)
+        inputs.push_back(operand(op.operands[i], operandScratch[i]));
+      std::vector<std::vector<float>> resultScratch(op.results.size());
+      std::vector<cpu::OpOutput> outputs;
+      for (size_t i = 0; i < op.results.size(); ++i)
+        outputs.push_back({program_.value(op.results[i]).shape,
+                           resultBuffer(op.results[i], resultScratch[i])});
+      cpu::runOp(op, inputs, outputs, pool_, kernel.name);
+      for (size_t i = 0; i < op.results.size(); ++i) storeResult(op.results[i], resultScratch[i]);
+    }
+    locals_.clear();
+    currentKernel_ = nullptr;
+  }
+
+  ThreadPool pool_;
+  Program program_;
+  bool loaded_ = false;
+  std::vector<std::byte> arena_;
+  std::map<std::pair<std::vector<std::string>, bool>, std::vector<float>> weightStore_;
+  std::vector<const float *> weightData_; // by value id; set for Weight values
+  std::map<int, std::vector<float>> locals_; // by value id, for the running kernel
+  const Kernel *currentKernel_ = nullptr;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> createCpuBackend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
+
+void checkTokenIds(const Program &program, const std::vector<int32_t> &tokenIds) {
+  int64_t expected = program.batch * program.seqLen;
+  if (int64_t(tokenIds.size()) != expected)
+    throw Error(fmt::format("expected {} token ids (batch {} x seq {}), got {}", expected,
+                            program.batch, program.seqLen, tokenIds.size()));
+  for (size_t i = 0; i < tokenIds.size(); ++i)
+    if (tokenIds[i] < 0 || tokenIds[i] >= program.vocab)
+      throw Error(fmt::format("token id {} at position {} is out of range for vocab {} (valid "
+                              "ids are 0..{})",
+                              tokenIds[i], i, program.vocab, program.vocab - 1));
+}
+
+std::vector<int32_t> randomTokenIds(const Program &program, uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  std::vector<int32_t> ids(size_t(program.batch * program.seqLen));
+  // Multiply-high maps 64 random bits onto [0, vocab) the same way on every platform
+  // (std::uniform_int_distribution does not).
+  for (int32_t &id : ids)
+    id = int32_t((unsigned __int128)generator() * uint64_t(program.vocab) >> 64);
+  return ids;
+}
+
+} // namespace tlc

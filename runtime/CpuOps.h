@@ -1,0 +1,41 @@
+// Reference semantics of every tl op, on fp32 host buffers.
+//
+// The CPU backend calls runOp for each op of a kernel; tests call it directly. All
+// reductions (dot products, sums of squares, softmax sums, the loss) accumulate in fp64.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/Program.h"
+#include "runtime/ThreadPool.h"
+
+namespace tlc::cpu {
+
+// An operand: fp32 data in row-major order; i32 values (token ids) also give `ids`.
+struct OpInput {
+  std::vector<int64_t> shape;
+  const float *data = nullptr;
+  const int32_t *ids = nullptr;
+};
+
+// A result buffer of the shape the Program declares; runOp fills all of it.
+struct OpOutput {
+  std::vector<int64_t> shape;
+  float *data = nullptr;
+};
+
+// Runs one op. Throws tlc::Error on an unknown op ("cpu backend: unknown op 'x' in
+// kernel 'y'"), a missing attribute, or operand/result shapes the op cannot take.
+void runOp(const OpRecord &op, const std::vector<OpInput> &operands,
+           const std::vector<OpOutput> &results, ThreadPool &pool,
+           const std::string &kernelName);
+
+// c[m, n] = sum_k a[m, k] * b[n, k] for `batch` independent problems laid out
+// contiguously (a: batch x M x K, b: batch x N x K, c: batch x M x N); fp64 accumulation.
+// bBatchStride = 0 shares one b across the batch.
+void matmulTransposedB(const float *a, const float *b, float *c, int64_t batch, int64_t M,
+                       int64_t N, int64_t K, int64_t bBatchStride, ThreadPool &pool);
+
+} // namespace tlc::cpu

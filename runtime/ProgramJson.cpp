@@ -1,0 +1,422 @@
+// program.json: the Program as readable JSON, one line per value, parameter and op.
+//
+// Attributes carry a type tag so every AttrValue alternative round-trips exactly:
+//   {"i": 3}  {"f": 1e-06}  {"s": "half"}  {"ints": [0, 2, 1, 3]}
+// Non-finite floats are written as the strings "inf", "-inf" and "nan".
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "runtime/Error.h"
+#include "runtime/Program.h"
+
+namespace tlc {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr const char *kFormatName = "tlc-program";
+constexpr int kFormatVersion = 1;
+
+// ---- writing ---------------------------------------------------------------------
+
+// Compact JSON with a space after ':' and ',' — one readable line.
+void writeInline(std::ostringstream &out, const Json &json) {
+  if (json.is_object()) {
+    out << '{';
+    bool first = true;
+    for (const auto &item : json.items()) {
+      out << (first ? "" : ", ") << Json(item.key()).dump() << ": ";
+      writeInline(out, item.value());
+      first = false;
+    }
+    out << '}';
+  } else if (json.is_array()) {
+    out << '[';
+    for (size_t i = 0; i < json.size(); ++i) {
+      out << (i ? ", " : "");
+      writeInline(out, json[i]);
+    }
+    out << ']';
+  } else {
+    out << json.dump();
+  }
+}
+
+std::string inlineJson(const Json &json) {
+  std::ostringstream out;
+  writeInline(out, json);
+  return out.str();
+}
+
+Json attrToJson(const AttrValue &attr) {
+  Json tagged = Json::object();
+  if (const int64_t *integer = std::get_if<int64_t>(&attr)) {
+    tagged["i"] = *integer;
+  } else if (const double *real = std::get_if<double>(&attr)) {
+    if (std::isnan(*real)) tagged["f"] = "nan";
+    else if (std::isinf(*real)) tagged["f"] = *real > 0 ? "inf" : "-inf";
+    else tagged["f"] = *real;
+  } else if (const std::string *text = std::get_if<std::string>(&attr)) {
+    tagged["s"] = *text;
+  } else {
+    tagged["ints"] = std::get<std::vector<int64_t>>(attr);
+  }
+  return tagged;
+}
+
+Json parameterToJson(const Parameter &parameter) {
+  return Json{{"key", parameter.key}, {"shape", parameter.shape}, {"init", parameter.init}};
+}
+
+Json valueToJson(const Value &value) {
+  Json json{{"id", value.id},
+            {"name", value.name},
+            {"dtype", dtypeName(value.dtype)},
+            {"shape", value.shape},
+            {"storage", storageName(value.storage)}};
+  if (value.offset >= 0) json["offset"] = value.offset;
+  if (value.storage == Storage::View || value.viewOf >= 0) json["view_of"] = value.viewOf;
+  if (!value.weightKeys.empty()) json["weight_keys"] = value.weightKeys;
+  return json;
+}
+
+Json opToJson(const OpRecord &op) {
+  Json json{{"op", op.op}, {"operands", op.operands}, {"results", op.results}};
+  if (!op.attrs.empty()) {
+    Json attrs = Json::object();
+    for (const auto &[key, attr] : op.attrs) attrs[key] = attrToJson(attr);
+    json["attrs"] = attrs;
+  }
+  return json;
+}
+
+// Kernel header fields on one line, then its ops one per line.
+void writeKernel(std::ostringstream &out, const Kernel &kernel) {
+  Json header{{"name", kernel.name},     {"layer", kernel.layer},   {"flops", kernel.flops},
+              {"min_bytes", kernel.minBytes}, {"inputs", kernel.inputs},
+              {"outputs", kernel.outputs}};
+  std::string headerText = inlineJson(header);
+  headerText.pop_back(); // reopen the object to append "ops"
+  out << "    " << headerText << ", \"ops\": [\n";
+  for (size_t i = 0; i < kernel.ops.size(); ++i)
+    out << "      " << inlineJson(opToJson(kernel.ops[i]))
+        << (i + 1 < kernel.ops.size() ? ",\n" : "\n");
+  out << "    ]}";
+}
+
+template <typename T, typename Writer>
+void writeList(std::ostringstream &out, const char *key, const std::vector<T> &items,
+               Writer writeItem, bool last = false) {
+  out << "  " << Json(key).dump() << ": [";
+  for (size_t i = 0; i < items.size(); ++i) {
+    out << (i ? ",\n" : "\n");
+    writeItem(items[i]);
+  }
+  out << (items.empty() ? "]" : "\n  ]") << (last ? "\n" : ",\n");
+}
+
+// ---- reading ---------------------------------------------------------------------
+
+// Reads fields with messages that name the file and the path inside it.
+class JsonReader {
+public:
+  explicit JsonReader(std::string origin) : origin_(std::move(origin)) {}
+
+  [[noreturn]] void fail(const std::string &where, const std::string &message) const {
+    throw Error(fmt::format("program '{}': {}{}{}", origin_, where, where.empty() ? "" : ": ",
+                            message));
+  }
+
+  const nlohmann::json &field(const nlohmann::json &object, const char *key,
+                              const std::string &where) const {
+    if (!object.is_object()) fail(where, fmt::format("expected an object, got {}", object.type_name()));
+    auto found = object.find(key);
+    if (found == object.end()) fail(where, fmt::format("missing field '{}'", key));
+    return *found;
+  }
+
+  const nlohmann::json *optionalField(const nlohmann::json &object, const char *key) const {
+    auto found = object.find(key);
+    return found == object.end() ? nullptr : &*found;
+  }
+
+  int64_t integer(const nlohmann::json &json, const std::string &where) const {
+    if (json.is_number_integer()) return json.get<int64_t>();
+    if (json.is_number_unsigned()) {
+      uint64_t raw = json.get<uint64_t>();
+      if (raw <= uint64_t(std::numeric_limits<int64_t>::max())) return int64_t(raw);
+    }
+    fail(where, fmt::format("expected an integer, got {}", json.dump()));
+  }
+
+  int64_t integer(const nlohmann::json &object, const char *key, const std::string &where) const {
+    return integer(field(object, key, where), join(where, key));
+  }
+
+  double number(const nlohmann::json &json, const std::string &where) const {
+    if (json.is_number()) return json.get<double>();
+    if (json.is_string()) {
+      const std::string &text = json.get_ref<const std::string &>();
+      if (text == "inf") return std::numeric_limits<double>::infinity();
+      if (text == "-inf") return -std::numeric_limits<double>::infinity();
+      if (text == "nan") return std::numeric_limits<double>::quiet_NaN();
+    }
+    fail(where, fmt::format("expected a number, got {}", json.dump()));
+  }
+
+  std::string string(const nlohmann::json &json, const std::string &where) const {
+    if (!json.is_string()) fail(where, fmt::format("expected a string, got {}", json.dump()));
+    return json.get<std::string>();
+  }
+
+  std::string string(const nlohmann::json &object, const char *key,
+                     const std::string &where) const {
+    return string(field(object, key, where), join(where, key));
+  }
+
+  const nlohmann::json &array(const nlohmann::json &json, const std::string &where) const {
+    if (!json.is_array()) fail(where, fmt::format("expected an array, got {}", json.type_name()));
+    return json;
+  }
+
+  const nlohmann::json &array(const nlohmann::json &object, const char *key,
+                              const std::string &where) const {
+    return array(field(object, key, where), join(where, key));
+  }
+
+  std::vector<int64_t> integers(const nlohmann::json &json, const std::string &where) const {
+    std::vector<int64_t> result;
+    array(json, where);
+    for (size_t i = 0; i < json.size(); ++i)
+      result.push_back(integer(json[i], fmt::format("{}[{}]", where, i)));
+    return result;
+  }
+
+  std::vector<int64_t> integers(const nlohmann::json &object, const char *key,
+                                const std::string &where) const {
+    return integers(field(object, key, where), join(where, key));
+  }
+
+  std::vector<int> ids(const nlohmann::json &object, const char *key,
+                       const std::string &where) const {
+    std::vector<int> result;
+    for (int64_t id : integers(object, key, where)) {
+      if (id < std::numeric_limits<int>::min() || id > std::numeric_limits<int>::max())
+        fail(join(where, key), fmt::format("value id {} is out of range", id));
+      result.push_back(int(id));
+    }
+    return result;
+  }
+
+  static std::string join(const std::string &where, const std::string &key) {
+    return where.empty() ? key : where + "." + key;
+  }
+
+  // Runs `parse` and prefixes any tlc::Error from enum parsing with the location.
+  template <typename F> auto located(const std::string &where, F parse) const {
+    try {
+      return parse();
+    } catch (const Error &error) {
+      fail(where, error.what());
+    }
+  }
+
+private:
+  std::string origin_;
+};
+
+AttrValue attrFromJson(const JsonReader &reader, const nlohmann::json &json,
+                       const std::string &where) {
+  if (!json.is_object() || json.size() != 1)
+    reader.fail(where, fmt::format("expected an attribute like {{\"i\": 1}}, {{\"f\": 1.5}}, "
+                                   "{{\"s\": \"x\"}} or {{\"ints\": [1, 2]}}, got {}",
+                                   json.dump()));
+  const std::string &tag = json.begin().key();
+  const nlohmann::json &payload = json.begin().value();
+  std::string payloadWhere = JsonReader::join(where, tag);
+  if (tag == "i") return reader.integer(payload, payloadWhere);
+  if (tag == "f") return reader.number(payload, payloadWhere);
+  if (tag == "s") return reader.string(payload, payloadWhere);
+  if (tag == "ints") return reader.integers(payload, payloadWhere);
+  reader.fail(where, fmt::format("unknown attribute tag '{}' (expected i, f, s or ints)", tag));
+}
+
+Parameter parameterFromJson(const JsonReader &reader, const nlohmann::json &json,
+                            const std::string &where) {
+  Parameter parameter;
+  parameter.key = reader.string(json, "key", where);
+  parameter.shape = reader.integers(json, "shape", where);
+  parameter.init = reader.string(json, "init", where);
+  return parameter;
+}
+
+Value valueFromJson(const JsonReader &reader, const nlohmann::json &json,
+                    const std::string &where) {
+  Value value;
+  value.id = int(reader.integer(json, "id", where));
+  value.name = reader.string(json, "name", where);
+  std::string dtype = reader.string(json, "dtype", where);
+  value.dtype = reader.located(JsonReader::join(where, "dtype"), [&] { return parseDType(dtype); });
+  value.shape = reader.integers(json, "shape", where);
+  std::string storage = reader.string(json, "storage", where);
+  value.storage =
+      reader.located(JsonReader::join(where, "storage"), [&] { return parseStorage(storage); });
+  if (reader.optionalField(json, "offset")) value.offset = reader.integer(json, "offset", where);
+  if (value.storage == Storage::View) value.viewOf = int(reader.integer(json, "view_of", where));
+  else if (reader.optionalField(json, "view_of"))
+    value.viewOf = int(reader.integer(json, "view_of", where));
+  if (const nlohmann::json *keys = reader.optionalField(json, "weight_keys")) {
+    std::string keysWhere = JsonReader::join(where, "weight_keys");
+    reader.array(*keys, keysWhere);
+    for (size_t i = 0; i < keys->size(); ++i)
+      value.weightKeys.push_back(reader.string((*keys)[i], fmt::format("{}[{}]", keysWhere, i)));
+  } else if (value.storage == Storage::Weight) {
+    reader.field(json, "weight_keys", where); // reports the missing field
+  }
+  return value;
+}
+
+OpRecord opFromJson(const JsonReader &reader, const nlohmann::json &json,
+                    const std::string &where) {
+  OpRecord op;
+  op.op = reader.string(json, "op", where);
+  op.operands = reader.ids(json, "operands", where);
+  op.results = reader.ids(json, "results", where);
+  if (const nlohmann::json *attrs = reader.optionalField(json, "attrs")) {
+    std::string attrsWhere = JsonReader::join(where, "attrs");
+    if (!attrs->is_object()) reader.fail(attrsWhere, "expected an object");
+    for (const auto &item : attrs->items())
+      op.attrs[item.key()] =
+          attrFromJson(reader, item.value(), JsonReader::join(attrsWhere, item.key()));
+  }
+  return op;
+}
+
+Kernel kernelFromJson(const JsonReader &reader, const nlohmann::json &json,
+                      const std::string &where) {
+  Kernel kernel;
+  kernel.name = reader.string(json, "name", where);
+  kernel.inputs = reader.ids(json, "inputs", where);
+  kernel.outputs = reader.ids(json, "outputs", where);
+  if (reader.optionalField(json, "layer")) kernel.layer = int(reader.integer(json, "layer", where));
+  if (reader.optionalField(json, "flops")) kernel.flops = reader.integer(json, "flops", where);
+  if (reader.optionalField(json, "min_bytes"))
+    kernel.minBytes = reader.integer(json, "min_bytes", where);
+  const nlohmann::json &ops = reader.array(json, "ops", where);
+  for (size_t i = 0; i < ops.size(); ++i)
+    kernel.ops.push_back(opFromJson(reader, ops[i], fmt::format("{}.ops[{}]", where, i)));
+  return kernel;
+}
+
+template <typename T, typename Parse>
+std::vector<T> listFromJson(const JsonReader &reader, const nlohmann::json &root,
+                            const char *key, Parse parse) {
+  std::vector<T> items;
+  const nlohmann::json &list = reader.array(root, key, "");
+  for (size_t i = 0; i < list.size(); ++i)
+    items.push_back(parse(reader, list[i], fmt::format("{}[{}]", key, i)));
+  return items;
+}
+
+} // namespace
+
+std::string programToJson(const Program &program) {
+  std::ostringstream out;
+  out << "{\n";
+  Json header{{"format", kFormatName},
+              {"version", kFormatVersion},
+              {"model", program.model},
+              {"opt_level", program.optLevel},
+              {"pipeline", program.pipeline},
+              {"dtype", dtypeName(program.dtype)},
+              {"batch", program.batch},
+              {"seq_len", program.seqLen},
+              {"vocab", program.vocab},
+              {"arena_bytes", program.arenaBytes},
+              {"inputs", program.inputs},
+              {"outputs", program.outputs}};
+  for (const auto &item : header.items())
+    out << "  " << Json(item.key()).dump() << ": " << inlineJson(item.value()) << ",\n";
+  writeList(out, "parameters", program.parameters,
+            [&](const Parameter &p) { out << "    " << inlineJson(parameterToJson(p)); });
+  writeList(out, "values", program.values,
+            [&](const Value &v) { out << "    " << inlineJson(valueToJson(v)); });
+  writeList(
+      out, "kernels", program.kernels, [&](const Kernel &k) { writeKernel(out, k); },
+      /*last=*/true);
+  out << "}\n";
+  return out.str();
+}
+
+Program programFromJson(const std::string &text, const std::string &origin) {
+  JsonReader reader(origin);
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error &error) {
+    reader.fail("", fmt::format("malformed JSON: {}", error.what()));
+  }
+  if (!root.is_object()) reader.fail("", "expected a JSON object at the top level");
+  if (const nlohmann::json *format = reader.optionalField(root, "format"))
+    if (!format->is_string() || *format != kFormatName)
+      reader.fail("format", fmt::format("expected \"{}\", got {}", kFormatName, format->dump()));
+  if (reader.optionalField(root, "version")) {
+    int64_t version = reader.integer(root, "version", "");
+    if (version != kFormatVersion)
+      reader.fail("version", fmt::format("unsupported program format version {} (this runtime "
+                                         "reads version {})",
+                                         version, kFormatVersion));
+  }
+
+  Program program;
+  program.model = reader.string(root, "model", "");
+  program.optLevel = int(reader.integer(root, "opt_level", ""));
+  program.pipeline = reader.string(root, "pipeline", "");
+  std::string dtype = reader.string(root, "dtype", "");
+  program.dtype = reader.located("dtype", [&] { return parseDType(dtype); });
+  program.batch = reader.integer(root, "batch", "");
+  program.seqLen = reader.integer(root, "seq_len", "");
+  program.vocab = reader.integer(root, "vocab", "");
+  program.arenaBytes = reader.integer(root, "arena_bytes", "");
+  program.inputs = reader.ids(root, "inputs", "");
+  program.outputs = reader.ids(root, "outputs", "");
+  program.parameters = listFromJson<Parameter>(reader, root, "parameters", parameterFromJson);
+  program.values = listFromJson<Value>(reader, root, "values", valueFromJson);
+  program.kernels = listFromJson<Kernel>(reader, root, "kernels", kernelFromJson);
+  reader.located("", [&] {
+    validateProgram(program);
+    return 0;
+  });
+  return program;
+}
+
+Program loadProgram(const std::string &path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    throw Error(fmt::format("cannot open program file '{}': {}", path, std::strerror(errno)));
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (file.bad())
+    throw Error(fmt::format("cannot read program file '{}': {}", path, std::strerror(errno)));
+  return programFromJson(text.str(), path);
+}
+
+void saveProgram(const Program &program, const std::string &path) {
+  std::string text = programToJson(program);
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file)
+    throw Error(fmt::format("cannot write program file '{}': {}", path, std::strerror(errno)));
+  file << text;
+  file.close();
+  if (!file)
+    throw Error(fmt::format("cannot write program file '{}': {}", path, std::strerror(errno)));
+}
+
+} // namespace tlc

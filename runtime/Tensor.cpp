@@ -1,0 +1,50 @@
+// Host tensors: construction, shape printing, error metric.
+#include "runtime/Tensor.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <limits>
+
+#include "runtime/Error.h"
+
+namespace tlc {
+
+namespace {
+int64_t elementCount(const std::vector<int64_t> &shape) {
+  int64_t count = 1;
+  for (int64_t dim : shape) {
+    if (dim < 0) throw Error(fmt::format("tensor shape {} has a negative dimension", shapeString(shape)));
+    count *= dim;
+  }
+  return count;
+}
+} // namespace
+
+Tensor::Tensor(std::vector<int64_t> shape_) : shape(std::move(shape_)) {
+  data.assign(size_t(elementCount(shape)), 0.0f);
+}
+
+int64_t Tensor::numElements() const { return elementCount(shape); }
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  if (shape.empty()) return "scalar";
+  return fmt::format("{}", fmt::join(shape, "x"));
+}
+
+double relativeError(const std::vector<float> &a, const std::vector<float> &b) {
+  if (a.size() != b.size())
+    throw Error(fmt::format("relativeError: sizes differ ({} vs {})", a.size(), b.size()));
+  double difference = 0, reference = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double delta = double(a[i]) - double(b[i]);
+    difference += delta * delta;
+    reference += double(b[i]) * double(b[i]);
+  }
+  if (std::isnan(difference)) return std::numeric_limits<double>::quiet_NaN();
+  if (reference == 0) return difference == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return std::sqrt(difference / reference);
+}
+
+} // namespace tlc

@@ -1,0 +1,36 @@
+// Model weights on the host, by checkpoint key: seeded random init or safetensors.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "runtime/Program.h"
+#include "runtime/Tensor.h"
+
+namespace tlc {
+
+class Weights {
+public:
+  // The workshop's init: normal(0, 0.02) for matrices, ones for norm gains. Each tensor
+  // is drawn from its own stream seeded by (seed, key), so a tensor does not depend on
+  // which other tensors exist or their order.
+  static Weights random(const std::vector<Parameter> &parameters, uint64_t seed);
+
+  // safetensors (F32 or BF16 tensors; BF16 is widened to fp32 on load).
+  static Weights loadSafetensors(const std::string &path);
+  void saveSafetensors(const std::string &path, DType dtype = DType::F32) const;
+
+  // Throws tlc::Error naming every missing or mis-shaped parameter.
+  void checkAgainst(const std::vector<Parameter> &parameters, const std::string &origin) const;
+
+  const Tensor &at(const std::string &key) const;  // throws tlc::Error when missing
+  bool contains(const std::string &key) const { return tensors_.count(key) != 0; }
+  void set(const std::string &key, Tensor tensor) { tensors_[key] = std::move(tensor); }
+  const std::map<std::string, Tensor> &all() const { return tensors_; }
+
+private:
+  std::map<std::string, Tensor> tensors_;
+};
+
+} // namespace tlc

@@ -1,0 +1,96 @@
+// What the compiler hands the runtime: kernels, parameters, memory plan.
+#include "TestSupport.h"
+
+#include "runtime/MemoryPlanner.h"
+
+#include "mlir/IR/Diagnostics.h"
+
+#include <map>
+
+using namespace tlc;
+
+namespace {
+
+Program workshopAtO0() { return testing::compileConfig(*presetConfig("workshop"), {0, 8, 128, "f32"}); }
+
+TEST(Lowering, WorkshopParametersMatchTheModelCard) {
+  Program program = workshopAtO0();
+  int64_t count = 0;
+  for (const Parameter &p : program.parameters) {
+    int64_t n = 1;
+    for (int64_t d : p.shape) n *= d;
+    count += n;
+  }
+  EXPECT_EQ(count, 31977984);  // TINYLLAMA.md: 31.98M
+  EXPECT_EQ(program.parameters.size(), 1u + 8u * 9u + 1u);
+  // Tied: the embedding table is one weight value read by two kernels.
+  int embeddingValues = 0;
+  for (const Value &v : program.values)
+    if (v.storage == Storage::Weight && v.weightKeys == std::vector<std::string>{"model.embed_tokens.weight"})
+      ++embeddingValues;
+  EXPECT_EQ(embeddingValues, 1);
+}
+
+TEST(Lowering, O0IsOneKernelPerPrimitiveOp) {
+  Program program = workshopAtO0();
+  std::map<int, int> perLayer;
+  for (const Kernel &k : program.kernels) {
+    ++perLayer[k.layer];
+    EXPECT_EQ(k.ops.size(), 1u) << k.name;
+    EXPECT_EQ(k.name.rfind("tl_" + k.ops[0].op + "_f32", 0), 0u) << k.name;
+  }
+  // norm, q, k, v, 2 rope, 3 transpose, 2 repeat_kv, QKᵀ, scale, mask, softmax, PV,
+  // transpose, o, add, norm, gate, up, silu, mul, down, add
+  for (int layer = 0; layer < 8; ++layer) EXPECT_EQ(perLayer[layer], 26) << "layer " << layer;
+  EXPECT_EQ(perLayer[-1], 4);  // embedding, final norm, output projection, loss
+  EXPECT_EQ(program.kernels.front().ops[0].op, "embedding");
+  EXPECT_EQ(program.kernels.back().ops[0].op, "cross_entropy");
+}
+
+TEST(Lowering, KernelsCarryTheirCost) {
+  Program program = workshopAtO0();
+  int64_t flops = 0;
+  for (const Kernel &k : program.kernels) {
+    flops += k.flops;
+    EXPECT_GT(k.minBytes, 0) << k.name;
+  }
+  // TINYLLAMA.md: about 65 GFLOP of matrix work plus ~1 GFLOP attention per forward.
+  EXPECT_GT(flops, 64e9);
+  EXPECT_LT(flops, 70e9);
+  auto q = std::find_if(program.kernels.begin(), program.kernels.end(),
+                        [](const Kernel &k) { return k.name == "tl_linear_f32_1024x512x512"; });
+  ASSERT_NE(q, program.kernels.end());
+  EXPECT_EQ(q->flops, 2LL * 1024 * 512 * 512);
+  EXPECT_EQ(q->minBytes, (1024 * 512 + 512 * 512 + 1024 * 512) * 4);
+}
+
+TEST(Lowering, MemoryPlanReusesActivations) {
+  Program program = workshopAtO0();
+  EXPECT_GT(program.arenaBytes, 0);
+  // The S×S scores of one block are the largest activations: 8 x 8 x 128 x 128 x 4 B = 4 MiB.
+  EXPECT_LT(program.arenaBytes, unplannedBytes(program) / 10);
+}
+
+TEST(Lowering, Bf16StorageReachesEveryFloatValue) {
+  Program program = testing::compileConfig(testing::smallConfig("workshop"), {0, 1, 8, "bf16"});
+  EXPECT_EQ(program.dtype, DType::BF16);
+  for (const Value &v : program.values) {
+    if (v.storage == Storage::Input) EXPECT_EQ(v.dtype, DType::I32);
+    else if (v.shape.empty()) EXPECT_EQ(v.dtype, DType::F32) << v.name;  // the loss
+    else EXPECT_EQ(v.dtype, DType::BF16) << v.name;
+  }
+}
+
+TEST(Specialize, RejectsSequencesBeyondTheModelLimit) {
+  auto context = testing::makeContext();
+  std::string message;
+  mlir::ScopedDiagnosticHandler handler(context.get(), [&](mlir::Diagnostic &d) {
+    message = d.str();
+    return mlir::success();
+  });
+  auto module = buildLlamaModule(*context, testing::smallConfig("workshop"));
+  EXPECT_TRUE(mlir::failed(optimizeModule(*module, {0, 1, 4096, "f32"})));
+  EXPECT_NE(message.find("exceeds the model's maximum of 2048"), std::string::npos) << message;
+}
+
+} // namespace

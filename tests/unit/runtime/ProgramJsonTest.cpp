@@ -1,0 +1,236 @@
+// Program: JSON round-trip, error messages for bad input, validation, attribute access.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include "TestUtil.h"
+#include "runtime/MemoryPlanner.h"
+#include "runtime/Program.h"
+
+namespace tlc {
+namespace {
+
+using test::errorMessage;
+using test::makeOp;
+
+// Every storage class and every attribute kind, including awkward doubles.
+Program programWithEverything() {
+  test::ProgramBuilder builder(2, 3, 11, DType::BF16);
+  int ids = builder.value("ids", DType::I32, {2, 3}, Storage::Input);
+  int table = builder.weight("embed", {11, 4}, {{"model.embed_tokens.weight", {11, 4}}});
+  int merged = builder.weight("qkv", {12, 4}, {{"q.weight", {4, 4}}, {"k.weight", {8, 4}}});
+  int x = builder.value("x", DType::BF16, {2, 3, 4}, Storage::Activation);
+  int local = builder.value("h", DType::F32, {2, 3, 12}, Storage::Local);
+  int parts = builder.value("h.q", DType::F32, {2, 3, 4}, Storage::Local);
+  int rest = builder.value("h.kv", DType::F32, {2, 3, 8}, Storage::Local);
+  int logits = builder.value("logits", DType::BF16, {2, 3, 11}, Storage::Output);
+  int flat = builder.view("logits.flat", logits, {6, 11});
+  int loss = builder.value("loss", DType::F32, {}, Storage::Output);
+  builder.kernel("tl_embedding", {makeOp("embedding", {table, ids}, {x})});
+  builder.kernel("tl_fused", {
+      makeOp("linear", {x, merged}, {local}),
+      makeOp("split", {local}, {parts, rest}, {{"sizes", std::vector<int64_t>{4, 8}}}),
+      makeOp("rope", {parts}, {parts}, {{"theta", 10000.0}, {"style", std::string("half")}}),
+      makeOp("rmsnorm", {x, table}, {flat}, {{"eps", 1e-6}, {"big", int64_t(1) << 40},
+                                             {"negative", int64_t(-3)}, {"third", 1.0 / 3.0},
+                                             {"neg_inf", -std::numeric_limits<double>::infinity()},
+                                             {"empty", std::vector<int64_t>{}}}),
+  });
+  builder.kernel("tl_loss", {makeOp("cross_entropy", {logits, ids}, {loss})});
+  Program &program = builder.program();
+  program.optLevel = 2;
+  program.pipeline = "tl-qkv-merge,tl-flash";
+  program.kernels[1].flops = 123456789012;
+  program.kernels[1].minBytes = 4096;
+  program.kernels[1].layer = 3;
+  planMemory(program);
+  return program;
+}
+
+void expectSamePrograms(const Program &a, const Program &b) {
+  EXPECT_EQ(a.model, b.model);
+  EXPECT_EQ(a.optLevel, b.optLevel);
+  EXPECT_EQ(a.pipeline, b.pipeline);
+  EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.batch, b.batch);
+  EXPECT_EQ(a.seqLen, b.seqLen);
+  EXPECT_EQ(a.vocab, b.vocab);
+  EXPECT_EQ(a.arenaBytes, b.arenaBytes);
+  EXPECT_EQ(a.inputs, b.inputs);
+  EXPECT_EQ(a.outputs, b.outputs);
+  ASSERT_EQ(a.parameters.size(), b.parameters.size());
+  for (size_t i = 0; i < a.parameters.size(); ++i) {
+    EXPECT_EQ(a.parameters[i].key, b.parameters[i].key);
+    EXPECT_EQ(a.parameters[i].shape, b.parameters[i].shape);
+    EXPECT_EQ(a.parameters[i].init, b.parameters[i].init);
+  }
+  ASSERT_EQ(a.values.size(), b.values.size());
+  for (size_t i = 0; i < a.values.size(); ++i) {
+    const Value &x = a.values[i], &y = b.values[i];
+    EXPECT_EQ(x.id, y.id);
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.dtype, y.dtype);
+    EXPECT_EQ(x.shape, y.shape);
+    EXPECT_EQ(x.storage, y.storage);
+    EXPECT_EQ(x.weightKeys, y.weightKeys);
+    EXPECT_EQ(x.viewOf, y.viewOf);
+    EXPECT_EQ(x.offset, y.offset);
+  }
+  ASSERT_EQ(a.kernels.size(), b.kernels.size());
+  for (size_t k = 0; k < a.kernels.size(); ++k) {
+    const Kernel &x = a.kernels[k], &y = b.kernels[k];
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.inputs, y.inputs);
+    EXPECT_EQ(x.outputs, y.outputs);
+    EXPECT_EQ(x.flops, y.flops);
+    EXPECT_EQ(x.minBytes, y.minBytes);
+    EXPECT_EQ(x.layer, y.layer);
+    ASSERT_EQ(x.ops.size(), y.ops.size());
+    for (size_t o = 0; o < x.ops.size(); ++o) {
+      EXPECT_EQ(x.ops[o].op, y.ops[o].op);
+      EXPECT_EQ(x.ops[o].operands, y.ops[o].operands);
+      EXPECT_EQ(x.ops[o].results, y.ops[o].results);
+      EXPECT_EQ(x.ops[o].attrs, y.ops[o].attrs); // variant ==: same alternative, same value
+    }
+  }
+}
+
+TEST(ProgramJson, RoundTripKeepsEveryField) {
+  Program program = programWithEverything();
+  std::string text = programToJson(program);
+  Program parsed = programFromJson(text, "roundtrip.json");
+  expectSamePrograms(program, parsed);
+  EXPECT_EQ(programToJson(parsed), text);
+}
+
+TEST(ProgramJson, IntegralDoublesStayDoubles) {
+  Program parsed = programFromJson(programToJson(programWithEverything()));
+  const OpRecord &rope = parsed.kernels[1].ops[2];
+  ASSERT_TRUE(std::holds_alternative<double>(rope.attrs.at("theta")));
+  EXPECT_EQ(std::get<double>(rope.attrs.at("theta")), 10000.0);
+  const OpRecord &norm = parsed.kernels[1].ops[3];
+  EXPECT_EQ(std::get<double>(norm.attrs.at("third")), 1.0 / 3.0);
+  EXPECT_EQ(std::get<int64_t>(norm.attrs.at("big")), int64_t(1) << 40);
+  EXPECT_EQ(std::get<double>(norm.attrs.at("neg_inf")), -std::numeric_limits<double>::infinity());
+}
+
+TEST(ProgramJson, OneLinePerValueAndOp) {
+  std::string text = programToJson(programWithEverything());
+  EXPECT_CONTAINS(text, "\n    {\"id\": 3, \"name\": \"x\", \"dtype\": \"bf16\", \"shape\": [2, 3, 4], "
+                              "\"storage\": \"activation\"");
+  EXPECT_CONTAINS(text, "\"attrs\": {\"sizes\": {\"ints\": [4, 8]}}}");
+  EXPECT_CONTAINS(text, "{\"style\": {\"s\": \"half\"}, \"theta\": {\"f\": 10000.0}}");
+}
+
+TEST(ProgramJson, MalformedJsonNamesTheOrigin) {
+  std::string message = errorMessage([] { programFromJson("{\"model\": ", "broken.json"); });
+  EXPECT_CONTAINS(message, "broken.json");
+  EXPECT_CONTAINS(message, "malformed JSON");
+}
+
+TEST(ProgramJson, MissingFieldNamesItsPath) {
+  std::string text = programToJson(programWithEverything());
+  size_t field = text.find("\"dtype\": \"bf16\", \"shape\": [2, 3, 4]");
+  ASSERT_NE(field, std::string::npos);
+  text.erase(field, std::string("\"dtype\": \"bf16\", ").size());
+  std::string message = errorMessage([&] { programFromJson(text, "p.json"); });
+  EXPECT_CONTAINS(message, "p.json");
+  EXPECT_CONTAINS(message, "values[3]");
+  EXPECT_CONTAINS(message, "missing field 'dtype'");
+}
+
+TEST(ProgramJson, WrongTypesAndNamesAreReported) {
+  std::string text = programToJson(programWithEverything());
+  std::string badShape = text;
+  badShape.replace(badShape.find("\"shape\": [2, 3, 4]"), 18, "\"shape\": [2, \"3\", 4]");
+  EXPECT_CONTAINS(errorMessage([&] { programFromJson(badShape, "p.json"); }),
+              "values[3].shape[1]: expected an integer, got \"3\"");
+
+  std::string badStorage = text;
+  badStorage.replace(badStorage.find("\"activation\""), 12, "\"register\"");
+  EXPECT_CONTAINS(errorMessage([&] { programFromJson(badStorage, "p.json"); }),
+              "unknown storage class 'register'");
+
+  std::string badAttr = text;
+  badAttr.replace(badAttr.find("{\"ints\": [4, 8]}"), 16, "{\"bits\": [4, 8]}");
+  EXPECT_CONTAINS(errorMessage([&] { programFromJson(badAttr, "p.json"); }),
+              "kernels[1].ops[1].attrs.sizes: unknown attribute tag 'bits'");
+
+  EXPECT_CONTAINS(errorMessage([] { programFromJson("[1, 2]", "p.json"); }),
+              "expected a JSON object");
+}
+
+TEST(ProgramJson, InvalidProgramIsRejectedOnLoad) {
+  std::string text = programToJson(programWithEverything());
+  // Make the view point past the end of the value list.
+  text.replace(text.find("\"view_of\": 8"), 12, "\"view_of\": 99");
+  std::string message = errorMessage([&] { programFromJson(text, "p.json"); });
+  EXPECT_CONTAINS(message, "p.json");
+  EXPECT_CONTAINS(message, "refers to value 99");
+}
+
+TEST(ProgramJson, SaveAndLoadFile) {
+  test::TempDir directory;
+  Program program = programWithEverything();
+  saveProgram(program, directory.file("program.json"));
+  expectSamePrograms(program, loadProgram(directory.file("program.json")));
+}
+
+TEST(ProgramJson, MissingFileMessage) {
+  test::TempDir directory;
+  std::string path = directory.file("absent.json");
+  EXPECT_EQ(errorMessage([&] { loadProgram(path); }),
+            "cannot open program file '" + path + "': No such file or directory");
+}
+
+TEST(Program, AttributeGettersNameTheProblem) {
+  OpRecord op = makeOp("linear", {}, {}, {{"eps", 1e-5}, {"n", int64_t(3)}});
+  EXPECT_EQ(errorMessage([&] { op.intAttr("foo"); }), "op 'linear' has no int attribute 'foo'");
+  EXPECT_EQ(errorMessage([&] { op.intAttr("eps"); }), "op 'linear' attribute 'eps' is not an int");
+  EXPECT_EQ(errorMessage([&] { op.stringAttr("n"); }), "op 'linear' attribute 'n' is not a string");
+  EXPECT_EQ(errorMessage([&] { op.intsAttr("x"); }), "op 'linear' has no int array attribute 'x'");
+  EXPECT_EQ(op.floatAttr("n"), 3.0); // an integer is accepted where a float is expected
+  EXPECT_EQ(op.floatAttr("eps"), 1e-5);
+}
+
+TEST(Program, EnumNamesRoundTrip) {
+  for (DType dtype : {DType::F32, DType::BF16, DType::I32})
+    EXPECT_EQ(parseDType(dtypeName(dtype)), dtype);
+  for (Storage storage : {Storage::Input, Storage::Output, Storage::Weight, Storage::Activation,
+                          Storage::View, Storage::Local})
+    EXPECT_EQ(parseStorage(storageName(storage)), storage);
+  EXPECT_STREQ(storageName(Storage::Activation), "activation");
+  EXPECT_EQ(dtypeBytes(DType::BF16), 2);
+  EXPECT_CONTAINS(errorMessage([] { parseDType("f16"); }), "unknown dtype 'f16'");
+}
+
+TEST(Program, ValidationCatchesInconsistencies) {
+  Program viewTooBig = programWithEverything();
+  viewTooBig.values[8].shape = {7, 11};
+  EXPECT_CONTAINS(errorMessage([&] { validateProgram(viewTooBig); }),
+              "does not match the value it views");
+
+  Program badOperand = programWithEverything();
+  badOperand.kernels[2].ops[0].operands[1] = -4;
+  EXPECT_CONTAINS(errorMessage([&] { validateProgram(badOperand); }), "refers to value -4");
+
+  Program sharedLocal = programWithEverything();
+  sharedLocal.kernels[2].ops[0].operands[0] = 4; // tl_loss reading tl_fused's local
+  EXPECT_CONTAINS(errorMessage([&] { validateProgram(sharedLocal); }),
+              "is used by kernel 1 and kernel 2");
+
+  Program unknownKey = programWithEverything();
+  unknownKey.values[2].weightKeys[1] = "v.weight";
+  EXPECT_CONTAINS(errorMessage([&] { validateProgram(unknownKey); }),
+              "uses key 'v.weight', which is not a parameter");
+
+  Program viewCycle = programWithEverything();
+  viewCycle.values[7].storage = Storage::View;
+  viewCycle.values[7].viewOf = 8;
+  EXPECT_CONTAINS(errorMessage([&] { validateProgram(viewCycle); }), "cycle of views");
+}
+
+} // namespace
+} // namespace tlc

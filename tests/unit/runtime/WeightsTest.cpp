@@ -1,0 +1,220 @@
+// Weights: seeded init, safetensors round-trips and errors, checks against parameters.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "TestUtil.h"
+#include "runtime/Weights.h"
+
+namespace tlc {
+namespace {
+
+using test::errorMessage;
+
+std::vector<Parameter> someParameters() {
+  return {{"model.embed_tokens.weight", {64, 32}, "normal"},
+          {"model.layers.0.self_attn.q_proj.weight", {32, 32}, "normal"},
+          {"model.norm.weight", {32}, "ones"}};
+}
+
+Weights randomWeights(uint64_t seed) {
+  Weights weights;
+  weights.set("a", Tensor({3, 5}));
+  weights.set("b.weight", Tensor({7}));
+  weights.set("scalar", Tensor(std::vector<int64_t>{}));
+  uint64_t stream = seed;
+  for (const auto &[key, tensor] : weights.all()) {
+    Tensor filled = tensor;
+    filled.data = test::randomFloats(filled.data.size(), ++stream, -3, 3);
+    weights.set(key, filled);
+  }
+  return weights;
+}
+
+// Writes a safetensors file from a header and data bytes, as another tool would.
+void writeRaw(const std::string &path, const std::string &header, const std::string &data) {
+  std::ofstream file(path, std::ios::binary);
+  uint64_t length = header.size();
+  file.write(reinterpret_cast<const char *>(&length), 8);
+  file << header << data;
+}
+
+std::string bytesOf(const std::vector<uint16_t> &halves) {
+  return std::string(reinterpret_cast<const char *>(halves.data()), halves.size() * 2);
+}
+
+TEST(WeightsInit, DeterministicPerSeedAndKey) {
+  auto parameters = someParameters();
+  Weights first = Weights::random(parameters, 42), again = Weights::random(parameters, 42);
+  Weights other = Weights::random(parameters, 43);
+  const std::string key = "model.layers.0.self_attn.q_proj.weight";
+  EXPECT_EQ(first.at(key).data, again.at(key).data);
+  EXPECT_NE(first.at(key).data, other.at(key).data);
+  EXPECT_NE(first.at(key).data, first.at("model.embed_tokens.weight").data);
+  // A tensor does not depend on which other parameters exist or their order.
+  Weights alone = Weights::random({parameters[1]}, 42);
+  EXPECT_EQ(alone.at(key).data, first.at(key).data);
+  EXPECT_EQ(first.at("model.norm.weight").data, std::vector<float>(32, 1.0f));
+}
+
+TEST(WeightsInit, NormalHasStdTwoHundredths) {
+  Weights weights = Weights::random({{"big", {512, 512}, "normal"}}, 1);
+  const std::vector<float> &data = weights.at("big").data;
+  double sum = 0, sumOfSquares = 0, fourth = 0;
+  for (float value : data) {
+    sum += value;
+    sumOfSquares += double(value) * value;
+    fourth += std::pow(double(value), 4);
+  }
+  double count = double(data.size());
+  double mean = sum / count, variance = sumOfSquares / count - mean * mean;
+  EXPECT_NEAR(mean, 0.0, 2e-4);
+  EXPECT_NEAR(std::sqrt(variance), 0.02, 0.0002);
+  // Kurtosis 3 tells a normal from, say, a uniform of the same std (1.8).
+  EXPECT_NEAR(fourth / count / (variance * variance), 3.0, 0.05);
+}
+
+TEST(WeightsInit, UnknownInitIsAnError) {
+  EXPECT_CONTAINS(errorMessage([] { Weights::random({{"w", {2}, "xavier"}}, 1); }),
+                  "parameter 'w' has unknown init 'xavier'");
+}
+
+TEST(Safetensors, F32RoundTripIsExact) {
+  test::TempDir directory;
+  Weights weights = randomWeights(5);
+  weights.saveSafetensors(directory.file("w.safetensors"));
+  Weights loaded = Weights::loadSafetensors(directory.file("w.safetensors"));
+  ASSERT_EQ(loaded.all().size(), weights.all().size());
+  for (const auto &[key, tensor] : weights.all()) {
+    EXPECT_EQ(loaded.at(key).shape, tensor.shape) << key;
+    EXPECT_EQ(loaded.at(key).data, tensor.data) << key;
+  }
+}
+
+TEST(Safetensors, Bf16RoundTripRoundsOnce) {
+  test::TempDir directory;
+  Weights weights = randomWeights(6);
+  weights.saveSafetensors(directory.file("w.safetensors"), DType::BF16);
+  Weights loaded = Weights::loadSafetensors(directory.file("w.safetensors"));
+  for (const auto &[key, tensor] : weights.all()) {
+    ASSERT_EQ(loaded.at(key).shape, tensor.shape);
+    for (size_t i = 0; i < tensor.data.size(); ++i)
+      EXPECT_EQ(loaded.at(key).data[i], bf16ToFloat(floatToBf16(tensor.data[i]))) << key << i;
+  }
+  EXPECT_THROW(weights.saveSafetensors(directory.file("x.safetensors"), DType::I32), Error);
+}
+
+TEST(Safetensors, FileLayoutFollowsTheFormat) {
+  test::TempDir directory;
+  Weights weights;
+  weights.set("x", Tensor({2}));
+  weights.saveSafetensors(directory.file("w.safetensors"));
+  std::ifstream file(directory.file("w.safetensors"), std::ios::binary);
+  uint64_t headerLength = 0;
+  file.read(reinterpret_cast<char *>(&headerLength), 8);
+  std::string header(headerLength, '\0');
+  file.read(header.data(), std::streamsize(headerLength));
+  EXPECT_EQ(headerLength % 8, 0u);
+  EXPECT_CONTAINS(header, "\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}");
+  EXPECT_CONTAINS(header, "__metadata__");
+  EXPECT_EQ(std::filesystem::file_size(directory.file("w.safetensors")), 8 + headerLength + 8);
+}
+
+TEST(Safetensors, LoadsBf16AndF16WrittenElsewhere) {
+  test::TempDir directory;
+  // bf16 1.5 = 0x3fc0, -2 = 0xc000; f16 1.5 = 0x3e00, -2 = 0xc000, 2^-24 = 0x0001.
+  writeRaw(directory.file("mixed.safetensors"),
+           R"({"__metadata__":{"format":"pt"},"b":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},)"
+           R"("h":{"dtype":"F16","shape":[1,3],"data_offsets":[4,10]}})",
+           bytesOf({0x3fc0, 0xc000, 0x3e00, 0xc000, 0x0001}));
+  Weights loaded = Weights::loadSafetensors(directory.file("mixed.safetensors"));
+  EXPECT_EQ(loaded.at("b").data, (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(loaded.at("h").shape, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(loaded.at("h").data, (std::vector<float>{1.5f, -2.0f, std::ldexp(1.0f, -24)}));
+  EXPECT_FALSE(loaded.contains("__metadata__"));
+}
+
+TEST(Safetensors, MissingFile) {
+  test::TempDir directory;
+  std::string path = directory.file("none.safetensors");
+  EXPECT_EQ(errorMessage([&] { Weights::loadSafetensors(path); }),
+            "cannot open safetensors file '" + path + "': No such file or directory");
+}
+
+TEST(Safetensors, TruncatedFile) {
+  test::TempDir directory;
+  Weights weights = randomWeights(8);
+  std::string path = directory.file("w.safetensors");
+  weights.saveSafetensors(path);
+  auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size - 3);
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }), "truncated");
+  std::filesystem::resize_file(path, 20); // cut inside the header
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }), "truncated");
+  std::filesystem::resize_file(path, 5); // cut inside the length
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }), "truncated");
+}
+
+TEST(Safetensors, BadHeaderJson) {
+  test::TempDir directory;
+  std::string path = directory.file("bad.safetensors");
+  writeRaw(path, R"({"x": {"dtype": "F32", "shape": [1], )", "abcd");
+  std::string message = errorMessage([&] { Weights::loadSafetensors(path); });
+  EXPECT_CONTAINS(message, path);
+  EXPECT_CONTAINS(message, "bad header JSON");
+  writeRaw(path, R"({"x": {"dtype": "F32", "shape": [1]}})", "abcd");
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }),
+                  "tensor 'x' has no 'data_offsets'");
+}
+
+TEST(Safetensors, UnsupportedDtype) {
+  test::TempDir directory;
+  std::string path = directory.file("f64.safetensors");
+  writeRaw(path, R"({"x": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})",
+           std::string(8, '\0'));
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }),
+                  "tensor 'x' has unsupported dtype 'F64'");
+}
+
+TEST(Safetensors, DataOffsetsMustFitAndMatchTheShape) {
+  test::TempDir directory;
+  std::string path = directory.file("o.safetensors");
+  writeRaw(path, R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 12]}})",
+           std::string(12, '\0'));
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }),
+                  "tensor 'x' has 12 data bytes, but F32 2 needs 8");
+  writeRaw(path, R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+           std::string(12, '\0'));
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }),
+                  "data_offsets [8, 16] lie outside the 12 data bytes");
+  writeRaw(path, R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})",
+           std::string(12, '\0'));
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }), "data_offsets [8, 0]");
+}
+
+TEST(Weights, CheckAgainstListsEveryProblem) {
+  auto parameters = someParameters();
+  Weights weights = Weights::random(parameters, 1);
+  weights.checkAgainst(parameters, "random"); // complete: no throw
+  Weights broken;
+  broken.set("model.embed_tokens.weight", Tensor({64, 31}));
+  broken.set("model.layers.0.self_attn.q_proj.weight", Tensor({32, 32}));
+  std::string message =
+      errorMessage([&] { broken.checkAgainst(parameters, "ckpt.safetensors"); });
+  EXPECT_CONTAINS(message, "ckpt.safetensors");
+  EXPECT_CONTAINS(message, "2 problems");
+  EXPECT_CONTAINS(message, "'model.embed_tokens.weight' has shape 64x31, expected 64x32");
+  EXPECT_CONTAINS(message, "missing 'model.norm.weight' (expected shape 32)");
+  EXPECT_EQ(message.find("q_proj"), std::string::npos) << "a correct tensor was reported";
+}
+
+TEST(Weights, AtNamesTheMissingKey) {
+  Weights weights;
+  EXPECT_EQ(errorMessage([&] { weights.at("lm_head.weight"); }), "missing weight 'lm_head.weight'");
+}
+
+} // namespace
+} // namespace tlc

@@ -1,0 +1,221 @@
+// tlc: compile a .tl model at an optimization level, emit what it made, and run it.
+//
+//   tlc --opt-level=2 models/tinyllama.tl --run
+//   tlc --print-ir-after-all models/tinyllama.tl --emit=ir -o /dev/null
+//   tlc --emit=program -o out/ models/tinyllama.tl
+#include "compiler/ModelIO.h"
+#include "passes/Pipelines.h"
+#include "runtime/Backend.h"
+#include "runtime/Error.h"
+#include "runtime/MemoryPlanner.h"
+#include "tools/Compile.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/WithColor.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <set>
+
+namespace cl = llvm::cl;
+
+namespace {
+
+cl::OptionCategory tlcCategory("tlc options");
+
+cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.tl>"), cl::Required, cl::cat(tlcCategory));
+cl::opt<int> optLevel("opt-level", cl::desc("optimization level 0..3 (the workshop's V1..V4)"), cl::init(0),
+                      cl::cat(tlcCategory));
+cl::opt<int64_t> batchSize("batch-size", cl::desc("batch size"), cl::init(1), cl::cat(tlcCategory));
+cl::opt<int64_t> seqLen("seq-len", cl::desc("sequence length"), cl::init(128), cl::cat(tlcCategory));
+cl::opt<std::string> dtype("dtype", cl::desc("storage dtype: f32 or bf16"), cl::init("f32"), cl::cat(tlcCategory));
+
+enum class Emit { None, IR, Program };
+cl::opt<Emit> emit("emit", cl::desc("what to write (to -o, else stdout)"), cl::init(Emit::None),
+                   cl::values(clEnumValN(Emit::None, "none", "nothing"),
+                              clEnumValN(Emit::IR, "ir", "the tl IR after the pipeline"),
+                              clEnumValN(Emit::Program, "program", "the Program as JSON (-o dir/ writes dir/program.json)")),
+                   cl::cat(tlcCategory));
+cl::opt<std::string> outputPath("o", cl::desc("output file or directory"), cl::value_desc("path"), cl::init("-"),
+                                cl::cat(tlcCategory));
+
+cl::opt<bool> printIrAfterAll("print-ir-after-all", cl::desc("print the IR after every pass"), cl::cat(tlcCategory));
+cl::list<std::string> printIrAfter("print-ir-after", cl::desc("print the IR after the named passes (e.g. cse)"),
+                                   cl::CommaSeparated, cl::cat(tlcCategory));
+cl::opt<bool> printIrBeforeAll("print-ir-before-all", cl::desc("print the IR before every pass"), cl::cat(tlcCategory));
+
+cl::opt<std::string> target("target", cl::desc("where to run: auto (a GPU if present, else cpu) or cpu"),
+                            cl::init("auto"), cl::cat(tlcCategory));
+cl::opt<bool> run("run", cl::desc("run the forward pass and print a summary"), cl::cat(tlcCategory));
+cl::opt<uint64_t> seed("seed", cl::desc("seed for random weights and token ids"), cl::init(0), cl::cat(tlcCategory));
+cl::opt<std::string> weightsPath("weights", cl::desc("load weights from a safetensors file (default: seeded random)"),
+                                 cl::cat(tlcCategory));
+cl::opt<std::string> saveWeightsPath("save-weights", cl::desc("write the weights used to a safetensors file"),
+                                     cl::cat(tlcCategory));
+cl::opt<std::string> tokensPath("tokens", cl::desc("read token ids (batch x seq integers) from a text file (default: seeded random)"),
+                                cl::value_desc("file"), cl::cat(tlcCategory));
+cl::opt<int> threads("threads", cl::desc("CPU backend threads (0: all cores)"), cl::init(0), cl::cat(tlcCategory));
+
+int fail(const std::string &message) {
+  llvm::WithColor::error(llvm::errs(), "tlc") << message << "\n";
+  return 1;
+}
+
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20)); }
+
+// Writes to -o (a file, or stdout for "-").
+bool writeOutput(const std::string &path, const std::string &text) {
+  std::error_code error;
+  llvm::ToolOutputFile file(path, error, llvm::sys::fs::OF_Text);
+  if (error) {
+    fail(fmt::format("cannot write '{}': {}", path, error.message()));
+    return false;
+  }
+  file.os() << text;
+  file.keep();
+  return true;
+}
+
+void printKernelCounts(const tlc::Program &program) {
+  std::set<int> layers;
+  int64_t blockKernels = 0, flops = 0, bytes = 0;
+  for (const tlc::Kernel &kernel : program.kernels) {
+    if (kernel.layer >= 0) {
+      layers.insert(kernel.layer);
+      ++blockKernels;
+    }
+    flops += kernel.flops;
+    bytes += kernel.minBytes;
+  }
+  int64_t perBlock = layers.empty() ? 0 : blockKernels / int64_t(layers.size());
+  fmt::print("  kernels   {} per forward: {} per block x {} blocks + {} outside the blocks\n",
+             program.kernels.size(), perBlock, layers.size(), program.kernels.size() - blockKernels);
+  fmt::print("  work      {:.2f} GFLOP, {} moved at least (sum of every kernel's inputs and outputs)\n",
+             double(flops) / 1e9, mib(bytes));
+}
+
+// Whitespace-separated integers; range and count are checked by the backend.
+std::vector<int32_t> readTokens(const std::string &path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer) throw tlc::Error(fmt::format("cannot open token file '{}': {}", path, buffer.getError().message()));
+  std::vector<int32_t> tokens;
+  for (llvm::StringRef line : llvm::split((*buffer)->getBuffer(), '\n'))
+    for (llvm::StringRef word : llvm::split(line, ' ')) {
+      word = word.trim();
+      if (word.empty()) continue;
+      int64_t id = 0;
+      if (word.getAsInteger(10, id) || id < INT32_MIN || id > INT32_MAX)
+        throw tlc::Error(fmt::format("token file '{}': '{}' is not a token id", path, word.str()));
+      tokens.push_back(int32_t(id));
+    }
+  return tokens;
+}
+
+int runForward(const tlc::Program &program) {
+  if (target != "auto" && target != "cpu")
+    return fail(fmt::format("unknown --target '{}': use auto or cpu", target.getValue()));
+  tlc::Weights weights = weightsPath.empty() ? tlc::Weights::random(program.parameters, seed)
+                                             : tlc::Weights::loadSafetensors(weightsPath);
+  if (!weightsPath.empty()) weights.checkAgainst(program.parameters, weightsPath);
+  if (!saveWeightsPath.empty()) weights.saveSafetensors(saveWeightsPath);
+
+  auto backend = tlc::createCpuBackend(threads);
+  backend->load(program, weights);
+  std::vector<int32_t> tokens = tokensPath.empty() ? tlc::randomTokenIds(program, seed) : readTokens(tokensPath);
+  tlc::ForwardResult result = backend->forward(tokens);
+
+  double checksum = 0, absSum = 0;
+  for (float v : result.logits.data) {
+    checksum += v;
+    absSum += std::fabs(v);
+  }
+  fmt::print("tlc: {} at {}, {}, batch {} x seq {}, target {}\n", program.model, tlc::describeOptLevel(program.optLevel),
+             tlc::dtypeName(program.dtype), program.batch, program.seqLen, backend->name());
+  fmt::print("  pipeline  {}\n", program.pipeline);
+  printKernelCounts(program);
+  fmt::print("  memory    activations {} planned ({} without reuse), weights {}\n",
+             mib(backend->peakActivationBytes()), mib(tlc::unplannedBytes(program)), mib(backend->weightBytes()));
+  fmt::print("  forward   {:.1f} ms\n", result.milliseconds);
+  fmt::print("  logits    [{}] sum {:.6f}, mean |x| {:.6f}\n", tlc::shapeString(result.logits.shape), checksum,
+             absSum / double(result.logits.data.size()));
+  fmt::print("  loss      {:.4f} (next-token cross-entropy on random tokens; ln {} = {:.4f})\n", result.loss,
+             program.vocab, std::log(double(program.vocab)));
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  mlir::registerMLIRContextCLOptions();
+  mlir::registerPassManagerCLOptions();
+  mlir::registerDefaultTimingManagerCLOptions();
+  mlir::registerAsmPrinterCLOptions();
+  tlc::registerTlcPasses();
+  cl::ParseCommandLineOptions(argc, argv,
+                              "tlc: compile a transformer written in the tl dialect into fused kernels and run it\n");
+
+  mlir::DialectRegistry registry;
+  tlc::registerTlcDialects(registry);
+  mlir::MLIRContext context(registry);
+  llvm::SourceMgr sourceMgr;
+  mlir::SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+
+  if (dtype != "f32" && dtype != "bf16") return fail(fmt::format("unknown --dtype '{}': use f32 or bf16", dtype.getValue()));
+  if (batchSize <= 0 || seqLen <= 0) return fail("--batch-size and --seq-len must be positive");
+
+  auto module = tlc::parseModelFile(context, inputFile, sourceMgr);
+  if (!module) return 1;
+
+  tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype};
+  auto configure = [](mlir::PassManager &pm) {
+    if (mlir::failed(mlir::applyPassManagerCLOptions(pm))) return;
+    if (printIrAfterAll || printIrBeforeAll || !printIrAfter.empty()) {
+      std::set<std::string> after(printIrAfter.begin(), printIrAfter.end());
+      pm.getContext()->disableMultithreading();
+      pm.enableIRPrinting(
+          [](mlir::Pass *, mlir::Operation *) { return bool(printIrBeforeAll); },
+          [after](mlir::Pass *pass, mlir::Operation *) {
+            return printIrAfterAll || after.count(pass->getArgument().str()) != 0;
+          },
+          /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
+    }
+  };
+  if (mlir::failed(tlc::optimizeModule(*module, options, configure))) return 1;
+
+  if (emit == Emit::IR && !writeOutput(outputPath, tlc::printModule(*module))) return 1;
+  if (emit == Emit::None && !run && outputPath != "-")  // `-o dir/` alone writes the Program
+    emit = Emit::Program;
+
+  try {
+    if (emit != Emit::Program && !run) return 0;
+    auto program = tlc::buildProgram(*module, options);
+    if (mlir::failed(program)) return 1;
+    if (emit == Emit::Program) {
+      std::string path = outputPath;
+      if (path != "-" && (llvm::sys::fs::is_directory(path) || llvm::StringRef(path).ends_with("/"))) {
+        if (std::error_code error = llvm::sys::fs::create_directories(path))
+          return fail(fmt::format("cannot create '{}': {}", path, error.message()));
+        path = (llvm::Twine(path) + "/program.json").str();
+      }
+      if (!writeOutput(path, tlc::programToJson(*program))) return 1;
+    }
+    if (run) return runForward(*program);
+  } catch (const tlc::Error &error) {
+    return fail(error.what());
+  }
+  return 0;
+}
