@@ -35,6 +35,14 @@ int64_t countFlops(mlir::Operation *op) {
       .Case<tl::ScaleOp, tl::MulOp, tl::AddOp>([](mlir::Operation *elementwise) {
         return elements(elementwise->getResult(0));
       })
+      .Case([](tl::SwigluOp swiglu) { return 6 * elements(swiglu.getResult()); })
+      // QKᵀ and PV (2 FLOPs per multiply-add each), plus the softmax; causal halves it.
+      .Case([](tl::FlashAttentionOp attention) {
+        auto q = llvm::cast<mlir::RankedTensorType>(attention.getQuery().getType());
+        int64_t seq = q.getDimSize(2), pairs = q.getDimSize(0) * q.getDimSize(1) * seq * seq;
+        int64_t flops = 4 * pairs * q.getDimSize(3) + 5 * pairs;
+        return attention.getCausal() ? flops / 2 : flops;
+      })
       .Case([](tl::CrossEntropyOp loss) { return 4 * elements(loss.getLogits()); })
       .Default([](mlir::Operation *) { return int64_t(0); });
 }

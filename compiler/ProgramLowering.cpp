@@ -1,6 +1,7 @@
 #include "compiler/ProgramLowering.h"
 
 #include "compiler/CostModel.h"
+#include "compiler/Layers.h"
 #include "compiler/ModelIO.h"
 #include "compiler/TlDialect.h"
 
@@ -12,6 +13,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <map>
 
 namespace tlc {
 namespace {
@@ -25,13 +28,6 @@ DType toDType(mlir::Type type) {
 std::vector<int64_t> shapeOf(mlir::Value value) {
   auto shape = llvm::cast<mlir::RankedTensorType>(value.getType()).getShape();
   return {shape.begin(), shape.end()};
-}
-
-// "model.layers.3.mlp.up_proj.weight" -> 3; -1 for weights outside the blocks.
-int layerOfKey(llvm::StringRef key) {
-  if (!key.consume_front("model.layers.")) return -1;
-  int layer = -1;
-  return key.split('.').first.getAsInteger(10, layer) ? -1 : layer;
 }
 
 AttrValue toAttrValue(mlir::Attribute attr) {
@@ -68,15 +64,35 @@ std::string kernelName(mlir::Operation *op, DType dtype) {
   return name;
 }
 
+// Ops that reshape without moving data: a View at top level, a copy inside a kernel.
+bool isView(mlir::Operation *op) { return llvm::isa<tl::SplitHeadsOp, tl::MergeHeadsOp>(op); }
+
+std::string opName(mlir::Operation *op) { return op->getName().stripDialect().str(); }
+
+// tl_rmsnorm_linear_split_rope_transpose_f32_1024x1024x512: the fused ops in order.
+std::string fusedLinearName(tl::FusedLinearOp fused, DType dtype) {
+  std::vector<std::string> parts;
+  auto add = [&](mlir::Operation &op) {
+    if (llvm::isa<tl::YieldOp>(op) || isView(&op)) return;
+    if (std::find(parts.begin(), parts.end(), opName(&op)) == parts.end()) parts.push_back(opName(&op));
+  };
+  for (mlir::Operation &op : fused.getPrologue().front()) add(op);
+  parts.push_back("linear");
+  for (mlir::Operation &op : fused.getEpilogue().front()) add(op);
+  auto a = llvm::cast<mlir::RankedTensorType>(fused.prologueYield().getValues()[0].getType());
+  int64_t rows = a.getNumElements() / a.getShape().back();
+  auto w = llvm::cast<mlir::RankedTensorType>(fused.getWeight().getType());
+  return fmt::format("tl_{}_{}_{}x{}x{}", fmt::join(parts, "_"), dtypeName(dtype), rows, w.getDimSize(0),
+                     w.getDimSize(1));
+}
+
 class Lowering {
 public:
-  Lowering(mlir::func::FuncOp forward, Program &program) : forward(forward), program(program), asmState(forward) {}
+  Lowering(mlir::func::FuncOp forward, Program &program)
+      : forward(forward), program(program), asmState(forward), layers(assignLayers(forward)) {}
 
   mlir::LogicalResult run() {
-    for (mlir::BlockArgument arg : forward.getArguments()) {
-      int id = addValue(arg, Storage::Input);
-      program.inputs.push_back(id);
-    }
+    for (mlir::BlockArgument arg : forward.getArguments()) program.inputs.push_back(addValue(arg, Storage::Input));
     for (mlir::Operation &op : forward.getBody().front()) {
       if (auto ret = llvm::dyn_cast<mlir::func::ReturnOp>(op)) {
         for (mlir::Value out : ret.getOperands()) {
@@ -88,77 +104,171 @@ public:
         }
         continue;
       }
-      if (mlir::failed(lowerOp(&op))) return mlir::failure();
+      if (mlir::failed(lowerTopLevel(&op))) return mlir::failure();
+    }
+    for (Kernel &kernel : program.kernels) {
+      kernel.minBytes = 0;
+      for (int id : kernel.inputs) kernel.minBytes += program.value(id).bytes();
+      for (int id : kernel.outputs) kernel.minBytes += program.value(id).bytes();
     }
     return mlir::success();
   }
 
 private:
-  mlir::LogicalResult lowerOp(mlir::Operation *op) {
+  mlir::LogicalResult lowerTopLevel(mlir::Operation *op) {
     if (auto weight = llvm::dyn_cast<tl::WeightOp>(op)) {
       int id = addValue(weight.getResult(), Storage::Weight);
       program.values[id].weightKeys = {weight.getKey().str()};
       addParameter(weight);
-      layers[weight.getResult()] = layerOfKey(weight.getKey());
       return mlir::success();
     }
-    if (llvm::isa<tl::SplitHeadsOp, tl::MergeHeadsOp>(op)) {
+    if (auto concat = llvm::dyn_cast<tl::ConcatOp>(op)) {
+      // Concatenated weights are one Weight made of several checkpoint tensors.
+      std::vector<std::string> keys;
+      for (mlir::Value input : concat.getInputs()) {
+        const Value &part = program.value(ids.lookup(input));
+        if (part.storage != Storage::Weight) return op->emitError("only weights can be concatenated");
+        keys.insert(keys.end(), part.weightKeys.begin(), part.weightKeys.end());
+      }
+      int id = addValue(concat.getResult(), Storage::Weight);
+      program.values[id].weightKeys = keys;
+      return mlir::success();
+    }
+    if (isView(op)) {
       int id = addValue(op->getResult(0), Storage::View);
       program.values[id].viewOf = program.storageOf(ids.lookup(op->getOperand(0))).id;
-      layers[op->getResult(0)] = layers.lookup(op->getOperand(0));
       return mlir::success();
     }
-    if (op->getNumRegions() != 0 || op->getDialect() == nullptr ||
-        op->getDialect()->getNamespace() != "tl")
+    if (auto split = llvm::dyn_cast<tl::SplitOp>(op); split && foldIntoProducer(split))
+      return mlir::success();
+    if (!op->getDialect() || op->getDialect()->getNamespace() != "tl")
       return op->emitError("cannot lower '") << op->getName() << "' to a kernel";
-    return lowerKernel(op);
-  }
 
-  // One op, one kernel (O0): its operands are read from memory, its results written.
-  mlir::LogicalResult lowerKernel(mlir::Operation *op) {
     Kernel kernel;
-    kernel.name = kernelName(op, program.dtype);
-    OpRecord record;
-    record.op = op->getName().stripDialect().str();
-    for (mlir::NamedAttribute attr : op->getAttrDictionary()) record.attrs[attr.getName().str()] = toAttrValue(attr.getValue());
-    kernel.layer = layerOf(op);
-    for (mlir::Value operand : op->getOperands()) {
-      int id = ids.lookup(operand);
-      record.operands.push_back(id);
-      if (std::find(kernel.inputs.begin(), kernel.inputs.end(), id) == kernel.inputs.end()) kernel.inputs.push_back(id);
+    kernel.layer = layers.lookup(op);
+    for (mlir::Value operand : op->getOperands()) addInput(kernel, ids.lookup(operand));
+    if (auto fused = llvm::dyn_cast<tl::FusedLinearOp>(op)) {
+      kernel.name = fusedLinearName(fused, program.dtype);
+      if (mlir::failed(emitFusedLinear(fused, kernel))) return mlir::failure();
+    } else if (auto block = llvm::dyn_cast<tl::BlockOp>(op)) {
+      auto x = llvm::cast<mlir::RankedTensorType>(block.getResult(0).getType());
+      kernel.name = fmt::format("tl_block_{}_{}", dtypeName(program.dtype), fmt::join(x.getShape(), "x"));
+      if (mlir::failed(emitBlock(block, kernel))) return mlir::failure();
+    } else {
+      kernel.name = kernelName(op, program.dtype);
+      if (mlir::failed(emitOp(op, kernel))) return mlir::failure();
     }
+    // What the op returns is written to memory; everything else stayed on chip.
     for (mlir::Value result : op->getResults()) {
-      int id = addValue(result, Storage::Activation);
-      record.results.push_back(id);
+      int id = ids.lookup(result);
+      program.values[id].storage = Storage::Activation;
       kernel.outputs.push_back(id);
-      layers[result] = kernel.layer;
+      producer[id] = int(program.kernels.size());
     }
-    kernel.ops.push_back(std::move(record));
-    kernel.flops = countFlops(op);
-    for (int id : kernel.inputs) kernel.minBytes += program.value(id).bytes();
-    for (int id : kernel.outputs) kernel.minBytes += program.value(id).bytes();
     program.kernels.push_back(std::move(kernel));
     return mlir::success();
   }
 
-  // The block an op belongs to: its weight's layer if it reads one (so a block's
-  // first norm is not counted in the block before), else its operands' latest layer.
-  int layerOf(mlir::Operation *op) {
-    int layer = -1;
-    for (mlir::Value operand : op->getOperands())
-      if (auto weight = operand.getDefiningOp<tl::WeightOp>()) return layerOfKey(weight.getKey());
-    for (mlir::Value operand : op->getOperands()) layer = std::max(layer, layers.lookup(operand));
-    return layer;
+  // A split right after the kernel that computes its operand is free: that kernel
+  // writes each piece to its own buffer instead of the whole.
+  bool foldIntoProducer(tl::SplitOp split) {
+    int input = ids.lookup(split.getInput());
+    auto found = producer.find(input);
+    if (found == producer.end() || !split.getInput().hasOneUse()) return false;
+    Kernel &kernel = program.kernels[found->second];
+    program.values[input].storage = Storage::Local;
+    kernel.outputs.erase(std::find(kernel.outputs.begin(), kernel.outputs.end(), input));
+    OpRecord record = makeRecord(split);
+    record.operands = {input};
+    for (mlir::Value result : split.getResults()) {
+      int id = addValue(result, Storage::Activation);
+      record.results.push_back(id);
+      kernel.outputs.push_back(id);
+      producer[id] = found->second;
+    }
+    kernel.ops.push_back(std::move(record));
+    kernel.name += "_split";
+    return true;
+  }
+
+  // Appends `op` to a kernel; its results are Local until the caller says otherwise.
+  mlir::LogicalResult emitOp(mlir::Operation *op, Kernel &kernel) {
+    if (auto fused = llvm::dyn_cast<tl::FusedLinearOp>(op)) return emitFusedLinear(fused, kernel);
+    if (op->getNumRegions() != 0 || !op->getDialect() || op->getDialect()->getNamespace() != "tl")
+      return op->emitError("cannot lower '") << op->getName() << "' inside a kernel";
+    OpRecord record = makeRecord(op);
+    for (mlir::Value operand : op->getOperands()) record.operands.push_back(ids.lookup(operand));
+    for (mlir::Value result : op->getResults()) record.results.push_back(addValue(result, Storage::Local));
+    kernel.flops += countFlops(op);
+    kernel.ops.push_back(std::move(record));
+    return mlir::success();
+  }
+
+  mlir::LogicalResult emitRegion(mlir::Block &body, mlir::ValueRange arguments, Kernel &kernel) {
+    for (auto [arg, outer] : llvm::zip(body.getArguments(), arguments)) ids[arg] = ids.lookup(outer);
+    for (mlir::Operation &op : body) {
+      if (llvm::isa<tl::YieldOp>(op)) continue;
+      if (mlir::failed(emitOp(&op, kernel))) return mlir::failure();
+    }
+    return mlir::success();
+  }
+
+  // Maps an op's results to the values its region yields.
+  mlir::LogicalResult bindResults(mlir::Operation *op, tl::YieldOp yield) {
+    for (auto [result, yielded] : llvm::zip(op->getResults(), yield.getValues())) {
+      int id = ids.lookup(yielded);
+      if (program.values[id].storage != Storage::Local)
+        return op->emitError("a fused region must compute what it yields");
+      ids[result] = id;
+    }
+    return mlir::success();
+  }
+
+  // prologue ops, then the GEMM, then epilogue ops, all in one kernel.
+  mlir::LogicalResult emitFusedLinear(tl::FusedLinearOp fused, Kernel &kernel) {
+    if (mlir::failed(emitRegion(fused.getPrologue().front(), fused.getPrologueInputs(), kernel)))
+      return mlir::failure();
+    mlir::Value a = fused.prologueYield().getValues()[0];
+    mlir::Block &epilogue = fused.getEpilogue().front();
+    OpRecord gemm;
+    gemm.op = "linear";
+    gemm.operands = {ids.lookup(a), ids.lookup(fused.getWeight())};
+    gemm.results = {addValue(epilogue.getArgument(0), Storage::Local)};
+    auto acc = llvm::cast<mlir::RankedTensorType>(epilogue.getArgument(0).getType());
+    kernel.flops += 2 * acc.getNumElements() * llvm::cast<mlir::RankedTensorType>(a.getType()).getShape().back();
+    kernel.ops.push_back(std::move(gemm));
+    for (auto [arg, outer] : llvm::zip(epilogue.getArguments().drop_front(), fused.getEpilogueInputs()))
+      ids[arg] = ids.lookup(outer);
+    for (mlir::Operation &op : epilogue) {
+      if (llvm::isa<tl::YieldOp>(op)) continue;
+      if (mlir::failed(emitOp(&op, kernel))) return mlir::failure();
+    }
+    return bindResults(fused, fused.epilogueYield());
+  }
+
+  mlir::LogicalResult emitBlock(tl::BlockOp block, Kernel &kernel) {
+    if (mlir::failed(emitRegion(block.getBody().front(), block.getInputs(), kernel))) return mlir::failure();
+    return bindResults(block, llvm::cast<tl::YieldOp>(block.getBody().front().getTerminator()));
+  }
+
+  OpRecord makeRecord(mlir::Operation *op) {
+    OpRecord record;
+    record.op = opName(op);
+    for (mlir::NamedAttribute attr : op->getAttrDictionary())
+      if (attr.getName() != "operandSegmentSizes") record.attrs[attr.getName().str()] = toAttrValue(attr.getValue());
+    return record;
+  }
+
+  void addInput(Kernel &kernel, int id) {
+    if (std::find(kernel.inputs.begin(), kernel.inputs.end(), id) == kernel.inputs.end()) kernel.inputs.push_back(id);
   }
 
   void addParameter(tl::WeightOp weight) {
     std::string key = weight.getKey().str();
     for (const Parameter &p : program.parameters)
       if (p.key == key) return;
-    bool isGain = llvm::any_of(weight->getUses(), [](mlir::OpOperand &use) {
-      auto norm = llvm::dyn_cast<tl::RMSNormOp>(use.getOwner());
-      return norm && use.get() == norm.getGain();
-    });
+    // Norm gains (the only vectors among a Llama's weights) start at one.
+    bool isGain = llvm::cast<mlir::RankedTensorType>(weight.getType()).getRank() == 1;
     program.parameters.push_back({key, shapeOf(weight.getResult()), isGain ? "ones" : "normal"});
   }
 
@@ -179,8 +289,9 @@ private:
   mlir::func::FuncOp forward;
   Program &program;
   mlir::AsmState asmState;
+  llvm::DenseMap<mlir::Operation *, int> layers;
   llvm::DenseMap<mlir::Value, int> ids;
-  llvm::DenseMap<mlir::Value, int> layers;
+  std::map<int, int> producer;  // value id -> index of the kernel that writes it
 };
 
 } // namespace

@@ -84,6 +84,10 @@ TL_COMPATIBLE_RETURN_TYPES(SiluOp)
 TL_COMPATIBLE_RETURN_TYPES(MulOp)
 TL_COMPATIBLE_RETURN_TYPES(AddOp)
 TL_COMPATIBLE_RETURN_TYPES(CrossEntropyOp)
+TL_COMPATIBLE_RETURN_TYPES(ConcatOp)
+TL_COMPATIBLE_RETURN_TYPES(SplitOp)
+TL_COMPATIBLE_RETURN_TYPES(SwigluOp)
+TL_COMPATIBLE_RETURN_TYPES(FlashAttentionOp)
 #undef TL_COMPATIBLE_RETURN_TYPES
 
 LogicalResult WeightOp::verify() {
@@ -289,6 +293,112 @@ LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *context, std::option
     return failure();
   inferred.push_back(RankedTensorType::get({}, Float32Type::get(context)));
   return success();
+}
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  if (adaptor.getInputs().empty()) return emitOptionalError(loc, "concat needs at least one input");
+  auto first = tensorOf(adaptor.getInputs()[0]);
+  SmallVector<int64_t> shape(first.getShape());
+  if (shape.empty()) return emitOptionalError(loc, "concat inputs must have rank >= 1");
+  for (Value input : adaptor.getInputs().drop_front()) {
+    auto type = tensorOf(input);
+    if (type.getRank() != first.getRank() || type.getElementType() != first.getElementType())
+      return emitOptionalError(loc, "concat inputs differ in rank or element type: ", first, " vs ", type);
+    for (int64_t i = 1; i < type.getRank(); ++i)
+      if (failed(checkDim(loc, "concat inputs differ outside dim 0", type.getDimSize(i), shape[i])))
+        return failure();
+    bool dynamic = ShapedType::isDynamic(shape[0]) || ShapedType::isDynamic(type.getDimSize(0));
+    shape[0] = dynamic ? ShapedType::kDynamic : shape[0] + type.getDimSize(0);
+  }
+  inferred.push_back(RankedTensorType::get(shape, first.getElementType()));
+  return success();
+}
+
+LogicalResult SplitOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                        SmallVectorImpl<Type> &inferred) {
+  auto input = tensorOf(adaptor.getInput());
+  if (input.getRank() < 1) return emitOptionalError(loc, "split input must have rank >= 1");
+  int64_t total = 0;
+  for (int64_t size : adaptor.getSizes()) {
+    if (size <= 0) return emitOptionalError(loc, "split sizes must be positive");
+    total += size;
+  }
+  if (failed(checkDim(loc, "split sizes must add up to the last dim", total, input.getDimSize(input.getRank() - 1))))
+    return failure();
+  for (int64_t size : adaptor.getSizes()) {
+    SmallVector<int64_t> shape(input.getShape());
+    shape.back() = size;
+    inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
+  }
+  return success();
+}
+
+LogicalResult SwigluOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  return inferElementwise(loc, "swiglu", adaptor.getGate(), adaptor.getUp(), inferred);
+}
+
+LogicalResult FlashAttentionOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                 Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  auto q = tensorOf(adaptor.getQuery()), k = tensorOf(adaptor.getKey()), v = tensorOf(adaptor.getValue());
+  if (failed(checkRank(loc, "flash_attention query [B, H, S, D]", adaptor.getQuery(), 4)) ||
+      failed(checkRank(loc, "flash_attention key [B, Hkv, S, D]", adaptor.getKey(), 4)) ||
+      failed(checkRank(loc, "flash_attention value [B, Hkv, S, D]", adaptor.getValue(), 4)) ||
+      failed(sameElementType(loc, "flash_attention query and key", adaptor.getQuery(), adaptor.getKey())) ||
+      failed(sameElementType(loc, "flash_attention query and value", adaptor.getQuery(), adaptor.getValue())))
+    return failure();
+  if (k.getShape() != v.getShape() && !compatibleTypes(TypeRange{k}, TypeRange{v}))
+    return emitOptionalError(loc, "flash_attention key and value shapes differ: ", k, " vs ", v);
+  for (int64_t i : {0, 2, 3})
+    if (failed(checkDim(loc, "flash_attention query and key differ in batch, sequence or head dim",
+                        q.getDimSize(i), k.getDimSize(i))))
+      return failure();
+  int64_t heads = q.getDimSize(1), kvHeads = k.getDimSize(1);
+  if (!ShapedType::isDynamic(heads) && !ShapedType::isDynamic(kvHeads) && heads % kvHeads != 0)
+    return emitOptionalError(loc, "flash_attention: ", heads, " query heads are not a multiple of ", kvHeads,
+                             " kv heads");
+  return inferSameAsInput(adaptor.getQuery(), inferred);
+}
+
+// Block arguments must match the operands that feed them, yields the results.
+static LogicalResult checkRegionSignature(Operation *op, StringRef name, Block &block, TypeRange arguments,
+                                          TypeRange yielded) {
+  if (block.getArgumentTypes() != arguments)
+    return op->emitOpError() << name << " arguments " << block.getArgumentTypes()
+                             << " do not match its operands " << arguments;
+  auto yield = dyn_cast<YieldOp>(block.getTerminator());
+  if (!yield) return op->emitOpError() << name << " must end in tl.yield";
+  if (yield.getValues().getTypes() != yielded)
+    return op->emitOpError() << name << " yields " << yield.getValues().getTypes() << ", expected " << yielded;
+  return success();
+}
+
+YieldOp FusedLinearOp::prologueYield() { return cast<YieldOp>(getPrologue().front().getTerminator()); }
+YieldOp FusedLinearOp::epilogueYield() { return cast<YieldOp>(getEpilogue().front().getTerminator()); }
+
+LogicalResult FusedLinearOp::verify() {
+  Block &prologue = getPrologue().front();
+  auto prologueYield = dyn_cast<YieldOp>(prologue.getTerminator());
+  if (!prologueYield || prologueYield.getValues().size() != 1)
+    return emitOpError("prologue must yield exactly the GEMM's A operand");
+  auto a = dyn_cast<RankedTensorType>(prologueYield.getValues()[0].getType());
+  auto weight = cast<RankedTensorType>(getWeight().getType());
+  if (!a || a.getRank() < 2 || weight.getRank() != 2 || !dimsCompatible(a.getDimSize(a.getRank() - 1), weight.getDimSize(1)))
+    return emitOpError("prologue yields ") << prologueYield.getValues()[0].getType()
+                                           << ", which does not match the weight " << weight;
+  if (failed(checkRegionSignature(*this, "prologue", prologue, getPrologueInputs().getTypes(),
+                                  prologueYield.getValues().getTypes())))
+    return failure();
+  SmallVector<int64_t> accShape(a.getShape());
+  accShape.back() = weight.getDimSize(0);
+  SmallVector<Type> epilogueArgs{RankedTensorType::get(accShape, a.getElementType())};
+  llvm::append_range(epilogueArgs, getEpilogueInputs().getTypes());
+  return checkRegionSignature(*this, "epilogue", getEpilogue().front(), epilogueArgs, getResultTypes());
+}
+
+LogicalResult BlockOp::verify() {
+  return checkRegionSignature(*this, "body", getBody().front(), getInputs().getTypes(), getResultTypes());
 }
 
 } // namespace tl

@@ -9,6 +9,7 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
 
 class Tl_InferredOp<string mnemonic, list<Trait> traits = []>
     : Tl_Op<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptorWithIsCompatible])> {
@@ -126,6 +127,98 @@ def Tl_CrossEntropyOp : Tl_InferredOp<"cross_entropy"> {
   let summary = "next-token loss: mean over s < S-1 of -log softmax(logits[b, s])[ids[b, s+1]]";
   let arguments = (ins Tl_FloatTensor:$logits, Tl_IdTensor:$ids);
   let results = (outs TensorRankOf<[F32], [0]>:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Ops the fusion passes create (O1 and up).
+//===----------------------------------------------------------------------===//
+
+def Tl_ConcatOp : Tl_InferredOp<"concat"> {
+  let summary = "concatenate along dim 0 (weights: done once, when weights are loaded)";
+  let description = [{
+    QKV merge and SwiGLU fuse concatenate projection weights:
+    `%wqkv = tl.concat %wq, %wk, %wv`. A concat of weights costs nothing per call:
+    the Program stores one weight made of several checkpoint tensors.
+  }];
+  let arguments = (ins Variadic<Tl_FloatTensor>:$inputs);
+  let results = (outs Tl_FloatTensor:$result);
+}
+
+def Tl_SplitOp : Tl_Op<"split", [Pure, InferTypeOpAdaptorWithIsCompatible]> {
+  let summary = "slice the last dim into consecutive pieces of the given sizes";
+  let description = [{
+    The free split after a merged projection: it is computed by the kernel that
+    produces its operand, which writes each piece to its own buffer.
+  }];
+  let arguments = (ins Tl_FloatTensor:$input, DenseI64ArrayAttr:$sizes);
+  let results = (outs Variadic<Tl_FloatTensor>:$results);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def Tl_SwigluOp : Tl_InferredOp<"swiglu"> {
+  let summary = "silu(gate) * up in one elementwise pass";
+  let arguments = (ins Tl_FloatTensor:$gate, Tl_FloatTensor:$up);
+  let results = (outs Tl_FloatTensor:$result);
+}
+
+def Tl_FlashAttentionOp : Tl_InferredOp<"flash_attention"> {
+  let summary = "softmax(q kᵀ * scale + causal mask) v with online softmax, GQA by group";
+  let description = [{
+    q: [B, H, S, D]; k, v: [B, Hkv, S, D] with H a multiple of Hkv: query head h
+    reads kv head h / (H / Hkv), so the repeated k and v and the S×S scores are never
+    materialized.
+  }];
+  let arguments = (ins Tl_FloatTensor:$query, Tl_FloatTensor:$key, Tl_FloatTensor:$value,
+                       F64Attr:$scale, BoolAttr:$causal);
+  let results = (outs Tl_FloatTensor:$result);
+}
+
+def Tl_YieldOp : Tl_Op<"yield", [Pure, Terminator, ReturnLike,
+                                 ParentOneOf<["FusedLinearOp", "BlockOp"]>]> {
+  let summary = "the values a fused region produces";
+  let arguments = (ins Variadic<AnyRankedTensor>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
+def Tl_FusedLinearOp : Tl_Op<"fused_linear", [Pure, IsolatedFromAbove, AttrSizedOperandSegments]> {
+  let summary = "one GEMM kernel: prologue ops -> A · Wᵀ -> epilogue ops";
+  let description = [{
+    The prologue region computes the GEMM's A operand from `prologue_inputs` (its
+    block arguments) and yields it: RMSNorm, SwiGLU, layout changes. The GEMM
+    multiplies it by `weight`ᵀ. The epilogue region receives the accumulator and
+    `epilogue_inputs` and yields the op's results: RoPE, splits, residual adds. Both
+    hold ordinary tl ops, so any elementwise chain a model writes can be fused and
+    generated without new kernel code.
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$prologue_inputs, Tl_FloatTensor:$weight,
+                       Variadic<AnyRankedTensor>:$epilogue_inputs);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let regions = (region SizedRegion<1>:$prologue, SizedRegion<1>:$epilogue);
+  let assemblyFormat = [{
+    `weight` `(` $weight `:` type($weight) `)`
+    `prologue` (`(` $prologue_inputs^ `:` type($prologue_inputs) `)`)? $prologue
+    `epilogue` (`(` $epilogue_inputs^ `:` type($epilogue_inputs) `)`)? $epilogue
+    attr-dict `->` type($results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    YieldOp prologueYield();
+    YieldOp epilogueYield();
+  }];
+}
+
+def Tl_BlockOp : Tl_Op<"block", [Pure, IsolatedFromAbove]> {
+  let summary = "a whole transformer block as one kernel launch";
+  let description = [{
+    Region arguments are the block's `inputs` (the residual stream and its weights);
+    the region yields the block's results. Everything inside runs in one kernel, its
+    intermediates kept on chip or in L2.
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs, I64Attr:$layer);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`layer` $layer `(` $inputs `:` type($inputs) `)` $body attr-dict `->` type($results)";
+  let hasVerifier = 1;
 }
 
 #endif // TL_OPS_TD

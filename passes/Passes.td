@@ -18,4 +18,29 @@ def TlSpecialize : Pass<"tl-specialize", "mlir::ModuleOp"> {
   ];
 }
 
+def TlMergeQkv : Pass<"tl-merge-qkv", "mlir::ModuleOp"> {
+  let summary = "O1: merge the Q, K and V projections of one input into one GEMM";
+  let dependentDialects = ["tl::TlDialect"];
+}
+
+def TlFuseSwiglu : Pass<"tl-fuse-swiglu", "mlir::ModuleOp"> {
+  let summary = "O1: one GEMM for gate and up, one elementwise op for silu(gate) * up";
+  let dependentDialects = ["tl::TlDialect"];
+}
+
+def TlAttentionToFlash : Pass<"tl-attention-to-flash", "mlir::ModuleOp"> {
+  let summary = "O1: QKᵀ, scale, mask, softmax and PV (with the GQA repeat) become flash attention";
+  let dependentDialects = ["tl::TlDialect"];
+}
+
+def TlFusePrologueEpilogue : Pass<"tl-fuse-prologue-epilogue", "mlir::ModuleOp"> {
+  let summary = "O2: RMSNorm, RoPE, SwiGLU and residual adds move into the GEMMs' prologues and epilogues";
+  let dependentDialects = ["tl::TlDialect"];
+}
+
+def TlFuseBlocks : Pass<"tl-fuse-blocks", "mlir::ModuleOp"> {
+  let summary = "O3: each transformer block becomes one tl.block, one kernel launch";
+  let dependentDialects = ["tl::TlDialect"];
+}
+
 #endif // TL_PASSES_TD

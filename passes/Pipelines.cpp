@@ -7,11 +7,30 @@
 
 namespace tlc {
 
+// Each level is the one before plus one idea; canonicalize (which also drops dead
+// ops) and CSE run after every fusion so each pass sees a clean graph.
 void buildOptPipeline(mlir::OpPassManager &pm, int level) {
-  // O0 = the seeds' V1: one kernel per primitive op. CSE merges repeated weight reads
-  // (the tied embedding) so each parameter is one buffer.
+  auto cleanup = [&] {
+    pm.addPass(mlir::createCanonicalizerPass());
+    pm.addPass(mlir::createCSEPass());
+  };
+  // O0 = the seeds' V1: one kernel per primitive op. CSE merges repeated weight
+  // reads (the tied embedding) so each parameter is one buffer.
   pm.addPass(mlir::createCSEPass());
-  (void)level;
+  if (level >= 1) {  // V2: fused projections and flash attention
+    pm.addPass(tl::createTlMergeQkv());
+    pm.addPass(tl::createTlFuseSwiglu());
+    pm.addPass(tl::createTlAttentionToFlash());
+    cleanup();
+  }
+  if (level >= 2) {  // V3: norms, RoPE, SwiGLU and residuals inside the GEMMs
+    pm.addPass(tl::createTlFusePrologueEpilogue());
+    cleanup();
+  }
+  if (level >= 3) {  // V4: one kernel per transformer block
+    pm.addPass(tl::createTlFuseBlocks());
+    cleanup();
+  }
 }
 
 std::string describeOptLevel(int level) {
@@ -25,7 +44,7 @@ std::string describeOptLevel(int level) {
 }
 
 void registerTlcPasses() {
-  tl::registerTlSpecialize();
+  tl::registerTlPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerPassPipeline(

@@ -71,7 +71,8 @@ struct SpecializePass : impl::TlSpecializeBase<SpecializePass> {
     });
     if (walk.wasInterrupted()) return mlir::failure();
     auto ret = llvm::cast<mlir::func::ReturnOp>(func.getBody().back().getTerminator());
-    func.setType(mlir::FunctionType::get(func.getContext(), func.getArgumentTypes(), ret.getOperandTypes()));
+    func.setType(mlir::FunctionType::get(func.getContext(), func.getBody().front().getArgumentTypes(),
+                                         ret.getOperandTypes()));
     return mlir::success();
   }
 };

@@ -6,10 +6,11 @@
 // to bf16 first when the Program is bf16.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -23,8 +24,7 @@ namespace tlc {
 namespace {
 
 bool isPlanned(Storage storage) {
-  return storage == Storage::Input || storage == Storage::Output ||
-         storage == Storage::Activation;
+  return storage == Storage::Input || storage == Storage::Output || storage == Storage::Activation;
 }
 
 double millisecondsSince(std::chrono::steady_clock::time_point start) {
@@ -60,6 +60,8 @@ public:
     if (!loaded_) throw Error("cpu backend: forward called before load");
     checkTokenIds(program_, tokenIds);
     auto start = std::chrono::steady_clock::now();
+    // Refilled every run, so a value read before it is written is NaN on every forward.
+    std::fill(arena_.begin(), arena_.end(), std::byte{0xff});
     const Value &ids = program_.storageOf(program_.inputs[0]);
     std::memcpy(arena_.data() + ids.offset, tokenIds.data(), tokenIds.size() * 4);
 
@@ -163,17 +165,12 @@ private:
       input.data = found->second.data();
       return input;
     }
-    case Storage::Weight:
-      input.data = weightData_[size_t(base.id)];
-      return input;
-    default:
-      break;
+    case Storage::Weight: input.data = weightData_[size_t(base.id)]; return input;
+    default: break;
     }
     std::byte *bytes = arenaBytesOf(base);
     switch (base.dtype) {
-    case DType::F32:
-      input.data = reinterpret_cast<const float *>(bytes);
-      break;
+    case DType::F32: input.data = reinterpret_cast<const float *>(bytes); break;
     case DType::BF16: {
       scratch.resize(count);
       const uint16_t *halves = reinterpret_cast<const uint16_t *>(bytes);
@@ -231,8 +228,8 @@ private:
       std::vector<std::vector<float>> resultScratch(op.results.size());
       std::vector<cpu::OpOutput> outputs;
       for (size_t i = 0; i < op.results.size(); ++i)
-        outputs.push_back({program_.value(op.results[i]).shape,
-                           resultBuffer(op.results[i], resultScratch[i])});
+        outputs.push_back(
+            {program_.value(op.results[i]).shape, resultBuffer(op.results[i], resultScratch[i])});
       cpu::runOp(op, inputs, outputs, pool_, kernel.name);
       for (size_t i = 0; i < op.results.size(); ++i) storeResult(op.results[i], resultScratch[i]);
     }
@@ -245,7 +242,7 @@ private:
   bool loaded_ = false;
   std::vector<std::byte> arena_;
   std::map<std::pair<std::vector<std::string>, bool>, std::vector<float>> weightStore_;
-  std::vector<const float *> weightData_; // by value id; set for Weight values
+  std::vector<const float *> weightData_;    // by value id; set for Weight values
   std::map<int, std::vector<float>> locals_; // by value id, for the running kernel
   const Kernel *currentKernel_ = nullptr;
 };

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "runtime/CpuOps.h"
+#include "runtime/Error.h"
 
 namespace tlc::cpu {
 namespace {
@@ -98,23 +99,50 @@ columnsAvx512(const GemmProblem &p, int64_t begin, int64_t end) {
 }
 #endif
 
-ColumnsFunction pickColumnsFunction() {
+bool cpuSupports(GemmIsa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return columnsAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return columnsAvx2;
+  switch (isa) {
+  case GemmIsa::Avx512:
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  case GemmIsa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  case GemmIsa::Baseline: return true;
+  }
+#endif
+  return isa == GemmIsa::Baseline;
+}
+
+ColumnsFunction columnsFunction(GemmIsa isa) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (isa == GemmIsa::Avx512) return columnsAvx512;
+  if (isa == GemmIsa::Avx2) return columnsAvx2;
 #endif
   return columnsBaseline;
 }
 
 } // namespace
 
+std::vector<GemmIsa> supportedGemmIsas() {
+  std::vector<GemmIsa> supported;
+  for (GemmIsa isa : {GemmIsa::Avx512, GemmIsa::Avx2, GemmIsa::Baseline})
+    if (cpuSupports(isa)) supported.push_back(isa);
+  return supported;
+}
+
 void matmulTransposedB(const float *a, const float *b, float *c, int64_t batch, int64_t M,
                        int64_t N, int64_t K, int64_t bBatchStride, ThreadPool &pool) {
-  static const ColumnsFunction computeColumnRange = pickColumnsFunction();
+  static const GemmIsa best = supportedGemmIsas().front();
+  matmulTransposedB(a, b, c, batch, M, N, K, bBatchStride, pool, best);
+}
+
+void matmulTransposedB(const float *a, const float *b, float *c, int64_t batch, int64_t M,
+                       int64_t N, int64_t K, int64_t bBatchStride, ThreadPool &pool, GemmIsa isa) {
+  if (!cpuSupports(isa)) throw Error("cpu backend: this CPU cannot run the requested GEMM variant");
+  const ColumnsFunction computeColumnRange = columnsFunction(isa);
   // Work items are (problem, block of columns); blocks are sized so every thread gets
   // several items and each item still does a sizeable amount of work.
-  const int64_t columnBlock = std::max<int64_t>(4, std::min<int64_t>(64, (N / (pool.size() * 4)) / 4 * 4));
+  const int64_t columnBlock =
+      std::max<int64_t>(4, std::min<int64_t>(64, (N / (pool.size() * 4)) / 4 * 4));
   const int64_t blocksPerProblem = (N + columnBlock - 1) / columnBlock;
   const int64_t flopsPerItem = std::max<int64_t>(1, M * columnBlock * K);
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / flopsPerItem);

@@ -47,6 +47,9 @@ public:
         {"rmsnorm", &OpRunner::rmsnorm},
         {"linear", &OpRunner::linear},
         {"transpose", &OpRunner::transpose},
+        {"split_heads", &OpRunner::splitHeads},
+        {"merge_heads", &OpRunner::mergeHeads},
+        {"concat", &OpRunner::concat},
         {"rope", &OpRunner::rope},
         {"repeat_kv", &OpRunner::repeatKv},
         {"batch_matmul", &OpRunner::batchMatmul},
@@ -66,8 +69,7 @@ public:
       throw Error(fmt::format("cpu backend: unknown op '{}' in kernel '{}'", op_.op, kernel_));
     if (operands_.size() != op_.operands.size() || results_.size() != op_.results.size())
       fail(fmt::format("given {} operands and {} results, but the op record lists {} and {}",
-                       operands_.size(), results_.size(), op_.operands.size(),
-                       op_.results.size()));
+                       operands_.size(), results_.size(), op_.operands.size(), op_.results.size()));
     for (const OpInput &operand : operands_)
       if (!operand.data && !operand.ids) fail("an operand has no data");
     for (const OpOutput &result : results_)
@@ -85,8 +87,8 @@ private:
   void expectArity(size_t operands, size_t results) const {
     if (operands_.size() != operands || results_.size() != results)
       fail(fmt::format("expects {} operand{} and {} result{}, got {} and {}", operands,
-                       operands == 1 ? "" : "s", results, results == 1 ? "" : "s",
-                       operands_.size(), results_.size()));
+                       operands == 1 ? "" : "s", results, results == 1 ? "" : "s", operands_.size(),
+                       results_.size()));
   }
 
   const OpInput &in(size_t index) const { return operands_[index]; }
@@ -94,7 +96,8 @@ private:
 
   // Operands with only i32 ids (no fp32 copy) cannot feed fp32 math.
   const float *floats(size_t index) const {
-    if (!operands_[index].data) fail(fmt::format("operand {} must be a floating-point tensor", index));
+    if (!operands_[index].data)
+      fail(fmt::format("operand {} must be a floating-point tensor", index));
     return operands_[index].data;
   }
 
@@ -134,14 +137,18 @@ private:
       throw Error(fmt::format("cpu backend: kernel '{}': {}", kernel_, error.what()));
     }
   }
-  int64_t intAttr(const char *key) const { return withContext([&] { return op_.intAttr(key); }); }
+  int64_t intAttr(const char *key) const {
+    return withContext([&] { return op_.intAttr(key); });
+  }
   double floatAttr(const char *key) const {
     return withContext([&] { return op_.floatAttr(key); });
   }
   std::string stringAttr(const char *key) const {
     return withContext([&] { return op_.stringAttr(key); });
   }
-  Shape intsAttr(const char *key) const { return withContext([&] { return op_.intsAttr(key); }); }
+  Shape intsAttr(const char *key) const {
+    return withContext([&] { return op_.intsAttr(key); });
+  }
 
   // Applies `fn(i)` to every element index in parallel.
   template <typename F> void forEachElement(int64_t count, F fn) {
@@ -212,8 +219,8 @@ private:
       fail(fmt::format("x has shape {} but w has shape {}: inner dimensions differ",
                        shapeString(in(0).shape), shapeString(in(1).shape)));
     expectResultShape(0, withLast(in(0).shape, N));
-    matmulTransposedB(floats(0), floats(1), out(0).data, 1, elementCount(in(0).shape) / K, N, K,
-                      0, pool_);
+    matmulTransposedB(floats(0), floats(1), out(0).data, 1, elementCount(in(0).shape) / K, N, K, 0,
+                      pool_);
   }
 
   // transpose(x) (perm) -> out.shape[i] = x.shape[perm[i]]
@@ -252,6 +259,56 @@ private:
       for (int64_t i = 0; i < rowLength; ++i)
         result[row * rowLength + i] = x[source + i * innerStride];
     });
+  }
+
+  // Row-major reshape: the same elements in the same order under a new shape.
+  void copyReshaped(const Shape &expected) {
+    expectResultShape(0, expected);
+    std::memcpy(out(0).data, floats(0), size_t(elementCount(expected)) * 4);
+  }
+
+  // split_heads(x[B, S, H*D]) (heads) -> [B, S, H, D]; a View between kernels, a copy here.
+  void splitHeads() {
+    expectArity(1, 1);
+    expectMinRank(0, 1);
+    int64_t heads = intAttr("heads"), width = in(0).shape.back();
+    if (heads < 1 || width % heads != 0)
+      fail(fmt::format("cannot split a last dim of {} into {} heads", width, heads));
+    Shape expected = withLast(in(0).shape, heads);
+    expected.push_back(width / heads);
+    copyReshaped(expected);
+  }
+
+  // merge_heads(x[B, S, H, D]) -> [B, S, H*D]
+  void mergeHeads() {
+    expectArity(1, 1);
+    expectMinRank(0, 2);
+    Shape expected(in(0).shape.begin(), in(0).shape.end() - 1);
+    expected.back() *= in(0).shape.back();
+    copyReshaped(expected);
+  }
+
+  // concat(x0, x1, ...) along dim 0; the other dims must agree.
+  void concat() {
+    if (operands_.empty() || results_.size() != 1)
+      fail("expects one or more operands and 1 result");
+    Shape expected = in(0).shape;
+    if (expected.empty()) fail("operands must have rank 1 or more");
+    expected[0] = 0;
+    for (size_t i = 0; i < operands_.size(); ++i) {
+      if (in(i).shape.size() != expected.size() ||
+          !std::equal(in(i).shape.begin() + 1, in(i).shape.end(), expected.begin() + 1))
+        fail(fmt::format("operand {} has shape {}, which cannot be concatenated with {}", i,
+                         shapeString(in(i).shape), shapeString(in(0).shape)));
+      expected[0] += in(i).shape[0];
+    }
+    expectResultShape(0, expected);
+    float *destination = out(0).data;
+    for (size_t i = 0; i < operands_.size(); ++i) {
+      int64_t count = elementCount(in(i).shape);
+      std::memcpy(destination, floats(i), size_t(count) * 4);
+      destination += count;
+    }
   }
 
   // rope(x[B, S, H, D]) (theta, style): rotates pairs by angle s * theta^(-2i/D).
@@ -391,7 +448,8 @@ private:
       for (int64_t i = 0; i < cols; ++i) maximum = std::max(maximum, double(xRow[i]));
       std::vector<double> exps(static_cast<size_t>(cols));
       double sum = 0;
-      for (int64_t i = 0; i < cols; ++i) sum += exps[size_t(i)] = std::exp(double(xRow[i]) - maximum);
+      for (int64_t i = 0; i < cols; ++i)
+        sum += exps[size_t(i)] = std::exp(double(xRow[i]) - maximum);
       for (int64_t i = 0; i < cols; ++i) outRow[i] = float(exps[size_t(i)] / sum);
     });
   }
@@ -416,10 +474,16 @@ private:
                    [&](int64_t i) { result[i] = float(combine(double(a[i]), double(b[i]))); });
   }
 
-  void mul() { binary([](double a, double b) { return a * b; }); }
-  void add() { binary([](double a, double b) { return a + b; }); }
+  void mul() {
+    binary([](double a, double b) { return a * b; });
+  }
+  void add() {
+    binary([](double a, double b) { return a + b; });
+  }
   // swiglu(gate, up) -> silu(gate) * up
-  void swiglu() { binary([](double gate, double up) { return siluOf(gate) * up; }); }
+  void swiglu() {
+    binary([](double gate, double up) { return siluOf(gate) * up; });
+  }
 
   // split(x[..., N]) (sizes) -> one result per size, slicing the last dim in order.
   void split() {
@@ -464,38 +528,41 @@ private:
     int64_t group = heads / kvHeads;
     const float *q = floats(0), *k = floats(1), *v = floats(2);
     float *result = out(0).data;
-    pool_.parallelFor(batch * heads * querySeq, std::max<int64_t>(1, kElementGrain / (keySeq * headDim + 1)),
-                      [&](int64_t begin, int64_t end) {
-      std::vector<double> scores(static_cast<size_t>(keySeq));
-      std::vector<double> accumulator(static_cast<size_t>(valueDim));
-      for (int64_t row = begin; row < end; ++row) {
-        int64_t i = row % querySeq, head = (row / querySeq) % heads, b = row / (querySeq * heads);
-        int64_t kvHead = b * kvHeads + head / group;
-        const float *qRow = q + row * headDim;
-        const float *keys = k + kvHead * keySeq * headDim;
-        const float *values = v + kvHead * keySeq * valueDim;
-        // With causal masking key j is visible when j <= i + (Sk - Sq).
-        int64_t visible = causal ? std::min(keySeq, i + (keySeq - querySeq) + 1) : keySeq;
-        double maximum = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j < visible; ++j) {
-          double dot = 0;
-          for (int64_t d = 0; d < headDim; ++d) dot += double(qRow[d]) * double(keys[j * headDim + d]);
-          scores[size_t(j)] = dot * scaleFactor;
-          maximum = std::max(maximum, scores[size_t(j)]);
-        }
-        std::fill(accumulator.begin(), accumulator.end(), 0.0);
-        double sum = 0;
-        for (int64_t j = 0; j < visible; ++j) {
-          double weight = std::exp(scores[size_t(j)] - maximum);
-          sum += weight;
-          for (int64_t d = 0; d < valueDim; ++d)
-            accumulator[size_t(d)] += weight * double(values[j * valueDim + d]);
-        }
-        for (int64_t d = 0; d < valueDim; ++d)
-          result[row * valueDim + d] = visible ? float(accumulator[size_t(d)] / sum)
-                                               : std::numeric_limits<float>::quiet_NaN();
-      }
-    });
+    pool_.parallelFor(
+        batch * heads * querySeq, std::max<int64_t>(1, kElementGrain / (keySeq * headDim + 1)),
+        [&](int64_t begin, int64_t end) {
+          std::vector<double> scores(static_cast<size_t>(keySeq));
+          std::vector<double> accumulator(static_cast<size_t>(valueDim));
+          for (int64_t row = begin; row < end; ++row) {
+            int64_t i = row % querySeq, head = (row / querySeq) % heads,
+                    b = row / (querySeq * heads);
+            int64_t kvHead = b * kvHeads + head / group;
+            const float *qRow = q + row * headDim;
+            const float *keys = k + kvHead * keySeq * headDim;
+            const float *values = v + kvHead * keySeq * valueDim;
+            // With causal masking key j is visible when j <= i + (Sk - Sq).
+            int64_t visible = causal ? std::min(keySeq, i + (keySeq - querySeq) + 1) : keySeq;
+            double maximum = -std::numeric_limits<double>::infinity();
+            for (int64_t j = 0; j < visible; ++j) {
+              double dot = 0;
+              for (int64_t d = 0; d < headDim; ++d)
+                dot += double(qRow[d]) * double(keys[j * headDim + d]);
+              scores[size_t(j)] = dot * scaleFactor;
+              maximum = std::max(maximum, scores[size_t(j)]);
+            }
+            std::fill(accumulator.begin(), accumulator.end(), 0.0);
+            double sum = 0;
+            for (int64_t j = 0; j < visible; ++j) {
+              double weight = std::exp(scores[size_t(j)] - maximum);
+              sum += weight;
+              for (int64_t d = 0; d < valueDim; ++d)
+                accumulator[size_t(d)] += weight * double(values[j * valueDim + d]);
+            }
+            for (int64_t d = 0; d < valueDim; ++d)
+              result[row * valueDim + d] = visible ? float(accumulator[size_t(d)] / sum)
+                                                   : std::numeric_limits<float>::quiet_NaN();
+          }
+        });
   }
 
   // cross_entropy(logits[B,S,V], ids[B,S]) -> 0-d: mean over b and s < S-1 of
@@ -544,8 +611,7 @@ private:
 } // namespace
 
 void runOp(const OpRecord &op, const std::vector<OpInput> &operands,
-           const std::vector<OpOutput> &results, ThreadPool &pool,
-           const std::string &kernelName) {
+           const std::vector<OpOutput> &results, ThreadPool &pool, const std::string &kernelName) {
   OpRunner(op, operands, results, pool, kernelName).run();
 }
 

@@ -29,13 +29,18 @@ struct OpOutput {
 // Runs one op. Throws tlc::Error on an unknown op ("cpu backend: unknown op 'x' in
 // kernel 'y'"), a missing attribute, or operand/result shapes the op cannot take.
 void runOp(const OpRecord &op, const std::vector<OpInput> &operands,
-           const std::vector<OpOutput> &results, ThreadPool &pool,
-           const std::string &kernelName);
+           const std::vector<OpOutput> &results, ThreadPool &pool, const std::string &kernelName);
 
 // c[m, n] = sum_k a[m, k] * b[n, k] for `batch` independent problems laid out
 // contiguously (a: batch x M x K, b: batch x N x K, c: batch x M x N); fp64 accumulation.
-// bBatchStride = 0 shares one b across the batch.
+// bBatchStride = 0 shares one b across the batch. Uses the best GEMM variant this CPU runs.
 void matmulTransposedB(const float *a, const float *b, float *c, int64_t batch, int64_t M,
                        int64_t N, int64_t K, int64_t bBatchStride, ThreadPool &pool);
+
+// The GEMM is compiled once per instruction set and picked at run time; tests run each.
+enum class GemmIsa { Avx512, Avx2, Baseline };
+std::vector<GemmIsa> supportedGemmIsas(); // those this CPU runs, best first
+void matmulTransposedB(const float *a, const float *b, float *c, int64_t batch, int64_t M,
+                       int64_t N, int64_t K, int64_t bBatchStride, ThreadPool &pool, GemmIsa isa);
 
 } // namespace tlc::cpu

@@ -18,22 +18,22 @@ bool isPlanned(const Value &value) {
 
 struct Lifetime {
   int first = std::numeric_limits<int>::max(); // kernel index of the first use
-  int last = -1;                                // kernel index of the last use
+  int last = -1;                               // kernel index of the last use
   bool used() const { return last >= 0; }
   void extend(int kernel) {
     first = std::min(first, kernel);
     last = std::max(last, kernel);
   }
-  bool overlaps(const Lifetime &other) const {
-    return first <= other.last && other.first <= last;
-  }
+  bool overlaps(const Lifetime &other) const { return first <= other.last && other.first <= last; }
 };
 
 // Lifetimes indexed by value id; only planned values' entries are meaningful.
 std::vector<Lifetime> computeLifetimes(const Program &program) {
   std::vector<Lifetime> lifetimes(program.values.size());
   // Any use of a value or of a view of it keeps the owning bytes alive.
-  auto touch = [&](int id, int kernel) { lifetimes[size_t(program.storageOf(id).id)].extend(kernel); };
+  auto touch = [&](int id, int kernel) {
+    lifetimes[size_t(program.storageOf(id).id)].extend(kernel);
+  };
   for (size_t k = 0; k < program.kernels.size(); ++k) {
     const Kernel &kernel = program.kernels[k];
     for (int id : kernel.inputs) touch(id, int(k));
@@ -70,7 +70,8 @@ int64_t alignUp(int64_t bytes, int64_t alignment) {
 } // namespace
 
 int64_t planMemory(Program &program, int64_t alignment) {
-  if (alignment < 1) throw Error(fmt::format("memory planner: alignment {} must be positive", alignment));
+  if (alignment < 1)
+    throw Error(fmt::format("memory planner: alignment {} must be positive", alignment));
   std::vector<Lifetime> lifetimes = computeLifetimes(program);
 
   std::vector<int> order;

@@ -118,8 +118,7 @@ const Value &Program::storageOf(int id) const {
 namespace {
 
 bool isPlanned(Storage storage) {
-  return storage == Storage::Input || storage == Storage::Output ||
-         storage == Storage::Activation;
+  return storage == Storage::Input || storage == Storage::Output || storage == Storage::Activation;
 }
 
 class ProgramValidator {
@@ -128,8 +127,8 @@ public:
 
   void run() {
     if (program_.batch < 1 || program_.seqLen < 1 || program_.vocab < 1)
-      fail(fmt::format("batch ({}), seq_len ({}) and vocab ({}) must be positive",
-                       program_.batch, program_.seqLen, program_.vocab));
+      fail(fmt::format("batch ({}), seq_len ({}) and vocab ({}) must be positive", program_.batch,
+                       program_.seqLen, program_.vocab));
     checkParameters();
     // View targets first, so following views below never leaves the value list.
     for (size_t index = 0; index < program_.values.size(); ++index)
@@ -181,7 +180,8 @@ private:
       if (dim < 1)
         fail(fmt::format("{} has shape {} with a non-positive dimension", describe(value.id),
                          shapeString(value.shape)));
-    if (value.storage == Storage::Weight) checkWeight(value);
+    if (value.storage == Storage::Weight)
+      checkWeight(value);
     else if (!value.weightKeys.empty())
       fail(fmt::format("{} is not a weight but has weight keys", describe(value.id)));
     if (value.storage == Storage::View) checkView(value);
@@ -194,8 +194,7 @@ private:
   void checkWeight(const Value &value) const {
     if (value.weightKeys.empty())
       fail(fmt::format("weight {} has no weight keys", describe(value.id)));
-    if (value.shape.empty())
-      fail(fmt::format("weight {} has no shape", describe(value.id)));
+    if (value.shape.empty()) fail(fmt::format("weight {} has no shape", describe(value.id)));
     // The keys are concatenated along dim 0: their rows add up, the other dims agree.
     int64_t rows = 0;
     for (const std::string &key : value.weightKeys) {
@@ -203,9 +202,9 @@ private:
       if (!parameter)
         fail(fmt::format("weight {} uses key '{}', which is not a parameter", describe(value.id),
                          key));
-      bool trailingMatch = parameter->shape.size() == value.shape.size() &&
-                           std::equal(value.shape.begin() + 1, value.shape.end(),
-                                      parameter->shape.begin() + 1);
+      bool trailingMatch =
+          parameter->shape.size() == value.shape.size() &&
+          std::equal(value.shape.begin() + 1, value.shape.end(), parameter->shape.begin() + 1);
       if (!trailingMatch)
         fail(fmt::format("weight {} has shape {}, which parameter '{}' of shape {} cannot "
                          "be concatenated into",
@@ -227,8 +226,7 @@ private:
     if (view.dtype != target.dtype || view.numElements() != target.numElements())
       fail(fmt::format("view {} ({} {}) does not match the value it views, {} ({} {})",
                        describe(view.id), dtypeName(view.dtype), shapeString(view.shape),
-                       describe(target.id), dtypeName(target.dtype),
-                       shapeString(target.shape)));
+                       describe(target.id), dtypeName(target.dtype), shapeString(target.shape)));
   }
 
   void checkKernels() const {

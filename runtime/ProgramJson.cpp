@@ -60,9 +60,12 @@ Json attrToJson(const AttrValue &attr) {
   if (const int64_t *integer = std::get_if<int64_t>(&attr)) {
     tagged["i"] = *integer;
   } else if (const double *real = std::get_if<double>(&attr)) {
-    if (std::isnan(*real)) tagged["f"] = "nan";
-    else if (std::isinf(*real)) tagged["f"] = *real > 0 ? "inf" : "-inf";
-    else tagged["f"] = *real;
+    if (std::isnan(*real))
+      tagged["f"] = "nan";
+    else if (std::isinf(*real))
+      tagged["f"] = *real > 0 ? "inf" : "-inf";
+    else
+      tagged["f"] = *real;
   } else if (const std::string *text = std::get_if<std::string>(&attr)) {
     tagged["s"] = *text;
   } else {
@@ -99,9 +102,9 @@ Json opToJson(const OpRecord &op) {
 
 // Kernel header fields on one line, then its ops one per line.
 void writeKernel(std::ostringstream &out, const Kernel &kernel) {
-  Json header{{"name", kernel.name},     {"layer", kernel.layer},   {"flops", kernel.flops},
-              {"min_bytes", kernel.minBytes}, {"inputs", kernel.inputs},
-              {"outputs", kernel.outputs}};
+  Json header{{"name", kernel.name},     {"layer", kernel.layer},
+              {"flops", kernel.flops},   {"min_bytes", kernel.minBytes},
+              {"inputs", kernel.inputs}, {"outputs", kernel.outputs}};
   std::string headerText = inlineJson(header);
   headerText.pop_back(); // reopen the object to append "ops"
   out << "    " << headerText << ", \"ops\": [\n";
@@ -130,13 +133,14 @@ public:
   explicit JsonReader(std::string origin) : origin_(std::move(origin)) {}
 
   [[noreturn]] void fail(const std::string &where, const std::string &message) const {
-    throw Error(fmt::format("program '{}': {}{}{}", origin_, where, where.empty() ? "" : ": ",
-                            message));
+    throw Error(
+        fmt::format("program '{}': {}{}{}", origin_, where, where.empty() ? "" : ": ", message));
   }
 
   const nlohmann::json &field(const nlohmann::json &object, const char *key,
                               const std::string &where) const {
-    if (!object.is_object()) fail(where, fmt::format("expected an object, got {}", object.type_name()));
+    if (!object.is_object())
+      fail(where, fmt::format("expected an object, got {}", object.type_name()));
     auto found = object.find(key);
     if (found == object.end()) fail(where, fmt::format("missing field '{}'", key));
     return *found;
@@ -269,7 +273,8 @@ Value valueFromJson(const JsonReader &reader, const nlohmann::json &json,
   value.storage =
       reader.located(JsonReader::join(where, "storage"), [&] { return parseStorage(storage); });
   if (reader.optionalField(json, "offset")) value.offset = reader.integer(json, "offset", where);
-  if (value.storage == Storage::View) value.viewOf = int(reader.integer(json, "view_of", where));
+  if (value.storage == Storage::View)
+    value.viewOf = int(reader.integer(json, "view_of", where));
   else if (reader.optionalField(json, "view_of"))
     value.viewOf = int(reader.integer(json, "view_of", where));
   if (const nlohmann::json *keys = reader.optionalField(json, "weight_keys")) {
@@ -316,8 +321,8 @@ Kernel kernelFromJson(const JsonReader &reader, const nlohmann::json &json,
 }
 
 template <typename T, typename Parse>
-std::vector<T> listFromJson(const JsonReader &reader, const nlohmann::json &root,
-                            const char *key, Parse parse) {
+std::vector<T> listFromJson(const JsonReader &reader, const nlohmann::json &root, const char *key,
+                            Parse parse) {
   std::vector<T> items;
   const nlohmann::json &list = reader.array(root, key, "");
   for (size_t i = 0; i < list.size(); ++i)
@@ -330,18 +335,12 @@ std::vector<T> listFromJson(const JsonReader &reader, const nlohmann::json &root
 std::string programToJson(const Program &program) {
   std::ostringstream out;
   out << "{\n";
-  Json header{{"format", kFormatName},
-              {"version", kFormatVersion},
-              {"model", program.model},
-              {"opt_level", program.optLevel},
-              {"pipeline", program.pipeline},
-              {"dtype", dtypeName(program.dtype)},
-              {"batch", program.batch},
-              {"seq_len", program.seqLen},
-              {"vocab", program.vocab},
-              {"arena_bytes", program.arenaBytes},
-              {"inputs", program.inputs},
-              {"outputs", program.outputs}};
+  Json header{{"format", kFormatName},        {"version", kFormatVersion},
+              {"model", program.model},       {"opt_level", program.optLevel},
+              {"pipeline", program.pipeline}, {"dtype", dtypeName(program.dtype)},
+              {"batch", program.batch},       {"seq_len", program.seqLen},
+              {"vocab", program.vocab},       {"arena_bytes", program.arenaBytes},
+              {"inputs", program.inputs},     {"outputs", program.outputs}};
   for (const auto &item : header.items())
     out << "  " << Json(item.key()).dump() << ": " << inlineJson(item.value()) << ",\n";
   writeList(out, "parameters", program.parameters,

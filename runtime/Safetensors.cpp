@@ -63,8 +63,8 @@ public:
   Weights read() {
     file_.open(path_, std::ios::binary);
     if (!file_)
-      throw Error(fmt::format("cannot open safetensors file '{}': {}", path_,
-                              std::strerror(errno)));
+      throw Error(
+          fmt::format("cannot open safetensors file '{}': {}", path_, std::strerror(errno)));
     file_.seekg(0, std::ios::end);
     fileBytes_ = int64_t(file_.tellg());
     file_.seekg(0);
@@ -91,7 +91,8 @@ public:
 
     Weights weights;
     for (const auto &item : header.items())
-      if (item.key() != "__metadata__") weights.set(item.key(), readTensor(item.key(), item.value()));
+      if (item.key() != "__metadata__")
+        weights.set(item.key(), readTensor(item.key(), item.value()));
     return weights;
   }
 
@@ -117,12 +118,13 @@ private:
     std::string dtype = dtypeJson.get<std::string>();
     int64_t elementBytes = storedElementBytes(dtype);
     if (elementBytes == 0)
-      fail(fmt::format("tensor '{}' has unsupported dtype '{}' (supported: F32, BF16, F16)",
-                       key, dtype));
+      fail(fmt::format("tensor '{}' has unsupported dtype '{}' (supported: F32, BF16, F16)", key,
+                       dtype));
 
     std::vector<int64_t> shape;
     const nlohmann::json &shapeJson = field("shape");
-    if (!shapeJson.is_array()) fail(fmt::format("bad header JSON: tensor '{}' shape is not an array", key));
+    if (!shapeJson.is_array())
+      fail(fmt::format("bad header JSON: tensor '{}' shape is not an array", key));
     for (const auto &dim : shapeJson) {
       if (!dim.is_number_integer() || dim.get<int64_t>() < 0)
         fail(fmt::format("bad header JSON: tensor '{}' has shape {}", key, shapeJson.dump()));
@@ -143,8 +145,8 @@ private:
     Tensor tensor(shape);
     uint64_t expectedBytes = uint64_t(tensor.numElements() * elementBytes);
     if (end - begin != expectedBytes)
-      fail(fmt::format("tensor '{}' has {} data bytes, but {} {} needs {}", key, end - begin,
-                       dtype, shapeString(shape), expectedBytes));
+      fail(fmt::format("tensor '{}' has {} data bytes, but {} {} needs {}", key, end - begin, dtype,
+                       shapeString(shape), expectedBytes));
 
     std::vector<char> bytes(static_cast<size_t>(expectedBytes));
     file_.seekg(dataStart_ + int64_t(begin));
@@ -175,7 +177,8 @@ void Weights::saveSafetensors(const std::string &path, DType dtype) const {
   uint64_t offset = 0;
   for (const auto &[key, tensor] : tensors_) {
     uint64_t size = uint64_t(tensor.numElements() * elementBytes);
-    header[key] = {{"dtype", storedName}, {"shape", tensor.shape}, {"data_offsets", {offset, offset + size}}};
+    header[key] = {
+        {"dtype", storedName}, {"shape", tensor.shape}, {"data_offsets", {offset, offset + size}}};
     offset += size;
   }
   std::string headerText = header.dump();

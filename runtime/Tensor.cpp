@@ -15,7 +15,8 @@ namespace {
 int64_t elementCount(const std::vector<int64_t> &shape) {
   int64_t count = 1;
   for (int64_t dim : shape) {
-    if (dim < 0) throw Error(fmt::format("tensor shape {} has a negative dimension", shapeString(shape)));
+    if (dim < 0)
+      throw Error(fmt::format("tensor shape {} has a negative dimension", shapeString(shape)));
     count *= dim;
   }
   return count;

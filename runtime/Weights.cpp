@@ -60,8 +60,9 @@ Weights Weights::random(const std::vector<Parameter> &parameters, uint64_t seed)
     } else if (parameter.init == "zeros") {
       // Tensor starts zeroed.
     } else {
-      throw Error(fmt::format("parameter '{}' has unknown init '{}' (expected normal, ones or zeros)",
-                              parameter.key, parameter.init));
+      throw Error(
+          fmt::format("parameter '{}' has unknown init '{}' (expected normal, ones or zeros)",
+                      parameter.key, parameter.init));
     }
     weights.set(parameter.key, std::move(tensor));
   }
@@ -88,8 +89,9 @@ void Weights::checkAgainst(const std::vector<Parameter> &parameters,
                                      shapeString(parameter.shape)));
   }
   if (problems.empty()) return;
-  std::string message = fmt::format("{}: weights do not match the model's parameters ({} problem{}):",
-                                    origin, problems.size(), problems.size() == 1 ? "" : "s");
+  std::string message =
+      fmt::format("{}: weights do not match the model's parameters ({} problem{}):", origin,
+                  problems.size(), problems.size() == 1 ? "" : "s");
   for (const std::string &problem : problems) message += "\n  " + problem;
   throw Error(message);
 }

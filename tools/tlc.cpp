@@ -67,7 +67,7 @@ cl::opt<std::string> saveWeightsPath("save-weights", cl::desc("write the weights
                                      cl::cat(tlcCategory));
 cl::opt<std::string> tokensPath("tokens", cl::desc("read token ids (batch x seq integers) from a text file (default: seeded random)"),
                                 cl::value_desc("file"), cl::cat(tlcCategory));
-cl::opt<int> threads("threads", cl::desc("CPU backend threads (0: all cores)"), cl::init(0), cl::cat(tlcCategory));
+cl::opt<int> threads("cpu-threads", cl::desc("CPU backend threads (0: all cores)"), cl::init(0), cl::cat(tlcCategory));
 
 int fail(const std::string &message) {
   llvm::WithColor::error(llvm::errs(), "tlc") << message << "\n";

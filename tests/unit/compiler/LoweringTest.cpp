@@ -11,7 +11,7 @@ using namespace tlc;
 
 namespace {
 
-Program workshopAtO0() { return testing::compileConfig(*presetConfig("workshop"), {0, 8, 128, "f32"}); }
+Program workshopAtO0() { return support::compileConfig(*presetConfig("workshop"), {0, 8, 128, "f32"}); }
 
 TEST(Lowering, WorkshopParametersMatchTheModelCard) {
   Program program = workshopAtO0();
@@ -72,7 +72,7 @@ TEST(Lowering, MemoryPlanReusesActivations) {
 }
 
 TEST(Lowering, Bf16StorageReachesEveryFloatValue) {
-  Program program = testing::compileConfig(testing::smallConfig("workshop"), {0, 1, 8, "bf16"});
+  Program program = support::compileConfig(support::smallConfig("workshop"), {0, 1, 8, "bf16"});
   EXPECT_EQ(program.dtype, DType::BF16);
   for (const Value &v : program.values) {
     if (v.storage == Storage::Input) EXPECT_EQ(v.dtype, DType::I32);
@@ -82,13 +82,13 @@ TEST(Lowering, Bf16StorageReachesEveryFloatValue) {
 }
 
 TEST(Specialize, RejectsSequencesBeyondTheModelLimit) {
-  auto context = testing::makeContext();
+  auto context = support::makeContext();
   std::string message;
   mlir::ScopedDiagnosticHandler handler(context.get(), [&](mlir::Diagnostic &d) {
     message = d.str();
     return mlir::success();
   });
-  auto module = buildLlamaModule(*context, testing::smallConfig("workshop"));
+  auto module = buildLlamaModule(*context, support::smallConfig("workshop"));
   EXPECT_TRUE(mlir::failed(optimizeModule(*module, {0, 1, 4096, "f32"})));
   EXPECT_NE(message.find("exceeds the model's maximum of 2048"), std::string::npos) << message;
 }

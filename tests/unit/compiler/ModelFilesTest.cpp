@@ -23,7 +23,7 @@ struct ModelFile {
 class CommittedModelTest : public ::testing::TestWithParam<ModelFile> {};
 
 TEST_P(CommittedModelTest, EqualsBuilderOutput) {
-  auto context = testing::makeContext();
+  auto context = support::makeContext();
   auto module = buildLlamaModule(*context, *presetConfig(GetParam().preset));
   ASSERT_TRUE(mlir::succeeded(mlir::verify(*module)));
   std::string committed = readFile(std::string(TLC_SOURCE_DIR) + "/" + GetParam().path);
@@ -32,7 +32,7 @@ TEST_P(CommittedModelTest, EqualsBuilderOutput) {
 }
 
 TEST_P(CommittedModelTest, RoundTripsThroughPrintAndParse) {
-  auto context = testing::makeContext();
+  auto context = support::makeContext();
   std::string text = readFile(std::string(TLC_SOURCE_DIR) + "/" + GetParam().path);
   auto parsed = mlir::parseSourceString<mlir::ModuleOp>(text, context.get());
   ASSERT_TRUE(parsed);
@@ -45,8 +45,8 @@ INSTANTIATE_TEST_SUITE_P(Models, CommittedModelTest,
                          [](const auto &info) { return std::string(info.param.preset == std::string("workshop") ? "workshop" : "tinyllama_1_1b"); });
 
 TEST(ModelBuilder, SpecializedIRRoundTrips) {
-  auto context = testing::makeContext();
-  auto module = buildLlamaModule(*context, testing::smallConfig("workshop"));
+  auto context = support::makeContext();
+  auto module = buildLlamaModule(*context, support::smallConfig("workshop"));
   ASSERT_TRUE(mlir::succeeded(optimizeModule(*module, {0, 2, 16, "bf16"})));
   std::string printed = printModule(*module);
   EXPECT_NE(printed.find("tensor<2x16x128xbf16>"), std::string::npos);

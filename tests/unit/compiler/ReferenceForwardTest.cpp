@@ -139,9 +139,9 @@ struct Case {
 class ReferenceForward : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ReferenceForward, CpuBackendMatchesFp64Reference) {
-  LlamaConfig config = testing::smallConfig(GetParam().preset, /*layers=*/2);
+  LlamaConfig config = support::smallConfig(GetParam().preset, /*layers=*/2);
   const int64_t batch = 2, seq = 24;
-  Program program = testing::compileConfig(config, {0, batch, seq, GetParam().dtype});
+  Program program = support::compileConfig(config, {0, batch, seq, GetParam().dtype});
   uint64_t seed = ::testing::UnitTest::GetInstance()->random_seed() + 7;
   // Larger weights than the workshop's 0.02 so the blocks change the residual stream.
   Weights weights = Weights::random(program.parameters, seed);

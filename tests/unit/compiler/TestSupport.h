@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-namespace tlc::testing {
+namespace tlc::support {
 
 inline std::unique_ptr<mlir::MLIRContext> makeContext() {
   mlir::DialectRegistry registry;
@@ -43,4 +43,4 @@ inline LlamaConfig smallConfig(const std::string &preset, int64_t layers = 2) {
   return config;
 }
 
-} // namespace tlc::testing
+} // namespace tlc::support

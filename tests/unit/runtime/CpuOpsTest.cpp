@@ -45,7 +45,8 @@ Operand idsOperand(Shape shape, int32_t vocab, uint64_t seed) {
 }
 
 // Runs `op` and returns its results, each sized from `resultShapes`.
-std::vector<std::vector<float>> runMany(const std::string &name, const std::vector<Operand> &operands,
+std::vector<std::vector<float>> runMany(const std::string &name,
+                                        const std::vector<Operand> &operands,
                                         const std::vector<Shape> &resultShapes,
                                         std::map<std::string, AttrValue> attrs = {},
                                         ThreadPool &pool = sharedPool()) {
@@ -53,12 +54,14 @@ std::vector<std::vector<float>> runMany(const std::string &name, const std::vect
   OpRecord op = makeOp(name, operandIds, resultIds, std::move(attrs));
   std::vector<cpu::OpInput> inputs;
   for (const Operand &operand : operands)
-    inputs.push_back({operand.shape, operand.data.data(), operand.ids.empty() ? nullptr : operand.ids.data()});
+    inputs.push_back(
+        {operand.shape, operand.data.data(), operand.ids.empty() ? nullptr : operand.ids.data()});
   std::vector<std::vector<float>> results;
   for (const Shape &shape : resultShapes)
     results.emplace_back(size_t(product(shape)), std::numeric_limits<float>::quiet_NaN());
   std::vector<cpu::OpOutput> outputs;
-  for (size_t i = 0; i < resultShapes.size(); ++i) outputs.push_back({resultShapes[i], results[i].data()});
+  for (size_t i = 0; i < resultShapes.size(); ++i)
+    outputs.push_back({resultShapes[i], results[i].data()});
   cpu::runOp(op, inputs, outputs, pool, "test_kernel");
   return results;
 }
@@ -95,7 +98,9 @@ TEST(CpuOps, Embedding) {
     for (size_t h = 0; h < 6; ++h)
       EXPECT_EQ(out[t * 6 + h], table.data[size_t(ids.ids[t]) * 6 + h]);
   ids.ids[3] = 11;
-  EXPECT_CONTAINS(errorMessage([&] { run("embedding", {table, ids}, {2, 5, 6}); }),
+  EXPECT_CONTAINS(errorMessage([&] {
+                    run("embedding", {table, ids}, {2, 5, 6});
+                  }),
                   "token id 11 at position 3 is out of range");
 }
 
@@ -117,11 +122,26 @@ TEST(CpuOps, LinearAgainstNaive) {
   // Sizes that leave remainders in every tiled dimension, and ones that do not.
   for (Shape mnk : {Shape{7, 13, 37}, Shape{33, 70, 100}, Shape{1, 5, 3}, Shape{64, 64, 64}}) {
     int64_t M = mnk[0], N = mnk[1], K = mnk[2];
-    Operand x = randomOperand({1, M, K}, uint64_t(M * 1000 + N)), w = randomOperand({N, K}, uint64_t(K));
+    Operand x = randomOperand({1, M, K}, uint64_t(M * 1000 + N)),
+            w = randomOperand({N, K}, uint64_t(K));
     std::vector<float> out = run("linear", {x, w}, {1, M, N});
-    EXPECT_LE(relativeError(out, toFloats(naiveMatmulTransposed(x.data, w.data, 1, M, N, K))), kTolerance)
+    EXPECT_LE(relativeError(out, toFloats(naiveMatmulTransposed(x.data, w.data, 1, M, N, K))),
+              kTolerance)
         << M << "x" << N << "x" << K;
   }
+}
+
+TEST(CpuOps, EveryGemmVariantThisCpuRuns) {
+  const int64_t M = 9, N = 14, K = 43; // remainders in rows, columns and lanes
+  std::vector<float> a = randomFloats(size_t(2 * M * K), 31),
+                     b = randomFloats(size_t(2 * N * K), 32);
+  std::vector<float> expected = toFloats(naiveMatmulTransposed(a, b, 2, M, N, K));
+  for (cpu::GemmIsa isa : cpu::supportedGemmIsas()) {
+    std::vector<float> c(size_t(2 * M * N));
+    cpu::matmulTransposedB(a.data(), b.data(), c.data(), 2, M, N, K, N * K, sharedPool(), isa);
+    EXPECT_LE(relativeError(c, expected), kTolerance) << "variant " << int(isa);
+  }
+  EXPECT_EQ(cpu::supportedGemmIsas().back(), cpu::GemmIsa::Baseline);
 }
 
 TEST(CpuOps, MatmulDoesNotDependOnThreadCount) {
@@ -156,15 +176,42 @@ TEST(CpuOps, Transpose) {
     for (int64_t b = 0; b < 3; ++b)
       for (int64_t c = 0; c < 4; ++c)
         for (int64_t d = 0; d < 5; ++d)
-          EXPECT_EQ(out[size_t(((a * 4 + c) * 3 + b) * 5 + d)], x.data[size_t(((a * 3 + b) * 4 + c) * 5 + d)]);
+          EXPECT_EQ(out[size_t(((a * 4 + c) * 3 + b) * 5 + d)],
+                    x.data[size_t(((a * 3 + b) * 4 + c) * 5 + d)]);
   std::vector<float> full = run("transpose", {x}, {5, 4, 3, 2}, {{"perm", Shape{3, 2, 1, 0}}});
   for (int64_t a = 0; a < 2; ++a)
     for (int64_t b = 0; b < 3; ++b)
       for (int64_t c = 0; c < 4; ++c)
         for (int64_t d = 0; d < 5; ++d)
-          EXPECT_EQ(full[size_t(((d * 4 + c) * 3 + b) * 2 + a)], x.data[size_t(((a * 3 + b) * 4 + c) * 5 + d)]);
-  EXPECT_CONTAINS(errorMessage([&] { run("transpose", {x}, {2, 4, 3, 5}, {{"perm", Shape{0, 2, 2, 3}}}); }),
+          EXPECT_EQ(full[size_t(((d * 4 + c) * 3 + b) * 2 + a)],
+                    x.data[size_t(((a * 3 + b) * 4 + c) * 5 + d)]);
+  EXPECT_CONTAINS(errorMessage([&] {
+                    run("transpose", {x}, {2, 4, 3, 5}, {{"perm", Shape{0, 2, 2, 3}}});
+                  }),
                   "is not a permutation");
+}
+
+TEST(CpuOps, HeadReshapesAndConcat) {
+  Operand x = randomOperand({2, 3, 12}, 25);
+  std::vector<float> split = run("split_heads", {x}, {2, 3, 4, 3}, {{"heads", int64_t(4)}});
+  EXPECT_EQ(split, x.data);
+  Operand heads{{2, 3, 4, 3}, split, {}};
+  EXPECT_EQ(run("merge_heads", {heads}, {2, 3, 12}), x.data);
+  EXPECT_CONTAINS(errorMessage([&] {
+                    run("split_heads", {x}, {2, 3, 5, 3}, {{"heads", int64_t(5)}});
+                  }),
+                  "cannot split a last dim of 12 into 5 heads");
+
+  Operand top = randomOperand({2, 4}, 26), bottom = randomOperand({3, 4}, 27);
+  std::vector<float> joined = run("concat", {top, bottom}, {5, 4});
+  std::vector<float> expected = top.data;
+  expected.insert(expected.end(), bottom.data.begin(), bottom.data.end());
+  EXPECT_EQ(joined, expected);
+  Operand narrow = randomOperand({3, 5}, 28);
+  EXPECT_CONTAINS(errorMessage([&] {
+                    run("concat", {top, narrow}, {5, 4});
+                  }),
+                  "cannot be concatenated");
 }
 
 // RoPE straight from its definition: pair (first, second) of head dim i rotated by
@@ -177,7 +224,8 @@ std::vector<double> naiveRope(const Operand &x, double theta, bool adjacent) {
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < D / 2; ++i) {
           int64_t base = ((b * S + s) * H + h) * D;
-          int64_t first = base + (adjacent ? 2 * i : i), second = base + (adjacent ? 2 * i + 1 : i + D / 2);
+          int64_t first = base + (adjacent ? 2 * i : i),
+                  second = base + (adjacent ? 2 * i + 1 : i + D / 2);
           double angle = double(s) / std::pow(theta, double(2 * i) / double(D));
           double p = x.data[size_t(first)], q = x.data[size_t(second)];
           out[size_t(first)] = p * std::cos(angle) - q * std::sin(angle);
@@ -189,16 +237,21 @@ std::vector<double> naiveRope(const Operand &x, double theta, bool adjacent) {
 TEST(CpuOps, RopeBothStyles) {
   Operand x = randomOperand({2, 9, 3, 8}, 6);
   for (bool adjacent : {true, false}) {
-    std::vector<float> out = run("rope", {x}, x.shape,
-                                 {{"theta", 10000.0}, {"style", std::string(adjacent ? "adjacent" : "half")}});
+    std::vector<float> out =
+        run("rope", {x}, x.shape,
+            {{"theta", 10000.0}, {"style", std::string(adjacent ? "adjacent" : "half")}});
     EXPECT_LE(relativeError(out, toFloats(naiveRope(x, 10000.0, adjacent))), kTolerance)
         << (adjacent ? "adjacent" : "half");
     // Position 0 is not rotated.
     for (size_t i = 0; i < 24; ++i) EXPECT_EQ(out[i], x.data[i]);
   }
   // The two styles pair different elements, so they must disagree.
-  EXPECT_GT(relativeError(toFloats(naiveRope(x, 10000.0, true)), toFloats(naiveRope(x, 10000.0, false))), 0.01);
-  EXPECT_CONTAINS(errorMessage([&] { run("rope", {x}, x.shape, {{"theta", 1e4}, {"style", std::string("odd")}}); }),
+  EXPECT_GT(
+      relativeError(toFloats(naiveRope(x, 10000.0, true)), toFloats(naiveRope(x, 10000.0, false))),
+      0.01);
+  EXPECT_CONTAINS(errorMessage([&] {
+                    run("rope", {x}, x.shape, {{"theta", 1e4}, {"style", std::string("odd")}});
+                  }),
                   "style 'odd'");
 }
 
@@ -214,8 +267,11 @@ TEST(CpuOps, RepeatKv) {
 TEST(CpuOps, BatchMatmulBothLayouts) {
   Operand a = randomOperand({2, 3, 9, 17}, 8);
   Operand bTransposed = randomOperand({2, 3, 11, 17}, 9);
-  std::vector<float> out = run("batch_matmul", {a, bTransposed}, {2, 3, 9, 11}, {{"transpose_b", int64_t(1)}});
-  EXPECT_LE(relativeError(out, toFloats(naiveMatmulTransposed(a.data, bTransposed.data, 6, 9, 11, 17))), kTolerance);
+  std::vector<float> out =
+      run("batch_matmul", {a, bTransposed}, {2, 3, 9, 11}, {{"transpose_b", int64_t(1)}});
+  EXPECT_LE(
+      relativeError(out, toFloats(naiveMatmulTransposed(a.data, bTransposed.data, 6, 9, 11, 17))),
+      kTolerance);
 
   // The same b stored [K, N].
   Operand b{{2, 3, 17, 11}, std::vector<float>(bTransposed.data.size()), {}};
@@ -223,9 +279,12 @@ TEST(CpuOps, BatchMatmulBothLayouts) {
     for (int64_t n = 0; n < 11; ++n)
       for (int64_t k = 0; k < 17; ++k)
         b.data[size_t((p * 17 + k) * 11 + n)] = bTransposed.data[size_t((p * 11 + n) * 17 + k)];
-  std::vector<float> plain = run("batch_matmul", {a, b}, {2, 3, 9, 11}, {{"transpose_b", int64_t(0)}});
+  std::vector<float> plain =
+      run("batch_matmul", {a, b}, {2, 3, 9, 11}, {{"transpose_b", int64_t(0)}});
   EXPECT_EQ(plain, out);
-  EXPECT_CONTAINS(errorMessage([&] { run("batch_matmul", {a, b}, {2, 3, 9, 11}, {{"transpose_b", int64_t(1)}}); }),
+  EXPECT_CONTAINS(errorMessage([&] {
+                    run("batch_matmul", {a, b}, {2, 3, 9, 11}, {{"transpose_b", int64_t(1)}});
+                  }),
                   "inner dimensions");
 }
 
@@ -240,13 +299,17 @@ TEST(CpuOps, ElementwiseOps) {
     sum.push_back(x + y);
     swiglu.push_back(x / (1 + std::exp(-x)) * y);
   }
-  EXPECT_LE(relativeError(run("scale", {a}, a.shape, {{"factor", 0.125}}), toFloats(scaled)), kTolerance);
+  EXPECT_LE(relativeError(run("scale", {a}, a.shape, {{"factor", 0.125}}), toFloats(scaled)),
+            kTolerance);
   EXPECT_LE(relativeError(run("silu", {a}, a.shape), toFloats(silu)), kTolerance);
   EXPECT_LE(relativeError(run("mul", {a, b}, a.shape), toFloats(product)), kTolerance);
   EXPECT_LE(relativeError(run("add", {a, b}, a.shape), toFloats(sum)), kTolerance);
   EXPECT_LE(relativeError(run("swiglu", {a, b}, a.shape), toFloats(swiglu)), kTolerance);
   Operand other = randomOperand({5, 32}, 12);
-  EXPECT_CONTAINS(errorMessage([&] { run("add", {a, other}, a.shape); }), "have shapes 5x33 and 5x32");
+  EXPECT_CONTAINS(errorMessage([&] {
+                    run("add", {a, other}, a.shape);
+                  }),
+                  "have shapes 5x33 and 5x32");
 }
 
 TEST(CpuOps, CausalMask) {
@@ -256,8 +319,10 @@ TEST(CpuOps, CausalMask) {
     for (int64_t row = 0; row < 7; ++row)
       for (int64_t col = 0; col < 7; ++col) {
         float value = out[size_t((p * 7 + row) * 7 + col)];
-        if (col > row) EXPECT_EQ(value, -std::numeric_limits<float>::infinity());
-        else EXPECT_EQ(value, x.data[size_t((p * 7 + row) * 7 + col)]);
+        if (col > row)
+          EXPECT_EQ(value, -std::numeric_limits<float>::infinity());
+        else
+          EXPECT_EQ(value, x.data[size_t((p * 7 + row) * 7 + col)]);
       }
 }
 
@@ -270,7 +335,8 @@ TEST(CpuOps, Softmax) {
     double maximum = -INFINITY, sum = 0;
     for (size_t i = 0; i < 29; ++i) maximum = std::max(maximum, double(x.data[row * 29 + i]));
     for (size_t i = 0; i < 29; ++i) sum += std::exp(x.data[row * 29 + i] - maximum);
-    for (size_t i = 0; i < 29; ++i) expected[row * 29 + i] = std::exp(x.data[row * 29 + i] - maximum) / sum;
+    for (size_t i = 0; i < 29; ++i)
+      expected[row * 29 + i] = std::exp(x.data[row * 29 + i] - maximum) / sum;
   }
   EXPECT_LE(relativeError(out, toFloats(expected)), kTolerance);
   EXPECT_EQ(out[5], 0.0f);
@@ -282,11 +348,16 @@ TEST(CpuOps, Split) {
   for (size_t row = 0; row < 3; ++row)
     for (size_t i = 0; i < 10; ++i) {
       float expected = x.data[row * 10 + i];
-      if (i < 2) EXPECT_EQ(parts[0][row * 2 + i], expected);
-      else if (i < 7) EXPECT_EQ(parts[1][row * 5 + i - 2], expected);
-      else EXPECT_EQ(parts[2][row * 3 + i - 7], expected);
+      if (i < 2)
+        EXPECT_EQ(parts[0][row * 2 + i], expected);
+      else if (i < 7)
+        EXPECT_EQ(parts[1][row * 5 + i - 2], expected);
+      else
+        EXPECT_EQ(parts[2][row * 3 + i - 7], expected);
     }
-  EXPECT_CONTAINS(errorMessage([&] { runMany("split", {x}, {{3, 2}, {3, 5}}, {{"sizes", Shape{2, 5}}}); }),
+  EXPECT_CONTAINS(errorMessage([&] {
+                    runMany("split", {x}, {{3, 2}, {3, 5}}, {{"sizes", Shape{2, 5}}});
+                  }),
                   "add up to 7");
 }
 
@@ -299,9 +370,13 @@ TEST(CpuOps, FlashAttentionMatchesComposition) {
   for (bool causal : {true, false}) {
     std::vector<float> flash = run("flash_attention", {q, k, v}, {B, H, S, D},
                                    {{"scale", scale}, {"causal", int64_t(causal)}});
-    Operand kRepeated{{B, H, S, D}, run("repeat_kv", {k}, {B, H, S, D}, {{"repeats", int64_t(2)}}), {}};
-    Operand vRepeated{{B, H, S, D}, run("repeat_kv", {v}, {B, H, S, D}, {{"repeats", int64_t(2)}}), {}};
-    Operand scores{{B, H, S, S}, run("batch_matmul", {q, kRepeated}, {B, H, S, S}, {{"transpose_b", int64_t(1)}}), {}};
+    Operand kRepeated{
+        {B, H, S, D}, run("repeat_kv", {k}, {B, H, S, D}, {{"repeats", int64_t(2)}}), {}};
+    Operand vRepeated{
+        {B, H, S, D}, run("repeat_kv", {v}, {B, H, S, D}, {{"repeats", int64_t(2)}}), {}};
+    Operand scores{{B, H, S, S},
+                   run("batch_matmul", {q, kRepeated}, {B, H, S, S}, {{"transpose_b", int64_t(1)}}),
+                   {}};
     scores.data = run("scale", {scores}, scores.shape, {{"factor", scale}});
     if (causal) scores.data = run("causal_mask", {scores}, scores.shape);
     Operand probabilities{scores.shape, run("softmax", {scores}, scores.shape), {}};
@@ -310,8 +385,10 @@ TEST(CpuOps, FlashAttentionMatchesComposition) {
     EXPECT_LE(relativeError(flash, composed), kTolerance) << (causal ? "causal" : "full");
   }
   // Causal and full attention differ everywhere except the last query row.
-  std::vector<float> causal = run("flash_attention", {q, k, v}, {B, H, S, D}, {{"scale", scale}, {"causal", int64_t(1)}});
-  std::vector<float> full = run("flash_attention", {q, k, v}, {B, H, S, D}, {{"scale", scale}, {"causal", int64_t(0)}});
+  std::vector<float> causal =
+      run("flash_attention", {q, k, v}, {B, H, S, D}, {{"scale", scale}, {"causal", int64_t(1)}});
+  std::vector<float> full =
+      run("flash_attention", {q, k, v}, {B, H, S, D}, {{"scale", scale}, {"causal", int64_t(0)}});
   EXPECT_GT(relativeError(causal, full), 0.05);
 }
 
@@ -341,13 +418,20 @@ TEST(CpuOps, UnknownOpNamesOpAndKernel) {
 
 TEST(CpuOps, MissingAttributeAndBadShapes) {
   Operand x = randomOperand({2, 8}, 22), gain = randomOperand({8}, 23);
-  EXPECT_CONTAINS(errorMessage([&] { run("rmsnorm", {x, gain}, {2, 8}); }),
+  EXPECT_CONTAINS(errorMessage([&] {
+                    run("rmsnorm", {x, gain}, {2, 8});
+                  }),
                   "op 'rmsnorm' has no float attribute 'eps'");
-  EXPECT_CONTAINS(errorMessage([&] { run("rmsnorm", {x, gain}, {2, 9}, {{"eps", 1e-6}}); }),
+  EXPECT_CONTAINS(errorMessage([&] {
+                    run("rmsnorm", {x, gain}, {2, 9}, {{"eps", 1e-6}});
+                  }),
                   "result 0 has shape 2x9, expected 2x8");
   Operand w = randomOperand({4, 7}, 24);
-  EXPECT_CONTAINS(errorMessage([&] { run("linear", {x, w}, {2, 4}); }),
-                  "cpu backend: op 'linear' in kernel 'test_kernel': x has shape 2x8 but w has shape 4x7");
+  EXPECT_CONTAINS(
+      errorMessage([&] {
+        run("linear", {x, w}, {2, 4});
+      }),
+      "cpu backend: op 'linear' in kernel 'test_kernel': x has shape 2x8 but w has shape 4x7");
 }
 
 } // namespace

@@ -88,17 +88,33 @@ TEST(MemoryPlanner, ChainReusesMemory) {
 }
 
 TEST(MemoryPlanner, InputsAndOutputsSpanTheRun) {
-  Program program = chain();
+  // The ids are read only by kernel 0 and the output is written by kernel 1; later
+  // activations must still not take their bytes.
+  test::ProgramBuilder builder(1, 256, 8);
+  int ids = builder.value("ids", DType::I32, {1, 256}, Storage::Input);
+  int table = builder.weight("table", {8, 1024}, {{"table", {8, 1024}}});
+  int a = builder.value("a", DType::F32, {256, 1024}, Storage::Activation);
+  int out = builder.value("out", DType::F32, {256, 1024}, Storage::Output);
+  builder.kernel("k0", {makeOp("embedding", {table, ids}, {a})});
+  builder.kernel("k1", {makeOp("silu", {a}, {out})});
+  int previous = a;
+  for (int k = 2; k < 6; ++k) {
+    int next =
+        builder.value("later" + std::to_string(k), DType::F32, {256, 1024}, Storage::Activation);
+    builder.kernel("k" + std::to_string(k), {makeOp("silu", {previous}, {next})});
+    previous = next;
+  }
+  Program program = builder.program();
   planMemory(program);
-  // The ids are only read by kernel 0, the logits only written by the last kernel; still
-  // nothing may be placed over them.
-  const Value &ids = program.values[0], &logits = program.values[6];
+  expectNoOverlap(program);
   for (const Value &value : program.values) {
-    if (!planned(value) || value.id == ids.id || value.id == logits.id) continue;
-    for (const Value *kept : {&ids, &logits})
-      EXPECT_FALSE(value.offset < kept->offset + kept->bytes() &&
-                   kept->offset < value.offset + value.bytes())
-          << value.name << " overlaps " << kept->name;
+    if (!planned(value) || value.id == ids || value.id == out) continue;
+    for (int kept : {ids, out}) {
+      const Value &keptValue = program.values[size_t(kept)];
+      EXPECT_FALSE(value.offset < keptValue.offset + keptValue.bytes() &&
+                   keptValue.offset < value.offset + value.bytes())
+          << value.name << " overlaps " << keptValue.name;
+    }
   }
 }
 
@@ -156,7 +172,8 @@ TEST(MemoryPlanner, RandomProgramsNeverOverlapLiveValues) {
       live.push_back(result);
     }
     builder.value("out", DType::F32, {8}, Storage::Output);
-    builder.kernel("final", {makeOp("sum", {live.back()}, {int(builder.program().values.size()) - 1})});
+    builder.kernel("final",
+                   {makeOp("sum", {live.back()}, {int(builder.program().values.size()) - 1})});
     Program program = builder.program();
     planMemory(program, 32);
     expectNoOverlap(program);

@@ -29,15 +29,20 @@ Program programWithEverything() {
   int flat = builder.view("logits.flat", logits, {6, 11});
   int loss = builder.value("loss", DType::F32, {}, Storage::Output);
   builder.kernel("tl_embedding", {makeOp("embedding", {table, ids}, {x})});
-  builder.kernel("tl_fused", {
-      makeOp("linear", {x, merged}, {local}),
-      makeOp("split", {local}, {parts, rest}, {{"sizes", std::vector<int64_t>{4, 8}}}),
-      makeOp("rope", {parts}, {parts}, {{"theta", 10000.0}, {"style", std::string("half")}}),
-      makeOp("rmsnorm", {x, table}, {flat}, {{"eps", 1e-6}, {"big", int64_t(1) << 40},
-                                             {"negative", int64_t(-3)}, {"third", 1.0 / 3.0},
-                                             {"neg_inf", -std::numeric_limits<double>::infinity()},
-                                             {"empty", std::vector<int64_t>{}}}),
-  });
+  builder.kernel(
+      "tl_fused",
+      {
+          makeOp("linear", {x, merged}, {local}),
+          makeOp("split", {local}, {parts, rest}, {{"sizes", std::vector<int64_t>{4, 8}}}),
+          makeOp("rope", {parts}, {parts}, {{"theta", 10000.0}, {"style", std::string("half")}}),
+          makeOp("rmsnorm", {x, table}, {flat},
+                 {{"eps", 1e-6},
+                  {"big", int64_t(1) << 40},
+                  {"negative", int64_t(-3)},
+                  {"third", 1.0 / 3.0},
+                  {"neg_inf", -std::numeric_limits<double>::infinity()},
+                  {"empty", std::vector<int64_t>{}}}),
+      });
   builder.kernel("tl_loss", {makeOp("cross_entropy", {logits, ids}, {loss})});
   Program &program = builder.program();
   program.optLevel = 2;
@@ -118,8 +123,9 @@ TEST(ProgramJson, IntegralDoublesStayDoubles) {
 
 TEST(ProgramJson, OneLinePerValueAndOp) {
   std::string text = programToJson(programWithEverything());
-  EXPECT_CONTAINS(text, "\n    {\"id\": 3, \"name\": \"x\", \"dtype\": \"bf16\", \"shape\": [2, 3, 4], "
-                              "\"storage\": \"activation\"");
+  EXPECT_CONTAINS(text,
+                  "\n    {\"id\": 3, \"name\": \"x\", \"dtype\": \"bf16\", \"shape\": [2, 3, 4], "
+                  "\"storage\": \"activation\"");
   EXPECT_CONTAINS(text, "\"attrs\": {\"sizes\": {\"ints\": [4, 8]}}}");
   EXPECT_CONTAINS(text, "{\"style\": {\"s\": \"half\"}, \"theta\": {\"f\": 10000.0}}");
 }
@@ -146,26 +152,26 @@ TEST(ProgramJson, WrongTypesAndNamesAreReported) {
   std::string badShape = text;
   badShape.replace(badShape.find("\"shape\": [2, 3, 4]"), 18, "\"shape\": [2, \"3\", 4]");
   EXPECT_CONTAINS(errorMessage([&] { programFromJson(badShape, "p.json"); }),
-              "values[3].shape[1]: expected an integer, got \"3\"");
+                  "values[3].shape[1]: expected an integer, got \"3\"");
 
   std::string badStorage = text;
   badStorage.replace(badStorage.find("\"activation\""), 12, "\"register\"");
   EXPECT_CONTAINS(errorMessage([&] { programFromJson(badStorage, "p.json"); }),
-              "unknown storage class 'register'");
+                  "unknown storage class 'register'");
 
   std::string badAttr = text;
   badAttr.replace(badAttr.find("{\"ints\": [4, 8]}"), 16, "{\"bits\": [4, 8]}");
   EXPECT_CONTAINS(errorMessage([&] { programFromJson(badAttr, "p.json"); }),
-              "kernels[1].ops[1].attrs.sizes: unknown attribute tag 'bits'");
+                  "kernels[1].ops[1].attrs.sizes: unknown attribute tag 'bits'");
 
   EXPECT_CONTAINS(errorMessage([] { programFromJson("[1, 2]", "p.json"); }),
-              "expected a JSON object");
+                  "expected a JSON object");
 }
 
 TEST(ProgramJson, InvalidProgramIsRejectedOnLoad) {
   std::string text = programToJson(programWithEverything());
   // Make the view point past the end of the value list.
-  text.replace(text.find("\"view_of\": 8"), 12, "\"view_of\": 99");
+  text.replace(text.find("\"view_of\": 7"), 12, "\"view_of\": 99");
   std::string message = errorMessage([&] { programFromJson(text, "p.json"); });
   EXPECT_CONTAINS(message, "p.json");
   EXPECT_CONTAINS(message, "refers to value 99");
@@ -210,7 +216,7 @@ TEST(Program, ValidationCatchesInconsistencies) {
   Program viewTooBig = programWithEverything();
   viewTooBig.values[8].shape = {7, 11};
   EXPECT_CONTAINS(errorMessage([&] { validateProgram(viewTooBig); }),
-              "does not match the value it views");
+                  "does not match the value it views");
 
   Program badOperand = programWithEverything();
   badOperand.kernels[2].ops[0].operands[1] = -4;
@@ -219,12 +225,12 @@ TEST(Program, ValidationCatchesInconsistencies) {
   Program sharedLocal = programWithEverything();
   sharedLocal.kernels[2].ops[0].operands[0] = 4; // tl_loss reading tl_fused's local
   EXPECT_CONTAINS(errorMessage([&] { validateProgram(sharedLocal); }),
-              "is used by kernel 1 and kernel 2");
+                  "is used by kernel 1 and kernel 2");
 
   Program unknownKey = programWithEverything();
   unknownKey.values[2].weightKeys[1] = "v.weight";
   EXPECT_CONTAINS(errorMessage([&] { validateProgram(unknownKey); }),
-              "uses key 'v.weight', which is not a parameter");
+                  "uses key 'v.weight', which is not a parameter");
 
   Program viewCycle = programWithEverything();
   viewCycle.values[7].storage = Storage::View;

@@ -34,11 +34,10 @@ inline int64_t product(const std::vector<int64_t> &shape) {
 
 // EXPECT_CONTAINS(text, part): text holds part as a substring (no gmock needed).
 inline ::testing::AssertionResult assertContains(const char *textExpression, const char *,
-                                                 const std::string &text,
-                                                 const std::string &part) {
+                                                 const std::string &text, const std::string &part) {
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << textExpression << " is\n  " << text
-                                       << "\nwhich does not contain\n  " << part;
+  return ::testing::AssertionFailure()
+         << textExpression << " is\n  " << text << "\nwhich does not contain\n  " << part;
 }
 #define EXPECT_CONTAINS(text, part) EXPECT_PRED_FORMAT2(::tlc::test::assertContains, text, part)
 

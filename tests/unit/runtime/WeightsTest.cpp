@@ -78,7 +78,9 @@ TEST(WeightsInit, NormalHasStdTwoHundredths) {
 }
 
 TEST(WeightsInit, UnknownInitIsAnError) {
-  EXPECT_CONTAINS(errorMessage([] { Weights::random({{"w", {2}, "xavier"}}, 1); }),
+  EXPECT_CONTAINS(errorMessage([] {
+                    Weights::random({{"w", {2}, "xavier"}}, 1);
+                  }),
                   "parameter 'w' has unknown init 'xavier'");
 }
 
@@ -126,10 +128,11 @@ TEST(Safetensors, FileLayoutFollowsTheFormat) {
 TEST(Safetensors, LoadsBf16AndF16WrittenElsewhere) {
   test::TempDir directory;
   // bf16 1.5 = 0x3fc0, -2 = 0xc000; f16 1.5 = 0x3e00, -2 = 0xc000, 2^-24 = 0x0001.
-  writeRaw(directory.file("mixed.safetensors"),
-           R"({"__metadata__":{"format":"pt"},"b":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},)"
-           R"("h":{"dtype":"F16","shape":[1,3],"data_offsets":[4,10]}})",
-           bytesOf({0x3fc0, 0xc000, 0x3e00, 0xc000, 0x0001}));
+  writeRaw(
+      directory.file("mixed.safetensors"),
+      R"({"__metadata__":{"format":"pt"},"b":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},)"
+      R"("h":{"dtype":"F16","shape":[1,3],"data_offsets":[4,10]}})",
+      bytesOf({0x3fc0, 0xc000, 0x3e00, 0xc000, 0x0001}));
   Weights loaded = Weights::loadSafetensors(directory.file("mixed.safetensors"));
   EXPECT_EQ(loaded.at("b").data, (std::vector<float>{1.5f, -2.0f}));
   EXPECT_EQ(loaded.at("h").shape, (std::vector<int64_t>{1, 3}));
@@ -202,8 +205,7 @@ TEST(Weights, CheckAgainstListsEveryProblem) {
   Weights broken;
   broken.set("model.embed_tokens.weight", Tensor({64, 31}));
   broken.set("model.layers.0.self_attn.q_proj.weight", Tensor({32, 32}));
-  std::string message =
-      errorMessage([&] { broken.checkAgainst(parameters, "ckpt.safetensors"); });
+  std::string message = errorMessage([&] { broken.checkAgainst(parameters, "ckpt.safetensors"); });
   EXPECT_CONTAINS(message, "ckpt.safetensors");
   EXPECT_CONTAINS(message, "2 problems");
   EXPECT_CONTAINS(message, "'model.embed_tokens.weight' has shape 64x31, expected 64x32");
