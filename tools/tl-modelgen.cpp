@@ -16,7 +16,9 @@ namespace cl = llvm::cl;
 static cl::opt<std::string> preset("preset", cl::desc("workshop or tinyllama-1.1b"), cl::init("workshop"));
 static cl::opt<std::string> output("o", cl::desc("output file (default: stdout)"), cl::init("-"));
 static cl::opt<int64_t> layers("layers", cl::desc("override the number of blocks"), cl::init(0));
-static cl::opt<int64_t> hidden("hidden", cl::desc("override the width (head dim is kept)"), cl::init(0));
+static cl::opt<int64_t> hidden("hidden", cl::desc("override the width"), cl::init(0));
+static cl::opt<int64_t> heads("heads", cl::desc("override the query heads (head dim = hidden / heads)"), cl::init(0));
+static cl::opt<int64_t> kvHeads("kv-heads", cl::desc("override the key/value heads"), cl::init(0));
 static cl::opt<int64_t> ffn("ffn", cl::desc("override the MLP width"), cl::init(0));
 static cl::opt<int64_t> vocab("vocab", cl::desc("override the vocabulary"), cl::init(0));
 static cl::opt<std::string> name("name", cl::desc("override the model name"), cl::init(""));
@@ -30,10 +32,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (layers) config->layers = layers;
-  if (hidden) {
-    config->hidden = hidden;
-    config->heads = hidden / config->headDim;
-  }
+  if (hidden) config->hidden = hidden;
+  if (heads) config->heads = heads;
+  if (kvHeads) config->kvHeads = kvHeads;
+  if (hidden || heads) config->headDim = config->hidden / config->heads;
   if (ffn) config->ffn = ffn;
   if (vocab) config->vocab = vocab;
   if (!name.empty()) config->name = name;

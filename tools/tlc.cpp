@@ -183,6 +183,7 @@ int main(int argc, char **argv) {
   tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype};
   auto configure = [](mlir::PassManager &pm) {
     if (mlir::failed(mlir::applyPassManagerCLOptions(pm))) return;
+    mlir::applyDefaultTimingPassManagerCLOptions(pm);
     if (printIrAfterAll || printIrBeforeAll || !printIrAfter.empty()) {
       std::set<std::string> after(printIrAfter.begin(), printIrAfter.end());
       pm.getContext()->disableMultithreading();
