@@ -57,6 +57,9 @@ cl::list<std::string> printIrAfter("print-ir-after", cl::desc("print the IR afte
                                    cl::CommaSeparated, cl::cat(tlcCategory));
 cl::opt<bool> printIrBeforeAll("print-ir-before-all", cl::desc("print the IR before every pass"), cl::cat(tlcCategory));
 
+cl::opt<bool> printKernels("print-kernels",
+                           cl::desc("list every kernel of the forward: name, block, FLOPs, bytes it must move"),
+                           cl::cat(tlcCategory));
 cl::opt<std::string> target("target", cl::desc("where to run: auto (a GPU if present, else cpu) or cpu"),
                             cl::init("auto"), cl::cat(tlcCategory));
 cl::opt<bool> run("run", cl::desc("run the forward pass and print a summary"), cl::cat(tlcCategory));
@@ -122,6 +125,16 @@ std::vector<int32_t> readTokens(const std::string &path) {
       tokens.push_back(int32_t(id));
     }
   return tokens;
+}
+
+void printKernelTable(const tlc::Program &program) {
+  fmt::print("{:>4}  {:<64} {:>5} {:>10} {:>10}\n", "#", "kernel", "block", "MFLOP", "KiB moved");
+  for (size_t i = 0; i < program.kernels.size(); ++i) {
+    const tlc::Kernel &k = program.kernels[i];
+    fmt::print("{:>4}  {:<64} {:>5} {:>10.2f} {:>10.1f}\n", i, k.name, k.layer < 0 ? std::string("-") : std::to_string(k.layer),
+               double(k.flops) / 1e6, double(k.minBytes) / 1024);
+  }
+  printKernelCounts(program);
 }
 
 int runForward(const tlc::Program &program) {
@@ -202,7 +215,7 @@ int main(int argc, char **argv) {
     emit = Emit::Program;
 
   try {
-    if (emit != Emit::Program && !run) return 0;
+    if (emit != Emit::Program && !run && !printKernels) return 0;
     auto program = tlc::buildProgram(*module, options);
     if (mlir::failed(program)) return 1;
     if (emit == Emit::Program) {
@@ -214,6 +227,7 @@ int main(int argc, char **argv) {
       }
       if (!writeOutput(path, tlc::programToJson(*program))) return 1;
     }
+    if (printKernels) printKernelTable(*program);
     if (run) return runForward(*program);
   } catch (const tlc::Error &error) {
     return fail(error.what());
