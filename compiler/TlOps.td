@@ -217,7 +217,7 @@ def Tl_BlockOp : Tl_Op<"block", [Pure, IsolatedFromAbove]> {
   let arguments = (ins Variadic<AnyRankedTensor>:$inputs, I64Attr:$layer);
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "`layer` $layer `(` $inputs `:` type($inputs) `)` $body attr-dict `->` type($results)";
+  let assemblyFormat = "`layer` $layer ` ` `(` $inputs `:` type($inputs) `)` $body attr-dict `->` type($results)";
   let hasVerifier = 1;
 }
 

@@ -1,0 +1,58 @@
+// tl-fuse-prologue-epilogue: RMSNorm moves into the GEMM prologue, a residual add
+// into its epilogue; a norm whose result is read twice stays a kernel of its own.
+// RUN: tl-opt --tl-fuse-prologue-epilogue --canonicalize %s -split-input-file | FileCheck %s
+
+// CHECK-LABEL: func.func @norm_and_residual
+// CHECK: %[[F:.*]] = tl.fused_linear weight(%{{.*}} : tensor<32x32xf32>) prologue(%arg0, %{{.*}} : tensor<2x8x32xf32>, tensor<32xf32>) {
+// CHECK-NEXT: ^bb0(%[[X:.*]]: tensor<2x8x32xf32>, %[[G:.*]]: tensor<32xf32>):
+// CHECK-NEXT: %[[N:.*]] = tl.rmsnorm %[[X]], %[[G]]
+// CHECK-NEXT: tl.yield %[[N]]
+// CHECK-NEXT: } epilogue(%arg0 : tensor<2x8x32xf32>) {
+// CHECK-NEXT: ^bb0(%[[ACC:.*]]: tensor<2x8x32xf32>, %[[R:.*]]: tensor<2x8x32xf32>):
+// CHECK-NEXT: %[[S:.*]] = tl.add %[[R]], %[[ACC]]
+// CHECK-NEXT: tl.yield %[[S]]
+// CHECK: return %[[F]]
+func.func @norm_and_residual(%x: tensor<2x8x32xf32>) -> tensor<2x8x32xf32> {
+  %g = tl.weight "norm" : tensor<32xf32>
+  %h = tl.rmsnorm %x, %g {eps = 1.0e-05 : f64} : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+  %w = tl.weight "proj" : tensor<32x32xf32>
+  %y = tl.linear %h, %w : (tensor<2x8x32xf32>, tensor<32x32xf32>) -> tensor<2x8x32xf32>
+  %r = tl.add %x, %y : (tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x32xf32>
+  return %r : tensor<2x8x32xf32>
+}
+
+// -----
+
+// The norm feeds two GEMMs: it stays outside both (computed once, not twice).
+// CHECK-LABEL: func.func @norm_read_twice
+// CHECK: %[[N:.*]] = tl.rmsnorm %arg0
+// CHECK: tl.fused_linear weight({{.*}}) prologue(%[[N]] : tensor<2x8x32xf32>)
+// CHECK: tl.fused_linear weight({{.*}}) prologue(%[[N]] : tensor<2x8x32xf32>)
+func.func @norm_read_twice(%x: tensor<2x8x32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>) {
+  %g = tl.weight "norm" : tensor<32xf32>
+  %h = tl.rmsnorm %x, %g {eps = 1.0e-05 : f64} : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+  %w1 = tl.weight "a" : tensor<32x32xf32>
+  %w2 = tl.weight "b" : tensor<32x32xf32>
+  %y1 = tl.linear %h, %w1 : (tensor<2x8x32xf32>, tensor<32x32xf32>) -> tensor<2x8x32xf32>
+  %y2 = tl.linear %h, %w2 : (tensor<2x8x32xf32>, tensor<32x32xf32>) -> tensor<2x8x32xf32>
+  return %y1, %y2 : tensor<2x8x32xf32>, tensor<2x8x32xf32>
+}
+
+// -----
+
+// RoPE and the head split flow into the epilogue of the projection that feeds them;
+// a softmax (a row reduction across GEMM tiles) does not.
+// CHECK-LABEL: func.func @rope_epilogue
+// CHECK: %[[F:.*]] = tl.fused_linear
+// CHECK: tl.split_heads
+// CHECK-NEXT: tl.rope
+// CHECK-NEXT: tl.yield
+// CHECK: tl.softmax %[[F]]
+func.func @rope_epilogue(%x: tensor<2x8x32xf32>) -> tensor<2x8x4x8xf32> {
+  %w = tl.weight "q_proj" : tensor<32x32xf32>
+  %q = tl.linear %x, %w : (tensor<2x8x32xf32>, tensor<32x32xf32>) -> tensor<2x8x32xf32>
+  %q4 = tl.split_heads %q {heads = 4 : i64} : (tensor<2x8x32xf32>) -> tensor<2x8x4x8xf32>
+  %r = tl.rope %q4 {style = "half", theta = 1.0e+04 : f64} : (tensor<2x8x4x8xf32>) -> tensor<2x8x4x8xf32>
+  %s = tl.softmax %r : (tensor<2x8x4x8xf32>) -> tensor<2x8x4x8xf32>
+  return %s : tensor<2x8x4x8xf32>
+}
