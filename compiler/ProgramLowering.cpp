@@ -117,19 +117,24 @@ public:
 private:
   mlir::LogicalResult lowerTopLevel(mlir::Operation *op) {
     if (auto weight = llvm::dyn_cast<tl::WeightOp>(op)) {
-      int id = addValue(weight.getResult(), Storage::Weight);
-      program.values[id].weightKeys = {weight.getKey().str()};
       addParameter(weight);
+      weightKeys[weight.getResult()] = {weight.getKey().str()};
+      // A weight read only through a concatenation is no buffer of its own.
+      if (llvm::all_of(weight->getUsers(), [](mlir::Operation *user) { return llvm::isa<tl::ConcatOp>(user); }))
+        return mlir::success();
+      int id = addValue(weight.getResult(), Storage::Weight);
+      program.values[id].weightKeys = weightKeys[weight.getResult()];
       return mlir::success();
     }
     if (auto concat = llvm::dyn_cast<tl::ConcatOp>(op)) {
       // Concatenated weights are one Weight made of several checkpoint tensors.
       std::vector<std::string> keys;
       for (mlir::Value input : concat.getInputs()) {
-        const Value &part = program.value(ids.lookup(input));
-        if (part.storage != Storage::Weight) return op->emitError("only weights can be concatenated");
-        keys.insert(keys.end(), part.weightKeys.begin(), part.weightKeys.end());
+        auto part = weightKeys.find(input);
+        if (part == weightKeys.end()) return op->emitError("only weights can be concatenated");
+        keys.insert(keys.end(), part->second.begin(), part->second.end());
       }
+      weightKeys[concat.getResult()] = keys;
       int id = addValue(concat.getResult(), Storage::Weight);
       program.values[id].weightKeys = keys;
       return mlir::success();
@@ -291,6 +296,7 @@ private:
   mlir::AsmState asmState;
   llvm::DenseMap<mlir::Operation *, int> layers;
   llvm::DenseMap<mlir::Value, int> ids;
+  llvm::DenseMap<mlir::Value, std::vector<std::string>> weightKeys;  // checkpoint keys behind a weight value
   std::map<int, int> producer;  // value id -> index of the kernel that writes it
 };
 

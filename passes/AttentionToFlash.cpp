@@ -12,7 +12,7 @@
 
 #include "compiler/TlDialect.h"
 
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "passes/ApplyPattern.h"
 
 namespace tl {
 #define GEN_PASS_DEF_TLATTENTIONTOFLASH
@@ -77,10 +77,7 @@ struct AttentionToFlash : mlir::OpRewritePattern<BatchMatmulOp> {
 
 struct AttentionToFlashPass : impl::TlAttentionToFlashBase<AttentionToFlashPass> {
   void runOnOperation() override {
-    mlir::RewritePatternSet patterns(&getContext());
-    patterns.add<AttentionToFlash>(&getContext());
-    if (mlir::failed(mlir::applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
-      return signalPassFailure();
+    if (mlir::failed(applyPatternGreedily<AttentionToFlash>(getOperation()))) return signalPassFailure();
   }
 };
 

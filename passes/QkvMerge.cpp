@@ -11,7 +11,7 @@
 #include "passes/MergeProjections.h"
 #include "passes/Passes.h"
 
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "passes/ApplyPattern.h"
 
 namespace tl {
 #define GEN_PASS_DEF_TLMERGEQKV
@@ -67,10 +67,7 @@ struct MergeAttentionProjections : mlir::OpRewritePattern<LinearOp> {
 
 struct QkvMergePass : impl::TlMergeQkvBase<QkvMergePass> {
   void runOnOperation() override {
-    mlir::RewritePatternSet patterns(&getContext());
-    patterns.add<MergeAttentionProjections>(&getContext());
-    if (mlir::failed(mlir::applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
-      return signalPassFailure();
+    if (mlir::failed(applyPatternGreedily<MergeAttentionProjections>(getOperation()))) return signalPassFailure();
   }
 };
 

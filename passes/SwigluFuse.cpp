@@ -10,7 +10,7 @@
 #include "passes/MergeProjections.h"
 #include "passes/Passes.h"
 
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "passes/ApplyPattern.h"
 
 namespace tl {
 #define GEN_PASS_DEF_TLFUSESWIGLU
@@ -43,10 +43,7 @@ struct FuseSwiglu : mlir::OpRewritePattern<MulOp> {
 
 struct SwigluFusePass : impl::TlFuseSwigluBase<SwigluFusePass> {
   void runOnOperation() override {
-    mlir::RewritePatternSet patterns(&getContext());
-    patterns.add<FuseSwiglu>(&getContext());
-    if (mlir::failed(mlir::applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
-      return signalPassFailure();
+    if (mlir::failed(applyPatternGreedily<FuseSwiglu>(getOperation()))) return signalPassFailure();
   }
 };
 

@@ -29,9 +29,16 @@ std::string pipelineText(const CompileOptions &options) {
   mlir::OpPassManager pm(mlir::ModuleOp::getOperationName(), mlir::OpPassManager::Nesting::Implicit);
   addSpecialize(pm, options);
   buildOptPipeline(pm, options.optLevel);
+  // Pass names in order; only tl-specialize's options say something about this run.
   std::string text;
   llvm::raw_string_ostream os(text);
-  pm.printAsTextualPipeline(os);
+  llvm::interleave(
+      pm.getPasses(), os,
+      [&](mlir::Pass &pass) {
+        if (pass.getArgument() == "tl-specialize") pass.printAsTextualPipeline(os);
+        else os << pass.getArgument();
+      },
+      ", ");
   return text;
 }
 

@@ -25,6 +25,8 @@ struct LevelCase {
   double tolerance;
 };
 
+std::ostream &operator<<(std::ostream &os, const LevelCase &c) { return os << c.name; }
+
 class LevelsAgree : public ::testing::TestWithParam<LevelCase> {};
 
 TEST_P(LevelsAgree, LogitsMatchO0) {

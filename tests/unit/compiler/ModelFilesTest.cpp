@@ -20,6 +20,8 @@ struct ModelFile {
   const char *path;
 };
 
+std::ostream &operator<<(std::ostream &os, const ModelFile &file) { return os << file.path; }
+
 class CommittedModelTest : public ::testing::TestWithParam<ModelFile> {};
 
 TEST_P(CommittedModelTest, EqualsBuilderOutput) {

@@ -136,6 +136,8 @@ struct Case {
   double tolerance;
 };
 
+std::ostream &operator<<(std::ostream &os, const Case &c) { return os << c.preset << " " << c.dtype; }
+
 class ReferenceForward : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ReferenceForward, CpuBackendMatchesFp64Reference) {
