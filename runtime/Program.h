@@ -77,6 +77,14 @@ struct Kernel {
   int64_t flops = 0;          // arithmetic work, counted as in the cost model
   int64_t minBytes = 0;       // bytes it must move at least: its inputs and outputs once
   int layer = -1;             // transformer block it belongs to, -1 outside blocks
+
+  // GPU code, set by the HIP emitter (compiler/HipEmitter.h); empty until then.
+  std::string entry;          // the kernel function in `source` (Kernel::name unless taken)
+  std::string source;         // HIP-dialect C++ that hipRTC and NVRTC both compile
+  int64_t gridBlocks = 0;     // blocks with work in the kernel's largest phase
+  int blockThreads = 0;       // threads per block
+  int phases = 0;             // steps separated by grid-wide barriers (>1: co-resident grid)
+  int64_t workspaceBytes = 0; // its Locals and scratch, in the per-launch workspace
 };
 
 // A model parameter as stored in a checkpoint.
@@ -98,6 +106,7 @@ struct Program {
   std::vector<int> inputs;    // in order: token ids
   std::vector<int> outputs;   // in order: logits, loss
   int64_t arenaBytes = 0;     // set by the memory planner
+  int64_t workspaceBytes = 0; // the largest Kernel::workspaceBytes (one workspace, reused)
 
   const Value &value(int id) const { return values.at(id); }
   // The value owning `id`'s bytes (follows views).

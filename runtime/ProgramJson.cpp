@@ -105,6 +105,13 @@ void writeKernel(std::ostringstream &out, const Kernel &kernel) {
   Json header{{"name", kernel.name},     {"layer", kernel.layer},
               {"flops", kernel.flops},   {"min_bytes", kernel.minBytes},
               {"inputs", kernel.inputs}, {"outputs", kernel.outputs}};
+  if (!kernel.entry.empty()) {
+    header["entry"] = kernel.entry;
+    header["grid_blocks"] = kernel.gridBlocks;
+    header["block_threads"] = kernel.blockThreads;
+    header["phases"] = kernel.phases;
+    header["workspace_bytes"] = kernel.workspaceBytes;
+  }
   std::string headerText = inlineJson(header);
   headerText.pop_back(); // reopen the object to append "ops"
   out << "    " << headerText << ", \"ops\": [\n";
@@ -314,6 +321,13 @@ Kernel kernelFromJson(const JsonReader &reader, const nlohmann::json &json,
   if (reader.optionalField(json, "flops")) kernel.flops = reader.integer(json, "flops", where);
   if (reader.optionalField(json, "min_bytes"))
     kernel.minBytes = reader.integer(json, "min_bytes", where);
+  if (reader.optionalField(json, "entry")) {
+    kernel.entry = reader.string(json, "entry", where);
+    kernel.gridBlocks = reader.integer(json, "grid_blocks", where);
+    kernel.blockThreads = int(reader.integer(json, "block_threads", where));
+    kernel.phases = int(reader.integer(json, "phases", where));
+    kernel.workspaceBytes = reader.integer(json, "workspace_bytes", where);
+  }
   const nlohmann::json &ops = reader.array(json, "ops", where);
   for (size_t i = 0; i < ops.size(); ++i)
     kernel.ops.push_back(opFromJson(reader, ops[i], fmt::format("{}.ops[{}]", where, i)));
@@ -347,9 +361,24 @@ std::string programToJson(const Program &program) {
             [&](const Parameter &p) { out << "    " << inlineJson(parameterToJson(p)); });
   writeList(out, "values", program.values,
             [&](const Value &v) { out << "    " << inlineJson(valueToJson(v)); });
+  // GPU sources once per entry (kernels with one name share one source).
+  Json sources = Json::object();
+  for (const Kernel &kernel : program.kernels)
+    if (!kernel.entry.empty()) sources[kernel.entry] = kernel.source;
   writeList(
       out, "kernels", program.kernels, [&](const Kernel &k) { writeKernel(out, k); },
-      /*last=*/true);
+      /*last=*/sources.empty());
+  if (!sources.empty()) {
+    out << "  \"workspace_bytes\": " << program.workspaceBytes << ",\n";
+    out << "  \"sources\": {";
+    bool first = true;
+    for (const auto &item : sources.items()) {
+      out << (first ? "\n" : ",\n") << "    " << Json(item.key()).dump() << ": "
+          << item.value().dump();
+      first = false;
+    }
+    out << "\n  }\n";
+  }
   out << "}\n";
   return out.str();
 }
@@ -389,6 +418,18 @@ Program programFromJson(const std::string &text, const std::string &origin) {
   program.parameters = listFromJson<Parameter>(reader, root, "parameters", parameterFromJson);
   program.values = listFromJson<Value>(reader, root, "values", valueFromJson);
   program.kernels = listFromJson<Kernel>(reader, root, "kernels", kernelFromJson);
+  if (reader.optionalField(root, "workspace_bytes"))
+    program.workspaceBytes = reader.integer(root, "workspace_bytes", "");
+  if (const nlohmann::json *sources = reader.optionalField(root, "sources")) {
+    for (size_t k = 0; k < program.kernels.size(); ++k) {
+      Kernel &kernel = program.kernels[k];
+      if (kernel.entry.empty()) continue;
+      if (!sources->is_object() || !sources->contains(kernel.entry))
+        reader.fail(fmt::format("kernels[{}].entry", k),
+                    fmt::format("no source for entry '{}' under \"sources\"", kernel.entry));
+      kernel.source = reader.string((*sources)[kernel.entry], "sources." + kernel.entry);
+    }
+  }
   reader.located("", [&] {
     validateProgram(program);
     return 0;
