@@ -3,11 +3,14 @@
 //   tlc --opt-level=2 models/tinyllama.tl --run
 //   tlc --print-ir-after-all models/tinyllama.tl --emit=ir -o /dev/null
 //   tlc --emit=program -o out/ models/tinyllama.tl
+#include "compiler/HipEmitter.h"
 #include "compiler/ModelIO.h"
 #include "passes/Pipelines.h"
 #include "runtime/Backend.h"
 #include "runtime/Error.h"
+#include "runtime/JitBackend.h"
 #include "runtime/MemoryPlanner.h"
+#include "runtime/Profiler.h"
 #include "tools/Compile.h"
 
 #include "mlir/IR/AsmState.h"
@@ -27,7 +30,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <set>
 
 namespace cl = llvm::cl;
@@ -43,11 +48,12 @@ cl::opt<int64_t> batchSize("batch-size", cl::desc("batch size"), cl::init(1), cl
 cl::opt<int64_t> seqLen("seq-len", cl::desc("sequence length"), cl::init(128), cl::cat(tlcCategory));
 cl::opt<std::string> dtype("dtype", cl::desc("storage dtype: f32 or bf16"), cl::init("f32"), cl::cat(tlcCategory));
 
-enum class Emit { None, IR, Program };
+enum class Emit { None, IR, Program, Hip };
 cl::opt<Emit> emit("emit", cl::desc("what to write (to -o, else stdout)"), cl::init(Emit::None),
                    cl::values(clEnumValN(Emit::None, "none", "nothing"),
                               clEnumValN(Emit::IR, "ir", "the tl IR after the pipeline"),
-                              clEnumValN(Emit::Program, "program", "the Program as JSON (-o dir/ writes dir/program.json)")),
+                              clEnumValN(Emit::Program, "program", "the Program as JSON (-o dir/ writes dir/program.json)"),
+                              clEnumValN(Emit::Hip, "hip", "the HIP kernels, one <kernel>.hip per distinct kernel, and program.json (-o dir/)")),
                    cl::cat(tlcCategory));
 cl::opt<std::string> outputPath("o", cl::desc("output file or directory"), cl::value_desc("path"), cl::init("-"),
                                 cl::cat(tlcCategory));
@@ -60,8 +66,20 @@ cl::opt<bool> printIrBeforeAll("print-ir-before-all", cl::desc("print the IR bef
 cl::opt<bool> printKernels("print-kernels",
                            cl::desc("list every kernel of the forward: name, block, FLOPs, bytes it must move"),
                            cl::cat(tlcCategory));
-cl::opt<std::string> target("target", cl::desc("where to run: auto (a GPU if present, else cpu) or cpu"),
+cl::opt<std::string> target("target", cl::desc("where to run: auto (a GPU if present, else cpu), cuda, hip or cpu"),
                             cl::init("auto"), cl::cat(tlcCategory));
+cl::opt<bool> profile("profile", cl::desc("with --run on a GPU: time every kernel and print a per-kernel table"),
+                      cl::cat(tlcCategory));
+cl::opt<std::string> tracePath("trace", cl::desc("with --profile: write a Chrome/Perfetto trace JSON"),
+                               cl::value_desc("file.json"), cl::cat(tlcCategory));
+cl::opt<std::string> statsCsvPath("stats-csv", cl::desc("with --profile: write per-kernel stats as CSV (rocprofv3's kernel stats)"),
+                                  cl::value_desc("file"), cl::cat(tlcCategory));
+cl::opt<bool> noCache("no-cache", cl::desc("JIT-compile every kernel, ignoring and not filling the disk cache"),
+                      cl::cat(tlcCategory));
+cl::opt<bool> graph("graph", cl::desc("on a GPU, replay the forward as a captured graph (default on)"), cl::init(true),
+                    cl::cat(tlcCategory));
+cl::opt<int> iterations("iterations", cl::desc("with --run: timed forwards after one warm-up (median reported)"),
+                        cl::init(1), cl::cat(tlcCategory));
 cl::opt<bool> run("run", cl::desc("run the forward pass and print a summary"), cl::cat(tlcCategory));
 cl::opt<uint64_t> seed("seed", cl::desc("seed for random weights and token ids"), cl::init(0), cl::cat(tlcCategory));
 cl::opt<std::string> weightsPath("weights", cl::desc("load weights from a safetensors file (default: seeded random)"),
@@ -137,18 +155,46 @@ void printKernelTable(const tlc::Program &program) {
   printKernelCounts(program);
 }
 
+// The backend --target asks for; auto takes a GPU when one answers, else the CPU.
+std::unique_ptr<tlc::Backend> makeBackend() {
+  std::string wanted = target;
+  if (wanted != "auto" && wanted != "cpu" && wanted != "cuda" && wanted != "hip")
+    throw tlc::Error(fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", wanted));
+  if (wanted == "cpu") return tlc::createCpuBackend(threads);
+  tlc::GpuOptions options;
+  options.useCache = !noCache;
+  options.graph = graph && !profile;
+  options.profile = profile;
+  std::string whyCuda, whyHip;
+  std::unique_ptr<tlc::GpuDevice> device;
+  if (wanted == "cuda" || wanted == "auto") device = tlc::openCudaDevice(&whyCuda);
+  if (!device && (wanted == "hip" || wanted == "auto")) device = tlc::openHipDevice(&whyHip);
+  if (device) return tlc::createGpuBackend(std::move(device), options);
+  if (wanted == "auto") return tlc::createCpuBackend(threads);
+  throw tlc::Error(fmt::format("--target={}: no device: {}", wanted, wanted == "cuda" ? whyCuda : whyHip));
+}
+
 int runForward(const tlc::Program &program) {
-  if (target != "auto" && target != "cpu")
-    return fail(fmt::format("unknown --target '{}': use auto or cpu", target.getValue()));
   tlc::Weights weights = weightsPath.empty() ? tlc::Weights::random(program.parameters, seed)
                                              : tlc::Weights::loadSafetensors(weightsPath);
   if (!weightsPath.empty()) weights.checkAgainst(program.parameters, weightsPath);
   if (!saveWeightsPath.empty()) weights.saveSafetensors(saveWeightsPath);
 
-  auto backend = tlc::createCpuBackend(threads);
+  auto backend = makeBackend();
   backend->load(program, weights);
   std::vector<int32_t> tokens = tokensPath.empty() ? tlc::randomTokenIds(program, seed) : readTokens(tokensPath);
   tlc::ForwardResult result = backend->forward(tokens);
+  std::vector<double> times;
+  tlc::Profiler profiler(program, tlc::gpuReport(*backend) ? tlc::gpuReport(*backend)->device : "cpu");
+  for (int i = 0; i < std::max(1, iterations.getValue()) && (iterations > 1 || profile); ++i) {
+    tlc::ForwardResult timed = backend->forward(tokens);
+    times.push_back(timed.milliseconds);
+    if (profile) profiler.add(timed.kernelTimes);
+  }
+  if (!times.empty()) {
+    std::sort(times.begin(), times.end());
+    result.milliseconds = times[times.size() / 2];
+  }
 
   double checksum = 0, absSum = 0;
   for (float v : result.logits.data) {
@@ -161,11 +207,33 @@ int runForward(const tlc::Program &program) {
   printKernelCounts(program);
   fmt::print("  memory    activations {} planned ({} without reuse), weights {}\n",
              mib(backend->peakActivationBytes()), mib(tlc::unplannedBytes(program)), mib(backend->weightBytes()));
-  fmt::print("  forward   {:.1f} ms\n", result.milliseconds);
+  if (const tlc::GpuReport *gpu = tlc::gpuReport(*backend)) {
+    fmt::print("  device    {} ({}), peak device memory {} (arena {}, weights {}, workspace {})\n", gpu->device,
+               gpu->arch, mib(gpu->peakDeviceBytes), mib(gpu->arenaBytes), mib(gpu->weightBytes),
+               mib(gpu->workspaceBytes));
+    fmt::print("  jit       {}: {} kernels compiled, {} from cache, {:.2f} s\n", gpu->compiler, gpu->jit.compiled,
+               gpu->jit.cached, gpu->jit.seconds);
+    fmt::print("  forward   {:.3f} ms on the GPU ({}{})\n", result.milliseconds,
+               profile ? "launch by launch, profiled" : graph ? "graph replay" : "launch by launch",
+               times.size() > 1 ? fmt::format(", median of {}", times.size()) : "");
+  } else {
+    fmt::print("  forward   {:.1f} ms\n", result.milliseconds);
+  }
   fmt::print("  logits    [{}] sum {:.6f}, mean |x| {:.6f}\n", tlc::shapeString(result.logits.shape), checksum,
              absSum / double(result.logits.data.size()));
   fmt::print("  loss      {:.4f} (next-token cross-entropy on random tokens; ln {} = {:.4f})\n", result.loss,
              program.vocab, std::log(double(program.vocab)));
+  if (profile) {
+    if (!tlc::gpuReport(*backend)) return fail("--profile needs a GPU target (--target=cuda or hip)");
+    fmt::print("\n{}", profiler.table());
+    auto writeText = [](const std::string &path, const std::string &text) {
+      std::ofstream file(path, std::ios::binary | std::ios::trunc);
+      file << text;
+      if (!file) throw tlc::Error(fmt::format("cannot write '{}'", path));
+    };
+    if (!tracePath.empty()) writeText(tracePath, profiler.chromeTrace());
+    if (!statsCsvPath.empty()) writeText(statsCsvPath, profiler.statsCsv());
+  }
   return 0;
 }
 
@@ -215,9 +283,18 @@ int main(int argc, char **argv) {
     emit = Emit::Program;
 
   try {
-    if (emit != Emit::Program && !run && !printKernels) return 0;
+    if (emit != Emit::Program && emit != Emit::Hip && !run && !printKernels) return 0;
     auto program = tlc::buildProgram(*module, options);
     if (mlir::failed(program)) return 1;
+    tlc::emitHipKernels(*program);
+    if (emit == Emit::Hip) {
+      if (outputPath == "-") return fail("--emit=hip writes a directory: give -o dir/");
+      if (std::error_code error = llvm::sys::fs::create_directories(outputPath))
+        return fail(fmt::format("cannot create '{}': {}", outputPath.getValue(), error.message()));
+      int files = tlc::writeHipSources(*program, outputPath);
+      if (!writeOutput(outputPath + "/program.json", tlc::programToJson(*program))) return 1;
+      fmt::print(stderr, "tlc: wrote {} kernel sources and program.json to {}\n", files, outputPath.getValue());
+    }
     if (emit == Emit::Program) {
       std::string path = outputPath;
       if (path != "-" && (llvm::sys::fs::is_directory(path) || llvm::StringRef(path).ends_with("/"))) {

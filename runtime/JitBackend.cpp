@@ -1,0 +1,312 @@
+// The GPU backend: JIT-compiles the Program's kernels, places every buffer in device
+// memory (one arena as planned, one block of weights, one workspace for Locals, a
+// barrier word), and runs the forward as a captured graph or launch by launch.
+#include "runtime/JitBackend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <cstring>
+#include <map>
+
+#include "runtime/Error.h"
+#include "runtime/MemoryPlanner.h"
+#include "runtime/Tensor.h"
+
+namespace tlc {
+namespace {
+
+bool isPlanned(Storage storage) {
+  return storage == Storage::Input || storage == Storage::Output || storage == Storage::Activation;
+}
+
+int64_t alignUp(int64_t bytes, int64_t alignment = 256) { return (bytes + alignment - 1) / alignment * alignment; }
+
+class GpuBackend : public Backend {
+public:
+  GpuBackend(std::unique_ptr<GpuDevice> device, const GpuOptions &options)
+      : device_(std::move(device)), options_(options) {
+    report_.device = device_->name();
+    report_.arch = device_->arch();
+  }
+  ~GpuBackend() override { freeAll(); }
+
+  std::string name() const override { return device_->vendor(); }
+
+  void load(const Program &program, const Weights &weights) override {
+    freeAll();
+    validateProgram(program);
+    program_ = program;
+    bool unplanned = false;
+    for (const Value &value : program_.values)
+      if (isPlanned(value.storage) && value.offset < 0) unplanned = true;
+    if (unplanned) planMemory(program_);
+    for (const Kernel &kernel : program_.kernels)
+      if (kernel.entry.empty() || kernel.source.empty())
+        throw Error(fmt::format("{} backend: kernel '{}' has no GPU source; the Program must come from the HIP "
+                                "emitter (tlc does this; a program.json written by tlc --emit=program has it)",
+                                device_->vendor(), kernel.name));
+    weights.checkAgainst(program_.parameters, device_->vendor() + " backend");
+    size_t usedBefore = device_->usedBytes();
+
+    // JIT, each distinct source once.
+    auto compiler = device_->compiler();
+    report_.compiler = compiler->version();
+    std::vector<JitSource> sources;
+    std::map<std::string, size_t> indexOfEntry;
+    for (const Kernel &kernel : program_.kernels)
+      if (indexOfEntry.emplace(kernel.entry, sources.size()).second) sources.push_back({kernel.entry, kernel.source});
+    JitOptions jit;
+    jit.arch = device_->arch();
+    jit.useCache = options_.useCache;
+    jit.progress = options_.verbose;
+    std::vector<std::string> binaries = jitCompileAll(*compiler, sources, jit, &report_.jit);
+    std::map<std::string, GpuDevice::Function> functions;
+    for (const auto &[entry, index] : indexOfEntry) functions[entry] = device_->load(binaries[index], entry);
+
+    // Device memory.
+    arena_ = static_cast<char *>(device_->allocate(size_t(std::max<int64_t>(program_.arenaBytes, 1))));
+    workspace_ = static_cast<char *>(device_->allocate(size_t(std::max<int64_t>(program_.workspaceBytes, 1))));
+    barrier_ = static_cast<char *>(device_->allocate(256));
+    device_->fill(barrier_, 0, 256);
+    uploadWeights(weights);
+    report_.arenaBytes = program_.arenaBytes;
+    report_.workspaceBytes = program_.workspaceBytes;
+
+    // Launches.
+    launches_.clear();
+    for (const Kernel &kernel : program_.kernels) {
+      Launch launch;
+      launch.entry = kernel.entry;
+      launch.function = functions[kernel.entry];
+      for (int id : kernel.inputs) launch.pointers.push_back(pointerOf(id));
+      for (int id : kernel.outputs) launch.pointers.push_back(pointerOf(id));
+      launch.pointers.push_back(workspace_);
+      launch.pointers.push_back(barrier_);
+      int threads = kernel.blockThreads > 0 ? kernel.blockThreads : 256;
+      launch.threads = threads;
+      int perSM = device_->blocksPerMultiprocessor(launch.function, threads);
+      if (perSM < 1)
+        throw Error(fmt::format("{} backend: kernel '{}' cannot run a single block of {} threads on {}",
+                                device_->vendor(), kernel.entry, threads, device_->name()));
+      int64_t resident = int64_t(perSM) * device_->multiprocessors();
+      launch.cooperative = kernel.phases > 1;
+      // A kernel with grid-wide barriers needs all its blocks resident at once; others
+      // loop over their work with any grid.
+      launch.blocks = std::max<int64_t>(1, std::min(kernel.gridBlocks, launch.cooperative ? resident : resident * 4));
+      launches_.push_back(std::move(launch));
+    }
+    for (Launch &launch : launches_)
+      for (void *&pointer : launch.pointers) launch.args.push_back(&pointer);
+    start_ = device_->createEvent();
+    end_ = device_->createEvent();
+    graph_ = nullptr;
+    device_->synchronize();
+    size_t usedAfter = device_->usedBytes();
+    report_.peakDeviceBytes = int64_t(usedAfter > usedBefore ? usedAfter - usedBefore : 0);
+    loaded_ = true;
+  }
+
+  ForwardResult forward(const std::vector<int32_t> &tokenIds) override {
+    if (!loaded_) throw Error(device_->vendor() + " backend: forward called before load");
+    checkTokenIds(program_, tokenIds);
+    // 0xFF bytes read as NaN in f32 and bf16: a value read before it is written shows,
+    // and stale outputs of an earlier run cannot pass for new ones.
+    device_->fill(arena_, 0xff, size_t(program_.arenaBytes));
+    device_->fill(workspace_, 0xff, size_t(std::max<int64_t>(program_.workspaceBytes, 1)));
+    const Value &ids = program_.storageOf(program_.inputs[0]);
+    device_->copyToDevice(arena_ + ids.offset, tokenIds.data(), tokenIds.size() * 4);
+
+    ForwardResult result;
+    if (options_.profile) {
+      std::vector<std::pair<void *, void *>> events(launches_.size());
+      while (profileEvents_.size() < launches_.size())
+        profileEvents_.push_back({device_->createEvent(), device_->createEvent()});
+      device_->record(start_);
+      for (size_t k = 0; k < launches_.size(); ++k) {
+        device_->record(profileEvents_[k].first);
+        run(launches_[k]);
+        device_->record(profileEvents_[k].second);
+      }
+      device_->record(end_);
+      for (size_t k = 0; k < launches_.size(); ++k)
+        result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[k].first, profileEvents_[k].second)});
+    } else if (options_.graph && graphUsable_) {
+      if (!graph_) capture();
+      device_->record(start_);
+      if (graph_) device_->replay(graph_);
+      else runAll();
+      device_->record(end_);
+    } else {
+      device_->record(start_);
+      runAll();
+      device_->record(end_);
+    }
+    result.milliseconds = device_->elapsedMs(start_, end_);
+    device_->synchronize();
+
+    const Value &logits = program_.value(program_.outputs[0]);
+    result.logits.shape = logits.shape;
+    result.logits.data = readAsFloats(logits.id);
+    result.loss = program_.outputs.size() > 1 ? readAsFloats(program_.outputs[1])[0]
+                                              : std::numeric_limits<float>::quiet_NaN();
+    return result;
+  }
+
+  int64_t peakActivationBytes() const override { return program_.arenaBytes; }
+  int64_t weightBytes() const override { return report_.weightBytes; }
+
+  const GpuReport &report() const { return report_; }
+
+private:
+  struct Launch {
+    std::string entry;
+    GpuDevice::Function function = nullptr;
+    std::vector<void *> pointers;
+    std::vector<void *> args;
+    int64_t blocks = 1;
+    int threads = 256;
+    bool cooperative = false;
+  };
+
+  void run(const Launch &launch) {
+    device_->launch(launch.function, launch.entry, launch.blocks, launch.threads,
+                    const_cast<void **>(launch.args.data()), launch.cooperative);
+  }
+  void runAll() {
+    for (const Launch &launch : launches_) run(launch);
+  }
+
+  // Graph capture of the whole forward; if the driver refuses (say, a cooperative
+  // launch it cannot capture), launches go one by one and a note says so.
+  void capture() {
+    try {
+      device_->beginCapture();
+      try {
+        runAll();
+      } catch (...) {
+        try {
+          device_->endCapture();
+        } catch (...) {
+        }
+        throw;
+      }
+      graph_ = device_->endCapture();
+    } catch (const Error &error) {
+      graphUsable_ = false;
+      graph_ = nullptr;
+      fmt::print(stderr, "tlc: note: graph capture failed, launching kernels one by one: {}\n", error.what());
+    }
+  }
+
+  void *pointerOf(int id) {
+    const Value &base = program_.storageOf(id);
+    if (base.storage == Storage::Weight) return weightPointer_.at(base.id);
+    if (!isPlanned(base.storage))
+      throw Error(fmt::format("{} backend: value '{}' is passed to a kernel but has no memory ({})", device_->vendor(),
+                              base.name, storageName(base.storage)));
+    return arena_ + base.offset;
+  }
+
+  // Each Weight value is its keys' tensors concatenated along dim 0, stored in its own
+  // dtype (rounded to bf16 as the CPU reference does); values with the same keys share.
+  void uploadWeights(const Weights &weights) {
+    std::map<std::pair<std::vector<std::string>, DType>, int64_t> offsetOf;
+    std::vector<std::pair<int64_t, std::vector<char>>> blobs;
+    int64_t total = 0;
+    std::map<int, int64_t> offsets;
+    for (const Value &value : program_.values) {
+      if (value.storage != Storage::Weight) continue;
+      auto key = std::make_pair(value.weightKeys, value.dtype);
+      auto found = offsetOf.find(key);
+      if (found == offsetOf.end()) {
+        std::vector<float> data;
+        data.reserve(size_t(value.numElements()));
+        for (const std::string &weightKey : value.weightKeys) {
+          const Tensor &tensor = weights.at(weightKey);
+          data.insert(data.end(), tensor.data.begin(), tensor.data.end());
+        }
+        if (int64_t(data.size()) != value.numElements())
+          throw Error(fmt::format("{} backend: weight '{}' needs {} elements ({}) but its keys hold {}",
+                                  device_->vendor(), value.name, value.numElements(), shapeString(value.shape),
+                                  data.size()));
+        std::vector<char> bytes(size_t(value.bytes()));
+        if (value.dtype == DType::BF16) {
+          auto *halves = reinterpret_cast<uint16_t *>(bytes.data());
+          for (size_t i = 0; i < data.size(); ++i) halves[i] = floatToBf16(data[i]);
+        } else {
+          if (program_.dtype == DType::BF16)
+            for (float &element : data) element = bf16ToFloat(floatToBf16(element));
+          std::memcpy(bytes.data(), data.data(), bytes.size());
+        }
+        found = offsetOf.emplace(key, total).first;
+        blobs.emplace_back(total, std::move(bytes));
+        total = alignUp(total + value.bytes());
+      }
+      offsets[value.id] = found->second;
+    }
+    weights_ = static_cast<char *>(device_->allocate(size_t(std::max<int64_t>(total, 1))));
+    for (const auto &[offset, bytes] : blobs) device_->copyToDevice(weights_ + offset, bytes.data(), bytes.size());
+    for (const auto &[id, offset] : offsets) weightPointer_[id] = weights_ + offset;
+    report_.weightBytes = total;
+  }
+
+  std::vector<float> readAsFloats(int id) {
+    const Value &value = program_.value(id);
+    const Value &base = program_.storageOf(id);
+    size_t count = size_t(value.numElements());
+    std::vector<float> data(count);
+    if (base.dtype == DType::BF16) {
+      std::vector<uint16_t> halves(count);
+      device_->copyToHost(halves.data(), arena_ + base.offset, count * 2);
+      for (size_t i = 0; i < count; ++i) data[i] = bf16ToFloat(halves[i]);
+    } else if (base.dtype == DType::F32) {
+      device_->copyToHost(data.data(), arena_ + base.offset, count * 4);
+    } else {
+      std::vector<int32_t> integers(count);
+      device_->copyToHost(integers.data(), arena_ + base.offset, count * 4);
+      for (size_t i = 0; i < count; ++i) data[i] = float(integers[i]);
+    }
+    return data;
+  }
+
+  void freeAll() {
+    if (!device_) return;
+    device_->release(arena_);
+    device_->release(workspace_);
+    device_->release(barrier_);
+    device_->release(weights_);
+    arena_ = workspace_ = barrier_ = weights_ = nullptr;
+    weightPointer_.clear();
+    loaded_ = false;
+  }
+
+  std::unique_ptr<GpuDevice> device_;
+  GpuOptions options_;
+  Program program_;
+  bool loaded_ = false;
+  char *arena_ = nullptr, *workspace_ = nullptr, *barrier_ = nullptr, *weights_ = nullptr;
+  std::map<int, void *> weightPointer_;
+  std::vector<Launch> launches_;
+  void *start_ = nullptr, *end_ = nullptr, *graph_ = nullptr;
+  bool graphUsable_ = true;
+  std::vector<std::pair<void *, void *>> profileEvents_;
+  GpuReport report_;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> createGpuBackend(std::unique_ptr<GpuDevice> device, const GpuOptions &options) {
+  if (!device) throw Error("createGpuBackend: no device");
+  return std::make_unique<GpuBackend>(std::move(device), options);
+}
+
+const GpuReport *gpuReport(const Backend &backend) {
+  // Only GpuBackend answers to these names (no dynamic_cast: the tools build without RTTI).
+  if (backend.name() != "cuda" && backend.name() != "hip") return nullptr;
+  return &static_cast<const GpuBackend &>(backend).report();
+}
+
+} // namespace tlc

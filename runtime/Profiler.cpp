@@ -1,0 +1,139 @@
+#include "runtime/Profiler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace tlc {
+
+DeviceRoofline rooflineOf(const std::string &deviceName) {
+  // Dense peaks from the vendors' data sheets.
+  struct Entry {
+    const char *match, *part;
+    double bf16, fp32, tbs;
+  };
+  static const Entry table[] = {
+      {"H200", "H200", 989, 67, 4.8},          {"H100 PCIe", "H100 PCIe", 756, 51, 2.0},
+      {"H100", "H100 SXM", 989, 67, 3.35},     {"A100", "A100 SXM", 312, 19.5, 2.0},
+      {"MI300X", "MI300X", 1307, 163, 5.3},    {"MI325X", "MI325X", 1307, 163, 6.0},
+      {"MI250X", "MI250X", 383, 95.7, 3.2},    {"MI210", "MI210", 181, 45.3, 1.6},
+  };
+  for (const Entry &entry : table)
+    if (deviceName.find(entry.match) != std::string::npos) return {entry.part, entry.bf16, entry.fp32, entry.tbs};
+  return {};
+}
+
+Profiler::Profiler(const Program &program, std::string deviceName) : program_(program), device_(std::move(deviceName)) {}
+
+void Profiler::add(const std::vector<KernelTiming> &times) { runs_.push_back(times); }
+
+std::vector<KernelStats> Profiler::stats() const {
+  std::map<std::string, KernelStats> byName;
+  for (const auto &run : runs_)
+    for (const KernelTiming &timing : run) {
+      const Kernel &kernel = program_.kernels.at(size_t(timing.kernel));
+      const std::string &name = kernel.entry.empty() ? kernel.name : kernel.entry;
+      KernelStats &stats = byName[name];
+      if (stats.calls == 0) {
+        stats.name = name;
+        stats.minMs = stats.maxMs = timing.milliseconds;
+        stats.flops = kernel.flops;
+        stats.bytes = kernel.minBytes;
+      }
+      ++stats.calls;
+      stats.totalMs += timing.milliseconds;
+      stats.minMs = std::min(stats.minMs, timing.milliseconds);
+      stats.maxMs = std::max(stats.maxMs, timing.milliseconds);
+    }
+  std::vector<KernelStats> result;
+  for (auto &entry : byName) result.push_back(entry.second);
+  std::sort(result.begin(), result.end(), [](const KernelStats &a, const KernelStats &b) { return a.totalMs > b.totalMs; });
+  return result;
+}
+
+std::string Profiler::table() const {
+  DeviceRoofline roof = rooflineOf(device_);
+  double peakTflops = program_.dtype == DType::BF16 ? roof.bf16Tflops : roof.fp32Tflops;
+  std::vector<KernelStats> all = stats();
+  double total = 0;
+  for (const KernelStats &s : all) total += s.totalMs;
+  std::ostringstream out;
+  out << fmt::format("profile: {} forward{} on {} ({}), {} launches per forward, {:.3f} ms of kernels per forward\n",
+                     runs_.size(), runs_.size() == 1 ? "" : "s", device_,
+                     roof.part.empty() ? "roofline unknown"
+                                       : fmt::format("roofline {} TFLOP/s {}, {} TB/s", peakTflops,
+                                                     program_.dtype == DType::BF16 ? "bf16" : "fp32", roof.bandwidthTBs),
+                     runs_.empty() ? 0 : runs_[0].size(), runs_.empty() ? 0.0 : total / double(runs_.size()));
+  out << fmt::format("{:<60} {:>6} {:>10} {:>9} {:>6} {:>8} {:>8} {:>7}\n", "kernel", "calls", "total ms", "mean us",
+                     "share", "TFLOP/s", "GB/s", "roof%");
+  for (const KernelStats &s : all) {
+    double meanSeconds = s.totalMs / double(s.calls) / 1e3;
+    double tflops = meanSeconds > 0 ? double(s.flops) / meanSeconds / 1e12 : 0;
+    double gbs = meanSeconds > 0 ? double(s.bytes) / meanSeconds / 1e9 : 0;
+    std::string roofText = "-";
+    if (peakTflops > 0 && meanSeconds > 0) {
+      double ideal = std::max(double(s.flops) / (peakTflops * 1e12), double(s.bytes) / (roof.bandwidthTBs * 1e12));
+      roofText = fmt::format("{:.1f}", 100 * ideal / meanSeconds);
+    }
+    std::string name = s.name.size() > 60 ? s.name.substr(0, 57) + "..." : s.name;
+    out << fmt::format("{:<60} {:>6} {:>10.3f} {:>9.1f} {:>5.1f}% {:>8.2f} {:>8.1f} {:>7}\n", name, s.calls, s.totalMs,
+                       meanSeconds * 1e6, total > 0 ? 100 * s.totalMs / total : 0.0, tflops, gbs, roofText);
+  }
+  return out.str();
+}
+
+std::string Profiler::chromeTrace() const {
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", "tlc " + device_}}}});
+  double clock = 0;  // microseconds; each forward starts where the last ended
+  for (size_t r = 0; r < runs_.size(); ++r) {
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", int(r + 1)},
+                      {"args", {{"name", fmt::format("forward {}", r)}}}});
+    for (const KernelTiming &timing : runs_[r]) {
+      const Kernel &kernel = program_.kernels.at(size_t(timing.kernel));
+      double duration = timing.milliseconds * 1e3;
+      events.push_back({{"name", kernel.entry.empty() ? kernel.name : kernel.entry},
+                        {"cat", "kernel"},
+                        {"ph", "X"},
+                        {"pid", 1},
+                        {"tid", int(r + 1)},
+                        {"ts", clock},
+                        {"dur", duration},
+                        {"args", {{"index", timing.kernel}, {"layer", kernel.layer}, {"flops", kernel.flops},
+                                  {"min_bytes", kernel.minBytes}}}});
+      clock += duration;
+    }
+  }
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ns"}}.dump(1) + "\n";
+}
+
+std::string Profiler::statsCsv() const {
+  std::vector<KernelStats> all = stats();
+  double total = 0;
+  for (const KernelStats &s : all) total += s.totalMs;
+  // Per-kernel sample standard deviation needs every sample.
+  std::map<std::string, std::vector<double>> samples;
+  for (const auto &run : runs_)
+    for (const KernelTiming &timing : run) {
+      const Kernel &kernel = program_.kernels.at(size_t(timing.kernel));
+      samples[kernel.entry.empty() ? kernel.name : kernel.entry].push_back(timing.milliseconds * 1e6);
+    }
+  std::ostringstream out;
+  out << "\"Name\",\"Calls\",\"TotalDurationNs\",\"AverageNs\",\"Percentage\",\"MinNs\",\"MaxNs\",\"StdDev\"\n";
+  for (const KernelStats &s : all) {
+    const std::vector<double> &x = samples[s.name];
+    double mean = s.totalMs * 1e6 / double(s.calls), variance = 0;
+    for (double v : x) variance += (v - mean) * (v - mean);
+    double stddev = x.size() > 1 ? std::sqrt(variance / double(x.size() - 1)) : 0;
+    out << fmt::format("\"{}\",{},{:.0f},{:.1f},{:.6f},{:.0f},{:.0f},{:.3f}\n", s.name, s.calls, s.totalMs * 1e6, mean,
+                       total > 0 ? 100 * s.totalMs / total : 0.0, s.minMs * 1e6, s.maxMs * 1e6, stddev);
+  }
+  return out.str();
+}
+
+} // namespace tlc
