@@ -1,0 +1,71 @@
+// Every generated kernel of every level, dtype and model file compiles with NVRTC for
+// sm_90 and hipRTC for gfx90a. Identical kernels are compiled once; compiles run in
+// parallel; the cache is off so the compilers really run.
+#include "compiler/HipEmitter.h"
+#include "runtime/Jit.h"
+#include "tools/Compile.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+
+namespace tlc {
+namespace {
+
+// Small batch and sequence keep the Programs quick to build; kernel structure does not
+// depend on them.
+std::vector<JitSource> allKernelSources() {
+  std::map<std::string, std::string> byEntry;
+  for (const char *model : {"tinyllama.tl", "tinyllama-1.1b.tl"})
+    for (const char *dtype : {"f32", "bf16"})
+      for (int level = 0; level <= 3; ++level) {
+        CompileOptions options{level, 2, 16, dtype};
+        Program program = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, options);
+        emitHipKernels(program);
+        for (const Kernel &kernel : program.kernels) byEntry.emplace(kernel.entry + "@" + model, kernel.source);
+      }
+  std::vector<JitSource> sources;
+  std::map<std::string, bool> seen;
+  for (const auto &[key, source] : byEntry)
+    if (!seen[source]) {
+      seen[source] = true;
+      sources.push_back({key.substr(0, key.find('@')), source});
+    }
+  return sources;
+}
+
+const std::vector<JitSource> &sources() {
+  static const std::vector<JitSource> all = allKernelSources();
+  return all;
+}
+
+void compileAll(const JitCompiler &compiler, const std::string &arch) {
+  JitOptions options;
+  options.arch = arch;
+  options.useCache = false;
+  options.progress = false;
+  JitStats stats;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> binaries = jitCompileAll(compiler, sources(), options, &stats);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(binaries.size(), sources().size());
+  for (size_t i = 0; i < binaries.size(); ++i) EXPECT_FALSE(binaries[i].empty()) << sources()[i].entry;
+  std::printf("%s compiled %zu distinct kernels for %s in %.1f s\n", compiler.version().c_str(), sources().size(),
+              arch.c_str(), seconds);
+}
+
+TEST(KernelCompile, EveryKernelCompilesWithNvrtcForSm90) {
+  std::unique_ptr<JitCompiler> nvrtc;
+  ASSERT_NO_THROW(nvrtc = createNvrtcCompiler()) << "NVRTC must be installed where the tests run";
+  compileAll(*nvrtc, "sm_90");
+}
+
+TEST(KernelCompile, EveryKernelCompilesWithHiprtcForGfx90a) {
+  std::unique_ptr<JitCompiler> hiprtc;
+  ASSERT_NO_THROW(hiprtc = createHiprtcCompiler()) << "hipRTC (libamdhip64-dev) must be installed where the tests run";
+  compileAll(*hiprtc, "gfx90a");
+}
+
+} // namespace
+} // namespace tlc
