@@ -27,7 +27,7 @@ endif()
 # never calls this, so its sources cannot include MLIR.
 function(tlc_use_mlir target)
   target_include_directories(${target} SYSTEM PUBLIC ${LLVM_INCLUDE_DIRS} ${MLIR_INCLUDE_DIRS})
-  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR})
   target_compile_definitions(${target} PUBLIC ${LLVM_DEFINITIONS})
   if(NOT LLVM_ENABLE_RTTI)
     target_compile_options(${target} PRIVATE -fno-rtti)

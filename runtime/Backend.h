@@ -41,6 +41,18 @@ public:
 // threads = 0: one per hardware thread.
 std::unique_ptr<Backend> createCpuBackend(int threads = 0);
 
+struct BackendOptions {
+  std::string target = "auto";  // auto, cuda, hip or cpu
+  int cpuThreads = 0;
+  bool useCache = true;         // GPU: the on-disk JIT cache
+  bool graph = true;            // GPU: replay the forward as one captured graph
+  bool profile = false;         // GPU: time every launch
+};
+
+// auto takes a GPU when one answers (CUDA, then HIP), else the CPU. Throws tlc::Error
+// for an unknown target, or a GPU target with no device (saying why).
+std::unique_ptr<Backend> createBackend(const BackendOptions &options);
+
 // Checks token ids against the Program (count = batch * seq, each in [0, vocab)).
 void checkTokenIds(const Program &program, const std::vector<int32_t> &tokenIds);
 

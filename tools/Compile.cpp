@@ -1,5 +1,6 @@
 #include "tools/Compile.h"
 
+#include "compiler/HipEmitter.h"
 #include "compiler/ModelIO.h"
 #include "compiler/ProgramLowering.h"
 #include "passes/Passes.h"
@@ -58,6 +59,7 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
   auto program = lowerToProgram(module, {options.optLevel, pipelineText(options)});
   if (mlir::failed(program)) return mlir::failure();
   planMemory(*program);
+  emitHipKernels(*program);
   return program;
 }
 

@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "runtime/Program.h"
+#include "tlc/tlc.h"  // CompileOptions, compileModelFile
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -13,14 +13,7 @@
 
 namespace tlc {
 
-struct CompileOptions {
-  int optLevel = 0;
-  int64_t batch = 1;
-  int64_t seqLen = 128;
-  std::string dtype = "f32";
-};
-
-// The textual pipeline a level runs, as `tl-opt --pass-pipeline=` accepts it.
+// The passes a level runs, in order (tl-specialize with its options): what tlc prints.
 std::string pipelineText(const CompileOptions &options);
 
 // Specializes and optimizes `module` in place. `configure` may add instrumentation
@@ -28,11 +21,8 @@ std::string pipelineText(const CompileOptions &options);
 mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &options,
                                    const std::function<void(mlir::PassManager &)> &configure = {});
 
-// Lowers and plans memory: the Program the runtime loads.
+// Lowers, plans memory and generates the HIP kernels: the Program the runtime loads.
 mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options);
 
-// Everything above on a file; diagnostics go to `diagnostics` (file:line:col: error: ...).
-// Throws tlc::Error carrying the diagnostics on failure.
-Program compileModelFile(const std::string &path, const CompileOptions &options);
 
 } // namespace tlc

@@ -157,21 +157,13 @@ void printKernelTable(const tlc::Program &program) {
 
 // The backend --target asks for; auto takes a GPU when one answers, else the CPU.
 std::unique_ptr<tlc::Backend> makeBackend() {
-  std::string wanted = target;
-  if (wanted != "auto" && wanted != "cpu" && wanted != "cuda" && wanted != "hip")
-    throw tlc::Error(fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", wanted));
-  if (wanted == "cpu") return tlc::createCpuBackend(threads);
-  tlc::GpuOptions options;
+  tlc::BackendOptions options;
+  options.target = target;
+  options.cpuThreads = threads;
   options.useCache = !noCache;
-  options.graph = graph && !profile;
+  options.graph = graph;
   options.profile = profile;
-  std::string whyCuda, whyHip;
-  std::unique_ptr<tlc::GpuDevice> device;
-  if (wanted == "cuda" || wanted == "auto") device = tlc::openCudaDevice(&whyCuda);
-  if (!device && (wanted == "hip" || wanted == "auto")) device = tlc::openHipDevice(&whyHip);
-  if (device) return tlc::createGpuBackend(std::move(device), options);
-  if (wanted == "auto") return tlc::createCpuBackend(threads);
-  throw tlc::Error(fmt::format("--target={}: no device: {}", wanted, wanted == "cuda" ? whyCuda : whyHip));
+  return tlc::createBackend(options);
 }
 
 int runForward(const tlc::Program &program) {
@@ -286,7 +278,6 @@ int main(int argc, char **argv) {
     if (emit != Emit::Program && emit != Emit::Hip && !run && !printKernels) return 0;
     auto program = tlc::buildProgram(*module, options);
     if (mlir::failed(program)) return 1;
-    tlc::emitHipKernels(*program);
     if (emit == Emit::Hip) {
       if (outputPath == "-") return fail("--emit=hip writes a directory: give -o dir/");
       if (std::error_code error = llvm::sys::fs::create_directories(outputPath))

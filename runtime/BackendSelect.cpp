@@ -1,0 +1,28 @@
+// Picks the backend a --target names.
+#include "runtime/Backend.h"
+#include "runtime/Error.h"
+#include "runtime/JitBackend.h"
+
+#include <fmt/format.h>
+
+namespace tlc {
+
+std::unique_ptr<Backend> createBackend(const BackendOptions &options) {
+  const std::string &wanted = options.target;
+  if (wanted != "auto" && wanted != "cpu" && wanted != "cuda" && wanted != "hip")
+    throw Error(fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", wanted));
+  if (wanted == "cpu") return createCpuBackend(options.cpuThreads);
+  GpuOptions gpu;
+  gpu.useCache = options.useCache;
+  gpu.graph = options.graph && !options.profile;
+  gpu.profile = options.profile;
+  std::string whyCuda, whyHip;
+  std::unique_ptr<GpuDevice> device;
+  if (wanted == "cuda" || wanted == "auto") device = openCudaDevice(&whyCuda);
+  if (!device && (wanted == "hip" || wanted == "auto")) device = openHipDevice(&whyHip);
+  if (device) return createGpuBackend(std::move(device), gpu);
+  if (wanted == "auto") return createCpuBackend(options.cpuThreads);
+  throw Error(fmt::format("--target={}: no device: {}", wanted, wanted == "cuda" ? whyCuda : whyHip));
+}
+
+} // namespace tlc
