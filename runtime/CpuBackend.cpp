@@ -119,17 +119,7 @@ private:
       auto key = std::make_pair(value.weightKeys, roundToBf16);
       auto found = weightStore_.find(key);
       if (found == weightStore_.end()) {
-        std::vector<float> data;
-        data.reserve(size_t(value.numElements()));
-        for (const std::string &weightKey : value.weightKeys) {
-          const Tensor &tensor = weights.at(weightKey);
-          data.insert(data.end(), tensor.data.begin(), tensor.data.end());
-        }
-        if (int64_t(data.size()) != value.numElements())
-          throw Error(fmt::format("cpu backend: weight '{}' needs {} elements ({}) but its keys "
-                                  "hold {}",
-                                  value.name, value.numElements(), shapeString(value.shape),
-                                  data.size()));
+        std::vector<float> data = weights.concatenated(value, "cpu");
         if (roundToBf16)
           for (float &element : data) element = bf16ToFloat(floatToBf16(element));
         found = weightStore_.emplace(key, std::move(data)).first;

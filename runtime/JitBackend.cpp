@@ -222,16 +222,7 @@ private:
       auto key = std::make_pair(value.weightKeys, value.dtype);
       auto found = offsetOf.find(key);
       if (found == offsetOf.end()) {
-        std::vector<float> data;
-        data.reserve(size_t(value.numElements()));
-        for (const std::string &weightKey : value.weightKeys) {
-          const Tensor &tensor = weights.at(weightKey);
-          data.insert(data.end(), tensor.data.begin(), tensor.data.end());
-        }
-        if (int64_t(data.size()) != value.numElements())
-          throw Error(fmt::format("{} backend: weight '{}' needs {} elements ({}) but its keys hold {}",
-                                  device_->vendor(), value.name, value.numElements(), shapeString(value.shape),
-                                  data.size()));
+        std::vector<float> data = weights.concatenated(value, device_->vendor());
         std::vector<char> bytes(size_t(value.bytes()));
         if (value.dtype == DType::BF16) {
           auto *halves = reinterpret_cast<uint16_t *>(bytes.data());

@@ -96,4 +96,17 @@ void Weights::checkAgainst(const std::vector<Parameter> &parameters,
   throw Error(message);
 }
 
+std::vector<float> Weights::concatenated(const Value &value, const std::string &backend) const {
+  std::vector<float> data;
+  data.reserve(size_t(value.numElements()));
+  for (const std::string &key : value.weightKeys) {
+    const Tensor &tensor = at(key);
+    data.insert(data.end(), tensor.data.begin(), tensor.data.end());
+  }
+  if (int64_t(data.size()) != value.numElements())
+    throw Error(fmt::format("{} backend: weight '{}' needs {} elements ({}) but its keys hold {}", backend,
+                            value.name, value.numElements(), shapeString(value.shape), data.size()));
+  return data;
+}
+
 } // namespace tlc

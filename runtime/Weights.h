@@ -25,6 +25,11 @@ public:
   void checkAgainst(const std::vector<Parameter> &parameters, const std::string &origin) const;
 
   const Tensor &at(const std::string &key) const;  // throws tlc::Error when missing
+
+  // The data of a Program's Weight value: its keys' tensors concatenated along dim 0
+  // (one key, or several after QKV merge / gate-up merge). Throws tlc::Error, naming
+  // `backend`, when they do not add up to the value's shape.
+  std::vector<float> concatenated(const Value &value, const std::string &backend) const;
   bool contains(const std::string &key) const { return tensors_.count(key) != 0; }
   void set(const std::string &key, Tensor tensor) { tensors_[key] = std::move(tensor); }
   const std::map<std::string, Tensor> &all() const { return tensors_; }
