@@ -6,8 +6,31 @@
 
 #include "compiler/TlDialect.cpp.inc"
 
+// What a projection's weight computes: "q_proj", "logits" for the output head, and for
+// merged weights their parts: "qkv", "gate_up".
+static std::string projectionName(mlir::Value weight) {
+  if (auto single = weight.getDefiningOp<tl::WeightOp>()) {
+    llvm::StringRef key = single.getKey();
+    key.consume_back(".weight");
+    llvm::StringRef name = key.rsplit('.').second.empty() ? key : key.rsplit('.').second;
+    return name == "embed_tokens" || name == "lm_head" ? "logits" : name.str();
+  }
+  if (auto concat = weight.getDefiningOp<tl::ConcatOp>()) {
+    llvm::SmallVector<std::string> parts;
+    bool letters = true;
+    for (mlir::Value input : concat.getInputs()) {
+      std::string part = projectionName(input);
+      if (llvm::StringRef(part).ends_with("_proj")) part.resize(part.size() - 5);
+      letters &= part.size() == 1;
+      parts.push_back(part);
+    }
+    return llvm::join(parts, letters ? "" : "_");
+  }
+  return "";
+}
+
 void tl::nameResults(mlir::Operation *op, mlir::OpAsmSetValueNameFn setName) {
-  if (op->getNumResults() != 1) return;
+  if (op->getNumResults() == 0) return;
   if (auto weight = llvm::dyn_cast<WeightOp>(op)) {
     llvm::StringRef key = weight.getKey();
     key.consume_front("model.");
@@ -15,16 +38,12 @@ void tl::nameResults(mlir::Operation *op, mlir::OpAsmSetValueNameFn setName) {
     setName(op->getResult(0), key);
     return;
   }
-  // A projection is named by its weight: %q_proj, %gate_proj, %logits.
-  if (auto linear = llvm::dyn_cast<LinearOp>(op))
-    if (auto weight = linear.getWeight().getDefiningOp<WeightOp>()) {
-      llvm::StringRef key = weight.getKey();
-      key.consume_back(".weight");
-      llvm::StringRef name = key.rsplit('.').second.empty() ? key : key.rsplit('.').second;
-      setName(op->getResult(0), name == "embed_tokens" || name == "lm_head" ? "logits" : name);
-      return;
-    }
-  setName(op->getResult(0), op->getName().stripDialect());
+  std::string name;
+  if (auto linear = llvm::dyn_cast<LinearOp>(op)) name = projectionName(linear.getWeight());
+  else if (auto fused = llvm::dyn_cast<FusedLinearOp>(op)) name = projectionName(fused.getWeight());
+  else if (auto concat = llvm::dyn_cast<ConcatOp>(op)) name = "w_" + projectionName(concat.getResult());
+  if (name.empty() || name == "w_") name = op->getName().stripDialect().str();
+  setName(op->getResult(0), name);
 }
 
 void tl::TlDialect::initialize() {

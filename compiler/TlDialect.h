@@ -15,7 +15,7 @@
 
 namespace tl {
 // Printed result names: a weight is named by its key (`%layers.0.self_attn.q_proj`),
-// a projection by its weight (`%q_proj`), any other op by its mnemonic (`%rope_3`).
+// a projection by its weight (`%q_proj`, `%qkv`), any other op by its mnemonic (`%rope_3`).
 void nameResults(mlir::Operation *op, mlir::OpAsmSetValueNameFn setName);
 } // namespace tl
 
