@@ -23,10 +23,6 @@
 namespace tlc {
 namespace {
 
-bool isPlanned(Storage storage) {
-  return storage == Storage::Input || storage == Storage::Output || storage == Storage::Activation;
-}
-
 double millisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
@@ -42,10 +38,7 @@ public:
     loaded_ = false;
     validateProgram(program);
     program_ = program;
-    bool unplanned = false;
-    for (const Value &value : program_.values)
-      if (isPlanned(value.storage) && value.offset < 0) unplanned = true;
-    if (unplanned) planMemory(program_);
+    planMemoryIfNeeded(program_);
     checkInterface();
 
     weights.checkAgainst(program_.parameters, "cpu backend");

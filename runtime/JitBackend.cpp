@@ -18,10 +18,6 @@
 namespace tlc {
 namespace {
 
-bool isPlanned(Storage storage) {
-  return storage == Storage::Input || storage == Storage::Output || storage == Storage::Activation;
-}
-
 int64_t alignUp(int64_t bytes, int64_t alignment = 256) { return (bytes + alignment - 1) / alignment * alignment; }
 
 class GpuBackend : public Backend {
@@ -39,10 +35,7 @@ public:
     freeAll();
     validateProgram(program);
     program_ = program;
-    bool unplanned = false;
-    for (const Value &value : program_.values)
-      if (isPlanned(value.storage) && value.offset < 0) unplanned = true;
-    if (unplanned) planMemory(program_);
+    planMemoryIfNeeded(program_);
     for (const Kernel &kernel : program_.kernels)
       if (kernel.entry.empty() || kernel.source.empty())
         throw Error(fmt::format("{} backend: kernel '{}' has no GPU source; the Program must come from the HIP "
@@ -204,7 +197,7 @@ private:
   void *pointerOf(int id) {
     const Value &base = program_.storageOf(id);
     if (base.storage == Storage::Weight) return weightPointer_.at(base.id);
-    if (!isPlanned(base.storage))
+    if (!livesInArena(base.storage))
       throw Error(fmt::format("{} backend: value '{}' is passed to a kernel but has no memory ({})", device_->vendor(),
                               base.name, storageName(base.storage)));
     return arena_ + base.offset;

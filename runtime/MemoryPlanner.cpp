@@ -11,10 +11,7 @@
 namespace tlc {
 namespace {
 
-bool isPlanned(const Value &value) {
-  return value.storage == Storage::Input || value.storage == Storage::Output ||
-         value.storage == Storage::Activation;
-}
+bool isPlanned(const Value &value) { return livesInArena(value.storage); }
 
 struct Lifetime {
   int first = std::numeric_limits<int>::max(); // kernel index of the first use
@@ -122,6 +119,18 @@ int64_t unplannedBytes(const Program &program) {
   for (const Value &value : program.values)
     if (isPlanned(value)) total += value.bytes();
   return total;
+}
+
+bool livesInArena(Storage storage) {
+  return storage == Storage::Input || storage == Storage::Output || storage == Storage::Activation;
+}
+
+void planMemoryIfNeeded(Program &program) {
+  for (const Value &value : program.values)
+    if (livesInArena(value.storage) && value.offset < 0) {
+      planMemory(program);
+      return;
+    }
 }
 
 } // namespace tlc

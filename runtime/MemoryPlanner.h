@@ -12,6 +12,13 @@ namespace tlc {
 // Sets Value::offset and Program::arenaBytes; returns the arena size in bytes.
 int64_t planMemory(Program &program, int64_t alignment = 256);
 
+// Input, Output and Activation values live in the arena; weights, views and locals do not.
+bool livesInArena(Storage storage);
+
+// Plans the Program unless every arena value already has an offset (a Program from
+// tlc comes planned; a hand-built one may not).
+void planMemoryIfNeeded(Program &program);
+
 // Sum of the bytes of every planned value: what the arena would be without reuse.
 int64_t unplannedBytes(const Program &program);
 
