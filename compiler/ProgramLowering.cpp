@@ -44,20 +44,17 @@ AttrValue toAttrValue(mlir::Attribute attr) {
 // Names a kernel by what it computes, so profilers show meaningful rows:
 // tl_linear_bf16_1024x1536x512 is a [1024, 512] x [512, 1536] projection.
 std::string kernelName(mlir::Operation *op, DType dtype) {
-  auto shape = [](mlir::Value v) { return shapeOf(v); };
+  auto type = [](mlir::Value v) { return llvm::cast<mlir::RankedTensorType>(v.getType()); };
   std::vector<int64_t> dims;
-  if (auto linear = llvm::dyn_cast<tl::LinearOp>(op)) {
-    auto in = shape(linear.getInput());
-    int64_t rows = 1;
-    for (size_t i = 0; i + 1 < in.size(); ++i) rows *= in[i];
-    dims = {rows, shape(linear.getWeight())[0], in.back()};
-  } else if (auto matmul = llvm::dyn_cast<tl::BatchMatmulOp>(op)) {
-    auto out = shape(matmul.getResult());
-    int64_t batch = 1;
-    for (size_t i = 0; i + 2 < out.size(); ++i) batch *= out[i];
-    dims = {batch, out[out.size() - 2], out.back(), shape(matmul.getLhs()).back()};
+  if (auto linear = llvm::dyn_cast<tl::LinearOp>(op)) {  // rows x N x K
+    auto in = type(linear.getInput());
+    dims = {in.getNumElements() / in.getShape().back(), type(linear.getWeight()).getDimSize(0), in.getShape().back()};
+  } else if (auto matmul = llvm::dyn_cast<tl::BatchMatmulOp>(op)) {  // batch x M x N x K
+    auto out = type(matmul.getResult());
+    int64_t m = out.getShape().end()[-2], n = out.getShape().back();
+    dims = {out.getNumElements() / (m * n), m, n, type(matmul.getLhs()).getShape().back()};
   } else if (op->getNumResults() > 0) {
-    dims = shape(op->getResult(0));
+    dims = shapeOf(op->getResult(0));
   }
   std::string name = fmt::format("tl_{}_{}", op->getName().stripDialect().str(), dtypeName(dtype));
   if (!dims.empty()) name += fmt::format("_{}", fmt::join(dims, "x"));

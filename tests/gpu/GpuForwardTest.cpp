@@ -2,7 +2,6 @@
 // and a reduced TinyLlama-1.1B (its widths, 2 layers), fp32 and bf16, on fresh random
 // weights and tokens (the seed is printed). The GPU backend poisons its buffers with NaN
 // bytes before every forward, so a value left unwritten shows as NaN.
-#include "compiler/HipEmitter.h"
 #include "compiler/ModelIO.h"
 #include "models/ModelBuilder.h"
 #include "runtime/Backend.h"
@@ -43,7 +42,6 @@ Program compile(const LlamaConfig &config, int level, int64_t batch, int64_t seq
   EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options)));
   auto program = buildProgram(*module, options);
   EXPECT_TRUE(mlir::succeeded(program));
-  emitHipKernels(*program);
   return std::move(*program);
 }
 

@@ -15,7 +15,6 @@ namespace {
 
 Program workshop(int level, const char *dtype = "f32") {
   Program program = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", {level, 2, 16, dtype});
-  emitHipKernels(program);
   return program;
 }
 

@@ -1,7 +1,6 @@
 // Every generated kernel of every level, dtype and model file compiles with NVRTC for
 // sm_90 and hipRTC for gfx90a. Identical kernels are compiled once; compiles run in
 // parallel; the cache is off so the compilers really run.
-#include "compiler/HipEmitter.h"
 #include "runtime/Jit.h"
 #include "tools/Compile.h"
 
@@ -22,7 +21,6 @@ std::vector<JitSource> allKernelSources() {
       for (int level = 0; level <= 3; ++level) {
         CompileOptions options{level, 2, 16, dtype};
         Program program = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, options);
-        emitHipKernels(program);
         for (const Kernel &kernel : program.kernels) byEntry.emplace(kernel.entry + "@" + model, kernel.source);
       }
   std::vector<JitSource> sources;
