@@ -1,6 +1,6 @@
 #include "tools/Compile.h"
 
-#include "compiler/HipEmitter.h"
+#include "compiler/codegen/Emitter.h"
 #include "compiler/ModelIO.h"
 #include "compiler/ProgramLowering.h"
 #include "passes/Passes.h"
@@ -56,10 +56,11 @@ mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &
 }
 
 mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options) {
-  auto program = lowerToProgram(module, {options.optLevel, pipelineText(options)});
+  std::vector<codegen::KernelSpec> specs;
+  auto program = lowerToProgram(module, {options.optLevel, pipelineText(options)}, &specs);
   if (mlir::failed(program)) return mlir::failure();
   planMemory(*program);
-  emitHipKernels(*program);
+  emitHipKernels(*program, specs);
   return program;
 }
 
