@@ -34,6 +34,8 @@ struct Tensor {
   Tensor() = default;
   explicit Tensor(std::vector<int64_t> shape);
   int64_t numElements() const;
+  // The element count of a shape; throws tlc::Error on a negative dimension.
+  static int64_t elementsOf(const std::vector<int64_t> &shape);
 };
 
 std::string shapeString(const std::vector<int64_t> &shape); // "8x128x512"
