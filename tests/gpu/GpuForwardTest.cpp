@@ -8,7 +8,7 @@
 #include "runtime/JitBackend.h"
 #include "runtime/Tensor.h"
 #include "runtime/Weights.h"
-#include "tools/Compile.h"
+#include "api/Compile.h"
 
 #include "mlir/IR/MLIRContext.h"
 
