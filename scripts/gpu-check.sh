@@ -4,7 +4,7 @@
 # ./gpu-check-out) gets summary.txt, the profile's trace and CSV, and logs.tar.gz with
 # every log; a short table is printed last.
 #
-#   scripts/gpu-check.sh [build-dir]      (default build-gpu: a -DTLC_SELF_CONTAINED=ON build)
+#   scripts/gpu-check.sh [build-dir]      (default build-gpu; every build links MLIR statically)
 set -u
 BUILD=${1:-build-gpu}
 RESULTS=${OUT:-$PWD/gpu-check-out}
@@ -46,6 +46,11 @@ done
   --trace="$OUT/trace-O2-bf16.json" --stats-csv="$OUT/stats-O2-bf16.csv" > "$OUT/profile-O2-bf16.txt" 2>&1
 echo "profile rc=$?" >> "$OUT/profile-O2-bf16.txt"
 
+# 3b. The ladder on the GPU: every level, same weights and tokens, and its chart.
+"$TLC" ladder $MODEL --batch-size=8 --seq-len=128 --dtype=bf16 --target=cuda --iterations=50 \
+  --chart="$OUT/ladder-bf16.svg" > "$OUT/ladder-bf16.txt" 2>&1
+echo "ladder rc=$?" >> "$OUT/ladder-bf16.txt"
+
 # 4. Every level vs the CPU reference.
 "$TESTS" > "$OUT/gpu-tests.txt" 2>&1
 tests_rc=$?
@@ -67,6 +72,7 @@ printf "%-16s %-6s %-5s %-12s %-12s %-10s\n" model level dtype logits_err loss_e
 grep '^RESULT' "$OUT/gpu-tests.txt" | sed 's/[a-z_]*=//g' | awk '{printf "%-16s %-6s %-5s %-12s %-12s %-10s\n", $2, $3, $4, $5, $6, $8}'
 echo "sanitizer: $san_result"
 grep -A4 '^profile:' "$OUT/profile-O2-bf16.txt" | head -6
+cat "$OUT/ladder-bf16.txt"
 
-cp "$summary" "$OUT/trace-O2-bf16.json" "$OUT/stats-O2-bf16.csv" "$RESULTS/" 2>/dev/null
+cp "$summary" "$OUT/trace-O2-bf16.json" "$OUT/stats-O2-bf16.csv" "$OUT/ladder-bf16.txt" "$OUT/ladder-bf16.svg" "$RESULTS/" 2>/dev/null
 tar -czf "$RESULTS/logs.tar.gz" -C "$OUT" .
