@@ -319,7 +319,7 @@ void writeFileOrThrow(const std::string &path, const std::string &text) {
   if (!file) throw tlc::Error(fmt::format("cannot write '{}'", path));
 }
 
-int runForward(const tlc::Program &program) {
+int runForward(const tlc::Program &program, tlc::Backend &backend) {
   tlc::RunInputs inputs = runInputs();
   tlc::Weights weights = tlc::loadWeights(inputs, program);
   std::vector<int32_t> tokens = tlc::loadTokens(inputs, program);
@@ -327,21 +327,20 @@ int runForward(const tlc::Program &program) {
     tlc::ProgressLine line("saving the weights");
     weights.saveSafetensors(saveWeightsPath);
   }
-  std::unique_ptr<tlc::Backend> backend = tlc::createBackend(backendOptions());
   {
-    tlc::ProgressLine line(fmt::format("loading onto {} (weights{})", backend->name(),
-                                       backend->name() == "cpu" ? "" : ", JIT"));
-    backend->load(program, weights);
+    tlc::ProgressLine line(fmt::format("loading onto {} (weights{})", backend.name(),
+                                       backend.name() == "cpu" ? "" : ", JIT"));
+    backend.load(program, weights);
   }
-  const tlc::GpuReport *gpu = tlc::gpuReport(*backend);
+  const tlc::GpuReport *gpu = tlc::gpuReport(backend);
   tlc::Profiler profiler(program, gpu ? gpu->device : "cpu");
   tlc::TimedForward timed;
   {
     tlc::ProgressLine line(iterations > 1 ? fmt::format("timing {} forwards", iterations.getValue())
                                           : std::string("running the forward"));
-    timed = tlc::timeForward(*backend, tokens, iterations, profile ? &profiler : nullptr);
+    timed = tlc::timeForward(backend, tokens, iterations, profile ? &profiler : nullptr);
   }
-  tlc::RunSummary summary("tlc", program, *backend, timed, inputs);
+  tlc::RunSummary summary("tlc", program, backend, timed, inputs);
   summary.profiled = profile;
   summary.graph = graph;
   fmt::print("{}", tlc::formatRunSummary(summary));
@@ -353,7 +352,7 @@ int runForward(const tlc::Program &program) {
   return 0;
 }
 
-int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options) {
+int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::Backend *backend) {
   if (emit == Emit::IR) {
     std::string text;
     llvm::raw_string_ostream os(text);
@@ -388,11 +387,13 @@ int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options) {
     if (!writeOutput(path, tlc::programToJson(*program))) return 1;
   }
   if (printKernels) printKernelTable(*program);
-  if (run) return runForward(*program);
+  if (run) return runForward(*program, *backend);
   return 0;
 }
 
 int compileAndRun(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  // The device first: a missing GPU is said before any compiling.
+  std::unique_ptr<tlc::Backend> backend = run ? tlc::createBackend(backendOptions()) : nullptr;
   mlir::OwningOpRef<mlir::ModuleOp> module;
   {
     tlc::ProgressLine line(fmt::format("parsing {}", inputFile.getValue()));
@@ -408,7 +409,7 @@ int compileAndRun(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
                                          [&](mlir::PassManager &pm) { configurePassManager(pm, line); })))
       return 1;
   }
-  return emitOutputs(*module, options);
+  return emitOutputs(*module, options, backend.get());
 }
 
 int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
