@@ -1,7 +1,7 @@
 #include "api/Compile.h"
 
 #include "api/CapturedDiagnostics.h"
-#include "compiler/HipEmitter.h"
+#include "compiler/codegen/Emitter.h"
 #include "compiler/ModelIO.h"
 #include "compiler/ProgramLowering.h"
 #include "passes/Passes.h"
@@ -65,10 +65,11 @@ mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &
 }
 
 mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options) {
-  auto program = lowerToProgram(module, {options.optLevel, pipelineText(options)});
+  std::vector<codegen::KernelSpec> specs;
+  auto program = lowerToProgram(module, {options.optLevel, pipelineText(options)}, &specs);
   if (mlir::failed(program)) return mlir::failure();
   planMemory(*program);
-  emitHipKernels(*program);
+  emitHipKernels(*program, specs);
   return program;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -42,10 +43,12 @@ std::string kernelCountLines(const Program &program) {
     bytes += kernel.minBytes;
   }
   int64_t perBlock = layers.empty() ? 0 : blockKernels / int64_t(layers.size());
-  return fmt::format("  kernels   {} per forward: {} per block x {} block{} + {} outside the blocks\n"
+  bool chained = std::any_of(program.kernels.begin(), program.kernels.end(),
+                             [](const Kernel &kernel) { return kernel.chained; });
+  return fmt::format("  kernels   {} per forward: {} per block x {} block{}{} + {} outside the blocks\n"
                      "  work      {:.2f} GFLOP, {} moved at least (sum of every kernel's inputs and outputs)\n",
                      program.kernels.size(), perBlock, layers.size(), layers.size() == 1 ? "" : "s",
-                     program.kernels.size() - blockKernels,
+                     chained ? " (each block one chained launch sequence)" : "", program.kernels.size() - blockKernels,
                      double(flops) / 1e9, mib(bytes));
 }
 

@@ -34,6 +34,7 @@ static LadderRung countKernels(const Program &program) {
     }
     flops += kernel.flops;
     rung.minBytes += kernel.minBytes;
+    rung.chained |= kernel.chained;
   }
   rung.kernelsPerBlock = blocks.empty() ? 0 : inBlocks / int(blocks.size());
   rung.gflop = double(flops) / 1e9;
@@ -99,13 +100,17 @@ std::string ladderTable(const Ladder &ladder) {
   out += fmt::format("{:<5} {:<18} {:>7} {:>9} {:>7} {:>10} {:>10} {:>8} {:>12} {:>8}\n", "level", "workshop version",
                      "kernels", "per block", "GFLOP", "MiB moved", "time ms", "speedup", "max |dlogit|", "loss");
   const LadderRung &base = ladder.rungs.front();
+  bool anyChained = false;
   for (const LadderRung &rung : ladder.rungs) {
     std::string difference = rung.level == 0 ? "-" : fmt::format("{:.2e}", rung.maxLogitDiff);
+    std::string kernels = std::to_string(rung.kernels) + (rung.chained ? "*" : "");
+    anyChained |= rung.chained;
     out += fmt::format("O{:<4} {:<18} {:>7} {:>9} {:>7.2f} {:>10.1f} {:>10.2f} {:>7.2f}x {:>12} {:>8.4f}\n", rung.level,
-                       optLevelInfo(rung.level).workshopVersion, rung.kernels, rung.kernelsPerBlock, rung.gflop,
+                       optLevelInfo(rung.level).workshopVersion, kernels, rung.kernelsPerBlock, rung.gflop,
                        double(rung.minBytes) / (1 << 20), rung.milliseconds,
                        rung.milliseconds > 0 ? base.milliseconds / rung.milliseconds : 0.0, difference, rung.loss);
   }
+  if (anyChained) out += "* each block's kernels start as one chained launch sequence (programmatic dependent launch)\n";
   return out;
 }
 

@@ -26,6 +26,7 @@ struct LadderOptions {
 struct LadderRung {
   int level = 0;
   int kernels = 0, kernelsPerBlock = 0;
+  bool chained = false;      // a block's kernels start as one dependent launch sequence
   double gflop = 0;
   int64_t minBytes = 0;      // each kernel's inputs and outputs once: the least it must move
   double milliseconds = 0;   // median forward

@@ -6,7 +6,7 @@
 //   tlc ladder models/tinyllama.tl --chart=ladder.svg
 #include "api/Compile.h"
 #include "compiler/BlockView.h"
-#include "compiler/HipEmitter.h"
+#include "compiler/codegen/Emitter.h"
 #include "compiler/ModelIO.h"
 #include "passes/Pipelines.h"
 #include "runtime/JitBackend.h"
@@ -117,6 +117,9 @@ cl::opt<std::string> weightsPath("weights",
                                  cl::value_desc("file"), cl::cat(runCategory), cl::sub(everywhere));
 cl::opt<std::string> saveWeightsPath("save-weights", cl::desc("write the weights used to a safetensors file"),
                                      cl::value_desc("file"), cl::cat(runCategory));
+cl::opt<std::string> saveLogitsPath("save-logits",
+                                    cl::desc("write the logits as a float32 .npy file (numpy.load reads it)"),
+                                    cl::value_desc("file.npy"), cl::cat(runCategory));
 cl::opt<std::string> tokensPath("tokens",
                                 cl::desc("read batch x seq token ids (whitespace-separated) from a file "
                                          "(default: seeded random)"),
@@ -185,7 +188,7 @@ std::string checkFlags() {
     // nothing to the ladder, so they are refused rather than ignored.
     const cl::Option *runOnly[] = {
         &optLevelShort, &optLevelLong, &emit, &outputPath, &printKernels, &printIrAfterAll, &printIrBeforeAll,
-             &static_cast<cl::Option &>(printIrAfter), &printIrAfterChange, &dumpIrDir, &irBlock, &run, &saveWeightsPath, &profile, &tracePath,
+             &static_cast<cl::Option &>(printIrAfter), &printIrAfterChange, &dumpIrDir, &irBlock, &run, &saveWeightsPath, &saveLogitsPath, &profile, &tracePath,
              &statsCsvPath};
     for (const cl::Option *option : runOnly)
       if (option->getNumOccurrences())
@@ -201,6 +204,7 @@ std::string checkFlags() {
       {seed, runs, "--seed needs --run"},
       {weightsPath, runs, "--weights needs --run"},
       {saveWeightsPath, runs, "--save-weights needs --run"},
+      {saveLogitsPath, [] { return bool(run); }, "--save-logits needs --run"},
       {tokensPath, runs, "--tokens needs --run"},
       {target, runs, "--target needs --run"},
       {threads, runs, "--cpu-threads needs --run"},
@@ -313,6 +317,22 @@ void printKernelTable(const tlc::Program &program) {
   fmt::print("{}", tlc::kernelCountLines(program));
 }
 
+// NumPy's .npy format, version 1.0: magic, a header dict padded to 64 bytes, raw data.
+void saveNpy(const std::string &path, const tlc::Tensor &tensor) {
+  std::string shape;
+  for (int64_t dim : tensor.shape) shape += std::to_string(dim) + ", ";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + shape + "), }";
+  header.append(63 - (10 + header.size()) % 64, ' ');
+  header += '\n';
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  uint16_t length = uint16_t(header.size());
+  file.write("\x93NUMPY\x01\x00", 8);
+  file.write(reinterpret_cast<const char *>(&length), 2);
+  file << header;
+  file.write(reinterpret_cast<const char *>(tensor.data.data()), std::streamsize(tensor.data.size() * 4));
+  if (!file) throw tlc::Error(fmt::format("cannot write '{}'", path));
+}
+
 void writeFileOrThrow(const std::string &path, const std::string &text) {
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   file << text;
@@ -340,6 +360,7 @@ int runForward(const tlc::Program &program, tlc::Backend &backend) {
                                           : std::string("running the forward"));
     timed = tlc::timeForward(backend, tokens, iterations, profile ? &profiler : nullptr);
   }
+  if (!saveLogitsPath.empty()) saveNpy(saveLogitsPath, timed.result.logits);
   tlc::RunSummary summary("tlc", program, backend, timed, inputs);
   summary.profiled = profile;
   summary.graph = graph;
