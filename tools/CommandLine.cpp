@@ -54,10 +54,6 @@ void setVersionPrinter(const std::string &tool) {
   });
 }
 
-bool anyGiven(std::initializer_list<const cl::Option *> options) {
-  return llvm::any_of(options, [](const cl::Option *option) { return option->getNumOccurrences() > 0; });
-}
-
 std::string firstUnmet(llvm::ArrayRef<Requirement> requirements) {
   for (const Requirement &requirement : requirements)
     if (requirement.option.getNumOccurrences() > 0 && !requirement.met()) return requirement.hint;

@@ -7,7 +7,6 @@
 #include "llvm/Support/CommandLine.h"
 
 #include <functional>
-#include <initializer_list>
 #include <string>
 
 namespace tlc::cli {
@@ -39,8 +38,6 @@ struct Requirement {
   std::string hint;  // "--trace needs --profile"
 };
 
-// True when any of `options` was given.
-bool anyGiven(std::initializer_list<const llvm::cl::Option *> options);
 // The first unmet requirement's message, or "" when all are met.
 std::string firstUnmet(llvm::ArrayRef<Requirement> requirements);
 
