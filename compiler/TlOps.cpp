@@ -2,6 +2,8 @@
 // every rule here says which operand shapes an op accepts and what it produces.
 #include "compiler/TlDialect.h"
 
+#include "compiler/AttrPrinting.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"

@@ -172,10 +172,11 @@ void Weights::saveSafetensors(const std::string &path, DType dtype) const {
   const char *storedName = dtype == DType::F32 ? "F32" : "BF16";
   int64_t elementBytes = dtypeBytes(dtype);
 
+  const std::map<std::string, Tensor> &tensors = all();  // draws pending random tensors
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
-  for (const auto &[key, tensor] : tensors_) {
+  for (const auto &[key, tensor] : tensors) {
     uint64_t size = uint64_t(tensor.numElements() * elementBytes);
     header[key] = {
         {"dtype", storedName}, {"shape", tensor.shape}, {"data_offsets", {offset, offset + size}}};
@@ -191,7 +192,7 @@ void Weights::saveSafetensors(const std::string &path, DType dtype) const {
   for (int i = 0; i < 8; ++i) lengthBytes[i] = (uint64_t(headerText.size()) >> (8 * i)) & 0xff;
   file.write(reinterpret_cast<const char *>(lengthBytes), 8);
   file.write(headerText.data(), std::streamsize(headerText.size()));
-  for (const auto &[key, tensor] : tensors_) {
+  for (const auto &[key, tensor] : tensors) {
     if (dtype == DType::F32) {
       file.write(reinterpret_cast<const char *>(tensor.data.data()),
                  std::streamsize(tensor.data.size() * 4));

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "runtime/Error.h"
+#include "runtime/LargeBuffer.h"
 
 namespace tlc {
 
@@ -24,10 +25,12 @@ int64_t elementCount(const std::vector<int64_t> &shape) {
 } // namespace
 
 Tensor::Tensor(std::vector<int64_t> shape_) : shape(std::move(shape_)) {
-  data.assign(size_t(elementCount(shape)), 0.0f);
+  resizeLarge(data, size_t(elementCount(shape)));
 }
 
 int64_t Tensor::numElements() const { return elementCount(shape); }
+
+int64_t Tensor::elementsOf(const std::vector<int64_t> &shape) { return elementCount(shape); }
 
 std::string shapeString(const std::vector<int64_t> &shape) {
   if (shape.empty()) return "scalar";
