@@ -38,6 +38,10 @@ struct Tensor {
 
 std::string shapeString(const std::vector<int64_t> &shape); // "8x128x512"
 
+// The number of elements of `shape`; throws tlc::Error on a negative dimension or more
+// than kMaxTensorElements (runtime/Checked.h), never a wrapped product.
+int64_t elementCount(const std::vector<int64_t> &shape);
+
 // ||a - b|| / ||b||, in fp64.
 double relativeError(const std::vector<float> &a, const std::vector<float> &b);
 

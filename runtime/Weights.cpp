@@ -4,9 +4,12 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
+#include "runtime/Checked.h"
 #include "runtime/Error.h"
+#include "runtime/MemoryBudget.h"
 
 namespace tlc {
 namespace {
@@ -49,6 +52,11 @@ void fillNormal(std::vector<float> &data, double stddev, std::mt19937_64 &genera
 } // namespace
 
 Weights Weights::random(const std::vector<Parameter> &parameters, uint64_t seed) {
+  int64_t elements = 0;
+  for (const Parameter &parameter : parameters)
+    elements = checkedAdd(elements, elementCount(parameter.shape))
+                   .value_or(std::numeric_limits<int64_t>::max());
+  MemoryBudget("random weights").need("parameters as f32", elements, 4).check();
   Weights weights;
   for (const Parameter &parameter : parameters) {
     Tensor tensor(parameter.shape);
@@ -77,16 +85,24 @@ const Tensor &Weights::at(const std::string &key) const {
 
 void Weights::checkAgainst(const std::vector<Parameter> &parameters,
                            const std::string &origin) const {
+  checkShapes(parameters, origin, [&](const std::string &key) -> const std::vector<int64_t> * {
+    auto found = tensors_.find(key);
+    return found == tensors_.end() ? nullptr : &found->second.shape;
+  });
+}
+
+void Weights::checkShapes(
+    const std::vector<Parameter> &parameters, const std::string &origin,
+    const std::function<const std::vector<int64_t> *(const std::string &key)> &shapeOf) {
   std::vector<std::string> problems;
   for (const Parameter &parameter : parameters) {
-    auto found = tensors_.find(parameter.key);
-    if (found == tensors_.end())
+    const std::vector<int64_t> *shape = shapeOf(parameter.key);
+    if (!shape)
       problems.push_back(fmt::format("missing '{}' (expected shape {})", parameter.key,
                                      shapeString(parameter.shape)));
-    else if (found->second.shape != parameter.shape)
+    else if (*shape != parameter.shape)
       problems.push_back(fmt::format("'{}' has shape {}, expected {}", parameter.key,
-                                     shapeString(found->second.shape),
-                                     shapeString(parameter.shape)));
+                                     shapeString(*shape), shapeString(parameter.shape)));
   }
   if (problems.empty()) return;
   std::string message =

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -17,8 +18,12 @@ public:
   // which other tensors exist or their order.
   static Weights random(const std::vector<Parameter> &parameters, uint64_t seed);
 
-  // safetensors (F32 or BF16 tensors; BF16 is widened to fp32 on load).
+  // safetensors (F32, BF16 or F16 tensors, widened to fp32; see runtime/Safetensors.h
+  // for what is checked). The file is mapped, not read: with `parameters`, only their
+  // tensors are decoded, after every missing or mis-shaped one has been named. Throws
+  // tlc::Error on a malformed file, a non-finite weight, or copies that exceed memory.
   static Weights loadSafetensors(const std::string &path);
+  static Weights loadSafetensors(const std::string &path, const std::vector<Parameter> &parameters);
   void saveSafetensors(const std::string &path, DType dtype = DType::F32) const;
 
   // Throws tlc::Error naming every missing or mis-shaped parameter.
@@ -35,6 +40,11 @@ public:
   const std::map<std::string, Tensor> &all() const { return tensors_; }
 
 private:
+  // Throws tlc::Error listing every parameter `shapeOf` does not have or has another shape for.
+  static void checkShapes(
+      const std::vector<Parameter> &parameters, const std::string &origin,
+      const std::function<const std::vector<int64_t> *(const std::string &key)> &shapeOf);
+
   std::map<std::string, Tensor> tensors_;
 };
 

@@ -1,5 +1,6 @@
 #include "tools/Compile.h"
 
+#include "compiler/CostModel.h"
 #include "compiler/HipEmitter.h"
 #include "compiler/ModelIO.h"
 #include "compiler/ProgramLowering.h"
@@ -56,6 +57,7 @@ mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &
 }
 
 mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options) {
+  if (mlir::failed(checkCostsFit(module))) return mlir::failure();
   auto program = lowerToProgram(module, {options.optLevel, pipelineText(options)});
   if (mlir::failed(program)) return mlir::failure();
   planMemory(*program);

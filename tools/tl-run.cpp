@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstring>
 #include <string>
 
@@ -15,6 +16,16 @@ namespace {
 const char *kUsage =
     "usage: tl-run PROGRAM.json [--seed=N] [--weights=FILE.safetensors] [--cpu-threads=N]\n"
     "Runs the forward pass of a Program on the CPU backend and prints the loss.\n";
+
+// The whole of `text` as a T (no sign for unsigned, no trailing junk), or an error
+// naming the flag.
+template <typename T> T parseNumber(const std::string &text, const char *flag) {
+  T value{};
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size())
+    throw tlc::Error(fmt::format("{}={} is not a valid number", flag, text));
+  return value;
+}
 
 bool consume(const char *arg, const char *flag, std::string &value) {
   size_t n = std::strlen(flag);
@@ -46,21 +57,22 @@ int main(int argc, char **argv) {
     return 1;
   }
   try {
-    uint64_t seed = std::stoull(seedText);
+    uint64_t seed = parseNumber<uint64_t>(seedText, "--seed");
     tlc::Program program = tlc::loadProgram(programPath);
-    tlc::Weights weights = weightsPath.empty() ? tlc::Weights::random(program.parameters, seed)
-                                               : tlc::Weights::loadSafetensors(weightsPath);
-    auto backend = tlc::createCpuBackend(std::stoi(threadsText));
+    tlc::Weights weights = weightsPath.empty()
+                               ? tlc::Weights::random(program.parameters, seed)
+                               : tlc::Weights::loadSafetensors(weightsPath, program.parameters);
+    auto backend = tlc::createCpuBackend(parseNumber<int>(threadsText, "--cpu-threads"));
     backend->load(program, weights);
     tlc::ForwardResult result = backend->forward(tlc::randomTokenIds(program, seed));
     fmt::print("tl-run: {} O{}, {} kernels, batch {} x seq {}\n", program.model, program.optLevel,
                program.kernels.size(), program.batch, program.seqLen);
     fmt::print("  loss      {:.4f}\n", result.loss);
-  } catch (const std::logic_error &error) {  // std::stoull/stoi on a malformed number
-    fmt::print(stderr, "tl-run: error: bad number: {}\n", error.what());
-    return 1;
   } catch (const tlc::Error &error) {
     fmt::print(stderr, "tl-run: error: {}\n", error.what());
+    return 1;
+  } catch (const std::exception &error) { // a safety net: nothing escapes as an abort
+    fmt::print(stderr, "tl-run: error: unexpected: {}\n", error.what());
     return 1;
   }
   return 0;

@@ -7,10 +7,12 @@
 #include "compiler/ModelIO.h"
 #include "passes/Pipelines.h"
 #include "runtime/Backend.h"
+#include "runtime/Checked.h"
 #include "runtime/Error.h"
 #include "runtime/JitBackend.h"
 #include "runtime/MemoryPlanner.h"
 #include "runtime/Profiler.h"
+#include "runtime/TokenFile.h"
 #include "tools/Compile.h"
 
 #include "mlir/IR/AsmState.h"
@@ -33,6 +35,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <set>
 
 namespace cl = llvm::cl;
@@ -128,23 +131,6 @@ void printKernelCounts(const tlc::Program &program) {
              double(flops) / 1e9, mib(bytes));
 }
 
-// Whitespace-separated integers; range and count are checked by the backend.
-std::vector<int32_t> readTokens(const std::string &path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  if (!buffer) throw tlc::Error(fmt::format("cannot open token file '{}': {}", path, buffer.getError().message()));
-  std::vector<int32_t> tokens;
-  for (llvm::StringRef line : llvm::split((*buffer)->getBuffer(), '\n'))
-    for (llvm::StringRef word : llvm::split(line, ' ')) {
-      word = word.trim();
-      if (word.empty()) continue;
-      int64_t id = 0;
-      if (word.getAsInteger(10, id) || id < INT32_MIN || id > INT32_MAX)
-        throw tlc::Error(fmt::format("token file '{}': '{}' is not a token id", path, word.str()));
-      tokens.push_back(int32_t(id));
-    }
-  return tokens;
-}
-
 void printKernelTable(const tlc::Program &program) {
   fmt::print("{:>4}  {:<64} {:>5} {:>10} {:>10}\n", "#", "kernel", "block", "MFLOP", "KiB moved");
   for (size_t i = 0; i < program.kernels.size(); ++i) {
@@ -168,13 +154,13 @@ std::unique_ptr<tlc::Backend> makeBackend() {
 
 int runForward(const tlc::Program &program) {
   tlc::Weights weights = weightsPath.empty() ? tlc::Weights::random(program.parameters, seed)
-                                             : tlc::Weights::loadSafetensors(weightsPath);
-  if (!weightsPath.empty()) weights.checkAgainst(program.parameters, weightsPath);
+                                             : tlc::Weights::loadSafetensors(weightsPath, program.parameters);
   if (!saveWeightsPath.empty()) weights.saveSafetensors(saveWeightsPath);
 
   auto backend = makeBackend();
   backend->load(program, weights);
-  std::vector<int32_t> tokens = tokensPath.empty() ? tlc::randomTokenIds(program, seed) : readTokens(tokensPath);
+  std::vector<int32_t> tokens =
+      tokensPath.empty() ? tlc::randomTokenIds(program, seed) : tlc::readTokenFile(tokensPath, program);
   tlc::ForwardResult result = backend->forward(tokens);
   std::vector<double> times;
   tlc::Profiler profiler(program, tlc::gpuReport(*backend) ? tlc::gpuReport(*backend)->device : "cpu");
@@ -249,6 +235,9 @@ int main(int argc, char **argv) {
 
   if (dtype != "f32" && dtype != "bf16") return fail(fmt::format("unknown --dtype '{}': use f32 or bf16", dtype.getValue()));
   if (batchSize <= 0 || seqLen <= 0) return fail("--batch-size and --seq-len must be positive");
+  if (std::optional<int64_t> tokens = tlc::checkedMul(batchSize, seqLen); !tokens || *tokens > tlc::kMaxTokens)
+    return fail(fmt::format("--batch-size={} x --seq-len={} is more than the {} tokens a forward may take",
+                            batchSize.getValue(), seqLen.getValue(), tlc::kMaxTokens));
 
   auto module = tlc::parseModelFile(context, inputFile, sourceMgr);
   if (!module) return 1;
@@ -299,6 +288,10 @@ int main(int argc, char **argv) {
     if (run) return runForward(*program);
   } catch (const tlc::Error &error) {
     return fail(error.what());
+  } catch (const std::bad_alloc &) {  // a safety net: memory budgets refuse before allocating
+    return fail("out of memory");
+  } catch (const std::exception &error) {
+    return fail(fmt::format("unexpected error: {}", error.what()));
   }
   return 0;
 }

@@ -176,7 +176,7 @@ TEST(Safetensors, BadHeaderJson) {
 TEST(Safetensors, UnsupportedDtype) {
   test::TempDir directory;
   std::string path = directory.file("f64.safetensors");
-  writeRaw(path, R"({"x": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})",
+  writeRaw(path, R"({"x": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}}   )",
            std::string(8, '\0'));
   EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }),
                   "tensor 'x' has unsupported dtype 'F64'");
