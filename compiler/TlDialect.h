@@ -14,9 +14,13 @@
 #include "compiler/TlDialect.h.inc"
 
 namespace tl {
+// True when every ranked tensor type in `types` has positive static dimensions and at
+// most tlc::kMaxTensorElements static elements.
+bool hasBoundedShapes(mlir::TypeRange types);
+
 namespace OpTrait {
-// Verifies every ranked tensor operand and result of `op`: static dimensions positive,
-// static element count at most tlc::kMaxTensorElements.
+// Verifies hasBoundedShapes for the operands and results of `op`, naming the first
+// type that fails.
 mlir::LogicalResult verifyBoundedShapes(mlir::Operation *op);
 
 template <typename ConcreteType>

@@ -67,26 +67,29 @@ LogicalResult inferSameAsInput(Value input, SmallVectorImpl<Type> &inferred) {
 
 namespace tl {
 
+// Why `type` breaks hasBoundedShapes, or an empty string.
+static std::string unboundedShape(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor) return "";
+  SmallVector<int64_t> staticDims;
+  for (int64_t dim : tensor.getShape()) {
+    if (ShapedType::isDynamic(dim)) continue;
+    if (dim < 1) return "every dimension must be positive";
+    staticDims.push_back(dim);
+  }
+  return tlc::checkedElementCount(staticDims) ? "" : "more than 2^40 elements";
+}
+
+bool hasBoundedShapes(TypeRange types) {
+  return llvm::all_of(types, [](Type type) { return unboundedShape(type).empty(); });
+}
+
 LogicalResult OpTrait::verifyBoundedShapes(Operation *op) {
-  auto check = [&](Type type, StringRef role, unsigned index) -> LogicalResult {
-    auto tensor = dyn_cast<RankedTensorType>(type);
-    if (!tensor) return success();
-    SmallVector<int64_t> staticDims;
-    for (int64_t dim : tensor.getShape()) {
-      if (ShapedType::isDynamic(dim)) continue;
-      if (dim < 1) return op->emitOpError() << role << " #" << index << " has type " << type
-                                            << ": every dimension must be positive";
-      staticDims.push_back(dim);
-    }
-    if (!tlc::checkedElementCount(staticDims))
-      return op->emitOpError() << role << " #" << index << " has type " << type
-                               << ": more than 2^40 elements";
-    return success();
-  };
-  for (auto [index, type] : llvm::enumerate(op->getOperandTypes()))
-    if (failed(check(type, "operand", index))) return failure();
-  for (auto [index, type] : llvm::enumerate(op->getResultTypes()))
-    if (failed(check(type, "result", index))) return failure();
+  for (auto [role, types] : {std::pair<StringRef, TypeRange>{"operand", op->getOperandTypes()},
+                             {"result", op->getResultTypes()}})
+    for (auto [index, type] : llvm::enumerate(types))
+      if (std::string problem = unboundedShape(type); !problem.empty())
+        return op->emitOpError() << role << " #" << index << " has type " << type << ": " << problem;
   return success();
 }
 
@@ -461,6 +464,7 @@ LogicalResult FusedLinearOp::verifyRegions() {
 LogicalResult BlockOp::verifyRegions() {
   if (getLayer() < 0 || getLayer() > std::numeric_limits<int32_t>::max())
     return emitOpError("layer ") << getLayer() << " is outside 0..2^31-1";
+  if (getNumResults() == 0) return emitOpError("computes nothing: a block yields at least one value");
   return checkRegionSignature(*this, "body", getBody().front(), getInputs().getTypes(), getResultTypes());
 }
 

@@ -10,7 +10,8 @@
 namespace tl {
 
 // An unlinked OpTy over `operands` with the result types it infers, or null (and
-// nothing built) when inference rejects them. The caller inserts it with
+// nothing built) when inference rejects them or infers a type the verifier would reject
+// (BoundedShapes). The caller inserts it with
 // `rewriter.insert(op)` once every op of its rewrite has been built, or destroys it.
 template <typename OpTy>
 OpTy buildInferred(mlir::MLIRContext *context, mlir::Location loc, mlir::ValueRange operands,
@@ -19,7 +20,8 @@ OpTy buildInferred(mlir::MLIRContext *context, mlir::Location loc, mlir::ValueRa
   llvm::SmallVector<mlir::Type> placeholders(results, operands.front().getType());
   auto op = detached.create<OpTy>(loc, placeholders, operands, attributes);
   llvm::SmallVector<mlir::Type> inferred;
-  if (mlir::failed(inferResultTypes(op, inferred)) || inferred.size() != results) {
+  if (mlir::failed(inferResultTypes(op, inferred)) || inferred.size() != results ||
+      !hasBoundedShapes(inferred)) {
     op->destroy();
     return nullptr;
   }

@@ -270,7 +270,7 @@ private:
              Field{"flops", kernel.flops, 0, any},
              Field{"min_bytes", kernel.minBytes, 0, any},
              Field{"layer", kernel.layer, -1, std::numeric_limits<int>::max()},
-             Field{"grid_blocks", kernel.gridBlocks, 0, std::numeric_limits<int32_t>::max()},
+             Field{"grid_blocks", kernel.gridBlocks, 0, any},
              Field{"block_threads", kernel.blockThreads, 0, 1024},
              Field{"phases", kernel.phases, 0, std::numeric_limits<int32_t>::max()},
              Field{"workspace_bytes", kernel.workspaceBytes, 0, program_.workspaceBytes},
@@ -376,6 +376,13 @@ private:
     if (expected.size() != op.results.size())
       fail(path + ".results", fmt::format("{} computes {} results, the op lists {}", where,
                                           expected.size(), op.results.size()));
+    // Token ids go up to vocab - 1: the table they index must have that many rows.
+    int64_t indexed = op.op == "embedding" ? operandShapes[0][0]
+                      : op.op == "cross_entropy" ? operandShapes[0][2]
+                                                 : program_.vocab;
+    if (indexed < program_.vocab)
+      fail(path + ".operands[0]", fmt::format("{} indexes {} rows with token ids up to vocab - 1 = {}",
+                                              where, indexed, program_.vocab - 1));
     for (size_t i = 0; i < expected.size(); ++i) {
       const Value &result = program_.values[size_t(op.results[i])];
       if (result.shape != expected[i])

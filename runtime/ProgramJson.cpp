@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "runtime/Error.h"
+#include "runtime/MappedFile.h"
 #include "runtime/MemoryBudget.h"
 #include "runtime/Program.h"
 #include "runtime/StrictJson.h"
@@ -445,20 +446,12 @@ Program programFromJson(const std::string &text, const std::string &origin) {
 }
 
 Program loadProgram(const std::string &path) {
-  std::ifstream file(path, std::ios::binary | std::ios::ate);
-  if (!file)
-    throw Error(fmt::format("cannot open program file '{}': {}", path, std::strerror(errno)));
+  MappedFile file(path, "program file");
   // Parsed JSON takes several times the text's size: refuse what no Program needs.
-  int64_t size = int64_t(file.tellg());
-  if (size > kMaxProgramFileBytes)
+  if (int64_t(file.size()) > kMaxProgramFileBytes)
     throw Error(fmt::format("program file '{}' is {}; a program is at most {}", path,
-                            formatBytes(size), formatBytes(kMaxProgramFileBytes)));
-  file.seekg(0);
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (file.bad())
-    throw Error(fmt::format("cannot read program file '{}': {}", path, std::strerror(errno)));
-  return programFromJson(text.str(), path);
+                            formatBytes(int64_t(file.size())), formatBytes(kMaxProgramFileBytes)));
+  return programFromJson(std::string(file.text()), path);
 }
 
 void saveProgram(const Program &program, const std::string &path) {

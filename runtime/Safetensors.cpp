@@ -75,12 +75,12 @@ SafetensorsView::SafetensorsView(const char *data, size_t size, std::string orig
   uint64_t headerBytes = 0;
   for (int i = 7; i >= 0; --i)
     headerBytes = (headerBytes << 8) | static_cast<unsigned char>(data[i]);
-  if (headerBytes > uint64_t(size - 8))
-    fail(fmt::format("truncated: the header is {} bytes but only {} bytes follow the length",
-                     headerBytes, size - 8));
   if (headerBytes > kMaxHeaderBytes)
     fail(fmt::format("the header is {} bytes, more than the format's limit of {}", headerBytes,
                      kMaxHeaderBytes));
+  if (headerBytes > uint64_t(size - 8))
+    fail(fmt::format("truncated: the header is {} bytes but only {} bytes follow the length",
+                     headerBytes, size - 8));
   int64_t dataStart = 8 + int64_t(headerBytes), dataBytes = int64_t(size) - dataStart;
 
   nlohmann::json header;

@@ -62,6 +62,13 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
   if (mlir::failed(program)) return mlir::failure();
   planMemory(*program);
   emitHipKernels(*program);
+  // What tlc writes, the runtime accepts: a model the verifier passed may still break
+  // the runtime's contract (say, logits narrower than the embedding's vocabulary).
+  try {
+    validateProgram(*program);
+  } catch (const Error &error) {
+    return module.emitError("the model does not lower to a runnable Program: ") << error.what();
+  }
   return program;
 }
 
