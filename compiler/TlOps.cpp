@@ -4,6 +4,7 @@
 
 #include "runtime/AttributeRanges.h"
 #include "runtime/Checked.h"
+#include "runtime/Utf8.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -141,6 +142,7 @@ TL_COMPATIBLE_RETURN_TYPES(FlashAttentionOp)
 
 LogicalResult WeightOp::verify() {
   if (getKey().empty()) return emitOpError("needs a non-empty checkpoint key");
+  if (!tlc::isValidUtf8(getKey())) return emitOpError("key is not valid UTF-8, as checkpoint keys are");
   if (!getType().hasStaticShape())
     return emitOpError("weight '") << getKey() << "' must have a static shape, got " << getType();
   return success();

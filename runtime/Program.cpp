@@ -14,6 +14,7 @@
 #include "runtime/MemoryPlanner.h"
 #include "runtime/OpRules.h"
 #include "runtime/Tensor.h"
+#include "runtime/Utf8.h"
 
 namespace tlc {
 
@@ -160,7 +161,14 @@ private:
 
   const Value &base(int id) const { return program_.storageOf(id); }
 
+  // Strings go into program.json, which holds only UTF-8.
+  void checkText(const std::string &text, const std::string &path) const {
+    if (!isValidUtf8(text)) fail(path, "is not valid UTF-8");
+  }
+
   void checkHeader() const {
+    checkText(program_.model, "model");
+    checkText(program_.pipeline, "pipeline");
     for (auto [field, value] : {std::pair<const char *, int64_t>{"batch", program_.batch},
                                 {"seq_len", program_.seqLen},
                                 {"vocab", program_.vocab}})
@@ -188,6 +196,7 @@ private:
     for (size_t i = 0; i < program_.parameters.size(); ++i) {
       const Parameter &parameter = program_.parameters[i];
       std::string path = fmt::format("parameters[{}]", i);
+      checkText(parameter.key, path + ".key");
       if (!seen.insert(parameter.key).second)
         fail(path, fmt::format("parameter '{}' is declared twice", parameter.key));
       checkShape(parameter.shape, path + ".shape");
@@ -207,6 +216,7 @@ private:
     const Value &value = program_.values[index];
     std::string path = fmt::format("values[{}]", index);
     if (value.id != int(index)) fail(path + ".id", fmt::format("is {}, expected {}", value.id, index));
+    checkText(value.name, path + ".name");
     checkShape(value.shape, path + ".shape");
   }
 
@@ -290,6 +300,9 @@ private:
     for (size_t k = 0; k < program_.kernels.size(); ++k) {
       const Kernel &kernel = program_.kernels[k];
       std::string path = fmt::format("kernels[{}]", k);
+      checkText(kernel.name, path + ".name");
+      checkText(kernel.entry, path + ".entry");
+      checkText(kernel.source, path + ".source");
       checkKernelFields(kernel, path);
       std::optional<int64_t> flops = checkedAdd(totalFlops, kernel.flops);
       std::optional<int64_t> bytes = checkedAdd(totalBytes, kernel.minBytes);
@@ -336,8 +349,13 @@ private:
 
   void checkOp(const Kernel &kernel, const std::string &path, const OpRecord &op, int k,
                std::vector<int> &localOwner) const {
+    checkText(op.op, path + ".op");
     std::string where = fmt::format("{} ('{}')", path, op.op);
     if (!isKnownOp(op.op)) fail(path + ".op", fmt::format("unknown op '{}'", op.op));
+    for (const auto &[key, attr] : op.attrs) {
+      checkText(key, path + ".attrs");
+      if (const std::string *text = std::get_if<std::string>(&attr)) checkText(*text, path + ".attrs." + key);
+    }
     for (const char *listName : {"operands", "results"}) {
       bool operands = listName[0] == 'o';
       const std::vector<int> &list = operands ? op.operands : op.results;

@@ -2,7 +2,8 @@
 # Runs every fuzzer of a TLC_FUZZERS=ON build for a while and fails on any finding:
 #   scripts/fuzz.sh build-sanitize [SECONDS_EACH=60]
 # Each starts from its seed corpus (tests/fuzz/corpus/<name>) plus the inputs of past
-# findings (tests/fuzz/regressions/<name>); what it discovers goes to a scratch corpus,
+# findings (tests/fuzz/regressions/<name>), with its dictionary (tests/fuzz/<name>.dict)
+# where there is one; what it discovers goes to a scratch corpus,
 # never into the repository. A crashing input is kept as
 # <build>/fuzz-findings/<name>-crash-...: add it to tests/fuzz/regressions/<name>/ with
 # the fix, so every build replays it.
@@ -22,11 +23,14 @@ for name in tl program safetensors tokens; do
   mkdir -p "$scratch/$name"
   seeds=("$source_dir/tests/fuzz/corpus/$name")
   [ -d "$source_dir/tests/fuzz/regressions/$name" ] && seeds+=("$source_dir/tests/fuzz/regressions/$name")
+  dictionary=()
+  [ -f "$source_dir/tests/fuzz/$name.dict" ] && dictionary=(-dict="$source_dir/tests/fuzz/$name.dict")
   "$fuzzer" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
-    -artifact_prefix="$build/fuzz-findings/$name-" "$scratch/$name" "${seeds[@]}" > "$scratch/$name.log" 2>&1
+    "${dictionary[@]}" -artifact_prefix="$build/fuzz-findings/$name-" "$scratch/$name" "${seeds[@]}" \
+    > "$scratch/$name.log" 2>&1
   status=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$scratch/$name.log")
-  coverage=$(grep -E '^#[0-9]+ +(DONE|pulse|NEW|REDUCE|INITED)' "$scratch/$name.log" | tail -1 |
+  coverage=$(grep -E "^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)" "$scratch/$name.log" | tail -1 |
              sed -n 's/.*cov: \([0-9]*\) ft: \([0-9]*\).*/\1 edges, \2 features/p')
   if [ $status -eq 0 ]; then
     echo "fuzz-$name: ${runs:-?} inputs in ${seconds}s, coverage ${coverage:-?}, no finding"

@@ -14,6 +14,11 @@ cp ../lit/Inputs/tiny.tl corpus/tl/tiny.tl
 "$tools/tl-modelgen" --preset=workshop --layers=1 --hidden=16 --heads=2 --kv-heads=1 --ffn=32 --vocab=20 \
   -o corpus/tl/one-block.tl
 for test in ../lit/passes/*.mlir; do grep -v '^// ' "$test" > "corpus/tl/$(basename "$test" .mlir).tl"; done
+# The fused IR itself (tl.fused_linear, tl.block), as the fuzzer's batch and sequence see it.
+for level in 2 3; do
+  "$tools/tlc" corpus/tl/one-block.tl --opt-level=$level --batch-size=1 --seq-len=4 --emit=ir \
+    -o "corpus/tl/one-block-o$level.tl"
+done
 
 # program.json: that model at every level, without GPU sources (small), and O3 with them.
 for level in 0 1 2 3; do

@@ -141,6 +141,19 @@ TEST(ProgramValidation, TheCallingConventionHolds) {
   EXPECT_CONTAINS(invalid(noLogits), "outputs: a forward returns the logits");
 }
 
+TEST(ProgramValidation, StringsAreValidUtf8) {
+  // Found by fuzz-tl: a weight key with a stray byte made writing program.json throw.
+  Program badName = validProgram();
+  badName.values[3].name = "x\xff";
+  EXPECT_EQ(invalid(badName), "invalid program: values[3].name: is not valid UTF-8");
+  Program badAttr = validProgram();
+  badAttr.kernels[1].ops[0].attrs["note"] = std::string("\xc0\x80");  // an overlong NUL
+  EXPECT_EQ(invalid(badAttr), "invalid program: kernels[1].ops[0].attrs.note: is not valid UTF-8");
+  Program badKey = validProgram();
+  badKey.parameters[0].key = "model.\xed\xa0\x80";  // a UTF-16 surrogate
+  EXPECT_EQ(invalid(badKey), "invalid program: parameters[0].key: is not valid UTF-8");
+}
+
 TEST(ProgramValidation, JsonPathsReachTheFileAndIntegersAreNotTruncated) {
   std::string text = programToJson(validProgram());
   std::string bigId = text;
