@@ -399,8 +399,8 @@ private:
                       : op.op == "cross_entropy" ? operandShapes[0][2]
                                                  : program_.vocab;
     if (indexed < program_.vocab)
-      fail(path + ".operands[0]", fmt::format("{} indexes {} rows with token ids up to vocab - 1 = {}",
-                                              where, indexed, program_.vocab - 1));
+      fail(path + ".operands[0]", fmt::format("'{}' indexes {} rows with token ids up to vocab - 1 = {}",
+                                              op.op, indexed, program_.vocab - 1));
     for (size_t i = 0; i < expected.size(); ++i) {
       const Value &result = program_.values[size_t(op.results[i])];
       if (result.shape != expected[i])

@@ -111,7 +111,7 @@ TEST(ProgramValidation, AttributesAndShapesAsTheVerifierChecksThem) {
 TEST(ProgramValidation, TokenIdsIndexWholeTables) {
   Program narrowTable = validProgram();
   narrowTable.vocab = kVocab + 1;  // ids up to 7, a table of 7 rows
-  EXPECT_CONTAINS(invalid(narrowTable), "('embedding') indexes 7 rows with token ids up to vocab - 1 = 7");
+  EXPECT_CONTAINS(invalid(narrowTable), "kernels[0].ops[0].operands[0]: 'embedding' indexes 7 rows with token ids up to vocab - 1 = 7");
 }
 
 TEST(ProgramValidation, KernelFieldsStayInRange) {
