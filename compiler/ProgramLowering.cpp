@@ -4,6 +4,8 @@
 #include "compiler/Layers.h"
 #include "compiler/ModelIO.h"
 #include "compiler/TlDialect.h"
+#include "compiler/codegen/KernelBuilder.h"
+#include "runtime/Error.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -88,6 +90,22 @@ public:
   Lowering(mlir::func::FuncOp forward, Program &program)
       : forward(forward), program(program), asmState(forward), layers(assignLayers(forward)) {}
 
+  // The kernel-level representation of every kernel, read off the IR it came from.
+  mlir::LogicalResult buildSpecs(std::vector<codegen::KernelSpec> &specs) {
+    auto idOf = [this](mlir::Value value) {
+      auto found = ids.find(value);
+      return found == ids.end() ? -1 : found->second;
+    };
+    for (size_t k = 0; k < program.kernels.size(); ++k) {
+      try {
+        specs.push_back(codegen::buildKernelSpec(program, program.kernels[k], roots[k], idOf));
+      } catch (const Error &error) {
+        return roots[k].op->emitError(error.what());
+      }
+    }
+    return mlir::success();
+  }
+
   mlir::LogicalResult run() {
     for (mlir::BlockArgument arg : forward.getArguments()) program.inputs.push_back(addValue(arg, Storage::Input));
     for (mlir::Operation &op : forward.getBody().front()) {
@@ -146,16 +164,14 @@ private:
     if (!op->getDialect() || op->getDialect()->getNamespace() != "tl")
       return op->emitError("cannot lower '") << op->getName() << "' to a kernel";
 
+    if (auto block = llvm::dyn_cast<tl::BlockOp>(op)) return lowerBlock(block);
+
     Kernel kernel;
     kernel.layer = layers.lookup(op);
     for (mlir::Value operand : op->getOperands()) addInput(kernel, ids.lookup(operand));
     if (auto fused = llvm::dyn_cast<tl::FusedLinearOp>(op)) {
       kernel.name = fusedLinearName(fused, program.dtype);
       if (mlir::failed(emitFusedLinear(fused, kernel))) return mlir::failure();
-    } else if (auto block = llvm::dyn_cast<tl::BlockOp>(op)) {
-      auto x = llvm::cast<mlir::RankedTensorType>(block.getResult(0).getType());
-      kernel.name = fmt::format("tl_block_{}_{}", dtypeName(program.dtype), fmt::join(x.getShape(), "x"));
-      if (mlir::failed(emitBlock(block, kernel))) return mlir::failure();
     } else {
       kernel.name = kernelName(op, program.dtype);
       if (mlir::failed(emitOp(op, kernel))) return mlir::failure();
@@ -168,6 +184,25 @@ private:
       producer[id] = int(program.kernels.size());
     }
     program.kernels.push_back(std::move(kernel));
+    roots.push_back({op, nullptr, false});
+    return mlir::success();
+  }
+
+  // A transformer block: its kernels, launched as one dependent chain (each may start
+  // while the one before it finishes); what flows between them is stored in the
+  // model's dtype, small enough to stay in L2.
+  mlir::LogicalResult lowerBlock(tl::BlockOp block) {
+    mlir::Block &body = block.getBody().front();
+    for (auto [arg, outer] : llvm::zip(body.getArguments(), block.getInputs())) ids[arg] = ids.lookup(outer);
+    size_t first = program.kernels.size();
+    for (mlir::Operation &inner : body)
+      if (!llvm::isa<tl::YieldOp>(inner) && mlir::failed(lowerTopLevel(&inner))) return mlir::failure();
+    for (size_t k = first; k < program.kernels.size(); ++k) {
+      program.kernels[k].layer = int(block.getLayer());
+      roots[k].chained = k > first;
+    }
+    auto yield = llvm::cast<tl::YieldOp>(body.getTerminator());
+    for (auto [result, yielded] : llvm::zip(block.getResults(), yield.getValues())) ids[result] = ids.lookup(yielded);
     return mlir::success();
   }
 
@@ -176,7 +211,8 @@ private:
   bool foldIntoProducer(tl::SplitOp split) {
     int input = ids.lookup(split.getInput());
     auto found = producer.find(input);
-    if (found == producer.end() || !split.getInput().hasOneUse()) return false;
+    if (found == producer.end() || !split.getInput().hasOneUse() || !split.getInput().getDefiningOp<tl::LinearOp>())
+      return false;
     Kernel &kernel = program.kernels[found->second];
     program.values[input].storage = Storage::Local;
     kernel.outputs.erase(std::find(kernel.outputs.begin(), kernel.outputs.end(), input));
@@ -190,6 +226,7 @@ private:
     }
     kernel.ops.push_back(std::move(record));
     kernel.name += "_split";
+    roots[size_t(found->second)].foldedSplit = split;
     return true;
   }
 
@@ -248,11 +285,6 @@ private:
     return bindResults(fused, fused.epilogueYield());
   }
 
-  mlir::LogicalResult emitBlock(tl::BlockOp block, Kernel &kernel) {
-    if (mlir::failed(emitRegion(block.getBody().front(), block.getInputs(), kernel))) return mlir::failure();
-    return bindResults(block, llvm::cast<tl::YieldOp>(block.getBody().front().getTerminator()));
-  }
-
   OpRecord makeRecord(mlir::Operation *op) {
     OpRecord record;
     record.op = opName(op);
@@ -295,11 +327,13 @@ private:
   llvm::DenseMap<mlir::Value, int> ids;
   llvm::DenseMap<mlir::Value, std::vector<std::string>> weightKeys;  // checkpoint keys behind a weight value
   std::map<int, int> producer;  // value id -> index of the kernel that writes it
+  std::vector<codegen::KernelRoot> roots;  // what each kernel was lowered from
 };
 
 } // namespace
 
-mlir::FailureOr<Program> lowerToProgram(mlir::ModuleOp module, const LoweringOptions &options) {
+mlir::FailureOr<Program> lowerToProgram(mlir::ModuleOp module, const LoweringOptions &options,
+                                        std::vector<codegen::KernelSpec> *specs) {
   mlir::func::FuncOp forward = getForwardFunction(module);
   if (!forward) return mlir::failure();
 
@@ -331,7 +365,9 @@ mlir::FailureOr<Program> lowerToProgram(mlir::ModuleOp module, const LoweringOpt
   program.vocab = table.getDimSize(0);
   program.dtype = toDType(table.getElementType());
 
-  if (mlir::failed(Lowering(forward, program).run())) return mlir::failure();
+  Lowering lowering(forward, program);
+  if (mlir::failed(lowering.run())) return mlir::failure();
+  if (specs && mlir::failed(lowering.buildSpecs(*specs))) return mlir::failure();
   return program;
 }
 

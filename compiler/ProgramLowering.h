@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "compiler/codegen/KernelSpec.h"
 #include "runtime/Program.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -16,9 +17,13 @@ struct LoweringOptions {
 };
 
 // Kernel partition: every op of @forward is one kernel, except weights (parameters),
-// views (split_heads/merge_heads: no kernel, same bytes) and fused region ops, whose
-// whole body is one kernel with its intermediates Local. Emits a diagnostic and fails
-// when the module is not specialized (dynamic shapes) or uses an op it cannot lower.
-mlir::FailureOr<Program> lowerToProgram(mlir::ModuleOp module, const LoweringOptions &options);
+// views (split_heads/merge_heads: no kernel, same bytes), a split right after the linear
+// that computes its operand (folded into it), and tl.fused_linear, whose regions run
+// inside its GEMM kernel with their intermediates Local. A tl.block's ops become its
+// kernels, chained. With `specs`, also builds each kernel's kernel-level representation
+// (compiler/codegen/KernelSpec.h) from the IR. Emits a diagnostic and fails when the
+// module is not specialized (dynamic shapes) or uses an op it cannot lower or generate.
+mlir::FailureOr<Program> lowerToProgram(mlir::ModuleOp module, const LoweringOptions &options,
+                                        std::vector<codegen::KernelSpec> *specs = nullptr);
 
 } // namespace tlc

@@ -17,7 +17,7 @@ struct TargetDesc {
   int sharedBytesPerBlock;    // shared memory (LDS on AMD) one block may use
   int sharedBytesPerSM;       // per compute unit / SM
   std::string shuffleXor;     // expression for a butterfly shuffle of (v, m)
-  std::string matrixInstr;    // the matrix instructions the chip has (for future GEMMs)
+  std::string matrixInstr;    // the matrix instructions its kernels use
   std::string jitArch;        // what the JIT compiler's arch option takes
 };
 
@@ -26,10 +26,9 @@ const std::vector<TargetDesc> &allTargets();
 // Throws tlc::Error naming the known targets when `name` is not one of them.
 const TargetDesc &findTarget(const std::string &name);
 
-// The prelude every generated kernel starts with: per-vendor macros (warp size,
-// shuffles, launch bounds) chosen by the compiler that reads it (hipRTC or NVRTC),
-// bf16 as 16-bit storage widened to fp32, and the helpers the kernels share
-// (loads/stores, block reductions, the grid-wide barrier).
-std::string hipPrelude();
+// What every generated kernel starts with: TL_NVIDIA or TL_AMD, the warp size and the
+// shuffle, chosen by the compiler that reads it (NVRTC or hipRTC), from the table above.
+// The rest of the prelude is compiler/codegen/templates/prelude.cuh.
+std::string vendorPrelude();
 
 } // namespace tlc

@@ -27,13 +27,21 @@ LEVELS = [
      "the `repeat_kv` copies with `tl.flash_attention`: no S×S tensor, kv heads read by group."),
     ("O2", "V3 custom kernels", ["tl-fuse-prologue-epilogue"],
      "`tl-fuse-prologue-epilogue` wraps each projection in `tl.fused_linear` and moves its "
-     "neighbours into its regions: RMSNorm into the prologue (A is normalized as it is "
-     "loaded), RoPE, the head split and transposes, SwiGLU and the residual adds into the "
-     "epilogue (the GEMM writes finished values). The regions hold ordinary `tl` ops."),
+     "neighbours into its regions: RMSNorm into the prologue, RoPE, the head split and "
+     "transposes, SwiGLU and the residual adds into the epilogue. The regions hold ordinary "
+     "`tl` ops; the code generator reads them into one tensor-core GEMM per projection: "
+     "RMSNorm's gain scales A as it is loaded and the row's inverse RMS (from the A tiles "
+     "the GEMM streams anyway) scales the accumulator; the epilogue runs on the accumulator "
+     "tile in shared memory and writes each output once, in its final layout. Gate and up "
+     "columns are gathered into the same tile so only silu(gate)·up is written."),
     ("O3", "V4 ultra-fused", ["tl-fuse-blocks"],
      "`tl-fuse-blocks` wraps everything that belongs to one transformer block in a "
-     "`tl.block`: one launch per block, its intermediates kept on chip or in L2. Only the "
-     "residual stream between blocks reaches memory."),
+     "`tl.block`. The code generator launches a block's kernels (O2's five) as one "
+     "dependent chain: on sm_90 each is a programmatic dependent launch that starts while "
+     "the kernel before it finishes, fetches its weights, then waits "
+     "(`griddepcontrol.wait`) for its inputs; what flows between them is a few MiB of bf16 "
+     "that stays in L2. A single persistent kernel per block, the seeds' V4, is not built "
+     "yet: today O3 saves launch gaps, not memory traffic."),
 ]
 
 
@@ -47,6 +55,23 @@ def block_ir(tools, model, level):
               f"--seq-len={SEQ}", f"--dtype={DTYPE}", "--emit=ir"])
     lines = [l for l in ir.splitlines() if " = tl.weight " not in l]
     return "\n".join(lines)
+
+
+def qkv_kernel(tools, model):
+    """The generated O2 QKV kernel: its header comment and its epilogue hook."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run([os.path.join(tools, "tlc"), "--opt-level=2", model, f"--batch-size={BATCH}", f"--seq-len={SEQ}",
+             f"--dtype={DTYPE}", "--emit=hip", "-o", tmp])
+        name = next(f for f in sorted(os.listdir(tmp)) if f.startswith("tl_rmsnorm_linear_split_rope"))
+        lines = open(os.path.join(tmp, name)).read().splitlines()
+    header = []
+    for line in lines:
+        if not line.startswith("//   ") and header:
+            break
+        header.append(line)
+    start = next(i for i, l in enumerate(lines) if "static void epilogue(" in l)
+    end = next(i for i in range(start, len(lines)) if lines[i] == "  }")  # the hook's closing brace
+    return "\n".join(header), "\n".join(lines[start:end + 1])
 
 
 def kernel_stats(tools, model, level):
@@ -69,6 +94,7 @@ def main():
         run([os.path.join(tools, "tl-modelgen"), "--preset=workshop", "--layers=1", "-o", one_block])
         stats = [kernel_stats(tools, workshop, i) for i in range(4)]
         irs = [block_ir(tools, one_block, i) for i in range(4)]
+        qkv_header, qkv_epilogue = qkv_kernel(tools, workshop)
 
     out = []
     w = out.append
@@ -111,6 +137,18 @@ def main():
         w("```mlir")
         w(ir)
         w("```")
+        if name == "O2":
+            w("")
+            w("What the code generator made of the QKV `tl.fused_linear` (`tlc --opt-level=2 --emit=hip -o out/`, "
+              "one file per kernel): its header says what the kernel computes, and the epilogue hook the GEMM "
+              "template calls with 8 accumulator values of a row shows RoPE and the [B, H, S, D] stores; "
+              "`v` is the 8 values, `row` the whole accumulator row in shared memory.")
+            w("")
+            w("```c++")
+            w(qkv_header)
+            w("// ...")
+            w(qkv_epilogue)
+            w("```")
     print("\n".join(out))
 
 

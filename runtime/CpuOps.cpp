@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "runtime/CpuOps.h"
+#include "runtime/ElementwiseOps.h"
 #include "runtime/Error.h"
 #include "runtime/OpRules.h"
 #include "runtime/Tensor.h"
@@ -41,19 +42,15 @@ public:
         {"rope", &OpRunner::rope},
         {"repeat_kv", &OpRunner::repeatKv},
         {"batch_matmul", &OpRunner::batchMatmul},
-        {"scale", &OpRunner::scale},
         {"causal_mask", &OpRunner::causalMask},
         {"softmax", &OpRunner::softmax},
-        {"silu", &OpRunner::silu},
-        {"mul", &OpRunner::mul},
-        {"add", &OpRunner::add},
-        {"swiglu", &OpRunner::swiglu},
         {"split", &OpRunner::split},
         {"flash_attention", &OpRunner::flashAttention},
         {"cross_entropy", &OpRunner::crossEntropy},
     };
     auto found = methods.find(op_.op);
-    if (found == methods.end())
+    const ElementwiseOp *elementwiseOp = findElementwiseOp(op_.op);
+    if (found == methods.end() && !elementwiseOp)
       throw Error(fmt::format("cpu backend: unknown op '{}' in kernel '{}'", op_.op, kernel_));
     if (operands_.size() != op_.operands.size() || results_.size() != op_.results.size())
       fail(fmt::format("given {} operands and {} results, but the op record lists {} and {}",
@@ -63,7 +60,8 @@ public:
     for (const OpOutput &result : results_)
       if (!result.data) fail("a result has no buffer");
     checkShapes();
-    (this->*found->second)();
+    if (elementwiseOp) elementwise(*elementwiseOp);
+    else (this->*found->second)();
   }
 
 private:
@@ -275,15 +273,6 @@ private:
     matmulTransposedB(floats(0), b, out(0).data, batch, M, N, K, N * K, pool_);
   }
 
-  // scale(x) (factor) -> x * factor
-  void scale() {
-    double factor = op_.floatAttr("factor");
-    const float *x = floats(0);
-    float *result = out(0).data;
-    forEachElement(elementCount(in(0).shape),
-                   [&](int64_t i) { result[i] = float(double(x[i]) * factor); });
-  }
-
   // causal_mask(x[..., R, C]) -> -inf where col > row + (C - R); C == R gives col > row.
   void causalMask() {
     const Shape &shape = in(0).shape;
@@ -317,30 +306,14 @@ private:
     });
   }
 
-  static double siluOf(double z) { return z / (1.0 + std::exp(-z)); }
-
-  void silu() {
-    const float *x = floats(0);
+  // Every op of runtime/ElementwiseOps.def: operands of one shape, fp64 arithmetic.
+  void elementwise(const ElementwiseOp &op) {
+    double attr = std::string(op.attribute) == "none" ? 0.0 : op_.floatAttr(op.attribute);
+    const float *a = floats(0), *b = op.operands == 2 ? floats(1) : nullptr;
     float *result = out(0).data;
-    forEachElement(elementCount(in(0).shape), [&](int64_t i) { result[i] = float(siluOf(x[i])); });
-  }
-
-  template <typename Combine> void binary(Combine combine) {
-    const float *a = floats(0), *b = floats(1);
-    float *result = out(0).data;
-    forEachElement(elementCount(in(0).shape),
-                   [&](int64_t i) { result[i] = float(combine(double(a[i]), double(b[i]))); });
-  }
-
-  void mul() {
-    binary([](double a, double b) { return a * b; });
-  }
-  void add() {
-    binary([](double a, double b) { return a + b; });
-  }
-  // swiglu(gate, up) -> silu(gate) * up
-  void swiglu() {
-    binary([](double gate, double up) { return siluOf(gate) * up; });
+    forEachElement(elementCount(in(0).shape), [&](int64_t i) {
+      result[i] = float(op.apply(double(a[i]), b ? double(b[i]) : 0.0, attr));
+    });
   }
 
   // split(x[..., N]) (sizes) -> one result per size, slicing the last dim in order.

@@ -1,6 +1,6 @@
 // The GPU backend: JIT-compiles the Program's kernels, places every buffer in device
-// memory (one arena as planned, one block of weights, one workspace for Locals, a
-// barrier word), and runs the forward as a captured graph or launch by launch.
+// memory (one arena as planned, one block of weights, a small workspace, zeroed sync
+// words), and runs the forward as a captured graph or launch by launch.
 #include "runtime/JitBackend.h"
 
 #include <fmt/format.h>
@@ -69,33 +69,37 @@ public:
     // Device memory.
     arena_ = static_cast<char *>(device_->allocate(size_t(std::max<int64_t>(program_.arenaBytes, 1))));
     workspace_ = static_cast<char *>(device_->allocate(size_t(std::max<int64_t>(program_.workspaceBytes, 1))));
-    barrier_ = static_cast<char *>(device_->allocate(256));
-    device_->fill(barrier_, 0, 256);
+    // Words a kernel may count on (the last block of a reduction finds itself with them);
+    // zero here, and every kernel that uses one leaves it zero.
+    sync_ = static_cast<char *>(device_->allocate(256));
+    device_->fill(sync_, 0, 256);
     uploadWeights(weights);
     report_.arenaBytes = program_.arenaBytes;
     report_.workspaceBytes = program_.workspaceBytes;
 
-    // Launches.
+    // Launches, in the shape the source's code path for this vendor wants.
     launches_.clear();
     for (const Kernel &kernel : program_.kernels) {
+      auto shape = kernel.launch.find(device_->vendor());
+      if (shape == kernel.launch.end() || shape->second.gridBlocks < 1 || shape->second.blockThreads < 1)
+        throw Error(fmt::format("{} backend: kernel '{}' has no launch shape for {}", device_->vendor(), kernel.entry,
+                                device_->vendor()));
       Launch launch;
       launch.entry = kernel.entry;
       launch.function = functions[kernel.entry];
       for (int id : kernel.inputs) launch.pointers.push_back(pointerOf(id));
       for (int id : kernel.outputs) launch.pointers.push_back(pointerOf(id));
       launch.pointers.push_back(workspace_);
-      launch.pointers.push_back(barrier_);
-      int threads = kernel.blockThreads > 0 ? kernel.blockThreads : 256;
-      launch.threads = threads;
-      int perSM = device_->blocksPerMultiprocessor(launch.function, threads);
-      if (perSM < 1)
-        throw Error(fmt::format("{} backend: kernel '{}' cannot run a single block of {} threads on {}",
-                                device_->vendor(), kernel.entry, threads, device_->name()));
-      int64_t resident = int64_t(perSM) * device_->multiprocessors();
-      launch.cooperative = kernel.phases > 1;
-      // A kernel with grid-wide barriers needs all its blocks resident at once; others
-      // loop over their work with any grid.
-      launch.blocks = std::max<int64_t>(1, std::min(kernel.gridBlocks, launch.cooperative ? resident : resident * 4));
+      launch.pointers.push_back(sync_);
+      launch.blocks = shape->second.gridBlocks;
+      launch.threads = shape->second.blockThreads;
+      launch.sharedBytes = shape->second.sharedBytes;
+      launch.chained = kernel.chained && device_->dependentLaunch();
+      device_->allowSharedMemory(launch.function, launch.sharedBytes);
+      if (device_->blocksPerMultiprocessor(launch.function, launch.threads, launch.sharedBytes) < 1)
+        throw Error(fmt::format("{} backend: kernel '{}' cannot run a block of {} threads with {} bytes of shared "
+                                "memory on {}",
+                                device_->vendor(), kernel.entry, launch.threads, launch.sharedBytes, device_->name()));
       launches_.push_back(std::move(launch));
     }
     for (Launch &launch : launches_)
@@ -173,21 +177,21 @@ private:
     GpuDevice::Function function = nullptr;
     std::vector<void *> pointers;
     std::vector<void *> args;
-    int64_t blocks = 1;
+    int64_t blocks = 1, sharedBytes = 0;
     int threads = 256;
-    bool cooperative = false;
+    bool chained = false;
   };
 
   void run(const Launch &launch) {
-    device_->launch(launch.function, launch.entry, launch.blocks, launch.threads,
-                    const_cast<void **>(launch.args.data()), launch.cooperative);
+    device_->launch(launch.function, launch.entry, launch.blocks, launch.threads, launch.sharedBytes,
+                    const_cast<void **>(launch.args.data()), launch.chained);
   }
   void runAll() {
     for (const Launch &launch : launches_) run(launch);
   }
 
-  // Graph capture of the whole forward; if the driver refuses (say, a cooperative
-  // launch it cannot capture), launches go one by one and a note says so.
+  // Graph capture of the whole forward; if the driver refuses (say, a chained launch it
+  // cannot capture), launches go one by one and a note says so.
   void capture() {
     try {
       device_->beginCapture();
@@ -274,9 +278,9 @@ private:
     if (!device_) return;
     device_->release(arena_);
     device_->release(workspace_);
-    device_->release(barrier_);
+    device_->release(sync_);
     device_->release(weights_);
-    arena_ = workspace_ = barrier_ = weights_ = nullptr;
+    arena_ = workspace_ = sync_ = weights_ = nullptr;
     weightPointer_.clear();
     loaded_ = false;
   }
@@ -286,7 +290,7 @@ private:
   GpuOptions options_;
   Program program_;
   bool loaded_ = false;
-  char *arena_ = nullptr, *workspace_ = nullptr, *barrier_ = nullptr, *weights_ = nullptr;
+  char *arena_ = nullptr, *workspace_ = nullptr, *sync_ = nullptr, *weights_ = nullptr;
   std::map<int, void *> weightPointer_;
   std::vector<Launch> launches_;
   void *start_ = nullptr, *end_ = nullptr, *graph_ = nullptr;

@@ -32,10 +32,13 @@ public:
 
   using Function = void *;
   virtual Function load(const std::string &binary, const std::string &entry) = 0;
-  virtual int blocksPerMultiprocessor(Function function, int threads) = 0;
-  virtual bool cooperativeLaunch() const = 0;
-  virtual void launch(Function function, const std::string &entry, int64_t blocks, int threads, void **args,
-                      bool cooperative) = 0;
+  // Lets `function` use `bytes` of dynamic shared memory (above the 48 KiB default).
+  virtual void allowSharedMemory(Function function, int64_t bytes) = 0;
+  virtual int blocksPerMultiprocessor(Function function, int threads, int64_t sharedBytes) = 0;
+  // Whether a launch may be a programmatic dependent of the one before (sm_90 and later).
+  virtual bool dependentLaunch() const = 0;
+  virtual void launch(Function function, const std::string &entry, int64_t blocks, int threads, int64_t sharedBytes,
+                      void **args, bool dependent) = 0;
   virtual void synchronize() = 0;
 
   // Timing: events recorded on the stream.
@@ -60,7 +63,7 @@ struct GpuOptions {
   bool verbose = true;  // JIT progress line
 };
 
-// A Backend running a Program (with sources: compiler/HipEmitter.h) on `device`.
+// A Backend running a Program (with sources: compiler/codegen/Emitter.h) on `device`.
 std::unique_ptr<Backend> createGpuBackend(std::unique_ptr<GpuDevice> device, const GpuOptions &options);
 
 // What the GPU backend reports besides the Backend interface.

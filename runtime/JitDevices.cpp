@@ -33,8 +33,8 @@ struct Api {
   int (*occupancy)(int *, Handle, int, size_t) = nullptr;
   int (*launch)(Handle, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, Handle, void **,
                 void **) = nullptr;
-  int (*launchCooperative)(Handle, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, Handle,
-                           void **) = nullptr;
+  int (*setAttribute)(Handle, int, int) = nullptr;  // cuFuncSetAttribute (CUDA only)
+  int (*launchEx)(const void *, Handle, void **, void **) = nullptr;  // cuLaunchKernelEx (CUDA 12+)
   int (*streamSync)(Handle) = nullptr;
   int (*eventCreate)(Handle *, unsigned) = nullptr;
   int (*eventRecord)(Handle, Handle) = nullptr;
@@ -111,19 +111,47 @@ public:
     check(api_.getFunction(&function, module, entry.c_str()), fmt::format("finding kernel '{}' in its module", entry));
     return function;
   }
-  int blocksPerMultiprocessor(Function function, int threads) override {
+  void allowSharedMemory(Function function, int64_t bytes) override {
+    // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; HIP kernels stay within the 64 KiB
+    // a workgroup may use without asking.
+    if (api_.setAttribute && bytes > (48 << 10))
+      check(api_.setAttribute(function, 8, int(bytes)), fmt::format("allowing {} bytes of shared memory", bytes));
+  }
+  int blocksPerMultiprocessor(Function function, int threads, int64_t sharedBytes) override {
     int blocks = 0;
-    check(api_.occupancy(&blocks, function, threads, 0), "occupancy query");
+    check(api_.occupancy(&blocks, function, threads, size_t(sharedBytes)), "occupancy query");
     return blocks;
   }
-  bool cooperativeLaunch() const override { return api_.launchCooperative != nullptr; }
-  void launch(Function function, const std::string &entry, int64_t blocks, int threads, void **args,
-              bool cooperative) override {
-    int status = cooperative && api_.launchCooperative
-                     ? api_.launchCooperative(function, unsigned(blocks), 1, 1, unsigned(threads), 1, 1, 0, stream_, args)
-                     : api_.launch(function, unsigned(blocks), 1, 1, unsigned(threads), 1, 1, 0, stream_, args, nullptr);
-    check(status, fmt::format("launching kernel '{}' ({} blocks of {} threads{})", entry, blocks, threads,
-                              cooperative ? ", cooperative" : ""));
+  bool dependentLaunch() const override { return api_.launchEx != nullptr && computeMajor_ >= 9; }
+  void launch(Function function, const std::string &entry, int64_t blocks, int threads, int64_t sharedBytes,
+              void **args, bool dependent) override {
+    int status;
+    if (dependent && dependentLaunch()) {
+      // CUlaunchConfig with one CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6).
+      struct Attribute {
+        int id;
+        char pad[4];
+        union {
+          char bytes[64];
+          int allowed;
+          void *align;
+        } value;
+      } attribute{};
+      attribute.id = 6;
+      attribute.value.allowed = 1;
+      struct Config {
+        unsigned grid[3], block[3], sharedBytes;
+        Handle stream;
+        Attribute *attributes;
+        unsigned count;
+      } config{{unsigned(blocks), 1, 1}, {unsigned(threads), 1, 1}, unsigned(sharedBytes), stream_, &attribute, 1};
+      status = api_.launchEx(&config, function, args, nullptr);
+    } else {
+      status = api_.launch(function, unsigned(blocks), 1, 1, unsigned(threads), 1, 1, unsigned(sharedBytes), stream_,
+                           args, nullptr);
+    }
+    check(status, fmt::format("launching kernel '{}' ({} blocks of {} threads, {} bytes of shared memory{})", entry,
+                              blocks, threads, sharedBytes, dependent ? ", chained" : ""));
   }
   void synchronize() override { check(api_.streamSync(stream_), "stream synchronize (a kernel may have faulted)"); }
 
@@ -154,7 +182,7 @@ public:
   void *library_;
   Handle stream_ = nullptr;
   std::string name_, arch_;
-  int multiprocessors_ = 1;
+  int multiprocessors_ = 1, computeMajor_ = 0;
 };
 
 std::string envOr(const char *name, const std::string &fallback) {
@@ -192,7 +220,8 @@ std::unique_ptr<GpuDevice> openCudaDevice(std::string *why) {
   bindSymbol(library, api.getFunction, "cuModuleGetFunction");
   bindSymbol(library, api.occupancy, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   bindSymbol(library, api.launch, "cuLaunchKernel");
-  bindSymbol(library, api.launchCooperative, "cuLaunchCooperativeKernel", false);
+  bindSymbol(library, api.setAttribute, "cuFuncSetAttribute");
+  bindSymbol(library, api.launchEx, "cuLaunchKernelEx", false);
   bindSymbol(library, api.streamSync, "cuStreamSynchronize");
   bindSymbol(library, api.eventCreate, "cuEventCreate");
   bindSymbol(library, api.eventRecord, "cuEventRecord");
@@ -240,6 +269,7 @@ std::unique_ptr<GpuDevice> openCudaDevice(std::string *why) {
   device->check(streamCreate(&device->stream_, 1 /* non-blocking */), "cuStreamCreate");
   device->name_ = name;
   device->arch_ = fmt::format("sm_{}{}", major, minor);
+  device->computeMajor_ = major;
   device->multiprocessors_ = sms;
   return device;
 }
@@ -263,7 +293,6 @@ std::unique_ptr<GpuDevice> openHipDevice(std::string *why) {
   bindSymbol(library, api.getFunction, "hipModuleGetFunction");
   bindSymbol(library, api.occupancy, "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor");
   bindSymbol(library, api.launch, "hipModuleLaunchKernel");
-  bindSymbol(library, api.launchCooperative, "hipModuleLaunchCooperativeKernel", false);
   bindSymbol(library, api.streamSync, "hipStreamSynchronize");
   bindSymbol(library, api.eventCreate, "hipEventCreateWithFlags");
   bindSymbol(library, api.eventRecord, "hipEventRecord");

@@ -6,8 +6,9 @@
 // A Program is a list of values (every tensor the forward touches, each with dtype,
 // shape and storage class) and a list of kernels in launch order. Each kernel names
 // the buffers it reads and writes and the sequence of ops it computes; a backend runs
-// a kernel by executing those ops. Values private to one kernel (class `Local`) never
-// reach device memory: they are what fusion keeps on chip.
+// a kernel by executing those ops (the CPU reference) or by launching its generated
+// source. Values private to one kernel (class `Local`) never reach device memory: they
+// are what fusion keeps in registers and shared memory.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +70,13 @@ struct OpRecord {
   const std::vector<int64_t> &intsAttr(const std::string &key) const;
 };
 
+// How a backend launches a kernel: a 1-D grid of blocks.
+struct KernelLaunch {
+  int64_t gridBlocks = 0;
+  int blockThreads = 0;
+  int64_t sharedBytes = 0;    // dynamic shared memory per block
+};
+
 struct Kernel {
   std::string name;           // says what it computes: tl_linear_bf16_1024x512x512
   std::vector<int> inputs;    // values read from memory (no Locals)
@@ -78,13 +86,16 @@ struct Kernel {
   int64_t minBytes = 0;       // bytes it must move at least: its inputs and outputs once
   int layer = -1;             // transformer block it belongs to, -1 outside blocks
 
-  // GPU code, set by the HIP emitter (compiler/HipEmitter.h); empty until then.
+  // GPU code, set by the code generator (compiler/codegen/Emitter.h); empty until then.
   std::string entry;          // the kernel function in `source` (Kernel::name unless taken)
   std::string source;         // HIP-dialect C++ that hipRTC and NVRTC both compile
-  int64_t gridBlocks = 0;     // blocks with work in the kernel's largest phase
-  int blockThreads = 0;       // threads per block
-  int phases = 0;             // steps separated by grid-wide barriers (>1: co-resident grid)
-  int64_t workspaceBytes = 0; // its Locals and scratch, in the per-launch workspace
+  // Launch shape by backend ("cuda", "hip"): the source takes a different code path on
+  // each vendor (tensor cores with NVRTC, MFMA or FMAs with hipRTC).
+  std::map<std::string, KernelLaunch> launch;
+  // May start before the kernel ahead of it has finished (programmatic dependent launch,
+  // where the device has it): it waits inside for its producers before reading them.
+  bool chained = false;
+  int64_t workspaceBytes = 0; // scratch it needs in the per-launch workspace
 };
 
 // A model parameter as stored in a checkpoint.

@@ -111,9 +111,13 @@ void writeKernel(std::ostringstream &out, const Kernel &kernel) {
               {"inputs", kernel.inputs}, {"outputs", kernel.outputs}};
   if (!kernel.entry.empty()) {
     header["entry"] = kernel.entry;
-    header["grid_blocks"] = kernel.gridBlocks;
-    header["block_threads"] = kernel.blockThreads;
-    header["phases"] = kernel.phases;
+    Json launch = Json::object();
+    for (const auto &[backend, shape] : kernel.launch)
+      launch[backend] = Json{{"grid_blocks", shape.gridBlocks},
+                             {"block_threads", shape.blockThreads},
+                             {"shared_bytes", shape.sharedBytes}};
+    header["launch"] = launch;
+    header["chained"] = kernel.chained;
     header["workspace_bytes"] = kernel.workspaceBytes;
   }
   std::string headerText = inlineJson(header);
@@ -336,9 +340,20 @@ Kernel kernelFromJson(const JsonReader &reader, const nlohmann::json &json,
     kernel.minBytes = reader.integer(json, "min_bytes", where);
   if (reader.optionalField(json, "entry")) {
     kernel.entry = reader.string(json, "entry", where);
-    kernel.gridBlocks = reader.integer(json, "grid_blocks", where);
-    kernel.blockThreads = reader.intField(json, "block_threads", where);
-    kernel.phases = reader.intField(json, "phases", where);
+    std::string launchWhere = JsonReader::join(where, "launch");
+    const nlohmann::json &launch = reader.field(json, "launch", where);
+    if (!launch.is_object()) reader.fail(launchWhere, "expected an object of launch shapes by backend");
+    for (auto item = launch.begin(); item != launch.end(); ++item) {
+      std::string shapeWhere = JsonReader::join(launchWhere, item.key());
+      KernelLaunch shape;
+      shape.gridBlocks = reader.integer(item.value(), "grid_blocks", shapeWhere);
+      shape.blockThreads = reader.intField(item.value(), "block_threads", shapeWhere);
+      shape.sharedBytes = reader.integer(item.value(), "shared_bytes", shapeWhere);
+      kernel.launch[item.key()] = shape;
+    }
+    const nlohmann::json &chained = reader.field(json, "chained", where);
+    if (!chained.is_boolean()) reader.fail(JsonReader::join(where, "chained"), "expected true or false");
+    kernel.chained = chained.get<bool>();
     kernel.workspaceBytes = reader.integer(json, "workspace_bytes", where);
   }
   const nlohmann::json &ops = reader.array(json, "ops", where);

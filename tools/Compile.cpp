@@ -1,7 +1,7 @@
 #include "tools/Compile.h"
 
 #include "compiler/CostModel.h"
-#include "compiler/HipEmitter.h"
+#include "compiler/codegen/Emitter.h"
 #include "compiler/ModelIO.h"
 #include "compiler/ProgramLowering.h"
 #include "passes/Passes.h"
@@ -58,10 +58,11 @@ mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &
 
 mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options) {
   if (mlir::failed(checkCostsFit(module))) return mlir::failure();
-  auto program = lowerToProgram(module, {options.optLevel, pipelineText(options)});
+  std::vector<codegen::KernelSpec> specs;
+  auto program = lowerToProgram(module, {options.optLevel, pipelineText(options)}, &specs);
   if (mlir::failed(program)) return mlir::failure();
   planMemory(*program);
-  emitHipKernels(*program);
+  emitHipKernels(*program, specs);
   // What tlc writes, the runtime accepts: a model the verifier passed may still break
   // the runtime's contract (say, logits narrower than the embedding's vocabulary).
   try {

@@ -3,7 +3,7 @@
 //   tlc --opt-level=2 models/tinyllama.tl --run
 //   tlc --print-ir-after-all models/tinyllama.tl --emit=ir -o /dev/null
 //   tlc --emit=program -o out/ models/tinyllama.tl
-#include "compiler/HipEmitter.h"
+#include "compiler/codegen/Emitter.h"
 #include "compiler/ModelIO.h"
 #include "passes/Pipelines.h"
 #include "runtime/Backend.h"
@@ -89,6 +89,9 @@ cl::opt<std::string> weightsPath("weights", cl::desc("load weights from a safete
                                  cl::cat(tlcCategory));
 cl::opt<std::string> saveWeightsPath("save-weights", cl::desc("write the weights used to a safetensors file"),
                                      cl::cat(tlcCategory));
+cl::opt<std::string> saveLogitsPath("save-logits",
+                                    cl::desc("with --run: write the logits as a float32 .npy file (numpy.load reads it)"),
+                                    cl::value_desc("file.npy"), cl::cat(tlcCategory));
 cl::opt<std::string> tokensPath("tokens", cl::desc("read token ids (batch x seq integers) from a text file (default: seeded random)"),
                                 cl::value_desc("file"), cl::cat(tlcCategory));
 cl::opt<int> threads("cpu-threads", cl::desc("CPU backend threads (0: all cores)"), cl::init(0), cl::cat(tlcCategory));
@@ -125,10 +128,29 @@ void printKernelCounts(const tlc::Program &program) {
     bytes += kernel.minBytes;
   }
   int64_t perBlock = layers.empty() ? 0 : blockKernels / int64_t(layers.size());
-  fmt::print("  kernels   {} per forward: {} per block x {} blocks + {} outside the blocks\n",
-             program.kernels.size(), perBlock, layers.size(), program.kernels.size() - blockKernels);
+  bool chained = std::any_of(program.kernels.begin(), program.kernels.end(),
+                             [](const tlc::Kernel &kernel) { return kernel.chained; });
+  fmt::print("  kernels   {} per forward: {} per block x {} blocks{} + {} outside the blocks\n",
+             program.kernels.size(), perBlock, layers.size(), chained ? " (each block one chained launch sequence)" : "",
+             program.kernels.size() - blockKernels);
   fmt::print("  work      {:.2f} GFLOP, {} moved at least (sum of every kernel's inputs and outputs)\n",
              double(flops) / 1e9, mib(bytes));
+}
+
+// NumPy's .npy format, version 1.0: magic, a header dict padded to 64 bytes, raw data.
+void saveNpy(const std::string &path, const tlc::Tensor &tensor) {
+  std::string shape;
+  for (int64_t dim : tensor.shape) shape += std::to_string(dim) + ", ";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + shape + "), }";
+  header.append(63 - (10 + header.size()) % 64, ' ');
+  header += '\n';
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  uint16_t length = uint16_t(header.size());
+  file.write("\x93NUMPY\x01\x00", 8);
+  file.write(reinterpret_cast<const char *>(&length), 2);
+  file << header;
+  file.write(reinterpret_cast<const char *>(tensor.data.data()), std::streamsize(tensor.data.size() * 4));
+  if (!file) throw tlc::Error(fmt::format("cannot write '{}'", path));
 }
 
 void printKernelTable(const tlc::Program &program) {
@@ -174,6 +196,7 @@ int runForward(const tlc::Program &program) {
     result.milliseconds = times[times.size() / 2];
   }
 
+  if (!saveLogitsPath.empty()) saveNpy(saveLogitsPath, result.logits);
   double checksum = 0, absSum = 0;
   for (float v : result.logits.data) {
     checksum += v;

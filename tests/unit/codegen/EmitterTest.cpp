@@ -1,33 +1,45 @@
-// The emitter's contract: names, dedupe, launch data, errors, JIT failure messages.
-#include "compiler/HipEmitter.h"
+// The code generator's contract: fusion reaches the kernels (what a fused linear's
+// prologue and epilogue do is inside its GEMM), launch shapes for both vendors, chained
+// O3 blocks, names and dedupe, and clear errors.
 #include "compiler/Targets.h"
+#include "compiler/codegen/Emitter.h"
 #include "runtime/Error.h"
-#include "runtime/Jit.h"
 #include "tools/Compile.h"
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <map>
 
 namespace tlc {
 namespace {
 
-Program workshop(int level, const char *dtype = "f32") {
-  Program program = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", {level, 2, 16, dtype});
-  return program;
+Program workshop(int level, const char *dtype = "bf16", int64_t batch = 8, int64_t seq = 128) {
+  return compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", {level, batch, seq, dtype});
 }
 
-TEST(HipEmitter, SameNameMeansSameSourceAndEveryKernelHasLaunchData) {
+const Kernel &kernelNamed(const Program &program, const std::string &prefix) {
+  for (const Kernel &kernel : program.kernels)
+    if (kernel.name.rfind(prefix, 0) == 0) return kernel;
+  throw Error("no kernel " + prefix);
+}
+
+bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+
+TEST(Codegen, EveryKernelHasASourceAndLaunchShapesForBothVendors) {
   for (int level = 0; level <= 3; ++level) {
     Program program = workshop(level);
     std::map<std::string, std::string> sourceOf;
     for (const Kernel &kernel : program.kernels) {
-      EXPECT_FALSE(kernel.source.empty());
-      EXPECT_NE(kernel.source.find("__global__ void __launch_bounds__(TL_THREADS)\n" + kernel.entry + "("), std::string::npos);
-      EXPECT_GT(kernel.gridBlocks, 0);
-      EXPECT_EQ(kernel.blockThreads, 256);
-      EXPECT_GE(kernel.phases, 1);
+      EXPECT_TRUE(contains(kernel.source, "__global__ void __launch_bounds__(")) << kernel.name;
+      EXPECT_TRUE(contains(kernel.source, "\n" + kernel.entry + "(")) << kernel.name;
+      for (const char *backend : {"cuda", "hip"}) {
+        ASSERT_TRUE(kernel.launch.count(backend)) << kernel.name << " " << backend;
+        const KernelLaunch &launch = kernel.launch.at(backend);
+        EXPECT_GT(launch.gridBlocks, 0) << kernel.name;
+        EXPECT_GE(launch.blockThreads, 32) << kernel.name;
+        EXPECT_LE(launch.blockThreads, 1024) << kernel.name;
+        EXPECT_LE(launch.sharedBytes, std::string(backend) == "cuda" ? 227 << 10 : 64 << 10) << kernel.name;
+      }
       EXPECT_LE(kernel.workspaceBytes, program.workspaceBytes);
       auto [it, inserted] = sourceOf.emplace(kernel.entry, kernel.source);
       EXPECT_TRUE(inserted || it->second == kernel.source) << kernel.entry;
@@ -35,37 +47,105 @@ TEST(HipEmitter, SameNameMeansSameSourceAndEveryKernelHasLaunchData) {
   }
 }
 
-TEST(HipEmitter, FusedLevelsFoldEpiloguesAndUseBarriers) {
-  Program o2 = workshop(2);
-  bool folded = false;
-  for (const Kernel &kernel : o2.kernels) folded |= kernel.source.find("+ epilogue: add") != std::string::npos;
-  EXPECT_TRUE(folded) << "the residual add of O2 should be in the GEMM's store";
-  Program o3 = workshop(3);
-  for (const Kernel &kernel : o3.kernels)
-    if (kernel.name.rfind("tl_block_", 0) == 0) EXPECT_GT(kernel.phases, 3) << kernel.name;
+// One source per distinct computation: the 8 blocks' kernels share their sources.
+TEST(Codegen, BlocksShareTheirKernels) {
+  Program program = workshop(2);
+  std::map<std::string, int> uses;
+  for (const Kernel &kernel : program.kernels) ++uses[kernel.entry];
+  EXPECT_EQ(uses.size(), 8u);  // embedding, 5 per block, logits, loss
+  EXPECT_EQ(uses.at(kernelNamed(program, "tl_flash_attention").entry), 8);
 }
 
-TEST(HipEmitter, ProgramJsonKeepsTheSources) {
-  Program program = workshop(1, "bf16");
+// What the O2 IR fuses is inside the GEMM: RMSNorm in the prologue, RoPE, the head
+// split and transposes in the QKV epilogue, SwiGLU on gate/up pairs held by one tile,
+// the residual adds in the o_proj and down epilogues; all on tensor cores in bf16.
+TEST(Codegen, O2FusionIsInsideTheGemms) {
+  Program program = workshop(2);
+  const Kernel &qkv = kernelNamed(program, "tl_rmsnorm_linear_split_rope_transpose_bf16_1024x1024x512");
+  EXPECT_TRUE(contains(qkv.source, "static constexpr bool ROW_NORM = true"));
+  EXPECT_TRUE(contains(qkv.source, "tl_rope("));
+  EXPECT_TRUE(contains(qkv.source, "tl_gemm_mma<"));
+  EXPECT_EQ(qkv.outputs.size(), 3u);  // q, k and v, each written once in [B, H, S, D]
+  EXPECT_EQ(qkv.workspaceBytes, 0);
+
+  const Kernel &gateUp = kernelNamed(program, "tl_rmsnorm_linear_split_swiglu_bf16_1024x4096x512");
+  EXPECT_TRUE(contains(gateUp.source, "tl_swiglu<float>("));
+  EXPECT_TRUE(contains(gateUp.source, "accumulator columns 0..2047 with 2048..4095"));  // one tile holds both halves
+  ASSERT_EQ(gateUp.outputs.size(), 1u);
+  EXPECT_EQ(program.value(gateUp.outputs[0]).shape, (std::vector<int64_t>{8, 128, 2048}));  // only silu(g)·u is written
+
+  for (const char *name : {"tl_transpose_linear_add_bf16_1024x512x512", "tl_linear_add_bf16_1024x512x2048"}) {
+    const Kernel &residual = kernelNamed(program, name);
+    EXPECT_TRUE(contains(residual.source, "tl_add<float>(")) << name;
+    EXPECT_TRUE(contains(residual.source, "tl_gemm_mma<")) << name;
+  }
+  // The o_proj reads the attention output through its transposed layout, 16 bytes at a time.
+  EXPECT_TRUE(contains(kernelNamed(program, "tl_transpose_linear_add").source, "a_src(const Params &p, int bt, int m, int k)"));
+  const Kernel &attention = kernelNamed(program, "tl_flash_attention");
+  EXPECT_TRUE(contains(attention.source, "tl_attention_mma<"));
+  for (const Kernel &kernel : program.kernels)
+    if (kernel.name.rfind("tl_cross_entropy", 0) != 0) EXPECT_EQ(kernel.workspaceBytes, 0) << kernel.name;
+}
+
+// fp32 models keep exact fp32 arithmetic: no tensor cores (they would round to tf32).
+TEST(Codegen, Fp32UsesFmaTemplates) {
+  Program program = workshop(2, "f32", 2, 16);
+  for (const Kernel &kernel : program.kernels) {
+    EXPECT_FALSE(contains(kernel.source, "tl_gemm_mma<")) << kernel.name;
+    EXPECT_FALSE(contains(kernel.source, "tl_attention_mma<")) << kernel.name;
+  }
+  EXPECT_TRUE(contains(kernelNamed(program, "tl_rmsnorm_linear").source, "tl_gemm_simt<"));
+}
+
+// O3 runs the same kernels as O2, each block's as one dependent chain.
+TEST(Codegen, O3ChainsEachBlocksKernels) {
+  Program o2 = workshop(2), o3 = workshop(3);
+  ASSERT_EQ(o2.kernels.size(), o3.kernels.size());
+  std::map<int, int> seen;
+  for (size_t k = 0; k < o3.kernels.size(); ++k) {
+    const Kernel &kernel = o3.kernels[k];
+    EXPECT_EQ(kernel.name, o2.kernels[k].name);
+    EXPECT_FALSE(o2.kernels[k].chained);
+    bool firstOfBlock = kernel.layer >= 0 && seen[kernel.layer]++ == 0;
+    EXPECT_EQ(kernel.chained, kernel.layer >= 0 && !firstOfBlock) << kernel.name;
+    if (kernel.chained) EXPECT_TRUE(contains(kernel.source, "chained: may start")) << kernel.name;
+  }
+}
+
+TEST(Codegen, ProgramJsonKeepsSourcesAndLaunchShapes) {
+  Program program = workshop(3, "bf16", 2, 16);
   Program back = programFromJson(programToJson(program));
   ASSERT_EQ(back.kernels.size(), program.kernels.size());
   for (size_t k = 0; k < program.kernels.size(); ++k) {
     EXPECT_EQ(back.kernels[k].entry, program.kernels[k].entry);
     EXPECT_EQ(back.kernels[k].source, program.kernels[k].source);
-    EXPECT_EQ(back.kernels[k].gridBlocks, program.kernels[k].gridBlocks);
-    EXPECT_EQ(back.kernels[k].phases, program.kernels[k].phases);
+    EXPECT_EQ(back.kernels[k].chained, program.kernels[k].chained);
+    for (const char *backend : {"cuda", "hip"}) {
+      EXPECT_EQ(back.kernels[k].launch.at(backend).gridBlocks, program.kernels[k].launch.at(backend).gridBlocks);
+      EXPECT_EQ(back.kernels[k].launch.at(backend).blockThreads, program.kernels[k].launch.at(backend).blockThreads);
+      EXPECT_EQ(back.kernels[k].launch.at(backend).sharedBytes, program.kernels[k].launch.at(backend).sharedBytes);
+    }
   }
   EXPECT_EQ(back.workspaceBytes, program.workspaceBytes);
 }
 
-TEST(HipEmitter, UnknownOpIsAClearError) {
-  Program program = workshop(0);
-  program.kernels[1].ops[0].op = "frobnicate";
+TEST(Codegen, AnOpWithoutAFormulaIsAClearError) {
+  Program program = workshop(0, "f32", 2, 16);
+  codegen::KernelSpec spec;
+  spec.entry = "tl_broken";
+  const Kernel &add = kernelNamed(program, "tl_add");
+  spec.params = {{add.inputs[0], DType::F32, false}, {add.outputs[0], DType::F32, true}};
+  codegen::ElementwiseSpec body;
+  body.count = 16;
+  codegen::IndexExpr e = codegen::IndexExpr::variable("e", 16);
+  body.stores.push_back({1, e, codegen::ElementExpr::apply("frobnicate", {codegen::ElementExpr::load(0, e)}, 0)});
+  spec.body = body;
   try {
-    emitHipKernels(program);
+    codegen::emitKernel(program, spec);
     FAIL() << "expected an error";
   } catch (const Error &error) {
-    EXPECT_NE(std::string(error.what()).find("no GPU code for op 'frobnicate'"), std::string::npos) << error.what();
+    EXPECT_TRUE(contains(error.what(), "'frobnicate' is not an elementwise op")) << error.what();
+    EXPECT_TRUE(contains(error.what(), "tl_broken")) << error.what();
   }
 }
 
@@ -75,44 +155,6 @@ TEST(Targets, DescribeTheFourChips) {
   EXPECT_EQ(findTarget("sm_80").warpSize, 32);
   EXPECT_EQ(findTarget("sm_90").warpSize, 32);
   EXPECT_THROW(findTarget("gfx1100"), Error);
-}
-
-TEST(Jit, FailureNamesTheKernelAndShowsTheLogAndTheSource) {
-  auto nvrtc = createNvrtcCompiler();
-  char directory[] = "/tmp/tlc-jit-test-XXXXXX";
-  ASSERT_NE(mkdtemp(directory), nullptr);
-  JitOptions options;
-  options.arch = "sm_90";
-  options.cacheDir = directory;
-  options.progress = false;
-  try {
-    jitCompileAll(*nvrtc, {{"tl_broken", "extern \"C\" __global__ void tl_broken() { undeclared(); }"}}, options);
-    FAIL() << "expected a JIT error";
-  } catch (const Error &error) {
-    std::string message = error.what();
-    EXPECT_NE(message.find("tl_broken"), std::string::npos) << message;
-    EXPECT_NE(message.find("undeclared"), std::string::npos) << message;
-    EXPECT_NE(message.find(std::string(directory) + "/failed/tl_broken.hip"), std::string::npos) << message;
-  }
-}
-
-TEST(Jit, CacheHitsTheSecondTime) {
-  auto nvrtc = createNvrtcCompiler();
-  char directory[] = "/tmp/tlc-jit-cache-XXXXXX";
-  ASSERT_NE(mkdtemp(directory), nullptr);
-  JitOptions options;
-  options.arch = "sm_90";
-  options.cacheDir = directory;
-  options.progress = false;
-  std::vector<JitSource> sources = {{"tl_a", "extern \"C\" __global__ void tl_a(float *x) { x[0] = 1; }"},
-                                    {"tl_a_again", "extern \"C\" __global__ void tl_a(float *x) { x[0] = 1; }"}};
-  JitStats first, second;
-  auto a = jitCompileAll(*nvrtc, sources, options, &first);
-  auto b = jitCompileAll(*nvrtc, sources, options, &second);
-  EXPECT_EQ(first.compiled, 1);  // identical sources compile once
-  EXPECT_EQ(second.cached, 1);
-  EXPECT_EQ(second.compiled, 0);
-  EXPECT_EQ(a, b);
 }
 
 } // namespace

@@ -1,0 +1,183 @@
+#include "compiler/codegen/ElementCode.h"
+
+#include "runtime/ElementwiseOps.h"
+#include "runtime/Error.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numeric>
+#include <limits>
+
+namespace tlc::codegen {
+
+std::string indexCode(const IndexExpr &index) {
+  if (index.maxValue() <= std::numeric_limits<int32_t>::max()) return index.str();
+  // Each variable widened before any arithmetic.
+  IndexExpr wide = index;
+  for (const char *name : {"m", "c", "k", "n", "bt", "e", "b", "h", "s"})
+    if (wide.uses(name)) wide = wide.substitute(name, IndexExpr::variable(fmt::format("(tl_i64){}", name), 1 << 30));
+  return wide.str();
+}
+
+std::string floatLiteral(double value) {
+  if (std::isnan(value)) return "tl_nan()";
+  if (std::isinf(value)) return value > 0 ? "tl_inf()" : "-tl_inf()";
+  std::string text = fmt::format("{:.9g}", value);
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text + "f";
+}
+
+bool ElementCode::contiguous(const IndexExpr &offset, const ChunkLoop &loop) {
+  if (loop.vector == 1) return true;
+  if (loop.extent % loop.vector != 0) return false;
+  // Every combination of the sampled values of the other variables it uses.
+  std::vector<std::map<std::string, int64_t>> points(1);
+  for (const auto &[name, values] : loop.samples) {
+    if (!offset.uses(name)) continue;
+    std::vector<std::map<std::string, int64_t>> more;
+    for (const auto &point : points)
+      for (int64_t value : values) {
+        auto extended = point;
+        extended[name] = value;
+        more.push_back(extended);
+      }
+    points = more;
+  }
+  if (!offset.uses(loop.variable)) return false;
+  // One period along the loop variable decides it, when a period's step keeps alignment.
+  int64_t period = std::lcm(offset.period(loop.variable), int64_t(loop.vector)), span = loop.extent;
+  if (period < loop.extent) {
+    for (auto &point : points) {
+      point[loop.variable] = 0;
+      int64_t first = offset.evaluate(point);
+      point[loop.variable] = period;
+      if ((offset.evaluate(point) - first) % loop.vector != 0) return false;
+    }
+    span = period;
+  }
+  for (auto &point : points)
+    for (int64_t base = 0; base < span; base += loop.vector) {
+      point[loop.variable] = base;
+      int64_t first = offset.evaluate(point);
+      if (first % loop.vector != 0) return false;
+      for (int64_t i = 1; i < loop.vector; ++i) {
+        point[loop.variable] = base + i;
+        if (offset.evaluate(point) != first + i) return false;
+      }
+    }
+  return true;
+}
+
+std::string ElementCode::ropeTable(double theta, int64_t headDim) {
+  auto key = std::make_pair(theta, headDim);
+  auto found = ropeTables_.find(key);
+  if (found != ropeTables_.end()) return found->second;
+  std::string name = fmt::format("tl_rope_frequencies{}", ropeTables_.size());
+  // theta^(-2i / D) per pair i, as a float and the float of what that float misses.
+  std::string values;
+  for (int64_t i = 0; i < headDim / 2; ++i) {
+    double frequency = std::pow(theta, -2.0 * double(i) / double(headDim));
+    float hi = float(frequency), lo = float(frequency - double(hi));
+    values += fmt::format("{}{}, {}", i ? ", " : "", floatLiteral(hi), floatLiteral(lo));
+  }
+  globals_ += fmt::format("// RoPE frequencies theta^(-2i/{}) for theta {}, as (hi, lo) float pairs.\n"
+                          "__device__ const float {}[{}] = {{{}}};\n",
+                          headDim, theta, name, headDim, values);
+  ropeTables_.emplace(key, name);
+  return name;
+}
+
+std::string ElementCode::chunk(const std::vector<Store> &stores, const ChunkLoop &loop, const std::string &indent) {
+  std::string head, body, tail;
+  std::map<const ElementExpr *, std::string> names;
+  int temporaries = 0;
+  const std::string &var = loop.variable;
+  auto at = [&](const IndexExpr &index) { return indexCode(index); };
+  auto atBase = [&](const IndexExpr &index) {
+    return indexCode(index.substitute(var, IndexExpr::variable(loop.base, loop.extent)));
+  };
+
+  std::function<std::string(const ElementRef &)> value = [&](const ElementRef &expr) -> std::string {
+    auto found = names.find(expr.get());
+    if (found != names.end()) return found->second;
+    std::string name = fmt::format("x{}", temporaries++), code;
+    switch (expr->kind) {
+    case ElementExpr::Kind::Load: {
+      const std::string &param = params_.names.at(size_t(expr->param));
+      if (loop.vector > 1 && contiguous(expr->offset, loop)) {
+        head += fmt::format("    float {}v[{}];\n    tl_ld8(p.{}, {}, {}v);\n", name, loop.vector, param,
+                            atBase(expr->offset), name);
+        code = fmt::format("{}v[i]", name);
+      } else {
+        code = fmt::format("tl_ld(p.{}, {})", param, at(expr->offset));
+      }
+      break;
+    }
+    case ElementExpr::Kind::Accumulator: code = loop.accumulator(*expr, "i"); break;
+    case ElementExpr::Kind::Apply: {
+      const ElementwiseOp *op = findElementwiseOp(expr->op);
+      if (!op || size_t(op->operands) != expr->args.size())
+        throw Error(fmt::format("code generation: kernel '{}': '{}' is not an elementwise op of {} operands", kernel_,
+                                expr->op, expr->args.size()));
+      std::string a = value(expr->args[0]), b = op->operands > 1 ? value(expr->args[1]) : "0.0f";
+      code = fmt::format("tl_{}<float>({}, {}, {})", expr->op, a, b, floatLiteral(expr->attr));
+      break;
+    }
+    case ElementExpr::Kind::Rope: {
+      std::string first = value(expr->args[0]), second = value(expr->args[1]);
+      std::string table = ropeTable(expr->theta, expr->headDim);
+      body += fmt::format("      float {0}c, {0}s;\n"
+                          "      tl_rope_cos_sin((float)({1}), {2}[2 * ({3})], {2}[2 * ({3}) + 1], {0}c, {0}s);\n",
+                          name, at(expr->position), table, at(expr->pair));
+      code = fmt::format("tl_rope({}, {}, ({}) != 0, {}c, {}s)", first, second, at(expr->isSecond), name, name);
+      break;
+    }
+    case ElementExpr::Kind::CausalMask: {
+      std::string x = value(expr->args[0]);
+      code = fmt::format("({}) > ({}) + {} ? -tl_inf() : {}", at(expr->column), at(expr->row), expr->shift, x);
+      break;
+    }
+    }
+    body += fmt::format("      const float {} = {};\n", name, code);
+    names[expr.get()] = name;
+    return name;
+  };
+
+  std::vector<std::string> results;
+  for (const Store &store : stores) results.push_back(value(store.value));
+
+  std::string out = "  {\n" + head;
+  for (size_t s = 0; s < stores.size(); ++s) out += fmt::format("    float r{}[{}];\n", s, loop.vector);
+  out += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) {{\n      const auto {} = {} + i;\n      (void){};\n",
+                     loop.vector, var, loop.base, var);
+  out += body;
+  for (size_t s = 0; s < stores.size(); ++s) out += fmt::format("      r{}[i] = {};\n", s, results[s]);
+  out += "    }\n";
+  for (size_t s = 0; s < stores.size(); ++s) {
+    const Store &store = stores[s];
+    const std::string &param = params_.names.at(size_t(store.param));
+    int64_t limit = store.limit >= 0 ? store.limit : loop.extent;
+    bool whole = limit % std::max(loop.vector, 1) == 0;
+    if (loop.vector > 1 && whole && contiguous(store.offset, loop)) {
+      std::string guard = limit < loop.extent ? fmt::format("if ({} < {}) ", loop.base, limit) : "";
+      out += fmt::format("    {}tl_st8(p.{}, {}, r{});\n", guard, param, atBase(store.offset), s);
+    } else {
+      out += fmt::format("    for (int i = 0; i < {}; ++i) {{\n      const auto {} = {} + i;\n"
+                         "      if ({} < {}) tl_st(p.{}, {}, r{}[i]);\n    }}\n",
+                         loop.vector, var, loop.base, var, limit, param, at(store.offset), s);
+    }
+  }
+  out += "  }\n";
+  // Written at an indent of two; moved to where the caller puts it.
+  std::string indented;
+  for (size_t start = 0; start < out.size();) {
+    size_t end = out.find('\n', start);
+    std::string line = out.substr(start, end - start);
+    indented += (line.rfind("#pragma", 0) == 0 ? "" : indent) + line.substr(line.rfind("#pragma", 0) == 0 ? 0 : 2) + "\n";
+    start = end + 1;
+  }
+  return indented;
+}
+
+} // namespace tlc::codegen

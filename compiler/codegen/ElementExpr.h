@@ -1,0 +1,60 @@
+// What a kernel computes for one output element, as a small DAG over the element's
+// coordinates: loads of its inputs, reads of the GEMM accumulator, the elementwise ops
+// of runtime/ElementwiseOps.def, RoPE and the causal mask. Fused epilogues, fused
+// prologues and stand-alone elementwise kernels are all written from these; layout ops
+// (splits, head splits and merges, transposes, GQA repeats) only change the index
+// expressions of the leaves. No MLIR here.
+#pragma once
+
+#include "compiler/codegen/IndexExpr.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tlc::codegen {
+
+struct ElementExpr;
+using ElementRef = std::shared_ptr<const ElementExpr>;
+
+struct ElementExpr {
+  enum class Kind {
+    Load,         // input `param` at element `offset`
+    Accumulator,  // the GEMM accumulator of the current row at column `column`
+    Apply,        // elementwise op `op` of args (attribute value `attr`)
+    Rope,         // args = {first, second} of the rotated pair
+    CausalMask,   // args = {x}; -inf where `column` > `row` + `shift`
+  };
+  Kind kind = Kind::Load;
+  int param = -1;
+  IndexExpr offset, column, row;
+  std::string op;
+  double attr = 0;
+  std::vector<ElementRef> args;
+  // Rope: whether this element is the pair's second, its position and pair index, and
+  // the rotation frequencies theta^(-2 pair / headDim).
+  IndexExpr isSecond, position, pair;
+  double theta = 0;
+  int64_t headDim = 0;
+  int64_t shift = 0;
+
+  static ElementRef load(int param, IndexExpr offset);
+  static ElementRef accumulator(IndexExpr column);
+  static ElementRef apply(std::string op, std::vector<ElementRef> args, double attr);
+};
+
+// The same expression at another point: `variable` replaced by `value` in every index.
+ElementRef substitute(const ElementRef &expr, const std::string &variable, const IndexExpr &value);
+
+// Every leaf of `expr` of the given kind, in a fixed order, each node once.
+std::vector<const ElementExpr *> leaves(const ElementRef &expr, ElementExpr::Kind kind);
+
+// One write of a kernel: `value` to output parameter `param` at element `offset`.
+struct Store {
+  int param = -1;
+  IndexExpr offset;
+  ElementRef value;
+  int64_t limit = -1;  // elementwise kernels: written only where e < limit (-1: everywhere)
+};
+
+} // namespace tlc::codegen

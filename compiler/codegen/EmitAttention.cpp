@@ -1,0 +1,68 @@
+// Flash attention: a Spec for attention_mma.cuh (bf16 on NVIDIA tensor cores) and
+// attention_rows.cuh (fp32 FMAs: fp32 models, AMD, head sizes the former does not take).
+#include "compiler/codegen/EmitterSupport.h"
+#include "compiler/codegen/Schedule.h"
+
+#include "runtime/Error.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace tlc::codegen {
+
+EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spec) {
+  const std::string &entry = source.entry();
+  if (spec.HKV < 1 || spec.H % spec.HKV)
+    throw Error(fmt::format("code generation: kernel '{}': {} query heads are not a multiple of {} kv heads", entry,
+                            spec.H, spec.HKV));
+  if (spec.DV > 256)
+    throw Error(fmt::format("code generation: kernel '{}': value head size {} is over 256", entry, spec.DV));
+  bool bf16 = source.dtype(spec.q) == DType::BF16 && source.dtype(spec.k) == DType::BF16 &&
+              source.dtype(spec.v) == DType::BF16 && source.dtype(spec.out) == DType::BF16;
+  bool matrixUnits = bf16 && (spec.D == 64 || spec.D == 128) && (spec.DV == 64 || spec.DV == 128);
+  AttentionTile tile = matrixUnits ? chooseAttentionTile(spec, kTunedMultiprocessors) : AttentionTile{16, 1};
+
+  auto row = [&](int param, const IndexExpr &offset) {
+    return fmt::format("TL_DEVICE static {0}{1} *{2}(const Params &p, int b, int h, int s) {{ return p.{3} + ({4}); }}",
+                       param != spec.out ? "const " : "",
+                       source.type(param), param == spec.q ? "q_src" : param == spec.k ? "k_src" : param == spec.v ? "v_src" : "out_dst",
+                       source.name(param), indexCode(offset));
+  };
+  std::string out = source.header(
+      "flash attention, softmax(q kᵀ · scale + causal mask) v with an online softmax; no score matrix in memory",
+      {fmt::format("q {} = [{}, {}, {}, {}], k/v {}, {} = [{}, {}, {}, {}]; GQA: query head h reads kv head h / {}",
+                   source.name(spec.q), spec.B, spec.H, spec.SQ, spec.D, source.name(spec.k), source.name(spec.v), spec.B,
+                   spec.HKV, spec.SK, spec.D, spec.H / spec.HKV),
+       fmt::format("scale {}, {}", spec.scale, spec.causal ? "causal (tiles above the diagonal skipped)" : "not causal"),
+       matrixUnits ? fmt::format("NVIDIA: tensor cores, {} queries x {} heads per block sharing their K/V tiles; other "
+                                 "targets: one query row per block",
+                                 tile.queries, tile.heads)
+                   : "one query row per block, fp32 FMAs (attention_rows.cuh)"});
+  out += source.prelude({"attention_mma.cuh", "attention_rows.cuh"});
+  out += source.paramsStruct();
+  out += fmt::format("template <int QT_, int HB_> struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
+  out += fmt::format("  static constexpr int QT = QT_, HB = HB_, D = {}, DV = {}, B = {}, H = {}, HKV = {}, SQ = {}, SK = {};\n",
+                     spec.D, spec.DV, spec.B, spec.H, spec.HKV, spec.SQ, spec.SK);
+  out += fmt::format("  static constexpr bool CAUSAL = {};\n  static constexpr float SCALE = {}, SCALE_LOG2 = {};\n",
+                     spec.causal, floatLiteral(spec.scale), floatLiteral(spec.scale * 1.4426950408889634));
+  out += "  " + row(spec.q, spec.qRow) + "\n  " + row(spec.k, spec.kRow) + "\n  " + row(spec.v, spec.vRow) + "\n  " +
+         row(spec.out, spec.outRow) + "\n};\n";
+  out += fmt::format("#if defined(TL_NVIDIA)\n#define {}_THREADS {}\n#else\n#define {}_THREADS 256\n#endif\n", entry,
+                     matrixUnits ? tile.threads() : 256, entry);
+  out += source.entryOpen(entry + "_THREADS");
+  std::string rows = fmt::format("tl_attention_rows<{}_spec<16, 1>>(p);", entry);
+  if (matrixUnits)
+    out += fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_mma<{}_spec<{}, {}>>(p);\n#else\n  {}\n#endif\n}}\n", entry,
+                       tile.queries, tile.heads, rows);
+  else out += "  " + rows + "\n}\n";
+
+  EmittedKernel emitted;
+  emitted.source = std::move(out);
+  KernelLaunch perRow{spec.B * spec.H * spec.SQ, 256, 0};
+  emitted.launch["cuda"] = matrixUnits ? KernelLaunch{tile.blocks(spec), tile.threads(), tile.sharedBytes(spec)} : perRow;
+  emitted.launch["hip"] = perRow;
+  return emitted;
+}
+
+} // namespace tlc::codegen

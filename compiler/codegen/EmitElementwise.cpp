@@ -1,0 +1,43 @@
+// Elementwise kernels (elementwise.cuh): the stand-alone ops of O0 and O1.
+#include "compiler/codegen/EmitterSupport.h"
+
+#include "runtime/Error.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+namespace tlc::codegen {
+
+EmittedKernel emitElementwise(const KernelSource &source, const ElementwiseSpec &spec) {
+  const std::string &entry = source.entry();
+  int vec = spec.count % 8 == 0 ? 8 : 1;
+  ElementCode code(entry, source.names());
+  ChunkLoop loop{"e", "e0", vec, spec.count, {}, {}};
+  loop.accumulator = [&](const ElementExpr &, const std::string &) -> std::string {
+    throw Error(fmt::format("code generation: kernel '{}': an elementwise kernel has no accumulator", entry));
+  };
+  std::string body = code.chunk(spec.stores, loop, "    ");
+  std::vector<std::string> stores;
+  for (const Store &store : spec.stores)
+    stores.push_back(fmt::format("{} = {}", source.name(store.param), describe(store.value, source.names())));
+
+  std::string out = source.header(fmt::format("{} elements, {} per step", spec.count, vec), {fmt::format("{}", fmt::join(stores, "; "))});
+  out += source.prelude({"elementwise.cuh"});
+  out += code.globals();
+  out += source.paramsStruct();
+  out += fmt::format("struct {}_spec {{\n  using Params = {}_params;\n  static constexpr tl_i64 COUNT = {};\n"
+                     "  static constexpr int VEC = {};\n  TL_DEVICE static void compute(const Params &p, tl_i64 e0) {{\n",
+                     entry, entry, spec.count, vec);
+  out += body + "  }\n};\n";
+  out += source.entryOpen("256");
+  out += fmt::format("  tl_elementwise<{}_spec>(p);\n}}\n", entry);
+  EmittedKernel emitted;
+  emitted.source = std::move(out);
+  int64_t steps = (spec.count + vec - 1) / vec;
+  emitted.launch["cuda"] = emitted.launch["hip"] = {std::max<int64_t>(1, std::min<int64_t>((steps + 255) / 256, 4096)), 256, 0};
+  return emitted;
+}
+
+} // namespace tlc::codegen

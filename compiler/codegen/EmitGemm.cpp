@@ -1,0 +1,214 @@
+// GEMM kernels: a Spec of hooks for gemm_mma.cuh (NVIDIA tensor cores), gemm_mfma.cuh
+// (AMD gfx90a) and gemm_simt.cuh (fp32, or operands the matrix-unit loaders cannot take).
+#include "compiler/codegen/EmitterSupport.h"
+#include "compiler/codegen/Schedule.h"
+
+#include "runtime/Error.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace tlc::codegen {
+namespace {
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+constexpr int kFixedTile = 64;            // the SIMT and MFMA paths
+constexpr int64_t kSimtSharedBytes = 64 * 72 * 4 + 64 * 4;
+
+std::vector<int64_t> sampleValues(int64_t extent) {
+  std::vector<int64_t> values;
+  for (int64_t v : {0, 1, 2, 3, 5, 7, 8, 13, 16, 31, 63, 64, 127, 128, 129, 255, 256, 511, 1023, 2047})
+    if (v < extent) values.push_back(v);
+  values.push_back(extent - 1);
+  return values;
+}
+
+// How many tile columns of `group` a tile of BN columns holds, as C.
+std::string bandWidth(const GemmGroup &group) {
+  return group.bands.size() == 1 ? "BN" : fmt::format("(BN / {})", group.bands.size());
+}
+
+// The band an accumulator leaf reads, and whether it reads the group's own column of it.
+struct BandRead {
+  size_t band = 0;
+  bool aligned = false;  // column == band start + c
+};
+
+BandRead bandOf(const ElementExpr &leaf, const GemmGroup &group) {
+  int64_t delta = leaf.column.evaluate({{"c", 0}, {"m", 0}});
+  bool constant = true;
+  for (int64_t c = 0; c < group.width && constant; ++c) constant = leaf.column.evaluate({{"c", c}, {"m", 0}}) - c == delta;
+  for (size_t b = 0; b < group.bands.size(); ++b) {
+    if (constant && delta == group.bands[b]) return {b, true};
+    int64_t local = delta - group.bands[b];
+    if (!constant && local >= 0 && local < group.width) return {b, false};
+  }
+  throw Error("code generation: an epilogue reads an accumulator column outside its tile");
+}
+
+} // namespace
+
+EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
+  const std::string &entry = source.entry();
+  auto samples = [&](bool withK) {
+    std::map<std::string, std::vector<int64_t>> s{{"m", sampleValues(gemm.M)}, {"bt", sampleValues(gemm.batch)}};
+    if (withK) s["k"] = sampleValues(gemm.K);
+    return s;
+  };
+  // The matrix-unit paths load 8 bf16 of A along k, and of B along k (or n when B is
+  // stored [K, N]), with one 16-byte access.
+  ChunkLoop alongK{"k", "k", 8, gemm.K, samples(false), {}};
+  ChunkLoop alongN{"n", "n", 8, gemm.N, samples(true), {}};
+  alongK.samples["n"] = sampleValues(gemm.N);
+  bool bf16 = source.dtype(gemm.a) == DType::BF16 && source.dtype(gemm.b) == DType::BF16 &&
+              (!gemm.rowNorm || source.dtype(gemm.gain) == DType::BF16);
+  bool matrixUnits = bf16 && gemm.K % 8 == 0 && ElementCode::contiguous(gemm.aOffset, alongK) &&
+                     ElementCode::contiguous(gemm.bOffset, gemm.bKN ? alongN : alongK) &&
+                     (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile);
+  GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, kTunedMultiprocessors) : GemmTile{64, 64, 2, 2, 1};
+  if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
+    throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", entry));
+
+  const std::string &aType = source.type(gemm.a), &bType = source.type(gemm.b);
+  const std::string a = "p." + source.name(gemm.a), b = "p." + source.name(gemm.b);
+  std::string spec;
+  spec += fmt::format("template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_> struct {}_spec {{\n", entry);
+  spec += fmt::format("  using Params = {}_params;\n", entry);
+  spec += "  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;\n";
+  spec += fmt::format("  static constexpr int M = {}, N = {}, K = {}, BATCH = {};\n", gemm.M, gemm.N, gemm.K, gemm.batch);
+  spec += "  static constexpr int TILES_M = (M + BM - 1) / BM;\n";
+  std::vector<std::string> groupTiles;
+  for (size_t g = 0; g < gemm.groups.size(); ++g) {
+    spec += fmt::format("  static constexpr int GROUP{}_TILES = ({} + {} - 1) / {};\n", g, gemm.groups[g].width,
+                        bandWidth(gemm.groups[g]), bandWidth(gemm.groups[g]));
+    groupTiles.push_back(fmt::format("GROUP{}_TILES", g));
+  }
+  spec += fmt::format("  static constexpr int TILES_N = {};\n", fmt::join(groupTiles, " + "));
+  spec += fmt::format("  static constexpr bool ROW_NORM = {}, B_KN = {}, CHAINED = {};\n", gemm.rowNorm, gemm.bKN,
+                      source.chained());
+  spec += fmt::format("  static constexpr float NORM_EPS = {};\n", floatLiteral(gemm.rowNorm ? gemm.eps : 0.0));
+
+  // Which output columns a column tile computes.
+  spec += "  TL_DEVICE static tl_tile_cols tile_cols(int tn) {\n";
+  for (size_t g = 0; g < gemm.groups.size(); ++g) {
+    const GemmGroup &group = gemm.groups[g];
+    std::string body = fmt::format("const int w = {}, c = tn * w; return {{{}, c, {} - c < w ? {} - c : w}};",
+                                   bandWidth(group), g, group.width, group.width);
+    if (g + 1 < gemm.groups.size())
+      spec += fmt::format("    if (tn < GROUP{}_TILES) {{ {} }}\n    tn -= GROUP{}_TILES;\n", g, body, g);
+    else spec += fmt::format("    {{ {} }}\n", body);
+  }
+  spec += "  }\n";
+
+  // A: where element [m, k] (after the prologue's layout changes) is; RMSNorm's gain.
+  spec += fmt::format("  TL_DEVICE static const {} *a_base(const Params &p) {{ return {}; }}\n", aType, a);
+  spec += fmt::format("  TL_DEVICE static const {} *a_src(const Params &p, int bt, int m, int k) {{ (void)bt; return {} + "
+                      "({}); }}\n",
+                      aType, a, indexCode(gemm.aOffset));
+  spec += fmt::format("  TL_DEVICE static float a_elem(const Params &p, int bt, int m, int k) {{ (void)bt; return "
+                      "tl_ld({}, {}); }}\n",
+                      a, indexCode(gemm.aOffset));
+  if (gemm.rowNorm) {
+    std::string gain = "p." + source.name(gemm.gain);
+    spec += fmt::format("  TL_DEVICE static const {} *gain(const Params &p) {{ return {}; }}\n", source.type(gemm.gain), gain);
+    spec += fmt::format("  TL_DEVICE static float gain_elem(const Params &p, int k) {{ return tl_ld({}, k); }}\n", gain);
+  } else {
+    spec += fmt::format("  TL_DEVICE static const {} *gain(const Params &) {{ return nullptr; }}\n", aType);
+    spec += "  TL_DEVICE static float gain_elem(const Params &, int) { return 1.0f; }\n";
+  }
+
+  // B: the accumulator column (weight row) behind tile column j.
+  spec += "  TL_DEVICE static int b_column(const tl_tile_cols &t, int j) {\n    switch (t.group) {\n";
+  for (size_t g = 0; g < gemm.groups.size(); ++g) {
+    const GemmGroup &group = gemm.groups[g];
+    std::string start = fmt::format("{}", group.bands[0]);
+    for (size_t band = 1; band < group.bands.size(); ++band)
+      start = fmt::format("band == {} ? {} : {}", band, group.bands[band], start);
+    spec += fmt::format("    case {}: {{ const int w = {}, band = j / w, c = t.col0 + j % w; return c < {} ? ({}) + c : -1; }}\n",
+                        g, bandWidth(group), group.width, start);
+  }
+  spec += "    }\n    return -1;\n  }\n";
+  spec += fmt::format("  TL_DEVICE static const {} *b_base(const Params &p) {{ return {}; }}\n", bType, b);
+  spec += fmt::format("  TL_DEVICE static const {0} *b_src(const Params &p, int bt, const tl_tile_cols &t, int j, int k) {{\n"
+                      "    (void)bt; const int n = b_column(t, j); return n < 0 ? nullptr : {1} + ({2});\n  }}\n",
+                      bType, b, indexCode(gemm.bOffset));
+  spec += fmt::format("  TL_DEVICE static float b_elem(const Params &p, int bt, const tl_tile_cols &t, int j, int k) {{\n"
+                      "    (void)bt; const int n = b_column(t, j); return n < 0 ? 0.0f : tl_ld({}, {});\n  }}\n",
+                      b, indexCode(gemm.bOffset));
+
+  // The epilogue: each group's stores for 8 columns c0 .. c0 + 7 of row m.
+  ElementCode code(entry, source.names());
+  std::string epilogue;
+  std::vector<std::string> details;
+  for (size_t g = 0; g < gemm.groups.size(); ++g) {
+    const GemmGroup &group = gemm.groups[g];
+    ChunkLoop loop{"c", "c0", 8, group.width, {{"m", sampleValues(gemm.M)}, {"bt", sampleValues(gemm.batch)}}, {}};
+    loop.accumulator = [&](const ElementExpr &leaf, const std::string &i) {
+      BandRead read = bandOf(leaf, group);
+      std::string width = bandWidth(group);
+      if (read.aligned) return read.band == 0 ? fmt::format("v[{}]", i) : fmt::format("row[lc + {} + {} * {}]", i, read.band, width);
+      std::string column = indexCode(leaf.column - group.bands[read.band]);
+      return read.band == 0 ? fmt::format("row[{} - t.col0]", column)
+                            : fmt::format("row[{} * {} + {} - t.col0]", read.band, width, column);
+    };
+    epilogue += fmt::format("    case {}: {{  // columns {}..{} of this group's output\n      const int c0 = t.col0 + lc;\n",
+                            g, 0, group.width - 1);
+    epilogue += code.chunk(group.stores, loop, "      ");
+    epilogue += "    } break;\n";
+    std::vector<std::string> stores;
+    for (const Store &store : group.stores)
+      stores.push_back(fmt::format("{} = {}", source.name(store.param), describe(store.value, source.names())));
+    std::vector<std::string> bands;
+    for (int64_t start : group.bands) bands.push_back(fmt::format("{}..{}", start, start + group.width - 1));
+    details.push_back(fmt::format("epilogue, accumulator columns {}: {}", fmt::join(bands, " with "), fmt::join(stores, "; ")));
+  }
+  spec += "  TL_DEVICE static void epilogue(const Params &p, const tl_tile_cols &t, int bt, int m, int lc, const float (&v)[8],\n"
+          "                                const float *row) {\n    (void)p; (void)bt; (void)v; (void)row;\n    switch (t.group) {\n";
+  spec += epilogue;
+  spec += "    }\n  }\n};\n";
+
+  std::vector<std::string> headerLines;
+  headerLines.push_back(fmt::format("GEMM [batch {}] M {} x N {} x K {}: acc = A · B{} in fp32", gemm.batch, gemm.M, gemm.N,
+                                    gemm.K, gemm.bKN ? " (B stored [K, N])" : "ᵀ"));
+  headerLines.push_back(fmt::format("prologue: A = {}{}", source.name(gemm.a),
+                                    gemm.rowNorm ? fmt::format(" normalized per row (rmsnorm, gain {}, eps {}): the gain "
+                                                               "scales A as it is loaded, the inverse RMS the accumulator rows",
+                                                               source.name(gemm.gain), gemm.eps)
+                                                 : ""));
+  headerLines.insert(headerLines.end(), details.begin(), details.end());
+  headerLines.push_back(matrixUnits ? fmt::format("NVIDIA: tensor cores, {}x{} tiles, {} warps, {} stages; AMD: "
+                                                  "MFMA on gfx90a, 64x64 tiles",
+                                                  nvidia.BM, nvidia.BN, nvidia.warpsM * nvidia.warpsN, nvidia.stages)
+                                    : "fp32 FMAs (gemm_simt.cuh), 64x64 tiles");
+
+  std::string out = source.header("a fused linear", headerLines);
+  out += source.prelude({"gemm_mma.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"});
+  out += code.globals();
+  out += source.paramsStruct();
+  out += spec;
+  std::string nvSpec = fmt::format("{}_spec<{}, {}, {}, {}, {}>", entry, nvidia.BM, nvidia.BN, nvidia.warpsM,
+                                   nvidia.warpsN, nvidia.stages);
+  std::string fixedSpec = fmt::format("{}_spec<64, 64, 2, 2, 1>", entry);
+  out += fmt::format("#if defined(TL_NVIDIA)\n#define {}_THREADS {}\n#else\n#define {}_THREADS 256\n#endif\n", entry,
+                     matrixUnits ? nvidia.threads() : 256, entry);
+  out += source.entryOpen(entry + "_THREADS");
+  if (matrixUnits)
+    out += fmt::format("#if defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n"
+                       "#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n",
+                       nvSpec, fixedSpec, fixedSpec);
+  else
+    out += fmt::format("  tl_gemm_simt<{}>(p);\n}}\n", fixedSpec);
+
+  EmittedKernel emitted;
+  emitted.source = std::move(out);
+  int64_t fixedTiles = gemm.batch * ceilDiv(gemm.M, kFixedTile) * columnTiles(gemm, kFixedTile);
+  if (matrixUnits)
+    emitted.launch["cuda"] = {gemm.batch * ceilDiv(gemm.M, nvidia.BM) * columnTiles(gemm, nvidia.BN), nvidia.threads(),
+                              nvidia.sharedBytes()};
+  else emitted.launch["cuda"] = {fixedTiles, 256, kSimtSharedBytes};
+  emitted.launch["hip"] = {fixedTiles, 256, kSimtSharedBytes};
+  return emitted;
+}
+
+} // namespace tlc::codegen

@@ -1,0 +1,150 @@
+#include "compiler/codegen/Emitter.h"
+
+#include "compiler/Targets.h"
+#include "compiler/codegen/EmitterSupport.h"
+#include "compiler/codegen/Templates.h"
+#include "runtime/Error.h"
+#include "runtime/Tensor.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <set>
+#include <sys/stat.h>
+
+namespace tlc::codegen {
+
+KernelSource::KernelSource(const Program &program, const KernelSpec &spec) : program_(program), spec_(spec) {
+  int inputs = 0, outputs = 0;
+  for (const KernelParam &param : spec.params) {
+    names_.names.push_back(param.output ? fmt::format("out{}", outputs++) : fmt::format("in{}", inputs++));
+    names_.types.push_back(param.dtype == DType::BF16 ? "tl_bf16" : param.dtype == DType::I32 ? "int" : "float");
+  }
+}
+
+std::string KernelSource::paramsStruct() const {
+  std::string out = fmt::format("struct {}_params {{\n", entry());
+  for (size_t i = 0; i < spec_.params.size(); ++i)
+    out += fmt::format("  {}{} *{}{};\n", spec_.params[i].output ? "" : "const ", names_.types[i],
+                       spec_.params[i].output ? "" : "__restrict__ ", names_.names[i]);
+  out += "  float *ws;      // per-launch workspace\n  unsigned *sync; // zeroed words a kernel leaves zeroed\n};\n";
+  return out;
+}
+
+std::string KernelSource::entryOpen(const std::string &threads) const {
+  std::vector<std::string> params, fields;
+  for (size_t i = 0; i < spec_.params.size(); ++i) {
+    params.push_back(fmt::format("{}{} *{}{}", spec_.params[i].output ? "" : "const ", names_.types[i],
+                                 spec_.params[i].output ? "" : "__restrict__ ", names_.names[i]));
+    fields.push_back(names_.names[i]);
+  }
+  params.push_back("float *ws");
+  params.push_back("unsigned *sync");
+  fields.push_back("ws");
+  fields.push_back("sync");
+  return fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}({}) {{\n  const {}_params p{{{}}};\n",
+                     threads, entry(), fmt::join(params, ", "), entry(), fmt::join(fields, ", "));
+}
+
+std::string KernelSource::header(const std::string &what, const std::vector<std::string> &details) const {
+  std::string out = fmt::format("// {}: {}\n", entry(), what);
+  for (const std::string &line : details) out += "//   " + line + "\n";
+  std::vector<std::string> args;
+  for (size_t i = 0; i < spec_.params.size(); ++i) {
+    const Value &v = program_.value(spec_.params[i].value);
+    args.push_back(fmt::format("{} {}[{}]", names_.names[i], dtypeName(v.dtype), shapeString(v.shape)));
+  }
+  out += fmt::format("//   arguments: {}\n", fmt::join(args, ", "));
+  if (spec_.chained)
+    out += "//   chained: may start while the kernel before it finishes; reads its inputs after "
+           "tl_wait_for_producers()\n";
+  return out;
+}
+
+std::string KernelSource::prelude(const std::vector<std::string> &templates) const {
+  std::vector<std::string> all = {"prelude.cuh", "elementwise_ops.cuh"};
+  all.insert(all.end(), templates.begin(), templates.end());
+  return vendorPrelude() + assembleTemplates(all) + "// ---- end of templates ----\n\n";
+}
+
+std::string describe(const ElementRef &expr, const ParamNames &names) {
+  switch (expr->kind) {
+  case ElementExpr::Kind::Load: return names.names.at(size_t(expr->param));
+  case ElementExpr::Kind::Accumulator: return "acc";
+  case ElementExpr::Kind::Apply: {
+    std::vector<std::string> args;
+    for (const ElementRef &arg : expr->args) args.push_back(describe(arg, names));
+    return fmt::format("{}({})", expr->op, fmt::join(args, ", "));
+  }
+  case ElementExpr::Kind::Rope: return fmt::format("rope({})", describe(expr->args[0], names));
+  case ElementExpr::Kind::CausalMask: return fmt::format("causal_mask({})", describe(expr->args[0], names));
+  }
+  return "?";
+}
+
+EmittedKernel emitKernel(const Program &program, const KernelSpec &spec) {
+  KernelSource source(program, spec);
+  return std::visit(
+      [&](const auto &body) -> EmittedKernel {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, GemmSpec>) return emitGemm(source, body);
+        else if constexpr (std::is_same_v<T, AttentionSpec>) return emitAttention(source, body);
+        else if constexpr (std::is_same_v<T, RowSpec>) return emitRows(source, body);
+        else return emitElementwise(source, body);
+      },
+      spec.body);
+}
+
+} // namespace tlc::codegen
+
+namespace tlc {
+namespace {
+
+uint32_t fnv1a(const std::string &text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return uint32_t(hash ^ (hash >> 32));
+}
+
+} // namespace
+
+void emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &specs) {
+  if (specs.size() != program.kernels.size())
+    throw Error(fmt::format("code generation: {} kernel specs for {} kernels", specs.size(), program.kernels.size()));
+  std::map<std::string, std::string> sourceOf;  // entry -> source
+  program.workspaceBytes = 0;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    Kernel &kernel = program.kernels[k];
+    codegen::KernelSpec spec = specs[k];
+    codegen::EmittedKernel emitted = codegen::emitKernel(program, spec);
+    auto found = sourceOf.find(spec.entry);
+    if (found != sourceOf.end() && found->second != emitted.source) {
+      // Same name, different code: keep names unique per distinct computation.
+      spec.entry = fmt::format("{}_{:08x}", spec.entry, fnv1a(emitted.source));
+      emitted = codegen::emitKernel(program, spec);
+    }
+    sourceOf.emplace(spec.entry, emitted.source);
+    kernel.entry = spec.entry;
+    kernel.source = std::move(emitted.source);
+    kernel.launch = std::move(emitted.launch);
+    kernel.chained = spec.chained;
+    kernel.workspaceBytes = emitted.workspaceBytes;
+    program.workspaceBytes = std::max(program.workspaceBytes, kernel.workspaceBytes);
+  }
+}
+
+int writeHipSources(const Program &program, const std::string &directory) {
+  ::mkdir(directory.c_str(), 0777);
+  std::set<std::string> written;
+  for (const Kernel &kernel : program.kernels) {
+    if (kernel.entry.empty() || !written.insert(kernel.entry).second) continue;
+    std::string path = directory + "/" + kernel.entry + ".hip";
+    std::ofstream file(path, std::ios::binary | std::ios::trunc);
+    file << kernel.source;
+    if (!file) throw Error(fmt::format("cannot write '{}'", path));
+  }
+  return int(written.size());
+}
+
+} // namespace tlc

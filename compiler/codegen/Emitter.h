@@ -1,0 +1,38 @@
+// The source emitter: one HIP-dialect C++ kernel per KernelSpec, written as a Spec
+// struct of hooks (operand addresses, the fused prologue and epilogue, tile shapes)
+// that instantiates a device template from compiler/codegen/templates. The same source
+// compiles with NVRTC (NVIDIA: tensor-core templates) and hipRTC (AMD: MFMA on gfx90a,
+// fp32 FMAs elsewhere); each vendor's launch shape goes into Kernel::launch.
+#pragma once
+
+#include "compiler/codegen/KernelSpec.h"
+#include "runtime/Program.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tlc::codegen {
+
+struct EmittedKernel {
+  std::string source;
+  std::map<std::string, KernelLaunch> launch;  // "cuda", "hip"
+  int64_t workspaceBytes = 0;
+};
+
+// Throws tlc::Error naming the kernel when its spec has no generator.
+EmittedKernel emitKernel(const Program &program, const KernelSpec &spec);
+
+} // namespace tlc::codegen
+
+namespace tlc {
+
+// Fills Kernel::entry/source/launch/workspaceBytes of every kernel from its spec (one per
+// kernel, in order) and Program::workspaceBytes. Kernels of one name share one source;
+// when two would differ, the later gets a suffixed entry.
+void emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &specs);
+
+// Writes each distinct source to `directory`/<entry>.hip; returns how many files.
+int writeHipSources(const Program &program, const std::string &directory);
+
+} // namespace tlc

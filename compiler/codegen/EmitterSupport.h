@@ -1,0 +1,51 @@
+// What the per-kind emitters (EmitGemm.cpp, EmitAttention.cpp, EmitRows.cpp,
+// EmitElementwise.cpp) share: the kernel's arguments as C, its signature and a readable
+// header comment.
+#pragma once
+
+#include "compiler/codegen/ElementCode.h"
+#include "compiler/codegen/Emitter.h"
+
+#include <string>
+
+namespace tlc::codegen {
+
+// The sm_90 (H100/H200) SM count the NVIDIA launch shapes are chosen for.
+constexpr int kTunedMultiprocessors = 132;
+
+class KernelSource {
+public:
+  KernelSource(const Program &program, const KernelSpec &spec);
+
+  const std::string &entry() const { return spec_.entry; }
+  const ParamNames &names() const { return names_; }
+  const std::string &name(int param) const { return names_.names.at(size_t(param)); }
+  const std::string &type(int param) const { return names_.types.at(size_t(param)); }
+  DType dtype(int param) const { return spec_.params.at(size_t(param)).dtype; }
+  const Value &value(int param) const { return program_.value(spec_.params.at(size_t(param)).value); }
+  bool chained() const { return spec_.chained; }
+
+  // struct <entry>_params { const tl_bf16 *__restrict__ in0; ...; float *ws; unsigned *sync; };
+  std::string paramsStruct() const;
+  // extern "C" __global__ void __launch_bounds__(threads) <entry>(...) {\n  const <entry>_params p{...};\n
+  std::string entryOpen(const std::string &threads) const;
+  // The comment every kernel starts with: what it computes and its arguments.
+  std::string header(const std::string &what, const std::vector<std::string> &details) const;
+  // The vendor block and the named templates.
+  std::string prelude(const std::vector<std::string> &templates) const;
+
+private:
+  const Program &program_;
+  const KernelSpec &spec_;
+  ParamNames names_;
+};
+
+// A readable one-line form of an element expression: add(in2, acc[c]).
+std::string describe(const ElementRef &expr, const ParamNames &names);
+
+EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm);
+EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &attention);
+EmittedKernel emitRows(const KernelSource &source, const RowSpec &rows);
+EmittedKernel emitElementwise(const KernelSource &source, const ElementwiseSpec &elementwise);
+
+} // namespace tlc::codegen

@@ -1,0 +1,531 @@
+#include "compiler/codegen/KernelBuilder.h"
+
+#include "compiler/TlDialect.h"
+#include "runtime/ElementwiseOps.h"
+#include "runtime/Error.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace tlc::codegen {
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+Shape shapeOf(mlir::Value value) {
+  auto shape = llvm::cast<mlir::RankedTensorType>(value.getType()).getShape();
+  return {shape.begin(), shape.end()};
+}
+
+int64_t product(const Shape &shape, size_t begin = 0, size_t end = size_t(-1)) {
+  int64_t count = 1;
+  for (size_t i = begin; i < std::min(end, shape.size()); ++i) count *= shape[i];
+  return count;
+}
+
+std::string opName(mlir::Operation *op) { return op->getName().stripDialect().str(); }
+
+// The context every builder shares: the kernel, its arguments, and which IR ops it
+// computes (pulled through) as opposed to values it reads from memory.
+class KernelContext {
+public:
+  KernelContext(const Program &program, const Kernel &kernel, const ValueIds &idOf)
+      : program_(program), kernel_(kernel), idOf_(idOf) {}
+
+  [[noreturn]] void fail(const std::string &message) const {
+    throw Error(fmt::format("code generation: kernel '{}': {}", kernel_.name, message));
+  }
+
+  void addComputed(mlir::Operation *op) {
+    op->walk([&](mlir::Operation *nested) { computed_.insert(nested); });
+  }
+  bool isComputed(mlir::Value value) const {
+    mlir::Operation *def = value.getDefiningOp();
+    return def && computed_.contains(def);
+  }
+
+  // The argument holding `value`, or -1.
+  int paramOf(mlir::Value value) const {
+    int id = idOf_(value);
+    for (size_t i = 0; i < kernel_.inputs.size(); ++i)
+      if (kernel_.inputs[i] == id) return int(i);
+    for (size_t i = 0; i < kernel_.outputs.size(); ++i)
+      if (kernel_.outputs[i] == id) return int(kernel_.inputs.size() + i);
+    return -1;
+  }
+  int requireParam(mlir::Value value, const char *what) const {
+    int param = paramOf(value);
+    if (param < 0) fail(fmt::format("its {} is neither computed in the kernel nor one of its arguments", what));
+    return param;
+  }
+
+  std::vector<KernelParam> params() const {
+    std::vector<KernelParam> params;
+    for (int id : kernel_.inputs) params.push_back({id, program_.storageOf(id).dtype, false});
+    for (int id : kernel_.outputs) params.push_back({id, program_.storageOf(id).dtype, true});
+    return params;
+  }
+
+  const Kernel &kernel() const { return kernel_; }
+
+private:
+  const Program &program_;
+  const Kernel &kernel_;
+  const ValueIds &idOf_;
+  llvm::DenseSet<mlir::Operation *> computed_;
+};
+
+// The value of `value` at a symbolic index, pulled back through the ops the kernel
+// computes to loads of its arguments and reads of the GEMM accumulator.
+class ElementPuller {
+public:
+  ElementPuller(const KernelContext &context, mlir::Value accumulator = {})
+      : context_(context), accumulator_(accumulator) {}
+
+  ElementRef at(mlir::Value value, const Index &index) {
+    if (accumulator_ && value == accumulator_) {
+      accumulatorRows_.push_back(Index(index.begin(), index.end() - 1));
+      return ElementExpr::accumulator(index.back());
+    }
+    if (!context_.isComputed(value))
+      return ElementExpr::load(context_.requireParam(value, "operand"), linearize(index, shapeOf(value)));
+    mlir::Operation *op = value.getDefiningOp();
+    std::string name = opName(op);
+    if (const ElementwiseOp *elementwise = findElementwiseOp(name)) {
+      std::vector<ElementRef> args;
+      for (mlir::Value operand : op->getOperands()) args.push_back(at(operand, index));
+      double attr = 0;
+      if (std::string(elementwise->attribute) != "none") {
+        auto value = op->getAttrOfType<mlir::FloatAttr>(elementwise->attribute);
+        if (!value) context_.fail(fmt::format("'{}' has no attribute '{}'", name, elementwise->attribute));
+        attr = value.getValueAsDouble();
+      }
+      return ElementExpr::apply(name, std::move(args), attr);
+    }
+    if (auto split = llvm::dyn_cast<tl::SplitOp>(op)) {
+      unsigned result = llvm::cast<mlir::OpResult>(value).getResultNumber();
+      int64_t start = 0;
+      for (unsigned r = 0; r < result; ++r) start += split.getSizes()[r];
+      Index inner = index;
+      inner.back() = inner.back() + start;
+      return at(split.getInput(), inner);
+    }
+    if (auto heads = llvm::dyn_cast<tl::SplitHeadsOp>(op)) {
+      int64_t headDim = shapeOf(value).back();
+      Index inner(index.begin(), index.end() - 2);
+      inner.push_back(index[index.size() - 2] * headDim + index.back());
+      return at(heads.getInput(), inner);
+    }
+    if (auto merge = llvm::dyn_cast<tl::MergeHeadsOp>(op)) {
+      int64_t headDim = shapeOf(merge.getInput()).back();
+      Index inner(index.begin(), index.end() - 1);
+      inner.push_back(index.back().floorDiv(headDim));
+      inner.push_back(index.back().mod(headDim));
+      return at(merge.getInput(), inner);
+    }
+    if (auto transpose = llvm::dyn_cast<tl::TransposeOp>(op)) {
+      llvm::ArrayRef<int64_t> perm = transpose.getPerm();
+      Index inner(index.size());
+      for (size_t i = 0; i < perm.size(); ++i) inner[size_t(perm[i])] = index[i];
+      return at(transpose.getInput(), inner);
+    }
+    if (auto repeat = llvm::dyn_cast<tl::RepeatKvOp>(op)) {
+      Index inner = index;
+      inner[1] = index[1].floorDiv(int64_t(repeat.getRepeats()));
+      return at(repeat.getInput(), inner);
+    }
+    if (auto rope = llvm::dyn_cast<tl::RopeOp>(op)) {
+      int64_t headDim = shapeOf(value).back();
+      const IndexExpr &d = index.back();
+      auto expr = std::make_shared<ElementExpr>();
+      expr->kind = ElementExpr::Kind::Rope;
+      IndexExpr first, second;
+      if (rope.getStyle() == "adjacent") {
+        expr->pair = d.floorDiv(2);
+        first = expr->pair * 2;
+        second = expr->pair * 2 + 1;
+        expr->isSecond = d.mod(2);
+      } else if (rope.getStyle() == "half") {
+        expr->pair = d.mod(headDim / 2);
+        first = expr->pair;
+        second = expr->pair + headDim / 2;
+        expr->isSecond = d.floorDiv(headDim / 2);
+      } else {
+        context_.fail(fmt::format("rope style '{}' is not adjacent or half", rope.getStyle().str()));
+      }
+      Index firstIndex = index, secondIndex = index;
+      firstIndex.back() = first;
+      secondIndex.back() = second;
+      expr->args = {at(rope.getInput(), firstIndex), at(rope.getInput(), secondIndex)};
+      expr->position = index[1];
+      expr->theta = rope.getThetaAttr().getValueAsDouble();
+      expr->headDim = headDim;
+      return expr;
+    }
+    if (auto mask = llvm::dyn_cast<tl::CausalMaskOp>(op)) {
+      Shape shape = shapeOf(value);
+      auto expr = std::make_shared<ElementExpr>();
+      expr->kind = ElementExpr::Kind::CausalMask;
+      expr->args = {at(mask.getInput(), index)};
+      expr->row = index[index.size() - 2];
+      expr->column = index.back();
+      expr->shift = shape.back() - shape[shape.size() - 2];
+      return expr;
+    }
+    context_.fail(fmt::format("'tl.{}' cannot be computed element by element inside this kernel", name));
+  }
+
+  // Every accumulator read must be of the row being computed: `row` linearizes the
+  // leading coordinates back to the row variable m (checked at sample points).
+  void checkAccumulatorRows(const Shape &leadShape, const IndexExpr &row, int64_t rows, int64_t columns) const {
+    std::vector<int64_t> samples;
+    for (int64_t m = 0; m < rows; m += std::max<int64_t>(1, rows / 2048)) samples.push_back(m);
+    samples.push_back(rows - 1);
+    for (const Index &lead : accumulatorRows_) {
+      IndexExpr linear = linearize(lead, leadShape);
+      for (int64_t m : samples)
+        for (int64_t c : {int64_t(0), columns / 2, columns - 1})
+          if (linear.evaluate({{"m", m}, {"c", c}, {"bt", 0}}) != row.evaluate({{"m", m}, {"bt", 0}}))
+            context_.fail("an epilogue op reads the accumulator of another row");
+    }
+  }
+
+private:
+  const KernelContext &context_;
+  mlir::Value accumulator_;
+  std::vector<Index> accumulatorRows_;
+};
+
+// ---- GEMMs --------------------------------------------------------------------------
+
+// Where the accumulator's element (row m, column c of a group) lands in `value`: the
+// layout ops on the path from the accumulator to `value`, applied forward. Returns the
+// index, and the accumulator columns the group starts at and spans.
+struct ForwardIndex {
+  Index index;
+  int64_t start = 0, width = 0;
+};
+
+class GemmBuilder {
+public:
+  GemmBuilder(KernelContext &context, mlir::Value accumulator, Shape leadShape)
+      : context_(context), accumulator_(accumulator), leadShape_(std::move(leadShape)) {
+    Shape accShape = shapeOf(accumulator);
+    N_ = accShape.back();
+    M_ = product(leadShape_);
+  }
+
+  IndexExpr row() const { return IndexExpr::variable("m", M_); }
+  Index leadIndex() const { return delinearize(row(), leadShape_); }
+
+  void addOutput(mlir::Value stored, int param) {
+    ForwardIndex forward = forwardIndex(stored);
+    ElementPuller puller(context_, accumulator_);
+    ElementRef value = puller.at(stored, forward.index);
+    puller.checkAccumulatorRows(leadShape_, row(), M_, forward.width);
+    GemmGroup *group = nullptr;
+    for (GemmGroup &existing : groups_)
+      if (existing.bands.front() == forward.start && existing.width == forward.width) group = &existing;
+    if (!group) {
+      groups_.push_back({forward.width, {forward.start}, {}});
+      group = &groups_.back();
+    }
+    group->stores.push_back({param, linearize(forward.index, shapeOf(stored)), value});
+  }
+
+  // Bands: accumulator ranges read at a fixed distance from the group's own columns
+  // (the up half of a gate/up pair) become extra bands of the group's tiles.
+  std::vector<GemmGroup> groups() {
+    for (GemmGroup &group : groups_) {
+      for (const Store &store : group.stores)
+        for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator)) {
+          int64_t delta = leaf->column.evaluate({{"c", 0}, {"m", 0}});
+          bool constant = true;
+          for (int64_t c = 0; c < group.width && constant; ++c)
+            constant = leaf->column.evaluate({{"c", c}, {"m", 0}}) - c == delta;
+          if (constant && std::find(group.bands.begin(), group.bands.end(), delta) == group.bands.end())
+            group.bands.push_back(delta);
+        }
+    }
+    return groups_;
+  }
+
+  int64_t M() const { return M_; }
+  int64_t N() const { return N_; }
+
+private:
+  ForwardIndex forwardIndex(mlir::Value stored) {
+    // The path from the accumulator: at each op, the first operand that depends on it.
+    std::vector<std::pair<mlir::Operation *, mlir::Value>> path;  // op and its result on the path
+    for (mlir::Value value = stored; value != accumulator_;) {
+      mlir::Operation *op = value.getDefiningOp();
+      if (!op || !context_.isComputed(value)) context_.fail("an output does not derive from the GEMM's result");
+      path.emplace_back(op, value);
+      mlir::Value next;
+      for (mlir::Value operand : op->getOperands())
+        if (dependsOnAccumulator(operand)) {
+          next = operand;
+          break;
+        }
+      if (!next) context_.fail("an output does not derive from the GEMM's result");
+      value = next;
+    }
+    std::reverse(path.begin(), path.end());
+    ForwardIndex forward{leadIndex(), 0, N_};
+    forward.index.push_back(IndexExpr::variable("c", N_));
+    for (size_t step = 0; step < path.size(); ++step) {
+      auto [op, result] = path[step];
+      Index &index = forward.index;
+      if (auto split = llvm::dyn_cast<tl::SplitOp>(op)) {
+        if (step != 0) context_.fail("a split inside an epilogue must apply to the GEMM's result");
+        unsigned r = llvm::cast<mlir::OpResult>(result).getResultNumber();
+        forward.start = 0;
+        for (unsigned i = 0; i < r; ++i) forward.start += split.getSizes()[i];
+        forward.width = split.getSizes()[r];
+        index.back() = IndexExpr::variable("c", forward.width);
+      } else if (llvm::isa<tl::SplitHeadsOp>(op)) {
+        int64_t headDim = shapeOf(result).back();
+        IndexExpr last = index.back();
+        index.back() = last.floorDiv(headDim);
+        index.push_back(last.mod(headDim));
+      } else if (llvm::isa<tl::MergeHeadsOp>(op)) {
+        int64_t headDim = index.size() >= 2 ? shapeOf(op->getOperand(0)).back() : 1;
+        IndexExpr d = index.back();
+        index.pop_back();
+        index.back() = index.back() * headDim + d;
+      } else if (auto transpose = llvm::dyn_cast<tl::TransposeOp>(op)) {
+        llvm::ArrayRef<int64_t> perm = transpose.getPerm();
+        Index out(index.size());
+        for (size_t i = 0; i < perm.size(); ++i) out[i] = index[size_t(perm[i])];
+        index = out;
+      } else if (findElementwiseOp(opName(op)) || llvm::isa<tl::RopeOp, tl::CausalMaskOp>(op)) {
+        // same element
+      } else {
+        context_.fail(fmt::format("'tl.{}' cannot run in a GEMM epilogue", opName(op)));
+      }
+    }
+    return forward;
+  }
+
+  bool dependsOnAccumulator(mlir::Value value) {
+    if (value == accumulator_) return true;
+    if (!context_.isComputed(value)) return false;
+    auto found = depends_.find(value);
+    if (found != depends_.end()) return found->second;
+    bool result = llvm::any_of(value.getDefiningOp()->getOperands(),
+                               [&](mlir::Value operand) { return dependsOnAccumulator(operand); });
+    depends_[value] = result;
+    return result;
+  }
+
+  KernelContext &context_;
+  mlir::Value accumulator_;
+  Shape leadShape_;
+  int64_t M_ = 0, N_ = 0;
+  std::vector<GemmGroup> groups_;
+  llvm::DenseMap<mlir::Value, bool> depends_;
+};
+
+// A's element [m, k] (after the prologue): an RMSNorm over A's rows is kept apart so
+// the GEMM can apply it on the fly; what remains must be a plain read.
+void buildOperandA(KernelContext &context, GemmSpec &gemm, mlir::Value a, const Shape &leadShape) {
+  Index index = delinearize(IndexExpr::variable("m", gemm.M), leadShape);
+  index.push_back(IndexExpr::variable("k", gemm.K));
+  mlir::Value source = a;
+  if (auto norm = a.getDefiningOp<tl::RMSNormOp>(); norm && context.isComputed(a)) {
+    gemm.rowNorm = true;
+    gemm.eps = norm.getEpsAttr().getValueAsDouble();
+    ElementPuller puller(context);
+    ElementRef gain = puller.at(norm.getGain(), {IndexExpr::variable("k", gemm.K)});
+    if (gain->kind != ElementExpr::Kind::Load || gain->offset.str() != "k")
+      context.fail("an RMSNorm gain in a GEMM prologue must be a weight read as it is");
+    gemm.gain = gain->param;
+    source = norm.getInput();
+  }
+  ElementPuller puller(context);
+  ElementRef element = puller.at(source, index);
+  if (element->kind != ElementExpr::Kind::Load)
+    context.fail("a GEMM prologue may change A's layout and normalize its rows, not compute other values");
+  gemm.a = element->param;
+  gemm.aOffset = element->offset;
+}
+
+GemmSpec buildLinear(KernelContext &context, tl::LinearOp linear, mlir::Operation *foldedSplit) {
+  GemmSpec gemm;
+  Shape inShape = shapeOf(linear.getInput());
+  Shape lead(inShape.begin(), inShape.end() - 1);
+  gemm.K = inShape.back();
+  gemm.N = shapeOf(linear.getWeight())[0];
+  gemm.M = product(lead);
+  buildOperandA(context, gemm, linear.getInput(), lead);
+  gemm.b = context.requireParam(linear.getWeight(), "weight");
+  gemm.bOffset = IndexExpr::variable("n", gemm.N) * gemm.K + IndexExpr::variable("k", gemm.K);
+  GemmBuilder builder(context, linear.getResult(), lead);
+  if (foldedSplit) {
+    context.addComputed(foldedSplit);
+    for (mlir::Value piece : foldedSplit->getResults()) builder.addOutput(piece, context.requireParam(piece, "split"));
+  } else {
+    builder.addOutput(linear.getResult(), context.requireParam(linear.getResult(), "result"));
+  }
+  gemm.groups = builder.groups();
+  return gemm;
+}
+
+GemmSpec buildFusedLinear(KernelContext &context, tl::FusedLinearOp fused) {
+  context.addComputed(fused);
+  GemmSpec gemm;
+  mlir::Value a = fused.prologueYield().getValues()[0];
+  Shape aShape = shapeOf(a);
+  Shape lead(aShape.begin(), aShape.end() - 1);
+  gemm.K = aShape.back();
+  gemm.N = shapeOf(fused.getWeight())[0];
+  gemm.M = product(lead);
+  buildOperandA(context, gemm, a, lead);
+  gemm.b = context.requireParam(fused.getWeight(), "weight");
+  gemm.bOffset = IndexExpr::variable("n", gemm.N) * gemm.K + IndexExpr::variable("k", gemm.K);
+  GemmBuilder builder(context, fused.getEpilogue().front().getArgument(0), lead);
+  for (auto [result, yielded] : llvm::zip(fused.getResults(), fused.epilogueYield().getValues()))
+    builder.addOutput(yielded, context.requireParam(result, "result"));
+  gemm.groups = builder.groups();
+  return gemm;
+}
+
+GemmSpec buildBatchMatmul(KernelContext &context, tl::BatchMatmulOp matmul) {
+  GemmSpec gemm;
+  Shape a = shapeOf(matmul.getLhs()), b = shapeOf(matmul.getRhs()), out = shapeOf(matmul.getResult());
+  size_t rank = a.size();
+  Shape batchShape(a.begin(), a.end() - 2);
+  gemm.batch = product(batchShape);
+  gemm.M = a[rank - 2];
+  gemm.K = a[rank - 1];
+  gemm.N = out[rank - 1];
+  gemm.bKN = !matmul.getTransposeB();
+  IndexExpr bt = IndexExpr::variable("bt", gemm.batch), m = IndexExpr::variable("m", gemm.M),
+            k = IndexExpr::variable("k", gemm.K), n = IndexExpr::variable("n", gemm.N);
+  auto withBatch = [&](IndexExpr x, IndexExpr y) {
+    Index index = delinearize(bt, batchShape);
+    index.push_back(x);
+    index.push_back(y);
+    return index;
+  };
+  gemm.a = context.requireParam(matmul.getLhs(), "lhs");
+  gemm.aOffset = linearize(withBatch(m, k), a);
+  gemm.b = context.requireParam(matmul.getRhs(), "rhs");
+  gemm.bOffset = gemm.bKN ? linearize(withBatch(k, n), b) : linearize(withBatch(n, k), b);
+  GemmGroup group{gemm.N, {0}, {}};
+  group.stores.push_back({context.requireParam(matmul.getResult(), "result"),
+                          linearize(withBatch(m, IndexExpr::variable("c", gemm.N)), out),
+                          ElementExpr::accumulator(IndexExpr::variable("c", gemm.N))});
+  gemm.groups = {group};
+  return gemm;
+}
+
+// ---- the others -----------------------------------------------------------------------
+
+AttentionSpec buildAttention(KernelContext &context, tl::FlashAttentionOp attention) {
+  AttentionSpec spec;
+  Shape q = shapeOf(attention.getQuery()), k = shapeOf(attention.getKey()), v = shapeOf(attention.getValue());
+  spec.B = q[0];
+  spec.H = q[1];
+  spec.SQ = q[2];
+  spec.D = q[3];
+  spec.HKV = k[1];
+  spec.SK = k[2];
+  spec.DV = v[3];
+  spec.causal = attention.getCausal();
+  spec.scale = attention.getScaleAttr().getValueAsDouble();
+  IndexExpr b = IndexExpr::variable("b", spec.B), h = IndexExpr::variable("h", spec.H),
+            hkv = IndexExpr::variable("h", spec.HKV), sq = IndexExpr::variable("s", spec.SQ),
+            sk = IndexExpr::variable("s", spec.SK);
+  spec.q = context.requireParam(attention.getQuery(), "query");
+  spec.k = context.requireParam(attention.getKey(), "key");
+  spec.v = context.requireParam(attention.getValue(), "value");
+  spec.out = context.requireParam(attention.getResult(), "result");
+  spec.qRow = linearize({b, h, sq, IndexExpr(0)}, q);
+  spec.kRow = linearize({b, hkv, sk, IndexExpr(0)}, k);
+  spec.vRow = linearize({b, hkv, sk, IndexExpr(0)}, v);
+  spec.outRow = linearize({b, h, sq, IndexExpr(0)}, shapeOf(attention.getResult()));
+  return spec;
+}
+
+RowSpec buildRows(KernelContext &context, mlir::Operation *op) {
+  RowSpec spec;
+  if (auto norm = llvm::dyn_cast<tl::RMSNormOp>(op)) {
+    spec.kind = RowSpec::Kind::RmsNorm;
+    spec.x = context.requireParam(norm.getInput(), "input");
+    spec.gain = context.requireParam(norm.getGain(), "gain");
+    spec.y = context.requireParam(norm.getResult(), "result");
+    spec.eps = norm.getEpsAttr().getValueAsDouble();
+  } else if (auto softmax = llvm::dyn_cast<tl::SoftmaxOp>(op)) {
+    spec.kind = RowSpec::Kind::Softmax;
+    spec.x = context.requireParam(softmax.getInput(), "input");
+    spec.y = context.requireParam(softmax.getResult(), "result");
+  } else if (auto embedding = llvm::dyn_cast<tl::EmbeddingOp>(op)) {
+    spec.kind = RowSpec::Kind::Embedding;
+    spec.x = context.requireParam(embedding.getTable(), "table");
+    spec.ids = context.requireParam(embedding.getIds(), "ids");
+    spec.y = context.requireParam(embedding.getResult(), "result");
+  } else {
+    auto loss = llvm::cast<tl::CrossEntropyOp>(op);
+    spec.kind = RowSpec::Kind::CrossEntropy;
+    spec.x = context.requireParam(loss.getLogits(), "logits");
+    spec.ids = context.requireParam(loss.getIds(), "ids");
+    spec.y = context.requireParam(loss.getResult(), "result");
+    Shape logits = shapeOf(loss.getLogits());
+    spec.batch = logits[0];
+    spec.seq = logits[1];
+  }
+  Shape shape = shapeOf(op->getResult(0));
+  if (spec.kind == RowSpec::Kind::CrossEntropy) shape = shapeOf(op->getOperand(0));
+  spec.cols = shape.back();
+  spec.rows = product(shape) / std::max<int64_t>(spec.cols, 1);
+  return spec;
+}
+
+ElementwiseSpec buildElementwise(KernelContext &context, mlir::Operation *op) {
+  context.addComputed(op);
+  ElementwiseSpec spec;
+  for (mlir::Value result : op->getResults()) spec.count = std::max(spec.count, product(shapeOf(result)));
+  IndexExpr e = IndexExpr::variable("e", spec.count);
+  ElementPuller puller(context);
+  for (mlir::Value result : op->getResults()) {
+    Shape shape = shapeOf(result);
+    int64_t count = product(shape);
+    // Results smaller than the loop (pieces of a split) are written where e is inside them.
+    IndexExpr inside = IndexExpr::variable("e", count);
+    Store store{context.requireParam(result, "result"), inside, puller.at(result, delinearize(inside, shape))};
+    if (count != spec.count) store.limit = count;
+    spec.stores.push_back(store);
+  }
+  (void)e;
+  return spec;
+}
+
+} // namespace
+
+KernelSpec buildKernelSpec(const Program &program, const Kernel &kernel, const KernelRoot &root,
+                           const ValueIds &idOf) {
+  KernelContext context(program, kernel, idOf);
+  KernelSpec spec;
+  spec.entry = kernel.name;
+  spec.params = context.params();
+  spec.chained = root.chained;
+  mlir::Operation *op = root.op;
+  if (auto linear = llvm::dyn_cast<tl::LinearOp>(op)) spec.body = buildLinear(context, linear, root.foldedSplit);
+  else if (auto fused = llvm::dyn_cast<tl::FusedLinearOp>(op)) spec.body = buildFusedLinear(context, fused);
+  else if (auto matmul = llvm::dyn_cast<tl::BatchMatmulOp>(op)) spec.body = buildBatchMatmul(context, matmul);
+  else if (auto attention = llvm::dyn_cast<tl::FlashAttentionOp>(op)) spec.body = buildAttention(context, attention);
+  else if (llvm::isa<tl::RMSNormOp, tl::SoftmaxOp, tl::EmbeddingOp, tl::CrossEntropyOp>(op))
+    spec.body = buildRows(context, op);
+  else spec.body = buildElementwise(context, op);
+  if (root.foldedSplit && !llvm::isa<tl::LinearOp>(op))
+    context.fail("only a linear's result can be split by its own kernel");
+  return spec;
+}
+
+} // namespace tlc::codegen

@@ -1,0 +1,32 @@
+// From the fused tl IR to the kernel-level representation (KernelSpec.h): a
+// tl.fused_linear becomes a GEMM with its prologue and epilogue read off its regions, a
+// tl.flash_attention an attention kernel, and so on. Runs during lowering, while the IR
+// and the Program's value ids are both at hand.
+#pragma once
+
+#include "compiler/codegen/KernelSpec.h"
+
+#include "mlir/IR/Operation.h"
+#include "mlir/IR/Value.h"
+
+#include <functional>
+
+namespace tlc::codegen {
+
+// What one Program kernel was lowered from: a top-level op (possibly with regions), and
+// the tl.split folded into it, if any (its results are the kernel's outputs).
+struct KernelRoot {
+  mlir::Operation *op = nullptr;
+  mlir::Operation *foldedSplit = nullptr;
+  bool chained = false;  // part of a tl.block after its first kernel
+};
+
+// The Program value id of an IR value (region arguments map to the values passed in).
+using ValueIds = std::function<int(mlir::Value)>;
+
+// Throws tlc::Error naming the kernel when its structure has no generator (an op in a
+// fused region that is not elementwise or a layout change, a reduction mixing rows).
+KernelSpec buildKernelSpec(const Program &program, const Kernel &kernel, const KernelRoot &root,
+                           const ValueIds &idOf);
+
+} // namespace tlc::codegen

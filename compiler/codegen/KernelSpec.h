@@ -1,0 +1,81 @@
+// The kernel-level representation between the tl IR and the generated source: what one
+// Program kernel computes, in the terms its device template needs. A fused linear is a
+// GEMM with its prologue (where A's elements come from, an RMSNorm over A's rows) and
+// its epilogue (per output group, the values stored and where); flash attention is an
+// attention kernel; reductions along rows are row kernels; everything else is an
+// elementwise kernel. Built from the fused IR by compiler/codegen/KernelBuilder.h,
+// turned into source by compiler/codegen/Emitter.h. No MLIR here.
+//
+// Index expressions use these variables: GEMM operands bt (batch), m (row), k (depth),
+// n (accumulator column); GEMM epilogues m and c (the group's output column);
+// attention b, h, s; elementwise kernels e (the output element).
+#pragma once
+
+#include "compiler/codegen/ElementExpr.h"
+#include "runtime/Program.h"
+
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace tlc::codegen {
+
+// A kernel argument: a Program value read or written by the kernel. Arguments are the
+// Program kernel's inputs, then its outputs, in order.
+struct KernelParam {
+  int value = -1;
+  DType dtype = DType::F32;
+  bool output = false;
+};
+
+// Output columns that one set of tiles computes. A group with one band is a slice of
+// the accumulator's columns (a split piece, or all of them); with two bands, a tile
+// holds matching columns of both (gate and up), joined elementwise by the epilogue.
+struct GemmGroup {
+  int64_t width = 0;            // output columns c = 0 .. width - 1
+  std::vector<int64_t> bands;   // accumulator column of c = 0 in each band
+  std::vector<Store> stores;    // values at row m, column c, and where they go
+};
+
+struct GemmSpec {
+  int64_t batch = 1, M = 0, N = 0, K = 0;  // N: accumulator columns
+  int a = -1;                 // A[bt, m, k] is element aOffset of argument a
+  IndexExpr aOffset;
+  bool rowNorm = false;       // A is rmsnorm(x): x from a, gain from argument gain
+  int gain = -1;
+  double eps = 0;
+  int b = -1;                 // B[bt, n, k] (or [bt, k, n] when bKN) is element bOffset of b
+  bool bKN = false;
+  IndexExpr bOffset;
+  std::vector<GemmGroup> groups;
+};
+
+struct AttentionSpec {
+  int q = -1, k = -1, v = -1, out = -1;      // arguments
+  IndexExpr qRow, kRow, vRow, outRow;        // first element of row (b, h, s): q/out over H heads, k/v over HKV
+  int64_t B = 0, H = 0, HKV = 0, SQ = 0, SK = 0, D = 0, DV = 0;
+  bool causal = false;
+  double scale = 1;
+};
+
+struct RowSpec {
+  enum class Kind { RmsNorm, Softmax, Embedding, CrossEntropy } kind = Kind::RmsNorm;
+  int x = -1, gain = -1, y = -1, ids = -1;   // CrossEntropy: x logits, ids tokens, y loss
+  int64_t rows = 0, cols = 0;                // CrossEntropy: batch x seq rows of cols logits
+  int64_t batch = 0, seq = 0;
+  double eps = 0;
+};
+
+struct ElementwiseSpec {
+  int64_t count = 0;          // output elements e = 0 .. count - 1
+  std::vector<Store> stores;
+};
+
+struct KernelSpec {
+  std::string entry;          // the kernel function's name
+  std::vector<KernelParam> params;
+  bool chained = false;       // launched as a dependent of the kernel before it
+  std::variant<GemmSpec, AttentionSpec, RowSpec, ElementwiseSpec> body;
+};
+
+} // namespace tlc::codegen

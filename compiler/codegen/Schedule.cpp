@@ -1,0 +1,124 @@
+#include "compiler/codegen/Schedule.h"
+
+#include "runtime/Error.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tlc::codegen {
+namespace {
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Candidate {
+  GemmTile tile;
+  int blocksPerSM;   // resident at once (shared memory and registers)
+  double efficiency; // throughput of a full SM, relative to the largest tile
+};
+
+const std::vector<Candidate> &candidates() {
+  static const std::vector<Candidate> all = {
+      {{128, 256, 2, 4, 3}, 1, 1.00},
+      {{128, 128, 2, 4, 3}, 2, 0.85},
+      {{64, 128, 2, 2, 3}, 3, 0.70},
+      {{64, 64, 2, 2, 4}, 3, 0.50},
+  };
+  return all;
+}
+
+bool parseOverride(const char *name, int &a, int &b) {
+  const char *text = std::getenv(name);
+  return text && std::sscanf(text, "%dx%d", &a, &b) == 2;
+}
+
+} // namespace
+
+int64_t GemmTile::sharedBytes() const {
+  int64_t pipeline = int64_t(stages) * (BM + BN) * 64 * 2;
+  int64_t epilogue = int64_t(BM) * (BN + 8) * 4 + BM * 4;
+  return std::max(pipeline, epilogue);
+}
+
+int64_t columnTiles(const GemmSpec &gemm, int BN) {
+  int64_t tiles = 0;
+  for (const GemmGroup &group : gemm.groups) tiles += ceilDiv(group.width, BN / int64_t(group.bands.size()));
+  return tiles;
+}
+
+bool tileHoldsEpilogue(const GemmSpec &gemm, int BN) {
+  for (const GemmGroup &group : gemm.groups) {
+    int64_t width = BN / int64_t(group.bands.size());
+    if (width % 8 != 0) return false;
+    for (const Store &store : group.stores)
+      for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator))
+        for (int64_t c = 0; c < group.width; ++c) {
+          int64_t column = leaf->column.evaluate({{"c", c}, {"m", 0}});
+          bool inTile = false;
+          for (int64_t start : group.bands) {
+            int64_t local = column - start;
+            if (local >= 0 && local < group.width && local / width == c / width) inTile = true;
+          }
+          if (!inTile) return false;
+        }
+  }
+  return true;
+}
+
+GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors) {
+  int bm = 0, bn = 0;
+  if (parseOverride("TLC_GEMM_TILE", bm, bn))
+    for (const Candidate &candidate : candidates())
+      if (candidate.tile.BM == bm && candidate.tile.BN == bn && tileHoldsEpilogue(gemm, bn)) return candidate.tile;
+  // Estimated time: waves of resident tiles, each wave as long as its SMs' work.
+  const Candidate *best = nullptr;
+  double bestTime = 0;
+  for (const Candidate &candidate : candidates()) {
+    if (!tileHoldsEpilogue(gemm, candidate.tile.BN)) continue;
+    int64_t tiles = gemm.batch * ceilDiv(gemm.M, candidate.tile.BM) * columnTiles(gemm, candidate.tile.BN);
+    int64_t slots = int64_t(multiprocessors) * candidate.blocksPerSM;
+    // A wave with fewer tiles than slots still takes a tile's time on the SMs it uses.
+    int64_t perSM = std::min<int64_t>(candidate.blocksPerSM, ceilDiv(tiles, multiprocessors));
+    double wave = double(perSM) * candidate.tile.BM * candidate.tile.BN / candidate.efficiency;
+    double time = double(ceilDiv(tiles, slots)) * wave;
+    if (!best || time < bestTime * 0.999) {
+      best = &candidate;
+      bestTime = time;
+    }
+  }
+  if (!best) throw Error("code generation: no GEMM tile holds this epilogue's reads (a RoPE pair split across tiles)");
+  return best->tile;
+}
+
+int64_t AttentionTile::blocks(const AttentionSpec &spec) const {
+  return spec.B * spec.HKV * (spec.H / spec.HKV / heads) * ceilDiv(spec.SQ, queries);
+}
+
+int64_t AttentionTile::sharedBytes(const AttentionSpec &spec) const {
+  return int64_t(heads) * queries * spec.D * 2 + 2 * 64 * (spec.D + spec.DV) * 2;
+}
+
+AttentionTile chooseAttentionTile(const AttentionSpec &spec, int multiprocessors) {
+  int group = int(spec.H / spec.HKV);
+  int qt = 0, hb = 0;
+  if (parseOverride("TLC_ATTENTION_TILE", qt, hb) && qt % 16 == 0 && hb > 0 && group % hb == 0 && hb * qt / 16 <= 8)
+    return {qt, hb};
+  // All heads of a kv group in one block when 8 warps allow (K and V read once per
+  // group); then the largest query tile that still gives every SM a block.
+  AttentionTile best{16, 1};
+  for (int heads = group; heads >= 1; --heads) {
+    if (group % heads) continue;
+    for (int queries : {128, 64, 32, 16}) {
+      AttentionTile tile{queries, heads};
+      int warps = heads * queries / 16;
+      if (warps > 8 || queries > ceilDiv(spec.SQ, 16) * 16) continue;
+      if (tile.blocks(spec) >= multiprocessors * 9 / 10 || queries == 16) return tile;
+    }
+    best = {16, heads};
+  }
+  return best;
+}
+
+} // namespace tlc::codegen

@@ -1,0 +1,41 @@
+// Launch shapes chosen per problem: GEMM tiles that fill the device (at M = 1024 a
+// 128x128 tile leaves most of an H100's 132 SMs idle), attention query tiles and heads
+// per block. Chosen for the NVIDIA tensor-core path on the sm_90 target description;
+// the AMD and SIMT paths run fixed 64x64 tiles. TLC_GEMM_TILE=BMxBN (e.g. 64x128) and
+// TLC_ATTENTION_TILE=QTxHB override the choice, for measuring alternatives.
+#pragma once
+
+#include "compiler/codegen/KernelSpec.h"
+
+#include <string>
+
+namespace tlc::codegen {
+
+struct GemmTile {
+  int BM = 64, BN = 64, warpsM = 2, warpsN = 2, stages = 4;
+  int threads() const { return warpsM * warpsN * 32; }
+  int64_t sharedBytes() const;  // pipeline stages, or the fp32 accumulator tile, whichever is larger
+};
+
+// Column tiles of the spec's groups for a tile of BN columns (a group of b bands gets
+// BN / b of its own columns per tile).
+int64_t columnTiles(const GemmSpec &gemm, int BN);
+
+// Whether every accumulator read of every group stays inside its tile with this BN.
+bool tileHoldsEpilogue(const GemmSpec &gemm, int BN);
+
+// The tensor-core tile for this GEMM on a device of `multiprocessors` SMs; throws when
+// no candidate holds the epilogue's reads.
+GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors);
+
+struct AttentionTile {
+  int queries = 64;  // QT: queries per head per block
+  int heads = 1;     // HB: query heads sharing the block's K and V
+  int threads() const { return heads * (queries / 16) * 32; }
+  int64_t blocks(const AttentionSpec &spec) const;
+  int64_t sharedBytes(const AttentionSpec &spec) const;
+};
+
+AttentionTile chooseAttentionTile(const AttentionSpec &spec, int multiprocessors);
+
+} // namespace tlc::codegen

@@ -1,0 +1,175 @@
+// attention_mma.cuh: softmax(q kᵀ · scale + causal mask) v in bf16 on NVIDIA tensor
+// cores (sm_80 and later), online softmax in fp32; no score matrix in memory.
+//
+//   v1  a block takes QT queries of HB query heads that share one kv head (GQA: the
+//       block's K and V tiles serve all its heads); each warp owns 16 queries of one
+//       head, holds its Q fragments in registers, computes S = Q Kᵀ with mma.sync,
+//       keeps the running max and sum per row, turns P into bf16 A fragments in
+//       registers and accumulates O += P V. K and V tiles of 64 keys are double
+//       buffered with cp.async; tiles wholly above the diagonal are skipped.
+//
+// Spec S: D, DV, QT, HB, B, H, HKV, SQ, SK, CAUSAL, SCALE_LOG2 (scale * log2 e), Params,
+// q_src(p, b, h, s), k_src(p, b, hkv, s), v_src(p, b, hkv, s) (rows of D or DV
+// contiguous bf16) and out_dst(p, b, h, s).
+#pragma once
+#include "gemm_mma.cuh"
+
+#if defined(TL_NVIDIA)
+
+template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) {
+  constexpr int D = S::D, DV = S::DV, KT = 64, QT = S::QT, HB = S::HB;
+  constexpr int WARPS = HB * (QT / 16), THREADS = WARPS * 32, G = S::H / S::HKV;
+  constexpr int Q_ROW = D * 2, K_ROW = D * 2, V_ROW = DV * 2;
+  constexpr int Q_BYTES = HB * QT * Q_ROW, K_BYTES = KT * K_ROW, V_BYTES = KT * V_ROW;
+  static_assert(D % 64 == 0 && DV % 64 == 0 && QT % 16 == 0 && G % HB == 0, "supported attention shape");
+  extern __shared__ __align__(128) unsigned char tl_smem[];
+  unsigned char *sQ = tl_smem, *sK = sQ + Q_BYTES, *sV = sK + 2 * K_BYTES;
+
+  constexpr int TILES_Q = (S::SQ + QT - 1) / QT, GROUPS = G / HB;
+  int rest = blockIdx.x;
+  const int qt = TILES_Q - 1 - rest % TILES_Q;  // the longest rows first
+  rest /= TILES_Q;
+  const int hg = rest % GROUPS;
+  rest /= GROUPS;
+  const int hkv = rest % S::HKV, b = rest / S::HKV;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const int hw = warp / (QT / 16), h = hkv * G + hg * HB + hw;
+  const int q0 = qt * QT + (warp % (QT / 16)) * 16;  // this warp's first query
+
+  constexpr int OFFSET = S::SK - S::SQ;  // key j is visible to query i when j <= i + OFFSET
+  const int lastQuery = (qt + 1) * QT - 1 < S::SQ - 1 ? (qt + 1) * QT - 1 : S::SQ - 1;
+  const int keys = S::CAUSAL ? (lastQuery + OFFSET + 1 < S::SK ? lastQuery + OFFSET + 1 : S::SK) : S::SK;
+  const int tiles = keys > 0 ? (keys + KT - 1) / KT : 0;
+
+  auto loadKV = [&](int buffer, int t) {
+    for (int i = threadIdx.x; i < KT * (D / 8); i += THREADS) {
+      const int r = i / (D / 8), c = i % (D / 8), key = t * KT + r;
+      const bool inside = key < S::SK;
+      tl_cp_async16(tl_smem_addr(sK + buffer * K_BYTES + tl_swizzle(r, c, K_ROW)),
+                    S::k_src(p, b, hkv, inside ? key : 0) + c * 8, inside ? 16 : 0);
+    }
+    for (int i = threadIdx.x; i < KT * (DV / 8); i += THREADS) {
+      const int r = i / (DV / 8), c = i % (DV / 8), key = t * KT + r;
+      const bool inside = key < S::SK;
+      tl_cp_async16(tl_smem_addr(sV + buffer * V_BYTES + tl_swizzle(r, c, V_ROW)),
+                    S::v_src(p, b, hkv, inside ? key : 0) + c * 8, inside ? 16 : 0);
+    }
+  };
+
+  tl_wait_for_producers();
+  for (int i = threadIdx.x; i < HB * QT * (D / 8); i += THREADS) {
+    const int r = i / (D / 8), c = i % (D / 8), head = hkv * G + hg * HB + r / QT, query = qt * QT + r % QT;
+    const bool inside = query < S::SQ;
+    tl_cp_async16(tl_smem_addr(sQ + tl_swizzle(r, c, Q_ROW)), S::q_src(p, b, head, inside ? query : 0) + c * 8,
+                  inside ? 16 : 0);
+  }
+  if (tiles > 0) loadKV(0, 0);
+  tl_cp_async_commit();
+  tl_cp_async_wait<0>();
+  __syncthreads();
+
+  unsigned qf[D / 16][4];
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int row = warp * 16 + lane % 16, chunk = kk * 2 + lane / 16;
+    tl_ldmatrix_x4(tl_smem_addr(sQ) + tl_swizzle(row, chunk, Q_ROW), qf[kk]);
+  }
+
+  float o[DV / 8][4];
+  for (int j = 0; j < DV / 8; ++j)
+    for (int e = 0; e < 4; ++e) o[j][e] = 0.0f;
+  float rowMax[2] = {-tl_inf(), -tl_inf()}, rowSum[2] = {0.0f, 0.0f};
+
+  for (int t = 0; t < tiles; ++t) {
+    if (t > 0) {
+      tl_cp_async_wait<0>();
+      __syncthreads();
+    }
+    if (t + 1 < tiles) loadKV((t + 1) % 2, t + 1);
+    tl_cp_async_commit();
+    // Keys of this tile that any of the warp's queries can see.
+    if (S::CAUSAL && t * KT > q0 + 15 + OFFSET) continue;
+    const unsigned kBase = tl_smem_addr(sK + (t % 2) * K_BYTES), vBase = tl_smem_addr(sV + (t % 2) * V_BYTES);
+
+    float s[KT / 8][4];
+    for (int j = 0; j < KT / 8; ++j)
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int j = 0; j < KT / 16; ++j) {
+        unsigned r[4];
+        const int key = j * 16 + (lane % 8) + (lane / 16) * 8, chunk = kk * 2 + (lane / 8) % 2;
+        tl_ldmatrix_x4(kBase + tl_swizzle(key, chunk, K_ROW), r);
+        tl_mma_bf16(s[2 * j], qf[kk], r[0], r[1]);
+        tl_mma_bf16(s[2 * j + 1], qf[kk], r[2], r[3]);
+      }
+
+    // Scale into log2 units, mask, and update the running max and sum of each row.
+    float tileMax[2] = {-tl_inf(), -tl_inf()};
+#pragma unroll
+    for (int j = 0; j < KT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = t * KT + j * 8 + tig * 2 + (e & 1), query = q0 + g + (e >= 2 ? 8 : 0);
+        const bool visible = key < S::SK && (!S::CAUSAL || key <= query + OFFSET);
+        s[j][e] = visible ? s[j][e] * S::SCALE_LOG2 : -tl_inf();
+        tileMax[e / 2] = fmaxf(tileMax[e / 2], s[j][e]);
+      }
+    float correction[2], base[2];
+    for (int r = 0; r < 2; ++r) {
+      tileMax[r] = fmaxf(tileMax[r], __shfl_xor_sync(0xffffffffu, tileMax[r], 1));
+      tileMax[r] = fmaxf(tileMax[r], __shfl_xor_sync(0xffffffffu, tileMax[r], 2));
+      const float newMax = fmaxf(rowMax[r], tileMax[r]);
+      base[r] = newMax == -tl_inf() ? 0.0f : newMax;  // a row that sees nothing yet stays at 0
+      correction[r] = exp2f(rowMax[r] - base[r]);
+      rowMax[r] = newMax;
+      rowSum[r] *= correction[r];
+    }
+    unsigned pf[KT / 16][4];
+#pragma unroll
+    for (int j = 0; j < KT / 8; ++j) {
+      const float p0 = exp2f(s[j][0] - base[0]), p1 = exp2f(s[j][1] - base[0]);
+      const float p2 = exp2f(s[j][2] - base[1]), p3 = exp2f(s[j][3] - base[1]);
+      rowSum[0] += p0 + p1;
+      rowSum[1] += p2 + p3;
+      // The accumulator layout of keys 8j..8j+7 is the A-fragment layout of half a k16 step.
+      pf[j / 2][(j % 2) * 2] = tl_pack_bf16(p0, p1);
+      pf[j / 2][(j % 2) * 2 + 1] = tl_pack_bf16(p2, p3);
+    }
+#pragma unroll
+    for (int j = 0; j < DV / 8; ++j) {
+      o[j][0] *= correction[0];
+      o[j][1] *= correction[0];
+      o[j][2] *= correction[1];
+      o[j][3] *= correction[1];
+    }
+#pragma unroll
+    for (int kc = 0; kc < KT / 16; ++kc)
+#pragma unroll
+      for (int j = 0; j < DV / 16; ++j) {
+        unsigned r[4];
+        const int key = kc * 16 + (lane % 8) + ((lane / 8) % 2) * 8, chunk = j * 2 + lane / 16;
+        tl_ldmatrix_x4_trans(vBase + tl_swizzle(key, chunk, V_ROW), r);
+        tl_mma_bf16(o[2 * j], pf[kc], r[0], r[1]);
+        tl_mma_bf16(o[2 * j + 1], pf[kc], r[2], r[3]);
+      }
+  }
+  tl_cp_async_wait<0>();
+  tl_allow_dependents();
+
+  for (int r = 0; r < 2; ++r) {
+    rowSum[r] += __shfl_xor_sync(0xffffffffu, rowSum[r], 1);
+    rowSum[r] += __shfl_xor_sync(0xffffffffu, rowSum[r], 2);
+  }
+  for (int r = 0; r < 2; ++r) {
+    const int query = q0 + g + r * 8;
+    if (query >= S::SQ) continue;
+    tl_bf16 *out = S::out_dst(p, b, h, query);
+    const float inverse = 1.0f / rowSum[r];  // no visible key: 0 / 0, NaN as in the reference
+    for (int j = 0; j < DV / 8; ++j)
+      *reinterpret_cast<unsigned *>(out + j * 8 + tig * 2) =
+          tl_pack_bf16(o[j][2 * r] * inverse, o[j][2 * r + 1] * inverse);
+  }
+}
+
+#endif // TL_NVIDIA

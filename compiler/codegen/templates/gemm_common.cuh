@@ -1,0 +1,38 @@
+// gemm_common.cuh: what every GEMM mainloop (gemm_mma.cuh, gemm_mfma.cuh, gemm_simt.cuh)
+// shares: the tile's output columns and the epilogue driver.
+//
+// A generated Spec S describes one fused linear:
+//   BM, BN, WARPS_M, WARPS_N, STAGES     tile shape and pipeline depth
+//   M, N, K, TILES_M, TILES_N            problem and grid (blockIdx.x = tile)
+//   ROW_NORM, NORM_EPS                   RMSNorm prologue over A's rows
+//   B_KN, CHAINED                        B stored [K, N]; launched as a dependent
+//   Params                               the kernel's pointers
+//   tile_cols(tn)                        which output columns column-tile tn computes
+//   a_src / b_src / gain                 where operand elements live (prologue layouts);
+//                                        b_src(p, bt, cols, j, k) is B's column j of the tile
+//   epilogue(p, cols, bt, m, lc, v, row) the fused ops on 8 accumulator values
+#pragma once
+#include "prelude.cuh"
+
+// Column tile tn computes columns [col0, col0 + width) of output group `group` (a piece
+// of a split accumulator, or a pair of pieces joined elementwise, e.g. gate and up).
+struct tl_tile_cols {
+  int group, col0, width;
+};
+
+// Runs the Spec's epilogue on an accumulator tile held in shared memory (BM rows of
+// LD floats, already scaled by any row norm): each thread takes 8 consecutive columns
+// of a row at a time, so stores of contiguous outputs are 16-byte and coalesced.
+template <class S, int THREADS, int LD>
+TL_DEVICE void tl_gemm_epilogue(const typename S::Params &p, const tl_tile_cols &cols, int bt, int m0,
+                                const float *tileRows) {
+  const int chunksPerRow = (cols.width + 7) / 8;
+  for (int q = threadIdx.x; q < S::BM * chunksPerRow; q += THREADS) {
+    const int r = q / chunksPerRow, lc = (q % chunksPerRow) * 8, m = m0 + r;
+    if (m >= S::M) continue;
+    const float *row = tileRows + r * LD;
+    float v[8];
+    tl_ld8(row, lc, v);
+    S::epilogue(p, cols, bt, m, lc, v, row);
+  }
+}

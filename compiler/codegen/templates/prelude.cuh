@@ -1,0 +1,141 @@
+// prelude.cuh: what every generated kernel starts with. One source compiles with NVRTC
+// (NVIDIA) and hipRTC (AMD); the emitter puts the per-vendor block (TL_WARP, shuffles,
+// written from compiler/Targets.cpp's table) in front of this file.
+//
+// Storage: bf16 is its 16 bits (tl_bf16); arithmetic is fp32. Offsets are element
+// offsets. Vector helpers move 8 elements (16 bytes of bf16) at a time.
+#pragma once
+
+typedef long long tl_i64;
+struct tl_bf16 { unsigned short bits; };
+struct alignas(16) tl_u32x4 { unsigned x, y, z, w; };
+struct alignas(8) tl_u32x2 { unsigned x, y; };
+
+#define TL_DEVICE __device__ __forceinline__
+
+TL_DEVICE float tl_inf() { return __uint_as_float(0x7f800000u); }
+TL_DEVICE float tl_nan() { return __uint_as_float(0x7fc00000u); }
+TL_DEVICE float tl_exp(float x) { return expf(x); }
+
+// ---- bf16 <-> fp32 ----------------------------------------------------------------
+TL_DEVICE float tl_bf16_lo(unsigned pair) { return __uint_as_float(pair << 16); }
+TL_DEVICE float tl_bf16_hi(unsigned pair) { return __uint_as_float(pair & 0xffff0000u); }
+// Two floats to a bf16 pair (lo in the low half), rounding to nearest even; NaN stays NaN.
+TL_DEVICE unsigned tl_pack_bf16(float lo, float hi) {
+#if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 800
+  unsigned packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+#else
+  unsigned out[2];
+  float in[2] = {lo, hi};
+  for (int i = 0; i < 2; ++i) {
+    unsigned bits = __float_as_uint(in[i]);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) out[i] = (bits >> 16) | 0x40u;
+    else out[i] = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  }
+  return (out[0] & 0xffffu) | (out[1] << 16);
+#endif
+}
+
+// ---- scalar and 8-wide loads and stores, by storage type ------------------------------
+TL_DEVICE float tl_ld(const float *p, tl_i64 i) { return p[i]; }
+TL_DEVICE float tl_ld(const tl_bf16 *p, tl_i64 i) { return __uint_as_float(((unsigned)p[i].bits) << 16); }
+TL_DEVICE float tl_ld(const int *p, tl_i64 i) { return (float)p[i]; }
+TL_DEVICE void tl_st(float *p, tl_i64 i, float v) { p[i] = v; }
+TL_DEVICE void tl_st(tl_bf16 *p, tl_i64 i, float v) { p[i].bits = (unsigned short)(tl_pack_bf16(v, 0.0f) & 0xffffu); }
+
+TL_DEVICE void tl_ld8(const tl_bf16 *p, tl_i64 i, float (&v)[8]) {
+  const tl_u32x4 raw = *reinterpret_cast<const tl_u32x4 *>(p + i);
+  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+  for (int j = 0; j < 4; ++j) {
+    v[2 * j] = tl_bf16_lo(w[j]);
+    v[2 * j + 1] = tl_bf16_hi(w[j]);
+  }
+}
+TL_DEVICE void tl_ld8(const float *p, tl_i64 i, float (&v)[8]) {
+  for (int j = 0; j < 8; j += 4) {
+    const tl_u32x4 raw = *reinterpret_cast<const tl_u32x4 *>(p + i + j);
+    v[j] = __uint_as_float(raw.x);
+    v[j + 1] = __uint_as_float(raw.y);
+    v[j + 2] = __uint_as_float(raw.z);
+    v[j + 3] = __uint_as_float(raw.w);
+  }
+}
+TL_DEVICE void tl_st8(tl_bf16 *p, tl_i64 i, const float (&v)[8]) {
+  tl_u32x4 raw;
+  raw.x = tl_pack_bf16(v[0], v[1]);
+  raw.y = tl_pack_bf16(v[2], v[3]);
+  raw.z = tl_pack_bf16(v[4], v[5]);
+  raw.w = tl_pack_bf16(v[6], v[7]);
+  *reinterpret_cast<tl_u32x4 *>(p + i) = raw;
+}
+TL_DEVICE void tl_st8(float *p, tl_i64 i, const float (&v)[8]) {
+  for (int j = 0; j < 8; j += 4) {
+    tl_u32x4 raw;
+    raw.x = __float_as_uint(v[j]);
+    raw.y = __float_as_uint(v[j + 1]);
+    raw.z = __float_as_uint(v[j + 2]);
+    raw.w = __float_as_uint(v[j + 3]);
+    *reinterpret_cast<tl_u32x4 *>(p + i + j) = raw;
+  }
+}
+
+// ---- reductions ---------------------------------------------------------------------
+TL_DEVICE float tl_warp_sum(float v) {
+  for (int m = TL_WARP / 2; m > 0; m >>= 1) v += TL_SHFL_XOR(v, m);
+  return v;
+}
+TL_DEVICE float tl_warp_max(float v) {
+  for (int m = TL_WARP / 2; m > 0; m >>= 1) v = fmaxf(v, TL_SHFL_XOR(v, m));
+  return v;
+}
+// Block-wide, every thread gets the result; `red` holds one float per warp. The leading
+// barrier lets `red` be reused right away.
+template <class Combine> TL_DEVICE float tl_block_reduce(float v, float *red, Combine combine) {
+  for (int m = TL_WARP / 2; m > 0; m >>= 1) v = combine(v, TL_SHFL_XOR(v, m));
+  __syncthreads();
+  if (threadIdx.x % TL_WARP == 0) red[threadIdx.x / TL_WARP] = v;
+  __syncthreads();
+  float total = red[0];
+  for (int w = 1; w < (int)(blockDim.x / TL_WARP); ++w) total = combine(total, red[w]);
+  return total;
+}
+TL_DEVICE float tl_block_sum(float v, float *red) {
+  return tl_block_reduce(v, red, [](float a, float b) { return a + b; });
+}
+TL_DEVICE float tl_block_max(float v, float *red) {
+  return tl_block_reduce(v, red, [](float a, float b) { return fmaxf(a, b); });
+}
+
+// ---- chained launches (O3) ----------------------------------------------------------
+// A kernel launched as a dependent of the one before it (programmatic dependent launch,
+// sm_90) may start early; it must not read what its predecessors write, nor write
+// anything, before tl_wait_for_producers(). Without such a launch both are no-ops.
+TL_DEVICE void tl_wait_for_producers() {
+#if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+TL_DEVICE void tl_allow_dependents() {
+#if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// ---- rotary position embedding ------------------------------------------------------
+// cos and sin of pos * freq, with freq given as hi + lo floats (from a double): the
+// product keeps its rounding error and is reduced by 2*pi in two steps, so the angle is
+// right to about 1e-7 at any position of a 2048-token sequence.
+TL_DEVICE void tl_rope_cos_sin(float pos, float freqHi, float freqLo, float &c, float &s) {
+  const float angle = pos * freqHi;
+  const float error = fmaf(pos, freqHi, -angle) + pos * freqLo;
+  const float turns = rintf(angle * 0.15915494309189535f);
+  float reduced = fmaf(-turns, 6.28318548202514648f, angle);
+  reduced = fmaf(-turns, -1.7484555314695172e-7f, reduced) + error;
+  __sincosf(reduced, &s, &c);
+}
+// The rotated value of one element of a pair (first, second).
+TL_DEVICE float tl_rope(float first, float second, bool isSecond, float c, float s) {
+  return isSecond ? fmaf(first, s, second * c) : fmaf(first, c, -second * s);
+}

@@ -1,0 +1,121 @@
+// row_ops.cuh: ops that reduce along the last dimension, one row per warp or block.
+//
+//   v1  RMSNorm and softmax: one warp per row, 8 elements per load where rows allow;
+//       cross-entropy: one block per predicted token (logsumexp over the vocabulary),
+//       the mean taken in token order by the last block to finish (deterministic, one
+//       launch); embedding: one warp copies a table row per token.
+//
+// Specs: ROWS, COLS, VEC (8 when rows are 16-byte aligned, else 1), Params and
+// in/out/gain element pointers; see each function.
+#pragma once
+#include "prelude.cuh"
+
+// Rows of warps: blockDim.x / TL_WARP rows per block, grid-stride over rows.
+#define TL_FOR_EACH_ROW_PER_WARP(row, ROWS)                                                                       \
+  for (tl_i64 row = (tl_i64)blockIdx.x * (blockDim.x / TL_WARP) + threadIdx.x / TL_WARP; row < (ROWS);          \
+       row += (tl_i64)gridDim.x * (blockDim.x / TL_WARP))
+
+// y = x / sqrt(mean(x^2) + eps) * gain. S: ROWS, COLS, VEC, EPS, x(p), gain(p), y(p).
+template <class S> TL_DEVICE void tl_rmsnorm_rows(const typename S::Params &p) {
+  const int lane = threadIdx.x % TL_WARP;
+  tl_wait_for_producers();
+  TL_FOR_EACH_ROW_PER_WARP(row, S::ROWS) {
+    const auto *x = S::x(p) + row * S::COLS;
+    auto *y = S::y(p) + row * S::COLS;
+    float sum = 0.0f;
+    if constexpr (S::VEC == 8) {
+      for (int c = lane * 8; c < S::COLS; c += TL_WARP * 8) {
+        float v[8];
+        tl_ld8(x, c, v);
+        for (int j = 0; j < 8; ++j) sum = fmaf(v[j], v[j], sum);
+      }
+    } else {
+      for (int c = lane; c < S::COLS; c += TL_WARP) sum = fmaf(tl_ld(x, c), tl_ld(x, c), sum);
+    }
+    const float inverse = rsqrtf(tl_warp_sum(sum) / (float)S::COLS + S::EPS);
+    if constexpr (S::VEC == 8) {
+      for (int c = lane * 8; c < S::COLS; c += TL_WARP * 8) {
+        float v[8], gain[8];
+        tl_ld8(x, c, v);
+        tl_ld8(S::gain(p), c, gain);
+        for (int j = 0; j < 8; ++j) v[j] = v[j] * inverse * gain[j];
+        tl_st8(y, c, v);
+      }
+    } else {
+      for (int c = lane; c < S::COLS; c += TL_WARP) tl_st(y, c, tl_ld(x, c) * inverse * tl_ld(S::gain(p), c));
+    }
+  }
+  tl_allow_dependents();
+}
+
+// y = softmax(x) over each row. S: ROWS, COLS, x(p), y(p).
+template <class S> TL_DEVICE void tl_softmax_rows(const typename S::Params &p) {
+  const int lane = threadIdx.x % TL_WARP;
+  tl_wait_for_producers();
+  TL_FOR_EACH_ROW_PER_WARP(row, S::ROWS) {
+    const auto *x = S::x(p) + row * S::COLS;
+    auto *y = S::y(p) + row * S::COLS;
+    float best = -tl_inf();
+    for (int c = lane; c < S::COLS; c += TL_WARP) best = fmaxf(best, tl_ld(x, c));
+    best = tl_warp_max(best);
+    const float base = best == -tl_inf() ? 0.0f : best;
+    float sum = 0.0f;
+    for (int c = lane; c < S::COLS; c += TL_WARP) sum += expf(tl_ld(x, c) - base);
+    const float inverse = 1.0f / tl_warp_sum(sum);
+    for (int c = lane; c < S::COLS; c += TL_WARP) tl_st(y, c, expf(tl_ld(x, c) - base) * inverse);
+  }
+  tl_allow_dependents();
+}
+
+// out[t, :] = table[ids[t], :]. S: ROWS (tokens), COLS (hidden), VEC, table(p), ids(p), y(p).
+template <class S> TL_DEVICE void tl_embedding_rows(const typename S::Params &p) {
+  const int lane = threadIdx.x % TL_WARP;
+  tl_wait_for_producers();
+  TL_FOR_EACH_ROW_PER_WARP(row, S::ROWS) {
+    const auto *x = S::table(p) + (tl_i64)S::ids(p)[row] * S::COLS;
+    auto *y = S::y(p) + row * S::COLS;
+    if constexpr (S::VEC == 8) {
+      for (int c = lane * 8; c < S::COLS; c += TL_WARP * 8) {
+        float v[8];
+        tl_ld8(x, c, v);
+        tl_st8(y, c, v);
+      }
+    } else {
+      for (int c = lane; c < S::COLS; c += TL_WARP) tl_st(y, c, tl_ld(x, c));
+    }
+  }
+  tl_allow_dependents();
+}
+
+// loss = mean over b and s < S-1 of logsumexp(logits[b, s, :]) - logits[b, s, ids[b, s+1]].
+// S: BATCH, SEQ, VOCAB, logits(p), ids(p), loss(p), rowLoss(p) (BATCH*(SEQ-1) floats of
+// workspace), counter(p) (a zeroed word, left zeroed). One block per predicted token.
+template <class S> TL_DEVICE void tl_cross_entropy_rows(const typename S::Params &p) {
+  __shared__ float red[1024 / TL_WARP];
+  __shared__ bool last;
+  constexpr tl_i64 PREDICTIONS = (tl_i64)S::BATCH * (S::SEQ - 1);
+  tl_wait_for_producers();
+  for (tl_i64 row = blockIdx.x; row < PREDICTIONS; row += gridDim.x) {
+    const tl_i64 b = row / (S::SEQ - 1), s = row % (S::SEQ - 1);
+    const auto *x = S::logits(p) + (b * S::SEQ + s) * S::VOCAB;
+    float best = -tl_inf();
+    for (int c = threadIdx.x; c < S::VOCAB; c += blockDim.x) best = fmaxf(best, tl_ld(x, c));
+    best = tl_block_max(best, red);
+    float sum = 0.0f;
+    for (int c = threadIdx.x; c < S::VOCAB; c += blockDim.x) sum += expf(tl_ld(x, c) - best);
+    sum = tl_block_sum(sum, red);
+    if (threadIdx.x == 0) S::rowLoss(p)[row] = best + logf(sum) - tl_ld(x, S::ids(p)[b * S::SEQ + s + 1]);
+  }
+  // The last block to finish adds the row losses in order (the same sum on every run).
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(S::counter(p), 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (last && threadIdx.x == 0) {
+    double total = 0.0;
+    for (tl_i64 row = 0; row < PREDICTIONS; ++row) total += ((volatile float *)S::rowLoss(p))[row];
+    S::loss(p)[0] = PREDICTIONS > 0 ? (float)(total / (double)PREDICTIONS) : tl_nan();
+    *S::counter(p) = 0u;
+  }
+  tl_allow_dependents();
+}

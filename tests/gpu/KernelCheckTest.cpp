@@ -1,0 +1,53 @@
+// Every distinct kernel of every level, alone on the GPU, against the CPU reference's
+// ops on the same random inputs (the seed is printed). Where the forward test says the
+// logits are off, this says which kernel and which output.
+#include "tests/gpu/GpuTestSupport.h"
+
+#include "runtime/KernelRunner.h"
+#include "runtime/Tensor.h"
+
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <set>
+
+namespace tlc {
+namespace {
+
+using namespace gputest;
+
+class GpuKernels : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuKernels, EachMatchesTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  const Case &c = GetParam();
+  Program program = compileCase(c);
+  uint64_t seed = freshSeed();
+  double limit = tolerance(c.dtype);
+  std::set<std::string> checked;
+  for (size_t k = 0; k < program.kernels.size(); ++k) {
+    const Kernel &kernel = program.kernels[k];
+    if (!checked.insert(kernel.entry).second) continue;
+    KernelValues inputs = randomKernelInputs(program, kernel, seed + k);
+    KernelValues expected = runKernelOnCpu(program, kernel, inputs);
+    GpuKernelRunner runner(*device, program, kernel);
+    runner.setInputs(inputs);
+    KernelValues actual = runner.run();
+    for (const auto &[id, reference] : expected) {
+      const std::vector<float> &got = actual.at(id);
+      double error = relativeError(got, reference);
+      bool finite = std::all_of(got.begin(), got.end(), [](float v) { return std::isfinite(v); }) ||
+                    !std::all_of(reference.begin(), reference.end(), [](float v) { return std::isfinite(v); });
+      std::printf("KERNEL %s %s -> %s rel_err=%.3e%s\n", c.dtype, kernel.entry.c_str(), program.value(id).name.c_str(),
+                  error, finite ? "" : " NON-FINITE");
+      EXPECT_TRUE(finite) << kernel.entry << " -> " << program.value(id).name << ", seed " << seed + k;
+      EXPECT_LE(error, limit) << kernel.entry << " -> " << program.value(id).name << ", seed " << seed + k;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, GpuKernels, ::testing::ValuesIn(allCases(2)), caseName);  // O3 runs O2s kernels
+
+} // namespace
+} // namespace tlc

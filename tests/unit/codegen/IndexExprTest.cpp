@@ -1,0 +1,106 @@
+// Index arithmetic: every simplification keeps the value (checked against plain integer
+// math over whole ranges), and the contiguity the emitter relies on is found exactly
+// where it holds.
+#include "compiler/codegen/ElementCode.h"
+#include "compiler/codegen/IndexExpr.h"
+#include "compiler/codegen/Schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace tlc::codegen {
+namespace {
+
+TEST(IndexExpr, DelinearizeThenLinearizeIsTheIdentity) {
+  std::mt19937 random(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<int64_t> shape;
+    int64_t count = 1;
+    for (int d = 0; d < 1 + int(random() % 4); ++d) {
+      shape.push_back(1 + int64_t(random() % 9));
+      count *= shape.back();
+    }
+    IndexExpr e = IndexExpr::variable("e", count);
+    IndexExpr back = linearize(delinearize(e, shape), shape);
+    for (int64_t value = 0; value < count; ++value) ASSERT_EQ(back.evaluate({{"e", value}}), value);
+  }
+}
+
+TEST(IndexExpr, SimplificationsKeepTheValue) {
+  IndexExpr m = IndexExpr::variable("m", 1024), c = IndexExpr::variable("c", 512);
+  struct Case {
+    IndexExpr expr;
+    int64_t (*reference)(int64_t m, int64_t c);
+  };
+  std::vector<Case> cases = {
+      {(m * 512 + c).floorDiv(512), [](int64_t m, int64_t c) { return (m * 512 + c) / 512; }},
+      {(m * 512 + c).mod(512), [](int64_t m, int64_t c) { return (m * 512 + c) % 512; }},
+      {(m * 512 + c).floorDiv(64), [](int64_t m, int64_t c) { return (m * 512 + c) / 64; }},
+      {(m * 512 + c).mod(64), [](int64_t m, int64_t c) { return (m * 512 + c) % 64; }},
+      {(m * 6 + c).floorDiv(4), [](int64_t m, int64_t c) { return (m * 6 + c) / 4; }},
+      {(m * 6 + c).mod(4), [](int64_t m, int64_t c) { return (m * 6 + c) % 4; }},
+      {m.floorDiv(128).floorDiv(2), [](int64_t m, int64_t) { return m / 128 / 2; }},
+      {m.mod(256).mod(128), [](int64_t m, int64_t) { return m % 256 % 128; }},
+      {c.mod(64).floorDiv(2) * 2 + 1, [](int64_t, int64_t c) { return c % 64 / 2 * 2 + 1; }},
+      {(c + 3) * 4 + 5, [](int64_t, int64_t c) { return (c + 3) * 4 + 5; }},
+  };
+  for (const Case &test : cases)
+    for (int64_t mv = 0; mv < 1024; mv += 37)
+      for (int64_t cv = 0; cv < 512; ++cv)
+        ASSERT_EQ(test.expr.evaluate({{"m", mv}, {"c", cv}}), test.reference(mv, cv)) << test.expr.str();
+  EXPECT_EQ((m * 512 + c).floorDiv(512).str(), "m");  // the simplifier sees through it
+  EXPECT_EQ((m * 512 + c).mod(512).str(), "c");
+  EXPECT_EQ(c.floorDiv(512).str(), "0");
+}
+
+// A GEMM tile's 8 columns of a head, stored transposed [B, S, H, D] -> [B, H, S, D]: still
+// 8 consecutive elements; with the head dimension split finer than 8, no longer.
+TEST(IndexExpr, ContiguityIsFoundWhereItHolds) {
+  IndexExpr m = IndexExpr::variable("m", 256), c = IndexExpr::variable("c", 512);
+  ChunkLoop loop{"c", "c0", 8, 512, {{"m", {0, 1, 127, 128, 255}}}, {}};
+  auto transposed = [&](int64_t headDim) {
+    std::vector<int64_t> shape = {2, 512 / headDim, 128, headDim};  // [B, H, S, D]
+    return linearize({m.floorDiv(128), c.floorDiv(headDim), m.mod(128), c.mod(headDim)}, shape);
+  };
+  EXPECT_TRUE(ElementCode::contiguous(transposed(64), loop));
+  EXPECT_TRUE(ElementCode::contiguous(transposed(8), loop));
+  EXPECT_FALSE(ElementCode::contiguous(transposed(4), loop));
+  EXPECT_FALSE(ElementCode::contiguous(c * 2, loop));
+  EXPECT_FALSE(ElementCode::contiguous(c + 1, loop));  // contiguous but not 16-byte aligned
+}
+
+GemmSpec plainGemm(int64_t M, int64_t N, int64_t K) {
+  GemmSpec gemm;
+  gemm.M = M;
+  gemm.N = N;
+  gemm.K = K;
+  gemm.groups = {{N, {0}, {{0, IndexExpr(0), ElementExpr::accumulator(IndexExpr::variable("c", N))}}}};
+  return gemm;
+}
+
+// At the workshop's M = 1024 tokens every projection's grid gives every SM of an H100 work.
+TEST(Schedule, TilesFillTheDevice) {
+  for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{1024, 512}, {512, 512}, {4096, 512}, {512, 2048}}) {
+    GemmSpec gemm = plainGemm(1024, N, K);
+    GemmTile tile = chooseGemmTile(gemm, 132);
+    int64_t tiles = (1024 / tile.BM) * columnTiles(gemm, tile.BN);
+    EXPECT_GE(tiles, 118) << N << "x" << K << ": " << tile.BM << "x" << tile.BN;
+    EXPECT_LE(tile.sharedBytes(), 227 << 10);
+  }
+}
+
+// A RoPE pair (i, i + D/2) must sit in one tile: tiles narrower than a head cannot hold it.
+TEST(Schedule, RopeHalfPairsNeedWholeHeadsPerTile) {
+  GemmSpec gemm = plainGemm(1024, 256, 64);
+  IndexExpr c = IndexExpr::variable("c", 256);
+  IndexExpr partner = c.floorDiv(128) * 128 + (c.mod(128) + 64).mod(128);  // head dim 128, "half" pairs
+  gemm.groups[0].stores[0].value = ElementExpr::apply(
+      "add", {ElementExpr::accumulator(c), ElementExpr::accumulator(partner)}, 0);
+  EXPECT_FALSE(tileHoldsEpilogue(gemm, 64));
+  EXPECT_TRUE(tileHoldsEpilogue(gemm, 128));
+  EXPECT_GE(chooseGemmTile(gemm, 132).BN, 128);
+}
+
+} // namespace
+} // namespace tlc::codegen
