@@ -10,6 +10,7 @@
 
 #include "runtime/AttributeRanges.h"
 #include "runtime/Checked.h"
+#include "runtime/ElementwiseOps.h"
 #include "runtime/Error.h"
 #include "runtime/Tensor.h"
 
@@ -34,13 +35,8 @@ public:
         {"rope", &OpRules::rope},
         {"repeat_kv", &OpRules::repeatKv},
         {"batch_matmul", &OpRules::batchMatmul},
-        {"scale", &OpRules::scale},
         {"causal_mask", &OpRules::causalMask},
-        {"softmax", &OpRules::sameShape},
-        {"silu", &OpRules::sameShape},
-        {"mul", &OpRules::binary},
-        {"add", &OpRules::binary},
-        {"swiglu", &OpRules::binary},
+        {"softmax", &OpRules::softmax},
         {"split", &OpRules::split},
         {"flash_attention", &OpRules::flashAttention},
         {"cross_entropy", &OpRules::crossEntropy},
@@ -50,14 +46,15 @@ public:
 
   std::vector<Shape> infer() {
     auto found = rules().find(op_.op);
-    if (found == rules().end()) throw Error(fmt::format("unknown op '{}'", op_.op));
+    const ElementwiseOp *elementwiseOp = findElementwiseOp(op_.op);
+    if (found == rules().end() && !elementwiseOp) throw Error(fmt::format("unknown op '{}'", op_.op));
     // Every dimension is a count the math divides by or loops over: none may be zero.
     for (size_t i = 0; i < in_.size(); ++i)
       if (!checkedElementCount(in_[i]) || std::count(in_[i].begin(), in_[i].end(), 0) != 0)
         fail(fmt::format("operand {} has shape {}; every dimension must be positive and the "
                          "tensor at most 2^40 elements",
                          i, shapeString(in_[i])));
-    std::vector<Shape> results = (this->*found->second)();
+    std::vector<Shape> results = elementwiseOp ? elementwise(*elementwiseOp) : (this->*found->second)();
     for (const Shape &result : results)
       if (!checkedElementCount(result))
         fail(fmt::format("its result would have shape {}, more than 2^40 elements",
@@ -237,12 +234,6 @@ private:
     return {withLast(a, transposedB ? b[rank - 2] : b[rank - 1])};
   }
 
-  std::vector<Shape> scale() {
-    expectOperands(1);
-    rangedFloat("factor", isValidScale, kScaleRange);
-    return {in_[0]};
-  }
-
   // causal_mask(x[..., R, C]): every row keeps at least one column, so C >= R.
   std::vector<Shape> causalMask() {
     expectOperands(1);
@@ -254,18 +245,20 @@ private:
     return {in_[0]};
   }
 
-  std::vector<Shape> sameShape() {
+  std::vector<Shape> softmax() {
     expectOperands(1);
-    if (op_.op == "softmax") expectMinRank(0, 1);
+    expectMinRank(0, 1);
     return {in_[0]};
   }
 
-  // mul, add, swiglu: equal shapes, no broadcasting.
-  std::vector<Shape> binary() {
-    expectOperands(2);
-    if (in_[0] != in_[1])
+  // The ops of runtime/ElementwiseOps.def: equal shapes, no broadcasting; a float
+  // attribute (scale's factor) must be zero or a normal f32, like tl.scale's.
+  std::vector<Shape> elementwise(const ElementwiseOp &op) {
+    expectOperands(size_t(op.operands));
+    if (op.operands == 2 && in_[0] != in_[1])
       fail(fmt::format("operands 0 and 1 have shapes {} and {}, expected equal shapes",
                        shapeString(in_[0]), shapeString(in_[1])));
+    if (std::string(op.attribute) != "none") rangedFloat(op.attribute, isValidScale, kScaleRange);
     return {in_[0]};
   }
 
@@ -326,7 +319,9 @@ private:
 
 } // namespace
 
-bool isKnownOp(const std::string &op) { return OpRules::rules().count(op) != 0; }
+bool isKnownOp(const std::string &op) {
+  return OpRules::rules().count(op) != 0 || findElementwiseOp(op) != nullptr;
+}
 
 bool isTokenIdOperand(const std::string &op, size_t operand) {
   return operand == 1 && (op == "embedding" || op == "cross_entropy");

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <set>
@@ -269,28 +270,36 @@ private:
                              describe(value.id), value.shape[0], rows));
   }
 
-  // Launch data and costs: one row per numeric field, so new Kernel fields are one line.
-  void checkKernelFields(const Kernel &kernel, const std::string &path) const {
-    struct Field {
-      const char *name;
-      int64_t value, min, max;
-    };
-    const int64_t any = std::numeric_limits<int64_t>::max();
-    for (const Field &field : {
-             Field{"flops", kernel.flops, 0, any},
-             Field{"min_bytes", kernel.minBytes, 0, any},
-             Field{"layer", kernel.layer, -1, std::numeric_limits<int>::max()},
-             Field{"grid_blocks", kernel.gridBlocks, 0, any},
-             Field{"block_threads", kernel.blockThreads, 0, 1024},
-             Field{"phases", kernel.phases, 0, std::numeric_limits<int32_t>::max()},
-             Field{"workspace_bytes", kernel.workspaceBytes, 0, program_.workspaceBytes},
-         })
+  // A numeric field of program.json and the range a backend can take it in.
+  struct Field {
+    const char *name;
+    int64_t value, min, max;
+  };
+
+  void checkFields(std::initializer_list<Field> fields, const std::string &path) const {
+    for (const Field &field : fields)
       if (field.value < field.min || field.value > field.max)
-        fail(path + "." + field.name,
-             fmt::format("{} is outside {}..{}{}", field.value, field.min, field.max,
-                         std::string(field.name) == "workspace_bytes"
-                             ? " (the program's workspace_bytes)"
-                             : ""));
+        fail(path + "." + field.name, fmt::format("{} is outside {}..{}", field.value, field.min, field.max));
+  }
+
+  // Costs and launch data: one row per numeric field, so a new Kernel field is one line.
+  void checkKernelFields(const Kernel &kernel, const std::string &path) const {
+    const int64_t any = std::numeric_limits<int64_t>::max(), int32 = std::numeric_limits<int32_t>::max();
+    checkFields({{"flops", kernel.flops, 0, any},
+                 {"min_bytes", kernel.minBytes, 0, any},
+                 {"layer", kernel.layer, -1, int32},
+                 // The program's workspace is what a launch gets.
+                 {"workspace_bytes", kernel.workspaceBytes, 0, program_.workspaceBytes}},
+                path);
+    for (const auto &[backend, shape] : kernel.launch) {
+      std::string where = path + ".launch." + backend;
+      checkText(backend, where);
+      // A grid dimension and a block are at most what CUDA and HIP launch.
+      checkFields({{"grid_blocks", shape.gridBlocks, 1, int32},
+                   {"block_threads", shape.blockThreads, 1, 1024},
+                   {"shared_bytes", shape.sharedBytes, 0, int32}},
+                  where);
+    }
   }
 
   void checkKernels() {

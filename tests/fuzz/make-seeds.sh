@@ -20,7 +20,7 @@ for level in 2 3; do
     -o "corpus/tl/one-block-o$level.tl"
 done
 
-# program.json: that model at every level, without GPU sources (small), and O3 with them.
+# program.json: that model at every level without its GPU fields (small), and O3 with them.
 for level in 0 1 2 3; do
   "$tools/tlc" corpus/tl/one-block.tl --opt-level=$level --batch-size=1 --seq-len=4 --emit=program \
     -o "$work/o$level.json"
@@ -29,12 +29,18 @@ import json, sys
 program = json.load(open(sys.argv[1]))
 program.pop("sources", None); program.pop("workspace_bytes", None)
 for kernel in program["kernels"]:
-    for field in ("entry", "grid_blocks", "block_threads", "phases", "workspace_bytes"):
+    for field in ("entry", "launch", "chained", "workspace_bytes"):
         kernel.pop(field, None)
 json.dump(program, open(sys.argv[2], "w"), separators=(",", ":"))
 PY
 done
-cp "$work/o3.json" corpus/program/o3-with-sources.json
+# O3 with its GPU fields, each source cut to a line (the runtime reads sources as text).
+python3 - "$work/o3.json" corpus/program/o3-with-launch.json <<'PY'
+import json, sys
+program = json.load(open(sys.argv[1]))
+program["sources"] = {entry: "// " + entry for entry in program.get("sources", {})}
+json.dump(program, open(sys.argv[2], "w"), separators=(",", ":"))
+PY
 
 # safetensors: that model's weights (f32), and a file with BF16, F16 and an unused I64.
 "$tools/tlc" corpus/tl/one-block.tl --seq-len=4 --run --save-weights=corpus/safetensors/one-block.safetensors \

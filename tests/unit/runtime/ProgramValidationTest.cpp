@@ -116,11 +116,14 @@ TEST(ProgramValidation, TokenIdsIndexWholeTables) {
 
 TEST(ProgramValidation, KernelFieldsStayInRange) {
   Program threads = validProgram();
-  threads.kernels[2].blockThreads = 4096;
-  EXPECT_EQ(invalid(threads), "invalid program: kernels[2].block_threads: 4096 is outside 0..1024");
+  threads.kernels[2].launch["cuda"] = {1, 4096, 0};
+  EXPECT_EQ(invalid(threads), "invalid program: kernels[2].launch.cuda.block_threads: 4096 is outside 1..1024");
+  Program grid = validProgram();
+  grid.kernels[2].launch["hip"] = {int64_t(1) << 32, 256, 0};  // would be truncated to 0 blocks
+  EXPECT_CONTAINS(invalid(grid), "kernels[2].launch.hip.grid_blocks: 4294967296 is outside 1..2147483647");
   Program workspace = validProgram();
   workspace.kernels[0].workspaceBytes = 64;  // the program's workspace is 0
-  EXPECT_CONTAINS(invalid(workspace), "kernels[0].workspace_bytes: 64 is outside 0..0 (the program's");
+  EXPECT_EQ(invalid(workspace), "invalid program: kernels[0].workspace_bytes: 64 is outside 0..0");
   Program flops = validProgram();
   flops.kernels[0].flops = -1;
   EXPECT_CONTAINS(invalid(flops), "kernels[0].flops: -1 is outside");
