@@ -55,15 +55,45 @@ def sdpa_us(q_shape, k_shape, causal, backend):
                                                                      enable_gqa=H != k_shape[1]))
 
 
-def ours(bench, *args):
-    out = subprocess.run([bench, *args], check=True, capture_output=True, text=True).stdout
+def ours(bench, *args, env=None):
+    out = subprocess.run([bench, *args], check=True, capture_output=True, text=True, env=env).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+SWEEP = ["128x256x2x4x1x3", "128x128x2x4x1x3", "128x128x2x4x1x4", "128x128x2x2x2x3", "64x128x2x2x1x4",
+         "64x128x2x2x2x4", "64x128x2x4x1x4", "64x64x2x2x1x4", "64x64x2x2x2x4", "64x64x2x2x2x6", "32x64x2x2x2x6",
+         "64x256x2x4x1x3"]
+
+
+def sweep(bench, level):
+    """Each GEMM at every tile of SWEEP (TLC_GEMM_TILE): microseconds, the default marked."""
+    import os
+    table = {}
+    for model, batch, seq in (("tinyllama-1.1b", 1, 2048), ("workshop", 8, 128)):
+        args = [f"--model={model}", f"--batch={batch}", f"--seq={seq}", f"--level={level}", "--only=gemm"]
+        for k in ours(bench, *args):
+            table.setdefault(k["entry"], {})["default"] = k["us"]
+        for tile in SWEEP:
+            for k in ours(bench, *args, env=dict(os.environ, TLC_GEMM_TILE=tile)):
+                table.setdefault(k["entry"], {})[tile] = k["us"]
+    print(f"GEMM tile sweep at O{level} (µs per launch; default = the schedule's choice)")
+    print("| kernel | default | " + " | ".join(SWEEP) + " |")
+    print("|---|---|" + "---|" * len(SWEEP))
+    for entry, times in table.items():
+        best = min(times.values())
+        cells = [f"{'**' if times.get(t) == best else ''}{times.get(t, float('nan')):.1f}{'**' if times.get(t) == best else ''}"
+                 for t in ["default"] + SWEEP]
+        print(f"| {entry} | " + " | ".join(cells) + " |")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bench", default="build/bench/tl-kernel-bench")
+    parser.add_argument("--sweep", type=int, metavar="LEVEL", help="only sweep GEMM tiles at this level")
     args = parser.parse_args()
+    if args.sweep is not None:
+        sweep(args.bench, args.sweep)
+        return 0
     rows = []
     for model, batch, seq, target in (("tinyllama-1.1b", 1, 2048, 0.70), ("workshop", 8, 128, 0.60)):
         for k in ours(args.bench, f"--model={model}", f"--batch={batch}", f"--seq={seq}", "--level=1", "--only=gemm"):

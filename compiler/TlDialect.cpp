@@ -6,9 +6,27 @@
 
 #include "compiler/TlDialect.cpp.inc"
 
+// A weight as the region of a tl.block sees it (a block argument) traced to the value
+// the block was given, so names inside O3's blocks match those outside.
+static mlir::Value resolveWeight(mlir::Value weight) {
+  while (auto argument = llvm::dyn_cast<mlir::BlockArgument>(weight)) {
+    auto block = llvm::dyn_cast<tl::BlockOp>(argument.getOwner()->getParentOp());
+    if (!block) break;
+    weight = block.getInputs()[argument.getArgNumber()];
+  }
+  return weight;
+}
+
+// A projection part's short name: "q_proj" -> "q", "gate_proj" -> "gate".
+static std::string partName(llvm::StringRef name) {
+  name.consume_back("_proj");
+  return name.str();
+}
+
 // What a projection's weight computes: "q_proj", "logits" for the output head, and for
 // merged weights their parts: "qkv", "gate_up".
 static std::string projectionName(mlir::Value weight) {
+  weight = resolveWeight(weight);
   if (auto single = weight.getDefiningOp<tl::WeightOp>()) {
     llvm::StringRef key = single.getKey();
     key.consume_back(".weight");
@@ -19,14 +37,57 @@ static std::string projectionName(mlir::Value weight) {
     llvm::SmallVector<std::string> parts;
     bool letters = true;
     for (mlir::Value input : concat.getInputs()) {
-      std::string part = projectionName(input);
-      if (llvm::StringRef(part).ends_with("_proj")) part.resize(part.size() - 5);
-      letters &= part.size() == 1;
-      parts.push_back(part);
+      parts.push_back(partName(projectionName(input)));
+      letters &= parts.back().size() == 1;
     }
     return llvm::join(parts, letters ? "" : "_");
   }
   return "";
+}
+
+// The names of a merged weight's parts ("q", "k", "v"); empty for other weights.
+static llvm::SmallVector<std::string> partNames(mlir::Value weight) {
+  llvm::SmallVector<std::string> parts;
+  if (auto concat = resolveWeight(weight).getDefiningOp<tl::ConcatOp>())
+    for (mlir::Value input : concat.getInputs()) parts.push_back(partName(projectionName(input)));
+  return parts;
+}
+
+// The weight whose product a split slices: a tl.linear's, or the enclosing
+// tl.fused_linear's when the split is in its epilogue.
+static mlir::Value splitWeight(tl::SplitOp split) {
+  mlir::Value input = split.getInput();
+  if (auto linear = input.getDefiningOp<tl::LinearOp>()) return linear.getWeight();
+  if (auto argument = llvm::dyn_cast<mlir::BlockArgument>(input))
+    if (auto fused = llvm::dyn_cast<tl::FusedLinearOp>(argument.getOwner()->getParentOp()))
+      if (argument.getOwner()->getParent() == &fused.getEpilogue() && argument.getArgNumber() == 0)
+        return fused.getWeight();
+  return {};
+}
+
+std::optional<unsigned> tl::splitPieceOf(mlir::Value value) {
+  while (mlir::Operation *def = value.getDefiningOp()) {
+    if (auto split = llvm::dyn_cast<SplitOp>(def)) return llvm::cast<mlir::OpResult>(value).getResultNumber();
+    if (def->getNumOperands() != 1) break;
+    value = def->getOperand(0);
+  }
+  return std::nullopt;
+}
+
+// Names a split's results, or a fused op's, by the merged weight's parts: a reader
+// sees `%q, %k, %v = ...` and `tl.flash_attention %q, %k, %v`.
+static bool namePieces(mlir::Operation *op, mlir::Value weight, mlir::OpAsmSetValueNameFn setName,
+                       llvm::function_ref<std::optional<unsigned>(unsigned)> pieceOfResult) {
+  llvm::SmallVector<std::string> parts = partNames(weight);
+  if (parts.empty()) return false;
+  llvm::SmallVector<std::string> names;
+  for (unsigned i = 0; i < op->getNumResults(); ++i) {
+    std::optional<unsigned> piece = pieceOfResult(i);
+    if (!piece || *piece >= parts.size()) return false;
+    names.push_back(parts[*piece]);
+  }
+  for (auto [result, name] : llvm::zip(op->getResults(), names)) setName(result, name);
+  return true;
 }
 
 void tl::nameResults(mlir::Operation *op, mlir::OpAsmSetValueNameFn setName) {
@@ -37,6 +98,16 @@ void tl::nameResults(mlir::Operation *op, mlir::OpAsmSetValueNameFn setName) {
     key.consume_back(".weight");
     setName(op->getResult(0), key);
     return;
+  }
+  if (auto split = llvm::dyn_cast<SplitOp>(op)) {
+    if (mlir::Value weight = splitWeight(split);
+        weight && namePieces(op, weight, setName, [](unsigned i) { return std::optional<unsigned>(i); }))
+      return;
+  }
+  if (auto fused = llvm::dyn_cast<FusedLinearOp>(op); fused && op->getNumResults() > 1) {
+    YieldOp yield = fused.epilogueYield();
+    if (namePieces(op, fused.getWeight(), setName, [&](unsigned i) { return splitPieceOf(yield.getOperand(i)); }))
+      return;
   }
   std::string name;
   if (auto linear = llvm::dyn_cast<LinearOp>(op)) name = projectionName(linear.getWeight());

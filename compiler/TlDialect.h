@@ -39,6 +39,10 @@ mlir::LogicalResult inferResultTypes(mlir::Operation *op, llvm::SmallVectorImpl<
 // Printed result names: a weight is named by its key (`%layers.0.self_attn.q_proj`),
 // a projection by its weight (`%q_proj`, `%qkv`), any other op by its mnemonic (`%rope_3`).
 void nameResults(mlir::Operation *op, mlir::OpAsmSetValueNameFn setName);
+
+// Which piece of a tl.split `value` is computed from through one-operand ops (head
+// splits, RoPE, transposes): 0, 1, 2 for q, k, v after a QKV merge; none otherwise.
+std::optional<unsigned> splitPieceOf(mlir::Value value);
 } // namespace tl
 
 #define GET_OP_CLASSES

@@ -2,6 +2,7 @@
 // every rule here says which operand shapes an op accepts and what it produces.
 #include "compiler/TlDialect.h"
 
+#include "compiler/AttrPrinting.h"
 #include "runtime/AttributeRanges.h"
 #include "runtime/Checked.h"
 #include "runtime/Utf8.h"

@@ -13,7 +13,7 @@ include "mlir/Interfaces/ControlFlowInterfaces.td"
 
 class Tl_InferredOp<string mnemonic, list<Trait> traits = []>
     : Tl_Op<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptorWithIsCompatible])> {
-  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "operands `` custom<TlAttrs>(attr-dict) `:` functional-type(operands, results)";
 }
 
 def Tl_WeightOp : Tl_Op<"weight", [Pure]> {
@@ -152,7 +152,7 @@ def Tl_SplitOp : Tl_Op<"split", [Pure, InferTypeOpAdaptorWithIsCompatible]> {
   }];
   let arguments = (ins Tl_FloatTensor:$input, DenseI64ArrayAttr:$sizes);
   let results = (outs Variadic<Tl_FloatTensor>:$results);
-  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "operands `` custom<TlAttrs>(attr-dict) `:` functional-type(operands, results)";
 }
 
 def Tl_SwigluOp : Tl_InferredOp<"swiglu"> {

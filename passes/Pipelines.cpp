@@ -33,16 +33,6 @@ void buildOptPipeline(mlir::OpPassManager &pm, int level) {
   }
 }
 
-std::string describeOptLevel(int level) {
-  switch (level) {
-  case 0: return "O0 (V1 baseline): one kernel per primitive op";
-  case 1: return "O1 (V2 fused): QKV merge, SwiGLU fuse, flash attention";
-  case 2: return "O2 (V3 custom kernels): O1 + norm/RoPE/SwiGLU/residual fused into GEMMs";
-  case 3: return "O3 (V4 ultra-fused): one kernel per transformer block";
-  default: return "unknown level";
-  }
-}
-
 void registerTlcPasses() {
   tl::registerTlPasses();
   mlir::registerCanonicalizerPass();

@@ -58,6 +58,35 @@ FusedLinearOp wrap(LinearOp linear, mlir::OpBuilder &b) {
   return fused;
 }
 
+// A copy of `fused` whose epilogue yields `yielded`, taking over its regions; the
+// caller redirects the old results' uses and erases it.
+FusedLinearOp rebuild(FusedLinearOp fused, mlir::ValueRange yielded, mlir::ValueRange epilogueInputs,
+                      mlir::OpBuilder &b) {
+  fused.epilogueYield()->setOperands(yielded);
+  b.setInsertionPoint(fused);
+  auto rebuilt = b.create<FusedLinearOp>(fused.getLoc(), yielded.getTypes(), fused.getPrologueInputs(),
+                                         fused.getWeight(), epilogueInputs);
+  rebuilt.getPrologue().takeBody(fused.getPrologue());
+  rebuilt.getEpilogue().takeBody(fused.getEpilogue());
+  return rebuilt;
+}
+
+// Results in the order of the split pieces they carry (q, k, v), whatever order the
+// epilogue absorbed them in, so the printed IR reads `tl.flash_attention %q, %k, %v`.
+FusedLinearOp orderResultsByPiece(FusedLinearOp fused, mlir::OpBuilder &b) {
+  YieldOp yield = fused.epilogueYield();
+  auto piece = [&](unsigned i) { return splitPieceOf(yield.getOperand(i)).value_or(~0u); };
+  auto order = llvm::to_vector(llvm::seq<unsigned>(0, fused->getNumResults()));
+  llvm::stable_sort(order, [&](unsigned a, unsigned c) { return piece(a) < piece(c); });
+  if (llvm::is_sorted(order)) return fused;
+  llvm::SmallVector<mlir::Value> yielded;
+  for (unsigned i : order) yielded.push_back(yield.getOperand(i));
+  FusedLinearOp rebuilt = rebuild(fused, yielded, llvm::SmallVector<mlir::Value>(fused.getEpilogueInputs()), b);
+  for (auto [position, old] : llvm::enumerate(order)) fused->getResult(old).replaceAllUsesWith(rebuilt->getResult(position));
+  fused->erase();
+  return rebuilt;
+}
+
 // Moves the single consumer of one of `fused`'s results into its epilogue. The op's
 // results change, so it is rebuilt; returns the new op, or null if nothing moved.
 FusedLinearOp absorbConsumer(FusedLinearOp fused, mlir::OpBuilder &b) {
@@ -92,13 +121,7 @@ FusedLinearOp absorbConsumer(FusedLinearOp fused, mlir::OpBuilder &b) {
         yielded.push_back(yield.getOperand(old.getResultNumber()));
       }
     llvm::append_range(yielded, moved->getResults());
-    yield->setOperands(yielded);
-
-    b.setInsertionPoint(fused);
-    auto rebuilt = b.create<FusedLinearOp>(fused.getLoc(), mlir::ValueRange(yielded).getTypes(),
-                                           fused.getPrologueInputs(), fused.getWeight(), epilogueInputs);
-    rebuilt.getPrologue().takeBody(fused.getPrologue());
-    rebuilt.getEpilogue().takeBody(fused.getEpilogue());
+    FusedLinearOp rebuilt = rebuild(fused, yielded, epilogueInputs, b);
     for (auto [i, old] : llvm::enumerate(kept)) old.replaceAllUsesWith(rebuilt.getResult(i));
     for (auto [i, out] : llvm::enumerate(consumer->getResults()))
       out.replaceAllUsesWith(rebuilt.getResult(kept.size() + i));
@@ -152,6 +175,7 @@ struct PrologueEpilogueFusionPass : impl::TlFusePrologueEpilogueBase<PrologueEpi
       for (FusedLinearOp fused : fusedOps)
         while (absorbProducer(fused, b)) {
         }
+      for (FusedLinearOp &fused : fusedOps) fused = orderResultsByPiece(fused, b);
     }
   }
 };

@@ -16,6 +16,7 @@ std::unique_ptr<Backend> createBackend(const BackendOptions &options) {
   gpu.useCache = options.useCache;
   gpu.graph = options.graph && !options.profile;
   gpu.profile = options.profile;
+  gpu.verbose = options.progress;
   std::string whyCuda, whyHip;
   std::unique_ptr<GpuDevice> device;
   if (wanted == "cuda" || wanted == "auto") device = openCudaDevice(&whyCuda);

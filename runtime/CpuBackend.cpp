@@ -134,7 +134,9 @@ private:
       if (found == weightStore_.end()) {
         std::vector<float> data = weights.concatenated(value, "cpu");
         if (roundToBf16)
-          for (float &element : data) element = bf16ToFloat(floatToBf16(element));
+          pool_.parallelFor(int64_t(data.size()), 1 << 16, [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i) data[size_t(i)] = bf16ToFloat(floatToBf16(data[size_t(i)]));
+          });
         found = weightStore_.emplace(key, std::move(data)).first;
       }
       weightData_[size_t(value.id)] = found->second.data();

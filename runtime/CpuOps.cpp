@@ -128,7 +128,7 @@ private:
     const int32_t *ids = tokenIds(1);
     int64_t rows = in(0).shape[0], hidden = in(0).shape[1];
     float *result = out(0).data;
-    forEachRow(elementCount(in(1).shape), hidden, [&](int64_t token) {
+    forEachRow(Tensor::elementsOf(in(1).shape), hidden, [&](int64_t token) {
       int32_t id = ids[token];
       if (id < 0 || id >= rows)
         fail(fmt::format("token id {} at position {} is out of range for an embedding table of "
@@ -144,7 +144,7 @@ private:
     double eps = op_.floatAttr("eps");
     const float *x = floats(0), *gain = floats(1);
     float *result = out(0).data;
-    forEachRow(elementCount(in(0).shape) / hidden, hidden, [&](int64_t row) {
+    forEachRow(Tensor::elementsOf(in(0).shape) / hidden, hidden, [&](int64_t row) {
       const float *xRow = x + row * hidden;
       double sumOfSquares = 0;
       for (int64_t i = 0; i < hidden; ++i) sumOfSquares += double(xRow[i]) * double(xRow[i]);
@@ -157,7 +157,7 @@ private:
   // linear(x[..., K], w[N, K]) -> [..., N] = x · wᵀ
   void linear() {
     int64_t K = in(0).shape.back(), N = in(1).shape[0];
-    matmulTransposedB(floats(0), floats(1), out(0).data, 1, elementCount(in(0).shape) / K, N, K, 0,
+    matmulTransposedB(floats(0), floats(1), out(0).data, 1, Tensor::elementsOf(in(0).shape) / K, N, K, 0,
                       pool_);
   }
 
@@ -178,7 +178,7 @@ private:
     int64_t rowLength = outShape.back(), innerStride = strideOfOutDim.back();
     const float *x = floats(0);
     float *result = out(0).data;
-    forEachRow(elementCount(outShape) / rowLength, rowLength, [&](int64_t row) {
+    forEachRow(Tensor::elementsOf(outShape) / rowLength, rowLength, [&](int64_t row) {
       int64_t source = 0;
       for (size_t dim = rank - 1, rest = size_t(row); dim-- > 0;) {
         source += int64_t(rest % size_t(outShape[dim])) * strideOfOutDim[dim];
@@ -193,14 +193,14 @@ private:
   // split_heads(x[B, S, H*D]) -> [B, S, H, D] and merge_heads: a View between kernels,
   // a copy here.
   void copyReshaped() {
-    std::memcpy(out(0).data, floats(0), size_t(elementCount(out(0).shape)) * 4);
+    std::memcpy(out(0).data, floats(0), size_t(Tensor::elementsOf(out(0).shape)) * 4);
   }
 
   // concat(x0, x1, ...) along dim 0; the other dims agree.
   void concat() {
     float *destination = out(0).data;
     for (size_t i = 0; i < operands_.size(); ++i) {
-      int64_t count = elementCount(in(i).shape);
+      int64_t count = Tensor::elementsOf(in(i).shape);
       std::memcpy(destination, floats(i), size_t(count) * 4);
       destination += count;
     }
@@ -258,7 +258,7 @@ private:
     const Shape &aShape = in(0).shape;
     size_t rank = aShape.size();
     int64_t M = aShape[rank - 2], K = aShape[rank - 1], N = out(0).shape.back();
-    int64_t batch = elementCount(aShape) / (M * K);
+    int64_t batch = Tensor::elementsOf(aShape) / (M * K);
     const float *b = floats(1);
     std::vector<float> bTransposed;
     if (!transposedB) { // the GEMM wants b as [N, K]
@@ -279,7 +279,7 @@ private:
     int64_t rows = shape[shape.size() - 2], cols = shape.back();
     const float *x = floats(0);
     float *result = out(0).data;
-    forEachRow(elementCount(shape) / cols, cols, [&](int64_t line) {
+    forEachRow(Tensor::elementsOf(shape) / cols, cols, [&](int64_t line) {
       int64_t row = line % rows;
       for (int64_t col = 0; col < cols; ++col)
         result[line * cols + col] = col > row + (cols - rows)
@@ -293,7 +293,7 @@ private:
     int64_t cols = in(0).shape.back();
     const float *x = floats(0);
     float *result = out(0).data;
-    forEachRow(elementCount(in(0).shape) / cols, cols, [&](int64_t row) {
+    forEachRow(Tensor::elementsOf(in(0).shape) / cols, cols, [&](int64_t row) {
       const float *xRow = x + row * cols;
       float *outRow = result + row * cols;
       double maximum = -std::numeric_limits<double>::infinity();
@@ -311,7 +311,7 @@ private:
     double attr = std::string(op.attribute) == "none" ? 0.0 : op_.floatAttr(op.attribute);
     const float *a = floats(0), *b = op.operands == 2 ? floats(1) : nullptr;
     float *result = out(0).data;
-    forEachElement(elementCount(in(0).shape), [&](int64_t i) {
+    forEachElement(Tensor::elementsOf(in(0).shape), [&](int64_t i) {
       result[i] = float(op.apply(double(a[i]), b ? double(b[i]) : 0.0, attr));
     });
   }
@@ -321,7 +321,7 @@ private:
     Shape sizes = op_.intsAttr("sizes");
     int64_t width = in(0).shape.back();
     const float *x = floats(0);
-    forEachRow(elementCount(in(0).shape) / width, width, [&](int64_t row) {
+    forEachRow(Tensor::elementsOf(in(0).shape) / width, width, [&](int64_t row) {
       int64_t start = 0;
       for (size_t r = 0; r < sizes.size(); ++r) {
         std::memcpy(out(r).data + row * sizes[r], x + row * width + start, size_t(sizes[r]) * 4);

@@ -65,7 +65,7 @@ Storage parseStorage(const std::string &name) {
       name));
 }
 
-int64_t Value::numElements() const { return elementCount(shape); }
+int64_t Value::numElements() const { return Tensor::elementsOf(shape); }
 
 namespace {
 

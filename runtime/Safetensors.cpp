@@ -18,6 +18,7 @@
 #include "runtime/Error.h"
 #include "runtime/MappedFile.h"
 #include "runtime/MemoryBudget.h"
+#include "runtime/ParameterShapes.h"
 #include "runtime/StrictJson.h"
 #include "runtime/Weights.h"
 
@@ -252,7 +253,7 @@ Weights Weights::loadSafetensors(const std::string &path,
   MappedFile file(path, "safetensors file");
   SafetensorsView view(file.data(), file.size(), path);
   // Every missing or mis-shaped tensor is named before anything is decoded.
-  checkShapes(parameters, path, [&](const std::string &key) -> const std::vector<int64_t> * {
+  checkParameterShapes(parameters, path, [&](const std::string &key) -> const std::vector<int64_t> * {
     const SafetensorsView::Entry *entry = view.find(key);
     return entry ? &entry->shape : nullptr;
   });
@@ -267,10 +268,11 @@ void Weights::saveSafetensors(const std::string &path, DType dtype) const {
   const char *storedName = dtype == DType::F32 ? "F32" : "BF16";
   int64_t elementBytes = dtypeBytes(dtype);
 
+  const std::map<std::string, Tensor> &tensors = all();  // draws pending random tensors
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
-  for (const auto &[key, tensor] : tensors_) {
+  for (const auto &[key, tensor] : tensors) {
     uint64_t size = uint64_t(tensor.numElements() * elementBytes);
     header[key] = {
         {"dtype", storedName}, {"shape", tensor.shape}, {"data_offsets", {offset, offset + size}}};
@@ -286,7 +288,7 @@ void Weights::saveSafetensors(const std::string &path, DType dtype) const {
   for (int i = 0; i < 8; ++i) lengthBytes[i] = (uint64_t(headerText.size()) >> (8 * i)) & 0xff;
   file.write(reinterpret_cast<const char *>(lengthBytes), 8);
   file.write(headerText.data(), std::streamsize(headerText.size()));
-  for (const auto &[key, tensor] : tensors_) {
+  for (const auto &[key, tensor] : tensors) {
     if (dtype == DType::F32) {
       file.write(reinterpret_cast<const char *>(tensor.data.data()),
                  std::streamsize(tensor.data.size() * 4));

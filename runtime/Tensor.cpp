@@ -9,10 +9,11 @@
 
 #include "runtime/Checked.h"
 #include "runtime/Error.h"
+#include "runtime/LargeBuffer.h"
 
 namespace tlc {
 
-int64_t elementCount(const std::vector<int64_t> &shape) {
+int64_t Tensor::elementsOf(const std::vector<int64_t> &shape) {
   std::optional<int64_t> count = checkedElementCount(shape);
   if (!count)
     throw Error(fmt::format("tensor shape {} has a negative dimension or more than 2^40 elements",
@@ -21,10 +22,10 @@ int64_t elementCount(const std::vector<int64_t> &shape) {
 }
 
 Tensor::Tensor(std::vector<int64_t> shape_) : shape(std::move(shape_)) {
-  data.assign(size_t(elementCount(shape)), 0.0f);
+  resizeLarge(data, size_t(elementsOf(shape)));
 }
 
-int64_t Tensor::numElements() const { return elementCount(shape); }
+int64_t Tensor::numElements() const { return elementsOf(shape); }
 
 std::string shapeString(const std::vector<int64_t> &shape) {
   if (shape.empty()) return "scalar";

@@ -3,13 +3,16 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
+#include <algorithm>
 #include <limits>
-#include <random>
 
 #include "runtime/Checked.h"
 #include "runtime/Error.h"
 #include "runtime/MemoryBudget.h"
+#include "runtime/ParameterShapes.h"
+#include "runtime/LargeBuffer.h"
+#include "runtime/RandomNormal.h"
+#include "runtime/ThreadPool.h"
 
 namespace tlc {
 namespace {
@@ -33,51 +36,98 @@ uint64_t mix64(uint64_t x) {
   return x;
 }
 
-// Uniform in (0, 1]: never 0, so log() below is finite.
-double unitInterval(std::mt19937_64 &generator) {
-  return (double(generator() >> 11) + 1.0) * 0x1.0p-53;
-}
-
-// Box–Muller by hand: std::normal_distribution differs between standard libraries.
-void fillNormal(std::vector<float> &data, double stddev, std::mt19937_64 &generator) {
-  const double twoPi = 6.283185307179586476925286766559;
-  for (size_t i = 0; i < data.size(); i += 2) {
-    double radius = std::sqrt(-2.0 * std::log(unitInterval(generator)));
-    double angle = twoPi * unitInterval(generator);
-    data[i] = float(stddev * radius * std::cos(angle));
-    if (i + 1 < data.size()) data[i + 1] = float(stddev * radius * std::sin(angle));
-  }
-}
-
 } // namespace
 
-Weights Weights::random(const std::vector<Parameter> &parameters, uint64_t seed) {
-  int64_t elements = 0;
-  for (const Parameter &parameter : parameters)
-    elements = checkedAdd(elements, elementCount(parameter.shape))
-                   .value_or(std::numeric_limits<int64_t>::max());
-  MemoryBudget("random weights").need("parameters as f32", elements, 4).check();
+Weights::Weights(const Weights &other) {
+  std::lock_guard<std::mutex> lock(other.mutex_);
+  tensors_ = other.tensors_;
+  pending_ = other.pending_;
+  threads_ = other.threads_;
+}
+
+Weights &Weights::operator=(const Weights &other) {
+  if (this != &other) {
+    std::scoped_lock lock(mutex_, other.mutex_);
+    tensors_ = other.tensors_;
+    pending_ = other.pending_;
+    threads_ = other.threads_;
+  }
+  return *this;
+}
+
+Weights::Weights(Weights &&other) noexcept
+    : tensors_(std::move(other.tensors_)), pending_(std::move(other.pending_)), threads_(other.threads_) {}
+
+Weights &Weights::operator=(Weights &&other) noexcept {
+  tensors_ = std::move(other.tensors_);
+  pending_ = std::move(other.pending_);
+  threads_ = other.threads_;
+  return *this;
+}
+
+Weights Weights::random(const std::vector<Parameter> &parameters, uint64_t seed, int threads) {
   Weights weights;
+  weights.threads_ = threads;
   for (const Parameter &parameter : parameters) {
-    Tensor tensor(parameter.shape);
-    if (parameter.init == "normal") {
-      std::mt19937_64 generator(mix64(fnv1a64(parameter.key) ^ mix64(seed)));
-      fillNormal(tensor.data, 0.02, generator);
-    } else if (parameter.init == "ones") {
-      std::fill(tensor.data.begin(), tensor.data.end(), 1.0f);
-    } else if (parameter.init == "zeros") {
-      // Tensor starts zeroed.
-    } else {
-      throw Error(
-          fmt::format("parameter '{}' has unknown init '{}' (expected normal, ones or zeros)",
-                      parameter.key, parameter.init));
-    }
-    weights.set(parameter.key, std::move(tensor));
+    if (parameter.init != "normal" && parameter.init != "ones" && parameter.init != "zeros")
+      throw Error(fmt::format("parameter '{}' has unknown init '{}' (expected normal, ones or zeros)", parameter.key,
+                              parameter.init));
+    Tensor::elementsOf(parameter.shape);  // throws on a negative dimension, now rather than when drawn
+    weights.tensors_.erase(parameter.key);
+    weights.pending_[parameter.key] = {parameter.shape, parameter.init, mix64(fnv1a64(parameter.key) ^ mix64(seed))};
   }
   return weights;
 }
 
+void Weights::fill(const Pending &pending, float *data, size_t count) const {
+  if (pending.init == "normal") {
+    ThreadPool pool(threads_);
+    fillNormal(data, count, 0.02, pending.stream, &pool);
+  } else {
+    std::fill(data, data + count, pending.init == "ones" ? 1.0f : 0.0f);
+  }
+}
+
+void Weights::drawPending() const {
+  // All of them at once (to save them, or for a caller that wants every tensor): checked
+  // against memory first, as a Program's parameters can be of any size.
+  int64_t elements = 0;
+  for (const auto &[key, pending] : pending_)
+    elements = checkedAdd(elements, Tensor::elementsOf(pending.shape)).value_or(std::numeric_limits<int64_t>::max());
+  MemoryBudget("random weights").need(fmt::format("{} tensors drawn as f32", pending_.size()), elements, 4).check();
+  for (auto &[key, pending] : pending_) {
+    Tensor tensor(pending.shape);
+    fill(pending, tensor.data.data(), tensor.data.size());
+    tensors_[key] = std::move(tensor);
+  }
+  pending_.clear();
+}
+
+bool Weights::contains(const std::string &key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tensors_.count(key) != 0 || pending_.count(key) != 0;
+}
+
+void Weights::set(const std::string &key, Tensor tensor) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_.erase(key);
+  tensors_[key] = std::move(tensor);
+}
+
+const std::map<std::string, Tensor> &Weights::all() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  drawPending();
+  return tensors_;
+}
+
 const Tensor &Weights::at(const std::string &key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto pending = pending_.find(key); pending != pending_.end()) {
+    Tensor tensor(pending->second.shape);
+    fill(pending->second, tensor.data.data(), tensor.data.size());
+    pending_.erase(pending);
+    return tensors_[key] = std::move(tensor);
+  }
   auto found = tensors_.find(key);
   if (found == tensors_.end()) throw Error(fmt::format("missing weight '{}'", key));
   return found->second;
@@ -85,43 +135,40 @@ const Tensor &Weights::at(const std::string &key) const {
 
 void Weights::checkAgainst(const std::vector<Parameter> &parameters,
                            const std::string &origin) const {
-  checkShapes(parameters, origin, [&](const std::string &key) -> const std::vector<int64_t> * {
-    auto found = tensors_.find(key);
-    return found == tensors_.end() ? nullptr : &found->second.shape;
+  std::lock_guard<std::mutex> lock(mutex_);
+  checkParameterShapes(parameters, origin, [&](const std::string &key) -> const std::vector<int64_t> * {
+    if (auto found = tensors_.find(key); found != tensors_.end()) return &found->second.shape;
+    if (auto pending = pending_.find(key); pending != pending_.end()) return &pending->second.shape;
+    return nullptr;
   });
 }
 
-void Weights::checkShapes(
-    const std::vector<Parameter> &parameters, const std::string &origin,
-    const std::function<const std::vector<int64_t> *(const std::string &key)> &shapeOf) {
-  std::vector<std::string> problems;
-  for (const Parameter &parameter : parameters) {
-    const std::vector<int64_t> *shape = shapeOf(parameter.key);
-    if (!shape)
-      problems.push_back(fmt::format("missing '{}' (expected shape {})", parameter.key,
-                                     shapeString(parameter.shape)));
-    else if (*shape != parameter.shape)
-      problems.push_back(fmt::format("'{}' has shape {}, expected {}", parameter.key,
-                                     shapeString(*shape), shapeString(parameter.shape)));
-  }
-  if (problems.empty()) return;
-  std::string message =
-      fmt::format("{}: weights do not match the model's parameters ({} problem{}):", origin,
-                  problems.size(), problems.size() == 1 ? "" : "s");
-  for (const std::string &problem : problems) message += "\n  " + problem;
-  throw Error(message);
-}
-
 std::vector<float> Weights::concatenated(const Value &value, const std::string &backend) const {
-  std::vector<float> data;
-  data.reserve(size_t(value.numElements()));
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Element counts first, so a mismatch is reported before anything is drawn.
+  std::vector<size_t> counts;
+  size_t total = 0;
   for (const std::string &key : value.weightKeys) {
-    const Tensor &tensor = at(key);
-    data.insert(data.end(), tensor.data.begin(), tensor.data.end());
+    int64_t count = 0;
+    if (auto found = tensors_.find(key); found != tensors_.end()) count = found->second.numElements();
+    else if (auto pending = pending_.find(key); pending != pending_.end()) count = Tensor::elementsOf(pending->second.shape);
+    else throw Error(fmt::format("missing weight '{}'", key));
+    counts.push_back(size_t(count));
+    total += size_t(count);
   }
-  if (int64_t(data.size()) != value.numElements())
+  if (int64_t(total) != value.numElements())
     throw Error(fmt::format("{} backend: weight '{}' needs {} elements ({}) but its keys hold {}", backend,
-                            value.name, value.numElements(), shapeString(value.shape), data.size()));
+                            value.name, value.numElements(), shapeString(value.shape), total));
+  std::vector<float> data;
+  resizeLarge(data, total);
+  float *out = data.data();
+  for (size_t i = 0; i < value.weightKeys.size(); ++i) {
+    const std::string &key = value.weightKeys[i];
+    // A pending tensor is drawn straight into place and stays pending: one copy, not two.
+    if (auto pending = pending_.find(key); pending != pending_.end()) fill(pending->second, out, counts[i]);
+    else std::copy(tensors_.at(key).data.begin(), tensors_.at(key).data.end(), out);
+    out += counts[i];
+  }
   return data;
 }
 

@@ -5,11 +5,12 @@
 #
 #   scripts/gpu-check.sh [build-dir] [steps]
 #
-# build-dir: a -DTLC_SELF_CONTAINED=ON build with tlc and tlc_gpu_tests (default build-gpu).
-# steps: comma-separated kernels,forward,timing,sanitize (default all four).
+# build-dir: a build with tlc and tlc_gpu_tests (default build-gpu; every build links MLIR
+# statically, so one made elsewhere runs here).
+# steps: comma-separated kernels,forward,timing,ladder,sanitize (default all five).
 set -u
 BUILD=${1:-build-gpu}
-STEPS=${2:-kernels,forward,timing,sanitize}
+STEPS=${2:-kernels,forward,timing,ladder,sanitize}
 RESULTS=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$RESULTS"
 LOGS=$(mktemp -d /tmp/gpu-check.XXXXXX)
@@ -46,6 +47,11 @@ if want timing; then  # forward time per level, graph replay, median of 50
     done
   done
 fi
+if want ladder; then  # every level side by side, same weights and tokens, with its chart
+  "$TLC" ladder $MODEL --batch-size=8 --seq-len=128 --dtype=bf16 --target=cuda --iterations=50 \
+    --chart="$LOGS/ladder-bf16.svg" > "$LOGS/ladder-bf16.txt" 2>&1
+  note "ladder: rc=$?"
+fi
 if want sanitize; then  # small shapes, launches one by one
   for tool in memcheck racecheck; do
     TLC_GPU_TEST_SMALL=1 timeout 300 "$SAN" --tool $tool --error-exitcode 9 "$TESTS" \
@@ -65,5 +71,9 @@ if want forward; then
   printf "%-16s %-6s %-5s %-12s %-12s %-10s\n" model level dtype logits_err loss_err fwd_ms
   grep '^RESULT' "$LOGS/forward.txt" | sed 's/[a-z_]*=//g' | awk '{printf "%-16s %-6s %-5s %-12s %-12s %-10s\n", $2, $3, $4, $5, $6, $8}'
 fi
+if want ladder; then
+  cat "$LOGS/ladder-bf16.txt"
+fi
 cp "$summary" "$RESULTS/"
+if want ladder; then cp "$LOGS/ladder-bf16.txt" "$LOGS/ladder-bf16.svg" "$RESULTS/" 2>/dev/null; fi
 tar -czf "$RESULTS/logs.tar.gz" -C "$LOGS" .

@@ -1,28 +1,4 @@
-// The compiler's front half as one call: parse a .tl file, specialize it, run an
-// optimization level, lower to a Program. Used by tlc, the tests and the C++ API.
+// The compiler driver lives in api/ with the C++ API; this path stays for the tests that include it.
 #pragma once
 
-#include <functional>
-#include <string>
-
-#include "tlc/tlc.h"  // CompileOptions, compileModelFile
-
-#include "mlir/IR/BuiltinOps.h"
-#include "mlir/IR/OwningOpRef.h"
-#include "mlir/Pass/PassManager.h"
-
-namespace tlc {
-
-// The passes a level runs, in order (tl-specialize with its options): what tlc prints.
-std::string pipelineText(const CompileOptions &options);
-
-// Specializes and optimizes `module` in place. `configure` may add instrumentation
-// (IR printing, timing) to the pass manager before it runs.
-mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &options,
-                                   const std::function<void(mlir::PassManager &)> &configure = {});
-
-// Lowers, plans memory and generates the HIP kernels: the Program the runtime loads.
-mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options);
-
-
-} // namespace tlc
+#include "api/Compile.h"

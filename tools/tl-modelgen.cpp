@@ -2,6 +2,7 @@
 //   tl-modelgen --preset=workshop -o models/tinyllama.tl
 #include "compiler/ModelIO.h"
 #include "models/ModelBuilder.h"
+#include "tools/CommandLine.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -13,18 +14,24 @@
 
 namespace cl = llvm::cl;
 
-static cl::opt<std::string> preset("preset", cl::desc("workshop or tinyllama-1.1b"), cl::init("workshop"));
-static cl::opt<std::string> output("o", cl::desc("output file (default: stdout)"), cl::init("-"));
-static cl::opt<int64_t> layers("layers", cl::desc("override the number of blocks"), cl::init(0));
-static cl::opt<int64_t> hidden("hidden", cl::desc("override the width"), cl::init(0));
-static cl::opt<int64_t> heads("heads", cl::desc("override the query heads (head dim = hidden / heads)"), cl::init(0));
-static cl::opt<int64_t> kvHeads("kv-heads", cl::desc("override the key/value heads"), cl::init(0));
-static cl::opt<int64_t> ffn("ffn", cl::desc("override the MLP width"), cl::init(0));
-static cl::opt<int64_t> vocab("vocab", cl::desc("override the vocabulary"), cl::init(0));
-static cl::opt<std::string> name("name", cl::desc("override the model name"), cl::init(""));
+static cl::OptionCategory category("tl-modelgen options (the overrides change the preset's config)");
+static cl::opt<std::string> preset("preset", cl::desc("workshop or tinyllama-1.1b (default workshop)"),
+                                   cl::init("workshop"), cl::cat(category));
+static cl::opt<std::string> output("o", cl::desc("output file (default -: stdout)"), cl::value_desc("file"),
+                                   cl::init("-"), cl::cat(category));
+static cl::opt<int64_t> layers("layers", cl::desc("override the number of blocks"), cl::init(0), cl::cat(category));
+static cl::opt<int64_t> hidden("hidden", cl::desc("override the width"), cl::init(0), cl::cat(category));
+static cl::opt<int64_t> heads("heads", cl::desc("override the query heads (head dim = hidden / heads)"), cl::init(0),
+                              cl::cat(category));
+static cl::opt<int64_t> kvHeads("kv-heads", cl::desc("override the key/value heads"), cl::init(0), cl::cat(category));
+static cl::opt<int64_t> ffn("ffn", cl::desc("override the MLP width"), cl::init(0), cl::cat(category));
+static cl::opt<int64_t> vocab("vocab", cl::desc("override the vocabulary"), cl::init(0), cl::cat(category));
+static cl::opt<std::string> name("name", cl::desc("override the model name"), cl::init(""), cl::cat(category));
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  tlc::cli::setVersionPrinter("tl-modelgen");
+  tlc::cli::showOnly({&category});
   cl::ParseCommandLineOptions(argc, argv, "tl-modelgen: write a TinyLlama-style model as tl IR\n");
   auto config = tlc::presetConfig(preset);
   if (!config) {

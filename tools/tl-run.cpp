@@ -1,31 +1,36 @@
 // tl-run: runs a Program written by `tlc --emit=program` with the runtime alone (no
-// MLIR in this binary): the compiler/runtime split made visible.
+// MLIR in this binary): the compiler/runtime split made visible. It prints the summary
+// tlc --run prints.
 //
-//   tlc models/tinyllama.tl --emit=program -o out/ && tl-run out/program.json --seed=1
-#include "runtime/Backend.h"
-#include "runtime/Error.h"
+//   tlc models/tinyllama.tl -O2 --emit=program -o out/ && tl-run out/program.json --seed=1
+#include "runtime/Progress.h"
+#include "runtime/RunInputs.h"
+#include "runtime/RunSummary.h"
+#include "runtime/TimedForward.h"
+
+#include <tlc/Backend.h>
+#include <tlc/Error.h>
+#include <tlc/Version.h>
 
 #include <fmt/format.h>
 
-#include <charconv>
+#include <climits>
 #include <cstring>
 #include <string>
 
 namespace {
 
 const char *kUsage =
-    "usage: tl-run PROGRAM.json [--seed=N] [--weights=FILE.safetensors] [--cpu-threads=N]\n"
-    "Runs the forward pass of a Program on the CPU backend and prints the loss.\n";
-
-// The whole of `text` as a T (no sign for unsigned, no trailing junk), or an error
-// naming the flag.
-template <typename T> T parseNumber(const std::string &text, const char *flag) {
-  T value{};
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size())
-    throw tlc::Error(fmt::format("{}={} is not a valid number", flag, text));
-  return value;
-}
+    "usage: tl-run PROGRAM.json [options]\n"
+    "Runs the forward pass of a Program written by `tlc --emit=program` and prints tlc's summary.\n"
+    "\n"
+    "  --seed=N             seed of the random weights and token ids (default 0)\n"
+    "  --weights=FILE       safetensors weights with Hugging Face Llama keys (default: seeded random)\n"
+    "  --tokens=FILE        batch x seq token ids, whitespace-separated (default: seeded random)\n"
+    "  --target=T           auto, cuda, hip or cpu (default cpu)\n"
+    "  --cpu-threads=N      CPU backend threads (default 0: every core)\n"
+    "  --iterations=N       timed forwards after a warm-up, median reported (default 1: one, no warm-up)\n"
+    "  --version            which tlc this is\n";
 
 bool consume(const char *arg, const char *flag, std::string &value) {
   size_t n = std::strlen(flag);
@@ -34,45 +39,67 @@ bool consume(const char *arg, const char *flag, std::string &value) {
   return true;
 }
 
+// A whole non-negative number up to `max`, or a tlc::Error naming the flag: an int flag
+// is never truncated into a small number.
+uint64_t number(const std::string &flag, const std::string &text, uint64_t max = UINT64_MAX) {
+  char *end = nullptr;
+  errno = 0;
+  unsigned long long value = text.empty() || text[0] == '-' ? 0 : std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || text[0] == '-' || *end != '\0' || errno == ERANGE)
+    throw tlc::Error(fmt::format("{}={} is not a whole number", flag, text));
+  if (value > max) throw tlc::Error(fmt::format("{}={} is more than {}", flag, text, max));
+  return value;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string programPath, weightsPath, seedText = "0", threadsText = "0", value;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      fmt::print("{}", kUsage);
-      return 0;
-    }
-    if (consume(argv[i], "--seed", value)) seedText = value;
-    else if (consume(argv[i], "--weights", value)) weightsPath = value;
-    else if (consume(argv[i], "--cpu-threads", value)) threadsText = value;
-    else if (argv[i][0] != '-' && programPath.empty()) programPath = argv[i];
-    else {
-      fmt::print(stderr, "tl-run: error: unexpected argument '{}'\n{}", argv[i], kUsage);
-      return 1;
-    }
-  }
-  if (programPath.empty()) {
-    fmt::print(stderr, "tl-run: error: no program file\n{}", kUsage);
-    return 1;
-  }
+  std::string programPath, value;
+  tlc::RunInputs inputs;
+  tlc::BackendOptions backendOptions;
+  backendOptions.target = "cpu";
+  backendOptions.progress = false;
+  int iterations = 1;
   try {
-    uint64_t seed = parseNumber<uint64_t>(seedText, "--seed");
+    for (int i = 1; i < argc; ++i) {
+      const char *arg = argv[i];
+      if (!std::strcmp(arg, "--help") || !std::strcmp(arg, "-h")) {
+        fmt::print("{}", kUsage);
+        return 0;
+      }
+      if (!std::strcmp(arg, "--version")) {
+        fmt::print("{}\n  the runtime alone: no MLIR, no LLVM\n", tlc::versionLine("tl-run"));
+        return 0;
+      }
+      if (consume(arg, "--seed", value)) inputs.seed = number("--seed", value);
+      else if (consume(arg, "--weights", value)) inputs.weightsPath = value;
+      else if (consume(arg, "--tokens", value)) inputs.tokensPath = value;
+      else if (consume(arg, "--target", value)) backendOptions.target = value;
+      else if (consume(arg, "--cpu-threads", value)) inputs.threads = backendOptions.cpuThreads = int(number("--cpu-threads", value, INT_MAX));
+      else if (consume(arg, "--iterations", value)) iterations = int(number("--iterations", value, INT_MAX));
+      else if (arg[0] != '-' && programPath.empty()) programPath = arg;
+      else throw tlc::Error(fmt::format("unexpected argument '{}' (tl-run --help lists the options)", arg));
+    }
+    if (programPath.empty()) throw tlc::Error("no program file (tl-run --help)");
+    if (iterations < 1) throw tlc::Error("--iterations must be at least 1");
+    tlc::configureProgress({tlc::ProgressMode::Auto, 1.0, stderr, "tl-run"});
+
     tlc::Program program = tlc::loadProgram(programPath);
-    tlc::Weights weights = weightsPath.empty()
-                               ? tlc::Weights::random(program.parameters, seed)
-                               : tlc::Weights::loadSafetensors(weightsPath, program.parameters);
-    auto backend = tlc::createCpuBackend(parseNumber<int>(threadsText, "--cpu-threads"));
-    backend->load(program, weights);
-    tlc::ForwardResult result = backend->forward(tlc::randomTokenIds(program, seed));
-    fmt::print("tl-run: {} O{}, {} kernels, batch {} x seq {}\n", program.model, program.optLevel,
-               program.kernels.size(), program.batch, program.seqLen);
-    fmt::print("  loss      {:.4f}\n", result.loss);
+    tlc::Weights weights = tlc::loadWeights(inputs, program);
+    std::vector<int32_t> tokens = tlc::loadTokens(inputs, program);
+    std::unique_ptr<tlc::Backend> backend = tlc::createBackend(backendOptions);
+    {
+      tlc::ProgressLine line(fmt::format("loading onto {}", backend->name()));
+      backend->load(program, weights);
+    }
+    tlc::TimedForward timed;
+    {
+      tlc::ProgressLine line("running the forward");
+      timed = tlc::timeForward(*backend, tokens, iterations);
+    }
+    fmt::print("{}", tlc::formatRunSummary(tlc::RunSummary("tl-run", program, *backend, timed, inputs)));
   } catch (const tlc::Error &error) {
     fmt::print(stderr, "tl-run: error: {}\n", error.what());
-    return 1;
-  } catch (const std::exception &error) { // a safety net: nothing escapes as an abort
-    fmt::print(stderr, "tl-run: error: unexpected: {}\n", error.what());
     return 1;
   }
   return 0;

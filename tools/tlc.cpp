@@ -1,39 +1,42 @@
-// tlc: compile a .tl model at an optimization level, emit what it made, and run it.
+// tlc: compile a .tl model at an optimization level, show what each pass did, emit
+// what it made, run it; `tlc ladder` compares every level side by side.
 //
-//   tlc --opt-level=2 models/tinyllama.tl --run
-//   tlc --print-ir-after-all models/tinyllama.tl --emit=ir -o /dev/null
-//   tlc --emit=program -o out/ models/tinyllama.tl
+//   tlc models/tinyllama.tl -O2 --run
+//   tlc models/tinyllama.tl -O3 --dump-ir-dir=ir/ --ir-block=0
+//   tlc ladder models/tinyllama.tl --chart=ladder.svg
+#include "api/Compile.h"
+#include "compiler/BlockView.h"
 #include "compiler/codegen/Emitter.h"
 #include "compiler/ModelIO.h"
 #include "passes/Pipelines.h"
-#include "runtime/Backend.h"
 #include "runtime/Checked.h"
-#include "runtime/Error.h"
 #include "runtime/JitBackend.h"
-#include "runtime/MemoryPlanner.h"
-#include "runtime/Profiler.h"
-#include "runtime/TokenFile.h"
-#include "tools/Compile.h"
+#include "runtime/Progress.h"
+#include "runtime/RunInputs.h"
+#include "runtime/RunSummary.h"
+#include "runtime/TimedForward.h"
+#include "tools/CommandLine.h"
+#include "tools/IrDumps.h"
+#include "tools/Ladder.h"
+#include "tools/LadderChart.h"
 
-#include "mlir/IR/AsmState.h"
+#include <tlc/Error.h>
+#include <tlc/Profiler.h>
+
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassManager.h"
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cmath>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -42,68 +45,117 @@ namespace cl = llvm::cl;
 
 namespace {
 
-cl::OptionCategory tlcCategory("tlc options");
+cl::SubCommand ladderCommand("ladder",
+                             "compile and run every level (O0..O3) with the same weights and tokens; print the "
+                             "workshop's table: kernels, bytes moved, time, speedup, logits against O0");
+cl::SubCommandGroup everywhere = {&cl::SubCommand::getTopLevel(), &ladderCommand};
 
-cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.tl>"), cl::Required, cl::cat(tlcCategory));
-cl::opt<int> optLevel("opt-level", cl::desc("optimization level 0..3 (the workshop's V1..V4)"), cl::init(0),
-                      cl::cat(tlcCategory));
-cl::opt<int64_t> batchSize("batch-size", cl::desc("batch size"), cl::init(1), cl::cat(tlcCategory));
-cl::opt<int64_t> seqLen("seq-len", cl::desc("sequence length"), cl::init(128), cl::cat(tlcCategory));
-cl::opt<std::string> dtype("dtype", cl::desc("storage dtype: f32 or bf16"), cl::init("f32"), cl::cat(tlcCategory));
+cl::OptionCategory compileCategory("Compiling");
+cl::OptionCategory irCategory("Reading the IR (stderr, or one file per pass)");
+cl::OptionCategory runCategory("Running (--run, and tlc ladder)");
+cl::OptionCategory ladderCategory("tlc ladder");
+
+// -- Compiling ---------------------------------------------------------------------
+cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.tl>"), cl::Required, cl::cat(compileCategory),
+                               cl::sub(everywhere));
+int optLevel = 0;
+cl::opt<int, true> optLevelShort("O", cl::Prefix, cl::location(optLevel), cl::value_desc("n"),
+                                 cl::desc("optimization level, -O0..-O3: the workshop's V1..V4 (default -O0)"),
+                                 cl::cat(compileCategory));
+cl::opt<int, true> optLevelLong("opt-level", cl::location(optLevel), cl::value_desc("n"),
+                                cl::desc("the same as -O<n>"), cl::cat(compileCategory));
+cl::opt<int64_t> batchSize("batch-size", cl::desc("batch size (default 1)"), cl::init(1), cl::cat(compileCategory),
+                           cl::sub(everywhere));
+cl::opt<int64_t> seqLen("seq-len",
+                        cl::desc("sequence length, up to the model's tl.max_seq_len (default 128, or that "
+                                 "maximum when it is smaller)"),
+                        cl::init(128), cl::cat(compileCategory), cl::sub(everywhere));
+cl::opt<std::string> dtype("dtype", cl::desc("storage dtype of weights and activations: f32 or bf16 (default f32)"),
+                           cl::init("f32"), cl::cat(compileCategory), cl::sub(everywhere));
 
 enum class Emit { None, IR, Program, Hip };
-cl::opt<Emit> emit("emit", cl::desc("what to write (to -o, else stdout)"), cl::init(Emit::None),
+cl::opt<Emit> emit("emit", cl::desc("what to write, to -o (default none)"), cl::init(Emit::None),
                    cl::values(clEnumValN(Emit::None, "none", "nothing"),
                               clEnumValN(Emit::IR, "ir", "the tl IR after the pipeline"),
                               clEnumValN(Emit::Program, "program", "the Program as JSON (-o dir/ writes dir/program.json)"),
-                              clEnumValN(Emit::Hip, "hip", "the HIP kernels, one <kernel>.hip per distinct kernel, and program.json (-o dir/)")),
-                   cl::cat(tlcCategory));
-cl::opt<std::string> outputPath("o", cl::desc("output file or directory"), cl::value_desc("path"), cl::init("-"),
-                                cl::cat(tlcCategory));
+                              clEnumValN(Emit::Hip, "hip", "one <kernel>.hip per distinct kernel and program.json (-o dir/)")),
+                   cl::cat(compileCategory));
+cl::opt<std::string> outputPath("o", cl::desc("output file or directory (default -: stdout)"), cl::value_desc("path"),
+                                cl::init("-"), cl::cat(compileCategory));
+cl::opt<bool> printKernels("print-kernels", cl::desc("list every kernel of the forward: name, block, FLOPs, bytes"),
+                           cl::cat(compileCategory));
 
-cl::opt<bool> printIrAfterAll("print-ir-after-all", cl::desc("print the IR after every pass"), cl::cat(tlcCategory));
+// -- Reading the IR ------------------------------------------------------------------
+cl::opt<bool> printIrAfterAll("print-ir-after-all", cl::desc("print the IR after every pass"), cl::cat(irCategory));
+cl::opt<bool> printIrBeforeAll("print-ir-before-all", cl::desc("print the IR before every pass"), cl::cat(irCategory));
 cl::list<std::string> printIrAfter("print-ir-after", cl::desc("print the IR after the named passes (e.g. cse)"),
-                                   cl::CommaSeparated, cl::cat(tlcCategory));
-cl::opt<bool> printIrBeforeAll("print-ir-before-all", cl::desc("print the IR before every pass"), cl::cat(tlcCategory));
+                                   cl::value_desc("pass"), cl::CommaSeparated, cl::cat(irCategory));
+cl::opt<bool> printIrAfterChange("print-ir-after-change",
+                                 cl::desc("only after passes that changed the IR (also --mlir-print-ir-after-change)"),
+                                 cl::cat(irCategory));
+cl::opt<std::string> dumpIrDir("dump-ir-dir",
+                               cl::desc("write the input and the IR after each pass to numbered files in <dir>: "
+                                        "diff two neighbours to see one pass"),
+                               cl::value_desc("dir"), cl::cat(irCategory));
+cl::opt<int> irBlock("ir-block", cl::desc("show transformer block <n> only (the others hold the same ops), for the "
+                                          "printed IR, the dump files and --emit=ir"),
+                     cl::value_desc("n"), cl::init(-1), cl::cat(irCategory));
 
-cl::opt<bool> printKernels("print-kernels",
-                           cl::desc("list every kernel of the forward: name, block, FLOPs, bytes it must move"),
-                           cl::cat(tlcCategory));
-cl::opt<std::string> target("target", cl::desc("where to run: auto (a GPU if present, else cpu), cuda, hip or cpu"),
-                            cl::init("auto"), cl::cat(tlcCategory));
-cl::opt<bool> profile("profile", cl::desc("with --run on a GPU: time every kernel and print a per-kernel table"),
-                      cl::cat(tlcCategory));
-cl::opt<std::string> tracePath("trace", cl::desc("with --profile: write a Chrome/Perfetto trace JSON"),
-                               cl::value_desc("file.json"), cl::cat(tlcCategory));
-cl::opt<std::string> statsCsvPath("stats-csv", cl::desc("with --profile: write per-kernel stats as CSV (rocprofv3's kernel stats)"),
-                                  cl::value_desc("file"), cl::cat(tlcCategory));
-cl::opt<bool> noCache("no-cache", cl::desc("JIT-compile every kernel, ignoring and not filling the disk cache"),
-                      cl::cat(tlcCategory));
-cl::opt<bool> graph("graph", cl::desc("on a GPU, replay the forward as a captured graph (default on)"), cl::init(true),
-                    cl::cat(tlcCategory));
-cl::opt<int> iterations("iterations", cl::desc("with --run: timed forwards after one warm-up (median reported)"),
-                        cl::init(1), cl::cat(tlcCategory));
-cl::opt<bool> run("run", cl::desc("run the forward pass and print a summary"), cl::cat(tlcCategory));
-cl::opt<uint64_t> seed("seed", cl::desc("seed for random weights and token ids"), cl::init(0), cl::cat(tlcCategory));
-cl::opt<std::string> weightsPath("weights", cl::desc("load weights from a safetensors file (default: seeded random)"),
-                                 cl::cat(tlcCategory));
+// -- Running -------------------------------------------------------------------------
+cl::opt<bool> run("run", cl::desc("run the forward pass and print a summary"), cl::cat(runCategory));
+cl::opt<std::string> target("target",
+                            cl::desc("where to run: auto (a GPU if one answers, else cpu), cuda, hip or cpu "
+                                     "(default auto)"),
+                            cl::init("auto"), cl::cat(runCategory), cl::sub(everywhere));
+cl::opt<int> iterations("iterations",
+                        cl::desc("timed forwards after a warm-up; the median is reported (default 1 for --run: "
+                                 "one forward, no warm-up; 3 for ladder)"),
+                        cl::init(1), cl::cat(runCategory), cl::sub(everywhere));
+cl::opt<uint64_t> seed("seed", cl::desc("seed of the random weights and token ids (default 0)"), cl::init(0),
+                       cl::cat(runCategory), cl::sub(everywhere));
+cl::opt<std::string> weightsPath("weights",
+                                 cl::desc("load weights from a safetensors file with Hugging Face Llama keys "
+                                          "(default: seeded random, normal 0.02)"),
+                                 cl::value_desc("file"), cl::cat(runCategory), cl::sub(everywhere));
 cl::opt<std::string> saveWeightsPath("save-weights", cl::desc("write the weights used to a safetensors file"),
-                                     cl::cat(tlcCategory));
+                                     cl::value_desc("file"), cl::cat(runCategory));
 cl::opt<std::string> saveLogitsPath("save-logits",
-                                    cl::desc("with --run: write the logits as a float32 .npy file (numpy.load reads it)"),
-                                    cl::value_desc("file.npy"), cl::cat(tlcCategory));
-cl::opt<std::string> tokensPath("tokens", cl::desc("read token ids (batch x seq integers) from a text file (default: seeded random)"),
-                                cl::value_desc("file"), cl::cat(tlcCategory));
-cl::opt<int> threads("cpu-threads", cl::desc("CPU backend threads (0: all cores)"), cl::init(0), cl::cat(tlcCategory));
+                                    cl::desc("write the logits as a float32 .npy file (numpy.load reads it)"),
+                                    cl::value_desc("file.npy"), cl::cat(runCategory));
+cl::opt<std::string> tokensPath("tokens",
+                                cl::desc("read batch x seq token ids (whitespace-separated) from a file "
+                                         "(default: seeded random)"),
+                                cl::value_desc("file"), cl::cat(runCategory), cl::sub(everywhere));
+cl::opt<int> threads("cpu-threads", cl::desc("CPU backend threads (default 0: every core)"), cl::init(0),
+                     cl::cat(runCategory), cl::sub(everywhere));
+cl::opt<bool> noCache("no-cache", cl::desc("GPU: JIT-compile every kernel, ignoring the disk cache"),
+                      cl::cat(runCategory), cl::sub(everywhere));
+cl::opt<bool> graph("graph", cl::desc("GPU: replay the forward as one captured graph (default on)"), cl::init(true),
+                    cl::cat(runCategory), cl::sub(everywhere));
+cl::opt<bool> profile("profile", cl::desc("time every kernel (GPU events, or wall time on the CPU) and print a table"),
+                      cl::cat(runCategory));
+cl::opt<std::string> tracePath("trace", cl::desc("with --profile: write a Chrome/Perfetto trace"),
+                               cl::value_desc("file.json"), cl::cat(runCategory));
+cl::opt<std::string> statsCsvPath("stats-csv", cl::desc("with --profile: write per-kernel stats as CSV (as rocprofv3)"),
+                                  cl::value_desc("file"), cl::cat(runCategory));
+cl::opt<tlc::ProgressMode> progress(
+    "progress", cl::desc("progress lines for steps over a second (default auto: on a terminal)"),
+    cl::init(tlc::ProgressMode::Auto),
+    cl::values(clEnumValN(tlc::ProgressMode::Auto, "auto", "on a terminal only"),
+               clEnumValN(tlc::ProgressMode::Always, "always", "also in logs: each long step's final line"),
+               clEnumValN(tlc::ProgressMode::Never, "never", "none")),
+    cl::cat(runCategory), cl::sub(everywhere));
+
+// -- tlc ladder ----------------------------------------------------------------------
+cl::opt<std::string> chartPath("chart", cl::desc("also draw the table as an SVG chart"), cl::value_desc("file.svg"),
+                               cl::cat(ladderCategory), cl::sub(ladderCommand));
 
 int fail(const std::string &message) {
   llvm::WithColor::error(llvm::errs(), "tlc") << message << "\n";
   return 1;
 }
 
-std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20)); }
-
-// Writes to -o (a file, or stdout for "-").
+// Writes to a file, or stdout for "-".
 bool writeOutput(const std::string &path, const std::string &text) {
   std::error_code error;
   llvm::ToolOutputFile file(path, error, llvm::sys::fs::OF_Text);
@@ -116,25 +168,158 @@ bool writeOutput(const std::string &path, const std::string &text) {
   return true;
 }
 
-void printKernelCounts(const tlc::Program &program) {
-  std::set<int> layers;
-  int64_t blockKernels = 0, flops = 0, bytes = 0;
-  for (const tlc::Kernel &kernel : program.kernels) {
-    if (kernel.layer >= 0) {
-      layers.insert(kernel.layer);
-      ++blockKernels;
-    }
-    flops += kernel.flops;
-    bytes += kernel.minBytes;
+bool readable(const std::string &path) { return std::ifstream(path).good(); }
+
+bool wantsIrPrinting() {
+  return printIrAfterAll || printIrBeforeAll || !printIrAfter.empty() || !dumpIrDir.empty();
+}
+
+// Flags that need another flag, or a valid value, said before any work is done.
+std::string checkFlags() {
+  if (optLevel < 0 || optLevel > tlc::kMaxOptLevel)
+    return fmt::format("-O{0} (--opt-level={0}): the levels are -O0 to -O{1}", optLevel, tlc::kMaxOptLevel);
+  if (dtype != "f32" && dtype != "bf16") return fmt::format("unknown --dtype '{}': use f32 or bf16", dtype.getValue());
+  if (batchSize <= 0) return fmt::format("--batch-size={} must be at least 1", batchSize.getValue());
+  if (seqLen <= 0) return fmt::format("--seq-len={} must be at least 1", seqLen.getValue());
+  if (std::optional<int64_t> tokens = tlc::checkedMul(batchSize, seqLen); !tokens || *tokens > tlc::kMaxTokens)
+    return fmt::format("--batch-size={} x --seq-len={} is more than the {} tokens a forward may take",
+                       batchSize.getValue(), seqLen.getValue(), tlc::kMaxTokens);
+  if (target != "auto" && target != "cpu" && target != "cuda" && target != "hip")
+    return fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", target.getValue());
+  if (iterations < 1) return fmt::format("--iterations={} must be at least 1", iterations.getValue());
+  if (irBlock.getNumOccurrences() && irBlock < 0) return fmt::format("--ir-block={} must be 0 or more", irBlock.getValue());
+  if (ladderCommand) {
+    // LLVM's parser lets a subcommand take the top level's options too; these mean
+    // nothing to the ladder, so they are refused rather than ignored.
+    const cl::Option *runOnly[] = {
+        &optLevelShort, &optLevelLong, &emit, &outputPath, &printKernels, &printIrAfterAll, &printIrBeforeAll,
+             &static_cast<cl::Option &>(printIrAfter), &printIrAfterChange, &dumpIrDir, &irBlock, &run, &saveWeightsPath, &saveLogitsPath, &profile, &tracePath,
+             &statsCsvPath};
+    for (const cl::Option *option : runOnly)
+      if (option->getNumOccurrences())
+        return fmt::format("--{} does not apply to tlc ladder (it runs every level; see tlc ladder --help)",
+                           option->ArgStr.str());
   }
-  int64_t perBlock = layers.empty() ? 0 : blockKernels / int64_t(layers.size());
-  bool chained = std::any_of(program.kernels.begin(), program.kernels.end(),
-                             [](const tlc::Kernel &kernel) { return kernel.chained; });
-  fmt::print("  kernels   {} per forward: {} per block x {} blocks{} + {} outside the blocks\n",
-             program.kernels.size(), perBlock, layers.size(), chained ? " (each block one chained launch sequence)" : "",
-             program.kernels.size() - blockKernels);
-  fmt::print("  work      {:.2f} GFLOP, {} moved at least (sum of every kernel's inputs and outputs)\n",
-             double(flops) / 1e9, mib(bytes));
+  auto runs = [] { return run || ladderCommand; };
+  std::vector<tlc::cli::Requirement> requirements = {
+      {profile, [] { return bool(run); }, "--profile needs --run"},
+      {tracePath, [] { return bool(profile); }, "--trace needs --profile (and --run)"},
+      {statsCsvPath, [] { return bool(profile); }, "--stats-csv needs --profile (and --run)"},
+      {iterations, runs, "--iterations needs --run"},
+      {seed, runs, "--seed needs --run"},
+      {weightsPath, runs, "--weights needs --run"},
+      {saveWeightsPath, runs, "--save-weights needs --run"},
+      {saveLogitsPath, [] { return bool(run); }, "--save-logits needs --run"},
+      {tokensPath, runs, "--tokens needs --run"},
+      {target, runs, "--target needs --run"},
+      {threads, runs, "--cpu-threads needs --run"},
+      {noCache, runs, "--no-cache needs --run"},
+      {graph, runs, "--graph needs --run"},
+      {printIrAfterChange, wantsIrPrinting,
+       "--print-ir-after-change needs --print-ir-after-all, --print-ir-after=<pass> or --dump-ir-dir"},
+      {irBlock, [] { return wantsIrPrinting() || emit == Emit::IR; },
+       "--ir-block needs --emit=ir, a --print-ir-* flag or --dump-ir-dir"},
+  };
+  if (std::string unmet = tlc::cli::firstUnmet(requirements); !unmet.empty()) return unmet;
+  if (!weightsPath.empty() && !readable(weightsPath))
+    return fmt::format("cannot open weights file '{}': {}", weightsPath.getValue(), std::strerror(errno));
+  if (!tokensPath.empty() && !readable(tokensPath))
+    return fmt::format("cannot open token file '{}': {}", tokensPath.getValue(), std::strerror(errno));
+  return "";
+}
+
+// The model's tl.max_seq_len bounds --seq-len, and its default.
+void fitDefaultSeqLen(mlir::ModuleOp module) {
+  auto maxSeq = module->getAttrOfType<mlir::IntegerAttr>("tl.max_seq_len");
+  if (maxSeq && seqLen.getNumOccurrences() == 0 && seqLen > maxSeq.getInt()) seqLen = maxSeq.getInt();
+}
+
+// Checks of flags against the parsed model, still before any pass runs.
+std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &options) {
+  auto maxSeq = module->getAttrOfType<mlir::IntegerAttr>("tl.max_seq_len");
+  if (maxSeq && seqLen > maxSeq.getInt())
+    return fmt::format("--seq-len={} exceeds the model's maximum of {} (tl.max_seq_len in {})", seqLen.getValue(),
+                       maxSeq.getInt(), inputFile.getValue());
+  if (irBlock >= 0) {
+    int blocks = tlc::countBlocks(module);
+    if (irBlock >= blocks)
+      return fmt::format("--ir-block={}: {} has {} transformer block{}{}", irBlock.getValue(), inputFile.getValue(),
+                         blocks, blocks == 1 ? "" : "s", blocks ? fmt::format(" (0..{})", blocks - 1) : "");
+  }
+  if (!printIrAfter.empty()) {
+    std::vector<std::string> passes = tlc::pipelinePasses(options);
+    for (const std::string &name : printIrAfter)
+      if (std::find(passes.begin(), passes.end(), name) == passes.end())
+        return fmt::format("--print-ir-after={}: no pass of that name runs at -O{} (it runs: {})", name, optLevel,
+                           fmt::join(std::set<std::string>(passes.begin(), passes.end()), ", "));
+  }
+  if (!dumpIrDir.empty()) {
+    if (std::error_code error = llvm::sys::fs::create_directories(dumpIrDir))
+      return fmt::format("--dump-ir-dir: cannot create '{}': {}", dumpIrDir.getValue(), error.message());
+  }
+  return "";
+}
+
+// Shows the pass running now on the progress line.
+struct PassProgress : mlir::PassInstrumentation {
+  explicit PassProgress(tlc::ProgressLine &line) : line(line) {}
+  void runBeforePass(mlir::Pass *pass, mlir::Operation *) override { line.setDetail(pass->getArgument().str()); }
+  tlc::ProgressLine &line;
+};
+
+// MLIR's --mlir-print-ir-after-change is a pass-manager option with no accessor;
+// tlc's own printing honours it too.
+bool mlirAfterChange() {
+  auto &options = cl::getRegisteredOptions();
+  auto found = options.find("mlir-print-ir-after-change");
+  return found != options.end() && found->second->getNumOccurrences() > 0;
+}
+
+void configurePassManager(mlir::PassManager &pm, tlc::ProgressLine &line) {
+  if (mlir::failed(mlir::applyPassManagerCLOptions(pm))) return;
+  mlir::applyDefaultTimingPassManagerCLOptions(pm);
+  pm.addInstrumentation(std::make_unique<PassProgress>(line));
+  if (!wantsIrPrinting()) return;
+  tlc::IrDumpOptions dumps;
+  dumps.beforeAll = printIrBeforeAll;
+  dumps.afterAll = printIrAfterAll;
+  dumps.after.insert(printIrAfter.begin(), printIrAfter.end());
+  dumps.onlyOnChange = printIrAfterChange || mlirAfterChange();
+  dumps.directory = dumpIrDir;
+  dumps.block = irBlock;
+  pm.getContext()->disableMultithreading();  // the whole module is printed
+  pm.enableIRPrinting(tlc::createIrDumpConfig(dumps));
+}
+
+tlc::BackendOptions backendOptions() {
+  tlc::BackendOptions options;
+  options.target = target;
+  options.cpuThreads = threads;
+  options.useCache = !noCache;
+  options.graph = graph;
+  options.profile = profile;
+  options.progress = false;  // tlc's own progress lines cover loading
+  return options;
+}
+
+tlc::RunInputs runInputs() {
+  tlc::RunInputs inputs;
+  inputs.weightsPath = weightsPath;
+  inputs.tokensPath = tokensPath;
+  inputs.seed = seed;
+  inputs.threads = threads;
+  return inputs;
+}
+
+void printKernelTable(const tlc::Program &program) {
+  fmt::print("{:>4}  {:<64} {:>5} {:>10} {:>10}\n", "#", "kernel", "block", "MFLOP", "KiB moved");
+  for (size_t i = 0; i < program.kernels.size(); ++i) {
+    const tlc::Kernel &k = program.kernels[i];
+    fmt::print("{:>4}  {:<64} {:>5} {:>10.2f} {:>10.1f}\n", i, k.name,
+               k.layer < 0 ? std::string("-") : std::to_string(k.layer), double(k.flops) / 1e6,
+               double(k.minBytes) / 1024);
+  }
+  fmt::print("{}", tlc::kernelCountLines(program));
 }
 
 // NumPy's .npy format, version 1.0: magic, a header dict padded to 64 bytes, raw data.
@@ -153,87 +338,125 @@ void saveNpy(const std::string &path, const tlc::Tensor &tensor) {
   if (!file) throw tlc::Error(fmt::format("cannot write '{}'", path));
 }
 
-void printKernelTable(const tlc::Program &program) {
-  fmt::print("{:>4}  {:<64} {:>5} {:>10} {:>10}\n", "#", "kernel", "block", "MFLOP", "KiB moved");
-  for (size_t i = 0; i < program.kernels.size(); ++i) {
-    const tlc::Kernel &k = program.kernels[i];
-    fmt::print("{:>4}  {:<64} {:>5} {:>10.2f} {:>10.1f}\n", i, k.name, k.layer < 0 ? std::string("-") : std::to_string(k.layer),
-               double(k.flops) / 1e6, double(k.minBytes) / 1024);
-  }
-  printKernelCounts(program);
+void writeFileOrThrow(const std::string &path, const std::string &text) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << text;
+  if (!file) throw tlc::Error(fmt::format("cannot write '{}'", path));
 }
 
-// The backend --target asks for; auto takes a GPU when one answers, else the CPU.
-std::unique_ptr<tlc::Backend> makeBackend() {
-  tlc::BackendOptions options;
-  options.target = target;
-  options.cpuThreads = threads;
-  options.useCache = !noCache;
-  options.graph = graph;
-  options.profile = profile;
-  return tlc::createBackend(options);
-}
-
-int runForward(const tlc::Program &program) {
-  tlc::Weights weights = weightsPath.empty() ? tlc::Weights::random(program.parameters, seed)
-                                             : tlc::Weights::loadSafetensors(weightsPath, program.parameters);
-  if (!saveWeightsPath.empty()) weights.saveSafetensors(saveWeightsPath);
-
-  auto backend = makeBackend();
-  backend->load(program, weights);
-  std::vector<int32_t> tokens =
-      tokensPath.empty() ? tlc::randomTokenIds(program, seed) : tlc::readTokenFile(tokensPath, program);
-  tlc::ForwardResult result = backend->forward(tokens);
-  std::vector<double> times;
-  tlc::Profiler profiler(program, tlc::gpuReport(*backend) ? tlc::gpuReport(*backend)->device : "cpu");
-  for (int i = 0; i < std::max(1, iterations.getValue()) && (iterations > 1 || profile); ++i) {
-    tlc::ForwardResult timed = backend->forward(tokens);
-    times.push_back(timed.milliseconds);
-    if (profile) profiler.add(timed.kernelTimes);
+int runForward(const tlc::Program &program, tlc::Backend &backend) {
+  tlc::RunInputs inputs = runInputs();
+  tlc::Weights weights = tlc::loadWeights(inputs, program);
+  std::vector<int32_t> tokens = tlc::loadTokens(inputs, program);
+  if (!saveWeightsPath.empty()) {
+    tlc::ProgressLine line("saving the weights");
+    weights.saveSafetensors(saveWeightsPath);
   }
-  if (!times.empty()) {
-    std::sort(times.begin(), times.end());
-    result.milliseconds = times[times.size() / 2];
+  {
+    tlc::ProgressLine line(fmt::format("loading onto {} (weights{})", backend.name(),
+                                       backend.name() == "cpu" ? "" : ", JIT"));
+    backend.load(program, weights);
   }
-
-  if (!saveLogitsPath.empty()) saveNpy(saveLogitsPath, result.logits);
-  double checksum = 0, absSum = 0;
-  for (float v : result.logits.data) {
-    checksum += v;
-    absSum += std::fabs(v);
+  const tlc::GpuReport *gpu = tlc::gpuReport(backend);
+  tlc::Profiler profiler(program, gpu ? gpu->device : "cpu");
+  tlc::TimedForward timed;
+  {
+    tlc::ProgressLine line(iterations > 1 ? fmt::format("timing {} forwards", iterations.getValue())
+                                          : std::string("running the forward"));
+    timed = tlc::timeForward(backend, tokens, iterations, profile ? &profiler : nullptr);
   }
-  fmt::print("tlc: {} at {}, {}, batch {} x seq {}, target {}\n", program.model, tlc::describeOptLevel(program.optLevel),
-             tlc::dtypeName(program.dtype), program.batch, program.seqLen, backend->name());
-  fmt::print("  pipeline  {}\n", program.pipeline);
-  printKernelCounts(program);
-  fmt::print("  memory    activations {} planned ({} without reuse), weights {}\n",
-             mib(backend->peakActivationBytes()), mib(tlc::unplannedBytes(program)), mib(backend->weightBytes()));
-  if (const tlc::GpuReport *gpu = tlc::gpuReport(*backend)) {
-    fmt::print("  device    {} ({}), peak device memory {} (arena {}, weights {}, workspace {})\n", gpu->device,
-               gpu->arch, mib(gpu->peakDeviceBytes), mib(gpu->arenaBytes), mib(gpu->weightBytes),
-               mib(gpu->workspaceBytes));
-    fmt::print("  jit       {}: {} kernels compiled, {} from cache, {:.2f} s\n", gpu->compiler, gpu->jit.compiled,
-               gpu->jit.cached, gpu->jit.seconds);
-    fmt::print("  forward   {:.3f} ms on the GPU ({}{})\n", result.milliseconds,
-               profile ? "launch by launch, profiled" : graph ? "graph replay" : "launch by launch",
-               times.size() > 1 ? fmt::format(", median of {}", times.size()) : "");
-  } else {
-    fmt::print("  forward   {:.1f} ms\n", result.milliseconds);
-  }
-  fmt::print("  logits    [{}] sum {:.6f}, mean |x| {:.6f}\n", tlc::shapeString(result.logits.shape), checksum,
-             absSum / double(result.logits.data.size()));
-  fmt::print("  loss      {:.4f} (next-token cross-entropy on random tokens; ln {} = {:.4f})\n", result.loss,
-             program.vocab, std::log(double(program.vocab)));
+  if (!saveLogitsPath.empty()) saveNpy(saveLogitsPath, timed.result.logits);
+  tlc::RunSummary summary("tlc", program, backend, timed, inputs);
+  summary.profiled = profile;
+  summary.graph = graph;
+  fmt::print("{}", tlc::formatRunSummary(summary));
   if (profile) {
-    if (!tlc::gpuReport(*backend)) return fail("--profile needs a GPU target (--target=cuda or hip)");
     fmt::print("\n{}", profiler.table());
-    auto writeText = [](const std::string &path, const std::string &text) {
-      std::ofstream file(path, std::ios::binary | std::ios::trunc);
-      file << text;
-      if (!file) throw tlc::Error(fmt::format("cannot write '{}'", path));
-    };
-    if (!tracePath.empty()) writeText(tracePath, profiler.chromeTrace());
-    if (!statsCsvPath.empty()) writeText(statsCsvPath, profiler.statsCsv());
+    if (!tracePath.empty()) writeFileOrThrow(tracePath, profiler.chromeTrace());
+    if (!statsCsvPath.empty()) writeFileOrThrow(statsCsvPath, profiler.statsCsv());
+  }
+  return 0;
+}
+
+int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::Backend *backend) {
+  if (emit == Emit::IR) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    tlc::printIr(module, irBlock, os);
+    if (!writeOutput(outputPath, text)) return 1;
+  }
+  if (emit == Emit::None && !run && outputPath != "-")  // `-o dir/` alone writes the Program
+    emit = Emit::Program;
+  if (emit != Emit::Program && emit != Emit::Hip && !run && !printKernels) return 0;
+
+  mlir::FailureOr<tlc::Program> program = mlir::failure();
+  {
+    tlc::ProgressLine line("lowering to a Program (kernels, memory plan, GPU sources)");
+    program = tlc::buildProgram(module, options);
+  }
+  if (mlir::failed(program)) return 1;
+  if (emit == Emit::Hip) {
+    if (outputPath == "-") return fail("--emit=hip writes a directory: give -o dir/");
+    if (std::error_code error = llvm::sys::fs::create_directories(outputPath))
+      return fail(fmt::format("cannot create '{}': {}", outputPath.getValue(), error.message()));
+    int files = tlc::writeHipSources(*program, outputPath);
+    if (!writeOutput(outputPath + "/program.json", tlc::programToJson(*program))) return 1;
+    fmt::print(stderr, "tlc: wrote {} kernel sources and program.json to {}\n", files, outputPath.getValue());
+  }
+  if (emit == Emit::Program) {
+    std::string path = outputPath;
+    if (path != "-" && (llvm::sys::fs::is_directory(path) || llvm::StringRef(path).ends_with("/"))) {
+      if (std::error_code error = llvm::sys::fs::create_directories(path))
+        return fail(fmt::format("cannot create '{}': {}", path, error.message()));
+      path += "/program.json";
+    }
+    if (!writeOutput(path, tlc::programToJson(*program))) return 1;
+  }
+  if (printKernels) printKernelTable(*program);
+  if (run) return runForward(*program, *backend);
+  return 0;
+}
+
+int compileAndRun(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  // The device first: a missing GPU is said before any compiling.
+  std::unique_ptr<tlc::Backend> backend = run ? tlc::createBackend(backendOptions()) : nullptr;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  {
+    tlc::ProgressLine line(fmt::format("parsing {}", inputFile.getValue()));
+    module = tlc::parseModelFile(context, inputFile, sourceMgr);
+  }
+  if (!module) return 1;
+  fitDefaultSeqLen(*module);
+  tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype};
+  if (std::string problem = checkFlagsAgainst(*module, options); !problem.empty()) return fail(problem);
+  {
+    tlc::ProgressLine line(fmt::format("optimizing at -O{}", optLevel));
+    if (mlir::failed(tlc::optimizeModule(*module, options,
+                                         [&](mlir::PassManager &pm) { configurePassManager(pm, line); })))
+      return 1;
+  }
+  return emitOutputs(*module, options, backend.get());
+}
+
+int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  auto module = tlc::parseModelFile(context, inputFile, sourceMgr);
+  if (!module) return 1;
+  fitDefaultSeqLen(*module);
+  if (std::string problem = checkFlagsAgainst(*module, {0, batchSize, seqLen, dtype}); !problem.empty())
+    return fail(problem);
+  tlc::LadderOptions options;
+  options.batch = batchSize;
+  options.seqLen = seqLen;
+  options.dtype = dtype;
+  options.backend = backendOptions();
+  options.inputs = runInputs();
+  options.iterations = iterations.getNumOccurrences() ? int(iterations) : 3;
+  mlir::FailureOr<tlc::Ladder> ladder = tlc::climbLadder(*module, options);
+  if (mlir::failed(ladder)) return 1;
+  fmt::print("{}", tlc::ladderTable(*ladder));
+  if (!chartPath.empty()) {
+    writeFileOrThrow(chartPath, tlc::ladderChartSvg(*ladder));
+    fmt::print("\nchart: {}\n", chartPath.getValue());
   }
   return 0;
 }
@@ -242,73 +465,33 @@ int runForward(const tlc::Program &program) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  mlir::registerMLIRContextCLOptions();
-  mlir::registerPassManagerCLOptions();
-  mlir::registerDefaultTimingManagerCLOptions();
-  mlir::registerAsmPrinterCLOptions();
+  tlc::cli::registerMlirOptions();
   tlc::registerTlcPasses();
+  tlc::cli::setVersionPrinter("tlc");
+  tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &tlc::cli::passManagerCategory()});
+  tlc::cli::showOnly({&compileCategory, &runCategory, &ladderCategory}, ladderCommand);
   cl::ParseCommandLineOptions(argc, argv,
-                              "tlc: compile a transformer written in the tl dialect into fused kernels and run it\n");
+                              "tlc: compile a transformer written in the tl dialect into fused kernels, show what "
+                              "each pass did, and run it\n");
+  tlc::configureProgress({progress, 1.0, stderr, "tlc"});
+  if (std::string problem = checkFlags(); !problem.empty()) return fail(problem);
 
   mlir::DialectRegistry registry;
   tlc::registerTlcDialects(registry);
   mlir::MLIRContext context(registry);
+  context.printOpOnDiagnostic(false);  // one located line, not the module behind it
   llvm::SourceMgr sourceMgr;
-  mlir::SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-
-  if (dtype != "f32" && dtype != "bf16") return fail(fmt::format("unknown --dtype '{}': use f32 or bf16", dtype.getValue()));
-  if (batchSize <= 0 || seqLen <= 0) return fail("--batch-size and --seq-len must be positive");
-  if (std::optional<int64_t> tokens = tlc::checkedMul(batchSize, seqLen); !tokens || *tokens > tlc::kMaxTokens)
-    return fail(fmt::format("--batch-size={} x --seq-len={} is more than the {} tokens a forward may take",
-                            batchSize.getValue(), seqLen.getValue(), tlc::kMaxTokens));
-
-  auto module = tlc::parseModelFile(context, inputFile, sourceMgr);
-  if (!module) return 1;
-
-  tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype};
-  auto configure = [](mlir::PassManager &pm) {
-    if (mlir::failed(mlir::applyPassManagerCLOptions(pm))) return;
-    mlir::applyDefaultTimingPassManagerCLOptions(pm);
-    if (printIrAfterAll || printIrBeforeAll || !printIrAfter.empty()) {
-      std::set<std::string> after(printIrAfter.begin(), printIrAfter.end());
-      pm.getContext()->disableMultithreading();
-      pm.enableIRPrinting(
-          [](mlir::Pass *, mlir::Operation *) { return bool(printIrBeforeAll); },
-          [after](mlir::Pass *pass, mlir::Operation *) {
-            return printIrAfterAll || after.count(pass->getArgument().str()) != 0;
-          },
-          /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
-    }
-  };
-  if (mlir::failed(tlc::optimizeModule(*module, options, configure))) return 1;
-
-  if (emit == Emit::IR && !writeOutput(outputPath, tlc::printModule(*module))) return 1;
-  if (emit == Emit::None && !run && outputPath != "-")  // `-o dir/` alone writes the Program
-    emit = Emit::Program;
+  mlir::SourceMgrDiagnosticHandler located(sourceMgr, &context);
+  // Registered last, so it sees diagnostics first: those with no place in a file
+  // (a file that cannot be opened) read as tlc's own errors, not "<unknown>:0:".
+  context.getDiagEngine().registerHandler([](mlir::Diagnostic &diagnostic) {
+    if (!llvm::isa<mlir::UnknownLoc>(diagnostic.getLocation())) return mlir::failure();
+    llvm::WithColor::error(llvm::errs(), "tlc") << diagnostic.str() << "\n";
+    return mlir::success();
+  });
 
   try {
-    if (emit != Emit::Program && emit != Emit::Hip && !run && !printKernels) return 0;
-    auto program = tlc::buildProgram(*module, options);
-    if (mlir::failed(program)) return 1;
-    if (emit == Emit::Hip) {
-      if (outputPath == "-") return fail("--emit=hip writes a directory: give -o dir/");
-      if (std::error_code error = llvm::sys::fs::create_directories(outputPath))
-        return fail(fmt::format("cannot create '{}': {}", outputPath.getValue(), error.message()));
-      int files = tlc::writeHipSources(*program, outputPath);
-      if (!writeOutput(outputPath + "/program.json", tlc::programToJson(*program))) return 1;
-      fmt::print(stderr, "tlc: wrote {} kernel sources and program.json to {}\n", files, outputPath.getValue());
-    }
-    if (emit == Emit::Program) {
-      std::string path = outputPath;
-      if (path != "-" && (llvm::sys::fs::is_directory(path) || llvm::StringRef(path).ends_with("/"))) {
-        if (std::error_code error = llvm::sys::fs::create_directories(path))
-          return fail(fmt::format("cannot create '{}': {}", path, error.message()));
-        path = (llvm::Twine(path) + "/program.json").str();
-      }
-      if (!writeOutput(path, tlc::programToJson(*program))) return 1;
-    }
-    if (printKernels) printKernelTable(*program);
-    if (run) return runForward(*program);
+    return ladderCommand ? climbLadder(context, sourceMgr) : compileAndRun(context, sourceMgr);
   } catch (const tlc::Error &error) {
     return fail(error.what());
   } catch (const std::bad_alloc &) {  // a safety net: memory budgets refuse before allocating
@@ -316,5 +499,4 @@ int main(int argc, char **argv) {
   } catch (const std::exception &error) {
     return fail(fmt::format("unexpected error: {}", error.what()));
   }
-  return 0;
 }

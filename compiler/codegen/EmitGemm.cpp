@@ -66,16 +66,18 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   bool matrixUnits = bf16 && gemm.K % 8 == 0 && ElementCode::contiguous(gemm.aOffset, alongK) &&
                      ElementCode::contiguous(gemm.bOffset, gemm.bKN ? alongN : alongK) &&
                      (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile);
-  GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, kTunedMultiprocessors) : GemmTile{64, 64, 2, 2, 1};
+  GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, kTunedMultiprocessors) : GemmTile{64, 64, 2, 2, 1, 1};
   if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
     throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", entry));
 
   const std::string &aType = source.type(gemm.a), &bType = source.type(gemm.b);
   const std::string a = "p." + source.name(gemm.a), b = "p." + source.name(gemm.b);
   std::string spec;
-  spec += fmt::format("template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_> struct {}_spec {{\n", entry);
+  spec += fmt::format("template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int K_SLICES_> struct {}_spec {{\n",
+                      entry);
   spec += fmt::format("  using Params = {}_params;\n", entry);
-  spec += "  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;\n";
+  spec += "  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_, "
+          "K_SLICES = K_SLICES_;\n";
   spec += fmt::format("  static constexpr int M = {}, N = {}, K = {}, BATCH = {};\n", gemm.M, gemm.N, gemm.K, gemm.batch);
   spec += "  static constexpr int TILES_M = (M + BM - 1) / BM;\n";
   std::vector<std::string> groupTiles;
@@ -177,9 +179,11 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                                                source.name(gemm.gain), gemm.eps)
                                                  : ""));
   headerLines.insert(headerLines.end(), details.begin(), details.end());
-  headerLines.push_back(matrixUnits ? fmt::format("NVIDIA: tensor cores, {}x{} tiles, {} warps, {} stages; AMD: "
+  headerLines.push_back(matrixUnits ? fmt::format("NVIDIA: tensor cores, {}x{} tiles, {} warps{}, {} stages; AMD: "
                                                   "MFMA on gfx90a, 64x64 tiles",
-                                                  nvidia.BM, nvidia.BN, nvidia.warpsM * nvidia.warpsN, nvidia.stages)
+                                                  nvidia.BM, nvidia.BN, nvidia.threads() / 32,
+                                                  nvidia.slices > 1 ? fmt::format(" in {} k slices", nvidia.slices) : "",
+                                                  nvidia.stages)
                                     : "fp32 FMAs (gemm_simt.cuh), 64x64 tiles");
 
   std::string out = source.header("a fused linear", headerLines);
@@ -187,9 +191,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   out += code.globals();
   out += source.paramsStruct();
   out += spec;
-  std::string nvSpec = fmt::format("{}_spec<{}, {}, {}, {}, {}>", entry, nvidia.BM, nvidia.BN, nvidia.warpsM,
-                                   nvidia.warpsN, nvidia.stages);
-  std::string fixedSpec = fmt::format("{}_spec<64, 64, 2, 2, 1>", entry);
+  std::string nvSpec = fmt::format("{}_spec<{}, {}, {}, {}, {}, {}>", entry, nvidia.BM, nvidia.BN, nvidia.warpsM,
+                                   nvidia.warpsN, nvidia.stages, nvidia.slices);
+  std::string fixedSpec = fmt::format("{}_spec<64, 64, 2, 2, 1, 1>", entry);
   out += fmt::format("#if defined(TL_NVIDIA)\n#define {}_THREADS {}\n#else\n#define {}_THREADS 256\n#endif\n", entry,
                      matrixUnits ? nvidia.threads() : 256, entry);
   out += source.entryOpen(entry + "_THREADS");

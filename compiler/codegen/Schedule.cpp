@@ -21,10 +21,10 @@ struct Candidate {
 
 const std::vector<Candidate> &candidates() {
   static const std::vector<Candidate> all = {
-      {{128, 256, 2, 4, 3}, 1, 1.00},
-      {{128, 128, 2, 4, 3}, 2, 0.85},
-      {{64, 128, 2, 2, 3}, 3, 0.70},
-      {{64, 64, 2, 2, 4}, 3, 0.50},
+      {{128, 256, 2, 4, 3, 1}, 1, 1.00},
+      {{128, 128, 2, 4, 3, 1}, 2, 0.85},
+      {{64, 128, 2, 2, 4, 2}, 2, 0.70},
+      {{64, 64, 2, 2, 4, 2}, 3, 0.50},
   };
   return all;
 }
@@ -32,6 +32,17 @@ const std::vector<Candidate> &candidates() {
 bool parseOverride(const char *name, int &a, int &b) {
   const char *text = std::getenv(name);
   return text && std::sscanf(text, "%dx%d", &a, &b) == 2;
+}
+
+// TLC_GEMM_TILE=BMxBNxWARPS_MxWARPS_NxSLICESxSTAGES, e.g. 64x128x2x2x2x4.
+bool gemmOverride(GemmTile &tile) {
+  const char *text = std::getenv("TLC_GEMM_TILE");
+  int bm = 0, bn = 0, wm = 0, wn = 0, slices = 0, stages = 0;
+  if (!text || std::sscanf(text, "%dx%dx%dx%dx%dx%d", &bm, &bn, &wm, &wn, &slices, &stages) != 6) return false;
+  tile = {bm, bn, wm, wn, stages, slices};
+  bool valid = wm > 0 && wn > 0 && bm % (16 * wm) == 0 && bn % (16 * wn) == 0 && (slices == 1 || slices == 2) &&
+               stages >= 2 && stages <= 8;
+  return valid && tile.sharedBytes() <= (227 << 10) && tile.threads() <= 1024;
 }
 
 } // namespace
@@ -68,10 +79,8 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN) {
 }
 
 GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors) {
-  int bm = 0, bn = 0;
-  if (parseOverride("TLC_GEMM_TILE", bm, bn))
-    for (const Candidate &candidate : candidates())
-      if (candidate.tile.BM == bm && candidate.tile.BN == bn && tileHoldsEpilogue(gemm, bn)) return candidate.tile;
+  GemmTile forced;
+  if (gemmOverride(forced) && tileHoldsEpilogue(gemm, forced.BN)) return forced;
   // Estimated time: waves of resident tiles, each wave as long as its SMs' work.
   const Candidate *best = nullptr;
   double bestTime = 0;

@@ -1,8 +1,9 @@
 // Launch shapes chosen per problem: GEMM tiles that fill the device (at M = 1024 a
 // 128x128 tile leaves most of an H100's 132 SMs idle), attention query tiles and heads
 // per block. Chosen for the NVIDIA tensor-core path on the sm_90 target description;
-// the AMD and SIMT paths run fixed 64x64 tiles. TLC_GEMM_TILE=BMxBN (e.g. 64x128) and
-// TLC_ATTENTION_TILE=QTxHB override the choice, for measuring alternatives.
+// the AMD and SIMT paths run fixed 64x64 tiles. TLC_GEMM_TILE=BMxBNxWARPS_MxWARPS_NxSLICESx
+// STAGES (e.g. 64x128x2x2x2x4) and TLC_ATTENTION_TILE=QTxHB override the choice, for
+// measuring alternatives.
 #pragma once
 
 #include "compiler/codegen/KernelSpec.h"
@@ -13,7 +14,8 @@ namespace tlc::codegen {
 
 struct GemmTile {
   int BM = 64, BN = 64, warpsM = 2, warpsN = 2, stages = 4;
-  int threads() const { return warpsM * warpsN * 32; }
+  int slices = 1;  // warp groups splitting each stage's k steps
+  int threads() const { return warpsM * warpsN * slices * 32; }
   int64_t sharedBytes() const;  // pipeline stages, or the fp32 accumulator tile, whichever is larger
 };
 

@@ -1,33 +1,23 @@
-// tlc's C++ API: compile a .tl model to a Program, JIT it on a device, run it.
+// tlc's C++ API, all of it. libtlc holds the compiler (MLIR inside, hidden), so a host
+// program needs neither MLIR nor LLVM, and only the tlc:: symbols are visible to it.
 //
+// Serving any shape (compiled on first use):
+//   tlc::Model model("tinyllama.tl", {/*optLevel=*/2});
+//   tlc::ForwardResult out = model.forward(tokens, /*batch=*/4, /*seqLen=*/100);
+//
+// One shape by hand:
 //   tlc::Program program = tlc::compileModelFile("tinyllama.tl", {/*optLevel=*/2, 8, 128, "bf16"});
 //   auto backend = tlc::createBackend({"auto"});        // a GPU when one answers, else the CPU
 //   backend->load(program, tlc::Weights::random(program.parameters, /*seed=*/0));
 //   tlc::ForwardResult out = backend->forward(tlc::randomTokenIds(program, 0));
-//
-// Everything here is free of MLIR: the compiler is inside libtlc.
 #pragma once
 
-#include <cstdint>
-#include <string>
-
-#include "runtime/Backend.h"
-#include "runtime/Error.h"
-#include "runtime/Program.h"
-#include "runtime/Weights.h"
-
-namespace tlc {
-
-struct CompileOptions {
-  int optLevel = 0;           // 0..3: the workshop's V1..V4
-  int64_t batch = 1;
-  int64_t seqLen = 128;
-  std::string dtype = "f32";  // storage dtype: f32 or bf16
-};
-
-// Parses and verifies a .tl file, specializes batch/sequence/dtype, runs the level's
-// passes, lowers to a Program with a memory plan and HIP kernel sources. Throws
-// tlc::Error carrying the located diagnostics on failure.
-Program compileModelFile(const std::string &path, const CompileOptions &options);
-
-} // namespace tlc
+#include <tlc/Backend.h>
+#include <tlc/Compile.h>
+#include <tlc/Error.h>
+#include <tlc/Model.h>
+#include <tlc/Profiler.h>
+#include <tlc/Program.h>
+#include <tlc/Tensor.h>
+#include <tlc/Version.h>
+#include <tlc/Weights.h>

@@ -7,7 +7,7 @@
 #include "compiler/ModelIO.h"
 #include "runtime/Backend.h"
 #include "runtime/Error.h"
-#include "tools/Compile.h"
+#include "api/Compile.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"

@@ -4,7 +4,7 @@
 
 // GQA, mask before scale: still matched; the repeats disappear.
 // CHECK-LABEL: func.func @gqa
-// CHECK: %[[O:.*]] = tl.flash_attention %arg0, %arg1, %arg2 {causal = true, scale = 1.250000e-01 : f64}
+// CHECK: %[[O:.*]] = tl.flash_attention %arg0, %arg1, %arg2 {causal = true, scale = 0.125}
 // CHECK-SAME: (tensor<2x8x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x2x16x64xf32>) -> tensor<2x8x16x64xf32>
 // CHECK-NOT: tl.repeat_kv
 // CHECK-NOT: tl.softmax
@@ -24,7 +24,7 @@ func.func @gqa(%q: tensor<2x8x16x64xf32>, %k: tensor<2x2x16x64xf32>, %v: tensor<
 
 // No mask, no repeat: bidirectional attention over full heads.
 // CHECK-LABEL: func.func @unmasked
-// CHECK: tl.flash_attention %arg0, %arg1, %arg2 {causal = false, scale = 5.000000e-01 : f64}
+// CHECK: tl.flash_attention %arg0, %arg1, %arg2 {causal = false, scale = 0.5}
 func.func @unmasked(%q: tensor<1x2x4x4xf32>, %k: tensor<1x2x4x4xf32>, %v: tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32> {
   %s = tl.batch_matmul %q, %k {transpose_b = true} : (tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
   %sc = tl.scale %s {factor = 0.5 : f64} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>

@@ -56,3 +56,33 @@ func.func @rope_epilogue(%x: tensor<2x8x32xf32>) -> tensor<2x8x4x8xf32> {
   %s = tl.softmax %r : (tensor<2x8x4x8xf32>) -> tensor<2x8x4x8xf32>
   return %s : tensor<2x8x4x8xf32>
 }
+
+// -----
+
+// A merged QKV projection absorbs its split, head splits, RoPE and transposes: its
+// results come out as q, k, v, in that order and so named, whatever order the
+// epilogue took them in.
+// CHECK-LABEL: func.func @qkv_in_order
+// CHECK: %q, %k, %v = tl.fused_linear weight(%w_qkv : tensor<64x32xf32>)
+// CHECK: %q_{{[0-9]+}}, %k_{{[0-9]+}}, %v_{{[0-9]+}} = tl.split
+// CHECK: tl.yield %[[Q:[a-z_0-9]+]], %[[K:[a-z_0-9]+]], %[[V:[a-z_0-9]+]] : tensor<2x4x8x8xf32>, tensor<2x2x8x8xf32>, tensor<2x2x8x8xf32>
+// CHECK: tl.flash_attention %q, %k, %v {causal = true, scale = 0.35355339059327373}
+func.func @qkv_in_order(%x: tensor<2x8x32xf32>) -> tensor<2x4x8x8xf32> {
+  %wq = tl.weight "q_proj" : tensor<32x32xf32>
+  %wk = tl.weight "k_proj" : tensor<16x32xf32>
+  %wv = tl.weight "v_proj" : tensor<16x32xf32>
+  %w = tl.concat %wq, %wk, %wv : (tensor<32x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>) -> tensor<64x32xf32>
+  %qkv = tl.linear %x, %w : (tensor<2x8x32xf32>, tensor<64x32xf32>) -> tensor<2x8x64xf32>
+  %q, %k, %v = tl.split %qkv {sizes = array<i64: 32, 16, 16>} : (tensor<2x8x64xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>)
+  // Head splits written v first: the order the epilogue absorbs them.
+  %v4 = tl.split_heads %v {heads = 2 : i64} : (tensor<2x8x16xf32>) -> tensor<2x8x2x8xf32>
+  %q4 = tl.split_heads %q {heads = 4 : i64} : (tensor<2x8x32xf32>) -> tensor<2x8x4x8xf32>
+  %k4 = tl.split_heads %k {heads = 2 : i64} : (tensor<2x8x16xf32>) -> tensor<2x8x2x8xf32>
+  %qr = tl.rope %q4 {style = "adjacent", theta = 10000.0} : (tensor<2x8x4x8xf32>) -> tensor<2x8x4x8xf32>
+  %kr = tl.rope %k4 {style = "adjacent", theta = 10000.0} : (tensor<2x8x2x8xf32>) -> tensor<2x8x2x8xf32>
+  %vt = tl.transpose %v4 {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x2x8xf32>) -> tensor<2x2x8x8xf32>
+  %qt = tl.transpose %qr {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x8xf32>) -> tensor<2x4x8x8xf32>
+  %kt = tl.transpose %kr {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x2x8xf32>) -> tensor<2x2x8x8xf32>
+  %o = tl.flash_attention %qt, %kt, %vt {causal = true, scale = 0.35355339059327373} : (tensor<2x4x8x8xf32>, tensor<2x2x8x8xf32>, tensor<2x2x8x8xf32>) -> tensor<2x4x8x8xf32>
+  return %o : tensor<2x4x8x8xf32>
+}

@@ -7,10 +7,11 @@
 // CHECK: %[[W:.*]] = tl.concat %{{.*}}q_proj{{.*}}, %{{.*}}k_proj{{.*}}, %{{.*}}v_proj
 // CHECK-SAME: -> tensor<64x32xf32>
 // CHECK: %[[QKV:.*]] = tl.linear %arg0, %[[W]]
-// CHECK: %[[S:.*]]:3 = tl.split %[[QKV]] {sizes = array<i64: 32, 16, 16>}
-// CHECK-DAG: tl.split_heads %[[S]]#0 {heads = 4
-// CHECK-DAG: tl.split_heads %[[S]]#1 {heads = 2
-// CHECK-DAG: tl.split_heads %[[S]]#2 {heads = 2
+// The split's results are named after the merged weight's parts.
+// CHECK: %q, %k, %v = tl.split %[[QKV]] {sizes = array<i64: 32, 16, 16>}
+// CHECK-DAG: tl.split_heads %q {heads = 4
+// CHECK-DAG: tl.split_heads %k {heads = 2
+// CHECK-DAG: tl.split_heads %v {heads = 2
 // CHECK-NOT: tl.linear
 func.func @reordered(%h: tensor<2x8x32xf32>) -> (tensor<2x4x8x8xf32>, tensor<2x2x8x8xf32>, tensor<2x2x8x8xf32>) {
   %wv = tl.weight "v_proj" : tensor<16x32xf32>

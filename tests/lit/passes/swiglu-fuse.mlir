@@ -5,8 +5,8 @@
 // CHECK-LABEL: func.func @up_times_silu
 // CHECK: %[[W:.*]] = tl.concat %{{.*}}, %{{.*}} : (tensor<64x32xf32>, tensor<64x32xf32>) -> tensor<128x32xf32>
 // CHECK: %[[GU:.*]] = tl.linear %arg0, %[[W]]
-// CHECK: %[[S:.*]]:2 = tl.split %[[GU]] {sizes = array<i64: 64, 64>}
-// CHECK: %[[A:.*]] = tl.swiglu %[[S]]#0, %[[S]]#1
+// CHECK: %gate, %up = tl.split %[[GU]] {sizes = array<i64: 64, 64>}
+// CHECK: %[[A:.*]] = tl.swiglu %gate, %up
 // CHECK-NOT: tl.silu
 // CHECK: return %[[A]]
 func.func @up_times_silu(%h: tensor<2x8x32xf32>) -> tensor<2x8x64xf32> {

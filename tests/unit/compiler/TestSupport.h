@@ -4,7 +4,7 @@
 
 #include "compiler/ModelIO.h"
 #include "models/ModelBuilder.h"
-#include "tools/Compile.h"
+#include "api/Compile.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"

@@ -33,7 +33,7 @@ TEST(Checked, ElementCountRefusesNegativeOverflowingAndHugeShapes) {
 }
 
 TEST(Checked, TensorsAndValuesThrowInsteadOfWrapping) {
-  EXPECT_CONTAINS(test::errorMessage([] { elementCount({int64_t(1) << 62, 4}); }),
+  EXPECT_CONTAINS(test::errorMessage([] { Tensor::elementsOf({int64_t(1) << 62, 4}); }),
                   "tensor shape 4611686018427387904x4 has a negative dimension or more than 2^40");
   Value value;
   value.shape = {int64_t(1) << 31, int64_t(1) << 31, 8};

@@ -60,6 +60,18 @@ TEST(WeightsInit, DeterministicPerSeedAndKey) {
   EXPECT_EQ(first.at("model.norm.weight").data, std::vector<float>(32, 1.0f));
 }
 
+TEST(WeightsInit, SameValuesWhateverTheThreadCount) {
+  // Several chunks of the parallel fill, and a partial last one.
+  std::vector<Parameter> parameters = {{"wide", {300, 1000}, "normal"}};
+  Weights serial = Weights::random(parameters, 9, /*threads=*/1);
+  Weights parallel = Weights::random(parameters, 9, /*threads=*/4);
+  EXPECT_EQ(serial.at("wide").data, parallel.at("wide").data);
+  // Chunks are seeded apart: the second does not repeat the first.
+  const std::vector<float> &data = serial.at("wide").data;
+  EXPECT_NE(std::vector<float>(data.begin(), data.begin() + 100),
+            std::vector<float>(data.begin() + 65536, data.begin() + 65636));
+}
+
 TEST(WeightsInit, NormalHasStdTwoHundredths) {
   Weights weights = Weights::random({{"big", {512, 512}, "normal"}}, 1);
   const std::vector<float> &data = weights.at("big").data;

@@ -1,5 +1,6 @@
-#include "tools/Compile.h"
+#include "api/Compile.h"
 
+#include "api/CapturedDiagnostics.h"
 #include "compiler/CostModel.h"
 #include "compiler/codegen/Emitter.h"
 #include "compiler/ModelIO.h"
@@ -9,28 +10,30 @@
 #include "runtime/Error.h"
 #include "runtime/MemoryPlanner.h"
 
-#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <fmt/format.h>
-
 namespace tlc {
 
-static void addSpecialize(mlir::OpPassManager &pm, const CompileOptions &options) {
+static void buildPipeline(mlir::OpPassManager &pm, const CompileOptions &options) {
   tl::TlSpecializeOptions specialize;
   specialize.batch = options.batch;
   specialize.seq = options.seqLen;
   specialize.dtype = options.dtype;
   pm.addPass(tl::createTlSpecialize(specialize));
+  buildOptPipeline(pm, options.optLevel);
+}
+
+static mlir::OpPassManager pipelineOf(const CompileOptions &options) {
+  mlir::OpPassManager pm(mlir::ModuleOp::getOperationName(), mlir::OpPassManager::Nesting::Implicit);
+  buildPipeline(pm, options);
+  return pm;
 }
 
 std::string pipelineText(const CompileOptions &options) {
-  mlir::OpPassManager pm(mlir::ModuleOp::getOperationName(), mlir::OpPassManager::Nesting::Implicit);
-  addSpecialize(pm, options);
-  buildOptPipeline(pm, options.optLevel);
+  mlir::OpPassManager pm = pipelineOf(options);
   // Pass names in order; only tl-specialize's options say something about this run.
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -44,14 +47,21 @@ std::string pipelineText(const CompileOptions &options) {
   return text;
 }
 
+std::vector<std::string> pipelinePasses(const CompileOptions &options) {
+  mlir::OpPassManager pm = pipelineOf(options);
+  std::vector<std::string> names;
+  for (mlir::Pass &pass : pm.getPasses()) names.push_back(pass.getArgument().str());
+  return names;
+}
+
 mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &options,
                                    const std::function<void(mlir::PassManager &)> &configure) {
   if (options.optLevel < 0 || options.optLevel > kMaxOptLevel)
-    return module.emitError("--opt-level must be 0..") << kMaxOptLevel << ", got " << options.optLevel;
+    return module.emitError("optimization level ") << options.optLevel << " does not exist: levels are 0.."
+                                                   << kMaxOptLevel;
   mlir::PassManager pm(module->getContext(), mlir::ModuleOp::getOperationName(),
                        mlir::OpPassManager::Nesting::Implicit);
-  addSpecialize(pm, options);
-  buildOptPipeline(pm, options.optLevel);
+  buildPipeline(pm, options);
   if (configure) configure(pm);
   return pm.run(module);
 }
@@ -78,14 +88,11 @@ Program compileModelFile(const std::string &path, const CompileOptions &options)
   registerTlcDialects(registry);
   mlir::MLIRContext context(registry);
   llvm::SourceMgr sourceMgr;
-  std::string diagnostics;
-  llvm::raw_string_ostream diagnosticStream(diagnostics);
-  mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context, diagnosticStream);
-  auto fail = [&]() -> Program { throw Error(diagnosticStream.str()); };
+  CapturedDiagnostics diagnostics(context, sourceMgr);
   auto module = parseModelFile(context, path, sourceMgr);
-  if (!module || mlir::failed(optimizeModule(*module, options))) return fail();
+  if (!module || mlir::failed(optimizeModule(*module, options))) diagnostics.fail();
   auto program = buildProgram(*module, options);
-  if (mlir::failed(program)) return fail();
+  if (mlir::failed(program)) diagnostics.fail();
   return std::move(*program);
 }
 

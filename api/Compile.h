@@ -1,0 +1,31 @@
+// The compiler's front half as calls: specialize and optimize a parsed module, lower it
+// to a Program. Used by tlc, the tests and the C++ API (compileModelFile, Model).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <tlc/Compile.h>  // CompileOptions, compileModelFile
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "mlir/Pass/PassManager.h"
+
+namespace tlc {
+
+// The passes a level runs, in order (tl-specialize with its options): what tlc prints.
+std::string pipelineText(const CompileOptions &options);
+
+// The same passes' arguments ("tl-specialize", "cse", ...), for checking pass names.
+std::vector<std::string> pipelinePasses(const CompileOptions &options);
+
+// Specializes and optimizes `module` in place. `configure` may add instrumentation
+// (IR printing, timing) to the pass manager before it runs.
+mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &options,
+                                   const std::function<void(mlir::PassManager &)> &configure = {});
+
+// Lowers, plans memory and generates the HIP kernels: the Program the runtime loads.
+mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options);
+
+} // namespace tlc

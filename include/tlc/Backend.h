@@ -1,0 +1,70 @@
+// A backend runs a Program's forward pass: CPU reference here, GPUs through JIT.
+#pragma once
+
+#include <tlc/Export.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <tlc/Program.h>
+#include <tlc/Tensor.h>
+#include <tlc/Weights.h>
+
+namespace tlc {
+
+struct KernelTiming {
+  int kernel = 0;             // index in Program::kernels
+  double milliseconds = 0;
+};
+
+struct ForwardResult {
+  Tensor logits;              // [batch, seq, vocab], widened to fp32
+  float loss = 0;             // next-token cross-entropy
+  double milliseconds = 0;    // wall time of the forward
+  std::vector<KernelTiming> kernelTimes;  // one per launch, in order
+};
+
+// A backend may be shared between threads: load() and forward() on one backend
+// serialize (each call holds the backend until it returns), so concurrent forwards
+// each get a whole, correct result. For parallel forwards, give each thread its own
+// backend. Errors are tlc::Error exceptions thrown in the calling thread; none escapes
+// from a backend's own threads.
+class TLC_API Backend {
+public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Binds a Program and its weights (converted to the Program's dtype). Throws
+  // tlc::Error when a weight is missing or has the wrong shape.
+  virtual void load(const Program &program, const Weights &weights) = 0;
+  // Runs the forward on token ids [batch * seq]; throws tlc::Error on ids out of range.
+  virtual ForwardResult forward(const std::vector<int32_t> &tokenIds) = 0;
+  // Bytes of memory the backend holds for activations (the planned arena) and weights.
+  virtual int64_t peakActivationBytes() const = 0;
+  virtual int64_t weightBytes() const = 0;
+};
+
+// threads = 0: one per hardware thread.
+TLC_API std::unique_ptr<Backend> createCpuBackend(int threads = 0);
+
+struct BackendOptions {
+  std::string target = "auto";  // auto, cuda, hip or cpu
+  int cpuThreads = 0;
+  bool useCache = true;         // GPU: the on-disk JIT cache
+  bool graph = true;            // GPU: replay the forward as one captured graph
+  bool profile = false;         // GPU: time every launch
+  bool progress = true;         // GPU: the JIT's own progress line (off under a caller's)
+};
+
+// auto takes a GPU when one answers (CUDA, then HIP), else the CPU. Throws tlc::Error
+// for an unknown target, or a GPU target with no device (saying why).
+TLC_API std::unique_ptr<Backend> createBackend(const BackendOptions &options);
+
+// Checks token ids against the Program (count = batch * seq, each in [0, vocab)).
+TLC_API void checkTokenIds(const Program &program, const std::vector<int32_t> &tokenIds);
+
+// Seeded uniform random token ids in [0, vocab).
+TLC_API std::vector<int32_t> randomTokenIds(const Program &program, uint64_t seed);
+
+} // namespace tlc

@@ -1,0 +1,52 @@
+// Per-kernel profile of GPU forwards: a table (calls, time, share, TFLOP/s, GB/s,
+// fraction of the device's roofline), a Chrome/Perfetto trace and a CSV shaped like
+// rocprofv3's kernel stats.
+#pragma once
+
+#include <tlc/Export.h>
+
+#include <string>
+#include <vector>
+
+#include <tlc/Backend.h>
+#include <tlc/Program.h>
+
+namespace tlc {
+
+// Peak numbers of a device, from a table of known parts (by name).
+struct DeviceRoofline {
+  std::string part;             // "H100 SXM"
+  double bf16Tflops = 0;        // dense tensor-core peak
+  double fp32Tflops = 0;        // non-tensor fp32 peak
+  double bandwidthTBs = 0;      // HBM
+};
+// Unknown devices get zeros (the fraction columns then show "-").
+TLC_API DeviceRoofline rooflineOf(const std::string &deviceName);
+
+struct KernelStats {
+  std::string name;
+  int64_t calls = 0;
+  double totalMs = 0, minMs = 0, maxMs = 0;
+  int64_t flops = 0, bytes = 0;  // per call
+};
+
+class TLC_API Profiler {
+public:
+  Profiler(const Program &program, std::string deviceName);
+  // Adds one forward's per-launch times (ForwardResult::kernelTimes).
+  void add(const std::vector<KernelTiming> &times);
+  std::vector<KernelStats> stats() const;  // by total time, largest first
+  std::string table() const;
+  // Chrome trace events (Perfetto opens it): the launches of every recorded forward,
+  // laid end to end on one track per forward (times are GPU event times).
+  std::string chromeTrace() const;
+  // Name,Calls,TotalDurationNs,AverageNs,Percentage,MinNs,MaxNs,StdDev... as rocprofv3.
+  std::string statsCsv() const;
+
+private:
+  const Program &program_;
+  std::string device_;
+  std::vector<std::vector<KernelTiming>> runs_;
+};
+
+} // namespace tlc

@@ -1,0 +1,139 @@
+// The Program: the one contract between the compiler and the runtime.
+//
+// The compiler lowers an optimized `tl` module to a Program; the runtime loads it
+// (from memory or from `program.json`) and runs it. Nothing here knows about MLIR.
+//
+// A Program is a list of values (every tensor the forward touches, each with dtype,
+// shape and storage class) and a list of kernels in launch order. Each kernel names
+// the buffers it reads and writes and the sequence of ops it computes; a backend runs
+// a kernel by executing those ops (the CPU reference) or by launching its generated
+// source. Values private to one kernel (class `Local`) never reach device memory: they
+// are what fusion keeps in registers and shared memory.
+#pragma once
+
+#include <tlc/Export.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace tlc {
+
+enum class DType { F32, BF16, I32 };
+
+TLC_API const char *dtypeName(DType dtype);          // "f32", "bf16", "i32"
+TLC_API DType parseDType(const std::string &name);   // throws tlc::Error on an unknown name
+TLC_API int64_t dtypeBytes(DType dtype);
+
+// Where a value lives.
+enum class Storage {
+  Input,      // fed by the caller (token ids); lives in the arena for the whole run
+  Output,     // returned to the caller (logits, loss); lives in the arena until the end
+  Weight,     // a parameter, loaded once; kept outside the arena
+  Activation, // an intermediate in device memory; placed in the arena by the planner
+  View,       // a reshape of another value: same bytes, different shape, no kernel
+  Local,      // private to one kernel (kept in registers/shared memory on a GPU)
+};
+
+TLC_API const char *storageName(Storage storage);
+TLC_API Storage parseStorage(const std::string &name);
+
+struct Value {
+  int id = 0;
+  std::string name;           // readable name, e.g. "layers.0.attn_norm"
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  Storage storage = Storage::Activation;
+  // Weight: checkpoint keys (Hugging Face names) concatenated along dim 0, in order.
+  // One key for a plain weight; several after QKV merge or gate/up merge.
+  std::vector<std::string> weightKeys;
+  int viewOf = -1;            // View: the value whose bytes this one reinterprets
+  int64_t offset = -1;        // Input/Output/Activation: byte offset in the arena
+
+  TLC_API int64_t numElements() const;
+  int64_t bytes() const { return numElements() * dtypeBytes(dtype); }
+};
+
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>>;
+
+// One op inside a kernel; `op` is the tl op name without the dialect prefix.
+// The reference semantics of every op are in runtime/CpuOps.cpp.
+struct OpRecord {
+  std::string op;
+  std::vector<int> operands;  // value ids
+  std::vector<int> results;   // value ids
+  std::map<std::string, AttrValue> attrs;
+
+  TLC_API int64_t intAttr(const std::string &key) const;
+  TLC_API double floatAttr(const std::string &key) const;
+  TLC_API const std::string &stringAttr(const std::string &key) const;
+  TLC_API const std::vector<int64_t> &intsAttr(const std::string &key) const;
+};
+
+// How a backend launches a kernel: a 1-D grid of blocks.
+struct KernelLaunch {
+  int64_t gridBlocks = 0;
+  int blockThreads = 0;
+  int64_t sharedBytes = 0;    // dynamic shared memory per block
+};
+
+struct Kernel {
+  std::string name;           // says what it computes: tl_linear_bf16_1024x512x512
+  std::vector<int> inputs;    // values read from memory (no Locals)
+  std::vector<int> outputs;   // values written to memory (no Locals)
+  std::vector<OpRecord> ops;  // what it computes, in order
+  int64_t flops = 0;          // arithmetic work, counted as in the cost model
+  int64_t minBytes = 0;       // bytes it must move at least: its inputs and outputs once
+  int layer = -1;             // transformer block it belongs to, -1 outside blocks
+
+  // GPU code, set by the code generator (compiler/codegen/Emitter.h); empty until then.
+  std::string entry;          // the kernel function in `source` (Kernel::name unless taken)
+  std::string source;         // HIP-dialect C++ that hipRTC and NVRTC both compile
+  // Launch shape by backend ("cuda", "hip"): the source takes a different code path on
+  // each vendor (tensor cores with NVRTC, MFMA or FMAs with hipRTC).
+  std::map<std::string, KernelLaunch> launch;
+  // May start before the kernel ahead of it has finished (programmatic dependent launch,
+  // where the device has it): it waits inside for its producers before reading them.
+  bool chained = false;
+  int64_t workspaceBytes = 0; // scratch it needs in the per-launch workspace
+};
+
+// A model parameter as stored in a checkpoint.
+struct Parameter {
+  std::string key;            // Hugging Face name: model.layers.0.self_attn.q_proj.weight
+  std::vector<int64_t> shape;
+  std::string init;           // seeded init: "normal" (std 0.02) or "ones" (norm gains)
+};
+
+struct Program {
+  std::string model;          // e.g. "workshop"
+  int optLevel = 0;
+  std::string pipeline;       // the pass pipeline that produced it
+  DType dtype = DType::F32;   // storage dtype of weights and activations
+  int64_t batch = 0, seqLen = 0, vocab = 0;
+  std::vector<Parameter> parameters;
+  std::vector<Value> values;  // indexed by id
+  std::vector<Kernel> kernels;
+  std::vector<int> inputs;    // in order: token ids
+  std::vector<int> outputs;   // in order: logits, loss
+  int64_t arenaBytes = 0;     // set by the memory planner
+  int64_t workspaceBytes = 0; // the largest Kernel::workspaceBytes (one workspace, reused)
+
+  const Value &value(int id) const { return values.at(id); }
+  // The value owning `id`'s bytes (follows views).
+  TLC_API const Value &storageOf(int id) const;
+};
+
+// Checks internal consistency (ids in range, shapes present, kernels reference
+// only existing values, views of the right size). Throws tlc::Error naming the problem.
+TLC_API void validateProgram(const Program &program);
+
+// Serialization as readable JSON (`program.json`). Throw tlc::Error on bad input.
+TLC_API std::string programToJson(const Program &program);
+TLC_API Program programFromJson(const std::string &text, const std::string &origin = "<memory>");
+TLC_API Program loadProgram(const std::string &path);
+TLC_API void saveProgram(const Program &program, const std::string &path);
+
+} // namespace tlc

@@ -1,0 +1,100 @@
+#include "runtime/RunSummary.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "runtime/JitBackend.h"
+#include "runtime/MemoryPlanner.h"
+#include "runtime/OptLevels.h"
+#include "runtime/Tensor.h"
+
+namespace tlc {
+
+RunSummary::RunSummary(std::string tool, const Program &program, const Backend &backend, const TimedForward &run,
+                       const RunInputs &inputs)
+    : tool(std::move(tool)), program(&program), backend(&backend), run(&run), weightsFrom(describeWeights(inputs)),
+      tokensFrom(describeTokens(inputs)) {}
+
+std::string mib(int64_t bytes) {
+  if (bytes < (1 << 20)) return fmt::format("{:.1f} KiB", double(bytes) / 1024);  // small models read as 0.0 MiB
+  return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20));
+}
+
+int64_t programWeightBytes(const Program &program) {
+  std::set<std::vector<std::string>> seen;  // a tied embedding read twice is stored once
+  int64_t bytes = 0;
+  for (const Value &value : program.values)
+    if (value.storage == Storage::Weight && seen.insert(value.weightKeys).second) bytes += value.bytes();
+  return bytes;
+}
+
+std::string kernelCountLines(const Program &program) {
+  std::set<int> layers;
+  int64_t blockKernels = 0, flops = 0, bytes = 0;
+  for (const Kernel &kernel : program.kernels) {
+    if (kernel.layer >= 0) {
+      layers.insert(kernel.layer);
+      ++blockKernels;
+    }
+    flops += kernel.flops;
+    bytes += kernel.minBytes;
+  }
+  int64_t perBlock = layers.empty() ? 0 : blockKernels / int64_t(layers.size());
+  bool chained = std::any_of(program.kernels.begin(), program.kernels.end(),
+                             [](const Kernel &kernel) { return kernel.chained; });
+  return fmt::format("  kernels   {} per forward: {} per block x {} block{}{} + {} outside the blocks\n"
+                     "  work      {:.2f} GFLOP, {} moved at least (sum of every kernel's inputs and outputs)\n",
+                     program.kernels.size(), perBlock, layers.size(), layers.size() == 1 ? "" : "s",
+                     chained ? " (each block one chained launch sequence)" : "", program.kernels.size() - blockKernels,
+                     double(flops) / 1e9, mib(bytes));
+}
+
+static std::string howTimed(const TimedForward &run) {
+  if (!run.warmedUp) return "one run, no warm-up";
+  return run.timedRuns == 1 ? "one run after a warm-up" : fmt::format("median of {} after a warm-up", run.timedRuns);
+}
+
+std::string formatRunSummary(const RunSummary &summary) {
+  const Program &program = *summary.program;
+  const Backend &backend = *summary.backend;
+  const ForwardResult &result = summary.run->result;
+  double checksum = 0, absSum = 0;
+  for (float v : result.logits.data) {
+    checksum += v;
+    absSum += std::fabs(v);
+  }
+  std::string out = fmt::format("{}: {} at {}, {}, batch {} x seq {}, target {}\n", summary.tool, program.model,
+                                describeOptLevel(program.optLevel), dtypeName(program.dtype), program.batch,
+                                program.seqLen, backend.name());
+  out += fmt::format("  pipeline  {}\n", program.pipeline);
+  out += kernelCountLines(program);
+  out += fmt::format("  memory    activations {} planned ({} without reuse), weights {} in {}\n",
+                     mib(backend.peakActivationBytes()), mib(unplannedBytes(program)), mib(programWeightBytes(program)),
+                     dtypeName(program.dtype));
+  out += fmt::format("  inputs    weights {}; tokens {}\n", summary.weightsFrom, summary.tokensFrom);
+  if (const GpuReport *gpu = gpuReport(backend)) {
+    out += fmt::format("  device    {} ({}), peak device memory {} (arena {}, weights {}, workspace {})\n", gpu->device,
+                       gpu->arch, mib(gpu->peakDeviceBytes), mib(gpu->arenaBytes), mib(gpu->weightBytes),
+                       mib(gpu->workspaceBytes));
+    out += fmt::format("  jit       {}: {} kernels compiled, {} from cache, {:.2f} s\n", gpu->compiler,
+                       gpu->jit.compiled, gpu->jit.cached, gpu->jit.seconds);
+    out += fmt::format("  forward   {:.3f} ms on the GPU ({}, {})\n", result.milliseconds,
+                       summary.profiled ? "launch by launch, profiled"
+                       : summary.graph  ? "graph replay"
+                                        : "launch by launch",
+                       howTimed(*summary.run));
+  } else {
+    out += fmt::format("  forward   {:.{}f} ms ({}{})\n", result.milliseconds, result.milliseconds < 10 ? 3 : 1,
+                       summary.profiled ? "kernel by kernel, profiled, " : "", howTimed(*summary.run));
+  }
+  out += fmt::format("  logits    [{}] sum {:.6f}, mean |x| {:.6f}\n", shapeString(result.logits.shape), checksum,
+                     absSum / double(std::max<size_t>(1, result.logits.data.size())));
+  out += fmt::format("  loss      {:.4f} (next-token cross-entropy; a uniform guess scores ln {} = {:.4f})\n", result.loss,
+                     program.vocab, std::log(double(program.vocab)));
+  return out;
+}
+
+} // namespace tlc

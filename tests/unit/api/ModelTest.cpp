@@ -1,0 +1,121 @@
+// tlc::Model as a host program sees it: only <tlc/...> headers and libtlc.so.
+#include <tlc/tlc.h>
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+const std::string kTiny = std::string(TLC_SOURCE_DIR) + "/tests/lit/Inputs/tiny.tl";  // vocab 50, max seq 64
+
+tlc::ModelOptions cpuOptions(int level = 2) {
+  tlc::ModelOptions options;
+  options.optLevel = level;
+  options.backend.target = "cpu";
+  options.seed = 3;
+  return options;
+}
+
+std::vector<int32_t> tokens(int64_t count, int32_t vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7 + 3) % size_t(vocab));
+  return ids;
+}
+
+std::string errorOf(const std::function<void()> &body) {
+  try {
+    body();
+  } catch (const tlc::Error &error) {  // caught across libtlc's boundary: its typeinfo is exported
+    return error.what();
+  }
+  return "(no error)";
+}
+
+TEST(Model, ReadsTheModelWithoutCompiling) {
+  tlc::Model model(kTiny, cpuOptions());
+  EXPECT_EQ(model.name(), "tiny");
+  EXPECT_EQ(model.vocab(), 50);
+  EXPECT_EQ(model.maxSeqLen(), 64);
+  EXPECT_EQ(model.compiledShapes(), 0);
+  EXPECT_TRUE(model.loadedShapes().empty());
+}
+
+TEST(Model, CompilesEachShapeOnFirstUseOnly) {
+  tlc::Model model(kTiny, cpuOptions());
+  tlc::ForwardResult first = model.forward(tokens(8, 50), 1, 8);
+  EXPECT_EQ(model.compiledShapes(), 1);
+  EXPECT_EQ(first.logits.shape, (std::vector<int64_t>{1, 8, 50}));
+  tlc::ForwardResult wide = model.forward(tokens(2 * 16, 50), 2, 16);
+  EXPECT_EQ(model.compiledShapes(), 2);
+  EXPECT_EQ(wide.logits.shape, (std::vector<int64_t>{2, 16, 50}));
+  tlc::ForwardResult again = model.forward(tokens(8, 50), 1, 8);
+  EXPECT_EQ(model.compiledShapes(), 2) << "a shape served before is not compiled again";
+  EXPECT_EQ(again.logits.data, first.logits.data);
+  EXPECT_EQ(model.loadedShapes(), (std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {2, 16}}));
+  EXPECT_EQ(model.program(2, 16).batch, 2);
+  EXPECT_EQ(model.compiledShapes(), 2);
+}
+
+TEST(Model, GivesWhatCompilingTheShapeByHandGives) {
+  tlc::Model model(kTiny, cpuOptions(3));
+  for (auto [batch, seq] : {std::pair<int64_t, int64_t>{1, 5}, {3, 12}}) {
+    std::vector<int32_t> ids = tokens(batch * seq, 50);
+    tlc::ForwardResult served = model.forward(ids, batch, seq);
+
+    tlc::Program program = tlc::compileModelFile(kTiny, {3, batch, seq, "f32"});
+    std::unique_ptr<tlc::Backend> backend = tlc::createCpuBackend();
+    backend->load(program, tlc::Weights::random(program.parameters, /*seed=*/3));
+    tlc::ForwardResult byHand = backend->forward(ids);
+    EXPECT_EQ(served.logits.data, byHand.logits.data) << "batch " << batch << " seq " << seq;
+    EXPECT_EQ(served.loss, byHand.loss);
+  }
+}
+
+TEST(Model, WritesLogitsIntoTheCallersBuffer) {
+  tlc::Model model(kTiny, cpuOptions());
+  std::vector<int32_t> ids = tokens(2 * 4, 50);
+  std::vector<float> logits(2 * 4 * 50, -1.0f);
+  float loss = model.forward(ids, 2, 4, logits);
+  tlc::ForwardResult result = model.forward(ids, 2, 4);
+  EXPECT_EQ(logits, result.logits.data);
+  EXPECT_EQ(loss, result.loss);
+  std::vector<float> small(10);
+  EXPECT_NE(errorOf([&] { model.forward(ids, 2, 4, small); }).find("the logits buffer holds 10 floats"),
+            std::string::npos);
+}
+
+TEST(Model, DropsTheLeastRecentlyUsedShapeBeyondItsLimit) {
+  tlc::ModelOptions options = cpuOptions();
+  options.maxLoadedShapes = 2;
+  tlc::Model model(kTiny, options);
+  model.forward(tokens(4, 50), 1, 4);
+  model.forward(tokens(6, 50), 1, 6);
+  model.forward(tokens(4, 50), 1, 4);  // 1x4 used last: 1x6 is the one to go
+  model.forward(tokens(8, 50), 1, 8);
+  EXPECT_EQ(model.loadedShapes(), (std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {1, 4}}));
+  model.forward(tokens(6, 50), 1, 6);
+  EXPECT_EQ(model.compiledShapes(), 4) << "1x6 was dropped, so it compiles again";
+}
+
+TEST(Model, SaysWhatIsWrongWithABadRequest) {
+  tlc::Model model(kTiny, cpuOptions());
+  EXPECT_NE(errorOf([&] { model.forward(tokens(65, 50), 1, 65); })
+                .find("sequence length 65 exceeds the model's maximum of 64"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { model.forward(tokens(7, 50), 1, 8); }).find("expected 8 token ids"), std::string::npos);
+  std::vector<int32_t> outOfRange = tokens(4, 50);
+  outOfRange[2] = 50;
+  EXPECT_NE(errorOf([&] { model.forward(outOfRange, 1, 4); }).find("token id 50 at position 2"), std::string::npos);
+  EXPECT_NE(errorOf([&] { model.forward(tokens(4, 50), 0, 4); }).find("must be at least 1"), std::string::npos);
+}
+
+TEST(Model, ReportsABadFileAsLocatedDiagnostics) {
+  std::string missing = errorOf([] { tlc::Model model("no/such/model.tl"); });
+  EXPECT_NE(missing.find("cannot open model file 'no/such/model.tl'"), std::string::npos) << missing;
+}
+
+} // namespace

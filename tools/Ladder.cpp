@@ -1,0 +1,117 @@
+#include "tools/Ladder.h"
+
+#include "api/Compile.h"
+#include "runtime/OptLevels.h"
+#include "runtime/Progress.h"
+#include "runtime/RunSummary.h"
+#include "runtime/TimedForward.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace tlc {
+
+static double maxAbsDifference(const std::vector<float> &a, const std::vector<float> &b) {
+  double largest = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) largest = std::max(largest, std::fabs(double(a[i]) - b[i]));
+  return largest;
+}
+
+static LadderRung countKernels(const Program &program) {
+  LadderRung rung;
+  rung.level = program.optLevel;
+  rung.kernels = int(program.kernels.size());
+  std::set<int> blocks;
+  int inBlocks = 0;
+  int64_t flops = 0;
+  for (const Kernel &kernel : program.kernels) {
+    if (kernel.layer >= 0) {
+      blocks.insert(kernel.layer);
+      ++inBlocks;
+    }
+    flops += kernel.flops;
+    rung.minBytes += kernel.minBytes;
+    rung.chained |= kernel.chained;
+  }
+  rung.kernelsPerBlock = blocks.empty() ? 0 : inBlocks / int(blocks.size());
+  rung.gflop = double(flops) / 1e9;
+  return rung;
+}
+
+mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &options) {
+  Ladder ladder;
+  ladder.batch = options.batch;
+  ladder.seqLen = options.seqLen;
+  ladder.dtype = options.dtype;
+  ladder.weightsFrom = describeWeights(options.inputs);
+  ladder.tokensFrom = describeTokens(options.inputs);
+  ladder.timedRuns = std::max(1, options.iterations);
+
+  std::unique_ptr<Backend> backend = createBackend(options.backend);
+  ladder.target = backend->name();
+  Weights weights;
+  std::vector<int32_t> tokens;
+  std::vector<float> reference;
+  for (int level = 0; level <= kMaxOptLevel; ++level) {
+    CompileOptions compile{level, options.batch, options.seqLen, options.dtype};
+    mlir::FailureOr<Program> program = mlir::failure();
+    {
+      ProgressLine progress(fmt::format("O{}: compiling", level));
+      mlir::OwningOpRef<mlir::ModuleOp> copy(parsed.clone());
+      if (mlir::failed(optimizeModule(*copy, compile))) return mlir::failure();
+      program = buildProgram(*copy, compile);
+      if (mlir::failed(program)) return mlir::failure();
+    }
+    if (level == 0) {  // the same weights and tokens for every level
+      ladder.model = program->model;
+      weights = loadWeights(options.inputs, *program);
+      tokens = loadTokens(options.inputs, *program);
+    }
+    {
+      ProgressLine progress(fmt::format("O{}: loading onto {}", level, backend->name()));
+      backend->load(*program, weights);
+    }
+    TimedForward run;
+    {
+      ProgressLine progress(fmt::format("O{}: timing {} forwards", level, ladder.timedRuns));
+      run = timeForward(*backend, tokens, ladder.timedRuns, nullptr);
+    }
+    LadderRung rung = countKernels(*program);
+    rung.milliseconds = run.result.milliseconds;
+    rung.loss = run.result.loss;
+    if (level == 0) reference = run.result.logits.data;
+    rung.maxLogitDiff = maxAbsDifference(run.result.logits.data, reference);
+    ladder.rungs.push_back(rung);
+  }
+  return ladder;
+}
+
+std::string ladderTable(const Ladder &ladder) {
+  std::string out = fmt::format("tlc ladder: {}, {}, batch {} x seq {}, target {}\n", ladder.model, ladder.dtype,
+                                ladder.batch, ladder.seqLen, ladder.target);
+  out += fmt::format("  inputs    weights {}; tokens {} (the same at every level)\n", ladder.weightsFrom,
+                     ladder.tokensFrom);
+  out += fmt::format("  time      median of {} forward{} after a warm-up\n", ladder.timedRuns,
+                     ladder.timedRuns == 1 ? "" : "s");
+  out += "  moved     each kernel's inputs and outputs once: the least its kernels must move\n\n";
+  out += fmt::format("{:<5} {:<18} {:>7} {:>9} {:>7} {:>10} {:>10} {:>8} {:>12} {:>8}\n", "level", "workshop version",
+                     "kernels", "per block", "GFLOP", "MiB moved", "time ms", "speedup", "max |dlogit|", "loss");
+  const LadderRung &base = ladder.rungs.front();
+  bool anyChained = false;
+  for (const LadderRung &rung : ladder.rungs) {
+    std::string difference = rung.level == 0 ? "-" : fmt::format("{:.2e}", rung.maxLogitDiff);
+    std::string kernels = std::to_string(rung.kernels) + (rung.chained ? "*" : "");
+    anyChained |= rung.chained;
+    out += fmt::format("O{:<4} {:<18} {:>7} {:>9} {:>7.2f} {:>10.1f} {:>10.2f} {:>7.2f}x {:>12} {:>8.4f}\n", rung.level,
+                       optLevelInfo(rung.level).workshopVersion, kernels, rung.kernelsPerBlock, rung.gflop,
+                       double(rung.minBytes) / (1 << 20), rung.milliseconds,
+                       rung.milliseconds > 0 ? base.milliseconds / rung.milliseconds : 0.0, difference, rung.loss);
+  }
+  if (anyChained) out += "* each block's kernels start as one chained launch sequence (programmatic dependent launch)\n";
+  return out;
+}
+
+} // namespace tlc

@@ -1,0 +1,52 @@
+// tlc ladder: the workshop's table in one command. Every optimization level of one
+// model, compiled and run on one target with the same weights and tokens: kernels per
+// forward, bytes moved, time, speedup against O0, and how far the logits are from O0's.
+#pragma once
+
+#include <tlc/Backend.h>
+
+#include "runtime/RunInputs.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LogicalResult.h"
+
+#include <string>
+#include <vector>
+
+namespace tlc {
+
+struct LadderOptions {
+  int64_t batch = 1, seqLen = 128;
+  std::string dtype = "f32";
+  BackendOptions backend;
+  RunInputs inputs;
+  int iterations = 3;  // timed forwards per level after a warm-up (the median is shown)
+};
+
+struct LadderRung {
+  int level = 0;
+  int kernels = 0, kernelsPerBlock = 0;
+  bool chained = false;      // a block's kernels start as one dependent launch sequence
+  double gflop = 0;
+  int64_t minBytes = 0;      // each kernel's inputs and outputs once: the least it must move
+  double milliseconds = 0;   // median forward
+  double maxLogitDiff = 0;   // max |logits - O0 logits|
+  float loss = 0;
+};
+
+struct Ladder {
+  std::string model, dtype, target;
+  int64_t batch = 0, seqLen = 0;
+  std::string weightsFrom, tokensFrom;
+  int timedRuns = 0;
+  std::vector<LadderRung> rungs;  // O0 first
+};
+
+// Compiles `parsed` (left unchanged) at every level and runs each. Compile errors are
+// reported through the context's diagnostics; run errors throw tlc::Error.
+mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &options);
+
+// The table tlc ladder prints.
+std::string ladderTable(const Ladder &ladder);
+
+} // namespace tlc
