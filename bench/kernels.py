@@ -65,34 +65,42 @@ SWEEP = ["128x256x2x4x1x3", "128x128x2x4x1x3", "128x128x2x4x1x4", "128x128x2x2x2
          "64x256x2x4x1x3"]
 
 
-def sweep(bench, level):
-    """Each GEMM at every tile of SWEEP (TLC_GEMM_TILE): microseconds, the default marked."""
+WGMMA_SWEEP = ["128x256x4", "128x128x4", "64x256x4", "64x128x4", "64x64x6", "128x256x4x2", "128x128x4x2",
+               "128x128x4x4", "128x64x6x2", "128x64x6x4", "64x128x4x2", "64x64x6x2", "64x64x6x4"]
+
+
+def sweep(bench, level, variable="TLC_GEMM_TILE", tiles=SWEEP):
+    """Each GEMM at every tile of `tiles` (set through `variable`): microseconds, the default marked."""
     import os
     table = {}
     for model, batch, seq in (("tinyllama-1.1b", 1, 2048), ("workshop", 8, 128)):
         args = [f"--model={model}", f"--batch={batch}", f"--seq={seq}", f"--level={level}", "--only=gemm"]
         for k in ours(bench, *args):
             table.setdefault(k["entry"], {})["default"] = k["us"]
-        for tile in SWEEP:
-            for k in ours(bench, *args, env=dict(os.environ, TLC_GEMM_TILE=tile)):
+        for tile in tiles:
+            for k in ours(bench, *args, env=dict(os.environ, **{variable: tile})):
                 table.setdefault(k["entry"], {})[tile] = k["us"]
-    print(f"GEMM tile sweep at O{level} (µs per launch; default = the schedule's choice)")
-    print("| kernel | default | " + " | ".join(SWEEP) + " |")
-    print("|---|---|" + "---|" * len(SWEEP))
+    print(f"GEMM tile sweep ({variable}) at O{level} (µs per launch; default = the schedule's choice)")
+    print("| kernel | default | " + " | ".join(tiles) + " |")
+    print("|---|---|" + "---|" * len(tiles))
     for entry, times in table.items():
         best = min(times.values())
         cells = [f"{'**' if times.get(t) == best else ''}{times.get(t, float('nan')):.1f}{'**' if times.get(t) == best else ''}"
-                 for t in ["default"] + SWEEP]
+                 for t in ["default"] + tiles]
         print(f"| {entry} | " + " | ".join(cells) + " |")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bench", default="build/bench/tl-kernel-bench")
-    parser.add_argument("--sweep", type=int, metavar="LEVEL", help="only sweep GEMM tiles at this level")
+    parser.add_argument("--sweep", type=int, metavar="LEVEL", help="only sweep mma.sync GEMM tiles at this level")
+    parser.add_argument("--sweep-wgmma", type=int, metavar="LEVEL", help="only sweep wgmma GEMM tiles at this level")
     args = parser.parse_args()
     if args.sweep is not None:
         sweep(args.bench, args.sweep)
+        return 0
+    if args.sweep_wgmma is not None:
+        sweep(args.bench, args.sweep_wgmma, "TLC_WGMMA_TILE", WGMMA_SWEEP)
         return 0
     rows = []
     for model, batch, seq, target in (("tinyllama-1.1b", 1, 2048, 0.70), ("workshop", 8, 128, 0.60)):

@@ -71,8 +71,10 @@ public:
     workspace_ = static_cast<char *>(device_->allocate(size_t(std::max<int64_t>(program_.workspaceBytes, 1))));
     // Words a kernel may count on (the last block of a reduction finds itself with them);
     // zero here, and every kernel that uses one leaves it zero.
-    sync_ = static_cast<char *>(device_->allocate(256));
-    device_->fill(sync_, 0, 256);
+    int64_t syncWords = 64;
+    for (const Kernel &kernel : program_.kernels) syncWords = std::max(syncWords, kernel.syncWords);
+    sync_ = static_cast<char *>(device_->allocate(size_t(syncWords) * 4));
+    device_->fill(sync_, 0, size_t(syncWords) * 4);
     uploadWeights(weights);
     report_.arenaBytes = program_.arenaBytes;
     report_.workspaceBytes = program_.workspaceBytes;
@@ -80,10 +82,10 @@ public:
     // Launches, in the shape the source's code path for this vendor wants.
     launches_.clear();
     for (const Kernel &kernel : program_.kernels) {
-      auto shape = kernel.launch.find(device_->vendor());
-      if (shape == kernel.launch.end() || shape->second.gridBlocks < 1 || shape->second.blockThreads < 1)
-        throw Error(fmt::format("{} backend: kernel '{}' has no launch shape for {}", device_->vendor(), kernel.entry,
-                                device_->vendor()));
+      const KernelLaunch *shape = findLaunch(kernel, device_->vendor(), device_->arch());
+      if (!shape || shape->gridBlocks < 1 || shape->blockThreads < 1)
+        throw Error(fmt::format("{} backend: kernel '{}' has no launch shape for {} ({})", device_->vendor(),
+                                kernel.entry, device_->vendor(), device_->arch()));
       Launch launch;
       launch.entry = kernel.entry;
       launch.function = functions[kernel.entry];
@@ -91,9 +93,9 @@ public:
       for (int id : kernel.outputs) launch.pointers.push_back(pointerOf(id));
       launch.pointers.push_back(workspace_);
       launch.pointers.push_back(sync_);
-      launch.blocks = shape->second.gridBlocks;
-      launch.threads = shape->second.blockThreads;
-      launch.sharedBytes = shape->second.sharedBytes;
+      launch.blocks = shape->gridBlocks;
+      launch.threads = shape->blockThreads;
+      launch.sharedBytes = shape->sharedBytes;
       launch.chained = kernel.chained && device_->dependentLaunch();
       device_->allowSharedMemory(launch.function, launch.sharedBytes);
       if (device_->blocksPerMultiprocessor(launch.function, launch.threads, launch.sharedBytes) < 1)

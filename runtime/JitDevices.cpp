@@ -268,7 +268,9 @@ std::unique_ptr<GpuDevice> openCudaDevice(std::string *why) {
   device->check(setCurrent(context), "cuCtxSetCurrent");
   device->check(streamCreate(&device->stream_, 1 /* non-blocking */), "cuStreamCreate");
   device->name_ = name;
-  device->arch_ = fmt::format("sm_{}{}", major, minor);
+  // sm_90a: Hopper's arch-specific instructions (wgmma) are compiled in; that code runs
+  // on compute capability 9.0 only, which is what this device is.
+  device->arch_ = fmt::format("sm_{}{}{}", major, minor, major == 9 && minor == 0 ? "a" : "");
   device->computeMajor_ = major;
   device->multiprocessors_ = sms;
   return device;

@@ -89,10 +89,10 @@ KernelValues runKernelOnCpu(const Program &program, const Kernel &kernel, const 
 
 GpuKernelRunner::GpuKernelRunner(GpuDevice &device, const Program &program, const Kernel &kernel, bool useCache)
     : device_(device), program_(program), kernel_(kernel) {
-  auto shape = kernel.launch.find(device.vendor());
-  if (kernel.source.empty() || shape == kernel.launch.end())
+  const KernelLaunch *shape = findLaunch(kernel, device.vendor(), device.arch());
+  if (kernel.source.empty() || !shape)
     throw Error(fmt::format("kernel '{}' has no source or no launch shape for {}", kernel.name, device.vendor()));
-  launch_ = shape->second;
+  launch_ = *shape;
   JitOptions options;
   options.arch = device.arch();
   options.useCache = useCache;
@@ -104,8 +104,9 @@ GpuKernelRunner::GpuKernelRunner(GpuDevice &device, const Program &program, cons
   for (int id : argumentValues(program, kernel))
     buffers_.push_back(device.allocate(size_t(std::max<int64_t>(program.value(id).bytes(), 16))));
   workspace_ = device.allocate(size_t(std::max<int64_t>(kernel.workspaceBytes, 16)));
-  sync_ = device.allocate(256);
-  device.fill(sync_, 0, 256);
+  size_t syncBytes = size_t(std::max<int64_t>(kernel.syncWords, 64)) * 4;
+  sync_ = device.allocate(syncBytes);
+  device.fill(sync_, 0, syncBytes);
   for (void *&buffer : buffers_) args_.push_back(&buffer);
   args_.push_back(&workspace_);
   args_.push_back(&sync_);

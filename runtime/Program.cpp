@@ -523,4 +523,12 @@ private:
 
 void validateProgram(const Program &program) { ProgramValidator(program).run(); }
 
+const KernelLaunch *findLaunch(const Kernel &kernel, const std::string &backend, const std::string &arch) {
+  for (const std::string &key : {backend + ":" + arch, backend}) {
+    auto found = kernel.launch.find(key);
+    if (found != kernel.launch.end()) return &found->second;
+  }
+  return nullptr;
+}
+
 } // namespace tlc

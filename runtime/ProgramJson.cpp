@@ -119,6 +119,7 @@ void writeKernel(std::ostringstream &out, const Kernel &kernel) {
     header["launch"] = launch;
     header["chained"] = kernel.chained;
     header["workspace_bytes"] = kernel.workspaceBytes;
+    header["sync_words"] = kernel.syncWords;
   }
   std::string headerText = inlineJson(header);
   headerText.pop_back(); // reopen the object to append "ops"
@@ -355,6 +356,7 @@ Kernel kernelFromJson(const JsonReader &reader, const nlohmann::json &json,
     if (!chained.is_boolean()) reader.fail(JsonReader::join(where, "chained"), "expected true or false");
     kernel.chained = chained.get<bool>();
     kernel.workspaceBytes = reader.integer(json, "workspace_bytes", where);
+    if (reader.optionalField(json, "sync_words")) kernel.syncWords = reader.integer(json, "sync_words", where);
   }
   const nlohmann::json &ops = reader.array(json, "ops", where);
   for (size_t i = 0; i < ops.size(); ++i)

@@ -7,7 +7,10 @@
 #
 # build-dir: a build with tlc and tlc_gpu_tests (default build-gpu; every build links MLIR
 # statically, so one made elsewhere runs here).
-# steps: comma-separated kernels,forward,timing,ladder,sanitize (default all five).
+# steps: comma-separated kernels,forward,timing,ladder,sanitize (the default), and
+# bench (bench/run.py: the levels beside PyTorch, appended to bench/RESULTS.md, with the
+# chart), micro (bench/kernels.py: GEMM and attention alone beside cuBLAS and SDPA) and
+# profile (per-kernel tables of O0 and O2, workshop and 1.1B shapes).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,timing,ladder,sanitize}
@@ -52,6 +55,24 @@ if want ladder; then  # every level side by side, same weights and tokens, with 
     --chart="$LOGS/ladder-bf16.svg" > "$LOGS/ladder-bf16.txt" 2>&1
   note "ladder: rc=$?"
 fi
+if want bench; then  # tlc O0..O3 beside our PyTorch TinyLlama, same weights, tokens and device
+  PYTHONUNBUFFERED=1 python3 bench/run.py --tlc "$TLC" > "$LOGS/bench.txt" 2>&1
+  note "bench: rc=$? (bench/RESULTS.md appended, bench/ladder.svg drawn)"
+  cp bench/RESULTS.md bench/ladder.svg "$RESULTS/" 2>/dev/null
+fi
+if want micro; then  # the generated GEMM and attention alone, beside cuBLAS and SDPA
+  PYTHONUNBUFFERED=1 python3 bench/kernels.py --bench "$BUILD/bench/tl-kernel-bench" > "$LOGS/micro.txt" 2>&1
+  note "micro: rc=$? $(tail -1 "$LOGS/micro.txt")"
+fi
+if want profile; then  # where the time goes, per kernel
+  for level in 0 2; do
+    "$TLC" $MODEL -O$level --batch-size=8 --seq-len=128 --dtype=bf16 --run --target=cuda --profile --iterations=20 \
+      > "$LOGS/profile-workshop-O$level.txt" 2>&1
+    "$TLC" models/tinyllama-1.1b.tl -O$level --batch-size=1 --seq-len=2048 --dtype=bf16 --run --target=cuda --profile \
+      --iterations=3 > "$LOGS/profile-1.1b-O$level.txt" 2>&1
+  done
+  note "profile: $(ls "$LOGS"/profile-*.txt | wc -l) tables"
+fi
 if want sanitize; then  # small shapes, launches one by one
   for tool in memcheck racecheck; do
     TLC_GPU_TEST_SMALL=1 timeout 300 "$SAN" --tool $tool --error-exitcode 9 "$TESTS" \
@@ -76,4 +97,6 @@ if want ladder; then
 fi
 cp "$summary" "$RESULTS/"
 if want ladder; then cp "$LOGS/ladder-bf16.txt" "$LOGS/ladder-bf16.svg" "$RESULTS/" 2>/dev/null; fi
+if want bench; then sed -n '/^\*\*/,/^$/p' "$LOGS/bench.txt"; fi
+if want micro; then tail -20 "$LOGS/micro.txt"; fi
 tar -czf "$RESULTS/logs.tar.gz" -C "$LOGS" .

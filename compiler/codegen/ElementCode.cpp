@@ -147,7 +147,9 @@ std::string ElementCode::chunk(const std::vector<Store> &stores, const ChunkLoop
   std::vector<std::string> results;
   for (const Store &store : stores) results.push_back(value(store.value));
 
-  std::string out = "  {\n" + head;
+  // The chunk starts on a multiple of its width: lets the compiler see that neighbours
+  // share a RoPE pair (one sine and cosine for both).
+  std::string out = "  {\n" + (loop.vector > 1 ? fmt::format("    __builtin_assume({} % {} == 0);\n", loop.base, loop.vector) : "") + head;
   for (size_t s = 0; s < stores.size(); ++s) out += fmt::format("    float r{}[{}];\n", s, loop.vector);
   out += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) {{\n      const auto {} = {} + i;\n      (void){};\n",
                      loop.vector, var, loop.base, var);

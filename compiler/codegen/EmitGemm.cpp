@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <climits>
+#include <optional>
+
 namespace tlc::codegen {
 namespace {
 
@@ -47,6 +50,27 @@ BandRead bandOf(const ElementExpr &leaf, const GemmGroup &group) {
   throw Error("code generation: an epilogue reads an accumulator column outside its tile");
 }
 
+// offset = row part (of `rowVar` and bt) + column part (of k), where the layout allows it
+// (splits, head splits and merges, transposes do): the tensor-core loaders then compute
+// each thread's row offsets once and only move along k.
+struct Separated {
+  IndexExpr row, column;
+};
+std::optional<Separated> separate(const IndexExpr &offset, const std::string &rowVar, int64_t rows, int64_t batch,
+                                  int64_t K) {
+  IndexExpr origin = offset.substitute(rowVar, IndexExpr(0)).substitute("bt", IndexExpr(0)).substitute("k", IndexExpr(0));
+  if (!origin.isConstant()) return std::nullopt;
+  Separated parts{offset.substitute("k", IndexExpr(0)),
+                  offset.substitute(rowVar, IndexExpr(0)).substitute("bt", IndexExpr(0)) - origin.constant()};
+  for (int64_t r : sampleValues(rows))
+    for (int64_t b : sampleValues(batch))
+      for (int64_t k = 0; k < K; k += std::max<int64_t>(1, K / 512)) {
+        std::map<std::string, int64_t> point{{rowVar, r}, {"bt", b}, {"k", k}};
+        if (offset.evaluate(point) != parts.row.evaluate(point) + parts.column.evaluate(point)) return std::nullopt;
+      }
+  return parts;
+}
+
 } // namespace
 
 EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
@@ -63,21 +87,28 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   alongK.samples["n"] = sampleValues(gemm.N);
   bool bf16 = source.dtype(gemm.a) == DType::BF16 && source.dtype(gemm.b) == DType::BF16 &&
               (!gemm.rowNorm || source.dtype(gemm.gain) == DType::BF16);
+  std::optional<Separated> aParts = separate(gemm.aOffset, "m", gemm.M, gemm.batch, gemm.K);
+  if (aParts && aParts->row.maxValue() > INT32_MAX) aParts.reset();  // row offsets are 32-bit
+  std::optional<Separated> bParts =
+      gemm.bKN ? std::optional<Separated>(Separated{}) : separate(gemm.bOffset, "n", gemm.N, gemm.batch, gemm.K);
+  if (bParts && !gemm.bKN && bParts->row.maxValue() > INT32_MAX) bParts.reset();
   bool matrixUnits = bf16 && gemm.K % 8 == 0 && ElementCode::contiguous(gemm.aOffset, alongK) &&
                      ElementCode::contiguous(gemm.bOffset, gemm.bKN ? alongN : alongK) &&
-                     (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile);
+                     (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile) && aParts && bParts;
   GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, kTunedMultiprocessors) : GemmTile{64, 64, 2, 2, 1, 1};
+  std::optional<WgmmaTile> hopper = matrixUnits ? chooseWgmmaTile(gemm, kTunedMultiprocessors) : std::nullopt;
   if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
     throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", entry));
 
   const std::string &aType = source.type(gemm.a), &bType = source.type(gemm.b);
   const std::string a = "p." + source.name(gemm.a), b = "p." + source.name(gemm.b);
   std::string spec;
-  spec += fmt::format("template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int K_SLICES_> struct {}_spec {{\n",
+  spec += fmt::format("template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int K_SLICES_, int K_SPLITS_>\n"
+                      "struct {}_spec {{\n",
                       entry);
   spec += fmt::format("  using Params = {}_params;\n", entry);
   spec += "  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_, "
-          "K_SLICES = K_SLICES_;\n";
+          "K_SLICES = K_SLICES_, K_SPLITS = K_SPLITS_;\n";
   spec += fmt::format("  static constexpr int M = {}, N = {}, K = {}, BATCH = {};\n", gemm.M, gemm.N, gemm.K, gemm.batch);
   spec += "  static constexpr int TILES_M = (M + BM - 1) / BM;\n";
   std::vector<std::string> groupTiles;
@@ -111,6 +142,10 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   spec += fmt::format("  TL_DEVICE static float a_elem(const Params &p, int bt, int m, int k) {{ (void)bt; return "
                       "tl_ld({}, {}); }}\n",
                       a, indexCode(gemm.aOffset));
+  if (aParts) {  // a_src = a_base + a_row + a_col
+    spec += fmt::format("  TL_DEVICE static int a_row(int bt, int m) {{ (void)bt; return {}; }}\n", indexCode(aParts->row));
+    spec += fmt::format("  TL_DEVICE static int a_col(int k) {{ return {}; }}\n", indexCode(aParts->column));
+  }
   if (gemm.rowNorm) {
     std::string gain = "p." + source.name(gemm.gain);
     spec += fmt::format("  TL_DEVICE static const {} *gain(const Params &p) {{ return {}; }}\n", source.type(gemm.gain), gain);
@@ -135,6 +170,12 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   spec += fmt::format("  TL_DEVICE static const {0} *b_src(const Params &p, int bt, const tl_tile_cols &t, int j, int k) {{\n"
                       "    (void)bt; const int n = b_column(t, j); return n < 0 ? nullptr : {1} + ({2});\n  }}\n",
                       bType, b, indexCode(gemm.bOffset));
+  if (bParts && !gemm.bKN) {  // b_src = b_base + b_row + b_col
+    spec += fmt::format("  TL_DEVICE static int b_row(int bt, const tl_tile_cols &t, int j) {{\n"
+                        "    (void)bt; const int n = b_column(t, j); return n < 0 ? -1 : {};\n  }}\n",
+                        indexCode(bParts->row));
+    spec += fmt::format("  TL_DEVICE static int b_col(int k) {{ return {}; }}\n", indexCode(bParts->column));
+  }
   spec += fmt::format("  TL_DEVICE static float b_elem(const Params &p, int bt, const tl_tile_cols &t, int j, int k) {{\n"
                       "    (void)bt; const int n = b_column(t, j); return n < 0 ? 0.0f : tl_ld({}, {});\n  }}\n",
                       b, indexCode(gemm.bOffset));
@@ -179,28 +220,42 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                                                source.name(gemm.gain), gemm.eps)
                                                  : ""));
   headerLines.insert(headerLines.end(), details.begin(), details.end());
-  headerLines.push_back(matrixUnits ? fmt::format("NVIDIA: tensor cores, {}x{} tiles, {} warps{}, {} stages; AMD: "
+  if (hopper)
+    headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups, {} stages{}",
+                                      hopper->BM, hopper->BN, hopper->BM / 64, hopper->stages,
+                                      hopper->splits > 1 ? fmt::format(", K split {} ways (partial tiles in the workspace, "
+                                                                       "added by the last split of each tile)",
+                                                                       hopper->splits)
+                                                         : ""));
+  headerLines.push_back(matrixUnits ? fmt::format("{}: tensor cores (mma.sync), {}x{} tiles, {} warps{}, {} stages; AMD: "
                                                   "MFMA on gfx90a, 64x64 tiles",
-                                                  nvidia.BM, nvidia.BN, nvidia.threads() / 32,
+                                                  hopper ? "other NVIDIA" : "NVIDIA", nvidia.BM, nvidia.BN,
+                                                  nvidia.threads() / 32,
                                                   nvidia.slices > 1 ? fmt::format(" in {} k slices", nvidia.slices) : "",
                                                   nvidia.stages)
                                     : "fp32 FMAs (gemm_simt.cuh), 64x64 tiles");
 
   std::string out = source.header("a fused linear", headerLines);
-  out += source.prelude({"gemm_mma.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"});
+  out += source.prelude({"gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"});
   out += code.globals();
   out += source.paramsStruct();
   out += spec;
-  std::string nvSpec = fmt::format("{}_spec<{}, {}, {}, {}, {}, {}>", entry, nvidia.BM, nvidia.BN, nvidia.warpsM,
+  std::string nvSpec = fmt::format("{}_spec<{}, {}, {}, {}, {}, {}, 1>", entry, nvidia.BM, nvidia.BN, nvidia.warpsM,
                                    nvidia.warpsN, nvidia.stages, nvidia.slices);
-  std::string fixedSpec = fmt::format("{}_spec<64, 64, 2, 2, 1, 1>", entry);
-  out += fmt::format("#if defined(TL_NVIDIA)\n#define {}_THREADS {}\n#else\n#define {}_THREADS 256\n#endif\n", entry,
-                     matrixUnits ? nvidia.threads() : 256, entry);
+  std::string fixedSpec = fmt::format("{}_spec<64, 64, 2, 2, 1, 1, 1>", entry);
+  std::string hopperSpec =
+      hopper ? fmt::format("{}_spec<{}, {}, 1, 1, {}, 1, {}>", entry, hopper->BM, hopper->BN, hopper->stages,
+                           hopper->splits)
+             : "";
+  std::string hopperCase = hopper ? "defined(TL_NVIDIA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)" : "0";
+  out += fmt::format("#if {}\n#define {}_THREADS {}\n#elif defined(TL_NVIDIA)\n#define {}_THREADS {}\n#else\n"
+                     "#define {}_THREADS 256\n#endif\n",
+                     hopperCase, entry, hopper ? hopper->threads() : 0, entry, matrixUnits ? nvidia.threads() : 256, entry);
   out += source.entryOpen(entry + "_THREADS");
   if (matrixUnits)
-    out += fmt::format("#if defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n"
-                       "#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n",
-                       nvSpec, fixedSpec, fixedSpec);
+    out += fmt::format("#if {}\n  tl_gemm_wgmma<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n"
+                       "#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n",
+                       hopperCase, hopperSpec, nvSpec, fixedSpec, fixedSpec);
   else
     out += fmt::format("  tl_gemm_simt<{}>(p);\n}}\n", fixedSpec);
 
@@ -211,6 +266,14 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     emitted.launch["cuda"] = {gemm.batch * ceilDiv(gemm.M, nvidia.BM) * columnTiles(gemm, nvidia.BN), nvidia.threads(),
                               nvidia.sharedBytes()};
   else emitted.launch["cuda"] = {fixedTiles, 256, kSimtSharedBytes};
+  if (hopper) {
+    int64_t tiles = gemm.batch * ceilDiv(gemm.M, hopper->BM) * columnTiles(gemm, hopper->BN);
+    emitted.launch["cuda:sm_90a"] = {tiles * hopper->splits, hopper->threads(), hopper->sharedBytes()};
+    if (hopper->splits > 1) {
+      emitted.workspaceBytes = tiles * hopper->splits * (hopper->BM * hopper->BN + hopper->BM) * 4;
+      emitted.syncWords = tiles;
+    }
+  }
   emitted.launch["hip"] = {fixedTiles, 256, kSimtSharedBytes};
   return emitted;
 }

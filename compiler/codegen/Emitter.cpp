@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sys/stat.h>
@@ -33,6 +34,9 @@ std::string KernelSource::paramsStruct() const {
 }
 
 std::string KernelSource::entryOpen(const std::string &threads) const {
+  // TLC_PDL_TRIGGER=start (an experiment): chained kernels let the next one launch at once.
+  const char *trigger = std::getenv("TLC_PDL_TRIGGER");
+  bool early = spec_.chained && trigger && std::string(trigger) == "start";
   std::vector<std::string> params, fields;
   for (size_t i = 0; i < spec_.params.size(); ++i) {
     params.push_back(fmt::format("{}{} *{}{}", spec_.params[i].output ? "" : "const ", names_.types[i],
@@ -43,8 +47,9 @@ std::string KernelSource::entryOpen(const std::string &threads) const {
   params.push_back("unsigned *sync");
   fields.push_back("ws");
   fields.push_back("sync");
-  return fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}({}) {{\n  const {}_params p{{{}}};\n",
-                     threads, entry(), fmt::join(params, ", "), entry(), fmt::join(fields, ", "));
+  return fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}({}) {{\n  const {}_params p{{{}}};\n{}",
+                     threads, entry(), fmt::join(params, ", "), entry(), fmt::join(fields, ", "),
+                     early ? "  tl_allow_dependents_at_start();\n" : "");
 }
 
 std::string KernelSource::header(const std::string &what, const std::vector<std::string> &details) const {
@@ -65,7 +70,9 @@ std::string KernelSource::header(const std::string &what, const std::vector<std:
 std::string KernelSource::prelude(const std::vector<std::string> &templates) const {
   std::vector<std::string> all = {"prelude.cuh", "elementwise_ops.cuh"};
   all.insert(all.end(), templates.begin(), templates.end());
-  return vendorPrelude() + assembleTemplates(all) + "// ---- end of templates ----\n\n";
+  const char *trigger = std::getenv("TLC_PDL_TRIGGER");
+  std::string early = spec_.chained && trigger && std::string(trigger) == "start" ? "#define TL_DEPENDENTS_AT_START 1\n" : "";
+  return vendorPrelude() + early + assembleTemplates(all) + "// ---- end of templates ----\n\n";
 }
 
 std::string describe(const ElementRef &expr, const ParamNames &names) {
@@ -130,6 +137,7 @@ void emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &sp
     kernel.launch = std::move(emitted.launch);
     kernel.chained = spec.chained;
     kernel.workspaceBytes = emitted.workspaceBytes;
+    kernel.syncWords = emitted.syncWords;
     program.workspaceBytes = std::max(program.workspaceBytes, kernel.workspaceBytes);
   }
 }

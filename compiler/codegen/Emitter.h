@@ -18,6 +18,7 @@ struct EmittedKernel {
   std::string source;
   std::map<std::string, KernelLaunch> launch;  // "cuda", "hip"
   int64_t workspaceBytes = 0;
+  int64_t syncWords = 0;  // zeroed counters it uses (and leaves zeroed)
 };
 
 // Throws tlc::Error naming the kernel when its spec has no generator.

@@ -48,7 +48,7 @@ bool gemmOverride(GemmTile &tile) {
 } // namespace
 
 int64_t GemmTile::sharedBytes() const {
-  int64_t pipeline = int64_t(stages) * (BM + BN) * 64 * 2;
+  int64_t pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 128);  // A, B and a norm gain per stage
   int64_t epilogue = int64_t(BM) * (BN + 8) * 4 + BM * 4;
   return std::max(pipeline, epilogue);
 }
@@ -101,6 +101,46 @@ GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors) {
   return best->tile;
 }
 
+int64_t WgmmaTile::sharedBytes() const {
+  int64_t pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 128);  // A, B and a norm gain per stage
+  int64_t epilogue = int64_t(BM) * (BN + 8) * 4 + BM * 4;
+  return std::max(pipeline, epilogue) + 1024;
+}
+
+std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors) {
+  if (gemm.bKN) return std::nullopt;
+  struct Candidate {
+    WgmmaTile tile;
+  };
+  static const std::vector<Candidate> candidates = {{{128, 256, 4}}, {{128, 128, 4}}, {{64, 128, 4}}, {{64, 64, 6}}};
+  const char *text = std::getenv("TLC_WGMMA_TILE");
+  WgmmaTile forced;
+  if (text && std::sscanf(text, "%dx%dx%dx%d", &forced.BM, &forced.BN, &forced.stages, &forced.splits) >= 3 &&
+      forced.splits >= 1 && forced.splits <= 8 &&
+      (forced.BM == 64 || forced.BM == 128) && (forced.BN == 64 || forced.BN == 128 || forced.BN == 256) &&
+      forced.stages >= 3 && forced.stages <= 8 && forced.sharedBytes() <= (227 << 10) &&
+      tileHoldsEpilogue(gemm, forced.BN))
+    return forced;
+  // Measured on an H100 (bench/kernels.py --sweep-wgmma): GEMMs of at most two waves of
+  // 64x64 tiles run fastest on 64x64 tiles with a deep pipeline, splitting K two ways
+  // when it is 2048 or more and the tiles leave SMs idle; larger ones on 128x256 tiles
+  // (or the largest tile whose columns hold the epilogue's reads).
+  std::optional<WgmmaTile> best;
+  int64_t kTiles = ceilDiv(gemm.K, 64);
+  auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
+  if (tileHoldsEpilogue(gemm, 64) && tilesOf(64, 64) <= 2 * multiprocessors) {
+    best = WgmmaTile{64, 64, 6};
+    if (kTiles >= 32 && tilesOf(64, 64) <= multiprocessors) best->splits = 2;
+    return best;
+  }
+  for (const Candidate &candidate : candidates)
+    if (tileHoldsEpilogue(gemm, candidate.tile.BN)) {
+      best = candidate.tile;
+      break;
+    }
+  return best;
+}
+
 int64_t AttentionTile::blocks(const AttentionSpec &spec) const {
   return spec.B * spec.HKV * (spec.H / spec.HKV / heads) * ceilDiv(spec.SQ, queries);
 }
@@ -122,7 +162,8 @@ AttentionTile chooseAttentionTile(const AttentionSpec &spec, int multiprocessors
     for (int queries : {128, 64, 32, 16}) {
       AttentionTile tile{queries, heads};
       int warps = heads * queries / 16;
-      if (warps > 8 || queries > ceilDiv(spec.SQ, 16) * 16) continue;
+      // 128 queries of one head in a block measured slower than 64 (H100, S = 512 and 2048).
+      if (warps > 8 || queries > ceilDiv(spec.SQ, 16) * 16 || (heads == 1 && queries > 64)) continue;
       if (tile.blocks(spec) >= multiprocessors * 9 / 10 || queries == 16) return tile;
     }
     best = {16, heads};

@@ -8,6 +8,7 @@
 
 #include "compiler/codegen/KernelSpec.h"
 
+#include <optional>
 #include <string>
 
 namespace tlc::codegen {
@@ -29,6 +30,16 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN);
 // The tensor-core tile for this GEMM on a device of `multiprocessors` SMs; throws when
 // no candidate holds the epilogue's reads.
 GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors);
+
+// The Hopper warpgroup (wgmma) tile: BM 64 or 128, BN 64, 128 or 256; none when no
+// candidate holds the epilogue's reads. TLC_WGMMA_TILE=BMxBNxSTAGES[xSPLITS] overrides.
+struct WgmmaTile {
+  int BM = 128, BN = 128, stages = 4;
+  int splits = 1;  // K split across this many blocks per tile
+  int threads() const { return BM / 64 * 128; }
+  int64_t sharedBytes() const;  // stages or the accumulator tile, plus 1 KiB for alignment
+};
+std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors);
 
 struct AttentionTile {
   int queries = 64;  // QT: queries per head per block

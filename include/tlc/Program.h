@@ -91,14 +91,19 @@ struct Kernel {
   // GPU code, set by the code generator (compiler/codegen/Emitter.h); empty until then.
   std::string entry;          // the kernel function in `source` (Kernel::name unless taken)
   std::string source;         // HIP-dialect C++ that hipRTC and NVRTC both compile
-  // Launch shape by backend ("cuda", "hip"): the source takes a different code path on
-  // each vendor (tensor cores with NVRTC, MFMA or FMAs with hipRTC).
+  // Launch shape by backend ("cuda", "hip"), or by backend and arch ("cuda:sm_90a"),
+  // which takes precedence: the source takes a different code path on each (wgmma on
+  // sm_90a, mma.sync on other NVIDIA GPUs, MFMA or FMAs with hipRTC).
   std::map<std::string, KernelLaunch> launch;
   // May start before the kernel ahead of it has finished (programmatic dependent launch,
   // where the device has it): it waits inside for its producers before reading them.
   bool chained = false;
   int64_t workspaceBytes = 0; // scratch it needs in the per-launch workspace
+  int64_t syncWords = 0;      // zeroed 32-bit counters it uses (from the start) and leaves zeroed
 };
+
+// Kernel::launch's shape for a backend on an arch, or null when it has none.
+const KernelLaunch *findLaunch(const Kernel &kernel, const std::string &backend, const std::string &arch);
 
 // A model parameter as stored in a checkpoint.
 struct Parameter {

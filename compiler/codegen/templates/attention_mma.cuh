@@ -7,6 +7,8 @@
 //       keeps the running max and sum per row, turns P into bf16 A fragments in
 //       registers and accumulates O += P V. K and V tiles of 64 keys are double
 //       buffered with cp.async; tiles wholly above the diagonal are skipped.
+//   v2  exponentials on the special-function unit (ex2.approx); masks only on the tiles
+//       that cross the diagonal or the end of the keys.
 //
 // Spec S: D, DV, QT, HB, B, H, HKV, SQ, SK, CAUSAL, SCALE_LOG2 (scale * log2 e), Params,
 // q_src(p, b, h, s), k_src(p, b, hkv, s), v_src(p, b, hkv, s) (rows of D or DV
@@ -104,14 +106,16 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
         tl_mma_bf16(s[2 * j + 1], qf[kk], r[2], r[3]);
       }
 
-    // Scale into log2 units, mask, and update the running max and sum of each row.
+    // Scale into log2 units, mask (only tiles that reach past the diagonal or the last
+    // key need it), and update the running max and sum of each row.
     float tileMax[2] = {-tl_inf(), -tl_inf()};
+    const bool masked = (t + 1) * KT > S::SK || (S::CAUSAL && (t + 1) * KT - 1 > q0 + OFFSET);
 #pragma unroll
     for (int j = 0; j < KT / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = t * KT + j * 8 + tig * 2 + (e & 1), query = q0 + g + (e >= 2 ? 8 : 0);
-        const bool visible = key < S::SK && (!S::CAUSAL || key <= query + OFFSET);
+        const bool visible = !masked || (key < S::SK && (!S::CAUSAL || key <= query + OFFSET));
         s[j][e] = visible ? s[j][e] * S::SCALE_LOG2 : -tl_inf();
         tileMax[e / 2] = fmaxf(tileMax[e / 2], s[j][e]);
       }
@@ -121,15 +125,15 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
       tileMax[r] = fmaxf(tileMax[r], __shfl_xor_sync(0xffffffffu, tileMax[r], 2));
       const float newMax = fmaxf(rowMax[r], tileMax[r]);
       base[r] = newMax == -tl_inf() ? 0.0f : newMax;  // a row that sees nothing yet stays at 0
-      correction[r] = exp2f(rowMax[r] - base[r]);
+      correction[r] = tl_exp2(rowMax[r] - base[r]);
       rowMax[r] = newMax;
       rowSum[r] *= correction[r];
     }
     unsigned pf[KT / 16][4];
 #pragma unroll
     for (int j = 0; j < KT / 8; ++j) {
-      const float p0 = exp2f(s[j][0] - base[0]), p1 = exp2f(s[j][1] - base[0]);
-      const float p2 = exp2f(s[j][2] - base[1]), p3 = exp2f(s[j][3] - base[1]);
+      const float p0 = tl_exp2(s[j][0] - base[0]), p1 = tl_exp2(s[j][1] - base[0]);
+      const float p2 = tl_exp2(s[j][2] - base[1]), p3 = tl_exp2(s[j][3] - base[1]);
       rowSum[0] += p0 + p1;
       rowSum[1] += p2 + p3;
       // The accumulator layout of keys 8j..8j+7 is the A-fragment layout of half a k16 step.

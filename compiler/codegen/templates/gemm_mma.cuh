@@ -10,6 +10,8 @@
 //       second-to-last k16 step, so shared-memory reads overlap the tensor-core work;
 //       K_SLICES warp groups split each stage's k16 steps (more warps per SM for small
 //       problems), summed in shared memory before the epilogue.
+//   v3  each thread computes its rows' offsets once and moves only along k: the copies
+//       cost a few instructions instead of the layout's index arithmetic every stage.
 //
 // The emitter writes a Spec struct per kernel (see gemm_common.cuh for the hooks).
 #pragma once
@@ -57,6 +59,30 @@ TL_DEVICE unsigned tl_mul_bf16x2(unsigned a, unsigned b) {
 // column, and the chunks cp.async writes, fall in 8 different bank groups.
 TL_DEVICE int tl_swizzle(int row, int chunk, int rowBytes) { return row * rowBytes + ((chunk ^ (row & 7)) << 4); }
 
+// The copies one thread makes into every stage of a tile of ROWS rows of 64 bf16: thread
+// t copies 16-byte chunk t % 8 of rows t / 8 + i * THREADS / 8, so it computes each row's
+// offset once (the Spec's a_row / b_row) and moves only along k (a_col / b_col).
+template <int ROWS, int THREADS> struct tl_stage_copies {
+  static constexpr int COPIES = ROWS * 8 / THREADS;
+  static_assert(ROWS * 8 % THREADS == 0 && THREADS % 8 == 0, "whole rows per pass");
+  int offset[COPIES];  // element offset of the row at k = 0, or -1 outside the problem
+
+  template <class RowOffset> TL_DEVICE void init(RowOffset rowOffset) {
+#pragma unroll
+    for (int i = 0; i < COPIES; ++i) offset[i] = rowOffset(int(threadIdx.x / 8 + i * (THREADS / 8)));
+  }
+  // `column`: the element offset of this thread's chunk at the stage's k; `inside`: k < K.
+  TL_DEVICE void copy(unsigned char *tile, const tl_bf16 *base, int column, bool inside) const {
+    const int c = threadIdx.x % 8;
+#pragma unroll
+    for (int i = 0; i < COPIES; ++i) {
+      const int r = threadIdx.x / 8 + i * (THREADS / 8);
+      const bool ok = inside && offset[i] >= 0;
+      tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, 128)), ok ? base + offset[i] + column : base, ok ? 16 : 0);
+    }
+  }
+};
+
 template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 64, SLICES = S::K_SLICES;
   constexpr int WARPS = S::WARPS_M * S::WARPS_N * SLICES, THREADS = WARPS * 32;
@@ -66,6 +92,7 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
   constexpr int B_ROW_BYTES = S::B_KN ? BN * 2 : BK * 2;
   static_assert(WTM % 16 == 0 && WTN % 16 == 0 && STEPS >= 2, "warp tiles are whole 16x16 pieces");
   static_assert(THREADS % BM == 0 || BM % THREADS == 0, "rows split evenly for the norm");
+  static_assert(S::K_SPLITS == 1, "the mma.sync GEMM does not split K");
   extern __shared__ __align__(128) unsigned char tl_smem[];
 
   const int tile = blockIdx.x;
@@ -79,16 +106,16 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
 
   // Weights never depend on the kernel before: with a chained launch they are fetched
   // while the producer of A is still finishing.
+  tl_stage_copies<BM, THREADS> aCopies;
+  aCopies.init([&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+  tl_stage_copies<BN, THREADS> bCopies;
+  if constexpr (!S::B_KN) bCopies.init([&](int r) { return S::b_row(bt, cols, r); });
   auto loadB = [&](int stage, int kt) {
     unsigned char *sB = tl_smem + stage * STAGE_BYTES + A_BYTES;
     const int k0 = kt * BK;
     if constexpr (!S::B_KN) {
-#pragma unroll
-      for (int i = threadIdx.x; i < BN * 8; i += THREADS) {
-        const int r = i / 8, c = i % 8, k = k0 + c * 8;
-        const tl_bf16 *src = k < S::K ? S::b_src(p, bt, cols, r, k) : nullptr;
-        tl_cp_async16(tl_smem_addr(sB + tl_swizzle(r, c, B_ROW_BYTES)), src ? src : S::b_base(p), src ? 16 : 0);
-      }
+      const int k = k0 + (threadIdx.x % 8) * 8;
+      bCopies.copy(sB, S::b_base(p), S::b_col(k), k < S::K);
     } else {
 #pragma unroll
       for (int i = threadIdx.x; i < BK * (BN / 8); i += THREADS) {
@@ -98,16 +125,13 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
       }
     }
   };
+  // RMSNorm's gain for the stage's 64 k: 128 bytes after all the stages.
+  unsigned char *sGain = tl_smem + S::STAGES * STAGE_BYTES;
   auto loadA = [&](int stage, int kt) {
-    unsigned char *sA = tl_smem + stage * STAGE_BYTES;
-    const int k0 = kt * BK;
-#pragma unroll
-    for (int i = threadIdx.x; i < BM * 8; i += THREADS) {
-      const int r = i / 8, c = i % 8, m = m0 + r, k = k0 + c * 8;
-      const bool inside = m < S::M && k < S::K;
-      tl_cp_async16(tl_smem_addr(sA + tl_swizzle(r, c, BK * 2)), inside ? S::a_src(p, bt, m, k) : S::a_base(p),
-                    inside ? 16 : 0);
-    }
+    const int k = kt * BK + (threadIdx.x % 8) * 8;
+    aCopies.copy(tl_smem + stage * STAGE_BYTES, S::a_base(p), S::a_col(k), k < S::K);
+    if (S::ROW_NORM && threadIdx.x < 8)
+      tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
   };
   // The fragments of k16 step `step` of a stage: A (gain-scaled for RMSNorm) and B.
   auto loadFragments = [&](int stage, int kt, int step, unsigned (&a)[MT][4], unsigned (&b)[NT][2]) {
@@ -119,9 +143,9 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
     }
     if constexpr (S::ROW_NORM) {
       // The gain multiplies A along k: k = tig*2 + {0,1} (a0, a1) and that + 8 (a2, a3).
-      const int k = kt * BK + step * 16 + (lane % 4) * 2;
-      const unsigned *gain = reinterpret_cast<const unsigned *>(S::gain(p));
-      const unsigned g0 = k < S::K ? gain[k / 2] : 0u, g8 = k + 8 < S::K ? gain[k / 2 + 4] : 0u;
+      const unsigned *gain = reinterpret_cast<const unsigned *>(sGain + stage * 128) + step * 8 + lane % 4;
+      const unsigned g0 = gain[0], g8 = gain[4];
+      (void)kt;
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
         a[i][0] = tl_mul_bf16x2(a[i][0], g0);
@@ -192,15 +216,8 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
           const unsigned char *sA = tl_smem + readStage * STAGE_BYTES;
           for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i) {
             const int r = THREADS >= BM ? threadIdx.x / NORM_THREADS_PER_ROW : threadIdx.x * NORM_ROWS_PER_THREAD + i;
-            const int part = THREADS >= BM ? threadIdx.x % NORM_THREADS_PER_ROW : 0;
-            for (int c = part * (8 / NORM_THREADS_PER_ROW); c < (part + 1) * (8 / NORM_THREADS_PER_ROW); ++c) {
-              const tl_u32x4 raw = *reinterpret_cast<const tl_u32x4 *>(sA + tl_swizzle(r, c, BK * 2));
-              const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-              for (int j = 0; j < 4; ++j) {
-                const float lo = tl_bf16_lo(w[j]), hi = tl_bf16_hi(w[j]);
-                sumSquares[i] = fmaf(lo, lo, fmaf(hi, hi, sumSquares[i]));
-              }
-            }
+            tl_row_sum_squares(sA, r, THREADS >= BM ? threadIdx.x % NORM_THREADS_PER_ROW : 0, NORM_THREADS_PER_ROW,
+                               sumSquares[i]);
           }
         }
         if (kt + S::STAGES - 1 < KT) {

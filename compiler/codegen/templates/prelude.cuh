@@ -117,8 +117,24 @@ TL_DEVICE void tl_wait_for_producers() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// 2^x on the special-function unit (relative error about 2^-22).
+TL_DEVICE float tl_exp2(float x) {
+#if defined(TL_NVIDIA)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
 TL_DEVICE void tl_allow_dependents() {
-#if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 900
+#if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 900 && !defined(TL_DEPENDENTS_AT_START)
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// With TL_DEPENDENTS_AT_START the next kernel may launch as soon as this one starts.
+TL_DEVICE void tl_allow_dependents_at_start() {
+#if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 900 && defined(TL_DEPENDENTS_AT_START)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

@@ -1,5 +1,5 @@
 // Every generated kernel of every level, dtype and model file compiles with NVRTC for
-// sm_90 and hipRTC for gfx90a. Identical kernels are compiled once; compiles run in
+// sm_90 and sm_90a and hipRTC for gfx90a. Identical kernels are compiled once; compiles run in
 // parallel; the cache is off so the compilers really run.
 #include "runtime/Jit.h"
 #include "tools/Compile.h"
@@ -57,6 +57,13 @@ TEST(KernelCompile, EveryKernelCompilesWithNvrtcForSm90) {
   std::unique_ptr<JitCompiler> nvrtc;
   ASSERT_NO_THROW(nvrtc = createNvrtcCompiler()) << "NVRTC must be installed where the tests run";
   compileAll(*nvrtc, "sm_90");
+}
+
+// sm_90a compiles the Hopper-only paths (wgmma) the H100 and H200 run.
+TEST(KernelCompile, EveryKernelCompilesWithNvrtcForSm90a) {
+  std::unique_ptr<JitCompiler> nvrtc;
+  ASSERT_NO_THROW(nvrtc = createNvrtcCompiler()) << "NVRTC must be installed where the tests run";
+  compileAll(*nvrtc, "sm_90a");
 }
 
 TEST(KernelCompile, EveryKernelCompilesWithHiprtcForGfx90a) {

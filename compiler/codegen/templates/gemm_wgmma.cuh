@@ -1,0 +1,281 @@
+// gemm_wgmma.cuh: C = A · Bᵀ in bf16 on Hopper's warpgroup tensor cores (sm_90a), fp32
+// accumulation, with the fused kernel's prologue and epilogue.
+//
+//   v1  each warpgroup (4 warps) owns 64 rows of the tile and issues wgmma.m64nBNk16:
+//       B straight from the swizzled shared-memory stage through a matrix descriptor
+//       (the 128-byte swizzle of gemm_mma.cuh's tiles is Hopper's SWIZZLE_128B), A from
+//       registers (ldmatrix, so RMSNorm's gain still scales the fragments); the stages
+//       come through the same cp.async pipeline, one wgmma group stays in flight while
+//       the next stage is waited for, A registers double-buffered across stages.
+//   v2  copies with row offsets computed once; split-K: blocks of a tile take parts of
+//       K and the last to finish adds the parts (in split order) and runs the epilogue;
+//       RMSNorm's gain staged in shared memory with the A tile.
+//
+// Same Spec hooks as gemm_mma.cuh (BM = 64 or 128, BN = 64, 128 or 256).
+#pragma once
+#include "gemm_mma.cuh"
+
+#if defined(TL_NVIDIA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+TL_DEVICE void tl_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+TL_DEVICE void tl_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> TL_DEVICE void tl_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving accumulator registers while a wgmma may write them.
+template <int N> TL_DEVICE void tl_wgmma_pin(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// A K-major tile of rows of 64 bf16 (128 bytes), 128-byte swizzled, 1024-byte aligned:
+// the descriptor of the 16-wide k slice starting at byte `offset` of each row.
+TL_DEVICE unsigned long long tl_wgmma_descriptor(unsigned address, int offset) {
+  const unsigned long long start = ((address + offset) & 0x3FFFF) >> 4;
+  return start | (1ull << 16) /* leading offset, unused when swizzled */ | (64ull << 32) /* 1024-byte row groups */ |
+         (1ull << 62) /* 128-byte swizzle */;
+}
+
+// wgmma m64nNk16 with A in registers and B by descriptor, for N = 64, 128, 256: the same
+// instruction with N / 2 accumulator registers (a loop wrote the three out).
+TL_DEVICE void tl_wgmma_m64n64k16(float (&d)[32], const unsigned (&a)[4], unsigned long long descB) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
+}
+
+TL_DEVICE void tl_wgmma_m64n128k16(float (&d)[64], const unsigned (&a)[4], unsigned long long descB) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
+}
+
+TL_DEVICE void tl_wgmma_m64n256k16(float (&d)[128], const unsigned (&a)[4], unsigned long long descB) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "{%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
+}
+
+template <int BN> struct tl_wgmma_shape;
+template <> struct tl_wgmma_shape<64> {
+  TL_DEVICE static void mma(float (&d)[32], const unsigned (&a)[4], unsigned long long b) { tl_wgmma_m64n64k16(d, a, b); }
+};
+template <> struct tl_wgmma_shape<128> {
+  TL_DEVICE static void mma(float (&d)[64], const unsigned (&a)[4], unsigned long long b) { tl_wgmma_m64n128k16(d, a, b); }
+};
+template <> struct tl_wgmma_shape<256> {
+  TL_DEVICE static void mma(float (&d)[128], const unsigned (&a)[4], unsigned long long b) { tl_wgmma_m64n256k16(d, a, b); }
+};
+
+template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
+  constexpr int BM = S::BM, BN = S::BN, BK = 64, GROUPS = BM / 64, THREADS = GROUPS * 128;
+  constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+  constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES;
+  static_assert(BM % 64 == 0 && (BN == 64 || BN == 128 || BN == 256) && !S::B_KN && STAGES >= 3,
+                "wgmma tiles: 64 or 128 rows, 64..256 columns, B stored [N, K]");
+  extern __shared__ __align__(128) unsigned char tl_smem_raw[];
+  // Swizzled stages must start on 1024 bytes (the launch asks for 1 KiB more).
+  unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
+
+  // With split-K, blocks split * TILES + tile share a tile: each takes a range of k tiles.
+  constexpr int TILES = S::BATCH * S::TILES_M * S::TILES_N, SPLITS = S::K_SPLITS;
+  const int tile = blockIdx.x % TILES, split = blockIdx.x / TILES;
+  const int tm = tile % S::TILES_M, tn = (tile / S::TILES_M) % S::TILES_N, bt = tile / (S::TILES_M * S::TILES_N);
+  const int kBegin = split * KT / SPLITS, kCount = (split + 1) * KT / SPLITS - kBegin;
+  const tl_tile_cols cols = S::tile_cols(tn);
+  const int m0 = tm * BM;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  tl_stage_copies<BM, THREADS> aCopies;
+  aCopies.init([&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+  tl_stage_copies<BN, THREADS> bCopies;
+  bCopies.init([&](int r) { return S::b_row(bt, cols, r); });
+  auto loadB = [&](int stage, int kt) {
+    const int k = kt * BK + (threadIdx.x % 8) * 8;
+    bCopies.copy(tl_smem + stage * STAGE_BYTES + A_BYTES, S::b_base(p), S::b_col(k), k < S::K);
+  };
+  // RMSNorm's gain for the stage's 64 k: 128 bytes after all the stages.
+  unsigned char *sGain = tl_smem + STAGES * STAGE_BYTES;
+  auto loadA = [&](int stage, int kt) {
+    const int k = kt * BK + (threadIdx.x % 8) * 8;
+    aCopies.copy(tl_smem + stage * STAGE_BYTES, S::a_base(p), S::a_col(k), k < S::K);
+    if (S::ROW_NORM && threadIdx.x < 8)
+      tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
+  };
+
+  // STAGES - 2 stages in flight ahead of the one computed; the stage before that may
+  // still be read by the wgmma group in flight.
+  if constexpr (S::CHAINED) {
+    for (int s = 0; s < STAGES - 2; ++s)
+      if (s < kCount) loadB(s, kBegin + s);
+    tl_wait_for_producers();
+  }
+  for (int s = 0; s < STAGES - 2; ++s) {
+    if (s < kCount) {
+      if constexpr (!S::CHAINED) loadB(s, kBegin + s);
+      loadA(s, kBegin + s);
+    }
+    tl_cp_async_commit();
+  }
+
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+  constexpr int NORM_THREADS_PER_ROW = THREADS / BM;
+  float sumSquares = 0.0f;
+
+  // One k tile: wait for its stage, start the copy of a later one, read this warp's A
+  // fragments (16 rows, four k16 steps) into `frag`, issue four wgmmas and commit them.
+  // `frag` alternates between two register sets: the group in flight still reads the other.
+  auto step = [&](int i, unsigned (&frag)[4][4]) {
+    const int kt = kBegin + i, stage = i % STAGES;
+    tl_cp_async_wait<STAGES - 3>();
+    // cp.async wrote the stage through the generic proxy; wgmma reads it through the async one.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    tl_wgmma_wait<1>();
+    tl_wgmma_pin(acc);
+    __syncthreads();
+    if (i + STAGES - 2 < kCount) {
+      loadB((i + STAGES - 2) % STAGES, kt + STAGES - 2);
+      loadA((i + STAGES - 2) % STAGES, kt + STAGES - 2);
+    }
+    tl_cp_async_commit();
+
+    const unsigned char *sA = tl_smem + stage * STAGE_BYTES;
+    const unsigned aBase = tl_smem_addr(sA);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int row = warp * 16 + lane % 16, chunk = s * 2 + lane / 16;
+      tl_ldmatrix_x4(aBase + tl_swizzle(row, chunk, BK * 2), frag[s]);
+      if constexpr (S::ROW_NORM) {
+        const unsigned *gain = reinterpret_cast<const unsigned *>(sGain + stage * 128) + s * 8 + lane % 4;
+        const unsigned g0 = gain[0], g8 = gain[4];
+        frag[s][0] = tl_mul_bf16x2(frag[s][0], g0);
+        frag[s][1] = tl_mul_bf16x2(frag[s][1], g0);
+        frag[s][2] = tl_mul_bf16x2(frag[s][2], g8);
+        frag[s][3] = tl_mul_bf16x2(frag[s][3], g8);
+      }
+    }
+    const unsigned bBase = tl_smem_addr(sA + A_BYTES);
+    tl_wgmma_fence();
+    tl_wgmma_pin(acc);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) tl_wgmma_shape<BN>::mma(acc, frag[s], tl_wgmma_descriptor(bBase, s * 32));
+    tl_wgmma_commit();
+    tl_wgmma_pin(acc);
+    // RMSNorm's sums of squares while the tensor cores work (the stage stays until the
+    // next barrier).
+    if constexpr (S::ROW_NORM)
+      tl_row_sum_squares(sA, threadIdx.x / NORM_THREADS_PER_ROW, threadIdx.x % NORM_THREADS_PER_ROW,
+                         NORM_THREADS_PER_ROW, sumSquares);
+  };
+  unsigned even[4][4], odd[4][4];
+  for (int i = 0; i < kCount; i += 2) {
+    step(i, even);
+    if (i + 1 < kCount) step(i + 1, odd);
+  }
+  tl_wgmma_wait<0>();
+  tl_wgmma_pin(acc);
+  tl_cp_async_wait<0>();
+  __syncthreads();
+  tl_allow_dependents();
+
+  constexpr int LD = BN + 8;
+  float *tileRows = reinterpret_cast<float *>(tl_smem);
+  float *rowScale = tileRows + BM * LD;
+  float rowSum = 0.0f;  // this block's part of a row's sum of squares
+  if constexpr (S::ROW_NORM) {
+    rowSum = sumSquares;
+    for (int m = 1; m < NORM_THREADS_PER_ROW; m <<= 1) rowSum += TL_SHFL_XOR(rowSum, m);
+    if (SPLITS == 1 && threadIdx.x % NORM_THREADS_PER_ROW == 0)
+      rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(rowSum / (float)S::K + S::NORM_EPS);
+    __syncthreads();
+  }
+  // Warp w holds rows 16 w + g and 16 w + g + 8; per 8 columns j, columns 8 j + 2 tig + {0, 1}.
+  // Unsplit, rows are scaled by the inverse RMS on the way; split, after the parts are added.
+  const int g = lane / 4, tig = lane % 4, r = warp * 16 + g;
+  const float s0 = S::ROW_NORM && SPLITS == 1 ? rowScale[r] : 1.0f;
+  const float s8 = S::ROW_NORM && SPLITS == 1 ? rowScale[r + 8] : 1.0f;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int c = j * 8 + tig * 2;
+    *reinterpret_cast<tl_u32x2 *>(tileRows + r * LD + c) =
+        tl_u32x2{__float_as_uint(acc[4 * j] * s0), __float_as_uint(acc[4 * j + 1] * s0)};
+    *reinterpret_cast<tl_u32x2 *>(tileRows + (r + 8) * LD + c) =
+        tl_u32x2{__float_as_uint(acc[4 * j + 2] * s8), __float_as_uint(acc[4 * j + 3] * s8)};
+  }
+  if constexpr (SPLITS > 1) {
+    // Every split leaves its partial tile (and rows' partial sums of squares) in the
+    // workspace; the last to arrive adds them all, in split order, and goes on.
+    __shared__ bool last;
+    __syncthreads();
+    float *slot = p.ws + (tl_i64)(tile * SPLITS + split) * (BM * BN + BM);
+    for (int e = threadIdx.x * 4; e < BM * BN; e += THREADS * 4)
+      *reinterpret_cast<tl_u32x4 *>(slot + e) = *reinterpret_cast<const tl_u32x4 *>(tileRows + (e / BN) * LD + e % BN);
+    if (S::ROW_NORM && threadIdx.x % NORM_THREADS_PER_ROW == 0) slot[BM * BN + threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(p.sync + tile, 1u) == SPLITS - 1;
+    __syncthreads();
+    if (!last) return;
+    const float *slots = p.ws + (tl_i64)tile * SPLITS * (BM * BN + BM);
+    for (int e = threadIdx.x * 4; e < BM * BN; e += THREADS * 4) {
+      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int j = 0; j < SPLITS; ++j) {
+        float part[4];
+        asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                     : "=f"(part[0]), "=f"(part[1]), "=f"(part[2]), "=f"(part[3])
+                     : "l"(slots + j * (BM * BN + BM) + e));
+        for (int q = 0; q < 4; ++q) sum[q] += part[q];
+      }
+      for (int q = 0; q < 4; ++q) tileRows[(e / BN) * LD + e % BN + q] = sum[q];
+    }
+    if constexpr (S::ROW_NORM) {
+      if (threadIdx.x % NORM_THREADS_PER_ROW == 0) {
+        float total = 0.0f;
+        for (int j = 0; j < SPLITS; ++j)
+          total += ((volatile const float *)slots)[j * (BM * BN + BM) + BM * BN + threadIdx.x / NORM_THREADS_PER_ROW];
+        rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(total / (float)S::K + S::NORM_EPS);
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < BM * BN; e += THREADS) tileRows[(e / BN) * LD + e % BN] *= rowScale[e / BN];
+    }
+    if (threadIdx.x == 0) p.sync[tile] = 0u;  // left zero for the next kernel that counts
+  }
+  __syncthreads();
+  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
+}
+
+#endif // TL_NVIDIA && __CUDA_ARCH_FEAT_SM90_ALL
