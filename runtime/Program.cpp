@@ -289,7 +289,9 @@ private:
                  {"min_bytes", kernel.minBytes, 0, any},
                  {"layer", kernel.layer, -1, int32},
                  // The program's workspace is what a launch gets.
-                 {"workspace_bytes", kernel.workspaceBytes, 0, program_.workspaceBytes}},
+                 {"workspace_bytes", kernel.workspaceBytes, 0, program_.workspaceBytes},
+                 // Counters, at most one per block of a grid.
+                 {"sync_words", kernel.syncWords, 0, int32}},
                 path);
     for (const auto &[backend, shape] : kernel.launch) {
       std::string where = path + ".launch." + backend;

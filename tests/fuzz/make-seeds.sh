@@ -29,7 +29,7 @@ import json, sys
 program = json.load(open(sys.argv[1]))
 program.pop("sources", None); program.pop("workspace_bytes", None)
 for kernel in program["kernels"]:
-    for field in ("entry", "launch", "chained", "workspace_bytes"):
+    for field in ("entry", "launch", "chained", "workspace_bytes", "sync_words"):
         kernel.pop(field, None)
 json.dump(program, open(sys.argv[2], "w"), separators=(",", ":"))
 PY

@@ -124,6 +124,9 @@ TEST(ProgramValidation, KernelFieldsStayInRange) {
   Program workspace = validProgram();
   workspace.kernels[0].workspaceBytes = 64;  // the program's workspace is 0
   EXPECT_EQ(invalid(workspace), "invalid program: kernels[0].workspace_bytes: 64 is outside 0..0");
+  Program sync = validProgram();
+  sync.kernels[1].syncWords = int64_t(1) << 62;  // bytes would wrap when allocated
+  EXPECT_EQ(invalid(sync), "invalid program: kernels[1].sync_words: 4611686018427387904 is outside 0..2147483647");
   Program flops = validProgram();
   flops.kernels[0].flops = -1;
   EXPECT_CONTAINS(invalid(flops), "kernels[0].flops: -1 is outside");
