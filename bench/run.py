@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinyllama  # noqa: E402
+from chart import svg_chart  # noqa: E402
 
 LEVEL_NAMES = ["O0 (V1 baseline)", "O1 (V2 fused)", "O2 (V3 custom kernels)", "O3 (V4 block chains)"]
 
@@ -147,29 +148,6 @@ def table(title, rows, tokens_per_forward):
         lines.append(f"| {r['name']} | {r['ms']:.3f} | {tokens_per_forward / (r['ms'] / 1e3):,.0f} | "
                      f"{r['peak_mib']:.0f} | {kernels} | {r['loss']:.4f} | {r['ms'] / best:.2f}x |")
     return "\n".join(lines)
-
-
-def svg_chart(path, title, rows):
-    """Horizontal bars, one per variant, tlc's levels first: the ladder at a glance."""
-    width, bar, gap, left = 760, 26, 8, 250
-    top = 50
-    height = top + len(rows) * (bar + gap) + 40
-    longest = max(r["ms"] for r in rows)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-             f'font-size="13">', f'<rect width="100%" height="100%" fill="white"/>',
-             f'<text x="10" y="24" font-size="16" font-weight="bold">{title}</text>']
-    for i, r in enumerate(rows):
-        y = top + i * (bar + gap)
-        length = (width - left - 90) * r["ms"] / longest
-        color = "#2b6cb0" if r["name"].startswith("tlc") else "#a0aec0"
-        parts.append(f'<text x="{left - 8}" y="{y + bar * 0.7}" text-anchor="end">{r["name"]}</text>')
-        parts.append(f'<rect x="{left}" y="{y}" width="{length:.1f}" height="{bar}" fill="{color}"/>')
-        parts.append(f'<text x="{left + length + 6:.1f}" y="{y + bar * 0.7}">{r["ms"]:.3f} ms</text>')
-    parts.append(f'<text x="{left}" y="{height - 12}" fill="#555">forward time, lower is better '
-                 f'(median; blue: tlc levels, grey: PyTorch)</text>')
-    parts.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(parts) + "\n")
 
 
 def main():

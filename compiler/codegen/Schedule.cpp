@@ -108,7 +108,8 @@ int64_t WgmmaTile::sharedBytes() const {
 }
 
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors) {
-  if (gemm.bKN) return std::nullopt;
+  // TLC_NO_WGMMA=1: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
+  if (gemm.bKN || std::getenv("TLC_NO_WGMMA")) return std::nullopt;
   struct Candidate {
     WgmmaTile tile;
   };
