@@ -1,11 +1,13 @@
 #include "api/Compile.h"
 
 #include "api/CapturedDiagnostics.h"
+#include "compiler/CostModel.h"
 #include "compiler/codegen/Emitter.h"
 #include "compiler/ModelIO.h"
 #include "compiler/ProgramLowering.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
+#include "runtime/Error.h"
 #include "runtime/MemoryPlanner.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -65,11 +67,19 @@ mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &
 }
 
 mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options) {
+  if (mlir::failed(checkCostsFit(module))) return mlir::failure();
   std::vector<codegen::KernelSpec> specs;
   auto program = lowerToProgram(module, {options.optLevel, pipelineText(options)}, &specs);
   if (mlir::failed(program)) return mlir::failure();
   planMemory(*program);
   emitHipKernels(*program, specs);
+  // What tlc writes, the runtime accepts: a model the verifier passed may still break
+  // the runtime's contract (say, logits narrower than the embedding's vocabulary).
+  try {
+    validateProgram(*program);
+  } catch (const Error &error) {
+    return module.emitError("the model does not lower to a runnable Program: ") << error.what();
+  }
   return program;
 }
 

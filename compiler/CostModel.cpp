@@ -1,8 +1,12 @@
 #include "compiler/CostModel.h"
 
 #include "compiler/TlDialect.h"
+#include "runtime/Checked.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <initializer_list>
 
 namespace tlc {
 namespace {
@@ -14,37 +18,72 @@ int64_t dim(mlir::Value value, int64_t index) {
   return type.getDimSize(index < 0 ? type.getRank() + index : index);
 }
 
+// The product of `factors`, or nullopt when it overflows int64.
+std::optional<int64_t> product(std::initializer_list<int64_t> factors) {
+  std::optional<int64_t> result = 1;
+  for (int64_t factor : factors)
+    if (result) result = checkedMul(*result, factor);
+  return result;
+}
+
 } // namespace
 
-int64_t countFlops(mlir::Operation *op) {
-  return llvm::TypeSwitch<mlir::Operation *, int64_t>(op)
-      .Case([](tl::LinearOp linear) {
-        return 2 * elements(linear.getResult()) * dim(linear.getInput(), -1);
-      })
+std::optional<int64_t> checkedFlops(mlir::Operation *op) {
+  using Flops = std::optional<int64_t>;
+  return llvm::TypeSwitch<mlir::Operation *, Flops>(op)
+      .Case([](tl::LinearOp linear) { return product({2, elements(linear.getResult()), dim(linear.getInput(), -1)}); })
       .Case([](tl::BatchMatmulOp matmul) {
-        return 2 * elements(matmul.getResult()) * dim(matmul.getLhs(), -1);
+        return product({2, elements(matmul.getResult()), dim(matmul.getLhs(), -1)});
       })
       // square, sum, rsqrt-multiply, gain-multiply
-      .Case([](tl::RMSNormOp norm) { return 4 * elements(norm.getResult()); })
+      .Case([](tl::RMSNormOp norm) { return product({4, elements(norm.getResult())}); })
       // per pair: 4 multiplies and 2 adds (angles are a table on a GPU)
-      .Case([](tl::RopeOp rope) { return 3 * elements(rope.getResult()); })
+      .Case([](tl::RopeOp rope) { return product({3, elements(rope.getResult())}); })
       // max, subtract, exp, sum, divide
-      .Case([](tl::SoftmaxOp softmax) { return 5 * elements(softmax.getResult()); })
+      .Case([](tl::SoftmaxOp softmax) { return product({5, elements(softmax.getResult())}); })
       // negate, exp, add, divide, multiply
-      .Case([](tl::SiluOp silu) { return 5 * elements(silu.getResult()); })
-      .Case<tl::ScaleOp, tl::MulOp, tl::AddOp>([](mlir::Operation *elementwise) {
-        return elements(elementwise->getResult(0));
-      })
-      .Case([](tl::SwigluOp swiglu) { return 6 * elements(swiglu.getResult()); })
+      .Case([](tl::SiluOp silu) { return product({5, elements(silu.getResult())}); })
+      .Case<tl::ScaleOp, tl::MulOp, tl::AddOp>(
+          [](mlir::Operation *elementwise) { return Flops(elements(elementwise->getResult(0))); })
+      .Case([](tl::SwigluOp swiglu) { return product({6, elements(swiglu.getResult())}); })
       // QKᵀ and PV (2 FLOPs per multiply-add each), plus the softmax; causal halves it.
-      .Case([](tl::FlashAttentionOp attention) {
+      .Case([](tl::FlashAttentionOp attention) -> Flops {
         auto q = llvm::cast<mlir::RankedTensorType>(attention.getQuery().getType());
-        int64_t seq = q.getDimSize(2), pairs = q.getDimSize(0) * q.getDimSize(1) * seq * seq;
-        int64_t flops = 4 * pairs * q.getDimSize(3) + 5 * pairs;
-        return attention.getCausal() ? flops / 2 : flops;
+        int64_t seq = q.getDimSize(2);
+        Flops pairs = product({q.getDimSize(0), q.getDimSize(1), seq, seq});
+        Flops matmuls = pairs ? product({4, *pairs, q.getDimSize(3)}) : std::nullopt;
+        Flops softmax = pairs ? product({5, *pairs}) : std::nullopt;
+        Flops flops = matmuls && softmax ? checkedAdd(*matmuls, *softmax) : std::nullopt;
+        return flops && attention.getCausal() ? *flops / 2 : flops;
       })
-      .Case([](tl::CrossEntropyOp loss) { return 4 * elements(loss.getLogits()); })
-      .Default([](mlir::Operation *) { return int64_t(0); });
+      .Case([](tl::CrossEntropyOp loss) { return product({4, elements(loss.getLogits())}); })
+      .Default([](mlir::Operation *) { return Flops(0); });
+}
+
+int64_t countFlops(mlir::Operation *op) { return checkedFlops(op).value_or(0); }
+
+mlir::LogicalResult checkCostsFit(mlir::ModuleOp module) {
+  int64_t flops = 0, bytes = 0;
+  mlir::WalkResult walk = module.walk([&](mlir::Operation *op) {
+    std::optional<int64_t> sum = checkedFlops(op);
+    if (sum) sum = checkedAdd(flops, *sum);
+    for (mlir::ValueRange values : {mlir::ValueRange(op->getOperands()), mlir::ValueRange(op->getResults())})
+      for (mlir::Value value : values)
+        if (auto tensor = llvm::dyn_cast<mlir::RankedTensorType>(value.getType()); tensor && tensor.hasStaticShape()) {
+          // At most 2^40 elements (the dialect's verifier), at most 8 bytes each.
+          int64_t valueBytes = tensor.getNumElements() * int64_t((tensor.getElementTypeBitWidth() + 7) / 8);
+          std::optional<int64_t> total = checkedAdd(bytes, valueBytes);
+          if (!total) sum = std::nullopt;
+          else bytes = *total;
+        }
+    if (!sum) {
+      op->emitError("the model's FLOPs or bytes moved overflow 64 bits here");
+      return mlir::WalkResult::interrupt();
+    }
+    flops = *sum;
+    return mlir::WalkResult::advance();
+  });
+  return mlir::failure(walk.wasInterrupted());
 }
 
 } // namespace tlc

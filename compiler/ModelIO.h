@@ -20,6 +20,13 @@ void registerTlcDialects(mlir::DialectRegistry &registry);
 mlir::OwningOpRef<mlir::ModuleOp> parseModelFile(mlir::MLIRContext &context, const std::string &path,
                                                  llvm::SourceMgr &sourceMgr);
 
+// The same for a buffer already in `sourceMgr`. What would make MLIR's recursive
+// parser overflow the stack (brackets nested deeper than kMaxNestingDepth, affine
+// expressions) is refused with a located error before the parser sees it.
+constexpr int kMaxNestingDepth = 64;
+mlir::OwningOpRef<mlir::ModuleOp> parseModelSource(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr,
+                                                   unsigned buffer);
+
 // The `func.func @forward` a model file must define, or null with a diagnostic.
 mlir::func::FuncOp getForwardFunction(mlir::ModuleOp module);
 

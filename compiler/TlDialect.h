@@ -14,6 +14,28 @@
 #include "compiler/TlDialect.h.inc"
 
 namespace tl {
+// True when every ranked tensor type in `types` has positive static dimensions and at
+// most tlc::kMaxTensorElements static elements.
+bool hasBoundedShapes(mlir::TypeRange types);
+
+namespace OpTrait {
+// Verifies hasBoundedShapes for the operands and results of `op`, naming the first
+// type that fails.
+mlir::LogicalResult verifyBoundedShapes(mlir::Operation *op);
+
+template <typename ConcreteType>
+class BoundedShapes : public mlir::OpTrait::TraitBase<ConcreteType, BoundedShapes> {
+public:
+  static mlir::LogicalResult verifyTrait(mlir::Operation *op) { return verifyBoundedShapes(op); }
+};
+} // namespace OpTrait
+
+// The result types `op` (an InferTypeOpInterface op) infers from its operands and
+// attributes as they are now; failure when it rejects them, with a diagnostic at `loc`
+// if one is given.
+mlir::LogicalResult inferResultTypes(mlir::Operation *op, llvm::SmallVectorImpl<mlir::Type> &types,
+                                     std::optional<mlir::Location> loc = std::nullopt);
+
 // Printed result names: a weight is named by its key (`%layers.0.self_attn.q_proj`),
 // a projection by its weight (`%q_proj`, `%qkv`), any other op by its mnemonic (`%rope_3`).
 void nameResults(mlir::Operation *op, mlir::OpAsmSetValueNameFn setName);

@@ -16,10 +16,18 @@ def Tl_Dialect : Dialect {
   }];
 }
 
+// Every operand and result of a tl op has positive static dimensions and at most 2^40
+// elements (TlDialect.h): verified before type inference reads the shapes, so no size
+// computed from a model file divides by zero or overflows.
+def Tl_BoundedShapes : NativeOpTrait<"BoundedShapes"> {
+  let cppNamespace = "::tl::OpTrait";
+}
+
 // Every op names its results when printed (see nameResults in TlDialect.cpp):
 // learners read `%rope_3 = tl.rope ...` more easily than `%47 = tl.rope ...`.
 class Tl_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Tl_Dialect, mnemonic, !listconcat(traits, [DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>])> {
+    : Op<Tl_Dialect, mnemonic, !listconcat([Tl_BoundedShapes], traits,
+                                           [DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>])> {
   let extraClassDefinition = [{
     void $cppClass::getAsmResultNames(::mlir::OpAsmSetValueNameFn setName) {
       ::tl::nameResults(getOperation(), setName);

@@ -3,6 +3,9 @@
 #include "compiler/TlDialect.h"
 
 #include "compiler/AttrPrinting.h"
+#include "runtime/AttributeRanges.h"
+#include "runtime/Checked.h"
+#include "runtime/Utf8.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -22,8 +25,20 @@ bool dimsCompatible(int64_t a, int64_t b) {
 // The more precise of two compatible dims.
 int64_t joinDims(int64_t a, int64_t b) { return ShapedType::isDynamic(a) ? b : a; }
 
-int64_t mulDims(int64_t a, int64_t b) {
-  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) ? ShapedType::kDynamic : a * b;
+// a * b for dims (dynamic if either is); failure when the product overflows.
+FailureOr<int64_t> mulDims(std::optional<Location> loc, int64_t a, int64_t b) {
+  if (ShapedType::isDynamic(a) || ShapedType::isDynamic(b)) return ShapedType::kDynamic;
+  std::optional<int64_t> product = tlc::checkedMul(a, b);
+  if (!product) return emitOptionalError(loc, "dimension ", a, " x ", b, " overflows");
+  return *product;
+}
+
+// A float attribute within a range the runtime's Program validator checks too.
+LogicalResult checkFloatAttr(std::optional<Location> loc, StringRef what, APFloat value,
+                             bool (*valid)(double), const char *range) {
+  double number = value.convertToDouble();
+  if (!valid(number)) return emitOptionalError(loc, what, " is ", number, "; it must be ", range);
+  return success();
 }
 
 LogicalResult sameElementType(std::optional<Location> loc, StringRef what, Value a, Value b) {
@@ -53,6 +68,40 @@ LogicalResult inferSameAsInput(Value input, SmallVectorImpl<Type> &inferred) {
 } // namespace
 
 namespace tl {
+
+// Why `type` breaks hasBoundedShapes, or an empty string.
+static std::string unboundedShape(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor) return "";
+  SmallVector<int64_t> staticDims;
+  for (int64_t dim : tensor.getShape()) {
+    if (ShapedType::isDynamic(dim)) continue;
+    if (dim < 1) return "every dimension must be positive";
+    staticDims.push_back(dim);
+  }
+  return tlc::checkedElementCount(staticDims) ? "" : "more than 2^40 elements";
+}
+
+bool hasBoundedShapes(TypeRange types) {
+  return llvm::all_of(types, [](Type type) { return unboundedShape(type).empty(); });
+}
+
+LogicalResult OpTrait::verifyBoundedShapes(Operation *op) {
+  for (auto [role, types] : {std::pair<StringRef, TypeRange>{"operand", op->getOperandTypes()},
+                             {"result", op->getResultTypes()}})
+    for (auto [index, type] : llvm::enumerate(types))
+      if (std::string problem = unboundedShape(type); !problem.empty())
+        return op->emitOpError() << role << " #" << index << " has type " << type << ": " << problem;
+  return success();
+}
+
+LogicalResult inferResultTypes(Operation *op, SmallVectorImpl<Type> &types, std::optional<Location> loc) {
+  auto inference = dyn_cast<InferTypeOpInterface>(op);
+  if (!inference) return failure();
+  return inference.inferReturnTypes(op->getContext(), loc, op->getOperands(),
+                                    op->getRawDictionaryAttrs(), op->getPropertiesStorage(),
+                                    op->getRegions(), types);
+}
 
 // Two types are compatible when they agree in element type, rank and every static dim:
 // a model file may say `?` where specialization later knows the size.
@@ -94,6 +143,7 @@ TL_COMPATIBLE_RETURN_TYPES(FlashAttentionOp)
 
 LogicalResult WeightOp::verify() {
   if (getKey().empty()) return emitOpError("needs a non-empty checkpoint key");
+  if (!tlc::isValidUtf8(getKey())) return emitOpError("key is not valid UTF-8, as checkpoint keys are");
   if (!getType().hasStaticShape())
     return emitOpError("weight '") << getKey() << "' must have a static shape, got " << getType();
   return success();
@@ -102,7 +152,9 @@ LogicalResult WeightOp::verify() {
 LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                             Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
   auto table = tensorOf(adaptor.getTable()), ids = tensorOf(adaptor.getIds());
-  if (failed(checkRank(loc, "embedding table", adaptor.getTable(), 2))) return failure();
+  if (failed(checkRank(loc, "embedding table", adaptor.getTable(), 2)) ||
+      failed(checkRank(loc, "embedding ids [B, S]", adaptor.getIds(), 2)))
+    return failure();
   inferred.push_back(RankedTensorType::get({ids.getDimSize(0), ids.getDimSize(1), table.getDimSize(1)},
                                            table.getElementType()));
   return success();
@@ -117,8 +169,8 @@ LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *, std::optional<Location>
                       input.getDimSize(input.getRank() - 1))) ||
       failed(sameElementType(loc, "rmsnorm input and gain", adaptor.getInput(), adaptor.getGain())))
     return failure();
-  if (!(adaptor.getEps().convertToDouble() > 0))
-    return emitOptionalError(loc, "rmsnorm eps must be positive");
+  if (failed(checkFloatAttr(loc, "rmsnorm eps", adaptor.getEps(), tlc::isValidEps, tlc::kEpsRange)))
+    return failure();
   return inferSameAsInput(adaptor.getInput(), inferred);
 }
 
@@ -156,9 +208,10 @@ LogicalResult MergeHeadsOp::inferReturnTypes(MLIRContext *, std::optional<Locati
                                              Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
   auto input = tensorOf(adaptor.getInput());
   if (failed(checkRank(loc, "merge_heads input [B, S, H, D]", adaptor.getInput(), 4))) return failure();
-  inferred.push_back(RankedTensorType::get(
-      {input.getDimSize(0), input.getDimSize(1), mulDims(input.getDimSize(2), input.getDimSize(3))},
-      input.getElementType()));
+  FailureOr<int64_t> width = mulDims(loc, input.getDimSize(2), input.getDimSize(3));
+  if (failed(width)) return failure();
+  inferred.push_back(
+      RankedTensorType::get({input.getDimSize(0), input.getDimSize(1), *width}, input.getElementType()));
   return success();
 }
 
@@ -190,8 +243,9 @@ LogicalResult RopeOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
   if (adaptor.getStyle() != "adjacent" && adaptor.getStyle() != "half")
     return emitOptionalError(loc, "rope style must be \"adjacent\" or \"half\", got \"",
                              adaptor.getStyle(), "\"");
-  if (!(adaptor.getTheta().convertToDouble() > 0))
-    return emitOptionalError(loc, "rope theta must be positive");
+  if (failed(checkFloatAttr(loc, "rope theta", adaptor.getTheta(), tlc::isValidRopeTheta,
+                            tlc::kRopeThetaRange)))
+    return failure();
   return inferSameAsInput(adaptor.getInput(), inferred);
 }
 
@@ -202,7 +256,9 @@ LogicalResult RepeatKvOp::inferReturnTypes(MLIRContext *, std::optional<Location
   int64_t repeats = adaptor.getRepeats();
   if (repeats <= 0) return emitOptionalError(loc, "repeat_kv needs repeats > 0, got ", repeats);
   SmallVector<int64_t> shape(input.getShape());
-  shape[1] = mulDims(shape[1], repeats);
+  FailureOr<int64_t> heads = mulDims(loc, shape[1], repeats);
+  if (failed(heads)) return failure();
+  shape[1] = *heads;
   inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
   return success();
 }
@@ -232,8 +288,10 @@ LogicalResult BatchMatmulOp::inferReturnTypes(MLIRContext *, std::optional<Locat
   return success();
 }
 
-LogicalResult ScaleOp::inferReturnTypes(MLIRContext *, std::optional<Location>, Adaptor adaptor,
+LogicalResult ScaleOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                         SmallVectorImpl<Type> &inferred) {
+  if (failed(checkFloatAttr(loc, "scale factor", adaptor.getFactor(), tlc::isValidScale, tlc::kScaleRange)))
+    return failure();
   return inferSameAsInput(adaptor.getInput(), inferred);
 }
 
@@ -288,6 +346,7 @@ LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *context, std::option
                                                Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
   auto logits = tensorOf(adaptor.getLogits()), ids = tensorOf(adaptor.getIds());
   if (failed(checkRank(loc, "cross_entropy logits [B, S, V]", adaptor.getLogits(), 3)) ||
+      failed(checkRank(loc, "cross_entropy ids [B, S]", adaptor.getIds(), 2)) ||
       failed(checkDim(loc, "cross_entropy batch differs between logits and ids", logits.getDimSize(0),
                       ids.getDimSize(0))) ||
       failed(checkDim(loc, "cross_entropy sequence differs between logits and ids", logits.getDimSize(1),
@@ -311,7 +370,9 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
       if (failed(checkDim(loc, "concat inputs differ outside dim 0", type.getDimSize(i), shape[i])))
         return failure();
     bool dynamic = ShapedType::isDynamic(shape[0]) || ShapedType::isDynamic(type.getDimSize(0));
-    shape[0] = dynamic ? ShapedType::kDynamic : shape[0] + type.getDimSize(0);
+    std::optional<int64_t> rows = dynamic ? ShapedType::kDynamic : tlc::checkedAdd(shape[0], type.getDimSize(0));
+    if (!rows) return emitOptionalError(loc, "concat rows overflow");
+    shape[0] = *rows;
   }
   inferred.push_back(RankedTensorType::get(shape, first.getElementType()));
   return success();
@@ -323,8 +384,9 @@ LogicalResult SplitOp::inferReturnTypes(MLIRContext *, std::optional<Location> l
   if (input.getRank() < 1) return emitOptionalError(loc, "split input must have rank >= 1");
   int64_t total = 0;
   for (int64_t size : adaptor.getSizes()) {
-    if (size <= 0) return emitOptionalError(loc, "split sizes must be positive");
-    total += size;
+    std::optional<int64_t> sum = tlc::checkedAdd(total, size);
+    if (size <= 0 || !sum) return emitOptionalError(loc, "split sizes must be positive and fit in int64");
+    total = *sum;
   }
   if (failed(checkDim(loc, "split sizes must add up to the last dim", total, input.getDimSize(input.getRank() - 1))))
     return failure();
@@ -356,6 +418,9 @@ LogicalResult FlashAttentionOp::inferReturnTypes(MLIRContext *, std::optional<Lo
     if (failed(checkDim(loc, "flash_attention query and key differ in batch, sequence or head dim",
                         q.getDimSize(i), k.getDimSize(i))))
       return failure();
+  if (failed(checkFloatAttr(loc, "flash_attention scale", adaptor.getScale(), tlc::isValidScale,
+                            tlc::kScaleRange)))
+    return failure();
   int64_t heads = q.getDimSize(1), kvHeads = k.getDimSize(1);
   if (!ShapedType::isDynamic(heads) && !ShapedType::isDynamic(kvHeads) && heads % kvHeads != 0)
     return emitOptionalError(loc, "flash_attention: ", heads, " query heads are not a multiple of ", kvHeads,
@@ -379,7 +444,7 @@ static LogicalResult checkRegionSignature(Operation *op, StringRef name, Block &
 YieldOp FusedLinearOp::prologueYield() { return cast<YieldOp>(getPrologue().front().getTerminator()); }
 YieldOp FusedLinearOp::epilogueYield() { return cast<YieldOp>(getEpilogue().front().getTerminator()); }
 
-LogicalResult FusedLinearOp::verify() {
+LogicalResult FusedLinearOp::verifyRegions() {
   Block &prologue = getPrologue().front();
   auto prologueYield = dyn_cast<YieldOp>(prologue.getTerminator());
   if (!prologueYield || prologueYield.getValues().size() != 1)
@@ -399,7 +464,10 @@ LogicalResult FusedLinearOp::verify() {
   return checkRegionSignature(*this, "epilogue", getEpilogue().front(), epilogueArgs, getResultTypes());
 }
 
-LogicalResult BlockOp::verify() {
+LogicalResult BlockOp::verifyRegions() {
+  if (getLayer() < 0 || getLayer() > std::numeric_limits<int32_t>::max())
+    return emitOpError("layer ") << getLayer() << " is outside 0..2^31-1";
+  if (getNumResults() == 0) return emitOpError("computes nothing: a block yields at least one value");
   return checkRegionSignature(*this, "body", getBody().front(), getInputs().getTypes(), getResultTypes());
 }
 

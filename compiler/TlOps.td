@@ -200,7 +200,9 @@ def Tl_FusedLinearOp : Tl_Op<"fused_linear", [Pure, IsolatedFromAbove, AttrSized
     `epilogue` (`(` $epilogue_inputs^ `:` type($epilogue_inputs) `)`)? $epilogue
     attr-dict `->` type($results)
   }];
-  let hasVerifier = 1;
+  // Region verifiers run after the regions themselves are verified (each block ends
+  // in its terminator), so they may look at the yields.
+  let hasRegionVerifier = 1;
   let extraClassDeclaration = [{
     YieldOp prologueYield();
     YieldOp epilogueYield();
@@ -218,7 +220,7 @@ def Tl_BlockOp : Tl_Op<"block", [Pure, IsolatedFromAbove]> {
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "`layer` $layer ` ` `(` $inputs `:` type($inputs) `)` $body attr-dict `->` type($results)";
-  let hasVerifier = 1;
+  let hasRegionVerifier = 1;
 }
 
 #endif // TL_OPS_TD

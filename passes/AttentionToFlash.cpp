@@ -13,6 +13,7 @@
 #include "compiler/TlDialect.h"
 
 #include "passes/ApplyPattern.h"
+#include "passes/BuildInferred.h"
 
 namespace tl {
 #define GEN_PASS_DEF_TLATTENTIONTOFLASH
@@ -64,10 +65,20 @@ struct AttentionToFlash : mlir::OpRewritePattern<BatchMatmulOp> {
       key = keyRepeat.getInput();
       value = valueRepeat.getInput();
     }
+    // Inference decides whether these operands make one attention (matching sequences,
+    // heads a multiple of kv heads, a valid scale); if not, or if it would change the
+    // result type, the chain stays as it is.
+    auto flash = buildInferred<FlashAttentionOp>(
+        getContext(), rewriter.getFusedLoc({qk.getLoc(), pv.getLoc()}), {qk.getLhs(), key, value},
+        {rewriter.getNamedAttr("scale", rewriter.getF64FloatAttr(scale)),
+         rewriter.getNamedAttr("causal", rewriter.getBoolAttr(causal))});
+    if (flash && flash.getType() != pv.getType()) {
+      flash->destroy();
+      flash = nullptr;
+    }
+    if (!flash) return rewriter.notifyMatchFailure(pv, "the operands do not make one flash attention");
     rewriter.setInsertionPoint(pv);
-    auto flash = rewriter.create<FlashAttentionOp>(
-        rewriter.getFusedLoc({qk.getLoc(), pv.getLoc()}), qk.getLhs(), key, value,
-        rewriter.getF64FloatAttr(scale), rewriter.getBoolAttr(causal));
+    rewriter.insert(flash);
     rewriter.replaceOp(pv, flash.getResult());
     for (mlir::Operation *op : chain) rewriter.eraseOp(op);
     rewriter.eraseOp(qk);

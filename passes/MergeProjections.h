@@ -14,8 +14,9 @@ bool hasParameterWeight(LinearOp linear);
 
 // Rewrites `projections` (all reading the same input, listed in the order their
 // weights are to be concatenated) into concat + linear + split, placed before the
-// earliest of them; returns the split's results in the same order.
-mlir::SmallVector<mlir::Value> mergeProjections(mlir::PatternRewriter &rewriter,
-                                                llvm::ArrayRef<LinearOp> projections);
+// earliest of them; returns the split's results in the same order. Fails, changing
+// nothing, when the merged ops would not infer the projections' types.
+mlir::FailureOr<mlir::SmallVector<mlir::Value>> mergeProjections(mlir::PatternRewriter &rewriter,
+                                                                 llvm::ArrayRef<LinearOp> projections);
 
 } // namespace tl

@@ -39,7 +39,8 @@ struct MergeAttentionProjections : mlir::OpRewritePattern<LinearOp> {
         if (!llvm::is_contained(siblings, other)) siblings.push_back(other);
     if (siblings.size() < 2) return rewriter.notifyMatchFailure(linear, "no sibling projection to merge with");
     llvm::stable_sort(siblings, [](LinearOp a, LinearOp b) { return roleOf(a) < roleOf(b); });
-    mergeProjections(rewriter, siblings);
+    if (mlir::failed(mergeProjections(rewriter, siblings)))
+      return rewriter.notifyMatchFailure(linear, "the merged projection would not have the same types");
     return mlir::success();
   }
 

@@ -62,10 +62,7 @@ struct SpecializePass : impl::TlSpecializeBase<SpecializePass> {
       }
       if (!llvm::isa<mlir::InferTypeOpInterface>(op)) return mlir::WalkResult::advance();
       llvm::SmallVector<mlir::Type> inferred;
-      if (mlir::failed(mlir::cast<mlir::InferTypeOpInterface>(op).inferReturnTypes(
-              op->getContext(), op->getLoc(), op->getOperands(), op->getRawDictionaryAttrs(),
-              op->getPropertiesStorage(), op->getRegions(), inferred)))
-        return mlir::WalkResult::interrupt();
+      if (mlir::failed(inferResultTypes(op, inferred, op->getLoc()))) return mlir::WalkResult::interrupt();
       for (auto [result, type] : llvm::zip(op->getResults(), inferred)) result.setType(type);
       return mlir::WalkResult::advance();
     });

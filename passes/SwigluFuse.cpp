@@ -30,10 +30,13 @@ struct FuseSwiglu : mlir::OpRewritePattern<MulOp> {
       if (!gate || !up || gate == up || gate.getInput() != up.getInput() || !gate->hasOneUse() ||
           !hasParameterWeight(gate) || !hasParameterWeight(up))
         continue;
-      llvm::SmallVector<mlir::Value> pieces = mergeProjections(rewriter, {gate, up});
+      auto pieces = mergeProjections(rewriter, {gate, up});
+      if (mlir::failed(pieces)) continue;
       rewriter.setInsertionPoint(mul);
-      // The silu now reads the gate piece; the fused op replaces silu and product.
-      rewriter.replaceOpWithNewOp<SwigluOp>(mul, pieces[0], pieces[1]);
+      // The silu now reads the gate piece; the fused op replaces silu and product. The
+      // pieces have gate's and up's types, which the product already combined, so
+      // swiglu's inference accepts them.
+      rewriter.replaceOpWithNewOp<SwigluOp>(mul, (*pieces)[0], (*pieces)[1]);
       rewriter.eraseOp(silu);
       return mlir::success();
     }

@@ -12,11 +12,15 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <random>
+#include <set>
 
 #include "runtime/Backend.h"
 #include "runtime/CpuOps.h"
+#include "runtime/Checked.h"
 #include "runtime/Error.h"
+#include "runtime/MemoryBudget.h"
 #include "runtime/MemoryPlanner.h"
 #include "runtime/ThreadPool.h"
 
@@ -35,13 +39,14 @@ public:
   std::string name() const override { return "cpu"; }
 
   void load(const Program &program, const Weights &weights) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     loaded_ = false;
     validateProgram(program);
-    program_ = program;
-    planMemoryIfNeeded(program_);
-    checkInterface();
-
-    weights.checkAgainst(program_.parameters, "cpu backend");
+    Program planned = program;
+    planMemoryIfNeeded(planned);
+    weights.checkAgainst(planned.parameters, "cpu backend");
+    checkMemoryBudget(planned);
+    program_ = std::move(planned);
     materializeWeights(weights);
 
     // 0xFF bytes read as NaN in f32 and bf16: a value read before it is written shows.
@@ -50,6 +55,7 @@ public:
   }
 
   ForwardResult forward(const std::vector<int32_t> &tokenIds) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!loaded_) throw Error("cpu backend: forward called before load");
     checkTokenIds(program_, tokenIds);
     auto start = std::chrono::steady_clock::now();
@@ -74,31 +80,45 @@ public:
     return result;
   }
 
-  int64_t peakActivationBytes() const override { return program_.arenaBytes; }
+  int64_t peakActivationBytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return program_.arenaBytes;
+  }
 
   int64_t weightBytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
     int64_t bytes = 0;
     for (const auto &entry : weightStore_) bytes += int64_t(entry.second.size() * sizeof(float));
     return bytes;
   }
 
 private:
-  // The calling convention forward() relies on: ids in, logits (and loss) out.
-  void checkInterface() const {
-    if (program_.inputs.empty()) throw Error("cpu backend: the program has no inputs");
-    const Value &ids = program_.value(program_.inputs[0]);
-    if (ids.dtype != DType::I32 || ids.numElements() != program_.batch * program_.seqLen)
-      throw Error(fmt::format("cpu backend: input '{}' is {} {}, expected i32 token ids of {} "
-                              "elements (batch {} x seq {})",
-                              ids.name, dtypeName(ids.dtype), shapeString(ids.shape),
-                              program_.batch * program_.seqLen, program_.batch, program_.seqLen));
-    if (program_.outputs.empty()) throw Error("cpu backend: the program has no outputs");
-    if (program_.outputs.size() > 1) {
-      const Value &loss = program_.value(program_.outputs[1]);
-      if (loss.dtype != DType::F32 || loss.numElements() != 1)
-        throw Error(fmt::format("cpu backend: output '{}' is {} {}, expected an f32 scalar loss",
-                                loss.name, dtypeName(loss.dtype), shapeString(loss.shape)));
+  // What load and forward allocate, before any of it is: the arena, fp32 copies of the
+  // weights, the logits read back, and the largest kernel's fp32 locals and scratch.
+  void checkMemoryBudget(const Program &program) const {
+    // Sums saturate: an overflowing need is reported as more than any machine has.
+    auto add = [](int64_t a, int64_t b) {
+      return checkedAdd(a, b).value_or(std::numeric_limits<int64_t>::max());
+    };
+    int64_t weightFloats = 0, kernelFloats = 0;
+    std::set<std::vector<std::string>> weightKeys;
+    for (const Value &value : program.values)
+      if (value.storage == Storage::Weight && weightKeys.insert(value.weightKeys).second)
+        weightFloats = add(weightFloats, value.numElements());
+    for (const Kernel &kernel : program.kernels) {
+      int64_t floats = 0;
+      for (const OpRecord &op : kernel.ops)
+        for (const std::vector<int> *ids : {&op.operands, &op.results})
+          for (int id : *ids) floats = add(floats, program.value(id).numElements());
+      kernelFloats = std::max(kernelFloats, floats);
     }
+    MemoryBudget("cpu backend")
+        .need("arena", program.arenaBytes)
+        .need("weights", weightFloats, 4)
+        .need("token ids", program.batch * program.seqLen, 4)
+        .need("logits", 2 * program.value(program.outputs[0]).numElements(), 4)
+        .need("kernel scratch", kernelFloats, 4)
+        .check();
   }
 
   // Each Weight value is its keys' tensors concatenated along dim 0; values with the same
@@ -222,6 +242,7 @@ private:
     currentKernel_ = nullptr;
   }
 
+  mutable std::mutex mutex_; // load and forward share the arena: calls serialize
   ThreadPool pool_;
   Program program_;
   bool loaded_ = false;
@@ -235,14 +256,19 @@ private:
 } // namespace
 
 std::unique_ptr<Backend> createCpuBackend(int threads) {
-  return std::make_unique<CpuBackend>(threads);
+  try {
+    return std::make_unique<CpuBackend>(threads);
+  } catch (const Error &error) {
+    throw Error(fmt::format("cpu backend (--cpu-threads={}): {}", threads, error.what()));
+  }
 }
 
 void checkTokenIds(const Program &program, const std::vector<int32_t> &tokenIds) {
-  int64_t expected = program.batch * program.seqLen;
-  if (int64_t(tokenIds.size()) != expected)
-    throw Error(fmt::format("expected {} token ids (batch {} x seq {}), got {}", expected,
-                            program.batch, program.seqLen, tokenIds.size()));
+  std::optional<int64_t> expected = checkedMul(program.batch, program.seqLen);
+  if (!expected || int64_t(tokenIds.size()) != *expected)
+    throw Error(fmt::format("expected {} token ids (batch {} x seq {}), got {}",
+                            expected ? std::to_string(*expected) : "too many", program.batch,
+                            program.seqLen, tokenIds.size()));
   for (size_t i = 0; i < tokenIds.size(); ++i)
     if (tokenIds[i] < 0 || tokenIds[i] >= program.vocab)
       throw Error(fmt::format("token id {} at position {} is out of range for vocab {} (valid "

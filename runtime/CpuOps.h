@@ -27,7 +27,8 @@ struct OpOutput {
 };
 
 // Runs one op. Throws tlc::Error on an unknown op ("cpu backend: unknown op 'x' in
-// kernel 'y'"), a missing attribute, or operand/result shapes the op cannot take.
+// kernel 'y'"), or an op its rules (runtime/OpRules.h) reject: a missing or
+// out-of-range attribute, operand or result shapes the op cannot take.
 void runOp(const OpRecord &op, const std::vector<OpInput> &operands,
            const std::vector<OpOutput> &results, ThreadPool &pool, const std::string &kernelName);
 

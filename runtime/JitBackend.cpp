@@ -10,6 +10,7 @@
 #include <limits>
 #include <cstring>
 #include <map>
+#include <mutex>
 
 #include "runtime/Error.h"
 #include "runtime/MemoryPlanner.h"
@@ -27,11 +28,17 @@ public:
     report_.device = device_->name();
     report_.arch = device_->arch();
   }
-  ~GpuBackend() override { freeAll(); }
+  ~GpuBackend() override {
+    try {
+      freeAll();
+    } catch (...) { // a destructor must not throw: the driver may already be gone
+    }
+  }
 
   std::string name() const override { return device_->vendor(); }
 
   void load(const Program &program, const Weights &weights) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     freeAll();
     validateProgram(program);
     program_ = program;
@@ -109,6 +116,7 @@ public:
   }
 
   ForwardResult forward(const std::vector<int32_t> &tokenIds) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!loaded_) throw Error(device_->vendor() + " backend: forward called before load");
     checkTokenIds(program_, tokenIds);
     // 0xFF bytes read as NaN in f32 and bf16: a value read before it is written shows,
@@ -154,8 +162,14 @@ public:
     return result;
   }
 
-  int64_t peakActivationBytes() const override { return program_.arenaBytes; }
-  int64_t weightBytes() const override { return report_.weightBytes; }
+  int64_t peakActivationBytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return program_.arenaBytes;
+  }
+  int64_t weightBytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return report_.weightBytes;
+  }
 
   const GpuReport &report() const { return report_; }
 
@@ -273,6 +287,7 @@ private:
     loaded_ = false;
   }
 
+  mutable std::mutex mutex_; // load and forward share the arena and the stream: calls serialize
   std::unique_ptr<GpuDevice> device_;
   GpuOptions options_;
   Program program_;

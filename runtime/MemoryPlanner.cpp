@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <optional>
+#include <queue>
 
+#include "runtime/Checked.h"
 #include "runtime/Error.h"
 
 namespace tlc {
@@ -60,8 +64,14 @@ std::vector<Lifetime> computeLifetimes(const Program &program) {
   return lifetimes;
 }
 
+// Byte arithmetic of the plan, checked: a hostile Program must not wrap an offset.
+int64_t planned(std::optional<int64_t> bytes) {
+  if (!bytes) throw Error("memory planner: the arena would exceed 2^63 bytes");
+  return *bytes;
+}
+
 int64_t alignUp(int64_t bytes, int64_t alignment) {
-  return (bytes + alignment - 1) / alignment * alignment;
+  return planned(checkedMul(planned(checkedAdd(bytes, alignment - 1)) / alignment, alignment));
 }
 
 } // namespace
@@ -96,12 +106,13 @@ int64_t planMemory(Program &program, int64_t alignment) {
               [](const Placement &a, const Placement &b) { return a.begin < b.begin; });
     int64_t offset = 0;
     for (const Placement &conflict : conflicts) {
-      if (offset + size <= conflict.begin) break;
+      if (planned(checkedAdd(offset, size)) <= conflict.begin) break;
       offset = std::max(offset, alignUp(conflict.end, alignment));
     }
     value.offset = offset;
-    placed.push_back({offset, offset + size, id});
-    arenaBytes = std::max(arenaBytes, offset + size);
+    int64_t end = planned(checkedAdd(offset, size));
+    placed.push_back({offset, end, id});
+    arenaBytes = std::max(arenaBytes, end);
   }
   program.arenaBytes = alignUp(arenaBytes, alignment);
 
@@ -117,8 +128,48 @@ int64_t planMemory(Program &program, int64_t alignment) {
 int64_t unplannedBytes(const Program &program) {
   int64_t total = 0;
   for (const Value &value : program.values)
-    if (isPlanned(value)) total += value.bytes();
+    if (isPlanned(value)) total = planned(checkedAdd(total, value.bytes()));
   return total;
+}
+
+void checkPlacement(const Program &program) {
+  std::vector<Lifetime> lifetimes = computeLifetimes(program);
+  std::vector<int> order;
+  for (const Value &value : program.values)
+    if (isPlanned(value)) order.push_back(value.id);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return lifetimes[size_t(a)].first < lifetimes[size_t(b)].first;
+  });
+  // Sweep over time: the byte ranges of the values alive now, disjoint and keyed by
+  // their first byte, so a new value can only collide with its two neighbours.
+  struct Range {
+    int64_t end;
+    int id;
+  };
+  std::map<int64_t, Range> alive;
+  std::priority_queue<std::pair<int, int64_t>, std::vector<std::pair<int, int64_t>>,
+                      std::greater<>>
+      expiry; // (last kernel, first byte) of the values in `alive`
+  auto overlapError = [&](int a, int b) {
+    const Value &x = program.values[size_t(a)], &y = program.values[size_t(b)];
+    return Error(fmt::format("arena values {} ('{}', bytes {}..{}) and {} ('{}', bytes {}..{}) are "
+                             "alive at the same time but share bytes",
+                             x.id, x.name, x.offset, x.offset + x.bytes(), y.id, y.name, y.offset,
+                             y.offset + y.bytes()));
+  };
+  for (int id : order) {
+    const Lifetime &lifetime = lifetimes[size_t(id)];
+    for (; !expiry.empty() && expiry.top().first < lifetime.first; expiry.pop())
+      alive.erase(expiry.top().second);
+    const Value &value = program.values[size_t(id)];
+    int64_t begin = value.offset, end = planned(checkedAdd(begin, value.bytes()));
+    auto next = alive.lower_bound(begin);
+    if (next != alive.end() && next->first < end) throw overlapError(id, next->second.id);
+    if (next != alive.begin() && std::prev(next)->second.end > begin)
+      throw overlapError(id, std::prev(next)->second.id);
+    alive.emplace(begin, Range{end, id});
+    expiry.emplace(lifetime.last, begin);
+  }
 }
 
 bool livesInArena(Storage storage) {

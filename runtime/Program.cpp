@@ -4,10 +4,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <initializer_list>
+#include <limits>
+#include <optional>
 #include <set>
 
+#include "runtime/Checked.h"
 #include "runtime/Error.h"
+#include "runtime/MemoryPlanner.h"
+#include "runtime/OpRules.h"
 #include "runtime/Tensor.h"
+#include "runtime/Utf8.h"
 
 namespace tlc {
 
@@ -57,11 +65,7 @@ Storage parseStorage(const std::string &name) {
       name));
 }
 
-int64_t Value::numElements() const {
-  int64_t count = 1;
-  for (int64_t dim : shape) count *= dim;
-  return count;
-}
+int64_t Value::numElements() const { return Tensor::elementsOf(shape); }
 
 namespace {
 
@@ -117,52 +121,89 @@ const Value &Program::storageOf(int id) const {
 
 namespace {
 
-bool isPlanned(Storage storage) {
-  return storage == Storage::Input || storage == Storage::Output || storage == Storage::Activation;
-}
+bool isFloat(DType dtype) { return dtype == DType::F32 || dtype == DType::BF16; }
 
+// Checks a Program before any backend touches it. Every message starts with the JSON
+// path of the fault in program.json (`kernels[3].ops[1].attrs.eps`), so a hand-edited
+// file points at its own line.
 class ProgramValidator {
 public:
   explicit ProgramValidator(const Program &program) : program_(program) {}
 
   void run() {
-    if (program_.batch < 1 || program_.seqLen < 1 || program_.vocab < 1)
-      fail(fmt::format("batch ({}), seq_len ({}) and vocab ({}) must be positive", program_.batch,
-                       program_.seqLen, program_.vocab));
+    checkHeader();
     checkParameters();
-    // View targets first, so following views below never leaves the value list.
+    for (size_t index = 0; index < program_.values.size(); ++index) checkValueShape(index);
+    // View targets before anything follows views, so storageOf never leaves the list.
     for (size_t index = 0; index < program_.values.size(); ++index)
       if (program_.values[index].storage == Storage::View)
-        checkId(program_.values[index].viewOf, describe(int(index)));
+        checkId(program_.values[index].viewOf, fmt::format("values[{}].view_of", index));
     for (const Value &value : program_.values) checkValue(value);
     checkKernels();
+    checkDataflow();
     checkInterface();
+    checkArena();
   }
 
 private:
-  [[noreturn]] void fail(const std::string &message) const {
-    throw Error(fmt::format("invalid program: {}", message));
+  [[noreturn]] void fail(const std::string &path, const std::string &message) const {
+    throw Error(fmt::format("invalid program: {}: {}", path, message));
   }
 
   std::string describe(int id) const {
     return fmt::format("value {} ('{}')", id, program_.values[size_t(id)].name);
   }
 
-  void checkId(int id, const std::string &where) const {
+  void checkId(int id, const std::string &path) const {
     if (id < 0 || size_t(id) >= program_.values.size())
-      fail(fmt::format("{} refers to value {}, but the program has {} values", where, id,
-                       program_.values.size()));
+      fail(path, fmt::format("refers to value {}, but the program has {} values", id,
+                             program_.values.size()));
+  }
+
+  const Value &base(int id) const { return program_.storageOf(id); }
+
+  // Strings go into program.json, which holds only UTF-8.
+  void checkText(const std::string &text, const std::string &path) const {
+    if (!isValidUtf8(text)) fail(path, "is not valid UTF-8");
+  }
+
+  void checkHeader() const {
+    checkText(program_.model, "model");
+    checkText(program_.pipeline, "pipeline");
+    for (auto [field, value] : {std::pair<const char *, int64_t>{"batch", program_.batch},
+                                {"seq_len", program_.seqLen},
+                                {"vocab", program_.vocab}})
+      if (value < 1) fail(field, fmt::format("{} must be positive", value));
+    std::optional<int64_t> tokens = checkedMul(program_.batch, program_.seqLen);
+    if (!tokens || *tokens > kMaxTokens)
+      fail("batch", fmt::format("batch {} x seq_len {} exceeds the limit of {} tokens",
+                                program_.batch, program_.seqLen, kMaxTokens));
+    if (program_.vocab > std::numeric_limits<int32_t>::max())
+      fail("vocab", fmt::format("{} does not fit the i32 token ids", program_.vocab));
+    if (program_.arenaBytes < 0) fail("arena_bytes", "must not be negative");
+    if (program_.workspaceBytes < 0) fail("workspace_bytes", "must not be negative");
+  }
+
+  // A shape every dimension of which is positive and whose size fits the limits.
+  void checkShape(const std::vector<int64_t> &shape, const std::string &path) const {
+    std::optional<int64_t> count = checkedElementCount(shape);
+    if (!count || *count == 0)
+      fail(path, fmt::format("shape {} must have positive dimensions and at most 2^40 elements",
+                             shapeString(shape)));
   }
 
   void checkParameters() {
     std::set<std::string> seen;
-    for (const Parameter &parameter : program_.parameters) {
+    for (size_t i = 0; i < program_.parameters.size(); ++i) {
+      const Parameter &parameter = program_.parameters[i];
+      std::string path = fmt::format("parameters[{}]", i);
+      checkText(parameter.key, path + ".key");
       if (!seen.insert(parameter.key).second)
-        fail(fmt::format("parameter '{}' is declared twice", parameter.key));
-      for (int64_t dim : parameter.shape)
-        if (dim < 1)
-          fail(fmt::format("parameter '{}' has shape {} with a non-positive dimension",
-                           parameter.key, shapeString(parameter.shape)));
+        fail(path, fmt::format("parameter '{}' is declared twice", parameter.key));
+      checkShape(parameter.shape, path + ".shape");
+      if (parameter.init != "normal" && parameter.init != "ones" && parameter.init != "zeros")
+        fail(path + ".init",
+             fmt::format("unknown init '{}' (expected normal, ones or zeros)", parameter.init));
     }
   }
 
@@ -172,109 +213,309 @@ private:
     return nullptr;
   }
 
-  void checkValue(const Value &value) const {
-    size_t index = size_t(&value - program_.values.data());
-    if (value.id != int(index))
-      fail(fmt::format("value at index {} ('{}') has id {}", index, value.name, value.id));
-    for (int64_t dim : value.shape)
-      if (dim < 1)
-        fail(fmt::format("{} has shape {} with a non-positive dimension", describe(value.id),
-                         shapeString(value.shape)));
-    if (value.storage == Storage::Weight)
-      checkWeight(value);
-    else if (!value.weightKeys.empty())
-      fail(fmt::format("{} is not a weight but has weight keys", describe(value.id)));
-    if (value.storage == Storage::View) checkView(value);
-    if (value.offset >= 0 && isPlanned(value.storage) &&
-        value.offset + value.bytes() > program_.arenaBytes)
-      fail(fmt::format("{} at offset {} ({} bytes) ends past the arena of {} bytes",
-                       describe(value.id), value.offset, value.bytes(), program_.arenaBytes));
+  void checkValueShape(size_t index) const {
+    const Value &value = program_.values[index];
+    std::string path = fmt::format("values[{}]", index);
+    if (value.id != int(index)) fail(path + ".id", fmt::format("is {}, expected {}", value.id, index));
+    checkText(value.name, path + ".name");
+    checkShape(value.shape, path + ".shape");
   }
 
-  void checkWeight(const Value &value) const {
+  void checkValue(const Value &value) const {
+    std::string path = fmt::format("values[{}]", value.id);
+    if (value.storage == Storage::Weight)
+      checkWeight(value, path);
+    else if (!value.weightKeys.empty())
+      fail(path + ".weight_keys", fmt::format("{} is not a weight but has weight keys",
+                                              describe(value.id)));
+    if (value.storage == Storage::View) {
+      program_.storageOf(value.id); // throws on a cycle
+      const Value &target = program_.values[size_t(value.viewOf)];
+      if (value.dtype != target.dtype || value.numElements() != target.numElements())
+        fail(path, fmt::format("view {} ({} {}) does not match the value it views, {} ({} {})",
+                               describe(value.id), dtypeName(value.dtype),
+                               shapeString(value.shape), describe(target.id),
+                               dtypeName(target.dtype), shapeString(target.shape)));
+    }
+    bool tokenIds = program_.storageOf(value.id).storage == Storage::Input;
+    if (tokenIds != (value.dtype == DType::I32))
+      fail(path + ".dtype", fmt::format("{} is {}: token ids (storage input) are i32, every "
+                                        "other value is f32 or bf16",
+                                        describe(value.id), dtypeName(value.dtype)));
+  }
+
+  void checkWeight(const Value &value, const std::string &path) const {
     if (value.weightKeys.empty())
-      fail(fmt::format("weight {} has no weight keys", describe(value.id)));
-    if (value.shape.empty()) fail(fmt::format("weight {} has no shape", describe(value.id)));
+      fail(path, fmt::format("weight {} has no weight keys", describe(value.id)));
     // The keys are concatenated along dim 0: their rows add up, the other dims agree.
     int64_t rows = 0;
     for (const std::string &key : value.weightKeys) {
       const Parameter *parameter = findParameter(key);
       if (!parameter)
-        fail(fmt::format("weight {} uses key '{}', which is not a parameter", describe(value.id),
-                         key));
+        fail(path + ".weight_keys", fmt::format("weight {} uses key '{}', which is not a parameter",
+                                                describe(value.id), key));
       bool trailingMatch =
           parameter->shape.size() == value.shape.size() &&
           std::equal(value.shape.begin() + 1, value.shape.end(), parameter->shape.begin() + 1);
       if (!trailingMatch)
-        fail(fmt::format("weight {} has shape {}, which parameter '{}' of shape {} cannot "
-                         "be concatenated into",
-                         describe(value.id), shapeString(value.shape), key,
-                         shapeString(parameter->shape)));
-      rows += parameter->shape[0];
+        fail(path, fmt::format("weight {} has shape {}, which parameter '{}' of shape {} cannot "
+                               "be concatenated into",
+                               describe(value.id), shapeString(value.shape), key,
+                               shapeString(parameter->shape)));
+      rows += parameter->shape[0]; // each at most 2^40: no overflow for any sane key count
+      if (rows > kMaxTensorElements) break;
     }
     if (rows != value.shape[0])
-      fail(fmt::format("weight {} has {} rows, but its keys hold {} rows", describe(value.id),
-                       value.shape[0], rows));
+      fail(path, fmt::format("weight {} has {} rows, but its keys hold {} rows",
+                             describe(value.id), value.shape[0], rows));
   }
 
-  void checkView(const Value &value) const {
-    program_.storageOf(value.id); // throws on a cycle
-    checkViewSize(value, program_.values[size_t(value.viewOf)]);
+  // A numeric field of program.json and the range a backend can take it in.
+  struct Field {
+    const char *name;
+    int64_t value, min, max;
+  };
+
+  void checkFields(std::initializer_list<Field> fields, const std::string &path) const {
+    for (const Field &field : fields)
+      if (field.value < field.min || field.value > field.max)
+        fail(path + "." + field.name, fmt::format("{} is outside {}..{}", field.value, field.min, field.max));
   }
 
-  void checkViewSize(const Value &view, const Value &target) const {
-    if (view.dtype != target.dtype || view.numElements() != target.numElements())
-      fail(fmt::format("view {} ({} {}) does not match the value it views, {} ({} {})",
-                       describe(view.id), dtypeName(view.dtype), shapeString(view.shape),
-                       describe(target.id), dtypeName(target.dtype), shapeString(target.shape)));
+  // Costs and launch data: one row per numeric field, so a new Kernel field is one line.
+  void checkKernelFields(const Kernel &kernel, const std::string &path) const {
+    const int64_t any = std::numeric_limits<int64_t>::max(), int32 = std::numeric_limits<int32_t>::max();
+    checkFields({{"flops", kernel.flops, 0, any},
+                 {"min_bytes", kernel.minBytes, 0, any},
+                 {"layer", kernel.layer, -1, int32},
+                 // The program's workspace is what a launch gets.
+                 {"workspace_bytes", kernel.workspaceBytes, 0, program_.workspaceBytes},
+                 // Counters, at most one per block of a grid.
+                 {"sync_words", kernel.syncWords, 0, int32}},
+                path);
+    for (const auto &[backend, shape] : kernel.launch) {
+      std::string where = path + ".launch." + backend;
+      checkText(backend, where);
+      // A grid dimension and a block are at most what CUDA and HIP launch.
+      checkFields({{"grid_blocks", shape.gridBlocks, 1, int32},
+                   {"block_threads", shape.blockThreads, 1, 1024},
+                   {"shared_bytes", shape.sharedBytes, 0, int32}},
+                  where);
+    }
   }
 
-  void checkKernels() const {
+  void checkKernels() {
     // A Local belongs to exactly one kernel.
     std::vector<int> localOwner(program_.values.size(), -1);
+    int64_t totalFlops = 0, totalBytes = 0;
     for (size_t k = 0; k < program_.kernels.size(); ++k) {
       const Kernel &kernel = program_.kernels[k];
-      std::string where = fmt::format("kernel {} ('{}')", k, kernel.name);
-      if (kernel.ops.empty()) fail(fmt::format("{} has no ops", where));
-      for (const auto *list : {&kernel.inputs, &kernel.outputs})
-        for (int id : *list) {
-          checkId(id, where);
-          if (program_.storageOf(id).storage == Storage::Local)
-            fail(fmt::format("{} lists local {} as an input or output", where, describe(id)));
+      std::string path = fmt::format("kernels[{}]", k);
+      checkText(kernel.name, path + ".name");
+      checkText(kernel.entry, path + ".entry");
+      checkText(kernel.source, path + ".source");
+      checkKernelFields(kernel, path);
+      std::optional<int64_t> flops = checkedAdd(totalFlops, kernel.flops);
+      std::optional<int64_t> bytes = checkedAdd(totalBytes, kernel.minBytes);
+      if (!flops || !bytes) fail(path, "the program's total flops or min_bytes overflow");
+      totalFlops = *flops;
+      totalBytes = *bytes;
+      if (kernel.ops.empty()) fail(path + ".ops", "a kernel needs at least one op");
+      for (const char *listName : {"inputs", "outputs"}) {
+        const std::vector<int> &list = listName[0] == 'i' ? kernel.inputs : kernel.outputs;
+        for (size_t i = 0; i < list.size(); ++i) {
+          std::string where = fmt::format("{}.{}[{}]", path, listName, i);
+          checkId(list[i], where);
+          Storage storage = base(list[i]).storage;
+          if (storage == Storage::Local)
+            fail(where, fmt::format("lists local {}: locals never reach memory", describe(list[i])));
+          if (listName[0] == 'o' && (storage == Storage::Weight || storage == Storage::Input))
+            fail(where, fmt::format("lists {} {} as an output", storageName(storage),
+                                    describe(list[i])));
         }
-      for (size_t o = 0; o < kernel.ops.size(); ++o) {
-        const OpRecord &op = kernel.ops[o];
-        std::string opWhere = fmt::format("{} op {} ('{}')", where, o, op.op);
-        if (op.op.empty()) fail(fmt::format("{} has an empty op name", opWhere));
-        if (op.results.empty()) fail(fmt::format("{} has no results", opWhere));
-        for (const auto *list : {&op.operands, &op.results})
-          for (int id : *list) {
-            checkId(id, opWhere);
-            int baseId = program_.storageOf(id).id;
-            if (program_.values[size_t(baseId)].storage != Storage::Local) continue;
-            if (localOwner[size_t(baseId)] != -1 && localOwner[size_t(baseId)] != int(k))
-              fail(fmt::format("local {} is used by kernel {} and kernel {}", describe(baseId),
-                               localOwner[size_t(baseId)], k));
-            localOwner[size_t(baseId)] = int(k);
-          }
-        for (int id : op.results)
-          if (program_.storageOf(id).storage == Storage::Weight)
-            fail(fmt::format("{} writes weight {}", opWhere, describe(id)));
+      }
+      for (size_t o = 0; o < kernel.ops.size(); ++o)
+        checkOp(kernel, fmt::format("{}.ops[{}]", path, o), kernel.ops[o], int(k), localOwner);
+      for (size_t i = 0; i < kernel.outputs.size(); ++i) {
+        int outputBase = base(kernel.outputs[i]).id;
+        bool written = std::any_of(kernel.ops.begin(), kernel.ops.end(), [&](const OpRecord &op) {
+          return std::any_of(op.results.begin(), op.results.end(),
+                             [&](int id) { return base(id).id == outputBase; });
+        });
+        if (!written)
+          fail(fmt::format("{}.outputs[{}]", path, i),
+               fmt::format("no op of the kernel writes {}", describe(kernel.outputs[i])));
       }
     }
   }
 
+  // True when `id`'s bytes are one of the buffers the kernel is given.
+  bool isKernelBuffer(const Kernel &kernel, int id) const {
+    int wanted = base(id).id;
+    for (const std::vector<int> *list : {&kernel.inputs, &kernel.outputs})
+      for (int listed : *list)
+        if (base(listed).id == wanted) return true;
+    return false;
+  }
+
+  void checkOp(const Kernel &kernel, const std::string &path, const OpRecord &op, int k,
+               std::vector<int> &localOwner) const {
+    checkText(op.op, path + ".op");
+    std::string where = fmt::format("{} ('{}')", path, op.op);
+    if (!isKnownOp(op.op)) fail(path + ".op", fmt::format("unknown op '{}'", op.op));
+    for (const auto &[key, attr] : op.attrs) {
+      checkText(key, path + ".attrs");
+      if (const std::string *text = std::get_if<std::string>(&attr)) checkText(*text, path + ".attrs." + key);
+    }
+    for (const char *listName : {"operands", "results"}) {
+      bool operands = listName[0] == 'o';
+      const std::vector<int> &list = operands ? op.operands : op.results;
+      for (size_t i = 0; i < list.size(); ++i) {
+        std::string itemPath = fmt::format("{}.{}[{}]", path, listName, i);
+        checkId(list[i], itemPath);
+        const Value &value = program_.values[size_t(list[i])];
+        const Value &owner = base(list[i]);
+        if (owner.storage == Storage::Local) {
+          int &ownerKernel = localOwner[size_t(owner.id)];
+          if (ownerKernel != -1 && ownerKernel != k)
+            fail(itemPath, fmt::format("local {} is used by kernel {} and kernel {}",
+                                       describe(owner.id), ownerKernel, k));
+          ownerKernel = k;
+        } else if (!isKernelBuffer(kernel, list[i])) {
+          fail(itemPath, fmt::format("{} is in memory but not among the kernel's inputs or outputs",
+                                     describe(list[i])));
+        }
+        if (!operands && (owner.storage == Storage::Weight || owner.storage == Storage::Input))
+          fail(itemPath, fmt::format("writes {} {}", storageName(owner.storage), describe(list[i])));
+        bool tokenIds = operands && isTokenIdOperand(op.op, i);
+        if (tokenIds ? value.dtype != DType::I32 : !isFloat(value.dtype))
+          fail(itemPath, fmt::format("{} is {}, but {} expects {}", describe(list[i]),
+                                     dtypeName(value.dtype), where,
+                                     tokenIds ? "i32 token ids" : "f32 or bf16"));
+      }
+    }
+    std::vector<Shape> operandShapes;
+    for (int id : op.operands) operandShapes.push_back(program_.values[size_t(id)].shape);
+    std::vector<Shape> expected;
+    try {
+      expected = inferResultShapes(op, operandShapes);
+    } catch (const Error &error) {
+      fail(where, error.what());
+    }
+    if (expected.size() != op.results.size())
+      fail(path + ".results", fmt::format("{} computes {} results, the op lists {}", where,
+                                          expected.size(), op.results.size()));
+    // Token ids go up to vocab - 1: the table they index must have that many rows.
+    int64_t indexed = op.op == "embedding" ? operandShapes[0][0]
+                      : op.op == "cross_entropy" ? operandShapes[0][2]
+                                                 : program_.vocab;
+    if (indexed < program_.vocab)
+      fail(path + ".operands[0]", fmt::format("'{}' indexes {} rows with token ids up to vocab - 1 = {}",
+                                              op.op, indexed, program_.vocab - 1));
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const Value &result = program_.values[size_t(op.results[i])];
+      if (result.shape != expected[i])
+        fail(fmt::format("{}.results[{}]", path, i),
+             fmt::format("{} has shape {}, but {} computes {}", describe(result.id),
+                         shapeString(result.shape), where, shapeString(expected[i])));
+    }
+  }
+
+  // Kernels run in order and ops in order: every value is written once, before any op
+  // reads it; inputs come from the caller, weights from the checkpoint.
+  void checkDataflow() const {
+    std::vector<std::string> writer(program_.values.size());
+    for (const Value &value : program_.values)
+      if (value.storage == Storage::Input || value.storage == Storage::Weight)
+        writer[size_t(value.id)] = value.storage == Storage::Input ? "the caller" : "the checkpoint";
+    for (size_t k = 0; k < program_.kernels.size(); ++k)
+      for (size_t o = 0; o < program_.kernels[k].ops.size(); ++o) {
+        const OpRecord &op = program_.kernels[k].ops[o];
+        std::string path = fmt::format("kernels[{}].ops[{}]", k, o);
+        for (size_t i = 0; i < op.operands.size(); ++i)
+          if (writer[size_t(base(op.operands[i]).id)].empty())
+            fail(fmt::format("{}.operands[{}]", path, i),
+                 fmt::format("'{}' reads {} before anything writes it", op.op,
+                             describe(op.operands[i])));
+        for (size_t i = 0; i < op.results.size(); ++i) {
+          int written = base(op.results[i]).id;
+          for (int operand : op.operands)
+            if (base(operand).id == written)
+              fail(fmt::format("{}.results[{}]", path, i),
+                   fmt::format("'{}' writes {} in place of its own operand", op.op,
+                               describe(op.results[i])));
+          if (!writer[size_t(written)].empty())
+            fail(fmt::format("{}.results[{}]", path, i),
+                 fmt::format("{} is written again (first by {})", describe(op.results[i]),
+                             writer[size_t(written)]));
+          writer[size_t(written)] = path;
+        }
+      }
+    for (size_t i = 0; i < program_.outputs.size(); ++i)
+      if (writer[size_t(base(program_.outputs[i]).id)].empty())
+        fail(fmt::format("outputs[{}]", i),
+             fmt::format("no kernel writes {}", describe(program_.outputs[i])));
+  }
+
+  // The calling convention of Backend::forward: token ids [batch x seq] in, logits
+  // [batch x seq x vocab] (and optionally an f32 scalar loss) out.
   void checkInterface() const {
-    for (int id : program_.inputs) {
-      checkId(id, "the program's inputs");
-      if (program_.storageOf(id).storage != Storage::Input)
-        fail(fmt::format("program input {} does not have storage 'input'", describe(id)));
+    if (program_.inputs.size() != 1)
+      fail("inputs", fmt::format("lists {} values; a forward takes exactly one, the token ids",
+                                 program_.inputs.size()));
+    for (const Value &value : program_.values)
+      if (value.storage == Storage::Input && value.id != program_.inputs[0])
+        fail("inputs", fmt::format("does not list input {}", describe(value.id)));
+    checkId(program_.inputs[0], "inputs[0]");
+    const Value &ids = program_.value(program_.inputs[0]);
+    if (ids.storage != Storage::Input || ids.numElements() != program_.batch * program_.seqLen)
+      fail("inputs[0]", fmt::format("{} must be an input of {} i32 token ids (batch {} x seq {})",
+                                    describe(ids.id), program_.batch * program_.seqLen,
+                                    program_.batch, program_.seqLen));
+    if (program_.outputs.empty() || program_.outputs.size() > 2)
+      fail("outputs", "a forward returns the logits and optionally the loss");
+    for (size_t i = 0; i < program_.outputs.size(); ++i) {
+      std::string path = fmt::format("outputs[{}]", i);
+      checkId(program_.outputs[i], path);
+      if (base(program_.outputs[i]).storage != Storage::Output)
+        fail(path, fmt::format("{} does not have storage 'output'", describe(program_.outputs[i])));
     }
-    for (int id : program_.outputs) {
-      checkId(id, "the program's outputs");
-      if (program_.storageOf(id).storage != Storage::Output)
-        fail(fmt::format("program output {} does not have storage 'output'", describe(id)));
+    const Value &logits = program_.value(program_.outputs[0]);
+    std::optional<int64_t> logitCount =
+        checkedMul(program_.batch * program_.seqLen, program_.vocab);
+    if (!logitCount || logits.numElements() != *logitCount)
+      fail("outputs[0]", fmt::format("logits {} has shape {}, expected batch {} x seq {} x vocab {}",
+                                     describe(logits.id), shapeString(logits.shape),
+                                     program_.batch, program_.seqLen, program_.vocab));
+    if (program_.outputs.size() == 2) {
+      const Value &loss = program_.value(program_.outputs[1]);
+      if (loss.dtype != DType::F32 || loss.numElements() != 1)
+        fail("outputs[1]", fmt::format("loss {} is {} {}, expected an f32 scalar",
+                                       describe(loss.id), dtypeName(loss.dtype),
+                                       shapeString(loss.shape)));
     }
+  }
+
+  // A planned arena (every arena value has an offset; else backends plan it): aligned,
+  // inside arena_bytes, and no two values alive at once share bytes.
+  void checkArena() const {
+    bool planned = std::all_of(program_.values.begin(), program_.values.end(), [](const Value &v) {
+      return !livesInArena(v.storage) || v.offset >= 0;
+    });
+    if (!planned) return;
+    for (const Value &value : program_.values) {
+      if (!livesInArena(value.storage)) continue;
+      std::string path = fmt::format("values[{}].offset", value.id);
+      if (value.offset % kArenaAlignment != 0)
+        fail(path, fmt::format("{} of {} is not a multiple of {}", value.offset, describe(value.id),
+                               kArenaAlignment));
+      std::optional<int64_t> end = checkedAdd(value.offset, value.bytes());
+      if (!end || *end > program_.arenaBytes)
+        fail(path, fmt::format("{} at offset {} ({} bytes) ends past the arena of {} bytes",
+                               describe(value.id), value.offset, value.bytes(),
+                               program_.arenaBytes));
+    }
+    checkPlacement(program_);
   }
 
   const Program &program_;

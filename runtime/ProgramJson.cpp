@@ -14,7 +14,10 @@
 #include <sstream>
 
 #include "runtime/Error.h"
+#include "runtime/MappedFile.h"
+#include "runtime/MemoryBudget.h"
 #include "runtime/Program.h"
+#include "runtime/StrictJson.h"
 
 namespace tlc {
 namespace {
@@ -22,6 +25,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr const char *kFormatName = "tlc-program";
+constexpr int64_t kMaxProgramFileBytes = int64_t(1) << 30;
 constexpr int kFormatVersion = 1;
 
 // ---- writing ---------------------------------------------------------------------
@@ -220,14 +224,23 @@ public:
     return integers(field(object, key, where), join(where, key));
   }
 
+  // An integer field stored in an `int`: out of range is an error, never truncated.
+  int intField(const nlohmann::json &object, const char *key, const std::string &where) const {
+    return narrow(integer(object, key, where), join(where, key));
+  }
+
+  int narrow(int64_t value, const std::string &where) const {
+    if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max())
+      fail(where, fmt::format("{} is out of range", value));
+    return int(value);
+  }
+
   std::vector<int> ids(const nlohmann::json &object, const char *key,
                        const std::string &where) const {
     std::vector<int> result;
-    for (int64_t id : integers(object, key, where)) {
-      if (id < std::numeric_limits<int>::min() || id > std::numeric_limits<int>::max())
-        fail(join(where, key), fmt::format("value id {} is out of range", id));
-      result.push_back(int(id));
-    }
+    std::vector<int64_t> values = integers(object, key, where);
+    for (size_t i = 0; i < values.size(); ++i)
+      result.push_back(narrow(values[i], fmt::format("{}[{}]", join(where, key), i)));
     return result;
   }
 
@@ -276,7 +289,7 @@ Parameter parameterFromJson(const JsonReader &reader, const nlohmann::json &json
 Value valueFromJson(const JsonReader &reader, const nlohmann::json &json,
                     const std::string &where) {
   Value value;
-  value.id = int(reader.integer(json, "id", where));
+  value.id = reader.intField(json, "id", where);
   value.name = reader.string(json, "name", where);
   std::string dtype = reader.string(json, "dtype", where);
   value.dtype = reader.located(JsonReader::join(where, "dtype"), [&] { return parseDType(dtype); });
@@ -286,9 +299,9 @@ Value valueFromJson(const JsonReader &reader, const nlohmann::json &json,
       reader.located(JsonReader::join(where, "storage"), [&] { return parseStorage(storage); });
   if (reader.optionalField(json, "offset")) value.offset = reader.integer(json, "offset", where);
   if (value.storage == Storage::View)
-    value.viewOf = int(reader.integer(json, "view_of", where));
+    value.viewOf = reader.intField(json, "view_of", where);
   else if (reader.optionalField(json, "view_of"))
-    value.viewOf = int(reader.integer(json, "view_of", where));
+    value.viewOf = reader.intField(json, "view_of", where);
   if (const nlohmann::json *keys = reader.optionalField(json, "weight_keys")) {
     std::string keysWhere = JsonReader::join(where, "weight_keys");
     reader.array(*keys, keysWhere);
@@ -322,7 +335,7 @@ Kernel kernelFromJson(const JsonReader &reader, const nlohmann::json &json,
   kernel.name = reader.string(json, "name", where);
   kernel.inputs = reader.ids(json, "inputs", where);
   kernel.outputs = reader.ids(json, "outputs", where);
-  if (reader.optionalField(json, "layer")) kernel.layer = int(reader.integer(json, "layer", where));
+  if (reader.optionalField(json, "layer")) kernel.layer = reader.intField(json, "layer", where);
   if (reader.optionalField(json, "flops")) kernel.flops = reader.integer(json, "flops", where);
   if (reader.optionalField(json, "min_bytes"))
     kernel.minBytes = reader.integer(json, "min_bytes", where);
@@ -335,7 +348,7 @@ Kernel kernelFromJson(const JsonReader &reader, const nlohmann::json &json,
       std::string shapeWhere = JsonReader::join(launchWhere, item.key());
       KernelLaunch shape;
       shape.gridBlocks = reader.integer(item.value(), "grid_blocks", shapeWhere);
-      shape.blockThreads = int(reader.integer(item.value(), "block_threads", shapeWhere));
+      shape.blockThreads = reader.intField(item.value(), "block_threads", shapeWhere);
       shape.sharedBytes = reader.integer(item.value(), "shared_bytes", shapeWhere);
       kernel.launch[item.key()] = shape;
     }
@@ -402,12 +415,7 @@ std::string programToJson(const Program &program) {
 
 Program programFromJson(const std::string &text, const std::string &origin) {
   JsonReader reader(origin);
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error &error) {
-    reader.fail("", fmt::format("malformed JSON: {}", error.what()));
-  }
+  nlohmann::json root = reader.located("", [&] { return parseStrictJson(text); });
   if (!root.is_object()) reader.fail("", "expected a JSON object at the top level");
   if (const nlohmann::json *format = reader.optionalField(root, "format"))
     if (!format->is_string() || *format != kFormatName)
@@ -422,7 +430,7 @@ Program programFromJson(const std::string &text, const std::string &origin) {
 
   Program program;
   program.model = reader.string(root, "model", "");
-  program.optLevel = int(reader.integer(root, "opt_level", ""));
+  program.optLevel = reader.intField(root, "opt_level", "");
   program.pipeline = reader.string(root, "pipeline", "");
   std::string dtype = reader.string(root, "dtype", "");
   program.dtype = reader.located("dtype", [&] { return parseDType(dtype); });
@@ -455,14 +463,12 @@ Program programFromJson(const std::string &text, const std::string &origin) {
 }
 
 Program loadProgram(const std::string &path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    throw Error(fmt::format("cannot open program file '{}': {}", path, std::strerror(errno)));
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (file.bad())
-    throw Error(fmt::format("cannot read program file '{}': {}", path, std::strerror(errno)));
-  return programFromJson(text.str(), path);
+  MappedFile file(path, "program file");
+  // Parsed JSON takes several times the text's size: refuse what no Program needs.
+  if (int64_t(file.size()) > kMaxProgramFileBytes)
+    throw Error(fmt::format("program file '{}' is {}; a program is at most {}", path,
+                            formatBytes(int64_t(file.size())), formatBytes(kMaxProgramFileBytes)));
+  return programFromJson(std::string(file.text()), path);
 }
 
 void saveProgram(const Program &program, const std::string &path) {

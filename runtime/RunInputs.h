@@ -19,14 +19,12 @@ struct RunInputs {
 };
 
 // The weights, checked against the Program's parameters (tlc::Error naming every
-// missing or mis-shaped tensor).
+// missing or mis-shaped tensor); from a file, only the Program's tensors are read.
 Weights loadWeights(const RunInputs &inputs, const Program &program);
 
-// batch * seq token ids, each checked against the vocabulary.
+// batch * seq token ids, each checked against the vocabulary (a file is read by
+// runtime/TokenFile.h).
 std::vector<int32_t> loadTokens(const RunInputs &inputs, const Program &program);
-
-// Whitespace-separated integers; tlc::Error names the file and the bad word.
-std::vector<int32_t> readTokenFile(const std::string &path);
 
 // For summaries: "seeded random normal(0, 0.02), seed 0" or "file 'w.safetensors'".
 std::string describeWeights(const RunInputs &inputs);

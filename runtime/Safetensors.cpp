@@ -1,13 +1,25 @@
-// safetensors I/O: an 8-byte little-endian header length, a JSON header
-// {key: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the data.
+// safetensors I/O (format in Safetensors.h): a checked header over a mapped file,
+// tensors decoded on demand; writing with the header padded to 8 bytes.
+#include "runtime/Safetensors.h"
+
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "runtime/Checked.h"
 #include "runtime/Error.h"
+#include "runtime/MappedFile.h"
+#include "runtime/MemoryBudget.h"
+#include "runtime/ParameterShapes.h"
+#include "runtime/StrictJson.h"
 #include "runtime/Weights.h"
 
 namespace tlc {
@@ -38,132 +50,216 @@ float halfToFloat(uint16_t half) {
   return result;
 }
 
+// Bytes per element of every dtype the specification lists; 0 for an unknown name.
 int64_t storedElementBytes(const std::string &dtype) {
-  if (dtype == "F32") return 4;
-  if (dtype == "BF16" || dtype == "F16") return 2;
-  return 0;
+  static const std::map<std::string, int64_t> sizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8}};
+  auto found = sizes.find(dtype);
+  return found == sizes.end() ? 0 : found->second;
 }
 
-void decode(const std::string &dtype, const std::vector<char> &bytes, std::vector<float> &out) {
-  if (dtype == "F32") {
-    std::memcpy(out.data(), bytes.data(), bytes.size());
-    return;
-  }
-  for (size_t i = 0; i < out.size(); ++i) {
-    uint16_t raw;
-    std::memcpy(&raw, bytes.data() + 2 * i, 2);
-    out[i] = dtype == "BF16" ? bf16ToFloat(raw) : halfToFloat(raw);
-  }
+bool isDecodable(const std::string &dtype) {
+  return dtype == "F32" || dtype == "BF16" || dtype == "F16";
 }
 
-class SafetensorsReader {
-public:
-  explicit SafetensorsReader(std::string path) : path_(std::move(path)) {}
-
-  Weights read() {
-    file_.open(path_, std::ios::binary);
-    if (!file_)
-      throw Error(
-          fmt::format("cannot open safetensors file '{}': {}", path_, std::strerror(errno)));
-    file_.seekg(0, std::ios::end);
-    fileBytes_ = int64_t(file_.tellg());
-    file_.seekg(0);
-    if (fileBytes_ < 8)
-      fail(fmt::format("truncated: {} bytes, too short for the 8-byte header length", fileBytes_));
-    unsigned char lengthBytes[8];
-    readExactly(reinterpret_cast<char *>(lengthBytes), 8, "the header length");
-    uint64_t headerBytes = 0;
-    for (int i = 7; i >= 0; --i) headerBytes = (headerBytes << 8) | lengthBytes[i];
-    if (headerBytes > uint64_t(fileBytes_ - 8))
-      fail(fmt::format("truncated: the header is {} bytes but only {} bytes follow the length",
-                       headerBytes, fileBytes_ - 8));
-    std::string headerText(size_t(headerBytes), '\0');
-    readExactly(headerText.data(), int64_t(headerBytes), "the header");
-    dataStart_ = 8 + int64_t(headerBytes);
-
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(headerText);
-    } catch (const nlohmann::json::parse_error &error) {
-      fail(fmt::format("bad header JSON: {}", error.what()));
-    }
-    if (!header.is_object()) fail("bad header JSON: expected an object");
-
-    Weights weights;
-    for (const auto &item : header.items())
-      if (item.key() != "__metadata__")
-        weights.set(item.key(), readTensor(item.key(), item.value()));
-    return weights;
-  }
-
-private:
-  [[noreturn]] void fail(const std::string &message) const {
-    throw Error(fmt::format("safetensors file '{}': {}", path_, message));
-  }
-
-  void readExactly(char *destination, int64_t count, const char *what) {
-    file_.read(destination, count);
-    if (file_.gcount() != count) fail(fmt::format("truncated while reading {}", what));
-  }
-
-  Tensor readTensor(const std::string &key, const nlohmann::json &entry) {
-    auto field = [&](const char *name) -> const nlohmann::json & {
-      if (!entry.is_object() || !entry.contains(name))
-        fail(fmt::format("bad header JSON: tensor '{}' has no '{}'", key, name));
-      return entry[name];
-    };
-    const nlohmann::json &dtypeJson = field("dtype");
-    if (!dtypeJson.is_string())
-      fail(fmt::format("bad header JSON: tensor '{}' has a non-string dtype", key));
-    std::string dtype = dtypeJson.get<std::string>();
-    int64_t elementBytes = storedElementBytes(dtype);
-    if (elementBytes == 0)
-      fail(fmt::format("tensor '{}' has unsupported dtype '{}' (supported: F32, BF16, F16)", key,
-                       dtype));
-
-    std::vector<int64_t> shape;
-    const nlohmann::json &shapeJson = field("shape");
-    if (!shapeJson.is_array())
-      fail(fmt::format("bad header JSON: tensor '{}' shape is not an array", key));
-    for (const auto &dim : shapeJson) {
-      if (!dim.is_number_integer() || dim.get<int64_t>() < 0)
-        fail(fmt::format("bad header JSON: tensor '{}' has shape {}", key, shapeJson.dump()));
-      shape.push_back(dim.get<int64_t>());
-    }
-
-    const nlohmann::json &offsets = field("data_offsets");
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-        !offsets[1].is_number_unsigned())
-      fail(fmt::format("bad header JSON: tensor '{}' data_offsets is {}, expected [begin, end]",
-                       key, offsets.dump()));
-    uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-    uint64_t dataBytes = uint64_t(fileBytes_ - dataStart_);
-    if (begin > end || end > dataBytes)
-      fail(fmt::format("tensor '{}' data_offsets [{}, {}] lie outside the {} data bytes{}", key,
-                       begin, end, dataBytes, end > dataBytes ? " (truncated file?)" : ""));
-
-    Tensor tensor(shape);
-    uint64_t expectedBytes = uint64_t(tensor.numElements() * elementBytes);
-    if (end - begin != expectedBytes)
-      fail(fmt::format("tensor '{}' has {} data bytes, but {} {} needs {}", key, end - begin, dtype,
-                       shapeString(shape), expectedBytes));
-
-    std::vector<char> bytes(static_cast<size_t>(expectedBytes));
-    file_.seekg(dataStart_ + int64_t(begin));
-    readExactly(bytes.data(), int64_t(expectedBytes), fmt::format("tensor '{}'", key).c_str());
-    decode(dtype, bytes, tensor.data);
-    return tensor;
-  }
-
-  std::string path_;
-  std::ifstream file_;
-  int64_t fileBytes_ = 0;
-  int64_t dataStart_ = 0;
-};
+// The format's own limit on the header, against parsing absurd JSON.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 } // namespace
 
-Weights Weights::loadSafetensors(const std::string &path) { return SafetensorsReader(path).read(); }
+SafetensorsView::SafetensorsView(const char *data, size_t size, std::string origin)
+    : data_(data), origin_(std::move(origin)) {
+  if (size < 8)
+    fail(fmt::format("truncated: {} bytes, too short for the 8-byte header length", size));
+  uint64_t headerBytes = 0;
+  for (int i = 7; i >= 0; --i)
+    headerBytes = (headerBytes << 8) | static_cast<unsigned char>(data[i]);
+  if (headerBytes > kMaxHeaderBytes)
+    fail(fmt::format("the header is {} bytes, more than the format's limit of {}", headerBytes,
+                     kMaxHeaderBytes));
+  if (headerBytes > uint64_t(size - 8))
+    fail(fmt::format("truncated: the header is {} bytes but only {} bytes follow the length",
+                     headerBytes, size - 8));
+  int64_t dataStart = 8 + int64_t(headerBytes), dataBytes = int64_t(size) - dataStart;
+
+  nlohmann::json header;
+  try {
+    header = parseStrictJson(std::string(data + 8, size_t(headerBytes)));
+  } catch (const Error &error) {
+    fail(fmt::format("bad header JSON: {}", error.what()));
+  }
+  if (!header.is_object()) fail("bad header JSON: expected an object");
+  for (const auto &item : header.items()) {
+    if (item.key() != "__metadata__") {
+      parseEntry(item.key(), item.value(), dataStart, dataBytes);
+      continue;
+    }
+    bool textMap = item.value().is_object();
+    for (const auto &field : item.value().items()) textMap = textMap && field.value().is_string();
+    if (!textMap) fail("bad header JSON: __metadata__ must map strings to strings");
+  }
+  checkTiling(dataStart, dataBytes);
+}
+
+void SafetensorsView::fail(const std::string &message) const {
+  throw Error(fmt::format("safetensors file '{}': {}", origin_, message));
+}
+
+void SafetensorsView::parseEntry(const std::string &key, const nlohmann::json &json,
+                                 int64_t dataStart, int64_t dataBytes) {
+  auto field = [&](const char *name) -> const nlohmann::json & {
+    if (!json.is_object() || !json.contains(name))
+      fail(fmt::format("bad header JSON: tensor '{}' has no '{}'", key, name));
+    return json[name];
+  };
+  Entry entry;
+  entry.key = key;
+  const nlohmann::json &dtypeJson = field("dtype");
+  if (!dtypeJson.is_string())
+    fail(fmt::format("bad header JSON: tensor '{}' has a non-string dtype", key));
+  entry.dtype = dtypeJson.get<std::string>();
+  int64_t elementBytes = storedElementBytes(entry.dtype);
+  if (elementBytes == 0) fail(fmt::format("tensor '{}' has unknown dtype '{}'", key, entry.dtype));
+
+  const nlohmann::json &shapeJson = field("shape");
+  if (!shapeJson.is_array())
+    fail(fmt::format("bad header JSON: tensor '{}' shape is not an array", key));
+  for (const auto &dim : shapeJson) {
+    if (!dim.is_number_unsigned() || dim.get<uint64_t>() > uint64_t(kMaxTensorElements))
+      fail(fmt::format("bad header JSON: tensor '{}' has shape {}", key, shapeJson.dump()));
+    entry.shape.push_back(dim.get<int64_t>());
+  }
+  std::optional<int64_t> elements = checkedElementCount(entry.shape);
+  if (!elements)
+    fail(fmt::format("tensor '{}' has shape {}, more than 2^40 elements", key, shapeJson.dump()));
+
+  const nlohmann::json &offsets = field("data_offsets");
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned())
+    fail(fmt::format("bad header JSON: tensor '{}' data_offsets is {}, expected [begin, end]", key,
+                     offsets.dump()));
+  uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+  if (begin > end || end > uint64_t(dataBytes))
+    fail(fmt::format("tensor '{}' data_offsets [{}, {}] lie outside the {} data bytes{}", key,
+                     begin, end, dataBytes, end > uint64_t(dataBytes) ? " (truncated file?)" : ""));
+  int64_t expectedBytes = *elements * elementBytes; // at most 2^43
+  if (int64_t(end - begin) != expectedBytes)
+    fail(fmt::format("tensor '{}' has {} data bytes, but {} {} needs {}", key, end - begin,
+                     entry.dtype, shapeString(entry.shape), expectedBytes));
+  entry.begin = dataStart + int64_t(begin);
+  entry.end = dataStart + int64_t(end);
+  if (expectedBytes > 0 && entry.begin % elementBytes != 0)
+    fail(fmt::format("tensor '{}' starts at file offset {}, not a multiple of its {}-byte "
+                     "elements",
+                     key, entry.begin, elementBytes));
+  entries_.push_back(std::move(entry));
+}
+
+// The specification's guarantee: ranges do not overlap and cover the data, so a file
+// never makes a reader hold more than its own size.
+void SafetensorsView::checkTiling(int64_t dataStart, int64_t dataBytes) const {
+  std::vector<const Entry *> byOffset;
+  for (const Entry &entry : entries_) byOffset.push_back(&entry);
+  std::stable_sort(byOffset.begin(), byOffset.end(), [](const Entry *a, const Entry *b) {
+    return std::make_pair(a->begin, a->end) < std::make_pair(b->begin, b->end);
+  });
+  int64_t covered = dataStart;
+  const Entry *previous = nullptr;
+  for (const Entry *entry : byOffset) {
+    if (entry->begin < covered)
+      fail(fmt::format("tensors '{}' and '{}' overlap in the data", previous->key, entry->key));
+    if (entry->begin > covered)
+      fail(fmt::format("data bytes {}..{} before tensor '{}' belong to no tensor",
+                       covered - dataStart, entry->begin - dataStart, entry->key));
+    covered = entry->end;
+    previous = entry;
+  }
+  if (covered != dataStart + dataBytes)
+    fail(fmt::format("data bytes {}..{} at the end belong to no tensor", covered - dataStart,
+                     dataBytes));
+}
+
+const SafetensorsView::Entry *SafetensorsView::find(const std::string &key) const {
+  for (const Entry &entry : entries_)
+    if (entry.key == key) return &entry;
+  return nullptr;
+}
+
+int64_t SafetensorsView::decodedBytes(const Entry &entry) {
+  return *checkedElementCount(entry.shape) * 4;
+}
+
+Tensor SafetensorsView::decode(const Entry &entry) const {
+  if (!isDecodable(entry.dtype))
+    fail(fmt::format("tensor '{}' has unsupported dtype '{}' (tlc reads F32, BF16 and F16)",
+                     entry.key, entry.dtype));
+  Tensor tensor(entry.shape);
+  const char *bytes = data_ + entry.begin;
+  for (size_t i = 0; i < tensor.data.size(); ++i) {
+    float value;
+    if (entry.dtype == "F32") {
+      std::memcpy(&value, bytes + 4 * i, 4);
+    } else {
+      uint16_t raw;
+      std::memcpy(&raw, bytes + 2 * i, 2);
+      value = entry.dtype == "BF16" ? bf16ToFloat(raw) : halfToFloat(raw);
+    }
+    if (!std::isfinite(value))
+      fail(fmt::format("tensor '{}' holds {} at element {}: weights must be finite", entry.key,
+                       value, i));
+    tensor.data[i] = value;
+  }
+  return tensor;
+}
+
+namespace {
+
+// Decodes the tensors of `parameters` that the file holds with the right shape (all of
+// its tensors when null), after checking that their fp32 copies fit in memory.
+Weights decodeTensors(const SafetensorsView &view, const std::string &path,
+                      const std::vector<Parameter> *parameters) {
+  std::vector<const SafetensorsView::Entry *> wanted;
+  if (!parameters) {
+    for (const SafetensorsView::Entry &entry : view.entries()) wanted.push_back(&entry);
+  } else {
+    for (const Parameter &parameter : *parameters)
+      if (const SafetensorsView::Entry *entry = view.find(parameter.key);
+          entry && entry->shape == parameter.shape)
+        wanted.push_back(entry);
+  }
+  int64_t bytes = 0;
+  for (const SafetensorsView::Entry *entry : wanted)
+    bytes = checkedAdd(bytes, SafetensorsView::decodedBytes(*entry))
+                .value_or(std::numeric_limits<int64_t>::max());
+  MemoryBudget(fmt::format("safetensors file '{}'", path))
+      .need(fmt::format("{} tensors as f32", wanted.size()), bytes)
+      .check();
+  Weights weights;
+  for (const SafetensorsView::Entry *entry : wanted) weights.set(entry->key, view.decode(*entry));
+  return weights;
+}
+
+} // namespace
+
+Weights Weights::loadSafetensors(const std::string &path) {
+  MappedFile file(path, "safetensors file");
+  return decodeTensors(SafetensorsView(file.data(), file.size(), path), path, nullptr);
+}
+
+Weights Weights::loadSafetensors(const std::string &path,
+                                 const std::vector<Parameter> &parameters) {
+  MappedFile file(path, "safetensors file");
+  SafetensorsView view(file.data(), file.size(), path);
+  // Every missing or mis-shaped tensor is named before anything is decoded.
+  checkParameterShapes(parameters, path, [&](const std::string &key) -> const std::vector<int64_t> * {
+    const SafetensorsView::Entry *entry = view.find(key);
+    return entry ? &entry->shape : nullptr;
+  });
+  return decodeTensors(view, path, &parameters);
+}
+
 
 void Weights::saveSafetensors(const std::string &path, DType dtype) const {
   if (dtype != DType::F32 && dtype != DType::BF16)

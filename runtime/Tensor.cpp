@@ -7,30 +7,25 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/Checked.h"
 #include "runtime/Error.h"
 #include "runtime/LargeBuffer.h"
 
 namespace tlc {
 
-namespace {
-int64_t elementCount(const std::vector<int64_t> &shape) {
-  int64_t count = 1;
-  for (int64_t dim : shape) {
-    if (dim < 0)
-      throw Error(fmt::format("tensor shape {} has a negative dimension", shapeString(shape)));
-    count *= dim;
-  }
-  return count;
+int64_t Tensor::elementsOf(const std::vector<int64_t> &shape) {
+  std::optional<int64_t> count = checkedElementCount(shape);
+  if (!count)
+    throw Error(fmt::format("tensor shape {} has a negative dimension or more than 2^40 elements",
+                            shapeString(shape)));
+  return *count;
 }
-} // namespace
 
 Tensor::Tensor(std::vector<int64_t> shape_) : shape(std::move(shape_)) {
-  resizeLarge(data, size_t(elementCount(shape)));
+  resizeLarge(data, size_t(elementsOf(shape)));
 }
 
-int64_t Tensor::numElements() const { return elementCount(shape); }
-
-int64_t Tensor::elementsOf(const std::vector<int64_t> &shape) { return elementCount(shape); }
+int64_t Tensor::numElements() const { return elementsOf(shape); }
 
 std::string shapeString(const std::vector<int64_t> &shape) {
   if (shape.empty()) return "scalar";

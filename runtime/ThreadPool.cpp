@@ -2,7 +2,12 @@
 // out through an atomic counter, so uneven chunks balance themselves.
 #include "runtime/ThreadPool.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <system_error>
+
+#include "runtime/Error.h"
 
 namespace tlc {
 namespace {
@@ -10,17 +15,27 @@ thread_local bool insideParallelLoop = false;
 }
 
 ThreadPool::ThreadPool(int threads) {
+  if (threads > kMaxThreads)
+    throw Error(fmt::format("{} threads requested; at most {}", threads, kMaxThreads));
   if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { workerLoop(); });
+  try {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { workerLoop(); });
+  } catch (const std::system_error &error) {
+    stopWorkers(); // joins those started, so no joinable std::thread is destroyed
+    throw Error(fmt::format("cannot start {} threads: {}", threads, error.what()));
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stopWorkers(); }
+
+void ThreadPool::stopWorkers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
   for (std::thread &worker : workers_) worker.join();
+  workers_.clear();
 }
 
 void ThreadPool::runChunks() {

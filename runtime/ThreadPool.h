@@ -14,7 +14,11 @@ namespace tlc {
 
 class ThreadPool {
 public:
-  // threads: how many threads run a loop, the caller included; 0 = one per hardware thread.
+  static constexpr int kMaxThreads = 1024;
+
+  // threads: how many threads run a loop, the caller included; 0 (or less) = one per
+  // hardware thread. Throws tlc::Error above kMaxThreads or when the system refuses a
+  // thread.
   explicit ThreadPool(int threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool &) = delete;
@@ -30,6 +34,7 @@ public:
 
 private:
   void workerLoop();
+  void stopWorkers();
   void runChunks();
 
   std::vector<std::thread> workers_;

@@ -4,8 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
+#include "runtime/Checked.h"
 #include "runtime/Error.h"
+#include "runtime/MemoryBudget.h"
+#include "runtime/ParameterShapes.h"
 #include "runtime/LargeBuffer.h"
 #include "runtime/RandomNormal.h"
 #include "runtime/ThreadPool.h"
@@ -85,6 +89,12 @@ void Weights::fill(const Pending &pending, float *data, size_t count) const {
 }
 
 void Weights::drawPending() const {
+  // All of them at once (to save them, or for a caller that wants every tensor): checked
+  // against memory first, as a Program's parameters can be of any size.
+  int64_t elements = 0;
+  for (const auto &[key, pending] : pending_)
+    elements = checkedAdd(elements, Tensor::elementsOf(pending.shape)).value_or(std::numeric_limits<int64_t>::max());
+  MemoryBudget("random weights").need(fmt::format("{} tensors drawn as f32", pending_.size()), elements, 4).check();
   for (auto &[key, pending] : pending_) {
     Tensor tensor(pending.shape);
     fill(pending, tensor.data.data(), tensor.data.size());
@@ -126,24 +136,11 @@ const Tensor &Weights::at(const std::string &key) const {
 void Weights::checkAgainst(const std::vector<Parameter> &parameters,
                            const std::string &origin) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<std::string> problems;
-  for (const Parameter &parameter : parameters) {
-    const std::vector<int64_t> *shape = nullptr;
-    if (auto found = tensors_.find(parameter.key); found != tensors_.end()) shape = &found->second.shape;
-    else if (auto pending = pending_.find(parameter.key); pending != pending_.end()) shape = &pending->second.shape;
-    if (!shape)
-      problems.push_back(fmt::format("missing '{}' (expected shape {})", parameter.key,
-                                     shapeString(parameter.shape)));
-    else if (*shape != parameter.shape)
-      problems.push_back(fmt::format("'{}' has shape {}, expected {}", parameter.key, shapeString(*shape),
-                                     shapeString(parameter.shape)));
-  }
-  if (problems.empty()) return;
-  std::string message =
-      fmt::format("{}: weights do not match the model's parameters ({} problem{}):", origin,
-                  problems.size(), problems.size() == 1 ? "" : "s");
-  for (const std::string &problem : problems) message += "\n  " + problem;
-  throw Error(message);
+  checkParameterShapes(parameters, origin, [&](const std::string &key) -> const std::vector<int64_t> * {
+    if (auto found = tensors_.find(key); found != tensors_.end()) return &found->second.shape;
+    if (auto pending = pending_.find(key); pending != pending_.end()) return &pending->second.shape;
+    return nullptr;
+  });
 }
 
 std::vector<float> Weights::concatenated(const Value &value, const std::string &backend) const {

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <climits>
 #include <cstring>
 #include <string>
 
@@ -38,13 +39,15 @@ bool consume(const char *arg, const char *flag, std::string &value) {
   return true;
 }
 
-// A whole non-negative number, or a tlc::Error naming the flag.
-uint64_t number(const std::string &flag, const std::string &text) {
+// A whole non-negative number up to `max`, or a tlc::Error naming the flag: an int flag
+// is never truncated into a small number.
+uint64_t number(const std::string &flag, const std::string &text, uint64_t max = UINT64_MAX) {
   char *end = nullptr;
   errno = 0;
   unsigned long long value = text.empty() || text[0] == '-' ? 0 : std::strtoull(text.c_str(), &end, 10);
   if (text.empty() || text[0] == '-' || *end != '\0' || errno == ERANGE)
     throw tlc::Error(fmt::format("{}={} is not a whole number", flag, text));
+  if (value > max) throw tlc::Error(fmt::format("{}={} is more than {}", flag, text, max));
   return value;
 }
 
@@ -72,8 +75,8 @@ int main(int argc, char **argv) {
       else if (consume(arg, "--weights", value)) inputs.weightsPath = value;
       else if (consume(arg, "--tokens", value)) inputs.tokensPath = value;
       else if (consume(arg, "--target", value)) backendOptions.target = value;
-      else if (consume(arg, "--cpu-threads", value)) inputs.threads = backendOptions.cpuThreads = int(number("--cpu-threads", value));
-      else if (consume(arg, "--iterations", value)) iterations = int(number("--iterations", value));
+      else if (consume(arg, "--cpu-threads", value)) inputs.threads = backendOptions.cpuThreads = int(number("--cpu-threads", value, INT_MAX));
+      else if (consume(arg, "--iterations", value)) iterations = int(number("--iterations", value, INT_MAX));
       else if (arg[0] != '-' && programPath.empty()) programPath = arg;
       else throw tlc::Error(fmt::format("unexpected argument '{}' (tl-run --help lists the options)", arg));
     }

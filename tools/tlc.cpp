@@ -9,6 +9,7 @@
 #include "compiler/codegen/Emitter.h"
 #include "compiler/ModelIO.h"
 #include "passes/Pipelines.h"
+#include "runtime/Checked.h"
 #include "runtime/JitBackend.h"
 #include "runtime/Progress.h"
 #include "runtime/RunInputs.h"
@@ -37,6 +38,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <optional>
 #include <set>
 
 namespace cl = llvm::cl;
@@ -179,6 +181,9 @@ std::string checkFlags() {
   if (dtype != "f32" && dtype != "bf16") return fmt::format("unknown --dtype '{}': use f32 or bf16", dtype.getValue());
   if (batchSize <= 0) return fmt::format("--batch-size={} must be at least 1", batchSize.getValue());
   if (seqLen <= 0) return fmt::format("--seq-len={} must be at least 1", seqLen.getValue());
+  if (std::optional<int64_t> tokens = tlc::checkedMul(batchSize, seqLen); !tokens || *tokens > tlc::kMaxTokens)
+    return fmt::format("--batch-size={} x --seq-len={} is more than the {} tokens a forward may take",
+                       batchSize.getValue(), seqLen.getValue(), tlc::kMaxTokens);
   if (target != "auto" && target != "cpu" && target != "cuda" && target != "hip")
     return fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", target.getValue());
   if (iterations < 1) return fmt::format("--iterations={} must be at least 1", iterations.getValue());
@@ -489,5 +494,9 @@ int main(int argc, char **argv) {
     return ladderCommand ? climbLadder(context, sourceMgr) : compileAndRun(context, sourceMgr);
   } catch (const tlc::Error &error) {
     return fail(error.what());
+  } catch (const std::bad_alloc &) {  // a safety net: memory budgets refuse before allocating
+    return fail("out of memory");
+  } catch (const std::exception &error) {
+    return fail(fmt::format("unexpected error: {}", error.what()));
   }
 }

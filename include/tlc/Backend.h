@@ -26,6 +26,11 @@ struct ForwardResult {
   std::vector<KernelTiming> kernelTimes;  // one per launch, in order
 };
 
+// A backend may be shared between threads: load() and forward() on one backend
+// serialize (each call holds the backend until it returns), so concurrent forwards
+// each get a whole, correct result. For parallel forwards, give each thread its own
+// backend. Errors are tlc::Error exceptions thrown in the calling thread; none escapes
+// from a backend's own threads.
 class TLC_API Backend {
 public:
   virtual ~Backend() = default;

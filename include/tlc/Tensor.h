@@ -36,7 +36,8 @@ struct Tensor {
   Tensor() = default;
   TLC_API explicit Tensor(std::vector<int64_t> shape);
   TLC_API int64_t numElements() const;
-  // The element count of a shape; throws tlc::Error on a negative dimension.
+  // The element count of a shape; throws tlc::Error on a negative dimension or more
+  // than 2^40 elements, never a wrapped product.
   TLC_API static int64_t elementsOf(const std::vector<int64_t> &shape);
 };
 

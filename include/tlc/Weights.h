@@ -29,8 +29,13 @@ public:
   // pass over a billion-parameter model's memory.
   static Weights random(const std::vector<Parameter> &parameters, uint64_t seed, int threads = 0);
 
-  // safetensors (F32 or BF16 tensors; BF16 is widened to fp32 on load).
+  // safetensors (F32, BF16 or F16 tensors, widened to fp32), checked as the format's
+  // specification says (duplicate keys, overlapping or stray data, misaligned tensors
+  // and non-finite weights are errors). The file is mapped, not read: with
+  // `parameters`, only their tensors are decoded, after every missing or mis-shaped one
+  // has been named. Throws tlc::Error, also when the fp32 copies exceed free memory.
   static Weights loadSafetensors(const std::string &path);
+  static Weights loadSafetensors(const std::string &path, const std::vector<Parameter> &parameters);
   void saveSafetensors(const std::string &path, DType dtype = DType::F32) const;
 
   // Throws tlc::Error naming every missing or mis-shaped parameter.

@@ -109,9 +109,89 @@ func.func @rmsnorm_gain(%x: tensor<2x8x32xf32>, %g: tensor<16xf32>) {
 // -----
 
 func.func @rmsnorm_eps(%x: tensor<2x8x32xf32>, %g: tensor<32xf32>) {
-  // expected-error@+2 {{rmsnorm eps must be positive}}
+  // expected-error@+2 {{rmsnorm eps is 0.000000e+00; it must be a positive normal f32}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.rmsnorm %x, %g {eps = 0.0 : f64} : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+  return
+}
+
+// -----
+
+// Attributes the math cannot take: a NaN or infinite eps, one f32 kernels flush to zero.
+func.func @rmsnorm_eps_infinite(%x: tensor<2x8x32xf32>, %g: tensor<32xf32>) {
+  // expected-error@+2 {{rmsnorm eps is INF; it must be a positive normal f32}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = tl.rmsnorm %x, %g {eps = 0x7FF0000000000000 : f64} : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+  return
+}
+
+// -----
+
+func.func @rmsnorm_eps_denormal(%x: tensor<2x8x32xf32>, %g: tensor<32xf32>) {
+  // expected-error@+2 {{rmsnorm eps is 1.000000e-40; it must be a positive normal f32}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = tl.rmsnorm %x, %g {eps = 1.0e-40 : f64} : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+  return
+}
+
+// -----
+
+func.func @rope_theta_denormal(%x: tensor<2x8x4x16xf32>) {
+  // expected-error@+2 {{rope theta is 4.940656e-324; it must be at least 1 and finite in f32}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = tl.rope %x {theta = 4.9406564584124654e-324 : f64, style = "adjacent"} : (tensor<2x8x4x16xf32>) -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @scale_nan(%x: tensor<2x8xf32>) {
+  // expected-error@+2 {{scale factor is nan; it must be zero or a normal f32}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = tl.scale %x {factor = 0x7FF8000000000000 : f64} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @flash_scale_huge(%q: tensor<1x4x8x16xf32>, %k: tensor<1x2x8x16xf32>) {
+  // expected-error@+2 {{flash_attention scale is 1.000000e+300; it must be zero or a normal f32}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %o = tl.flash_attention %q, %k, %k {scale = 1.0e+300 : f64, causal = true} : (tensor<1x4x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>) -> tensor<1x4x8x16xf32>
+  return
+}
+
+// -----
+
+// Sizes: a zero dimension would be divided by, a huge one overflows what is computed from it.
+func.func @zero_dimension(%x: tensor<2x0xf32>) {
+  // expected-error@+1 {{'tl.silu' op operand #0 has type 'tensor<2x0xf32>': every dimension must be positive}}
+  %y = tl.silu %x : (tensor<2x0xf32>) -> tensor<2x0xf32>
+  return
+}
+
+// -----
+
+func.func @too_many_elements(%x: tensor<1048576x1048577xf32>) {
+  // expected-error@+1 {{'tl.silu' op operand #0 has type 'tensor<1048576x1048577xf32>': more than 2^40 elements}}
+  %y = tl.silu %x : (tensor<1048576x1048577xf32>) -> tensor<1048576x1048577xf32>
+  return
+}
+
+// -----
+
+func.func @merge_heads_overflow(%x: tensor<1x1x4611686018427387904x4xf32>) {
+  // expected-error@+1 {{more than 2^40 elements}}
+  %y = tl.merge_heads %x : (tensor<1x1x4611686018427387904x4xf32>) -> tensor<1x1x?xf32>
+  return
+}
+
+// -----
+
+func.func @repeat_kv_overflow(%x: tensor<1x4x2x4xf32>) {
+  // expected-error@+2 {{dimension 4 x 4611686018427387904 overflows}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = tl.repeat_kv %x {repeats = 4611686018427387904 : i64} : (tensor<1x4x2x4xf32>) -> tensor<1x?x2x4xf32>
   return
 }
 

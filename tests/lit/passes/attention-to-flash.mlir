@@ -45,3 +45,29 @@ func.func @probabilities_used(%q: tensor<1x2x4x4xf32>, %k: tensor<1x2x4x4xf32>, 
   %o = tl.batch_matmul %p, %v {transpose_b = false} : (tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
   return %o, %p : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>
 }
+
+// -----
+
+// Cross-attention shapes (8 queries, 6 keys) make no flash attention: the pattern
+// declines, where building the op would have aborted on its inferred type.
+// CHECK-LABEL: func.func @query_and_key_lengths_differ
+// CHECK-NOT: tl.flash_attention
+// CHECK: tl.softmax
+func.func @query_and_key_lengths_differ(%q: tensor<1x2x8x4xf32>, %k: tensor<1x2x6x4xf32>, %v: tensor<1x2x6x4xf32>) -> tensor<1x2x8x4xf32> {
+  %s = tl.batch_matmul %q, %k {transpose_b = true} : (tensor<1x2x8x4xf32>, tensor<1x2x6x4xf32>) -> tensor<1x2x8x6xf32>
+  %p = tl.softmax %s : (tensor<1x2x8x6xf32>) -> tensor<1x2x8x6xf32>
+  %o = tl.batch_matmul %p, %v {transpose_b = false} : (tensor<1x2x8x6xf32>, tensor<1x2x6x4xf32>) -> tensor<1x2x8x4xf32>
+  return %o : tensor<1x2x8x4xf32>
+}
+
+// -----
+
+// Values of another width than the keys: flash attention's result would change type.
+// CHECK-LABEL: func.func @value_width_differs
+// CHECK-NOT: tl.flash_attention
+func.func @value_width_differs(%q: tensor<1x2x4x4xf32>, %k: tensor<1x2x4x4xf32>, %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %s = tl.batch_matmul %q, %k {transpose_b = true} : (tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = tl.softmax %s : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %o = tl.batch_matmul %p, %v {transpose_b = false} : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}

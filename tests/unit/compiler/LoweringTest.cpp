@@ -81,16 +81,46 @@ TEST(Lowering, Bf16StorageReachesEveryFloatValue) {
   }
 }
 
+// Anything tlc writes, the runtime loads: every level of both models, in both dtypes,
+// passes validation and survives program.json unchanged.
+TEST(Lowering, EveryLevelPassesValidationAndRoundTrips) {
+  for (const char *preset : {"workshop", "tinyllama-1.1b"})
+    for (const char *dtype : {"f32", "bf16"})
+      for (int level = 0; level <= 3; ++level) {
+        Program program = support::compileConfig(support::smallConfig(preset), {level, 2, 8, dtype});
+        std::string where = std::string(preset) + " " + dtype + " O" + std::to_string(level);
+        EXPECT_NO_THROW(validateProgram(program)) << where;
+        std::string text = programToJson(program);
+        EXPECT_EQ(programToJson(programFromJson(text, where)), text) << where;
+      }
+}
+
+// A model the verifier accepts but the runtime cannot run is refused at compile time,
+// so tlc never writes a Program that tl-run would reject.
+TEST(Lowering, AModelBreakingTheRuntimeContractIsAnError) {
+  auto context = support::makeContext();
+  support::LastDiagnostic diagnostic(*context);
+  auto module = buildLlamaModule(*context, support::smallConfig("workshop"));
+  CompileOptions options{0, 1, 4, "f32"};
+  ASSERT_TRUE(mlir::succeeded(optimizeModule(*module, options)));
+  // Make the loss read a second i32 input instead of the token ids: two inputs.
+  mlir::func::FuncOp forward = getForwardFunction(*module);
+  forward.getBody().front().addArgument(forward.getArgument(0).getType(), forward.getLoc());
+  forward.setType(mlir::FunctionType::get(context.get(), forward.getBody().front().getArgumentTypes(),
+                                          forward.getResultTypes()));
+  EXPECT_TRUE(mlir::failed(buildProgram(*module, options)));
+  EXPECT_NE(diagnostic.message.find("the model does not lower to a runnable Program: invalid program: inputs: "
+                                    "lists 2 values; a forward takes exactly one"),
+            std::string::npos)
+      << diagnostic.message;
+}
+
 TEST(Specialize, RejectsSequencesBeyondTheModelLimit) {
   auto context = support::makeContext();
-  std::string message;
-  mlir::ScopedDiagnosticHandler handler(context.get(), [&](mlir::Diagnostic &d) {
-    message = d.str();
-    return mlir::success();
-  });
+  support::LastDiagnostic diagnostic(*context);
   auto module = buildLlamaModule(*context, support::smallConfig("workshop"));
   EXPECT_TRUE(mlir::failed(optimizeModule(*module, {0, 1, 4096, "f32"})));
-  EXPECT_NE(message.find("exceeds the model's maximum of 2048"), std::string::npos) << message;
+  EXPECT_NE(diagnostic.message.find("exceeds the model's maximum of 2048"), std::string::npos) << diagnostic.message;
 }
 
 } // namespace

@@ -6,6 +6,7 @@
 #include "models/ModelBuilder.h"
 #include "api/Compile.h"
 
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,17 @@ inline std::unique_ptr<mlir::MLIRContext> makeContext() {
   context->loadAllAvailableDialects();
   return context;
 }
+
+// Keeps the text of the last diagnostic emitted in `context` while it lives.
+struct LastDiagnostic {
+  explicit LastDiagnostic(mlir::MLIRContext &context)
+      : handler(&context, [this](mlir::Diagnostic &d) {
+          message = d.str();
+          return mlir::success();
+        }) {}
+  std::string message;
+  mlir::ScopedDiagnosticHandler handler;
+};
 
 // Builds, optimizes and lowers a config in memory.
 inline Program compileConfig(const LlamaConfig &config, const CompileOptions &options) {

@@ -15,18 +15,24 @@ namespace {
 using test::errorMessage;
 using test::makeOp;
 
-// Every storage class and every attribute kind, including awkward doubles.
+// Every storage class and every attribute kind, including awkward doubles and
+// attributes no op rule reads (they round-trip untouched), in a valid Program.
 Program programWithEverything() {
   test::ProgramBuilder builder(2, 3, 11, DType::BF16);
   int ids = builder.value("ids", DType::I32, {2, 3}, Storage::Input);
   int table = builder.weight("embed", {11, 4}, {{"model.embed_tokens.weight", {11, 4}}});
   int merged = builder.weight("qkv", {12, 4}, {{"q.weight", {4, 4}}, {"k.weight", {8, 4}}});
   int x = builder.value("x", DType::BF16, {2, 3, 4}, Storage::Activation);
+  int gain = builder.weight("norm", {4}, {{"model.norm.weight", {4}}}, "ones");
+  int heads = builder.view("x.heads", x, {2, 3, 1, 4});
   int local = builder.value("h", DType::F32, {2, 3, 12}, Storage::Local);
   int parts = builder.value("h.q", DType::F32, {2, 3, 4}, Storage::Local);
   int rest = builder.value("h.kv", DType::F32, {2, 3, 8}, Storage::Local);
+  int roped = builder.value("roped", DType::F32, {2, 3, 1, 4}, Storage::Local);
+  int flat = builder.value("roped.flat", DType::F32, {2, 3, 4}, Storage::Local);
+  int sum = builder.value("sum", DType::F32, {2, 3, 4}, Storage::Local);
+  int normed = builder.value("normed", DType::F32, {2, 3, 4}, Storage::Local);
   int logits = builder.value("logits", DType::BF16, {2, 3, 11}, Storage::Output);
-  int flat = builder.view("logits.flat", logits, {6, 11});
   int loss = builder.value("loss", DType::F32, {}, Storage::Output);
   builder.kernel("tl_embedding", {makeOp("embedding", {table, ids}, {x})});
   builder.kernel(
@@ -34,14 +40,17 @@ Program programWithEverything() {
       {
           makeOp("linear", {x, merged}, {local}),
           makeOp("split", {local}, {parts, rest}, {{"sizes", std::vector<int64_t>{4, 8}}}),
-          makeOp("rope", {parts}, {parts}, {{"theta", 10000.0}, {"style", std::string("half")}}),
-          makeOp("rmsnorm", {x, table}, {flat},
+          makeOp("rope", {heads}, {roped}, {{"theta", 10000.0}, {"style", std::string("half")}}),
+          makeOp("merge_heads", {roped}, {flat}),
+          makeOp("add", {flat, parts}, {sum}),
+          makeOp("rmsnorm", {sum, gain}, {normed},
                  {{"eps", 1e-6},
                   {"big", int64_t(1) << 40},
                   {"negative", int64_t(-3)},
                   {"third", 1.0 / 3.0},
                   {"neg_inf", -std::numeric_limits<double>::infinity()},
                   {"empty", std::vector<int64_t>{}}}),
+          makeOp("linear", {normed, table}, {logits}),
       });
   builder.kernel("tl_loss", {makeOp("cross_entropy", {logits, ids}, {loss})});
   Program &program = builder.program();
@@ -115,7 +124,7 @@ TEST(ProgramJson, IntegralDoublesStayDoubles) {
   const OpRecord &rope = parsed.kernels[1].ops[2];
   ASSERT_TRUE(std::holds_alternative<double>(rope.attrs.at("theta")));
   EXPECT_EQ(std::get<double>(rope.attrs.at("theta")), 10000.0);
-  const OpRecord &norm = parsed.kernels[1].ops[3];
+  const OpRecord &norm = parsed.kernels[1].ops[5];
   EXPECT_EQ(std::get<double>(norm.attrs.at("third")), 1.0 / 3.0);
   EXPECT_EQ(std::get<int64_t>(norm.attrs.at("big")), int64_t(1) << 40);
   EXPECT_EQ(std::get<double>(norm.attrs.at("neg_inf")), -std::numeric_limits<double>::infinity());
@@ -171,7 +180,7 @@ TEST(ProgramJson, WrongTypesAndNamesAreReported) {
 TEST(ProgramJson, InvalidProgramIsRejectedOnLoad) {
   std::string text = programToJson(programWithEverything());
   // Make the view point past the end of the value list.
-  text.replace(text.find("\"view_of\": 7"), 12, "\"view_of\": 99");
+  text.replace(text.find("\"view_of\": 3"), 12, "\"view_of\": 99");
   std::string message = errorMessage([&] { programFromJson(text, "p.json"); });
   EXPECT_CONTAINS(message, "p.json");
   EXPECT_CONTAINS(message, "refers to value 99");
@@ -214,7 +223,7 @@ TEST(Program, EnumNamesRoundTrip) {
 
 TEST(Program, ValidationCatchesInconsistencies) {
   Program viewTooBig = programWithEverything();
-  viewTooBig.values[8].shape = {7, 11};
+  viewTooBig.values[5].shape = {2, 3, 2, 4};
   EXPECT_CONTAINS(errorMessage([&] { validateProgram(viewTooBig); }),
                   "does not match the value it views");
 
@@ -223,7 +232,7 @@ TEST(Program, ValidationCatchesInconsistencies) {
   EXPECT_CONTAINS(errorMessage([&] { validateProgram(badOperand); }), "refers to value -4");
 
   Program sharedLocal = programWithEverything();
-  sharedLocal.kernels[2].ops[0].operands[0] = 4; // tl_loss reading tl_fused's local
+  sharedLocal.kernels[2].ops[0].operands[0] = 6; // tl_loss reading tl_fused's local
   EXPECT_CONTAINS(errorMessage([&] { validateProgram(sharedLocal); }),
                   "is used by kernel 1 and kernel 2");
 
@@ -233,8 +242,8 @@ TEST(Program, ValidationCatchesInconsistencies) {
                   "uses key 'v.weight', which is not a parameter");
 
   Program viewCycle = programWithEverything();
-  viewCycle.values[7].storage = Storage::View;
-  viewCycle.values[7].viewOf = 8;
+  viewCycle.values[3].storage = Storage::View;
+  viewCycle.values[3].viewOf = 5;
   EXPECT_CONTAINS(errorMessage([&] { validateProgram(viewCycle); }), "cycle of views");
 }
 

@@ -188,7 +188,7 @@ TEST(Safetensors, BadHeaderJson) {
 TEST(Safetensors, UnsupportedDtype) {
   test::TempDir directory;
   std::string path = directory.file("f64.safetensors");
-  writeRaw(path, R"({"x": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})",
+  writeRaw(path, R"({"x": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}}   )",
            std::string(8, '\0'));
   EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }),
                   "tensor 'x' has unsupported dtype 'F64'");
@@ -208,6 +208,94 @@ TEST(Safetensors, DataOffsetsMustFitAndMatchTheShape) {
   writeRaw(path, R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})",
            std::string(12, '\0'));
   EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }), "data_offsets [8, 0]");
+}
+
+// A header padded to 8 bytes, as writers do, so the data starts aligned.
+std::string padded(std::string header) {
+  header.append((8 - header.size() % 8) % 8, ' ');
+  return header;
+}
+
+TEST(Safetensors, DuplicateKeysAreRefused) {
+  test::TempDir directory;
+  std::string path = directory.file("dup.safetensors");
+  writeRaw(path, padded(R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                        R"( "x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})"),
+           std::string(8, '\0'));
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }), "duplicate key \"x\"");
+}
+
+TEST(Safetensors, DataRangesMustTileTheData) {
+  test::TempDir directory;
+  std::string path = directory.file("t.safetensors");
+  auto load = [&](const std::string &header, size_t dataBytes) {
+    writeRaw(path, padded(header), std::string(dataBytes, '\0'));
+    return errorMessage([&] { Weights::loadSafetensors(path); });
+  };
+  EXPECT_CONTAINS(load(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+                       R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+                       12),
+                  "tensors 'a' and 'b' overlap in the data");
+  EXPECT_CONTAINS(load(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8),
+                  "data bytes 0..4 before tensor 'a' belong to no tensor");
+  EXPECT_CONTAINS(load(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 12),
+                  "data bytes 4..12 at the end belong to no tensor");
+  EXPECT_CONTAINS(load(R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},)"
+                       R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}})",
+                       6),
+                  "tensor 'b' starts at file offset");
+  EXPECT_CONTAINS(load(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})", 4),
+                  "more than 2^40 elements");
+  EXPECT_CONTAINS(load(R"({"__metadata__": {"format": 3}})", 0), "__metadata__ must map strings to strings");
+}
+
+TEST(Safetensors, HeaderLargerThanTheFormatAllowsIsRefusedUnread) {
+  test::TempDir directory;
+  std::string path = directory.file("huge.safetensors");
+  std::ofstream file(path, std::ios::binary);
+  uint64_t length = uint64_t(1) << 40;
+  file.write(reinterpret_cast<const char *>(&length), 8);
+  file << "{}";
+  file.close();
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }),
+                  "the header is 1099511627776 bytes, more than the format's limit of 100000000");
+}
+
+TEST(Safetensors, NonFiniteWeightsAreAnErrorNamingTheTensor) {
+  test::TempDir directory;
+  std::string path = directory.file("nan.safetensors");
+  float values[2] = {1.0f, std::nanf("")};
+  writeRaw(path, padded(R"({"model.norm.weight": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})"),
+           std::string(reinterpret_cast<const char *>(values), 8));
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }),
+                  "tensor 'model.norm.weight' holds nan at element 1: weights must be finite");
+  writeRaw(path, padded(R"({"h": {"dtype": "F16", "shape": [1], "data_offsets": [0, 2]}})"),
+           bytesOf({0x7c00}));  // f16 +infinity
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }), "tensor 'h' holds inf");
+}
+
+TEST(Safetensors, OnlyTheModelsTensorsAreRead) {
+  test::TempDir directory;
+  std::string path = directory.file("extra.safetensors");
+  float gain[2] = {1.0f, 2.0f}, bad = std::nanf("");
+  std::string data = std::string(8, '\0') + std::string(reinterpret_cast<const char *>(gain), 8) +
+                     std::string(reinterpret_cast<const char *>(&bad), 4);
+  writeRaw(path,
+           padded(R"({"unused.i64": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]},)"
+                  R"( "model.norm.weight": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]},)"
+                  R"( "unused.nan": {"dtype": "F32", "shape": [1], "data_offsets": [16, 20]}})"),
+           data);
+  std::vector<Parameter> parameters = {{"model.norm.weight", {2}, "ones"}};
+  Weights weights = Weights::loadSafetensors(path, parameters);
+  EXPECT_EQ(weights.at("model.norm.weight").data, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_FALSE(weights.contains("unused.nan"));
+  // Reading every tensor meets the ones the model never needed.
+  EXPECT_CONTAINS(errorMessage([&] { Weights::loadSafetensors(path); }),
+                  "tensor 'unused.i64' has unsupported dtype 'I64'");
+  std::vector<Parameter> missing = {{"model.norm.weight", {3}, "ones"}, {"lm_head.weight", {2, 2}, "normal"}};
+  std::string message = errorMessage([&] { Weights::loadSafetensors(path, missing); });
+  EXPECT_CONTAINS(message, "'model.norm.weight' has shape 2, expected 3");
+  EXPECT_CONTAINS(message, "missing 'lm_head.weight'");
 }
 
 TEST(Weights, CheckAgainstListsEveryProblem) {

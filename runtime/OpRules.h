@@ -1,0 +1,32 @@
+// What each tl op accepts and produces, as the CPU reference computes it: how many
+// operands and results, which operands are token ids, its attributes (types, and the
+// ranges the tl verifier enforces) and the result shapes its operand shapes give.
+//
+// One set of rules for two users: the Program validator checks every op with them
+// before a backend runs anything, and the CPU backend checks each op it runs with them
+// instead of repeating the checks op by op.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/Program.h"
+
+namespace tlc {
+
+using Shape = std::vector<int64_t>;
+
+bool isKnownOp(const std::string &op);
+
+// True for operands that hold i32 token ids (embedding's and cross_entropy's second);
+// every other operand and every result is floating point.
+bool isTokenIdOperand(const std::string &op, size_t operand);
+
+// The result shapes `op` computes from operands of `operandShapes`. Throws tlc::Error,
+// without a location (callers add theirs), when the op is unknown, has the wrong number
+// of operands, a missing, mistyped or out-of-range attribute, or operand shapes it
+// cannot take (including ones that would leave a row with nothing to average).
+std::vector<Shape> inferResultShapes(const OpRecord &op, const std::vector<Shape> &operandShapes);
+
+} // namespace tlc

@@ -1,0 +1,59 @@
+// Token files: a mapped file scanned word by word.
+#include "runtime/TokenFile.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+
+#include "runtime/Error.h"
+#include "runtime/MappedFile.h"
+
+namespace tlc {
+
+std::vector<int32_t> parseTokenIds(std::string_view text, const std::string &origin,
+                                   int64_t expected, int64_t vocab) {
+  auto fail = [&](const std::string &message) {
+    throw Error(fmt::format("token file '{}': {}", origin, message));
+  };
+  std::vector<int32_t> ids;
+  size_t position = 0;
+  while (true) {
+    while (position < text.size() && std::isspace(static_cast<unsigned char>(text[position])))
+      ++position;
+    if (position == text.size()) break;
+    size_t end = position;
+    while (end < text.size() && !std::isspace(static_cast<unsigned char>(text[end]))) ++end;
+    std::string_view word = text.substr(position, end - position);
+    position = end;
+    // Up to 10 digits after an optional sign: anything longer is no i32.
+    size_t digits = word.size() - (word[0] == '-' || word[0] == '+');
+    int64_t id = 0;
+    bool valid = digits >= 1 && digits <= 10;
+    for (size_t i = word.size() - digits; valid && i < word.size(); ++i) {
+      valid = std::isdigit(static_cast<unsigned char>(word[i])) != 0;
+      id = id * 10 + (word[i] - '0');
+    }
+    if (!valid) {
+      std::string shown(word.substr(0, 32));
+      fail(fmt::format("'{}{}' is not a token id", shown, word.size() > 32 ? "..." : ""));
+    }
+    if (word[0] == '-') id = -id;
+    if (int64_t(ids.size()) == expected)
+      fail(fmt::format("holds more than the {} ids a forward takes", expected));
+    if (id < 0 || id >= vocab)
+      fail(fmt::format("token id {} at position {} is out of range for vocab {} (valid ids are "
+                       "0..{})",
+                       id, ids.size(), vocab, vocab - 1));
+    ids.push_back(int32_t(id));
+  }
+  if (int64_t(ids.size()) != expected)
+    fail(fmt::format("holds {} ids, but a forward takes {}", ids.size(), expected));
+  return ids;
+}
+
+std::vector<int32_t> readTokenFile(const std::string &path, const Program &program) {
+  MappedFile file(path, "token file");
+  return parseTokenIds(file.text(), path, program.batch * program.seqLen, program.vocab);
+}
+
+} // namespace tlc

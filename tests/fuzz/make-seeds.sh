@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Regenerates the fuzzers' seed corpora in tests/fuzz/corpus from a build's tools:
+#   tests/fuzz/make-seeds.sh build
+# Small inputs on purpose: a fuzzer mutates faster what it parses faster.
+set -euo pipefail
+cd "$(dirname "$0")"
+tools=$(cd "../../$1/tools" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+rm -rf corpus && mkdir -p corpus/{tl,program,safetensors,tokens}
+
+# .tl: the hand-written tiny model, a generated one-block model, the pass tests' IR.
+cp ../lit/Inputs/tiny.tl corpus/tl/tiny.tl
+"$tools/tl-modelgen" --preset=workshop --layers=1 --hidden=16 --heads=2 --kv-heads=1 --ffn=32 --vocab=20 \
+  -o corpus/tl/one-block.tl
+for test in ../lit/passes/*.mlir; do grep -v '^// ' "$test" > "corpus/tl/$(basename "$test" .mlir).tl"; done
+# The fused IR itself (tl.fused_linear, tl.block), as the fuzzer's batch and sequence see it.
+for level in 2 3; do
+  "$tools/tlc" corpus/tl/one-block.tl --opt-level=$level --batch-size=1 --seq-len=4 --emit=ir \
+    -o "corpus/tl/one-block-o$level.tl"
+done
+
+# program.json: that model at every level without its GPU fields (small), and O3 with them.
+for level in 0 1 2 3; do
+  "$tools/tlc" corpus/tl/one-block.tl --opt-level=$level --batch-size=1 --seq-len=4 --emit=program \
+    -o "$work/o$level.json"
+  python3 - "$work/o$level.json" "corpus/program/o$level.json" <<'PY'
+import json, sys
+program = json.load(open(sys.argv[1]))
+program.pop("sources", None); program.pop("workspace_bytes", None)
+for kernel in program["kernels"]:
+    for field in ("entry", "launch", "chained", "workspace_bytes", "sync_words"):
+        kernel.pop(field, None)
+json.dump(program, open(sys.argv[2], "w"), separators=(",", ":"))
+PY
+done
+# O3 with its GPU fields, each source cut to a line (the runtime reads sources as text).
+python3 - "$work/o3.json" corpus/program/o3-with-launch.json <<'PY'
+import json, sys
+program = json.load(open(sys.argv[1]))
+program["sources"] = {entry: "// " + entry for entry in program.get("sources", {})}
+json.dump(program, open(sys.argv[2], "w"), separators=(",", ":"))
+PY
+
+# safetensors: that model's weights (f32), and a file with BF16, F16 and an unused I64.
+"$tools/tlc" corpus/tl/one-block.tl --seq-len=4 --run --save-weights=corpus/safetensors/one-block.safetensors \
+  > /dev/null
+python3 - corpus/safetensors/mixed.safetensors <<'PY'
+import json, struct, sys
+tensors = [("b", "BF16", [2], struct.pack("<2H", 0x3fc0, 0xc000)),
+           ("h", "F16", [1, 3], struct.pack("<3H", 0x3e00, 0xc000, 0x0001)),
+           ("pad", "U8", [2], b"\0\0"),
+           ("i", "I64", [1], struct.pack("<q", 7))]
+header, blob = {"__metadata__": {"format": "pt"}}, b""
+for key, dtype, shape, raw in tensors:
+    header[key] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(raw)]}
+    blob += raw
+text = json.dumps(header).encode()
+text += b" " * ((8 - len(text) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(text)) + text + blob)
+PY
+
+# Token files: the first byte is how many ids the target expects, minus one.
+printf '\x03 1 2 3 4\n' > corpus/tokens/four.txt
+printf '\x07 0\t999\n5 6\r\n7 8 9 10' > corpus/tokens/eight-mixed-space.txt
+printf '\x01 -1 2' > corpus/tokens/negative.txt
+echo "seeds written to $(pwd)/corpus"
