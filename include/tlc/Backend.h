@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <tlc/Device.h>
 #include <tlc/Program.h>
 #include <tlc/Tensor.h>
 #include <tlc/Weights.h>
@@ -39,7 +40,25 @@ public:
   // tlc::Error when a weight is missing or has the wrong shape.
   virtual void load(const Program &program, const Weights &weights) = 0;
   // Runs the forward on token ids [batch * seq]; throws tlc::Error on ids out of range.
+  // Returns when the results are on the host.
   virtual ForwardResult forward(const std::vector<int32_t> &tokenIds) = 0;
+
+  // The forward on the caller's device memory (GPU backends), enqueued on request.stream
+  // and asynchronous: it returns once the work is enqueued, without waiting for the GPU.
+  // It starts after the work enqueued on the stream before the call, and work enqueued
+  // on the stream after the call sees the logits (and the loss, when `loss` is set)
+  // written. The backend runs on its own stream (or graph) joined to the caller's with
+  // events both ways. The caller keeps the buffers and the stream alive until that
+  // work has run; the backend keeps no pointer to them after the call. Ids outside the
+  // vocabulary make every logit and the loss NaN (they cannot be read on the host without
+  // waiting); kernel times (BackendOptions::profile) are not collected. Throws tlc::Error
+  // (and enqueues nothing) when a buffer is null, misaligned, not of the Program's
+  // size, host memory or on another device (as far as the driver can say), when the
+  // stream is capturing a graph, and on the CPU backend ("device pointers need a GPU
+  // backend").
+  virtual void forwardOnDevice(const DeviceForward &request) = 0;
+  // The device it runs on, with the handles a host program needs to share it.
+  virtual DeviceInfo deviceInfo() const = 0;
   // Bytes of memory the backend holds for activations (the planned arena) and weights.
   virtual int64_t peakActivationBytes() const = 0;
   virtual int64_t weightBytes() const = 0;
@@ -55,10 +74,15 @@ struct BackendOptions {
   bool graph = true;            // GPU: replay the forward as one captured graph
   bool profile = false;         // GPU: time every launch
   bool progress = true;         // GPU: the JIT's own progress line (off under a caller's)
+  int device = 0;               // GPU: which one, numbered as the vendor API does (cudaSetDevice)
+  // GPU: the stream all of the backend's work runs on; it must stay alive as long as the
+  // backend. Null: the backend creates a stream of its own (non-blocking).
+  DeviceStream stream;
 };
 
 // auto takes a GPU when one answers (CUDA, then HIP), else the CPU. Throws tlc::Error
-// for an unknown target, or a GPU target with no device (saying why).
+// for an unknown target, a GPU target with no device (saying why), a device number no
+// GPU has, or a stream with no GPU to run it (name the target whose stream it is).
 TLC_API std::unique_ptr<Backend> createBackend(const BackendOptions &options);
 
 // Checks token ids against the Program (count = batch * seq, each in [0, vocab)).
