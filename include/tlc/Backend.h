@@ -27,11 +27,13 @@ struct ForwardResult {
   std::vector<KernelTiming> kernelTimes;  // one per launch, in order
 };
 
-// A backend may be shared between threads: load() and forward() on one backend
-// serialize (each call holds the backend until it returns), so concurrent forwards
-// each get a whole, correct result. For parallel forwards, give each thread its own
-// backend. Errors are tlc::Error exceptions thrown in the calling thread; none escapes
-// from a backend's own threads.
+// A backend may be shared between threads: load(), forward() and forwardOnDevice() on
+// one backend serialize (each call holds the backend until it returns), so concurrent
+// forwards each get a whole, correct result. For parallel forwards, give each thread its
+// own backend. A GPU backend makes its device current on the calling thread for each
+// call and restores the thread's own after, so any thread may call it. Errors are
+// tlc::Error exceptions thrown in the calling thread; none escapes from a backend's own
+// threads.
 class TLC_API Backend {
 public:
   virtual ~Backend() = default;
@@ -43,19 +45,25 @@ public:
   // Returns when the results are on the host.
   virtual ForwardResult forward(const std::vector<int32_t> &tokenIds) = 0;
 
-  // The forward on the caller's device memory (GPU backends), enqueued on request.stream
-  // and asynchronous: it returns once the work is enqueued, without waiting for the GPU.
-  // It starts after the work enqueued on the stream before the call, and work enqueued
-  // on the stream after the call sees the logits (and the loss, when `loss` is set)
-  // written. The backend runs on its own stream (or graph) joined to the caller's with
-  // events both ways. The caller keeps the buffers and the stream alive until that
-  // work has run; the backend keeps no pointer to them after the call. Ids outside the
-  // vocabulary make every logit and the loss NaN (they cannot be read on the host without
-  // waiting); kernel times (BackendOptions::profile) are not collected. Throws tlc::Error
-  // (and enqueues nothing) when a buffer is null, misaligned, not of the Program's
-  // size, host memory or on another device (as far as the driver can say), when the
-  // stream is capturing a graph, and on the CPU backend ("device pointers need a GPU
-  // backend").
+  // The forward on the caller's device memory (GPU backends), for request.tokenIds
+  // [batch * seq] into request.logits [batch, seq, vocab] (fp32) and, when set,
+  // request.loss (one float).
+  // - Asynchronous: it returns once the work is enqueued, without waiting for the GPU
+  //   (the first call JIT-compiles, or takes from the cache, two small kernels of its own).
+  // - Ordered on request.stream: the forward starts after the work enqueued on it before
+  //   the call, and work enqueued on it after the call sees the results written. The
+  //   backend runs on its own stream (replaying its graph there) joined to the caller's
+  //   with events both ways; no join when request.stream is BackendOptions::stream.
+  // - Ownership: the buffers and the stream stay the caller's and must live until the
+  //   forward's work on the stream has run; the backend keeps no pointer to them after
+  //   the call. Destroying the backend, or load(), waits for forwards still running.
+  // - Ids outside the vocabulary make every logit and the loss NaN (they cannot be read
+  //   on the host without waiting). Kernel times (BackendOptions::profile) are not
+  //   collected.
+  // Throws tlc::Error, enqueueing nothing, when a buffer is null, misaligned or not of
+  // the Program's size, when the loss lies inside the logits, when the driver says a
+  // buffer is host memory or another device's, when the stream is capturing a graph,
+  // and on the CPU backend ("device pointers need a GPU backend").
   virtual void forwardOnDevice(const DeviceForward &request) = 0;
   // The device it runs on, with the handles a host program needs to share it.
   virtual DeviceInfo deviceInfo() const = 0;

@@ -11,7 +11,8 @@
 namespace tlc {
 
 // A stream of the GPU a backend runs on: a cudaStream_t (the same handle as the driver
-// API's CUstream) on NVIDIA, a hipStream_t on AMD. Null is that API's default stream.
+// API's CUstream) on NVIDIA, a hipStream_t on AMD. In a DeviceForward, null is that API's
+// legacy default stream; in BackendOptions, null asks for a stream of the backend's own.
 struct DeviceStream {
   void *handle = nullptr;
 };

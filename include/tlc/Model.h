@@ -55,8 +55,10 @@ public:
   float forward(Span<const int32_t> tokens, int64_t batch, int64_t seqLen, Span<float> logits);
   // The forward on the caller's device memory and stream (GPU backends; as
   // Backend::forwardOnDevice: asynchronous, ordered on request.stream, with the same
-  // checks and ownership). On the first use of a shape it is compiled and loaded before
-  // anything is enqueued; that part runs on the calling thread and waits for the GPU.
+  // checks and ownership). The request is checked against batch, seqLen and the
+  // vocabulary before anything is compiled. The first use of a shape compiles and loads
+  // it on the calling thread first, waiting for the weights' upload; a shape dropped
+  // beyond maxLoadedShapes waits for its forwards still running.
   void forwardOnDevice(const DeviceForward &request, int64_t batch, int64_t seqLen);
 
   // The Program serving a shape (compiled and loaded if it was not): its kernels,
