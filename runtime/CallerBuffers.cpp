@@ -64,8 +64,8 @@ void CallerBuffers::checkPointers(const DeviceForward &request, const std::strin
   auto check = [&](const char *what, const void *pointer) {
     PointerInfo info = device_.pointerInfo(pointer);
     if (info.kind == PointerInfo::Kind::Unknown)
-      throw Error(fmt::format("{}: the {} pointer {} is not memory the {} driver knows: a host pointer? Device memory "
-                              "is needed (cudaMalloc, cuMemAlloc, hipMalloc)",
+      throw Error(fmt::format("{}: the {} pointer {} is not memory the {} driver knows (a host pointer?); device "
+                              "memory is needed (cudaMalloc, cuMemAlloc, hipMalloc)",
                               who, what, fmt::ptr(pointer), device_.vendor()));
     if (info.kind == PointerInfo::Kind::Host)
       throw Error(fmt::format("{}: the {} pointer {} is host memory (pinned or registered); device memory is needed",

@@ -62,7 +62,7 @@ public:
       Handle popped = nullptr;
       if (context_) api_.popContext(&popped);
     }
-    if (context_) api_.releasePrimaryContext(ordinal_);
+    if (context_) api_.releasePrimaryContext(cudaDevice_);
   }
 
   bool cuda() const { return api_.vendor == "cuda"; }
@@ -282,6 +282,7 @@ public:
   bool ownsStream_ = false;
   std::string name_, arch_;
   int ordinal_ = 0, multiprocessors_ = 1, computeMajor_ = 0;
+  int cudaDevice_ = 0;  // CUDA: the CUdevice of ordinal_
   std::vector<int> threadDevices_;  // HIP: the calling thread's device before each enter()
 };
 
@@ -334,7 +335,8 @@ std::unique_ptr<GpuDevice> openCudaDevice(std::string *why, const DeviceSelectio
   // The primary context is the one the CUDA runtime API uses: a host program on the
   // runtime API shares it (and its memory) with tlc.
   device->check(api.retainPrimaryContext(&device->context_, handle), "cuDevicePrimaryCtxRetain");
-  device->ordinal_ = handle;
+  device->ordinal_ = selection.ordinal;
+  device->cudaDevice_ = handle;
   CurrentDevice current(*device);
   device->useStream(selection);
   device->name_ = name;

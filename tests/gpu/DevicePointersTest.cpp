@@ -220,14 +220,16 @@ TEST_F(GpuDevicePointers, IdsOutsideTheVocabularyGiveNaN) {
 TEST_F(GpuDevicePointers, RefuseHostMemoryAndACapturingStream) {
   DeviceForward hostIds = request();
   hostIds.tokenIds.data = tokens.data();
+  // Pageable memory is unknown to the driver (or host memory, where it maps it).
   std::string error = errorOf([&] { backend->forwardOnDevice(hostIds); });
   EXPECT_NE(error.find("the token ids pointer"), std::string::npos) << error;
-  EXPECT_NE(error.find("is not memory the " + host->vendor() + " driver knows"), std::string::npos) << error;
+  EXPECT_NE(error.find("device memory is needed"), std::string::npos) << error;
   std::vector<float> hostLogits(buffers->logitCount);
   DeviceForward hostLogitsRequest = request();
   hostLogitsRequest.logits.data = hostLogits.data();
   error = errorOf([&] { backend->forwardOnDevice(hostLogitsRequest); });
   EXPECT_NE(error.find("the logits pointer"), std::string::npos) << error;
+  EXPECT_NE(error.find("device memory is needed"), std::string::npos) << error;
 
   // While the host's stream captures a graph, the call refuses and enqueues nothing.
   host->beginCapture();
