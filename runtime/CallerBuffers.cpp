@@ -32,7 +32,8 @@ void checkDeviceForward(const DeviceForward &request, int64_t batch, int64_t seq
               fmt::format("batch {} x seq {} x vocab {}", batch, seqLen, vocab));
   if (request.loss) {
     checkBuffer(who, "loss", request.loss, 1, 1, "the loss");
-    if (request.loss >= request.logits.data && request.loss < request.logits.data + request.logits.size)
+    uintptr_t loss = reinterpret_cast<uintptr_t>(request.loss), logits = reinterpret_cast<uintptr_t>(request.logits.data);
+    if (loss >= logits && loss < logits + request.logits.size * sizeof(float))
       throw Error(fmt::format("{}: the loss pointer lies inside the logits buffer", who));
   }
 }
@@ -73,6 +74,10 @@ void CallerBuffers::checkPointers(const DeviceForward &request, const std::strin
     if (info.device >= 0 && info.device != device_.ordinal())
       throw Error(fmt::format("{}: the {} buffer is on device {}; this backend runs on device {}", who, what,
                               info.device, device_.ordinal()));
+    if (info.context && device_.context() && info.context != device_.context())
+      throw Error(fmt::format("{}: the {} buffer belongs to another CUDA context; this backend runs in the device's "
+                              "primary context (the CUDA runtime's)",
+                              who, what));
   };
   check("token ids", request.tokenIds.data);
   check("logits", request.logits.data);

@@ -21,7 +21,8 @@ struct PointerInfo {
     Device,     // device memory (managed memory included)
   };
   Kind kind = Kind::Unchecked;
-  int device = -1;  // the ordinal of its device; -1: not said
+  int device = -1;            // the ordinal of its device; -1: not said
+  void *context = nullptr;    // CUDA: the context it was allocated in; null: not said
   // The allocation around a pointer is not asked for: for memory mapped in pieces (the
   // CUDA virtual memory API, as PyTorch's expandable segments use) the driver names one
   // piece, and a buffer spanning several would be refused.

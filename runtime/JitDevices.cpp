@@ -146,10 +146,13 @@ public:
       unsigned type = 0;
       if (api_.pointerAttribute(&type, 2, address) != 0) info.kind = PointerInfo::Kind::Unknown;
       else info.kind = type == 2 || type == 4 ? PointerInfo::Kind::Device : PointerInfo::Kind::Host;
+      // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL (9) and CU_POINTER_ATTRIBUTE_CONTEXT (1).
       int device = -1;
-      // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL (9).
+      Handle context = nullptr;
       if (info.kind == PointerInfo::Kind::Device && api_.pointerAttribute(&device, 9, address) == 0)
         info.device = device;
+      if (info.kind == PointerInfo::Kind::Device && api_.pointerAttribute(&context, 1, address) == 0)
+        info.context = context;
     } else if (api_.pointerAttributes) {
       info = hipPointerInfo(pointer);
     }

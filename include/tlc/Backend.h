@@ -62,8 +62,9 @@ public:
   //   collected.
   // Throws tlc::Error, enqueueing nothing, when a buffer is null, misaligned or not of
   // the Program's size, when the loss lies inside the logits, when the driver says a
-  // buffer is host memory or another device's, when the stream is capturing a graph,
-  // and on the CPU backend ("device pointers need a GPU backend").
+  // buffer is host memory, another device's or (CUDA) another context's, when the
+  // stream is capturing a graph, and on the CPU backend ("device pointers need a GPU
+  // backend").
   virtual void forwardOnDevice(const DeviceForward &request) = 0;
   // The device it runs on, with the handles a host program needs to share it.
   virtual DeviceInfo deviceInfo() const = 0;

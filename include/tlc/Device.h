@@ -19,7 +19,8 @@ struct DeviceStream {
 
 // `size` elements of device memory at `data`, owned by the caller: memory from cudaMalloc,
 // cuMemAlloc, hipMalloc or an allocator built on them (managed memory too) on the
-// backend's device; not host memory, pinned or not.
+// backend's device, on CUDA in its primary context (the CUDA runtime's); not host
+// memory, pinned or not.
 template <class T> struct DeviceSpan {
   T *data = nullptr;
   size_t size = 0;
