@@ -17,6 +17,7 @@
 #include <set>
 
 #include "runtime/Backend.h"
+#include "runtime/CallerBuffers.h"
 #include "runtime/CpuOps.h"
 #include "runtime/Checked.h"
 #include "runtime/Error.h"
@@ -78,6 +79,14 @@ public:
                                               : std::numeric_limits<float>::quiet_NaN();
     result.milliseconds = millisecondsSince(start);
     return result;
+  }
+
+  void forwardOnDevice(const DeviceForward &) override { refuseDeviceForward("cpu backend"); }
+
+  DeviceInfo deviceInfo() const override {
+    DeviceInfo info;
+    info.backend = info.name = "cpu";
+    return info;
   }
 
   int64_t peakActivationBytes() const override {
