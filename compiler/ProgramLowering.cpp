@@ -13,6 +13,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -123,13 +124,27 @@ public:
     }
     for (Kernel &kernel : program.kernels) {
       kernel.minBytes = 0;
-      for (int id : kernel.inputs) kernel.minBytes += program.value(id).bytes();
+      for (int id : kernel.inputs) kernel.minBytes += bytesRead(kernel, id);
       for (int id : kernel.outputs) kernel.minBytes += program.value(id).bytes();
     }
     return mlir::success();
   }
 
 private:
+  // What a kernel reads of an input at least: an embedding table only its gathered rows
+  // (at most one per token), anything else whole.
+  int64_t bytesRead(const Kernel &kernel, int id) const {
+    const Value &value = program.value(id);
+    for (const OpRecord &op : kernel.ops)
+      if (op.op == "embedding" && op.operands.size() == 2 && op.operands[0] == id && value.shape.size() == 2 &&
+          value.shape[0] > 0) {
+        int64_t tokens = 1;
+        for (int64_t d : program.value(op.operands[1]).shape) tokens *= d;
+        return std::min(tokens, value.shape[0]) * (value.bytes() / value.shape[0]);
+      }
+    return value.bytes();
+  }
+
   mlir::LogicalResult lowerTopLevel(mlir::Operation *op) {
     if (auto weight = llvm::dyn_cast<tl::WeightOp>(op)) {
       addParameter(weight);

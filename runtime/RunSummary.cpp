@@ -46,7 +46,7 @@ std::string kernelCountLines(const Program &program) {
   bool chained = std::any_of(program.kernels.begin(), program.kernels.end(),
                              [](const Kernel &kernel) { return kernel.chained; });
   return fmt::format("  kernels   {} per forward: {} per block x {} block{}{} + {} outside the blocks\n"
-                     "  work      {:.2f} GFLOP, {} moved at least (sum of every kernel's inputs and outputs)\n",
+                     "  work      {:.2f} GFLOP, {} moved at least (every kernel's inputs, of an embedding table the rows gathered, and outputs)\n",
                      program.kernels.size(), perBlock, layers.size(), layers.size() == 1 ? "" : "s",
                      chained ? " (each block one chained launch sequence)" : "", program.kernels.size() - blockKernels,
                      double(flops) / 1e9, mib(bytes));

@@ -85,7 +85,7 @@ struct Kernel {
   std::vector<int> outputs;   // values written to memory (no Locals)
   std::vector<OpRecord> ops;  // what it computes, in order
   int64_t flops = 0;          // arithmetic work, counted as in the cost model
-  int64_t minBytes = 0;       // bytes it must move at least: its inputs and outputs once
+  int64_t minBytes = 0;       // bytes it must move at least: inputs (a gathered table: its rows read) and outputs once
   int layer = -1;             // transformer block it belongs to, -1 outside blocks
 
   // GPU code, set by the code generator (compiler/codegen/Emitter.h); empty until then.
