@@ -10,6 +10,9 @@
 //   auto backend = tlc::createBackend({"auto"});        // a GPU when one answers, else the CPU
 //   backend->load(program, tlc::Weights::random(program.parameters, /*seed=*/0));
 //   tlc::ForwardResult out = backend->forward(tlc::randomTokenIds(program, 0));
+//
+// Training (on the CPU backend for now): compileTrainingStepFile, then
+// Backend::trainStep per batch (see Train.h).
 #pragma once
 
 #include <tlc/Backend.h>
@@ -19,5 +22,6 @@
 #include <tlc/Profiler.h>
 #include <tlc/Program.h>
 #include <tlc/Tensor.h>
+#include <tlc/Train.h>
 #include <tlc/Version.h>
 #include <tlc/Weights.h>
