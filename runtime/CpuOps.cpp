@@ -448,11 +448,17 @@ private:
 
   // ---- the backward: each op's VJP (their derivations are in compiler/TlGradOps.td) -
 
-  // A [rows, cols] matrix transposed into a new buffer: the GEMM takes Bᵀ.
+  // A [rows, cols] matrix transposed into a new buffer (the GEMM takes Bᵀ), in square
+  // tiles so both sides are read and written a cache line at a time.
   std::vector<float> transposed(const float *matrix, int64_t rows, int64_t cols) {
+    constexpr int64_t kTile = 32;
     std::vector<float> result(size_t(rows * cols));
-    forEachRow(cols, rows, [&](int64_t col) {
-      for (int64_t row = 0; row < rows; ++row) result[size_t(col * rows + row)] = matrix[row * cols + col];
+    int64_t tileRows = (rows + kTile - 1) / kTile, tileCols = (cols + kTile - 1) / kTile;
+    forEachRow(tileRows * tileCols, kTile * kTile, [&](int64_t tile) {
+      int64_t row0 = tile / tileCols * kTile, col0 = tile % tileCols * kTile;
+      for (int64_t col = col0; col < std::min(cols, col0 + kTile); ++col)
+        for (int64_t row = row0; row < std::min(rows, row0 + kTile); ++row)
+          result[size_t(col * rows + row)] = matrix[row * cols + col];
     });
     return result;
   }
