@@ -422,7 +422,7 @@ LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *context, std::option
 LogicalResult CrossEntropyOp::buildVjp(VjpBuilder &vjp) {
   if (!vjp.isLoss(getResult()))
     return emitOpError("can be differentiated only as the loss itself, not as an input to other ops");
-  if (tensorOf(getLogits()).getDimSize(1) < 2)
+  if (int64_t seq = tensorOf(getLogits()).getDimSize(1); !ShapedType::isDynamic(seq) && seq < 2)
     return emitOpError("has nothing to learn from sequences of 1 token: training needs 2 or more (each predicts the "
                        "next)");
   vjp.addCotangent(getLogits(), create<CrossEntropyGradOp>(vjp, *this, vjp.primal(getLogits()), vjp.primal(getIds())));

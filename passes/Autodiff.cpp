@@ -182,13 +182,17 @@ private:
 class WriteOut {
 public:
   // Makes `inner`'s fused op (and every one around it) also yield it; returns the
-  // top-level value that holds it.
-  mlir::Value toTopLevel(mlir::Value inner) {
+  // top-level value that holds it. Fails, saying why, where a region cannot yield more
+  // (a GEMM's prologue yields its A operand alone).
+  mlir::FailureOr<mlir::Value> toTopLevel(mlir::Value inner) {
     mlir::Value value = current(inner);
     while (true) {
       mlir::Region *region = value.getParentRegion();
       mlir::Operation *owner = region->getParentOp();
       if (llvm::isa<mlir::func::FuncOp>(owner)) return value;
+      auto fused = llvm::dyn_cast<FusedLinearOp>(owner);
+      if ((!fused && !llvm::isa<BlockOp>(owner)) || (fused && region != &fused.getEpilogue()))
+        return owner->emitOpError("holds a value the backward needs in a region that cannot write it out");
       markSaved(value);
       mlir::Operation *yield = region->front().getTerminator();
       auto yielded = llvm::find(yield->getOperands(), value);
@@ -245,7 +249,7 @@ struct AutodiffPass : impl::TlAutodiffBase<AutodiffPass> {
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
     auto func = module.lookupSymbol<mlir::func::FuncOp>("forward");
-    if (!func) {
+    if (!func || func.isExternal()) {
       module.emitError("tl-autodiff needs a `func.func @forward` returning (logits, loss)");
       return signalPassFailure();
     }
@@ -293,7 +297,11 @@ struct AutodiffPass : impl::TlAutodiffBase<AutodiffPass> {
     {
       WriteOut writeOut;
       llvm::SmallVector<std::pair<mlir::Value, mlir::Value>> pairs;
-      for (mlir::Value inner : needed) pairs.push_back({inner, writeOut.toTopLevel(inner)});
+      for (mlir::Value inner : needed) {
+        mlir::FailureOr<mlir::Value> outside = writeOut.toTopLevel(inner);
+        if (mlir::failed(outside)) return mlir::failure();
+        pairs.push_back({inner, *outside});
+      }
       for (auto [inner, outside] : pairs) writtenOut[writeOut.current(inner)] = writeOut.current(outside);
     }
     // Build the backward, then the optimizer, before the return.
