@@ -46,8 +46,9 @@ LogicalResult EmbeddingGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
       failed(checkDim(loc, "embedding_grad sequence differs between grad and ids", grad.getDimSize(1),
                       ids.getDimSize(1))))
     return failure();
-  if (adaptor.getRows() <= 0) return emitOptionalError(loc, "embedding_grad needs rows > 0, got ", adaptor.getRows());
-  inferred.push_back(RankedTensorType::get({adaptor.getRows(), grad.getDimSize(2)}, grad.getElementType()));
+  int64_t rows = adaptor.getRowsAttr().getInt();  // signed: a negative count is refused, not wrapped
+  if (rows <= 0) return emitOptionalError(loc, "embedding_grad needs rows > 0, got ", rows);
+  inferred.push_back(RankedTensorType::get({rows, grad.getDimSize(2)}, grad.getElementType()));
   return success();
 }
 
