@@ -221,8 +221,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                                  : ""));
   headerLines.insert(headerLines.end(), details.begin(), details.end());
   if (hopper)
-    headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups, {} stages{}",
+    headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups, {} stages{}{}",
                                       hopper->BM, hopper->BN, hopper->BM / 64, hopper->stages,
+                                      hopper->resident > 1 ? fmt::format(", {} blocks per SM", hopper->resident) : "",
                                       hopper->splits > 1 ? fmt::format(", K split {} ways (partial tiles in the workspace, "
                                                                        "added by the last split of each tile)",
                                                                        hopper->splits)
@@ -248,10 +249,12 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                            hopper->splits)
              : "";
   std::string hopperCase = hopper ? "defined(TL_NVIDIA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)" : "0";
-  out += fmt::format("#if {}\n#define {}_THREADS {}\n#elif defined(TL_NVIDIA)\n#define {}_THREADS {}\n#else\n"
-                     "#define {}_THREADS 256\n#endif\n",
-                     hopperCase, entry, hopper ? hopper->threads() : 0, entry, matrixUnits ? nvidia.threads() : 256, entry);
-  out += source.entryOpen(entry + "_THREADS");
+  // Launch bounds: threads per block, and blocks meant to share an SM.
+  out += fmt::format("#if {}\n#define {}_BOUNDS {}, {}\n#elif defined(TL_NVIDIA)\n#define {}_BOUNDS {}\n#else\n"
+                     "#define {}_BOUNDS 256\n#endif\n",
+                     hopperCase, entry, hopper ? hopper->threads() : 0, hopper ? hopper->resident : 1, entry,
+                     matrixUnits ? nvidia.threads() : 256, entry);
+  out += source.entryOpen(entry + "_BOUNDS");
   if (matrixUnits)
     out += fmt::format("#if {}\n  tl_gemm_wgmma<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n"
                        "#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n",

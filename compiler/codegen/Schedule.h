@@ -32,11 +32,14 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN);
 GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors);
 
 // The Hopper warpgroup (wgmma) tile: BM 64 or 128, BN 64, 128 or 256; none when no
-// candidate holds the epilogue's reads. TLC_WGMMA_TILE=BMxBNxSTAGES[xSPLITS] overrides;
-// TLC_NO_WGMMA=1 turns the path off.
+// candidate holds the epilogue's reads. TLC_WGMMA_TILE=BMxBNxSTAGES[xSPLITS[xRESIDENT]]
+// overrides; TLC_NO_WGMMA=1 turns the path off.
 struct WgmmaTile {
   int BM = 128, BN = 128, stages = 4;
   int splits = 1;  // K split across this many blocks per tile
+  // Blocks meant to share an SM (registers capped to fit): one block's epilogue then
+  // runs while another's tensor cores work.
+  int resident = 1;
   int threads() const { return BM / 64 * 128; }
   int64_t sharedBytes() const;  // stages or the accumulator tile, plus 1 KiB for alignment
 };
