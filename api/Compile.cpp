@@ -16,6 +16,8 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <fmt/format.h>
+
 namespace tlc {
 
 static void buildPipeline(mlir::OpPassManager &pm, const CompileOptions &options, const AdamWOptions *training) {
@@ -52,8 +54,11 @@ std::string pipelineText(const CompileOptions &options, const AdamWOptions *trai
   llvm::interleave(
       pm.getPasses(), os,
       [&](mlir::Pass &pass) {
-        if (pass.getArgument() == "tl-specialize" || pass.getArgument() == "tl-autodiff")
-          pass.printAsTextualPipeline(os);
+        if (pass.getArgument() == "tl-specialize") pass.printAsTextualPipeline(os);
+        else if (pass.getArgument() == "tl-autodiff" && training)  // shortest decimals, not %e
+          os << fmt::format("tl-autodiff{{lr={} beta1={} beta2={} eps={} weight-decay={} max-grad-norm={}}}",
+                            training->learningRate, training->beta1, training->beta2, training->eps,
+                            training->weightDecay, training->maxGradNorm);
         else os << pass.getArgument();
       },
       ", ");

@@ -50,12 +50,15 @@ public:
     std::fputs("\r\033[K", stderr);
     std::fflush(stderr);
   }
-  void draw(int64_t done, float loss, double secondsLeft) {
+  // `done` steps so far; the last one's loss and the time left once there is one.
+  void draw(int64_t done, float loss = 0, double secondsLeft = 0) {
     if (!shown_) return;
     constexpr int kWidth = 30;
     int filled = int(kWidth * done / std::max<int64_t>(1, steps_));
-    std::fprintf(stderr, "\r\033[K[%s%s] %lld/%lld steps, loss %.4f, %.0f s left", std::string(filled, '#').c_str(),
-                 std::string(kWidth - filled, '.').c_str(), (long long)done, (long long)steps_, loss, secondsLeft);
+    std::string status = done == 0 ? std::string("running the first step")
+                                   : fmt::format("loss {:.4f}, {:.0f} s left", loss, secondsLeft);
+    std::fprintf(stderr, "\r\033[K[%s%s] %lld/%lld steps, %s", std::string(filled, '#').c_str(),
+                 std::string(kWidth - filled, '.').c_str(), (long long)done, (long long)steps_, status.c_str());
     std::fflush(stderr);
   }
 
@@ -85,6 +88,7 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
   std::fflush(stdout);
 
   ProgressBar bar(run.progressBar, run.steps);
+  bar.draw(0);
   double totalMilliseconds = 0;
   float firstLoss = 0, lastLoss = 0;
   for (int64_t step = 1; step <= run.steps; ++step) {
