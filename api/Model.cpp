@@ -5,6 +5,7 @@
 #include "api/CapturedDiagnostics.h"
 #include "api/Compile.h"
 #include "compiler/ModelIO.h"
+#include "runtime/CallerBuffers.h"
 #include "runtime/RunInputs.h"
 
 #include <tlc/Error.h>
@@ -50,12 +51,16 @@ struct Model::Impl {
     return dialects;
   }
 
-  Loaded &serve(int64_t batch, int64_t seqLen) {
+  void checkShape(int64_t batch, int64_t seqLen) const {
     if (batch < 1 || seqLen < 1)
       throw Error(fmt::format("{}: batch {} x seq {}: both must be at least 1", path, batch, seqLen));
     if (maxSeqLen > 0 && seqLen > maxSeqLen)
       throw Error(fmt::format("{}: sequence length {} exceeds the model's maximum of {} (tl.max_seq_len)", path,
                               seqLen, maxSeqLen));
+  }
+
+  Loaded &serve(int64_t batch, int64_t seqLen) {
+    checkShape(batch, seqLen);
     auto found = shapes.find({batch, seqLen});
     if (found == shapes.end()) found = shapes.emplace(std::make_pair(batch, seqLen), compile(batch, seqLen)).first;
     found->second.lastUse = ++clock;
@@ -130,6 +135,12 @@ float Model::forward(Span<const int32_t> tokens, int64_t batch, int64_t seqLen, 
   ForwardResult result = forward(tokens, batch, seqLen);
   std::memcpy(logits.data(), result.logits.data.data(), expected * sizeof(float));
   return result.loss;
+}
+
+void Model::forwardOnDevice(const DeviceForward &request, int64_t batch, int64_t seqLen) {
+  impl_->checkShape(batch, seqLen);
+  checkDeviceForward(request, batch, seqLen, impl_->vocab, impl_->path);  // before compiling anything
+  impl_->serve(batch, seqLen).backend->forwardOnDevice(request);
 }
 
 const Program &Model::program(int64_t batch, int64_t seqLen) { return impl_->serve(batch, seqLen).program; }

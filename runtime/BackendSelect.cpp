@@ -23,18 +23,24 @@ std::unique_ptr<Backend> createBackend(const BackendOptions &options) {
   const std::string &wanted = options.target;
   if (wanted != "auto" && wanted != "cpu" && wanted != "cuda" && wanted != "hip")
     throw Error(fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", wanted));
+  if (wanted == "cpu" && options.stream.handle)
+    throw Error("a stream was given (BackendOptions::stream), but target cpu runs no GPU stream");
   if (wanted == "cpu") return createCpuBackend(options.cpuThreads);
   GpuOptions gpu;
   gpu.useCache = options.useCache;
   gpu.graph = options.graph && !options.profile;
   gpu.profile = options.profile;
   gpu.verbose = options.progress;
+  DeviceSelection selection{options.device, options.stream.handle};
   std::string whyCuda, whyHip;
   std::unique_ptr<GpuDevice> device;
-  if (wanted == "cuda" || wanted == "auto") device = openCudaDevice(&whyCuda);
-  if (!device && (wanted == "hip" || wanted == "auto")) device = openHipDevice(&whyHip);
+  if (wanted == "cuda" || wanted == "auto") device = openCudaDevice(&whyCuda, selection);
+  if (!device && (wanted == "hip" || wanted == "auto")) device = openHipDevice(&whyHip, selection);
   if (device) return createGpuBackend(std::move(device), gpu);
-  if (wanted == "auto") return createCpuBackend(options.cpuThreads);
+  // A caller's stream is a GPU's: running on the CPU instead would ignore it.
+  if (wanted == "auto" && !options.stream.handle) return createCpuBackend(options.cpuThreads);
+  if (wanted == "auto")
+    throw Error(fmt::format("a stream was given (BackendOptions::stream) but no GPU answers: {}; {}", whyCuda, whyHip));
   throw Error(fmt::format("--target={}: no device: {}", wanted, wanted == "cuda" ? whyCuda : whyHip));
 }
 

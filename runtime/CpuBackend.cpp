@@ -22,6 +22,7 @@
 #include <set>
 
 #include "runtime/Backend.h"
+#include "runtime/CallerBuffers.h"
 #include "runtime/CpuOps.h"
 #include "runtime/Checked.h"
 #include "runtime/Error.h"
@@ -131,6 +132,14 @@ public:
     for (const auto &entry : parameters_)
       bytes += int64_t((entry.second.firstMoment.size() + entry.second.secondMoment.size()) * sizeof(float));
     return bytes;
+  }
+
+  void forwardOnDevice(const DeviceForward &) override { refuseDeviceForward("cpu backend"); }
+
+  DeviceInfo deviceInfo() const override {
+    DeviceInfo info;
+    info.backend = info.name = "cpu";
+    return info;
   }
 
   int64_t peakActivationBytes() const override {

@@ -1,6 +1,7 @@
 // The GPU backend: JIT-compiles the Program's kernels, places every buffer in device
 // memory (one arena as planned, one block of weights, a small workspace, zeroed sync
-// words), and runs the forward as a captured graph or launch by launch.
+// words), and runs the forward as a captured graph or launch by launch, on token ids
+// from the host or from the caller's device buffers.
 #include "runtime/JitBackend.h"
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <map>
 #include <mutex>
 
+#include "runtime/CallerBuffers.h"
 #include "runtime/Error.h"
 #include "runtime/MemoryPlanner.h"
 #include "runtime/Tensor.h"
@@ -30,7 +32,9 @@ public:
   }
   ~GpuBackend() override {
     try {
+      CurrentDevice current(*device_);
       freeAll();
+      callerBuffers_.reset();
     } catch (...) { // a destructor must not throw: the driver may already be gone
     }
   }
@@ -39,6 +43,7 @@ public:
 
   void load(const Program &program, const Weights &weights) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    CurrentDevice current(*device_);
     freeAll();
     validateProgram(program);
     if (program.kind != ProgramKind::Forward)
@@ -112,6 +117,10 @@ public:
       for (void *&pointer : launch.pointers) launch.args.push_back(&pointer);
     start_ = device_->createEvent();
     end_ = device_->createEvent();
+    if (!callerReady_) {  // kept across loads
+      callerReady_ = device_->createEvent();
+      forwardDone_ = device_->createEvent();
+    }
     graph_ = nullptr;
     device_->synchronize();
     size_t usedAfter = device_->usedBytes();
@@ -123,38 +132,16 @@ public:
     std::lock_guard<std::mutex> lock(mutex_);
     if (!loaded_) throw Error(device_->vendor() + " backend: forward called before load");
     checkTokenIds(program_, tokenIds);
-    // 0xFF bytes read as NaN in f32 and bf16: a value read before it is written shows,
-    // and stale outputs of an earlier run cannot pass for new ones.
-    device_->fill(arena_, 0xff, size_t(program_.arenaBytes));
-    device_->fill(workspace_, 0xff, size_t(std::max<int64_t>(program_.workspaceBytes, 1)));
+    CurrentDevice current(*device_);
+    poisonBuffers();
     const Value &ids = program_.storageOf(program_.inputs[0]);
     device_->copyToDevice(arena_ + ids.offset, tokenIds.data(), tokenIds.size() * 4);
+    enqueueLaunches();
 
     ForwardResult result;
-    if (options_.profile) {
-      std::vector<std::pair<void *, void *>> events(launches_.size());
-      while (profileEvents_.size() < launches_.size())
-        profileEvents_.push_back({device_->createEvent(), device_->createEvent()});
-      device_->record(start_);
-      for (size_t k = 0; k < launches_.size(); ++k) {
-        device_->record(profileEvents_[k].first);
-        run(launches_[k]);
-        device_->record(profileEvents_[k].second);
-      }
-      device_->record(end_);
+    if (options_.profile)
       for (size_t k = 0; k < launches_.size(); ++k)
         result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[k].first, profileEvents_[k].second)});
-    } else if (options_.graph && graphUsable_) {
-      if (!graph_) capture();
-      device_->record(start_);
-      if (graph_) device_->replay(graph_);
-      else runAll();
-      device_->record(end_);
-    } else {
-      device_->record(start_);
-      runAll();
-      device_->record(end_);
-    }
     result.milliseconds = device_->elapsedMs(start_, end_);
     device_->synchronize();
 
@@ -164,6 +151,55 @@ public:
     result.loss = program_.outputs.size() > 1 ? readAsFloats(program_.outputs[1])[0]
                                               : std::numeric_limits<float>::quiet_NaN();
     return result;
+  }
+
+  void forwardOnDevice(const DeviceForward &request) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string who = device_->vendor() + " backend";
+    if (!loaded_) throw Error(who + ": forwardOnDevice called before load");
+    checkDeviceForward(request, program_.batch, program_.seqLen, program_.vocab, who);
+    CurrentDevice current(*device_);
+    void *caller = request.stream.handle;
+    if (device_->capturing(caller))
+      throw Error(who + ": the stream is capturing a graph; forwardOnDevice runs a captured graph of its own, so "
+                        "call it outside the capture");
+    if (!callerBuffers_) callerBuffers_ = std::make_unique<CallerBuffers>(*device_, options_.useCache);
+    callerBuffers_->checkPointers(request, who);
+
+    // The caller's earlier work first, then the forward on the backend's stream.
+    bool join = caller != device_->stream();
+    if (join) {
+      device_->recordOn(caller, callerReady_);
+      device_->waitOn(device_->stream(), callerReady_);
+    }
+    poisonBuffers();
+    const Value &ids = program_.storageOf(program_.inputs[0]);
+    callerBuffers_->takeTokenIds(request.tokenIds.data, arena_ + ids.offset, ids.numElements(), program_.vocab);
+    enqueueLaunches();
+    const Value &logits = program_.storageOf(program_.outputs[0]);
+    callerBuffers_->give(arena_ + logits.offset, logits.dtype, request.logits.data, logits.numElements());
+    if (request.loss && program_.outputs.size() > 1) {
+      const Value &loss = program_.storageOf(program_.outputs[1]);
+      callerBuffers_->give(arena_ + loss.offset, loss.dtype, request.loss, 1);
+    } else if (request.loss) {
+      device_->fill(request.loss, 0xff, sizeof(float));  // NaN: the Program computes no loss
+    }
+    // The caller's later work after the forward.
+    if (join) {
+      device_->record(forwardDone_);
+      device_->waitOn(caller, forwardDone_);
+    }
+  }
+
+  DeviceInfo deviceInfo() const override {
+    DeviceInfo info;
+    info.backend = device_->vendor();
+    info.name = device_->name();
+    info.arch = device_->arch();
+    info.ordinal = device_->ordinal();
+    info.context = device_->context();
+    info.stream.handle = device_->stream();
+    return info;
   }
 
   int64_t peakActivationBytes() const override {
@@ -187,6 +223,37 @@ private:
     int threads = 256;
     bool chained = false;
   };
+
+  // 0xFF bytes read as NaN in f32 and bf16: a value read before it is written shows,
+  // and stale outputs of an earlier run cannot pass for new ones.
+  void poisonBuffers() {
+    device_->fill(arena_, 0xff, size_t(program_.arenaBytes));
+    device_->fill(workspace_, 0xff, size_t(std::max<int64_t>(program_.workspaceBytes, 1)));
+  }
+
+  // The forward's launches on the device's stream, between the events start_ and end_:
+  // each between its own pair of events when profiling, else as the captured graph
+  // (or one by one where capture failed or is off).
+  void enqueueLaunches() {
+    if (options_.profile)
+      while (profileEvents_.size() < launches_.size())
+        profileEvents_.push_back({device_->createEvent(), device_->createEvent()});
+    else if (options_.graph && graphUsable_ && !graph_)
+      capture();
+    device_->record(start_);
+    if (options_.profile) {
+      for (size_t k = 0; k < launches_.size(); ++k) {
+        device_->record(profileEvents_[k].first);
+        run(launches_[k]);
+        device_->record(profileEvents_[k].second);
+      }
+    } else if (graph_) {
+      device_->replay(graph_);
+    } else {
+      runAll();
+    }
+    device_->record(end_);
+  }
 
   void run(const Launch &launch) {
     device_->launch(launch.function, launch.entry, launch.blocks, launch.threads, launch.sharedBytes,
@@ -282,6 +349,8 @@ private:
 
   void freeAll() {
     if (!device_) return;
+    // A forward on device pointers returns before the GPU is done with these buffers.
+    if (loaded_) device_->synchronize();
     device_->release(arena_);
     device_->release(workspace_);
     device_->release(sync_);
@@ -300,6 +369,8 @@ private:
   std::map<int, void *> weightPointer_;
   std::vector<Launch> launches_;
   void *start_ = nullptr, *end_ = nullptr, *graph_ = nullptr;
+  void *callerReady_ = nullptr, *forwardDone_ = nullptr;  // joins with a caller's stream
+  std::unique_ptr<CallerBuffers> callerBuffers_;          // made by the first forwardOnDevice
   bool graphUsable_ = true;
   std::vector<std::pair<void *, void *>> profileEvents_;
   GpuReport report_;

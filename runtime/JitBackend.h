@@ -12,16 +12,41 @@
 
 namespace tlc {
 
+// What the driver says of a pointer a caller hands in.
+struct PointerInfo {
+  enum class Kind {
+    Unchecked,  // the driver has no call to ask
+    Unknown,    // not in any allocation the driver knows: host memory from malloc or new, or no pointer
+    Host,       // host memory the driver knows (pinned or registered)
+    Device,     // device memory (managed memory included)
+  };
+  Kind kind = Kind::Unchecked;
+  int device = -1;            // the ordinal of its device; -1: not said
+  void *context = nullptr;    // CUDA: the context it was allocated in; null: not said
+  // The allocation around a pointer is not asked for: for memory mapped in pieces (the
+  // CUDA virtual memory API, as PyTorch's expandable segments use) the driver names one
+  // piece, and a buffer spanning several would be refused.
+};
+
 // What the backend needs from a vendor's driver. Every call throws tlc::Error naming
-// the call (and the kernel, for launches) when the driver reports an error.
+// the call (and the kernel, for launches) when the driver reports an error. Calls run
+// on the device's stream unless they name another.
 class GpuDevice {
 public:
   virtual ~GpuDevice() = default;
   virtual std::string vendor() const = 0;   // "cuda" or "hip"
   virtual std::string name() const = 0;     // "NVIDIA H100 80GB HBM3"
   virtual std::string arch() const = 0;     // "sm_90", "gfx90a"
+  virtual int ordinal() const = 0;          // the vendor API's device number
+  virtual void *context() const = 0;        // CUDA: the primary context (CUcontext); HIP: null
+  virtual void *stream() const = 0;         // CUstream / hipStream_t
   virtual int multiprocessors() const = 0;
   virtual std::unique_ptr<JitCompiler> compiler() const = 0;
+
+  // Makes the device current on the calling thread (CUDA: pushes its context; HIP: sets
+  // it) and back (pops it; sets the thread's device before). Use CurrentDevice.
+  virtual void enter() = 0;
+  virtual void leave() = 0;
 
   virtual void *allocate(size_t bytes) = 0;  // throws "out of device memory" with sizes
   virtual void release(void *pointer) = 0;
@@ -29,6 +54,7 @@ public:
   virtual void copyToHost(void *host, const void *device, size_t bytes) = 0;
   virtual void fill(void *device, unsigned char byte, size_t bytes) = 0;  // on the stream
   virtual size_t usedBytes() const = 0;  // device memory in use (all processes)
+  virtual PointerInfo pointerInfo(const void *pointer) = 0;
 
   using Function = void *;
   virtual Function load(const std::string &binary, const std::string &entry) = 0;
@@ -45,6 +71,12 @@ public:
   virtual void *createEvent() = 0;
   virtual void record(void *event) = 0;
   virtual float elapsedMs(void *start, void *end) = 0;
+  // Joins with other streams: `event` recorded on `stream`, and `stream` made to wait
+  // for `event` (work enqueued on it later starts after the event's work has finished).
+  virtual void recordOn(void *stream, void *event) = 0;
+  virtual void waitOn(void *stream, void *event) = 0;
+  // Whether `stream` is capturing a graph (false where the driver cannot say).
+  virtual bool capturing(void *stream) = 0;
 
   // Graphs: capture the stream's launches, then replay them.
   virtual void beginCapture() = 0;
@@ -52,9 +84,30 @@ public:
   virtual void replay(void *graph) = 0;
 };
 
+// The device current on the calling thread while it lives, and whatever was current
+// before after it: a backend's calls work from any host thread and leave the host's
+// own choice of device (or context) as it found it.
+class CurrentDevice {
+public:
+  explicit CurrentDevice(GpuDevice &device) : device_(device) { device_.enter(); }
+  ~CurrentDevice() { device_.leave(); }
+  CurrentDevice(const CurrentDevice &) = delete;
+  CurrentDevice &operator=(const CurrentDevice &) = delete;
+
+private:
+  GpuDevice &device_;
+};
+
+// Which GPU to open, and on which stream to run.
+struct DeviceSelection {
+  int ordinal = 0;          // the vendor API's device number
+  void *stream = nullptr;   // the caller's stream (never destroyed here); null: one of the device's own
+};
+
 // Null when the driver library is missing or reports no device; `why` says which.
-std::unique_ptr<GpuDevice> openCudaDevice(std::string *why = nullptr);
-std::unique_ptr<GpuDevice> openHipDevice(std::string *why = nullptr);
+// Throws tlc::Error when devices answer but the selection names none of them.
+std::unique_ptr<GpuDevice> openCudaDevice(std::string *why = nullptr, const DeviceSelection &selection = {});
+std::unique_ptr<GpuDevice> openHipDevice(std::string *why = nullptr, const DeviceSelection &selection = {});
 
 struct GpuOptions {
   bool useCache = true;

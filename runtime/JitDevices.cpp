@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "runtime/Error.h"
 #include "runtime/JitBackend.h"
@@ -16,53 +17,64 @@ namespace {
 
 using Handle = void *;
 
+enum class Need { Required, Optional };
+
+// The vendor's entry points, one slot per row of runtime/GpuDriverCalls.def.
 struct Api {
-  std::string vendor, library;
-  int (*init)(unsigned) = nullptr;
-  int (*deviceCount)(int *) = nullptr;
-  const char *(*errorString)(int) = nullptr;       // HIP: returns the text
-  int (*errorStringCuda)(int, const char **) = nullptr;  // CUDA: writes it
-  int (*allocate)(Handle *, size_t) = nullptr;
-  int (*release)(Handle) = nullptr;
-  int (*copyToDevice)(Handle, const void *, size_t, Handle) = nullptr;
-  int (*copyToHost)(void *, Handle, size_t, Handle) = nullptr;
-  int (*fill)(Handle, int, size_t, Handle) = nullptr;  // CUDA's takes unsigned char: same ABI
-  int (*memInfo)(size_t *, size_t *) = nullptr;
-  int (*loadModule)(Handle *, const void *) = nullptr;
-  int (*getFunction)(Handle *, Handle, const char *) = nullptr;
-  int (*occupancy)(int *, Handle, int, size_t) = nullptr;
-  int (*launch)(Handle, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, Handle, void **,
-                void **) = nullptr;
-  int (*setAttribute)(Handle, int, int) = nullptr;  // cuFuncSetAttribute (CUDA only)
-  int (*launchEx)(const void *, Handle, void **, void **) = nullptr;  // cuLaunchKernelEx (CUDA 12+)
-  int (*streamSync)(Handle) = nullptr;
-  int (*eventCreate)(Handle *, unsigned) = nullptr;
-  int (*eventRecord)(Handle, Handle) = nullptr;
-  int (*eventSync)(Handle) = nullptr;
-  int (*eventElapsed)(float *, Handle, Handle) = nullptr;
-  int (*beginCapture)(Handle, int) = nullptr;
-  int (*endCapture)(Handle, Handle *) = nullptr;
-  int (*graphLaunch)(Handle, Handle) = nullptr;
-  // CUDA: cuGraphInstantiateWithFlags(exec*, graph, flags); HIP: hipGraphInstantiate(exec*, graph, 0, 0, 0)
-  int (*instantiateCuda)(Handle *, Handle, unsigned long long) = nullptr;
-  int (*instantiateHip)(Handle *, Handle, Handle, char *, size_t) = nullptr;
+  std::string vendor;
+#define TLC_GPU_CALL(slot, result, parameters, cuda, hip, need) result(*slot) parameters = nullptr;
+#include "runtime/GpuDriverCalls.def"
+#undef TLC_GPU_CALL
 };
 
-template <typename F> void bindSymbol(void *library, F &slot, const char *name, bool required = true) {
-  slot = reinterpret_cast<F>(dlsym(library, name));
-  if (!slot && required) throw Error(fmt::format("symbol '{}' is missing from the GPU driver library", name));
+// Binds the first of `names` ("a|b") that the library has; "" binds nothing.
+template <typename F> void bindSymbol(void *library, F &slot, const std::string &names, Need need) {
+  slot = nullptr;
+  if (names.empty()) return;
+  for (size_t begin = 0; !slot && begin <= names.size();) {
+    size_t end = std::min(names.find('|', begin), names.size());
+    slot = reinterpret_cast<F>(dlsym(library, names.substr(begin, end - begin).c_str()));
+    begin = end + 1;
+  }
+  if (!slot && need == Need::Required)
+    throw Error(fmt::format("symbol '{}' is missing from the GPU driver library", names));
+}
+
+Api bindApi(void *library, const std::string &vendor) {
+  Api api;
+  api.vendor = vendor;
+  bool cuda = vendor == "cuda";
+#define TLC_GPU_CALL(slot, result, parameters, cudaName, hipName, need) \
+  bindSymbol(library, api.slot, cuda ? cudaName : hipName, Need::need);
+#include "runtime/GpuDriverCalls.def"
+#undef TLC_GPU_CALL
+  return api;
 }
 
 class DriverDevice : public GpuDevice {
 public:
   DriverDevice(Api api, void *library) : api_(std::move(api)), library_(library) {}
+  ~DriverDevice() override {
+    // Statuses are ignored: a destructor must not throw, and at exit the driver may be gone.
+    if (ownsStream_ && stream_) {
+      if (context_) api_.pushContext(context_);
+      api_.streamDestroy(stream_);
+      Handle popped = nullptr;
+      if (context_) api_.popContext(&popped);
+    }
+    if (context_) api_.releasePrimaryContext(cudaDevice_);
+  }
 
+  bool cuda() const { return api_.vendor == "cuda"; }
   std::string vendor() const override { return api_.vendor; }
   std::string name() const override { return name_; }
   std::string arch() const override { return arch_; }
+  int ordinal() const override { return ordinal_; }
+  void *context() const override { return context_; }
+  void *stream() const override { return stream_; }
   int multiprocessors() const override { return multiprocessors_; }
   std::unique_ptr<JitCompiler> compiler() const override {
-    return api_.vendor == "cuda" ? createNvrtcCompiler() : createHiprtcCompiler();
+    return cuda() ? createNvrtcCompiler() : createHiprtcCompiler();
   }
 
   void check(int status, const std::string &call) const {
@@ -71,6 +83,27 @@ public:
     if (api_.errorString) text = api_.errorString(status);
     else if (api_.errorStringCuda) api_.errorStringCuda(status, &text);
     throw Error(fmt::format("{}: {} failed: {} (error {})", api_.vendor, call, text ? text : "unknown error", status));
+  }
+
+  void enter() override {
+    if (cuda()) {
+      check(api_.pushContext(context_), "making the device's context current (cuCtxPushCurrent)");
+    } else {
+      int before = 0;
+      check(api_.currentDevice(&before), "hipGetDevice");
+      check(api_.setDevice(ordinal_), "hipSetDevice");
+      threadDevices_.push_back(before);
+    }
+  }
+  void leave() override {
+    if (cuda()) {
+      Handle popped = nullptr;
+      api_.popContext(&popped);
+    } else {
+      if (threadDevices_.empty()) return;
+      api_.setDevice(threadDevices_.back());
+      threadDevices_.pop_back();
+    }
   }
 
   void *allocate(size_t bytes) override {
@@ -103,6 +136,56 @@ public:
     size_t free = 0, total = 0;
     check(api_.memInfo(&free, &total), "memory info");
     return total - free;
+  }
+
+  PointerInfo pointerInfo(const void *pointer) override {
+    PointerInfo info;
+    Handle address = const_cast<void *>(pointer);
+    if (api_.pointerAttribute) {
+      // CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2): CU_MEMORYTYPE_HOST 1, DEVICE 2, ARRAY 3, UNIFIED 4.
+      unsigned type = 0;
+      if (api_.pointerAttribute(&type, 2, address) != 0) info.kind = PointerInfo::Kind::Unknown;
+      else info.kind = type == 2 || type == 4 ? PointerInfo::Kind::Device : PointerInfo::Kind::Host;
+      // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL (9) and CU_POINTER_ATTRIBUTE_CONTEXT (1).
+      int device = -1;
+      Handle context = nullptr;
+      if (info.kind == PointerInfo::Kind::Device && api_.pointerAttribute(&device, 9, address) == 0)
+        info.device = device;
+      if (info.kind == PointerInfo::Kind::Device && api_.pointerAttribute(&context, 1, address) == 0)
+        info.context = context;
+    } else if (api_.pointerAttributes) {
+      info = hipPointerInfo(pointer);
+    }
+    return info;
+  }
+
+  // hipPointerGetAttributes: the struct starts {memory type, device, ...} in every ROCm,
+  // but ROCm 6 renumbered the memory types to CUDA's.
+  PointerInfo hipPointerInfo(const void *pointer) {
+    struct {
+      int type, device;
+      void *devicePointer, *hostPointer;
+      int isManaged;
+      unsigned allocationFlags;
+      char room[64];  // fields a later ROCm may add
+    } attributes{};
+    PointerInfo info;
+    if (api_.pointerAttributes(&attributes, pointer) != 0) {
+      info.kind = PointerInfo::Kind::Unknown;
+      return info;
+    }
+    int version = 0;
+    bool rocm5 = api_.runtimeVersion && api_.runtimeVersion(&version) == 0 && version < 60000000;
+    // ROCm 5: host 0, device 1, array 2, unified 3. ROCm 6: unregistered 0, host 1,
+    // device 2, managed 3, array 10, unified 11.
+    bool device = rocm5 ? attributes.type == 1 || attributes.type == 3
+                        : attributes.type == 2 || attributes.type == 3 || attributes.type == 11;
+    bool unregistered = !rocm5 && attributes.type == 0;
+    info.kind = device || attributes.isManaged ? PointerInfo::Kind::Device
+                : unregistered              ? PointerInfo::Kind::Unknown
+                                            : PointerInfo::Kind::Host;
+    info.device = attributes.device;
+    return info;
   }
 
   Function load(const std::string &binary, const std::string &entry) override {
@@ -167,6 +250,17 @@ public:
     check(api_.eventElapsed(&ms, start, end), "event elapsed time");
     return ms;
   }
+  void recordOn(void *stream, void *event) override {
+    check(api_.eventRecord(event, stream), "recording an event on the caller's stream");
+  }
+  void waitOn(void *stream, void *event) override {
+    check(api_.streamWaitEvent(stream, event, 0), "making a stream wait for an event");
+  }
+  bool capturing(void *stream) override {
+    int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE / hipStreamCaptureStatusNone
+    if (api_.streamIsCapturing) check(api_.streamIsCapturing(stream, &status), "asking whether a stream captures");
+    return status != 0;
+  }
 
   void beginCapture() override { check(api_.beginCapture(stream_, 1 /* thread local */), "graph capture begin"); }
   void *endCapture() override {
@@ -178,11 +272,21 @@ public:
   }
   void replay(void *graph) override { check(api_.graphLaunch(graph, stream_), "graph launch"); }
 
+  // The selection's stream, else a non-blocking one of the device's own.
+  void useStream(const DeviceSelection &selection) {
+    ownsStream_ = selection.stream == nullptr;
+    if (ownsStream_) check(api_.streamCreate(&stream_, 1 /* non-blocking */), api_.vendor + " stream create");
+    else stream_ = selection.stream;
+  }
+
   Api api_;
   void *library_;
-  Handle stream_ = nullptr;
+  Handle stream_ = nullptr, context_ = nullptr;
+  bool ownsStream_ = false;
   std::string name_, arch_;
-  int multiprocessors_ = 1, computeMajor_ = 0;
+  int ordinal_ = 0, multiprocessors_ = 1, computeMajor_ = 0;
+  int cudaDevice_ = 0;  // CUDA: the CUdevice of ordinal_
+  std::vector<int> threadDevices_;  // HIP: the calling thread's device before each enter()
 };
 
 std::string envOr(const char *name, const std::string &fallback) {
@@ -200,39 +304,18 @@ void *openFirst(const std::vector<std::string> &names, std::string *why, const s
   return nullptr;
 }
 
+void checkOrdinal(const DeviceSelection &selection, int count, const std::string &driver) {
+  if (selection.ordinal < 0 || selection.ordinal >= count)
+    throw Error(fmt::format("GPU device {} was asked for; {} reports {} device{} (0 to {})", selection.ordinal, driver,
+                            count, count == 1 ? "" : "s", count - 1));
+}
+
 } // namespace
 
-std::unique_ptr<GpuDevice> openCudaDevice(std::string *why) {
+std::unique_ptr<GpuDevice> openCudaDevice(std::string *why, const DeviceSelection &selection) {
   void *library = openFirst({"libcuda.so.1", "libcuda.so"}, why, "the CUDA driver (libcuda.so.1)");
   if (!library) return nullptr;
-  Api api;
-  api.vendor = "cuda";
-  bindSymbol(library, api.init, "cuInit");
-  bindSymbol(library, api.deviceCount, "cuDeviceGetCount");
-  bindSymbol(library, api.errorStringCuda, "cuGetErrorString");
-  bindSymbol(library, api.allocate, "cuMemAlloc_v2");
-  bindSymbol(library, api.release, "cuMemFree_v2");
-  bindSymbol(library, api.copyToDevice, "cuMemcpyHtoDAsync_v2");
-  bindSymbol(library, api.copyToHost, "cuMemcpyDtoHAsync_v2");
-  bindSymbol(library, api.fill, "cuMemsetD8Async");
-  bindSymbol(library, api.memInfo, "cuMemGetInfo_v2");
-  bindSymbol(library, api.loadModule, "cuModuleLoadData");
-  bindSymbol(library, api.getFunction, "cuModuleGetFunction");
-  bindSymbol(library, api.occupancy, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-  bindSymbol(library, api.launch, "cuLaunchKernel");
-  bindSymbol(library, api.setAttribute, "cuFuncSetAttribute");
-  bindSymbol(library, api.launchEx, "cuLaunchKernelEx", false);
-  bindSymbol(library, api.streamSync, "cuStreamSynchronize");
-  bindSymbol(library, api.eventCreate, "cuEventCreate");
-  bindSymbol(library, api.eventRecord, "cuEventRecord");
-  bindSymbol(library, api.eventSync, "cuEventSynchronize");
-  bindSymbol(library, api.eventElapsed, "cuEventElapsedTime_v2", false);
-  if (!api.eventElapsed) bindSymbol(library, api.eventElapsed, "cuEventElapsedTime");
-  bindSymbol(library, api.beginCapture, "cuStreamBeginCapture_v2");
-  bindSymbol(library, api.endCapture, "cuStreamEndCapture");
-  bindSymbol(library, api.graphLaunch, "cuGraphLaunch");
-  bindSymbol(library, api.instantiateCuda, "cuGraphInstantiateWithFlags");
-
+  Api api = bindApi(library, "cuda");
   if (api.init(0) != 0) {
     if (why) *why = "cuInit failed: no usable NVIDIA GPU or driver";
     return nullptr;
@@ -242,31 +325,23 @@ std::unique_ptr<GpuDevice> openCudaDevice(std::string *why) {
     if (why) *why = "the CUDA driver reports no device";
     return nullptr;
   }
+  checkOrdinal(selection, count, "the CUDA driver");
   auto device = std::make_unique<DriverDevice>(api, library);
-  int (*deviceGet)(int *, int) = nullptr;
-  int (*getName)(char *, int, int) = nullptr;
-  int (*attribute)(int *, int, int) = nullptr;
-  int (*retain)(Handle *, int) = nullptr;
-  int (*setCurrent)(Handle) = nullptr;
-  int (*streamCreate)(Handle *, unsigned) = nullptr;
-  bindSymbol(library, deviceGet, "cuDeviceGet");
-  bindSymbol(library, getName, "cuDeviceGetName");
-  bindSymbol(library, attribute, "cuDeviceGetAttribute");
-  bindSymbol(library, retain, "cuDevicePrimaryCtxRetain");
-  bindSymbol(library, setCurrent, "cuCtxSetCurrent");
-  bindSymbol(library, streamCreate, "cuStreamCreate");
-  int ordinal = 0;
-  device->check(deviceGet(&ordinal, 0), "cuDeviceGet");
+  int handle = 0;
+  device->check(api.deviceGet(&handle, selection.ordinal), "cuDeviceGet");
   char name[256] = {};
-  device->check(getName(name, sizeof name, ordinal), "cuDeviceGetName");
+  device->check(api.deviceName(name, sizeof name, handle), "cuDeviceGetName");
   int major = 0, minor = 0, sms = 0;
-  device->check(attribute(&major, 75, ordinal), "cuDeviceGetAttribute(compute capability major)");
-  device->check(attribute(&minor, 76, ordinal), "cuDeviceGetAttribute(compute capability minor)");
-  device->check(attribute(&sms, 16, ordinal), "cuDeviceGetAttribute(multiprocessor count)");
-  Handle context = nullptr;
-  device->check(retain(&context, ordinal), "cuDevicePrimaryCtxRetain");
-  device->check(setCurrent(context), "cuCtxSetCurrent");
-  device->check(streamCreate(&device->stream_, 1 /* non-blocking */), "cuStreamCreate");
+  device->check(api.deviceAttribute(&major, 75, handle), "cuDeviceGetAttribute(compute capability major)");
+  device->check(api.deviceAttribute(&minor, 76, handle), "cuDeviceGetAttribute(compute capability minor)");
+  device->check(api.deviceAttribute(&sms, 16, handle), "cuDeviceGetAttribute(multiprocessor count)");
+  // The primary context is the one the CUDA runtime API uses: a host program on the
+  // runtime API shares it (and its memory) with tlc.
+  device->check(api.retainPrimaryContext(&device->context_, handle), "cuDevicePrimaryCtxRetain");
+  device->ordinal_ = selection.ordinal;
+  device->cudaDevice_ = handle;
+  CurrentDevice current(*device);
+  device->useStream(selection);
   device->name_ = name;
   // sm_90a: Hopper's arch-specific instructions (wgmma) are compiled in; that code runs
   // on compute capability 9.0 only, which is what this device is.
@@ -276,66 +351,35 @@ std::unique_ptr<GpuDevice> openCudaDevice(std::string *why) {
   return device;
 }
 
-std::unique_ptr<GpuDevice> openHipDevice(std::string *why) {
+std::unique_ptr<GpuDevice> openHipDevice(std::string *why, const DeviceSelection &selection) {
   void *library = openFirst({"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5", "/opt/rocm/lib/libamdhip64.so"},
                             why, "the HIP runtime (libamdhip64.so)");
   if (!library) return nullptr;
-  Api api;
-  api.vendor = "hip";
-  bindSymbol(library, api.init, "hipInit");
-  bindSymbol(library, api.deviceCount, "hipGetDeviceCount");
-  bindSymbol(library, api.errorString, "hipGetErrorString");
-  bindSymbol(library, api.allocate, "hipMalloc");
-  bindSymbol(library, api.release, "hipFree");
-  bindSymbol(library, api.copyToDevice, "hipMemcpyHtoDAsync");
-  bindSymbol(library, api.copyToHost, "hipMemcpyDtoHAsync");
-  bindSymbol(library, api.fill, "hipMemsetAsync");
-  bindSymbol(library, api.memInfo, "hipMemGetInfo");
-  bindSymbol(library, api.loadModule, "hipModuleLoadData");
-  bindSymbol(library, api.getFunction, "hipModuleGetFunction");
-  bindSymbol(library, api.occupancy, "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor");
-  bindSymbol(library, api.launch, "hipModuleLaunchKernel");
-  bindSymbol(library, api.streamSync, "hipStreamSynchronize");
-  bindSymbol(library, api.eventCreate, "hipEventCreateWithFlags");
-  bindSymbol(library, api.eventRecord, "hipEventRecord");
-  bindSymbol(library, api.eventSync, "hipEventSynchronize");
-  bindSymbol(library, api.eventElapsed, "hipEventElapsedTime");
-  bindSymbol(library, api.beginCapture, "hipStreamBeginCapture");
-  bindSymbol(library, api.endCapture, "hipStreamEndCapture");
-  bindSymbol(library, api.graphLaunch, "hipGraphLaunch");
-  bindSymbol(library, api.instantiateHip, "hipGraphInstantiate");
-
+  Api api = bindApi(library, "hip");
   int count = 0;
   if (api.init(0) != 0 || api.deviceCount(&count) != 0 || count == 0) {
     if (why) *why = "the HIP runtime reports no device";
     return nullptr;
   }
+  checkOrdinal(selection, count, "the HIP runtime");
   auto device = std::make_unique<DriverDevice>(api, library);
-  int (*setDevice)(int) = nullptr;
-  int (*getName)(char *, int, int) = nullptr;
-  int (*attribute)(int *, int, int) = nullptr;
-  int (*properties)(void *, int) = nullptr;
-  int (*streamCreate)(Handle *, unsigned) = nullptr;
-  bindSymbol(library, setDevice, "hipSetDevice");
-  bindSymbol(library, getName, "hipDeviceGetName");
-  bindSymbol(library, attribute, "hipDeviceGetAttribute");
-  bindSymbol(library, properties, "hipGetDeviceProperties");
-  bindSymbol(library, streamCreate, "hipStreamCreateWithFlags");
-  device->check(setDevice(0), "hipSetDevice");
+  int ordinal = selection.ordinal;
+  device->ordinal_ = ordinal;
+  CurrentDevice current(*device);
   char name[256] = {};
-  device->check(getName(name, sizeof name, 0), "hipDeviceGetName");
+  device->check(api.deviceName(name, sizeof name, ordinal), "hipDeviceGetName");
   int sms = 0;
   // hipDeviceAttributeMultiprocessorCount in ROCm 5 (the enum is stable since 5.0).
-  device->check(attribute(&sms, 63, 0), "hipDeviceGetAttribute(multiprocessor count)");
+  device->check(api.deviceAttribute(&sms, 63, ordinal), "hipDeviceGetAttribute(multiprocessor count)");
   // gcnArchName sits at byte 396 of ROCm 5's hipDeviceProp_t; TLC_HIP_ARCH overrides.
   std::vector<char> props(8192, 0);
   std::string arch = envOr("TLC_HIP_ARCH", "");
-  if (arch.empty() && properties(props.data(), 0) == 0) {
+  if (arch.empty() && api.deviceProperties(props.data(), ordinal) == 0) {
     std::string full(props.data() + 396, strnlen(props.data() + 396, 255));
     arch = full.substr(0, full.find(':'));
   }
   if (arch.rfind("gfx", 0) != 0) arch = "gfx90a";
-  device->check(streamCreate(&device->stream_, 1 /* non-blocking */), "hipStreamCreateWithFlags");
+  device->useStream(selection);
   device->name_ = name;
   device->arch_ = arch;
   device->multiprocessors_ = sms;

@@ -89,6 +89,7 @@ KernelValues runKernelOnCpu(const Program &program, const Kernel &kernel, const 
 
 GpuKernelRunner::GpuKernelRunner(GpuDevice &device, const Program &program, const Kernel &kernel, bool useCache)
     : device_(device), program_(program), kernel_(kernel) {
+  CurrentDevice current(device);
   const KernelLaunch *shape = findLaunch(kernel, device.vendor(), device.arch());
   if (kernel.source.empty() || !shape)
     throw Error(fmt::format("kernel '{}' has no source or no launch shape for {}", kernel.name, device.vendor()));
@@ -113,12 +114,17 @@ GpuKernelRunner::GpuKernelRunner(GpuDevice &device, const Program &program, cons
 }
 
 GpuKernelRunner::~GpuKernelRunner() {
-  for (void *buffer : buffers_) device_.release(buffer);
-  device_.release(workspace_);
-  device_.release(sync_);
+  try {
+    CurrentDevice current(device_);
+    for (void *buffer : buffers_) device_.release(buffer);
+    device_.release(workspace_);
+    device_.release(sync_);
+  } catch (...) { // a destructor must not throw
+  }
 }
 
 void GpuKernelRunner::setInputs(const KernelValues &inputs) {
+  CurrentDevice current(device_);
   std::vector<int> ids = argumentValues(program_, kernel_);
   for (size_t i = 0; i < kernel_.inputs.size(); ++i) {
     const Value &value = program_.value(ids[i]);
@@ -142,6 +148,7 @@ void GpuKernelRunner::launchOnce() {
 }
 
 KernelValues GpuKernelRunner::run() {
+  CurrentDevice current(device_);
   std::vector<int> ids = argumentValues(program_, kernel_);
   for (size_t i = kernel_.inputs.size(); i < ids.size(); ++i)
     device_.fill(buffers_[i], 0xff, size_t(program_.value(ids[i]).bytes()));
@@ -165,6 +172,7 @@ KernelValues GpuKernelRunner::run() {
 }
 
 double GpuKernelRunner::timeMicroseconds(int launches, int samples) {
+  CurrentDevice current(device_);
   device_.beginCapture();
   for (int i = 0; i < launches; ++i) launchOnce();
   void *graph = device_.endCapture();

@@ -7,13 +7,13 @@
 #
 # build-dir: a build with tlc and tlc_gpu_tests (default build-gpu; every build links MLIR
 # statically, so one made elsewhere runs here).
-# steps: comma-separated kernels,forward,timing,ladder,sanitize (the default), and
+# steps: comma-separated kernels,forward,device,timing,ladder,sanitize (the default), and
 # bench (bench/run.py: the levels beside PyTorch, appended to bench/RESULTS.md, with the
 # chart), micro (bench/kernels.py: GEMM and attention alone beside cuBLAS and SDPA) and
 # profile (per-kernel tables of O0 and O2, workshop and 1.1B shapes).
 set -u
 BUILD=${1:-build-gpu}
-STEPS=${2:-kernels,forward,timing,ladder,sanitize}
+STEPS=${2:-kernels,forward,device,timing,ladder,sanitize}
 RESULTS=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$RESULTS"
 LOGS=$(mktemp -d /tmp/gpu-check.XXXXXX)
@@ -38,6 +38,20 @@ fi
 if want forward; then  # every level's forward against the CPU reference
   "$TESTS" --gtest_filter='Levels/GpuForward.*' > "$LOGS/forward.txt" 2>&1
   note "forward: rc=$? $(grep -c '^\[       OK' "$LOGS/forward.txt") passed, $(grep -c '^\[  FAILED  \] Levels' "$LOGS/forward.txt") failed"
+fi
+if want device; then  # forwards on device pointers with a stream, in the tests and in examples/device
+  "$TESTS" --gtest_filter='*GpuDevicePointers*' > "$LOGS/device.txt" 2>&1
+  note "device pointers: rc=$? $(grep -c '^\[       OK' "$LOGS/device.txt") passed," \
+       "$(grep '^\[  FAILED  \].*GpuDevicePointers' "$LOGS/device.txt" | sort -u | wc -l) failed"
+  # examples/device, compiled here against the build's libtlc and the CUDA runtime (the
+  # CI builds it against the installed package; an install would need the source path
+  # the build was configured with).
+  EXAMPLE=$(mktemp -d /tmp/tlc-example.XXXXXX)
+  CUDA=${CUDA_HOME:-/usr/local/cuda}
+  { g++ -std=c++17 -O2 -DTLC_EXAMPLE_CUDA=1 -Iinclude -I"$CUDA/include" examples/device/main.cpp -o "$EXAMPLE/device" \
+      -L"$BUILD/api" -ltlc -Wl,-rpath,"$(cd "$BUILD/api" && pwd)" -L"$CUDA/lib64" -lcudart_static -ldl -lrt -lpthread &&
+    "$EXAMPLE/device" $MODEL 4 32 10; } > "$LOGS/example-device.txt" 2>&1
+  note "device example: rc=$? $(grep '^device: logits' "$LOGS/example-device.txt")"
 fi
 if want timing; then  # forward time per level, graph replay, median of 50
   for dtype in bf16 f32; do
@@ -91,6 +105,10 @@ fi
 if want forward; then
   printf "%-16s %-6s %-5s %-12s %-12s %-10s\n" model level dtype logits_err loss_err fwd_ms
   grep '^RESULT' "$LOGS/forward.txt" | sed 's/[a-z_]*=//g' | awk '{printf "%-16s %-6s %-5s %-12s %-12s %-10s\n", $2, $3, $4, $5, $6, $8}'
+fi
+if want device; then
+  grep -E '^\[  FAILED  \]|^RESULT' "$LOGS/device.txt" | sort -u
+  grep '^device:' "$LOGS/example-device.txt"
 fi
 if want ladder; then
   cat "$LOGS/ladder-bf16.txt"

@@ -31,6 +31,7 @@ std::string floatLiteral(double value) {
 bool ElementCode::contiguous(const IndexExpr &offset, const ChunkLoop &loop) {
   if (loop.vector == 1) return true;
   if (loop.extent % loop.vector != 0) return false;
+  if (offset.alignedRuns(loop.variable, loop.vector)) return true;
   // Every combination of the sampled values of the other variables it uses.
   std::vector<std::map<std::string, int64_t>> points(1);
   for (const auto &[name, values] : loop.samples) {
@@ -56,6 +57,9 @@ bool ElementCode::contiguous(const IndexExpr &offset, const ChunkLoop &loop) {
     }
     span = period;
   }
+  // Where the structure does not tell, sampling decides, within a bounded amount of work
+  // (beyond it the loads stay scalar, which is always correct).
+  if (span / loop.vector * int64_t(points.size()) > (1 << 16)) return false;
   for (auto &point : points)
     for (int64_t base = 0; base < span; base += loop.vector) {
       point[loop.variable] = base;

@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
+#include <optional>
 
 namespace tlc::codegen {
 
@@ -75,6 +77,71 @@ int64_t IndexExpr::period(const std::string &name) const {
   case Kind::Mod: return std::lcm(lhs().period(name), operand());
   }
   return 1;
+}
+
+namespace {
+// On every aligned run x0 .. x0 + V - 1 of the variable, a subexpression g is affine:
+// g(x0 + i) = g(x0) + slope * i; and g(x0) = residue (mod modulus) at every run start,
+// whatever the other variables are (modulus 0: g(x0) is exactly `residue`).
+struct RunForm {
+  int64_t slope = 0, modulus = 1, residue = 0;
+};
+int64_t floorMod(int64_t a, int64_t m) { return m == 0 ? a : ((a % m) + m) % m; }
+} // namespace
+
+bool IndexExpr::alignedRuns(const std::string &name, int64_t vector) const {
+  if (vector <= 1) return true;
+  std::function<std::optional<RunForm>(const IndexExpr &)> form = [&](const IndexExpr &e) -> std::optional<RunForm> {
+    switch (e.kind()) {
+    case Kind::Constant: return RunForm{0, 0, e.constant()};
+    case Kind::Variable:
+      // The run variable starts runs at multiples of `vector`; another is any value.
+      return e.node_->name == name ? RunForm{1, vector, 0} : RunForm{0, 1, 0};
+    case Kind::Add: {
+      auto a = form(e.lhs()), b = form(e.rhs());
+      if (!a || !b) return std::nullopt;
+      int64_t modulus = std::gcd(a->modulus, b->modulus);
+      return RunForm{a->slope + b->slope, modulus, floorMod(a->residue + b->residue, modulus)};
+    }
+    case Kind::Mul: {
+      auto a = form(e.lhs());
+      if (!a) return std::nullopt;
+      int64_t c = e.operand(), modulus = std::abs(a->modulus * c);
+      return RunForm{a->slope * c, modulus, floorMod(a->residue * c, modulus)};
+    }
+    case Kind::Div:
+    case Kind::Mod: {
+      auto a = form(e.lhs());
+      int64_t c = e.operand();
+      if (!a || c <= 0 || e.lhs().minValue() < 0) return std::nullopt;  // floor = C division on non-negatives
+      RunForm quotient;
+      if (a->slope % c == 0) {
+        quotient.slope = a->slope / c;  // floor((g0 + s i) / c) = floor(g0 / c) + (s / c) i
+      } else if (a->slope > 0) {
+        // The run stays inside one multiple of c when g0's largest possible remainder
+        // plus the run's growth is below c; then the quotient is constant on the run.
+        int64_t largest = a->modulus == 0 || a->modulus % c == 0 ? floorMod(a->residue, c)
+                          : c % a->modulus == 0                 ? c - a->modulus + floorMod(a->residue, a->modulus)
+                                                                : c - 1;
+        if (largest + a->slope * (vector - 1) >= c) return std::nullopt;
+        quotient.slope = 0;
+      } else {
+        return std::nullopt;
+      }
+      if (a->modulus == 0 || a->modulus % c == 0) {  // g0 = r + q t, so g0 / c = r / c + (q / c) t
+        quotient.modulus = a->modulus / c;
+        quotient.residue = floorMod(a->residue / c, quotient.modulus);
+      }
+      if (e.kind() == Kind::Div) return quotient;
+      // g % c = g - c * (g / c).
+      int64_t modulus = std::gcd(a->modulus, c * quotient.modulus);
+      return RunForm{a->slope - c * quotient.slope, modulus, floorMod(a->residue - c * quotient.residue, modulus)};
+    }
+    }
+    return std::nullopt;
+  };
+  std::optional<RunForm> f = form(*this);
+  return f && f->slope == 1 && f->modulus % vector == 0 && f->residue % vector == 0;
 }
 
 IndexExpr operator+(const IndexExpr &a, const IndexExpr &b) {

@@ -39,6 +39,12 @@ public:
   // repeat with this period.
   int64_t period(const std::string &name) const;
 
+  // Whether every aligned run of `vector` consecutive values of `name` (starting at a
+  // multiple of `vector`) gives `vector` consecutive values starting at a multiple of
+  // `vector`, for any values of the other variables. Decided from the expression's
+  // structure; false also where it cannot tell (the caller may then check by sampling).
+  bool alignedRuns(const std::string &name, int64_t vector) const;
+
   // Replaces variable `name` by `value` everywhere.
   IndexExpr substitute(const std::string &name, const IndexExpr &value) const;
   int64_t evaluate(const std::map<std::string, int64_t> &values) const;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <tlc/Device.h>
 #include <tlc/Program.h>
 #include <tlc/Tensor.h>
 #include <tlc/Weights.h>
@@ -41,11 +42,13 @@ struct TrainStepResult {
   std::vector<KernelTiming> kernelTimes;    // one per launch, in order
 };
 
-// A backend may be shared between threads: load() and forward() on one backend
-// serialize (each call holds the backend until it returns), so concurrent forwards
-// each get a whole, correct result. For parallel forwards, give each thread its own
-// backend. Errors are tlc::Error exceptions thrown in the calling thread; none escapes
-// from a backend's own threads.
+// A backend may be shared between threads: load(), forward() and forwardOnDevice() on
+// one backend serialize (each call holds the backend until it returns), so concurrent
+// forwards each get a whole, correct result. For parallel forwards, give each thread its
+// own backend. A GPU backend makes its device current on the calling thread for each
+// call and restores the thread's own after, so any thread may call it. Errors are
+// tlc::Error exceptions thrown in the calling thread; none escapes from a backend's own
+// threads.
 class TLC_API Backend {
 public:
   virtual ~Backend() = default;
@@ -54,7 +57,32 @@ public:
   // tlc::Error when a weight is missing or has the wrong shape.
   virtual void load(const Program &program, const Weights &weights) = 0;
   // Runs the forward on token ids [batch * seq]; throws tlc::Error on ids out of range.
+  // Returns when the results are on the host.
   virtual ForwardResult forward(const std::vector<int32_t> &tokenIds) = 0;
+
+  // The forward on the caller's device memory (GPU backends), for request.tokenIds
+  // [batch * seq] into request.logits [batch, seq, vocab] (fp32) and, when set,
+  // request.loss (one float).
+  // - Asynchronous: it returns once the work is enqueued, without waiting for the GPU
+  //   (the first call JIT-compiles, or takes from the cache, two small kernels of its own).
+  // - Ordered on request.stream: the forward starts after the work enqueued on it before
+  //   the call, and work enqueued on it after the call sees the results written. The
+  //   backend runs on its own stream (replaying its graph there) joined to the caller's
+  //   with events both ways; no join when request.stream is BackendOptions::stream.
+  // - Ownership: the buffers and the stream stay the caller's and must live until the
+  //   forward's work on the stream has run; the backend keeps no pointer to them after
+  //   the call. Destroying the backend, or load(), waits for forwards still running.
+  // - Ids outside the vocabulary make every logit and the loss NaN (they cannot be read
+  //   on the host without waiting). Kernel times (BackendOptions::profile) are not
+  //   collected.
+  // Throws tlc::Error, enqueueing nothing, when a buffer is null, misaligned or not of
+  // the Program's size, when the loss lies inside the logits, when the driver says a
+  // buffer is host memory, another device's or (CUDA) another context's, when the
+  // stream is capturing a graph, and on the CPU backend ("device pointers need a GPU
+  // backend").
+  virtual void forwardOnDevice(const DeviceForward &request) = 0;
+  // The device it runs on, with the handles a host program needs to share it.
+  virtual DeviceInfo deviceInfo() const = 0;
   // Bytes of memory the backend holds for activations (the planned arena) and weights.
   virtual int64_t peakActivationBytes() const = 0;
   virtual int64_t weightBytes() const = 0;
@@ -82,10 +110,15 @@ struct BackendOptions {
   bool graph = true;            // GPU: replay the forward as one captured graph
   bool profile = false;         // GPU: time every launch
   bool progress = true;         // GPU: the JIT's own progress line (off under a caller's)
+  int device = 0;               // GPU: which one, numbered as the vendor API does (cudaSetDevice)
+  // GPU: the stream all of the backend's work runs on; it must stay alive as long as the
+  // backend. Null: the backend creates a stream of its own (non-blocking).
+  DeviceStream stream;
 };
 
 // auto takes a GPU when one answers (CUDA, then HIP), else the CPU. Throws tlc::Error
-// for an unknown target, or a GPU target with no device (saying why).
+// for an unknown target, a GPU target with no device (saying why), a device number no
+// GPU has, or a stream with no GPU to run it (name the target whose stream it is).
 TLC_API std::unique_ptr<Backend> createBackend(const BackendOptions &options);
 
 // Checks token ids against the Program (count = batch * seq, each in [0, vocab)).

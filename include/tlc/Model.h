@@ -6,11 +6,13 @@
 //   tlc::Model model("models/tinyllama.tl", {/*optLevel=*/2});
 //   tlc::ForwardResult out = model.forward(tokens, /*batch=*/2, /*seqLen=*/40);
 //   float loss = model.forward(tokens, 2, 40, logits);  // into the caller's buffer
+//   model.forwardOnDevice({{deviceTokens, 80}, {deviceLogits, 80 * vocab}, nullptr, {stream}}, 2, 40);
 //
 // One thread at a time: serialize calls to a Model, or give each thread its own.
 #pragma once
 
 #include <tlc/Backend.h>
+#include <tlc/Device.h>
 #include <tlc/Export.h>
 #include <tlc/Program.h>
 #include <tlc/Span.h>
@@ -51,6 +53,13 @@ public:
   ForwardResult forward(Span<const int32_t> tokens, int64_t batch, int64_t seqLen);
   // The same, writing the fp32 logits [batch, seqLen, vocab] into `logits`; returns the loss.
   float forward(Span<const int32_t> tokens, int64_t batch, int64_t seqLen, Span<float> logits);
+  // The forward on the caller's device memory and stream (GPU backends; as
+  // Backend::forwardOnDevice: asynchronous, ordered on request.stream, with the same
+  // checks and ownership). The request is checked against batch, seqLen and the
+  // vocabulary before anything is compiled. The first use of a shape compiles and loads
+  // it on the calling thread first, waiting for the weights' upload; a shape dropped
+  // beyond maxLoadedShapes waits for its forwards still running.
+  void forwardOnDevice(const DeviceForward &request, int64_t batch, int64_t seqLen);
 
   // The Program serving a shape (compiled and loaded if it was not): its kernels,
   // FLOPs and bytes, e.g. for a tlc::Profiler.

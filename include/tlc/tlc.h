@@ -11,12 +11,16 @@
 //   backend->load(program, tlc::Weights::random(program.parameters, /*seed=*/0));
 //   tlc::ForwardResult out = backend->forward(tlc::randomTokenIds(program, 0));
 //
+// On a GPU, token ids and logits in the caller's device memory, on the caller's stream:
+//   backend->forwardOnDevice({{deviceTokens, count}, {deviceLogits, count * vocab}, deviceLoss, {stream}});
+//
 // Training (on the CPU backend for now): compileTrainingStepFile, then
 // Backend::trainStep per batch (see Train.h).
 #pragma once
 
 #include <tlc/Backend.h>
 #include <tlc/Compile.h>
+#include <tlc/Device.h>
 #include <tlc/Error.h>
 #include <tlc/Model.h>
 #include <tlc/Profiler.h>

@@ -1,39 +1,9 @@
 // tlc::Model as a host program sees it: only <tlc/...> headers and libtlc.so.
-#include <tlc/tlc.h>
-
-#include <gtest/gtest.h>
-
-#include <functional>
-
-#include <string>
-#include <vector>
+#include "ApiTestSupport.h"
 
 namespace {
 
-const std::string kTiny = std::string(TLC_SOURCE_DIR) + "/tests/lit/Inputs/tiny.tl";  // vocab 50, max seq 64
-
-tlc::ModelOptions cpuOptions(int level = 2) {
-  tlc::ModelOptions options;
-  options.optLevel = level;
-  options.backend.target = "cpu";
-  options.seed = 3;
-  return options;
-}
-
-std::vector<int32_t> tokens(int64_t count, int32_t vocab) {
-  std::vector<int32_t> ids(static_cast<size_t>(count));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7 + 3) % size_t(vocab));
-  return ids;
-}
-
-std::string errorOf(const std::function<void()> &body) {
-  try {
-    body();
-  } catch (const tlc::Error &error) {  // caught across libtlc's boundary: its typeinfo is exported
-    return error.what();
-  }
-  return "(no error)";
-}
+using namespace tlc::apitest;
 
 TEST(Model, ReadsTheModelWithoutCompiling) {
   tlc::Model model(kTiny, cpuOptions());

@@ -1,6 +1,7 @@
 // Every generated kernel of every level, dtype and model file compiles with NVRTC for
 // sm_90 and sm_90a and hipRTC for gfx90a. Identical kernels are compiled once; compiles run in
 // parallel; the cache is off so the compilers really run.
+#include "runtime/CallerBuffers.h"
 #include "runtime/Jit.h"
 #include "tools/Compile.h"
 
@@ -70,6 +71,24 @@ TEST(KernelCompile, EveryKernelCompilesWithHiprtcForGfx90a) {
   std::unique_ptr<JitCompiler> hiprtc;
   ASSERT_NO_THROW(hiprtc = createHiprtcCompiler()) << "hipRTC (libamdhip64-dev) must be installed where the tests run";
   compileAll(*hiprtc, "gfx90a");
+}
+
+// The runtime's own kernels (runtime/kernels: a forward on the caller's device buffers)
+// compile for the same archs.
+TEST(KernelCompile, TheRuntimesOwnKernelsCompileForEveryArch) {
+  std::vector<JitSource> sources;
+  for (const auto &[file, source] : embeddedRuntimeKernels()) sources.push_back({file, source});
+  ASSERT_FALSE(sources.empty());
+  JitOptions options;
+  options.useCache = false;
+  options.progress = false;
+  for (const char *arch : {"sm_90", "sm_90a", "gfx90a"}) {
+    options.arch = arch;
+    auto compiler = options.arch.rfind("sm_", 0) == 0 ? createNvrtcCompiler() : createHiprtcCompiler();
+    std::vector<std::string> binaries;
+    ASSERT_NO_THROW(binaries = jitCompileAll(*compiler, sources, options)) << arch;
+    for (const std::string &binary : binaries) EXPECT_FALSE(binary.empty()) << arch;
+  }
 }
 
 } // namespace
