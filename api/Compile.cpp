@@ -12,67 +12,89 @@
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <fmt/format.h>
+
 namespace tlc {
 
-static void buildPipeline(mlir::OpPassManager &pm, const CompileOptions &options) {
+static void buildPipeline(mlir::OpPassManager &pm, const CompileOptions &options, const AdamWOptions *training) {
   tl::TlSpecializeOptions specialize;
   specialize.batch = options.batch;
   specialize.seq = options.seqLen;
   specialize.dtype = options.dtype;
   pm.addPass(tl::createTlSpecialize(specialize));
   buildOptPipeline(pm, options.optLevel);
+  if (!training) return;
+  tl::TlAutodiffOptions autodiff;
+  autodiff.learningRate = training->learningRate;
+  autodiff.beta1 = training->beta1;
+  autodiff.beta2 = training->beta2;
+  autodiff.eps = training->eps;
+  autodiff.weightDecay = training->weightDecay;
+  autodiff.maxGradNorm = training->maxGradNorm;
+  pm.addPass(tl::createTlAutodiff(autodiff));
+  pm.addPass(mlir::createCSEPass());  // recomputations the backward asked for twice
 }
 
-static mlir::OpPassManager pipelineOf(const CompileOptions &options) {
+static mlir::OpPassManager pipelineOf(const CompileOptions &options, const AdamWOptions *training) {
   mlir::OpPassManager pm(mlir::ModuleOp::getOperationName(), mlir::OpPassManager::Nesting::Implicit);
-  buildPipeline(pm, options);
+  buildPipeline(pm, options, training);
   return pm;
 }
 
-std::string pipelineText(const CompileOptions &options) {
-  mlir::OpPassManager pm = pipelineOf(options);
-  // Pass names in order; only tl-specialize's options say something about this run.
+std::string pipelineText(const CompileOptions &options, const AdamWOptions *training) {
+  mlir::OpPassManager pm = pipelineOf(options, training);
+  // Pass names in order; only tl-specialize's and tl-autodiff's options say something
+  // about this run.
   std::string text;
   llvm::raw_string_ostream os(text);
   llvm::interleave(
       pm.getPasses(), os,
       [&](mlir::Pass &pass) {
         if (pass.getArgument() == "tl-specialize") pass.printAsTextualPipeline(os);
+        else if (pass.getArgument() == "tl-autodiff" && training)  // shortest decimals, not %e
+          os << fmt::format("tl-autodiff{{lr={} beta1={} beta2={} eps={} weight-decay={} max-grad-norm={}}}",
+                            training->learningRate, training->beta1, training->beta2, training->eps,
+                            training->weightDecay, training->maxGradNorm);
         else os << pass.getArgument();
       },
       ", ");
   return text;
 }
 
-std::vector<std::string> pipelinePasses(const CompileOptions &options) {
-  mlir::OpPassManager pm = pipelineOf(options);
+std::vector<std::string> pipelinePasses(const CompileOptions &options, const AdamWOptions *training) {
+  mlir::OpPassManager pm = pipelineOf(options, training);
   std::vector<std::string> names;
   for (mlir::Pass &pass : pm.getPasses()) names.push_back(pass.getArgument().str());
   return names;
 }
 
 mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &options,
-                                   const std::function<void(mlir::PassManager &)> &configure) {
+                                   const std::function<void(mlir::PassManager &)> &configure,
+                                   const AdamWOptions *training) {
   if (options.optLevel < 0 || options.optLevel > kMaxOptLevel)
     return module.emitError("optimization level ") << options.optLevel << " does not exist: levels are 0.."
                                                    << kMaxOptLevel;
   mlir::PassManager pm(module->getContext(), mlir::ModuleOp::getOperationName(),
                        mlir::OpPassManager::Nesting::Implicit);
-  buildPipeline(pm, options);
+  buildPipeline(pm, options, training);
   if (configure) configure(pm);
   return pm.run(module);
 }
 
-mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options) {
+mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options,
+                                      const AdamWOptions *training) {
   if (mlir::failed(checkCostsFit(module))) return mlir::failure();
   std::vector<codegen::KernelSpec> specs;
-  auto program = lowerToProgram(module, {options.optLevel, pipelineText(options)}, &specs);
+  // The backward's ops have no GPU code generator yet: a training step runs on the CPU.
+  auto program = lowerToProgram(module, {options.optLevel, pipelineText(options, training)},
+                                training ? nullptr : &specs);
   if (mlir::failed(program)) return mlir::failure();
   planMemory(*program);
-  emitHipKernels(*program, specs);
+  if (!training) emitHipKernels(*program, specs);
   // What tlc writes, the runtime accepts: a model the verifier passed may still break
   // the runtime's contract (say, logits narrower than the embedding's vocabulary).
   try {
@@ -83,17 +105,26 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
   return program;
 }
 
-Program compileModelFile(const std::string &path, const CompileOptions &options) {
+// Parses, optimizes and builds a file's forward or (with `training`) training step.
+static Program compileFile(const std::string &path, const CompileOptions &options, const AdamWOptions *training) {
   mlir::DialectRegistry registry;
   registerTlcDialects(registry);
   mlir::MLIRContext context(registry);
   llvm::SourceMgr sourceMgr;
   CapturedDiagnostics diagnostics(context, sourceMgr);
   auto module = parseModelFile(context, path, sourceMgr);
-  if (!module || mlir::failed(optimizeModule(*module, options))) diagnostics.fail();
-  auto program = buildProgram(*module, options);
+  if (!module || mlir::failed(optimizeModule(*module, options, {}, training))) diagnostics.fail();
+  auto program = buildProgram(*module, options, training);
   if (mlir::failed(program)) diagnostics.fail();
   return std::move(*program);
+}
+
+Program compileModelFile(const std::string &path, const CompileOptions &options) {
+  return compileFile(path, options, nullptr);
+}
+
+Program compileTrainingStepFile(const std::string &path, const CompileOptions &options, const AdamWOptions &adamw) {
+  return compileFile(path, options, &adamw);
 }
 
 } // namespace tlc

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <tlc/Compile.h>  // CompileOptions, compileModelFile
+#include <tlc/Train.h>    // AdamWOptions, compileTrainingStepFile
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -14,18 +15,24 @@
 
 namespace tlc {
 
+// Every function below compiles the forward, or with `training` the training step: the
+// level's passes on the forward, then tl-autodiff with that optimizer.
+
 // The passes a level runs, in order (tl-specialize with its options): what tlc prints.
-std::string pipelineText(const CompileOptions &options);
+std::string pipelineText(const CompileOptions &options, const AdamWOptions *training = nullptr);
 
 // The same passes' arguments ("tl-specialize", "cse", ...), for checking pass names.
-std::vector<std::string> pipelinePasses(const CompileOptions &options);
+std::vector<std::string> pipelinePasses(const CompileOptions &options, const AdamWOptions *training = nullptr);
 
 // Specializes and optimizes `module` in place. `configure` may add instrumentation
 // (IR printing, timing) to the pass manager before it runs.
 mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &options,
-                                   const std::function<void(mlir::PassManager &)> &configure = {});
+                                   const std::function<void(mlir::PassManager &)> &configure = {},
+                                   const AdamWOptions *training = nullptr);
 
-// Lowers, plans memory and generates the HIP kernels: the Program the runtime loads.
-mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options);
+// Lowers and plans memory; a forward also gets its HIP kernels (a training step has
+// none yet): the Program the runtime loads.
+mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options,
+                                      const AdamWOptions *training = nullptr);
 
 } // namespace tlc

@@ -27,7 +27,9 @@ void printTlAttrs(mlir::OpAsmPrinter &printer, mlir::Operation *, mlir::Dictiona
   if (attributes.empty()) return;
   printer << " {";
   llvm::interleaveComma(attributes.getValue(), printer, [&](mlir::NamedAttribute attribute) {
-    printer << attribute.getName().getValue() << " = ";
+    printer << attribute.getName().getValue();
+    if (llvm::isa<mlir::UnitAttr>(attribute.getValue())) return;  // a flag: its name says it
+    printer << " = ";
     auto number = llvm::dyn_cast<mlir::FloatAttr>(attribute.getValue());
     if (number && number.getType().isF64() && std::isfinite(number.getValueAsDouble()))
       printer << shortestFloat(number.getValueAsDouble());  // a bare float literal parses as f64

@@ -12,8 +12,14 @@
 
 namespace tlc {
 
+// @train_step once tl-autodiff has run, else @forward; null when neither is there.
+static mlir::func::FuncOp modelFunction(mlir::ModuleOp module) {
+  if (auto step = module.lookupSymbol<mlir::func::FuncOp>(kTrainStepFunction)) return step;
+  return module.lookupSymbol<mlir::func::FuncOp>("forward");
+}
+
 int countBlocks(mlir::ModuleOp module) {
-  auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  auto forward = modelFunction(module);
   if (!forward) return 0;
   int blocks = 0;
   for (const auto &entry : assignLayers(forward)) blocks = std::max(blocks, entry.second + 1);
@@ -35,7 +41,7 @@ static void writeElided(llvm::raw_ostream &os, const std::set<int> &blocks, int 
 }
 
 void printBlockView(mlir::ModuleOp module, int block, llvm::raw_ostream &os) {
-  auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  auto forward = modelFunction(module);
   if (!forward) {
     os << printModule(module);
     return;

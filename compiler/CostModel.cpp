@@ -57,6 +57,32 @@ std::optional<int64_t> checkedFlops(mlir::Operation *op) {
         return flops && attention.getCausal() ? *flops / 2 : flops;
       })
       .Case([](tl::CrossEntropyOp loss) { return product({4, elements(loss.getLogits())}); })
+      // The backward: dX = dY · W and dW = dYᵀ · X are GEMMs of the forward's size.
+      .Case([](tl::LinearGradInputOp grad) { return product({2, elements(grad.getResult()), dim(grad.getGrad(), -1)}); })
+      .Case([](tl::LinearGradWeightOp grad) { return product({2, elements(grad.getGrad()), dim(grad.getInput(), -1)}); })
+      // per visible pair: the score again, dO·V, and the dV, dQ, dK updates (10 D), plus exp
+      .Case([](tl::FlashAttentionGradOp grad) -> Flops {
+        auto q = llvm::cast<mlir::RankedTensorType>(grad.getQuery().getType());
+        int64_t seq = q.getDimSize(2);
+        Flops pairs = product({q.getDimSize(0), q.getDimSize(1), seq, seq});
+        Flops flops = pairs ? product({10 * q.getDimSize(3) + 4, *pairs}) : std::nullopt;
+        return flops && grad.getCausal() ? *flops / 2 : flops;
+      })
+      .Case([](tl::RMSNormGradOp grad) { return product({8, elements(grad.getInput())}); })
+      .Case([](tl::SoftmaxGradOp grad) { return product({4, elements(grad.getResult())}); })
+      .Case([](tl::SiluGradOp grad) { return product({8, elements(grad.getResult())}); })
+      .Case([](tl::CrossEntropyGradOp grad) { return product({5, elements(grad.getLogits())}); })
+      .Case([](tl::RopeGradOp grad) { return product({3, elements(grad.getResult())}); })
+      .Case<tl::EmbeddingGradOp, tl::RepeatKvGradOp>(
+          [](mlir::Operation *sum) { return Flops(elements(sum->getOperand(0))); })
+      .Case([](tl::GlobalNormOp norm) {
+        std::optional<int64_t> total = 0;
+        for (mlir::Value input : norm.getInputs())
+          if (total) total = checkedAdd(*total, 2 * elements(input));
+        return total;
+      })
+      // moments, bias corrections, square root, decay and step: about 12 per element
+      .Case([](tl::AdamWOp update) { return product({12, elements(update.getGrad())}); })
       .Default([](mlir::Operation *) { return Flops(0); });
 }
 

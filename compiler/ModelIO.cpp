@@ -84,6 +84,11 @@ mlir::func::FuncOp getForwardFunction(mlir::ModuleOp module) {
   return forward;
 }
 
+mlir::func::FuncOp getModelFunction(mlir::ModuleOp module) {
+  if (auto step = module.lookupSymbol<mlir::func::FuncOp>(kTrainStepFunction)) return step;
+  return getForwardFunction(module);
+}
+
 std::string printModule(mlir::ModuleOp module) {
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -30,6 +30,13 @@ mlir::OwningOpRef<mlir::ModuleOp> parseModelSource(mlir::MLIRContext &context, l
 // The `func.func @forward` a model file must define, or null with a diagnostic.
 mlir::func::FuncOp getForwardFunction(mlir::ModuleOp module);
 
+// What tl-autodiff makes of @forward: the training step (forward, backward, update).
+constexpr const char *kTrainStepFunction = "train_step";
+
+// The function a Program is lowered from: @train_step when tl-autodiff has made one,
+// else @forward (null with a diagnostic when there is neither).
+mlir::func::FuncOp getModelFunction(mlir::ModuleOp module);
+
 // The printed form of a module, as `tlc --emit=ir` writes it.
 std::string printModule(mlir::ModuleOp module);
 

@@ -35,6 +35,7 @@ std::vector<int64_t> shapeOf(mlir::Value value) {
 
 AttrValue toAttrValue(mlir::Attribute attr) {
   if (auto b = llvm::dyn_cast<mlir::BoolAttr>(attr)) return int64_t(b.getValue());
+  if (llvm::isa<mlir::UnitAttr>(attr)) return int64_t(1);  // a flag that is set
   if (auto i = llvm::dyn_cast<mlir::IntegerAttr>(attr)) return i.getInt();
   if (auto f = llvm::dyn_cast<mlir::FloatAttr>(attr)) return f.getValueAsDouble();
   if (auto s = llvm::dyn_cast<mlir::StringAttr>(attr)) return s.str();
@@ -180,6 +181,7 @@ private:
       return op->emitError("cannot lower '") << op->getName() << "' to a kernel";
 
     if (auto block = llvm::dyn_cast<tl::BlockOp>(op)) return lowerBlock(block);
+    if (auto update = llvm::dyn_cast<tl::AdamWOp>(op)) return lowerUpdate(update);
 
     Kernel kernel;
     kernel.layer = layers.lookup(op);
@@ -218,6 +220,23 @@ private:
     }
     auto yield = llvm::cast<tl::YieldOp>(body.getTerminator());
     for (auto [result, yielded] : llvm::zip(block.getResults(), yield.getValues())) ids[result] = ids.lookup(yielded);
+    return mlir::success();
+  }
+
+  // The optimizer's updates, one after another at the end of a training step, make one
+  // kernel over every parameter (a multi-tensor update).
+  mlir::LogicalResult lowerUpdate(tl::AdamWOp update) {
+    bool extends = !program.kernels.empty() && program.kernels.back().ops.back().op == "adamw";
+    if (!extends) {
+      Kernel kernel;
+      kernel.layer = -1;
+      program.kernels.push_back(std::move(kernel));
+      roots.push_back({update, nullptr, false});
+    }
+    Kernel &kernel = program.kernels.back();
+    for (mlir::Value operand : update->getOperands()) addInput(kernel, ids.lookup(operand));
+    if (mlir::failed(emitOp(update, kernel))) return mlir::failure();
+    kernel.name = fmt::format("tl_adamw_{}_{}_tensors", dtypeName(program.dtype), kernel.ops.size());
     return mlir::success();
   }
 
@@ -303,8 +322,10 @@ private:
   OpRecord makeRecord(mlir::Operation *op) {
     OpRecord record;
     record.op = opName(op);
+    // Annotations for readers of the IR (tl.saved, tl.recomputed) are not semantics.
     for (mlir::NamedAttribute attr : op->getAttrDictionary())
-      if (attr.getName() != "operandSegmentSizes") record.attrs[attr.getName().str()] = toAttrValue(attr.getValue());
+      if (attr.getName() != "operandSegmentSizes" && !attr.getName().getValue().starts_with("tl."))
+        record.attrs[attr.getName().str()] = toAttrValue(attr.getValue());
     return record;
   }
 
@@ -349,7 +370,7 @@ private:
 
 mlir::FailureOr<Program> lowerToProgram(mlir::ModuleOp module, const LoweringOptions &options,
                                         std::vector<codegen::KernelSpec> *specs) {
-  mlir::func::FuncOp forward = getForwardFunction(module);
+  mlir::func::FuncOp forward = getModelFunction(module);
   if (!forward) return mlir::failure();
 
   bool dynamic = false;
@@ -367,13 +388,15 @@ mlir::FailureOr<Program> lowerToProgram(mlir::ModuleOp module, const LoweringOpt
   Program program;
   if (auto name = module->getAttrOfType<mlir::StringAttr>("tl.model")) program.model = name.str();
   program.optLevel = options.optLevel;
+  if (forward.getSymName() == kTrainStepFunction) program.kind = ProgramKind::TrainStep;
   program.pipeline = options.pipeline;
   auto ids = llvm::dyn_cast<mlir::RankedTensorType>(forward.getArgumentTypes().empty() ? mlir::Type()
                                                                                       : forward.getArgumentTypes()[0]);
   tl::EmbeddingOp embedding;
   forward.walk([&](tl::EmbeddingOp op) { embedding = op; });
   if (!ids || ids.getRank() != 2 || !embedding || forward.getNumResults() != 2)
-    return forward.emitError("@forward must take token ids [B, S], embed them, and return (logits, loss)");
+    return forward.emitError("@") << forward.getSymName()
+                                   << " must take token ids [B, S], embed them, and return (logits, loss)";
   program.batch = ids.getDimSize(0);
   program.seqLen = ids.getDimSize(1);
   auto table = llvm::cast<mlir::RankedTensorType>(embedding.getTable().getType());

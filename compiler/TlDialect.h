@@ -14,6 +14,18 @@
 #include "compiler/TlDialect.h.inc"
 
 namespace tl {
+class VjpBuilder;  // compiler/Vjp.h
+
+// The model's parameters as state the runtime keeps between training steps: what
+// tl.adamw writes.
+struct ParametersResource : mlir::SideEffects::Resource::Base<ParametersResource> {
+  llvm::StringRef getName() final { return "tl.parameters"; }
+};
+} // namespace tl
+
+#include "compiler/TlInterfaces.h.inc"
+
+namespace tl {
 // True when every ranked tensor type in `types` has positive static dimensions and at
 // most tlc::kMaxTensorElements static elements.
 bool hasBoundedShapes(mlir::TypeRange types);

@@ -3,6 +3,8 @@
 #include "compiler/TlDialect.h"
 
 #include "compiler/AttrPrinting.h"
+#include "compiler/InferenceHelpers.h"
+#include "compiler/Vjp.h"
 #include "runtime/AttributeRanges.h"
 #include "runtime/Checked.h"
 #include "runtime/Utf8.h"
@@ -14,60 +16,15 @@
 
 using namespace mlir;
 
-namespace {
-
-RankedTensorType tensorOf(Value value) { return cast<RankedTensorType>(value.getType()); }
-
-bool dimsCompatible(int64_t a, int64_t b) {
-  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
-}
-
-// The more precise of two compatible dims.
-int64_t joinDims(int64_t a, int64_t b) { return ShapedType::isDynamic(a) ? b : a; }
-
-// a * b for dims (dynamic if either is); failure when the product overflows.
-FailureOr<int64_t> mulDims(std::optional<Location> loc, int64_t a, int64_t b) {
-  if (ShapedType::isDynamic(a) || ShapedType::isDynamic(b)) return ShapedType::kDynamic;
-  std::optional<int64_t> product = tlc::checkedMul(a, b);
-  if (!product) return emitOptionalError(loc, "dimension ", a, " x ", b, " overflows");
-  return *product;
-}
-
-// A float attribute within a range the runtime's Program validator checks too.
-LogicalResult checkFloatAttr(std::optional<Location> loc, StringRef what, APFloat value,
-                             bool (*valid)(double), const char *range) {
-  double number = value.convertToDouble();
-  if (!valid(number)) return emitOptionalError(loc, what, " is ", number, "; it must be ", range);
-  return success();
-}
-
-LogicalResult sameElementType(std::optional<Location> loc, StringRef what, Value a, Value b) {
-  if (tensorOf(a).getElementType() != tensorOf(b).getElementType())
-    return emitOptionalError(loc, what, " element types differ: ", a.getType(), " vs ", b.getType());
-  return success();
-}
-
-LogicalResult checkRank(std::optional<Location> loc, StringRef what, Value value, int64_t rank) {
-  if (tensorOf(value).getRank() != rank)
-    return emitOptionalError(loc, what, " must have rank ", rank, ", got ", value.getType());
-  return success();
-}
-
-LogicalResult checkDim(std::optional<Location> loc, StringRef what, int64_t actual, int64_t expected) {
-  if (!dimsCompatible(actual, expected))
-    return emitOptionalError(loc, what, ": ", actual, " vs ", expected);
-  return success();
-}
-
-// Ops whose result has the operand's type.
-LogicalResult inferSameAsInput(Value input, SmallVectorImpl<Type> &inferred) {
-  inferred.push_back(input.getType());
-  return success();
-}
-
-} // namespace
+using namespace tl::infer;
 
 namespace tl {
+
+// An op of a VJP, built where the backward is being written, at the location of the
+// forward op `at`, its result types inferred.
+template <typename OpTy, typename... Args> static OpTy create(VjpBuilder &vjp, Operation *at, Args &&...args) {
+  return vjp.builder().create<OpTy>(at->getLoc(), std::forward<Args>(args)...);
+}
 
 // Why `type` breaks hasBoundedShapes, or an empty string.
 static std::string unboundedShape(Type type) {
@@ -101,20 +58,6 @@ LogicalResult inferResultTypes(Operation *op, SmallVectorImpl<Type> &types, std:
   return inference.inferReturnTypes(op->getContext(), loc, op->getOperands(),
                                     op->getRawDictionaryAttrs(), op->getPropertiesStorage(),
                                     op->getRegions(), types);
-}
-
-// Two types are compatible when they agree in element type, rank and every static dim:
-// a model file may say `?` where specialization later knows the size.
-static bool compatibleTypes(TypeRange declared, TypeRange inferred) {
-  if (declared.size() != inferred.size()) return false;
-  for (auto [a, b] : llvm::zip(declared, inferred)) {
-    auto ta = dyn_cast<RankedTensorType>(a), tb = dyn_cast<RankedTensorType>(b);
-    if (!ta || !tb || ta.getElementType() != tb.getElementType() || ta.getRank() != tb.getRank())
-      return false;
-    for (auto [da, db] : llvm::zip(ta.getShape(), tb.getShape()))
-      if (!dimsCompatible(da, db)) return false;
-  }
-  return true;
 }
 
 #define TL_COMPATIBLE_RETURN_TYPES(Op)                                              \
@@ -160,6 +103,15 @@ LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   return success();
 }
 
+// d table = scatter-add of d out into the rows the ids read.
+LogicalResult EmbeddingOp::buildVjp(VjpBuilder &vjp) {
+  Value grad = vjp.cotangent(getResult());
+  int64_t rows = tensorOf(getTable()).getDimSize(0);
+  vjp.addCotangent(getTable(), create<EmbeddingGradOp>(vjp, *this, grad, vjp.primal(getIds()),
+                                                        vjp.builder().getI64IntegerAttr(rows)));
+  return success();
+}
+
 LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                           Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
   auto input = tensorOf(adaptor.getInput()), gain = tensorOf(adaptor.getGain());
@@ -174,18 +126,43 @@ LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *, std::optional<Location>
   return inferSameAsInput(adaptor.getInput(), inferred);
 }
 
-LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
-                                         SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(adaptor.getInput()), weight = tensorOf(adaptor.getWeight());
-  if (input.getRank() < 2) return emitOptionalError(loc, "linear input must have rank >= 2, got ", input);
-  if (failed(checkRank(loc, "linear weight [out_features, in_features]", adaptor.getWeight(), 2)) ||
-      failed(checkDim(loc, "linear in_features (weight dim 1) must equal the input's last dim",
-                      weight.getDimSize(1), input.getDimSize(input.getRank() - 1))) ||
-      failed(sameElementType(loc, "linear input and weight", adaptor.getInput(), adaptor.getWeight())))
+LogicalResult RMSNormOp::buildVjp(VjpBuilder &vjp) {
+  auto grad = create<RMSNormGradOp>(vjp, *this, vjp.primal(getInput()), vjp.primal(getGain()),
+                                    vjp.cotangent(getResult()), getEpsAttr());
+  vjp.addCotangent(getInput(), grad.getInputGrad());
+  vjp.addCotangent(getGain(), grad.getGainGrad());
+  return success();
+}
+
+LogicalResult infer::inferProjection(std::optional<Location> loc, StringRef op, Value inputValue, Value weightValue,
+                                     unsigned contracted, SmallVectorImpl<Type> &inferred) {
+  auto input = tensorOf(inputValue), weight = tensorOf(weightValue);
+  const char *dims[] = {"out_features (weight dim 0)", "in_features (weight dim 1)"};
+  if (input.getRank() < 2) return emitOptionalError(loc, op, " input must have rank >= 2, got ", input);
+  if (failed(checkRank(loc, (op + " weight [out_features, in_features]").str(), weightValue, 2)) ||
+      failed(checkDim(loc, (op + " " + dims[contracted] + " must equal the input's last dim").str(),
+                      weight.getDimSize(contracted), input.getDimSize(input.getRank() - 1))) ||
+      failed(sameElementType(loc, (op + " input and weight").str(), inputValue, weightValue)))
     return failure();
   SmallVector<int64_t> shape(input.getShape());
-  shape.back() = weight.getDimSize(0);
+  shape.back() = weight.getDimSize(1 - contracted);
   inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  return inferProjection(loc, "linear", adaptor.getInput(), adaptor.getWeight(), /*contracted=*/1, inferred);
+}
+
+// dX = dY · W and dW = dYᵀ · X; tl.fused_linear's GEMM shares it.
+static void buildLinearVjp(VjpBuilder &vjp, Operation *op, Value input, Value weight, Value grad) {
+  vjp.addCotangent(input, create<LinearGradInputOp>(vjp, op, grad, vjp.primal(weight)));
+  vjp.addCotangent(weight, create<LinearGradWeightOp>(vjp, op, grad, vjp.primal(input)));
+}
+
+LogicalResult LinearOp::buildVjp(VjpBuilder &vjp) {
+  buildLinearVjp(vjp, *this, getInput(), getWeight(), vjp.cotangent(getResult()));
   return success();
 }
 
@@ -204,6 +181,11 @@ LogicalResult SplitHeadsOp::inferReturnTypes(MLIRContext *, std::optional<Locati
   return success();
 }
 
+LogicalResult SplitHeadsOp::buildVjp(VjpBuilder &vjp) {
+  vjp.addCotangent(getInput(), create<MergeHeadsOp>(vjp, *this, vjp.cotangent(getResult())));
+  return success();
+}
+
 LogicalResult MergeHeadsOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                              Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
   auto input = tensorOf(adaptor.getInput());
@@ -212,6 +194,13 @@ LogicalResult MergeHeadsOp::inferReturnTypes(MLIRContext *, std::optional<Locati
   if (failed(width)) return failure();
   inferred.push_back(
       RankedTensorType::get({input.getDimSize(0), input.getDimSize(1), *width}, input.getElementType()));
+  return success();
+}
+
+LogicalResult MergeHeadsOp::buildVjp(VjpBuilder &vjp) {
+  int64_t heads = tensorOf(getInput()).getDimSize(2);
+  vjp.addCotangent(getInput(), create<SplitHeadsOp>(vjp, *this, vjp.cotangent(getResult()),
+                                                    vjp.builder().getI64IntegerAttr(heads)));
   return success();
 }
 
@@ -233,20 +222,38 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   return success();
 }
 
+// The inverse permutation moves each dim back.
+LogicalResult TransposeOp::buildVjp(VjpBuilder &vjp) {
+  ArrayRef<int64_t> perm = getPerm();
+  SmallVector<int64_t> inverse(perm.size());
+  for (auto [position, axis] : llvm::enumerate(perm)) inverse[size_t(axis)] = int64_t(position);
+  vjp.addCotangent(getInput(), create<TransposeOp>(vjp, *this, vjp.cotangent(getResult()),
+                                                   vjp.builder().getDenseI64ArrayAttr(inverse)));
+  return success();
+}
+
+LogicalResult infer::checkRope(std::optional<Location> loc, StringRef op, Value input, APFloat theta,
+                               StringRef style) {
+  if (failed(checkRank(loc, (op + " input [B, S, H, D]").str(), input, 4))) return failure();
+  int64_t headDim = tensorOf(input).getDimSize(3);
+  if (!ShapedType::isDynamic(headDim) && headDim % 2 != 0)
+    return emitOptionalError(loc, op, " needs an even head dim, got ", headDim);
+  if (style != "adjacent" && style != "half")
+    return emitOptionalError(loc, op, " style must be \"adjacent\" or \"half\", got \"", style, "\"");
+  return checkFloatAttr(loc, (op + " theta").str(), theta, tlc::isValidRopeTheta, tlc::kRopeThetaRange);
+}
+
 LogicalResult RopeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                        SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(adaptor.getInput());
-  if (failed(checkRank(loc, "rope input [B, S, H, D]", adaptor.getInput(), 4))) return failure();
-  int64_t headDim = input.getDimSize(3);
-  if (!ShapedType::isDynamic(headDim) && headDim % 2 != 0)
-    return emitOptionalError(loc, "rope needs an even head dim, got ", headDim);
-  if (adaptor.getStyle() != "adjacent" && adaptor.getStyle() != "half")
-    return emitOptionalError(loc, "rope style must be \"adjacent\" or \"half\", got \"",
-                             adaptor.getStyle(), "\"");
-  if (failed(checkFloatAttr(loc, "rope theta", adaptor.getTheta(), tlc::isValidRopeTheta,
-                            tlc::kRopeThetaRange)))
-    return failure();
+  if (failed(checkRope(loc, "rope", adaptor.getInput(), adaptor.getTheta(), adaptor.getStyle()))) return failure();
   return inferSameAsInput(adaptor.getInput(), inferred);
+}
+
+// A rotation's transpose is the rotation by the opposite angle: nothing of the forward is read.
+LogicalResult RopeOp::buildVjp(VjpBuilder &vjp) {
+  vjp.addCotangent(getInput(), create<RopeGradOp>(vjp, *this, vjp.cotangent(getResult()), getThetaAttr(),
+                                                  getStyleAttr()));
+  return success();
 }
 
 LogicalResult RepeatKvOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
@@ -260,6 +267,11 @@ LogicalResult RepeatKvOp::inferReturnTypes(MLIRContext *, std::optional<Location
   if (failed(heads)) return failure();
   shape[1] = *heads;
   inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult RepeatKvOp::buildVjp(VjpBuilder &vjp) {
+  vjp.addCotangent(getInput(), create<RepeatKvGradOp>(vjp, *this, vjp.cotangent(getResult()), getRepeatsAttr()));
   return success();
 }
 
@@ -288,6 +300,27 @@ LogicalResult BatchMatmulOp::inferReturnTypes(MLIRContext *, std::optional<Locat
   return success();
 }
 
+// Swaps the last two dims of `value`.
+static Value transposeLastTwo(VjpBuilder &vjp, Operation *op, Value value) {
+  int64_t rank = tensorOf(value).getRank();
+  auto perm = llvm::to_vector(llvm::seq<int64_t>(0, rank));
+  std::swap(perm[rank - 1], perm[rank - 2]);
+  return create<TransposeOp>(vjp, op, value, vjp.builder().getDenseI64ArrayAttr(perm));
+}
+
+// C = A·Bᵀ: dA = dC·B, dB = dCᵀ·A. C = A·B: dA = dC·Bᵀ, dB = Aᵀ·dC.
+LogicalResult BatchMatmulOp::buildVjp(VjpBuilder &vjp) {
+  Value grad = vjp.cotangent(getResult());
+  Value lhs = vjp.primal(getLhs()), rhs = vjp.primal(getRhs());
+  bool transposedB = getTransposeB();
+  BoolAttr plain = vjp.builder().getBoolAttr(false), transposed = vjp.builder().getBoolAttr(true);
+  vjp.addCotangent(getLhs(), create<BatchMatmulOp>(vjp, *this, grad, rhs, transposedB ? plain : transposed));
+  Value rhsGrad = transposedB ? create<BatchMatmulOp>(vjp, *this, transposeLastTwo(vjp, *this, grad), lhs, plain)
+                              : create<BatchMatmulOp>(vjp, *this, transposeLastTwo(vjp, *this, lhs), grad, plain);
+  vjp.addCotangent(getRhs(), rhsGrad);
+  return success();
+}
+
 LogicalResult ScaleOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                         SmallVectorImpl<Type> &inferred) {
   if (failed(checkFloatAttr(loc, "scale factor", adaptor.getFactor(), tlc::isValidScale, tlc::kScaleRange)))
@@ -295,15 +328,28 @@ LogicalResult ScaleOp::inferReturnTypes(MLIRContext *, std::optional<Location> l
   return inferSameAsInput(adaptor.getInput(), inferred);
 }
 
+LogicalResult ScaleOp::buildVjp(VjpBuilder &vjp) {
+  vjp.addCotangent(getInput(), create<ScaleOp>(vjp, *this, vjp.cotangent(getResult()), getFactorAttr()));
+  return success();
+}
+
+LogicalResult infer::checkSquareScores(std::optional<Location> loc, StringRef op, Value input) {
+  auto type = tensorOf(input);
+  int64_t rank = type.getRank();
+  if (rank < 2) return emitOptionalError(loc, op, " input must have rank >= 2");
+  return checkDim(loc, (op + " needs square [..., S, S] scores").str(), type.getDimSize(rank - 2),
+                  type.getDimSize(rank - 1));
+}
+
 LogicalResult CausalMaskOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                              Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(adaptor.getInput());
-  int64_t rank = input.getRank();
-  if (rank < 2) return emitOptionalError(loc, "causal_mask input must have rank >= 2");
-  if (failed(checkDim(loc, "causal_mask needs square [..., S, S] scores", input.getDimSize(rank - 2),
-                      input.getDimSize(rank - 1))))
-    return failure();
+  if (failed(checkSquareScores(loc, "causal_mask", adaptor.getInput()))) return failure();
   return inferSameAsInput(adaptor.getInput(), inferred);
+}
+
+LogicalResult CausalMaskOp::buildVjp(VjpBuilder &vjp) {
+  vjp.addCotangent(getInput(), create<CausalMaskGradOp>(vjp, *this, vjp.cotangent(getResult())));
+  return success();
 }
 
 LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, std::optional<Location>, Adaptor adaptor,
@@ -311,24 +357,20 @@ LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, std::optional<Location>
   return inferSameAsInput(adaptor.getInput(), inferred);
 }
 
+// Reads the forward's output (the probabilities), not its input.
+LogicalResult SoftmaxOp::buildVjp(VjpBuilder &vjp) {
+  vjp.addCotangent(getInput(),
+                   create<SoftmaxGradOp>(vjp, *this, vjp.primal(getResult()), vjp.cotangent(getResult())));
+  return success();
+}
+
 LogicalResult SiluOp::inferReturnTypes(MLIRContext *, std::optional<Location>, Adaptor adaptor,
                                        SmallVectorImpl<Type> &inferred) {
   return inferSameAsInput(adaptor.getInput(), inferred);
 }
 
-// Elementwise binary ops: equal shapes (no broadcasting), equal element types.
-static LogicalResult inferElementwise(std::optional<Location> loc, StringRef name, Value lhs, Value rhs,
-                                      SmallVectorImpl<Type> &inferred) {
-  auto a = tensorOf(lhs), b = tensorOf(rhs);
-  if (failed(sameElementType(loc, name, lhs, rhs))) return failure();
-  if (a.getRank() != b.getRank())
-    return emitOptionalError(loc, name, " operand shapes differ: ", a, " vs ", b);
-  SmallVector<int64_t> shape;
-  for (auto [da, db] : llvm::zip(a.getShape(), b.getShape())) {
-    if (!dimsCompatible(da, db)) return emitOptionalError(loc, name, " operand shapes differ: ", a, " vs ", b);
-    shape.push_back(joinDims(da, db));
-  }
-  inferred.push_back(RankedTensorType::get(shape, a.getElementType()));
+LogicalResult SiluOp::buildVjp(VjpBuilder &vjp) {
+  vjp.addCotangent(getInput(), create<SiluGradOp>(vjp, *this, vjp.primal(getInput()), vjp.cotangent(getResult())));
   return success();
 }
 
@@ -337,22 +379,53 @@ LogicalResult MulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc
   return inferElementwise(loc, "mul", adaptor.getLhs(), adaptor.getRhs(), inferred);
 }
 
+LogicalResult MulOp::buildVjp(VjpBuilder &vjp) {
+  Value grad = vjp.cotangent(getResult());
+  Value lhs = vjp.primal(getLhs()), rhs = vjp.primal(getRhs());
+  vjp.addCotangent(getLhs(), create<MulOp>(vjp, *this, grad, rhs));
+  vjp.addCotangent(getRhs(), create<MulOp>(vjp, *this, grad, lhs));
+  return success();
+}
+
 LogicalResult AddOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                       SmallVectorImpl<Type> &inferred) {
   return inferElementwise(loc, "add", adaptor.getLhs(), adaptor.getRhs(), inferred);
 }
 
+LogicalResult AddOp::buildVjp(VjpBuilder &vjp) {
+  Value grad = vjp.cotangent(getResult());
+  vjp.addCotangent(getLhs(), grad);
+  vjp.addCotangent(getRhs(), grad);
+  return success();
+}
+
+LogicalResult infer::checkLossOperands(std::optional<Location> loc, StringRef op, Value logitsValue,
+                                       Value idsValue) {
+  auto logits = tensorOf(logitsValue), ids = tensorOf(idsValue);
+  if (failed(checkRank(loc, (op + " logits [B, S, V]").str(), logitsValue, 3)) ||
+      failed(checkRank(loc, (op + " ids [B, S]").str(), idsValue, 2)) ||
+      failed(checkDim(loc, (op + " batch differs between logits and ids").str(), logits.getDimSize(0),
+                      ids.getDimSize(0))))
+    return failure();
+  return checkDim(loc, (op + " sequence differs between logits and ids").str(), logits.getDimSize(1),
+                  ids.getDimSize(1));
+}
+
 LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
                                                Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  auto logits = tensorOf(adaptor.getLogits()), ids = tensorOf(adaptor.getIds());
-  if (failed(checkRank(loc, "cross_entropy logits [B, S, V]", adaptor.getLogits(), 3)) ||
-      failed(checkRank(loc, "cross_entropy ids [B, S]", adaptor.getIds(), 2)) ||
-      failed(checkDim(loc, "cross_entropy batch differs between logits and ids", logits.getDimSize(0),
-                      ids.getDimSize(0))) ||
-      failed(checkDim(loc, "cross_entropy sequence differs between logits and ids", logits.getDimSize(1),
-                      ids.getDimSize(1))))
-    return failure();
+  if (failed(checkLossOperands(loc, "cross_entropy", adaptor.getLogits(), adaptor.getIds()))) return failure();
   inferred.push_back(RankedTensorType::get({}, Float32Type::get(context)));
+  return success();
+}
+
+// The loss itself: d loss / d loss = 1 is folded into tl.cross_entropy_grad.
+LogicalResult CrossEntropyOp::buildVjp(VjpBuilder &vjp) {
+  if (!vjp.isLoss(getResult()))
+    return emitOpError("can be differentiated only as the loss itself, not as an input to other ops");
+  if (int64_t seq = tensorOf(getLogits()).getDimSize(1); !ShapedType::isDynamic(seq) && seq < 2)
+    return emitOpError("has nothing to learn from sequences of 1 token: training needs 2 or more (each predicts the "
+                       "next)");
+  vjp.addCotangent(getLogits(), create<CrossEntropyGradOp>(vjp, *this, vjp.primal(getLogits()), vjp.primal(getIds())));
   return success();
 }
 
@@ -378,23 +451,49 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   return success();
 }
 
-LogicalResult SplitOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
-                                        SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(adaptor.getInput());
-  if (input.getRank() < 1) return emitOptionalError(loc, "split input must have rank >= 1");
-  int64_t total = 0;
-  for (int64_t size : adaptor.getSizes()) {
+// A merged weight's gradient, cut back into one per part.
+LogicalResult ConcatOp::buildVjp(VjpBuilder &vjp) {
+  SmallVector<int64_t> rows;
+  for (Value input : getInputs()) rows.push_back(tensorOf(input).getDimSize(0));
+  auto pieces = create<ConcatGradOp>(vjp, *this, vjp.cotangent(getResult()), vjp.builder().getDenseI64ArrayAttr(rows));
+  for (auto [input, piece] : llvm::zip(getInputs(), pieces.getResults())) vjp.addCotangent(input, piece);
+  return success();
+}
+
+LogicalResult infer::inferPieces(std::optional<Location> loc, StringRef op, Value value, ArrayRef<int64_t> sizes,
+                                 bool lastDim, SmallVectorImpl<Type> &inferred) {
+  auto input = tensorOf(value);
+  if (input.getRank() < 1) return emitOptionalError(loc, op, " input must have rank >= 1");
+  int64_t dim = lastDim ? input.getRank() - 1 : 0, total = 0;
+  for (int64_t size : sizes) {
     std::optional<int64_t> sum = tlc::checkedAdd(total, size);
-    if (size <= 0 || !sum) return emitOptionalError(loc, "split sizes must be positive and fit in int64");
+    if (size <= 0 || !sum) return emitOptionalError(loc, op, " sizes must be positive and fit in int64");
     total = *sum;
   }
-  if (failed(checkDim(loc, "split sizes must add up to the last dim", total, input.getDimSize(input.getRank() - 1))))
+  if (failed(checkDim(loc, (op + " sizes must add up to " + (lastDim ? "the last dim" : "dim 0")).str(), total,
+                      input.getDimSize(dim))))
     return failure();
-  for (int64_t size : adaptor.getSizes()) {
+  for (int64_t size : sizes) {
     SmallVector<int64_t> shape(input.getShape());
-    shape.back() = size;
+    shape[size_t(dim)] = size;
     inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
   }
+  return success();
+}
+
+LogicalResult SplitOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                        SmallVectorImpl<Type> &inferred) {
+  return inferPieces(loc, "split", adaptor.getInput(), adaptor.getSizes(), /*lastDim=*/true, inferred);
+}
+
+// The pieces' gradients joined; a piece that does not reach the loss contributes zeros.
+LogicalResult SplitOp::buildVjp(VjpBuilder &vjp) {
+  SmallVector<Value> pieces;
+  for (Value result : getResults()) {
+    Value grad = vjp.cotangent(result);
+    pieces.push_back(grad ? grad : create<ZerosLikeOp>(vjp, *this, vjp.primal(result)).getResult());
+  }
+  vjp.addCotangent(getInput(), create<SplitGradOp>(vjp, *this, pieces));
   return success();
 }
 
@@ -403,29 +502,64 @@ LogicalResult SwigluOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   return inferElementwise(loc, "swiglu", adaptor.getGate(), adaptor.getUp(), inferred);
 }
 
-LogicalResult FlashAttentionOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                                 Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  auto q = tensorOf(adaptor.getQuery()), k = tensorOf(adaptor.getKey()), v = tensorOf(adaptor.getValue());
-  if (failed(checkRank(loc, "flash_attention query [B, H, S, D]", adaptor.getQuery(), 4)) ||
-      failed(checkRank(loc, "flash_attention key [B, Hkv, S, D]", adaptor.getKey(), 4)) ||
-      failed(checkRank(loc, "flash_attention value [B, Hkv, S, D]", adaptor.getValue(), 4)) ||
-      failed(sameElementType(loc, "flash_attention query and key", adaptor.getQuery(), adaptor.getKey())) ||
-      failed(sameElementType(loc, "flash_attention query and value", adaptor.getQuery(), adaptor.getValue())))
+// silu(g) * u: d u = dy * silu(g), d g = silu'(g) * dy * u, with silu(g) recomputed
+// from the saved g (one elementwise op) rather than saved.
+LogicalResult SwigluOp::buildVjp(VjpBuilder &vjp) {
+  Value grad = vjp.cotangent(getResult());
+  Value gate = vjp.primal(getGate()), up = vjp.primal(getUp());
+  Value activated = create<SiluOp>(vjp, *this, gate);
+  vjp.addCotangent(getUp(), create<MulOp>(vjp, *this, grad, activated));
+  vjp.addCotangent(getGate(), create<SiluGradOp>(vjp, *this, gate, create<MulOp>(vjp, *this, grad, up)));
+  return success();
+}
+
+LogicalResult infer::checkAttention(std::optional<Location> loc, StringRef op, Value query, Value key,
+                                    Value value, APFloat scale) {
+  auto q = tensorOf(query), k = tensorOf(key), v = tensorOf(value);
+  if (failed(checkRank(loc, (op + " query [B, H, S, D]").str(), query, 4)) ||
+      failed(checkRank(loc, (op + " key [B, Hkv, S, D]").str(), key, 4)) ||
+      failed(checkRank(loc, (op + " value [B, Hkv, S, D]").str(), value, 4)) ||
+      failed(sameElementType(loc, (op + " query and key").str(), query, key)) ||
+      failed(sameElementType(loc, (op + " query and value").str(), query, value)))
     return failure();
   if (k.getShape() != v.getShape() && !compatibleTypes(TypeRange{k}, TypeRange{v}))
-    return emitOptionalError(loc, "flash_attention key and value shapes differ: ", k, " vs ", v);
+    return emitOptionalError(loc, op, " key and value shapes differ: ", k, " vs ", v);
   for (int64_t i : {0, 2, 3})
-    if (failed(checkDim(loc, "flash_attention query and key differ in batch, sequence or head dim",
-                        q.getDimSize(i), k.getDimSize(i))))
+    if (failed(checkDim(loc, (op + " query and key differ in batch, sequence or head dim").str(), q.getDimSize(i),
+                        k.getDimSize(i))))
       return failure();
-  if (failed(checkFloatAttr(loc, "flash_attention scale", adaptor.getScale(), tlc::isValidScale,
-                            tlc::kScaleRange)))
+  if (failed(checkFloatAttr(loc, (op + " scale").str(), scale, tlc::isValidScale, tlc::kScaleRange)))
     return failure();
   int64_t heads = q.getDimSize(1), kvHeads = k.getDimSize(1);
   if (!ShapedType::isDynamic(heads) && !ShapedType::isDynamic(kvHeads) && heads % kvHeads != 0)
-    return emitOptionalError(loc, "flash_attention: ", heads, " query heads are not a multiple of ", kvHeads,
-                             " kv heads");
-  return inferSameAsInput(adaptor.getQuery(), inferred);
+    return emitOptionalError(loc, op, ": ", heads, " query heads are not a multiple of ", kvHeads, " kv heads");
+  return success();
+}
+
+LogicalResult FlashAttentionOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
+                                                 Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  if (failed(checkAttention(loc, "flash_attention", adaptor.getQuery(), adaptor.getKey(), adaptor.getValue(),
+                            adaptor.getScale())))
+    return failure();
+  inferred.push_back(adaptor.getQuery().getType());
+  // The log-sum-exp per query row: [B, H, S], in f32 whatever the storage dtype.
+  auto q = tensorOf(adaptor.getQuery());
+  if (adaptor.getWithLse())
+    inferred.push_back(
+        RankedTensorType::get({q.getDimSize(0), q.getDimSize(1), q.getDimSize(2)}, Float32Type::get(context)));
+  return success();
+}
+
+// From the saved output and log-sum-exp: the probabilities are rebuilt, never stored.
+LogicalResult FlashAttentionOp::buildVjp(VjpBuilder &vjp) {
+  if (!getLse()) return emitOpError("needs its log-sum-exp for the backward: run it with_lse (tl-autodiff does)");
+  auto grads = create<FlashAttentionGradOp>(vjp, *this, vjp.primal(getQuery()), vjp.primal(getKey()),
+                                            vjp.primal(getValue()), vjp.primal(getResult()), vjp.primal(getLse()),
+                                            vjp.cotangent(getResult()), getScaleAttr(), getCausalAttr());
+  vjp.addCotangent(getQuery(), grads.getQueryGrad());
+  vjp.addCotangent(getKey(), grads.getKeyGrad());
+  vjp.addCotangent(getValue(), grads.getValueGrad());
+  return success();
 }
 
 // Block arguments must match the operands that feed them, yields the results.
@@ -464,6 +598,30 @@ LogicalResult FusedLinearOp::verifyRegions() {
   return checkRegionSignature(*this, "epilogue", getEpilogue().front(), epilogueArgs, getResultTypes());
 }
 
+// The cotangents of a region op's results, null where none.
+static SmallVector<Value> resultCotangents(VjpBuilder &vjp, Operation *op) {
+  SmallVector<Value> grads;
+  for (Value result : op->getResults()) grads.push_back(vjp.cotangent(result));
+  return grads;
+}
+
+// The epilogue's ops, then the GEMM (as tl.linear's VJP, with A the prologue's result),
+// then the prologue's ops: each through its own ops' VJPs.
+LogicalResult FusedLinearOp::buildVjp(VjpBuilder &vjp) {
+  SmallVector<Value> epilogueGrads, prologueGrads;
+  if (failed(vjp.differentiateBody(getEpilogue().front(), resultCotangents(vjp, *this), epilogueGrads)))
+    return failure();
+  for (auto [input, grad] : llvm::zip(getEpilogueInputs(), llvm::drop_begin(epilogueGrads)))
+    vjp.addCotangent(input, grad);
+  Value accumulatorGrad = epilogueGrads.front();
+  if (!accumulatorGrad) return success();
+  buildLinearVjp(vjp, *this, prologueYield().getValues()[0], getWeight(), accumulatorGrad);
+  // A's cotangent is collected already: nothing more enters at the prologue's yield.
+  if (failed(vjp.differentiateBody(getPrologue().front(), {Value()}, prologueGrads))) return failure();
+  for (auto [input, grad] : llvm::zip(getPrologueInputs(), prologueGrads)) vjp.addCotangent(input, grad);
+  return success();
+}
+
 LogicalResult BlockOp::verifyRegions() {
   if (getLayer() < 0 || getLayer() > std::numeric_limits<int32_t>::max())
     return emitOpError("layer ") << getLayer() << " is outside 0..2^31-1";
@@ -471,7 +629,18 @@ LogicalResult BlockOp::verifyRegions() {
   return checkRegionSignature(*this, "body", getBody().front(), getInputs().getTypes(), getResultTypes());
 }
 
+// The body's ops, last to first: each result's cotangent enters at the yield, each
+// argument's leaves as its input's.
+LogicalResult BlockOp::buildVjp(VjpBuilder &vjp) {
+  SmallVector<Value> inputGrads;
+  if (failed(vjp.differentiateBody(getBody().front(), resultCotangents(vjp, *this), inputGrads))) return failure();
+  for (auto [input, grad] : llvm::zip(getInputs(), inputGrads)) vjp.addCotangent(input, grad);
+  return success();
+}
+
 } // namespace tl
+
+#include "compiler/TlInterfaces.cpp.inc"
 
 #define GET_OP_CLASSES
 #include "compiler/TlOps.cpp.inc"

@@ -5,11 +5,15 @@
 #define TL_OPS_TD
 
 include "TlDialect.td"
+include "TlInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
+
+// An op whose vector-Jacobian product is defined next to its shape rules (TlOps.cpp).
+def Tl_Differentiable : DeclareOpInterfaceMethods<Tl_DifferentiableOpInterface>;
 
 class Tl_InferredOp<string mnemonic, list<Trait> traits = []>
     : Tl_Op<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptorWithIsCompatible])> {
@@ -28,43 +32,43 @@ def Tl_WeightOp : Tl_Op<"weight", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Tl_EmbeddingOp : Tl_InferredOp<"embedding"> {
+def Tl_EmbeddingOp : Tl_InferredOp<"embedding", [Tl_Differentiable]> {
   let summary = "row lookup: out[b, s] = table[ids[b, s]]";
   let arguments = (ins Tl_FloatTensor:$table, Tl_IdTensor:$ids);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_RMSNormOp : Tl_InferredOp<"rmsnorm"> {
+def Tl_RMSNormOp : Tl_InferredOp<"rmsnorm", [Tl_Differentiable]> {
   let summary = "x / sqrt(mean(x^2) + eps) * gain, over the last dim";
   let arguments = (ins Tl_FloatTensor:$input, Tl_FloatTensor:$gain, F64Attr:$eps);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_LinearOp : Tl_InferredOp<"linear"> {
+def Tl_LinearOp : Tl_InferredOp<"linear", [Tl_Differentiable]> {
   let summary = "x · Wᵀ with W stored [out_features, in_features]";
   let arguments = (ins Tl_FloatTensor:$input, Tl_FloatTensor:$weight);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_SplitHeadsOp : Tl_InferredOp<"split_heads"> {
+def Tl_SplitHeadsOp : Tl_InferredOp<"split_heads", [Tl_Differentiable]> {
   let summary = "view [B, S, H*D] as [B, S, H, D]";
   let arguments = (ins Tl_FloatTensor:$input, I64Attr:$heads);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_MergeHeadsOp : Tl_InferredOp<"merge_heads"> {
+def Tl_MergeHeadsOp : Tl_InferredOp<"merge_heads", [Tl_Differentiable]> {
   let summary = "view [B, S, H, D] as [B, S, H*D]";
   let arguments = (ins Tl_FloatTensor:$input);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_TransposeOp : Tl_InferredOp<"transpose"> {
+def Tl_TransposeOp : Tl_InferredOp<"transpose", [Tl_Differentiable]> {
   let summary = "permute dims: out.shape[i] = in.shape[perm[i]]";
   let arguments = (ins Tl_FloatTensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_RopeOp : Tl_InferredOp<"rope"> {
+def Tl_RopeOp : Tl_InferredOp<"rope", [Tl_Differentiable]> {
   let summary = "rotary position embedding on [B, S, H, D]";
   let description = [{
     Pair i of each head is rotated by angle s * theta^(-2i/D). `style` "adjacent"
@@ -75,55 +79,55 @@ def Tl_RopeOp : Tl_InferredOp<"rope"> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_RepeatKvOp : Tl_InferredOp<"repeat_kv"> {
+def Tl_RepeatKvOp : Tl_InferredOp<"repeat_kv", [Tl_Differentiable]> {
   let summary = "GQA: [B, Hkv, S, D] -> [B, Hkv*repeats, S, D], head h reads kv head h / repeats";
   let arguments = (ins Tl_FloatTensor:$input, I64Attr:$repeats);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_BatchMatmulOp : Tl_InferredOp<"batch_matmul"> {
+def Tl_BatchMatmulOp : Tl_InferredOp<"batch_matmul", [Tl_Differentiable]> {
   let summary = "[..., M, K] x [..., K, N] (or [..., N, K] with transpose_b)";
   let arguments = (ins Tl_FloatTensor:$lhs, Tl_FloatTensor:$rhs, BoolAttr:$transpose_b);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_ScaleOp : Tl_InferredOp<"scale"> {
+def Tl_ScaleOp : Tl_InferredOp<"scale", [Tl_Differentiable]> {
   let summary = "x * factor";
   let arguments = (ins Tl_FloatTensor:$input, F64Attr:$factor);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_CausalMaskOp : Tl_InferredOp<"causal_mask"> {
+def Tl_CausalMaskOp : Tl_InferredOp<"causal_mask", [Tl_Differentiable]> {
   let summary = "-inf above the diagonal of the last two (square) dims";
   let arguments = (ins Tl_FloatTensor:$input);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_SoftmaxOp : Tl_InferredOp<"softmax"> {
+def Tl_SoftmaxOp : Tl_InferredOp<"softmax", [Tl_Differentiable]> {
   let summary = "softmax over the last dim";
   let arguments = (ins Tl_FloatTensor:$input);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_SiluOp : Tl_InferredOp<"silu"> {
+def Tl_SiluOp : Tl_InferredOp<"silu", [Tl_Differentiable]> {
   let summary = "x * sigmoid(x)";
   let arguments = (ins Tl_FloatTensor:$input);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_MulOp : Tl_InferredOp<"mul", [Commutative]> {
+def Tl_MulOp : Tl_InferredOp<"mul", [Commutative, Tl_Differentiable]> {
   let summary = "elementwise product of equal shapes";
   let arguments = (ins Tl_FloatTensor:$lhs, Tl_FloatTensor:$rhs);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_AddOp : Tl_InferredOp<"add", [Commutative]> {
+def Tl_AddOp : Tl_InferredOp<"add", [Commutative, Tl_Differentiable]> {
   let summary = "elementwise sum of equal shapes";
   let arguments = (ins Tl_FloatTensor:$lhs, Tl_FloatTensor:$rhs);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_CrossEntropyOp : Tl_InferredOp<"cross_entropy"> {
+def Tl_CrossEntropyOp : Tl_InferredOp<"cross_entropy", [Tl_Differentiable]> {
   let summary = "next-token loss: mean over s < S-1 of -log softmax(logits[b, s])[ids[b, s+1]]";
   let arguments = (ins Tl_FloatTensor:$logits, Tl_IdTensor:$ids);
   let results = (outs TensorRankOf<[F32], [0]>:$result);
@@ -133,7 +137,7 @@ def Tl_CrossEntropyOp : Tl_InferredOp<"cross_entropy"> {
 // Ops the fusion passes create (O1 and up).
 //===----------------------------------------------------------------------===//
 
-def Tl_ConcatOp : Tl_InferredOp<"concat"> {
+def Tl_ConcatOp : Tl_InferredOp<"concat", [Tl_Differentiable]> {
   let summary = "concatenate along dim 0 (weights: done once, when weights are loaded)";
   let description = [{
     QKV merge and SwiGLU fuse concatenate projection weights:
@@ -144,7 +148,7 @@ def Tl_ConcatOp : Tl_InferredOp<"concat"> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_SplitOp : Tl_Op<"split", [Pure, InferTypeOpAdaptorWithIsCompatible]> {
+def Tl_SplitOp : Tl_Op<"split", [Pure, InferTypeOpAdaptorWithIsCompatible, Tl_Differentiable]> {
   let summary = "slice the last dim into consecutive pieces of the given sizes";
   let description = [{
     The free split after a merged projection: it is computed by the kernel that
@@ -155,22 +159,24 @@ def Tl_SplitOp : Tl_Op<"split", [Pure, InferTypeOpAdaptorWithIsCompatible]> {
   let assemblyFormat = "operands `` custom<TlAttrs>(attr-dict) `:` functional-type(operands, results)";
 }
 
-def Tl_SwigluOp : Tl_InferredOp<"swiglu"> {
+def Tl_SwigluOp : Tl_InferredOp<"swiglu", [Tl_Differentiable]> {
   let summary = "silu(gate) * up in one elementwise pass";
   let arguments = (ins Tl_FloatTensor:$gate, Tl_FloatTensor:$up);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_FlashAttentionOp : Tl_InferredOp<"flash_attention"> {
+def Tl_FlashAttentionOp : Tl_InferredOp<"flash_attention", [Tl_Differentiable]> {
   let summary = "softmax(q kᵀ * scale + causal mask) v with online softmax, GQA by group";
   let description = [{
     q: [B, H, S, D]; k, v: [B, Hkv, S, D] with H a multiple of Hkv: query head h
     reads kv head h / (H / Hkv), so the repeated k and v and the S×S scores are never
-    materialized.
+    materialized. With `with_lse` it also writes each query row's log-sum-exp of the
+    scaled scores, `lse` [B, H, S] in f32: what the backward needs to rebuild the
+    probabilities without the S×S matrix (tl-autodiff sets it).
   }];
   let arguments = (ins Tl_FloatTensor:$query, Tl_FloatTensor:$key, Tl_FloatTensor:$value,
-                       F64Attr:$scale, BoolAttr:$causal);
-  let results = (outs Tl_FloatTensor:$result);
+                       F64Attr:$scale, BoolAttr:$causal, UnitAttr:$with_lse);
+  let results = (outs Tl_FloatTensor:$result, Optional<TensorRankOf<[F32], [3]>>:$lse);
 }
 
 def Tl_YieldOp : Tl_Op<"yield", [Pure, Terminator, ReturnLike,
@@ -180,7 +186,8 @@ def Tl_YieldOp : Tl_Op<"yield", [Pure, Terminator, ReturnLike,
   let assemblyFormat = "($values^ `:` type($values))? attr-dict";
 }
 
-def Tl_FusedLinearOp : Tl_Op<"fused_linear", [Pure, IsolatedFromAbove, AttrSizedOperandSegments]> {
+def Tl_FusedLinearOp : Tl_Op<"fused_linear", [Pure, IsolatedFromAbove, AttrSizedOperandSegments,
+                                               Tl_Differentiable]> {
   let summary = "one GEMM kernel: prologue ops -> A · Wᵀ -> epilogue ops";
   let description = [{
     The prologue region computes the GEMM's A operand from `prologue_inputs` (its
@@ -209,7 +216,7 @@ def Tl_FusedLinearOp : Tl_Op<"fused_linear", [Pure, IsolatedFromAbove, AttrSized
   }];
 }
 
-def Tl_BlockOp : Tl_Op<"block", [Pure, IsolatedFromAbove]> {
+def Tl_BlockOp : Tl_Op<"block", [Pure, IsolatedFromAbove, Tl_Differentiable]> {
   let summary = "a whole transformer block as one kernel launch";
   let description = [{
     Region arguments are the block's `inputs` (the residual stream and its weights);
@@ -222,5 +229,7 @@ def Tl_BlockOp : Tl_Op<"block", [Pure, IsolatedFromAbove]> {
   let assemblyFormat = "`layer` $layer ` ` `(` $inputs `:` type($inputs) `)` $body attr-dict `->` type($results)";
   let hasRegionVerifier = 1;
 }
+
+include "TlGradOps.td"
 
 #endif // TL_OPS_TD

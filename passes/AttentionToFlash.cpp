@@ -72,7 +72,7 @@ struct AttentionToFlash : mlir::OpRewritePattern<BatchMatmulOp> {
         getContext(), rewriter.getFusedLoc({qk.getLoc(), pv.getLoc()}), {qk.getLhs(), key, value},
         {rewriter.getNamedAttr("scale", rewriter.getF64FloatAttr(scale)),
          rewriter.getNamedAttr("causal", rewriter.getBoolAttr(causal))});
-    if (flash && flash.getType() != pv.getType()) {
+    if (flash && flash.getResult().getType() != pv.getType()) {
       flash->destroy();
       flash = nullptr;
     }

@@ -43,4 +43,27 @@ def TlFuseBlocks : Pass<"tl-fuse-blocks", "mlir::ModuleOp"> {
   let dependentDialects = ["tl::TlDialect"];
 }
 
+def TlAutodiff : Pass<"tl-autodiff", "mlir::ModuleOp"> {
+  let summary = "Reverse-mode autodiff: @forward and its loss become @train_step (forward, backward, AdamW)";
+  let description = [{
+    Builds the training step as IR: the forward as the level's passes left it, then
+    every op's vector-Jacobian product (DifferentiableOpInterface) from the loss back
+    to the parameters, then one tl.adamw per parameter. What the backward reads of the
+    forward is decided here and marked in the IR: `tl.saved` on an op whose result the
+    backward reads from memory, `tl.recomputed` on an op the backward computes again
+    (a fused GEMM's prologue), flash attention run `with_lse`. The function's
+    `tl.autodiff` attribute counts them.
+  }];
+  let options = [
+    Option<"learningRate", "lr", "double", "3e-4", "AdamW learning rate">,
+    Option<"beta1", "beta1", "double", "0.9", "AdamW decay of the first moment">,
+    Option<"beta2", "beta2", "double", "0.999", "AdamW decay of the second moment">,
+    Option<"eps", "eps", "double", "1e-8", "AdamW epsilon, added to the second moment's square root">,
+    Option<"weightDecay", "weight-decay", "double", "0.01", "AdamW decoupled weight decay">,
+    Option<"maxGradNorm", "max-grad-norm", "double", "0",
+           "clip the gradients to this global L2 norm before the update (0: no clipping)">,
+  ];
+  let dependentDialects = ["tl::TlDialect"];
+}
+
 #endif // TL_PASSES_TD

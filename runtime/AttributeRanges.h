@@ -26,3 +26,17 @@ inline bool isValidScale(double factor) {
 constexpr const char *kScaleRange = "zero or a normal f32 (magnitude 1.2e-38 to 3.4e38)";
 
 } // namespace tlc
+
+namespace tlc {
+
+// AdamW (tl.adamw): a learning rate, eps and gradient-norm bound that are positive
+// normal f32; betas in [0, 1) so the bias corrections 1 - beta^t are positive; a
+// weight decay that is zero or a positive normal f32.
+inline bool isValidPositive(double value) { return value >= FLT_MIN && value <= FLT_MAX; }
+constexpr const char *kPositiveRange = "a positive normal f32 (1.2e-38 to 3.4e38)";
+inline bool isValidBeta(double beta) { return beta >= 0 && beta < 1; }
+constexpr const char *kBetaRange = "in [0, 1)";
+inline bool isValidWeightDecay(double decay) { return decay == 0 || isValidPositive(decay); }
+constexpr const char *kWeightDecayRange = "zero or a positive normal f32";
+
+} // namespace tlc

@@ -1,4 +1,4 @@
-// Picks the backend a --target names.
+// Picks the backend a --target names; what a backend does when it cannot train.
 #include "runtime/Backend.h"
 #include "runtime/Error.h"
 #include "runtime/JitBackend.h"
@@ -6,6 +6,18 @@
 #include <fmt/format.h>
 
 namespace tlc {
+
+// Training steps run on the CPU reference for now: the GPU backward kernels (dX/dW
+// GEMMs, flash-attention backward, AdamW) are not generated yet.
+TrainStepResult Backend::trainStep(const std::vector<int32_t> &, const TrainStepOptions &) {
+  throw Error(fmt::format("the {} backend cannot run a training step yet: training runs on the CPU backend "
+                          "(--target=cpu) until the GPU backward kernels exist",
+                          name()));
+}
+
+Weights Backend::trainedWeights() const {
+  throw Error(fmt::format("the {} backend holds no trained parameters: it runs no training step", name()));
+}
 
 std::unique_ptr<Backend> createBackend(const BackendOptions &options) {
   const std::string &wanted = options.target;

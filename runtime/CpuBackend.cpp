@@ -4,6 +4,11 @@
 // between kernels, as on a GPU); ops compute in fp32 with fp64 reductions; Locals live
 // in fp32 scratch for the duration of their kernel. Weights are held as fp32, rounded
 // to bf16 first when the Program is bf16.
+//
+// A training step (a train_step Program) also holds each parameter's state: its fp32
+// master weight and AdamW's moments. The Program's weights are read from the masters
+// (directly, or as concatenated or bf16-rounded copies made again after each update);
+// its adamw ops update the masters in place, after every read of them.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -48,7 +53,16 @@ public:
     weights.checkAgainst(planned.parameters, "cpu backend");
     checkMemoryBudget(planned);
     program_ = std::move(planned);
-    materializeWeights(weights);
+    parameters_.clear();
+    optimizerStep_ = 0;
+    if (program_.kind == ProgramKind::TrainStep)
+      for (const Parameter &parameter : program_.parameters) {
+        cpu::ParameterState &state = parameters_[parameter.key];
+        state.weight = weights.at(parameter.key).data;
+        state.firstMoment.assign(state.weight.size(), 0.0f);
+        state.secondMoment.assign(state.weight.size(), 0.0f);
+      }
+    materializeWeights(&weights);
 
     // 0xFF bytes read as NaN in f32 and bf16: a value read before it is written shows.
     arena_.assign(size_t(program_.arenaBytes), std::byte{0xff});
@@ -58,19 +72,11 @@ public:
   ForwardResult forward(const std::vector<int32_t> &tokenIds) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!loaded_) throw Error("cpu backend: forward called before load");
-    checkTokenIds(program_, tokenIds);
+    if (program_.kind != ProgramKind::Forward)
+      throw Error("cpu backend: the loaded Program is a training step: run it with trainStep()");
     auto start = std::chrono::steady_clock::now();
-    // Refilled every run, so a value read before it is written is NaN on every forward.
-    std::fill(arena_.begin(), arena_.end(), std::byte{0xff});
-    const Value &ids = program_.storageOf(program_.inputs[0]);
-    std::memcpy(arena_.data() + ids.offset, tokenIds.data(), tokenIds.size() * 4);
-
     ForwardResult result;
-    for (size_t k = 0; k < program_.kernels.size(); ++k) {
-      auto kernelStart = std::chrono::steady_clock::now();
-      runKernel(program_.kernels[k]);
-      result.kernelTimes.push_back({int(k), millisecondsSince(kernelStart)});
-    }
+    runKernels(tokenIds, result.kernelTimes);
 
     const Value &logits = program_.value(program_.outputs[0]);
     result.logits.shape = logits.shape;
@@ -79,6 +85,53 @@ public:
                                               : std::numeric_limits<float>::quiet_NaN();
     result.milliseconds = millisecondsSince(start);
     return result;
+  }
+
+  TrainStepResult trainStep(const std::vector<int32_t> &tokenIds, const TrainStepOptions &options) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!loaded_) throw Error("cpu backend: trainStep called before load");
+    if (program_.kind != ProgramKind::TrainStep)
+      throw Error("cpu backend: the loaded Program is a forward; a training step needs one compiled for training "
+                  "(compileTrainingStep, tlc train)");
+    auto start = std::chrono::steady_clock::now();
+    TrainStepResult result;
+    currentStep_ = {&options, &result, optimizerStep_ + 1};
+    try {
+      runKernels(tokenIds, result.kernelTimes);
+    } catch (...) {
+      currentStep_ = {};
+      throw;
+    }
+    currentStep_ = {};
+    if (options.update) {
+      optimizerStep_ += 1;
+      materializeWeights(nullptr);  // the copies made from the masters, made again
+    }
+    result.loss = readAsFloats(program_.outputs[1])[0];
+    result.step = optimizerStep_;
+    result.milliseconds = millisecondsSince(start);
+    return result;
+  }
+
+  Weights trainedWeights() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!loaded_ || program_.kind != ProgramKind::TrainStep)
+      throw Error("cpu backend: no training step is loaded, so it holds no trained parameters");
+    Weights weights;
+    for (const Parameter &parameter : program_.parameters) {
+      Tensor tensor(parameter.shape);
+      tensor.data = parameters_.at(parameter.key).weight;
+      weights.set(parameter.key, std::move(tensor));
+    }
+    return weights;
+  }
+
+  int64_t optimizerStateBytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int64_t bytes = 0;
+    for (const auto &entry : parameters_)
+      bytes += int64_t((entry.second.firstMoment.size() + entry.second.secondMoment.size()) * sizeof(float));
+    return bytes;
   }
 
   void forwardOnDevice(const DeviceForward &) override { refuseDeviceForward("cpu backend"); }
@@ -98,6 +151,7 @@ public:
     std::lock_guard<std::mutex> lock(mutex_);
     int64_t bytes = 0;
     for (const auto &entry : weightStore_) bytes += int64_t(entry.second.size() * sizeof(float));
+    for (const auto &entry : parameters_) bytes += int64_t(entry.second.weight.size() * sizeof(float));
     return bytes;
   }
 
@@ -109,7 +163,10 @@ private:
     auto add = [](int64_t a, int64_t b) {
       return checkedAdd(a, b).value_or(std::numeric_limits<int64_t>::max());
     };
-    int64_t weightFloats = 0, kernelFloats = 0;
+    int64_t weightFloats = 0, kernelFloats = 0, parameterFloats = 0;
+    if (program.kind == ProgramKind::TrainStep)  // master weights and two moments each
+      for (const Parameter &parameter : program.parameters)
+        parameterFloats = add(parameterFloats, 3 * Tensor::elementsOf(parameter.shape));
     std::set<std::vector<std::string>> weightKeys;
     for (const Value &value : program.values)
       if (value.storage == Storage::Weight && weightKeys.insert(value.weightKeys).second)
@@ -124,6 +181,7 @@ private:
     MemoryBudget("cpu backend")
         .need("arena", program.arenaBytes)
         .need("weights", weightFloats, 4)
+        .need("parameters and optimizer state", parameterFloats, 4)
         .need("token ids", program.batch * program.seqLen, 4)
         .need("logits", 2 * program.value(program.outputs[0]).numElements(), 4)
         .need("kernel scratch", kernelFloats, 4)
@@ -131,17 +189,23 @@ private:
   }
 
   // Each Weight value is its keys' tensors concatenated along dim 0; values with the same
-  // keys (a tied embedding used twice) share one copy.
-  void materializeWeights(const Weights &weights) {
+  // keys (a tied embedding used twice) share one copy. Training reads them from the
+  // parameters' masters (`weights` null): a single f32 one in place, others as copies.
+  void materializeWeights(const Weights *weights) {
     weightStore_.clear();
     weightData_.assign(program_.values.size(), nullptr);
     for (const Value &value : program_.values) {
       if (value.storage != Storage::Weight) continue;
       bool roundToBf16 = program_.dtype == DType::BF16 || value.dtype == DType::BF16;
+      bool training = program_.kind == ProgramKind::TrainStep;
+      if (training && !roundToBf16 && value.weightKeys.size() == 1) {
+        weightData_[size_t(value.id)] = parameters_.at(value.weightKeys[0]).weight.data();
+        continue;
+      }
       auto key = std::make_pair(value.weightKeys, roundToBf16);
       auto found = weightStore_.find(key);
       if (found == weightStore_.end()) {
-        std::vector<float> data = weights.concatenated(value, "cpu");
+        std::vector<float> data = training ? concatenatedMasters(value) : weights->concatenated(value, "cpu");
         if (roundToBf16)
           pool_.parallelFor(int64_t(data.size()), 1 << 16, [&](int64_t begin, int64_t end) {
             for (int64_t i = begin; i < end; ++i) data[size_t(i)] = bf16ToFloat(floatToBf16(data[size_t(i)]));
@@ -150,6 +214,50 @@ private:
       }
       weightData_[size_t(value.id)] = found->second.data();
     }
+  }
+
+  // A Weight value from the parameters' masters, its keys' tensors one after another.
+  std::vector<float> concatenatedMasters(const Value &value) const {
+    std::vector<float> data;
+    data.reserve(size_t(value.numElements()));
+    for (const std::string &key : value.weightKeys) {
+      const std::vector<float> &master = parameters_.at(key).weight;
+      data.insert(data.end(), master.begin(), master.end());
+    }
+    if (int64_t(data.size()) != value.numElements())
+      throw Error(fmt::format("cpu backend: weight '{}' has {} elements, its parameters {}", value.name,
+                              value.numElements(), data.size()));
+    return data;
+  }
+
+  // Runs every kernel on `tokenIds`, timing each.
+  void runKernels(const std::vector<int32_t> &tokenIds, std::vector<KernelTiming> &times) {
+    checkTokenIds(program_, tokenIds);
+    // Refilled every run, so a value read before it is written is NaN on every run.
+    std::fill(arena_.begin(), arena_.end(), std::byte{0xff});
+    const Value &ids = program_.storageOf(program_.inputs[0]);
+    std::memcpy(arena_.data() + ids.offset, tokenIds.data(), tokenIds.size() * 4);
+    for (size_t k = 0; k < program_.kernels.size(); ++k) {
+      auto kernelStart = std::chrono::steady_clock::now();
+      runKernel(program_.kernels[k]);
+      times.push_back({int(k), millisecondsSince(kernelStart)});
+    }
+  }
+
+  // An optimizer op of the running training step: the gradient kept if asked, the
+  // parameter's state updated unless asked not to.
+  void runOptimizerOp(const OpRecord &op, const std::vector<cpu::OpInput> &inputs) {
+    if (!currentStep_.options)
+      throw Error(fmt::format("cpu backend: kernel '{}' updates parameters, which only a training step does",
+                              currentKernel_->name));
+    const std::string &key = op.stringAttr("key");
+    if (currentStep_.options->keepGradients) {
+      Tensor gradient(inputs[0].shape);
+      std::memcpy(gradient.data.data(), inputs[0].data, gradient.data.size() * sizeof(float));
+      currentStep_.result->gradients[key] = std::move(gradient);
+    }
+    if (currentStep_.options->update)
+      cpu::runOptimizerOp(op, inputs, parameters_.at(key), currentStep_.step, pool_, currentKernel_->name);
   }
 
   std::byte *arenaBytesOf(const Value &base) { return arena_.data() + base.offset; }
@@ -239,6 +347,10 @@ private:
       std::vector<cpu::OpInput> inputs;
       for (size_t i = 0; i < op.operands.size(); ++i)
         inputs.push_back(operand(op.operands[i], operandScratch[i]));
+      if (op.op == "adamw") {
+        runOptimizerOp(op, inputs);
+        continue;
+      }
       std::vector<std::vector<float>> resultScratch(op.results.size());
       std::vector<cpu::OpOutput> outputs;
       for (size_t i = 0; i < op.results.size(); ++i)
@@ -260,6 +372,13 @@ private:
   std::vector<const float *> weightData_;    // by value id; set for Weight values
   std::map<int, std::vector<float>> locals_; // by value id, for the running kernel
   const Kernel *currentKernel_ = nullptr;
+  std::map<std::string, cpu::ParameterState> parameters_;  // training: by checkpoint key
+  int64_t optimizerStep_ = 0;                              // training: updates applied so far
+  struct RunningStep {
+    const TrainStepOptions *options = nullptr;
+    TrainStepResult *result = nullptr;
+    int64_t step = 0;  // the optimizer step this one applies
+  } currentStep_;      // set while trainStep runs
 };
 
 } // namespace

@@ -26,8 +26,10 @@ constexpr int64_t kElementGrain = 1 << 14;
 class OpRunner {
 public:
   OpRunner(const OpRecord &op, const std::vector<OpInput> &operands,
-           const std::vector<OpOutput> &results, ThreadPool &pool, const std::string &kernel)
-      : op_(op), operands_(operands), results_(results), pool_(pool), kernel_(kernel) {}
+           const std::vector<OpOutput> &results, ThreadPool &pool, const std::string &kernel,
+           ParameterState *state = nullptr, int64_t step = 0)
+      : op_(op), operands_(operands), results_(results), pool_(pool), kernel_(kernel), state_(state),
+        step_(step) {}
 
   void run() {
     using Method = void (OpRunner::*)();
@@ -47,6 +49,20 @@ public:
         {"split", &OpRunner::split},
         {"flash_attention", &OpRunner::flashAttention},
         {"cross_entropy", &OpRunner::crossEntropy},
+        {"embedding_grad", &OpRunner::embeddingGrad},
+        {"rmsnorm_grad", &OpRunner::rmsnormGrad},
+        {"linear_grad_input", &OpRunner::linearGradInput},
+        {"linear_grad_weight", &OpRunner::linearGradWeight},
+        {"rope_grad", &OpRunner::ropeGrad},
+        {"repeat_kv_grad", &OpRunner::repeatKvGrad},
+        {"causal_mask_grad", &OpRunner::causalMaskGrad},
+        {"softmax_grad", &OpRunner::softmaxGrad},
+        {"cross_entropy_grad", &OpRunner::crossEntropyGrad},
+        {"flash_attention_grad", &OpRunner::flashAttentionGrad},
+        {"concat_grad", &OpRunner::concatGrad},
+        {"split_grad", &OpRunner::splitGrad},
+        {"global_norm", &OpRunner::globalNorm},
+        {"adamw", &OpRunner::adamw},
     };
     auto found = methods.find(op_.op);
     const ElementwiseOp *elementwiseOp = findElementwiseOp(op_.op);
@@ -207,7 +223,13 @@ private:
   }
 
   // rope(x[B, S, H, D]) (theta, style): rotates pairs by angle s * theta^(-2i/D).
-  void rope() {
+  void rope() { rotatePairs(+1.0); }
+
+  // rope_grad(dy): the transpose of a rotation is the rotation by minus the angle.
+  void ropeGrad() { rotatePairs(-1.0); }
+
+  // Rotates each pair of each head by `direction` * s * theta^(-2i/D).
+  void rotatePairs(double direction) {
     int64_t batch = in(0).shape[0], seq = in(0).shape[1], heads = in(0).shape[2],
             headDim = in(0).shape[3];
     double theta = op_.floatAttr("theta");
@@ -218,7 +240,7 @@ private:
       for (int64_t i = 0; i < pairs; ++i) {
         double angle = double(s) * std::pow(theta, -2.0 * double(i) / double(headDim));
         cosines[size_t(s * pairs + i)] = std::cos(angle);
-        sines[size_t(s * pairs + i)] = std::sin(angle);
+        sines[size_t(s * pairs + i)] = direction * std::sin(angle);
       }
     const float *x = floats(0);
     float *result = out(0).data;
@@ -274,7 +296,12 @@ private:
   }
 
   // causal_mask(x[..., R, C]) -> -inf where col > row + (C - R); C == R gives col > row.
-  void causalMask() {
+  void causalMask() { maskAboveDiagonal(-std::numeric_limits<float>::infinity()); }
+
+  // causal_mask_grad(dy): nothing flows back through a masked score.
+  void causalMaskGrad() { maskAboveDiagonal(0.0f); }
+
+  void maskAboveDiagonal(float masked) {
     const Shape &shape = in(0).shape;
     int64_t rows = shape[shape.size() - 2], cols = shape.back();
     const float *x = floats(0);
@@ -282,9 +309,7 @@ private:
     forEachRow(Tensor::elementsOf(shape) / cols, cols, [&](int64_t line) {
       int64_t row = line % rows;
       for (int64_t col = 0; col < cols; ++col)
-        result[line * cols + col] = col > row + (cols - rows)
-                                        ? -std::numeric_limits<float>::infinity()
-                                        : x[line * cols + col];
+        result[line * cols + col] = col > row + (cols - rows) ? masked : x[line * cols + col];
     });
   }
 
@@ -342,6 +367,7 @@ private:
     int64_t group = heads / kvHeads;
     const float *q = floats(0), *k = floats(1), *v = floats(2);
     float *result = out(0).data;
+    float *logSumExp = results_.size() > 1 ? out(1).data : nullptr;  // with_lse: what the backward reads
     pool_.parallelFor(
         batch * heads * querySeq, std::max<int64_t>(1, kElementGrain / (keySeq * headDim + 1)),
         [&](int64_t begin, int64_t end) {
@@ -375,8 +401,27 @@ private:
             }
             for (int64_t d = 0; d < valueDim; ++d)
               result[row * valueDim + d] = float(accumulator[size_t(d)] / sum);
+            if (logSumExp) logSumExp[row] = float(maximum + std::log(sum));
           }
         });
+  }
+
+  // log(sum(exp(row))), max-subtracted, in fp64.
+  static double logSumExp(const float *row, int64_t count) {
+    double maximum = -std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < count; ++i) maximum = std::max(maximum, double(row[i]));
+    double sum = 0;
+    for (int64_t i = 0; i < count; ++i) sum += std::exp(double(row[i]) - maximum);
+    return maximum + std::log(sum);
+  }
+
+  // The next token's id for row (b, s) of a [B, S, ...] tensor, checked against `vocab`.
+  int32_t targetOf(const int32_t *ids, int64_t b, int64_t s, int64_t seq, int64_t vocab) const {
+    int32_t target = ids[b * seq + s + 1];
+    if (target < 0 || target >= vocab)
+      fail(fmt::format("target id {} at position {} is out of range for vocab {}", target, b * seq + s + 1,
+                       vocab));
+    return target;
   }
 
   // cross_entropy(logits[B,S,V], ids[B,S]) -> 0-d: mean over b and s < S-1 of
@@ -391,15 +436,8 @@ private:
     forEachRow(predictions, vocab, [&](int64_t index) {
       int64_t b = index / (seq - 1), s = index % (seq - 1);
       const float *row = logits + (b * seq + s) * vocab;
-      int32_t target = ids[b * seq + s + 1];
-      if (target < 0 || target >= vocab)
-        fail(fmt::format("target id {} at position {} is out of range for vocab {}", target,
-                         b * seq + s + 1, vocab));
-      double maximum = -std::numeric_limits<double>::infinity();
-      for (int64_t i = 0; i < vocab; ++i) maximum = std::max(maximum, double(row[i]));
-      double sum = 0;
-      for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(row[i]) - maximum);
-      losses[size_t(index)] = maximum + std::log(sum) - double(row[target]);
+      int32_t target = targetOf(ids, b, s, seq, vocab);
+      losses[size_t(index)] = logSumExp(row, vocab) - double(row[target]);
     });
     // Summed in order, so the loss does not depend on the thread count.
     double total = 0;
@@ -408,11 +446,272 @@ private:
                                      : std::numeric_limits<float>::quiet_NaN();
   }
 
+  // ---- the backward: each op's VJP (their derivations are in compiler/TlGradOps.td) -
+
+  // A [rows, cols] matrix transposed into a new buffer (the GEMM takes Bᵀ), in square
+  // tiles so both sides are read and written a cache line at a time.
+  std::vector<float> transposed(const float *matrix, int64_t rows, int64_t cols) {
+    constexpr int64_t kTile = 32;
+    std::vector<float> result(size_t(rows * cols));
+    int64_t tileRows = (rows + kTile - 1) / kTile, tileCols = (cols + kTile - 1) / kTile;
+    forEachRow(tileRows * tileCols, kTile * kTile, [&](int64_t tile) {
+      int64_t row0 = tile / tileCols * kTile, col0 = tile % tileCols * kTile;
+      for (int64_t col = col0; col < std::min(cols, col0 + kTile); ++col)
+        for (int64_t row = row0; row < std::min(rows, row0 + kTile); ++row)
+          result[size_t(col * rows + row)] = matrix[row * cols + col];
+    });
+    return result;
+  }
+
+  // embedding_grad(dy[B, S, H], ids[B, S]) (rows) -> [rows, H]: each token's row of dy
+  // added into the row its id reads, in token order (fp64 sums).
+  void embeddingGrad() {
+    const float *grad = floats(0);
+    const int32_t *ids = tokenIds(1);
+    int64_t rows = op_.intAttr("rows"), hidden = in(0).shape[2], tokens = in(0).shape[0] * in(0).shape[1];
+    for (int64_t token = 0; token < tokens; ++token)
+      if (ids[token] < 0 || ids[token] >= rows)
+        fail(fmt::format("token id {} at position {} is out of range for {} rows", ids[token], token, rows));
+    std::vector<double> sums(size_t(rows * hidden), 0.0);
+    // Columns split across the pool; each column sums its tokens in order.
+    pool_.parallelFor(hidden, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, tokens)),
+                      [&](int64_t begin, int64_t end) {
+                        for (int64_t token = 0; token < tokens; ++token)
+                          for (int64_t i = begin; i < end; ++i)
+                            sums[size_t(ids[token] * hidden + i)] += grad[token * hidden + i];
+                      });
+    float *result = out(0).data;
+    forEachElement(rows * hidden, [&](int64_t i) { result[i] = float(sums[size_t(i)]); });
+  }
+
+  // rmsnorm_grad(x, gain, dy) (eps) -> (dx, dgain), the inverse RMS recomputed per row.
+  void rmsnormGrad() {
+    int64_t hidden = in(0).shape.back(), rows = Tensor::elementsOf(in(0).shape) / hidden;
+    double eps = op_.floatAttr("eps");
+    const float *x = floats(0), *gain = floats(1), *grad = floats(2);
+    float *inputGrad = out(0).data, *gainGrad = out(1).data;
+    std::vector<double> inverseRms(static_cast<size_t>(rows));
+    forEachRow(rows, hidden, [&](int64_t row) {
+      const float *xRow = x + row * hidden, *gradRow = grad + row * hidden;
+      double sumOfSquares = 0, projection = 0;
+      for (int64_t i = 0; i < hidden; ++i) sumOfSquares += double(xRow[i]) * double(xRow[i]);
+      double inverse = 1.0 / std::sqrt(sumOfSquares / double(hidden) + eps);
+      inverseRms[size_t(row)] = inverse;
+      // mean over the row of (g * dy) * x̂
+      for (int64_t i = 0; i < hidden; ++i) projection += double(gain[i]) * gradRow[i] * xRow[i] * inverse;
+      projection /= double(hidden);
+      for (int64_t i = 0; i < hidden; ++i)
+        inputGrad[row * hidden + i] =
+            float(inverse * (double(gain[i]) * gradRow[i] - double(xRow[i]) * inverse * projection));
+    });
+    // dgain[i] = sum over rows of dy * x̂, one column per task, rows in order.
+    pool_.parallelFor(hidden, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, rows)),
+                      [&](int64_t begin, int64_t end) {
+                        for (int64_t i = begin; i < end; ++i) {
+                          double sum = 0;
+                          for (int64_t row = 0; row < rows; ++row)
+                            sum += double(grad[row * hidden + i]) * x[row * hidden + i] * inverseRms[size_t(row)];
+                          gainGrad[i] = float(sum);
+                        }
+                      });
+  }
+
+  // linear_grad_input(dy[M, N], w[N, K]) -> [M, K] = dy · w
+  void linearGradInput() {
+    int64_t N = in(1).shape[0], K = in(1).shape[1], M = Tensor::elementsOf(in(0).shape) / N;
+    std::vector<float> weightT = transposed(floats(1), N, K);
+    matmulTransposedB(floats(0), weightT.data(), out(0).data, 1, M, K, N, 0, pool_);
+  }
+
+  // linear_grad_weight(dy[M, N], x[M, K]) -> [N, K] = dyᵀ · x, summed over the M tokens
+  void linearGradWeight() {
+    int64_t N = in(0).shape.back(), K = in(1).shape.back(), M = Tensor::elementsOf(in(0).shape) / N;
+    std::vector<float> gradT = transposed(floats(0), M, N), inputT = transposed(floats(1), M, K);
+    matmulTransposedB(gradT.data(), inputT.data(), out(0).data, 1, N, K, M, 0, pool_);
+  }
+
+  // repeat_kv_grad(dy[B, Hkv*r, S, D]) (repeats r) -> [B, Hkv, S, D]: each kv head the
+  // sum of the r query heads that read it.
+  void repeatKvGrad() {
+    int64_t repeats = op_.intAttr("repeats");
+    const Shape &outShape = out(0).shape;
+    int64_t headElements = outShape[2] * outShape[3];
+    const float *grad = floats(0);
+    float *result = out(0).data;
+    forEachRow(outShape[0] * outShape[1], headElements * repeats, [&](int64_t kvHead) {
+      const float *group = grad + kvHead * repeats * headElements;  // heads h*r .. h*r + r-1
+      for (int64_t i = 0; i < headElements; ++i) {
+        double sum = 0;
+        for (int64_t r = 0; r < repeats; ++r) sum += group[r * headElements + i];
+        result[kvHead * headElements + i] = float(sum);
+      }
+    });
+  }
+
+  // softmax_grad(y, dy) -> y * (dy - sum(dy * y)) per row of the last dim
+  void softmaxGrad() {
+    int64_t cols = in(0).shape.back();
+    const float *y = floats(0), *grad = floats(1);
+    float *result = out(0).data;
+    forEachRow(Tensor::elementsOf(in(0).shape) / cols, cols, [&](int64_t row) {
+      const float *yRow = y + row * cols, *gradRow = grad + row * cols;
+      double dot = 0;
+      for (int64_t i = 0; i < cols; ++i) dot += double(yRow[i]) * gradRow[i];
+      for (int64_t i = 0; i < cols; ++i) result[row * cols + i] = float(yRow[i] * (gradRow[i] - dot));
+    });
+  }
+
+  // cross_entropy_grad(logits[B,S,V], ids[B,S]) -> [B,S,V]: (softmax(row) - onehot(next
+  // id)) / (B * (S-1)) for s < S-1, zeros for the last position (it predicts nothing).
+  void crossEntropyGrad() {
+    const Shape &shape = in(0).shape;
+    int64_t seq = shape[1], vocab = shape[2];
+    const float *logits = floats(0);
+    const int32_t *ids = tokenIds(1);
+    double predictions = double(shape[0] * (seq - 1));
+    float *result = out(0).data;
+    forEachRow(shape[0] * seq, vocab, [&](int64_t index) {
+      int64_t b = index / seq, s = index % seq;
+      const float *row = logits + index * vocab;
+      float *gradRow = result + index * vocab;
+      if (s == seq - 1) {
+        std::fill(gradRow, gradRow + vocab, 0.0f);
+        return;
+      }
+      int32_t target = targetOf(ids, b, s, seq, vocab);
+      double normalizer = logSumExp(row, vocab);
+      for (int64_t i = 0; i < vocab; ++i)
+        gradRow[i] = float((std::exp(double(row[i]) - normalizer) - double(i == target)) / predictions);
+    });
+  }
+
+  // flash_attention_grad(q, k, v, o, lse, do) (scale, causal) -> (dq, dk, dv). One task per
+  // kv head: it owns that head's dk and dv and walks the query heads of its group, row by
+  // row, rebuilding p_ij = exp(scale q_i·k_j - lse_i); no Sq x Sk buffer.
+  void flashAttentionGrad() {
+    const Shape &qShape = in(0).shape, &kShape = in(1).shape, &vShape = in(2).shape;
+    int64_t batch = qShape[0], heads = qShape[1], querySeq = qShape[2], headDim = qShape[3];
+    int64_t kvHeads = kShape[1], keySeq = kShape[2], valueDim = vShape[3], group = heads / kvHeads;
+    double scaleFactor = op_.floatAttr("scale");
+    bool causal = op_.intAttr("causal") != 0;
+    const float *q = floats(0), *k = floats(1), *v = floats(2), *o = floats(3), *lse = floats(4), *dO = floats(5);
+    float *dq = out(0).data, *dk = out(1).data, *dv = out(2).data;
+    pool_.parallelFor(batch * kvHeads, 1, [&](int64_t begin, int64_t end) {
+      std::vector<double> keyGrad(size_t(keySeq * headDim)), valueGrad(size_t(keySeq * valueDim));
+      std::vector<double> queryGrad(static_cast<size_t>(headDim));
+      for (int64_t kvIndex = begin; kvIndex < end; ++kvIndex) {
+        int64_t b = kvIndex / kvHeads;
+        const float *keys = k + kvIndex * keySeq * headDim, *values = v + kvIndex * keySeq * valueDim;
+        std::fill(keyGrad.begin(), keyGrad.end(), 0.0);
+        std::fill(valueGrad.begin(), valueGrad.end(), 0.0);
+        for (int64_t head = (kvIndex % kvHeads) * group; head < (kvIndex % kvHeads + 1) * group; ++head)
+          for (int64_t i = 0; i < querySeq; ++i) {
+            int64_t row = (b * heads + head) * querySeq + i;
+            const float *qRow = q + row * headDim, *oRow = o + row * valueDim, *dORow = dO + row * valueDim;
+            double rowDot = 0;  // D_i = dO_i · O_i
+            for (int64_t d = 0; d < valueDim; ++d) rowDot += double(dORow[d]) * oRow[d];
+            std::fill(queryGrad.begin(), queryGrad.end(), 0.0);
+            int64_t visible = causal ? std::min(keySeq, i + (keySeq - querySeq) + 1) : keySeq;
+            for (int64_t j = 0; j < visible; ++j) {
+              double score = 0, valueDot = 0;
+              for (int64_t d = 0; d < headDim; ++d) score += double(qRow[d]) * keys[j * headDim + d];
+              for (int64_t d = 0; d < valueDim; ++d) valueDot += double(dORow[d]) * values[j * valueDim + d];
+              double p = std::exp(score * scaleFactor - double(lse[row]));
+              double scoreGrad = p * (valueDot - rowDot) * scaleFactor;
+              for (int64_t d = 0; d < valueDim; ++d) valueGrad[size_t(j * valueDim + d)] += p * dORow[d];
+              for (int64_t d = 0; d < headDim; ++d) {
+                queryGrad[size_t(d)] += scoreGrad * keys[j * headDim + d];
+                keyGrad[size_t(j * headDim + d)] += scoreGrad * qRow[d];
+              }
+            }
+            for (int64_t d = 0; d < headDim; ++d) dq[row * headDim + d] = float(queryGrad[size_t(d)]);
+          }
+        for (int64_t i = 0; i < keySeq * headDim; ++i) dk[kvIndex * keySeq * headDim + i] = float(keyGrad[size_t(i)]);
+        for (int64_t i = 0; i < keySeq * valueDim; ++i)
+          dv[kvIndex * keySeq * valueDim + i] = float(valueGrad[size_t(i)]);
+      }
+    });
+  }
+
+  // concat_grad(dy[R, ...]) (sizes) -> pieces of the given rows, in order: row-major, so
+  // each piece is one contiguous run.
+  void concatGrad() {
+    const float *source = floats(0);
+    for (size_t r = 0; r < results_.size(); ++r) {
+      int64_t count = Tensor::elementsOf(out(r).shape);
+      std::memcpy(out(r).data, source, size_t(count) * 4);
+      source += count;
+    }
+  }
+
+  // split_grad(d0[..., N0], d1[..., N1], ...) -> [..., N0 + N1 + ...], row by row
+  void splitGrad() {
+    int64_t width = out(0).shape.back(), rows = Tensor::elementsOf(out(0).shape) / width;
+    float *result = out(0).data;
+    forEachRow(rows, width, [&](int64_t row) {
+      int64_t start = 0;
+      for (size_t i = 0; i < operands_.size(); ++i) {
+        int64_t pieceWidth = in(i).shape.back();
+        std::memcpy(result + row * width + start, floats(i) + row * pieceWidth, size_t(pieceWidth) * 4);
+        start += pieceWidth;
+      }
+    });
+  }
+
+  // global_norm(x0, x1, ...) -> sqrt of the sum of every element's square. Partial sums
+  // over fixed chunks, added in order: the same result on any number of threads.
+  void globalNorm() {
+    double total = 0;
+    for (size_t i = 0; i < operands_.size(); ++i) {
+      const float *x = floats(i);
+      int64_t count = Tensor::elementsOf(in(i).shape), chunks = (count + kElementGrain - 1) / kElementGrain;
+      std::vector<double> partial(size_t(chunks), 0.0);
+      pool_.parallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t chunk = begin; chunk < end; ++chunk)
+          for (int64_t e = chunk * kElementGrain; e < std::min(count, (chunk + 1) * kElementGrain); ++e)
+            partial[size_t(chunk)] += double(x[e]) * x[e];
+      });
+      for (double sum : partial) total += sum;
+    }
+    out(0).data[0] = float(std::sqrt(total));
+  }
+
+  // adamw(grad[, grad_norm]): one AdamW step of the parameter's state (PyTorch's
+  // torch.optim.AdamW; see tl.adamw in compiler/TlGradOps.td), in fp64 per element.
+  void adamw() {
+    if (!state_)
+      fail("updates a parameter's optimizer state, which only a training step holds (Backend::trainStep)");
+    int64_t count = Tensor::elementsOf(in(0).shape);
+    if (int64_t(state_->weight.size()) != count || state_->firstMoment.size() != state_->weight.size() ||
+        state_->secondMoment.size() != state_->weight.size())
+      fail(fmt::format("the gradient has {} elements but the parameter's state holds {}", count,
+                       state_->weight.size()));
+    if (step_ < 1) fail(fmt::format("optimizer step {} must be 1 or more", step_));
+    double lr = op_.floatAttr("lr"), beta1 = op_.floatAttr("beta1"), beta2 = op_.floatAttr("beta2");
+    double eps = op_.floatAttr("eps"), decay = op_.floatAttr("weight_decay");
+    double clip = 1.0;  // clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1
+    if (operands_.size() == 2) clip = std::min(1.0, op_.floatAttr("max_grad_norm") / (double(floats(1)[0]) + 1e-6));
+    double firstCorrection = 1.0 - std::pow(beta1, double(step_));
+    double secondCorrection = 1.0 - std::pow(beta2, double(step_));
+    const float *grad = floats(0);
+    float *w = state_->weight.data(), *m = state_->firstMoment.data(), *v = state_->secondMoment.data();
+    forEachElement(count, [&](int64_t i) {
+      double g = double(grad[i]) * clip;
+      double first = beta1 * m[i] + (1.0 - beta1) * g, second = beta2 * v[i] + (1.0 - beta2) * g * g;
+      m[i] = float(first);
+      v[i] = float(second);
+      double decayed = double(w[i]) * (1.0 - lr * decay);
+      w[i] = float(decayed - lr * (first / firstCorrection) / (std::sqrt(second / secondCorrection) + eps));
+    });
+  }
+
   const OpRecord &op_;
   const std::vector<OpInput> &operands_;
   const std::vector<OpOutput> &results_;
   ThreadPool &pool_;
   const std::string &kernel_;
+  ParameterState *state_;  // adamw: the parameter it updates
+  int64_t step_;           // adamw: the optimizer step, from 1
 };
 
 } // namespace
@@ -420,6 +719,11 @@ private:
 void runOp(const OpRecord &op, const std::vector<OpInput> &operands,
            const std::vector<OpOutput> &results, ThreadPool &pool, const std::string &kernelName) {
   OpRunner(op, operands, results, pool, kernelName).run();
+}
+
+void runOptimizerOp(const OpRecord &op, const std::vector<OpInput> &operands, ParameterState &state,
+                    int64_t step, ThreadPool &pool, const std::string &kernelName) {
+  OpRunner(op, operands, {}, pool, kernelName, &state, step).run();
 }
 
 } // namespace tlc::cpu

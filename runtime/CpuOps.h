@@ -32,6 +32,17 @@ struct OpOutput {
 void runOp(const OpRecord &op, const std::vector<OpInput> &operands,
            const std::vector<OpOutput> &results, ThreadPool &pool, const std::string &kernelName);
 
+// A parameter's training state, in fp32: the master weight and AdamW's moments.
+struct ParameterState {
+  std::vector<float> weight, firstMoment, secondMoment;
+};
+
+// Runs an optimizer op (`adamw`): updates `state` in place from the gradient it reads;
+// `step` is the optimizer step, from 1. Throws tlc::Error as runOp does, and when the
+// state does not match the gradient.
+void runOptimizerOp(const OpRecord &op, const std::vector<OpInput> &operands, ParameterState &state,
+                    int64_t step, ThreadPool &pool, const std::string &kernelName);
+
 // c[m, n] = sum_k a[m, k] * b[n, k] for `batch` independent problems laid out
 // contiguously (a: batch x M x K, b: batch x N x K, c: batch x M x N); fp64 accumulation.
 // bBatchStride = 0 shares one b across the batch. Uses the best GEMM variant this CPU runs.

@@ -14,6 +14,7 @@ const std::vector<ElementwiseOp> &elementwiseOps() {
 #define TL_ELEMENTWISE(name, operands, attribute, formula)                                                        \
   {#name, operands, #attribute, [](double a, double b, double attr) {                                           \
      using T = double;                                                                                           \
+     (void)a;                                                                                                    \
      (void)b;                                                                                                    \
      (void)attr;                                                                                                 \
      return formula;                                                                                             \

@@ -46,6 +46,10 @@ public:
     CurrentDevice current(*device_);
     freeAll();
     validateProgram(program);
+    if (program.kind != ProgramKind::Forward)
+      throw Error(fmt::format("{} backend: the Program is a training step, which runs on the CPU backend for now "
+                              "(--target=cpu): the GPU backward kernels are not generated yet",
+                              device_->vendor()));
     program_ = program;
     planMemoryIfNeeded(program_);
     for (const Kernel &kernel : program_.kernels)

@@ -40,6 +40,21 @@ public:
         {"split", &OpRules::split},
         {"flash_attention", &OpRules::flashAttention},
         {"cross_entropy", &OpRules::crossEntropy},
+        // The backward (the VJPs tl-autodiff builds) and the optimizer.
+        {"embedding_grad", &OpRules::embeddingGrad},
+        {"rmsnorm_grad", &OpRules::rmsnormGrad},
+        {"linear_grad_input", &OpRules::linearGradInput},
+        {"linear_grad_weight", &OpRules::linearGradWeight},
+        {"rope_grad", &OpRules::ropeGrad},
+        {"repeat_kv_grad", &OpRules::repeatKvGrad},
+        {"causal_mask_grad", &OpRules::causalMask},
+        {"softmax_grad", &OpRules::softmaxGrad},
+        {"cross_entropy_grad", &OpRules::crossEntropyGrad},
+        {"flash_attention_grad", &OpRules::flashAttentionGrad},
+        {"concat_grad", &OpRules::concatGrad},
+        {"split_grad", &OpRules::splitGrad},
+        {"global_norm", &OpRules::globalNorm},
+        {"adamw", &OpRules::adamw},
     };
     return table;
   }
@@ -119,11 +134,22 @@ private:
   // rmsnorm(x[..., H], gain[H]) (eps) -> x's shape
   std::vector<Shape> rmsnorm() {
     expectOperands(2);
+    checkNormOperands();
+    return {in_[0]};
+  }
+
+  void checkNormOperands() const {
     expectMinRank(0, 1);
     if (in_[1] != Shape{in_[0].back()})
       fail(fmt::format("gain has shape {}, expected {}", shapeString(in_[1]), in_[0].back()));
     rangedFloat("eps", isValidEps, kEpsRange);
-    return {in_[0]};
+  }
+
+  // Operand `index` (a cotangent) must have operand `like`'s shape.
+  void expectSameShape(size_t index, size_t like) const {
+    if (in_[index] != in_[like])
+      fail(fmt::format("operand {} has shape {}, expected {} (the shape of operand {})", index,
+                       shapeString(in_[index]), shapeString(in_[like]), like));
   }
 
   // linear(x[..., K], w[N, K]) -> [..., N]
@@ -192,7 +218,7 @@ private:
     return {result};
   }
 
-  // rope(x[B, S, H, D]) (theta, style) -> x's shape
+  // rope(x[B, S, H, D]) (theta, style) -> x's shape; rope_grad(dy) the same.
   std::vector<Shape> rope() {
     expectOperands(1);
     expectRank(0, 4, "[batch, seq, heads, head_dim]");
@@ -266,20 +292,25 @@ private:
   std::vector<Shape> split() {
     expectOperands(1);
     expectMinRank(0, 1);
+    std::vector<Shape> results;
+    for (int64_t size : positiveSizes(in_[0].back(), "the last dim")) results.push_back(withLast(in_[0], size));
+    return results;
+  }
+
+  // Attribute 'sizes': positive, adding up to `total` (operand 0's `dim`).
+  Shape positiveSizes(int64_t total, const char *dim) const {
     Shape sizes = op_.intsAttr("sizes");
     if (sizes.empty()) fail("attribute 'sizes' is empty");
-    int64_t total = 0;
+    int64_t sum = 0;
     for (int64_t size : sizes) {
-      std::optional<int64_t> sum = checkedAdd(total, size);
-      if (size < 1 || !sum) fail(fmt::format("sizes [{}] must be positive", fmt::join(sizes, ", ")));
-      total = *sum;
+      std::optional<int64_t> next = checkedAdd(sum, size);
+      if (size < 1 || !next) fail(fmt::format("sizes [{}] must be positive", fmt::join(sizes, ", ")));
+      sum = *next;
     }
-    if (total != in_[0].back())
-      fail(fmt::format("sizes [{}] add up to {}, but the last dim of {} is {}",
-                       fmt::join(sizes, ", "), total, shapeString(in_[0]), in_[0].back()));
-    std::vector<Shape> results;
-    for (int64_t size : sizes) results.push_back(withLast(in_[0], size));
-    return results;
+    if (sum != total)
+      fail(fmt::format("sizes [{}] add up to {}, but {} of {} is {}", fmt::join(sizes, ", "), sum, dim,
+                       shapeString(in_[0]), total));
+    return sizes;
   }
 
   // flash_attention(q[B,H,Sq,D], k[B,Hkv,Sk,D], v[B,Hkv,Sk,Dv]) (scale, causal)
@@ -300,17 +331,171 @@ private:
     if (op_.intAttr("causal") && k[2] < q[2])
       fail(fmt::format("causal attention with {} keys for {} queries: a query would see no key",
                        k[2], q[2]));
-    return {{q[0], q[1], q[2], v[3]}};
+    if (!withLogSumExp()) return {{q[0], q[1], q[2], v[3]}};
+    return {{q[0], q[1], q[2], v[3]}, {q[0], q[1], q[2]}};
+  }
+
+  // flash_attention's optional second result, the log-sum-exp per query row [B, H, Sq].
+  bool withLogSumExp() const {
+    if (!op_.attrs.count("with_lse")) return false;
+    expectBool("with_lse");
+    return op_.intAttr("with_lse") != 0;
   }
 
   // cross_entropy(logits[B, S, V], ids[B, S]) -> scalar
   std::vector<Shape> crossEntropy() {
     expectOperands(2);
     expectRank(0, 3, "[batch, seq, vocab]");
-    Shape ids{in_[0][0], in_[0][1]};
+    expectIdsOf(0);
+    return {Shape{}};
+  }
+
+  // Operand 1 holds the token ids of operand `tokens` ([B, S, ...]): shape [B, S].
+  void expectIdsOf(size_t tokens) const {
+    Shape ids{in_[tokens][0], in_[tokens][1]};
     if (in_[1] != ids)
       fail(fmt::format("ids have shape {}, expected {}", shapeString(in_[1]), shapeString(ids)));
+  }
+
+  // ---- the backward and the optimizer ------------------------------------------------
+
+  // embedding_grad(dy[B, S, H], ids[B, S]) (rows) -> [rows, H]
+  std::vector<Shape> embeddingGrad() {
+    expectOperands(2);
+    expectRank(0, 3, "[batch, seq, hidden]");
+    expectIdsOf(0);
+    int64_t rows = op_.intAttr("rows");
+    if (rows < 1) fail(fmt::format("rows {} must be positive", rows));
+    return {{rows, in_[0][2]}};
+  }
+
+  // rmsnorm_grad(x[..., H], gain[H], dy[..., H]) (eps) -> (dx, dgain)
+  std::vector<Shape> rmsnormGrad() {
+    expectOperands(3);
+    checkNormOperands();
+    expectSameShape(2, 0);
+    return {in_[0], in_[1]};
+  }
+
+  // linear_grad_input(dy[..., N], w[N, K]) -> [..., K]
+  std::vector<Shape> linearGradInput() {
+    expectOperands(2);
+    expectMinRank(0, 1);
+    expectRank(1, 2, "[out_features, in_features]");
+    if (in_[1][0] != in_[0].back())
+      fail(fmt::format("dy has shape {} but w has shape {}: out_features differ", shapeString(in_[0]),
+                       shapeString(in_[1])));
+    return {withLast(in_[0], in_[1][1])};
+  }
+
+  // linear_grad_weight(dy[..., N], x[..., K]) -> [N, K], summed over the leading dims
+  std::vector<Shape> linearGradWeight() {
+    expectOperands(2);
+    expectMinRank(0, 1);
+    if (in_[1].size() != in_[0].size() || !std::equal(in_[0].begin(), in_[0].end() - 1, in_[1].begin()))
+      fail(fmt::format("dy {} and x {} must agree in every dim but the last", shapeString(in_[0]),
+                       shapeString(in_[1])));
+    return {{in_[0].back(), in_[1].back()}};
+  }
+
+  std::vector<Shape> ropeGrad() { return rope(); }
+
+  // repeat_kv_grad(dy[B, Hkv * repeats, S, D]) (repeats) -> [B, Hkv, S, D]
+  std::vector<Shape> repeatKvGrad() {
+    expectOperands(1);
+    expectRank(0, 4, "[batch, heads, seq, head_dim]");
+    int64_t repeats = op_.intAttr("repeats");
+    if (repeats < 1 || in_[0][1] % repeats != 0)
+      fail(fmt::format("{} heads are not a positive multiple of repeats {}", in_[0][1], repeats));
+    Shape result = in_[0];
+    result[1] /= repeats;
+    return {result};
+  }
+
+  // softmax_grad(y, dy) -> y's shape
+  std::vector<Shape> softmaxGrad() {
+    expectOperands(2);
+    expectMinRank(0, 1);
+    expectSameShape(1, 0);
+    return {in_[0]};
+  }
+
+  // cross_entropy_grad(logits[B, S, V], ids[B, S]) -> logits' shape; S >= 2 (a target each)
+  std::vector<Shape> crossEntropyGrad() {
+    crossEntropy();
+    if (in_[0][1] < 2) fail(fmt::format("a sequence of {} token predicts nothing: it needs 2 or more", in_[0][1]));
+    return {in_[0]};
+  }
+
+  // flash_attention_grad(q, k, v, o, lse[B, H, Sq], do) (scale, causal) -> (dq, dk, dv)
+  std::vector<Shape> flashAttentionGrad() {
+    expectOperands(6);
+    std::vector<Shape> forward = in_;
+    forward.resize(3);
+    OpRecord attention = op_;
+    attention.attrs.erase("with_lse");
+    std::vector<Shape> out = OpRules(attention, forward).flashAttention();
+    expectSameShape(3, 0);
+    expectSameShape(5, 0);
+    if (in_[3] != out[0]) fail("the output's shape differs from the attention's");
+    Shape lse{in_[0][0], in_[0][1], in_[0][2]};
+    if (in_[4] != lse)
+      fail(fmt::format("lse has shape {}, expected {}", shapeString(in_[4]), shapeString(lse)));
+    return {in_[0], in_[1], in_[2]};
+  }
+
+  // concat_grad(dy[R, ...]) (sizes: rows) -> one piece per size, cut along dim 0
+  std::vector<Shape> concatGrad() {
+    expectOperands(1);
+    expectMinRank(0, 1);
+    std::vector<Shape> pieces;
+    for (int64_t rows : positiveSizes(in_[0][0], "dim 0")) {
+      pieces.push_back(in_[0]);
+      pieces.back()[0] = rows;
+    }
+    return pieces;
+  }
+
+  // split_grad(d0[..., N0], d1[..., N1], ...) -> [..., N0 + N1 + ...]
+  std::vector<Shape> splitGrad() {
+    if (in_.empty()) fail("expects one or more operands");
+    expectMinRank(0, 1);
+    Shape result = in_[0];
+    for (size_t i = 1; i < in_.size(); ++i) {
+      if (in_[i].size() != result.size() || !std::equal(in_[i].begin(), in_[i].end() - 1, result.begin()))
+        fail(fmt::format("operand {} has shape {}, which cannot be joined with {}", i, shapeString(in_[i]),
+                         shapeString(in_[0])));
+      std::optional<int64_t> width = checkedAdd(result.back(), in_[i].back());
+      if (!width) fail("the joined width overflows");
+      result.back() = *width;
+    }
+    return {result};
+  }
+
+  // global_norm(x0, x1, ...) -> scalar
+  std::vector<Shape> globalNorm() {
+    if (in_.empty()) fail("expects one or more operands");
     return {Shape{}};
+  }
+
+  // adamw(grad[, grad_norm[]]) (key, lr, beta1, beta2, eps, weight_decay[, max_grad_norm])
+  // -> nothing: it updates the parameter's state in place.
+  std::vector<Shape> adamw() {
+    if (in_.size() != 1 && in_.size() != 2) fail(fmt::format("expects 1 or 2 operands, got {}", in_.size()));
+    if (op_.stringAttr("key").empty()) fail("attribute 'key' is empty");
+    rangedFloat("lr", isValidPositive, kPositiveRange);
+    rangedFloat("beta1", isValidBeta, kBetaRange);
+    rangedFloat("beta2", isValidBeta, kBetaRange);
+    rangedFloat("eps", isValidPositive, kPositiveRange);
+    rangedFloat("weight_decay", isValidWeightDecay, kWeightDecayRange);
+    bool clipped = op_.attrs.count("max_grad_norm") != 0;
+    if (clipped != (in_.size() == 2))
+      fail("clipping needs both the grad_norm operand and attribute 'max_grad_norm'");
+    if (clipped) {
+      rangedFloat("max_grad_norm", isValidPositive, kPositiveRange);
+      if (!in_[1].empty()) fail(fmt::format("grad_norm has shape {}, expected a scalar", shapeString(in_[1])));
+    }
+    return {};
   }
 
   const OpRecord &op_;
@@ -324,7 +509,8 @@ bool isKnownOp(const std::string &op) {
 }
 
 bool isTokenIdOperand(const std::string &op, size_t operand) {
-  return operand == 1 && (op == "embedding" || op == "cross_entropy");
+  return operand == 1 && (op == "embedding" || op == "cross_entropy" || op == "embedding_grad" ||
+                          op == "cross_entropy_grad");
 }
 
 std::vector<Shape> inferResultShapes(const OpRecord &op, const std::vector<Shape> &operandShapes) {

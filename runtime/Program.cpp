@@ -44,6 +44,16 @@ int64_t dtypeBytes(DType dtype) {
   return 0;
 }
 
+const char *programKindName(ProgramKind kind) {
+  return kind == ProgramKind::TrainStep ? "train_step" : "forward";
+}
+
+ProgramKind parseProgramKind(const std::string &name) {
+  for (ProgramKind kind : {ProgramKind::Forward, ProgramKind::TrainStep})
+    if (name == programKindName(kind)) return kind;
+  throw Error(fmt::format("unknown program kind '{}' (expected forward or train_step)", name));
+}
+
 const char *storageName(Storage storage) {
   switch (storage) {
   case Storage::Input: return "input";
@@ -140,6 +150,7 @@ public:
         checkId(program_.values[index].viewOf, fmt::format("values[{}].view_of", index));
     for (const Value &value : program_.values) checkValue(value);
     checkKernels();
+    checkUpdates();
     checkDataflow();
     checkInterface();
     checkArena();
@@ -406,9 +417,10 @@ private:
       fail(path + ".results", fmt::format("{} computes {} results, the op lists {}", where,
                                           expected.size(), op.results.size()));
     // Token ids go up to vocab - 1: the table they index must have that many rows.
-    int64_t indexed = op.op == "embedding" ? operandShapes[0][0]
-                      : op.op == "cross_entropy" ? operandShapes[0][2]
-                                                 : program_.vocab;
+    int64_t indexed = op.op == "embedding"                                  ? operandShapes[0][0]
+                      : op.op == "embedding_grad"                           ? expected[0][0]
+                      : op.op == "cross_entropy" || op.op == "cross_entropy_grad" ? operandShapes[0][2]
+                                                                            : program_.vocab;
     if (indexed < program_.vocab)
       fail(path + ".operands[0]", fmt::format("'{}' indexes {} rows with token ids up to vocab - 1 = {}",
                                               op.op, indexed, program_.vocab - 1));
@@ -419,6 +431,31 @@ private:
              fmt::format("{} has shape {}, but {} computes {}", describe(result.id),
                          shapeString(result.shape), where, shapeString(expected[i])));
     }
+  }
+
+  // A training step updates each parameter at most once, from a gradient of its shape;
+  // a forward updates none.
+  void checkUpdates() const {
+    std::set<std::string> updated;
+    for (size_t k = 0; k < program_.kernels.size(); ++k)
+      for (size_t o = 0; o < program_.kernels[k].ops.size(); ++o) {
+        const OpRecord &op = program_.kernels[k].ops[o];
+        if (op.op != "adamw") continue;
+        std::string path = fmt::format("kernels[{}].ops[{}]", k, o);
+        if (program_.kind != ProgramKind::TrainStep)
+          fail(path, "a forward program updates no parameter: 'adamw' belongs to a train_step program");
+        const std::string &key = op.stringAttr("key");
+        const Parameter *parameter = findParameter(key);
+        if (!parameter) fail(path + ".attrs.key", fmt::format("'{}' is not a parameter", key));
+        if (!updated.insert(key).second) fail(path + ".attrs.key", fmt::format("'{}' is updated twice", key));
+        const Value &gradient = program_.value(op.operands[0]);
+        if (gradient.shape != parameter->shape)
+          fail(path + ".operands[0]", fmt::format("the gradient {} has shape {}, but parameter '{}' has shape {}",
+                                                  describe(gradient.id), shapeString(gradient.shape), key,
+                                                  shapeString(parameter->shape)));
+      }
+    if (program_.kind == ProgramKind::TrainStep && updated.empty())
+      fail("kind", "a train_step program updates at least one parameter (op 'adamw')");
   }
 
   // Kernels run in order and ops in order: every value is written once, before any op

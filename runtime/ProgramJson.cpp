@@ -385,6 +385,8 @@ std::string programToJson(const Program &program) {
               {"batch", program.batch},       {"seq_len", program.seqLen},
               {"vocab", program.vocab},       {"arena_bytes", program.arenaBytes},
               {"inputs", program.inputs},     {"outputs", program.outputs}};
+  // A forward is what a Program is unless it says otherwise: its files stay as they were.
+  if (program.kind != ProgramKind::Forward) header["kind"] = programKindName(program.kind);
   for (const auto &item : header.items())
     out << "  " << Json(item.key()).dump() << ": " << inlineJson(item.value()) << ",\n";
   writeList(out, "parameters", program.parameters,
@@ -430,6 +432,10 @@ Program programFromJson(const std::string &text, const std::string &origin) {
 
   Program program;
   program.model = reader.string(root, "model", "");
+  if (reader.optionalField(root, "kind")) {
+    std::string kind = reader.string(root, "kind", "");
+    program.kind = reader.located("kind", [&] { return parseProgramKind(kind); });
+  }
   program.optLevel = reader.intField(root, "opt_level", "");
   program.pipeline = reader.string(root, "pipeline", "");
   std::string dtype = reader.string(root, "dtype", "");

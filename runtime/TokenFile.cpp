@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "runtime/Error.h"
@@ -12,6 +13,11 @@ namespace tlc {
 
 std::vector<int32_t> parseTokenIds(std::string_view text, const std::string &origin,
                                    int64_t expected, int64_t vocab) {
+  return parseTokenIds(text, origin, {expected, expected, "a forward takes"}, vocab);
+}
+
+std::vector<int32_t> parseTokenIds(std::string_view text, const std::string &origin,
+                                   const TokenCount &count, int64_t vocab) {
   auto fail = [&](const std::string &message) {
     throw Error(fmt::format("token file '{}': {}", origin, message));
   };
@@ -38,22 +44,32 @@ std::vector<int32_t> parseTokenIds(std::string_view text, const std::string &ori
       fail(fmt::format("'{}{}' is not a token id", shown, word.size() > 32 ? "..." : ""));
     }
     if (word[0] == '-') id = -id;
-    if (int64_t(ids.size()) == expected)
-      fail(fmt::format("holds more than the {} ids a forward takes", expected));
+    if (int64_t(ids.size()) == count.maximum)
+      fail(fmt::format("holds more than the {} ids {}", count.maximum, count.who));
     if (id < 0 || id >= vocab)
       fail(fmt::format("token id {} at position {} is out of range for vocab {} (valid ids are "
                        "0..{})",
                        id, ids.size(), vocab, vocab - 1));
     ids.push_back(int32_t(id));
   }
-  if (int64_t(ids.size()) != expected)
-    fail(fmt::format("holds {} ids, but a forward takes {}", ids.size(), expected));
+  if (int64_t(ids.size()) < count.minimum || int64_t(ids.size()) > count.maximum)
+    fail(count.minimum == count.maximum
+             ? fmt::format("holds {} ids, but {} {}", ids.size(), count.who, count.minimum)
+             : fmt::format("holds {} ids, but {} at least {}", ids.size(), count.who, count.minimum));
   return ids;
 }
 
 std::vector<int32_t> readTokenFile(const std::string &path, const Program &program) {
   MappedFile file(path, "token file");
   return parseTokenIds(file.text(), path, program.batch * program.seqLen, program.vocab);
+}
+
+std::vector<int32_t> readTokenStream(const std::string &path, const Program &program) {
+  MappedFile file(path, "token file");
+  // 2^28 ids: a corpus of 1 GiB in memory at most.
+  const int64_t maximum = std::max(program.batch * program.seqLen, int64_t(1) << 28);
+  return parseTokenIds(file.text(), path, {program.batch * program.seqLen, maximum, "a training step takes"},
+                       program.vocab);
 }
 
 } // namespace tlc

@@ -16,8 +16,19 @@ namespace tlc {
 std::vector<int32_t> parseTokenIds(std::string_view text, const std::string &origin,
                                    int64_t expected, int64_t vocab);
 
+// How many ids a file may hold, and who takes them (for messages: "a forward takes").
+struct TokenCount {
+  int64_t minimum = 0, maximum = 0;
+  const char *who = "";
+};
+std::vector<int32_t> parseTokenIds(std::string_view text, const std::string &origin,
+                                   const TokenCount &count, int64_t vocab);
+
 // The token file for a forward of `program` (batch x seq ids, vocab from the program).
 // The file is mapped, not read whole.
 std::vector<int32_t> readTokenFile(const std::string &path, const Program &program);
+
+// A training corpus: at least one step's batch x seq ids, at most 2^28, each in [0, vocab).
+std::vector<int32_t> readTokenStream(const std::string &path, const Program &program);
 
 } // namespace tlc

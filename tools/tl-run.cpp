@@ -85,6 +85,10 @@ int main(int argc, char **argv) {
     tlc::configureProgress({tlc::ProgressMode::Auto, 1.0, stderr, "tl-run"});
 
     tlc::Program program = tlc::loadProgram(programPath);
+    if (program.kind != tlc::ProgramKind::Forward)
+      throw tlc::Error(fmt::format("'{}' holds a training step; tl-run runs forwards (train with tlc train, or "
+                                   "Backend::trainStep through the C++ API)",
+                                   programPath));
     tlc::Weights weights = tlc::loadWeights(inputs, program);
     std::vector<int32_t> tokens = tlc::loadTokens(inputs, program);
     std::unique_ptr<tlc::Backend> backend = tlc::createBackend(backendOptions);

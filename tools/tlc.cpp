@@ -1,9 +1,11 @@
 // tlc: compile a .tl model at an optimization level, show what each pass did, emit
-// what it made, run it; `tlc ladder` compares every level side by side.
+// what it made, run it; `tlc ladder` compares every level side by side; `tlc train`
+// trains it (on the CPU backend for now).
 //
 //   tlc models/tinyllama.tl -O2 --run
 //   tlc models/tinyllama.tl -O3 --dump-ir-dir=ir/ --ir-block=0
 //   tlc ladder models/tinyllama.tl --chart=ladder.svg
+//   tlc train models/tinyllama.tl --batch-size 8 --seq-len 128 --num-steps 50 --learning-rate 3e-4
 #include "api/Compile.h"
 #include "compiler/BlockView.h"
 #include "compiler/codegen/Emitter.h"
@@ -19,6 +21,7 @@
 #include "tools/IrDumps.h"
 #include "tools/Ladder.h"
 #include "tools/LadderChart.h"
+#include "tools/Training.h"
 
 #include <tlc/Error.h>
 #include <tlc/Profiler.h>
@@ -37,9 +40,12 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <optional>
 #include <set>
+
+#include <unistd.h>
 
 namespace cl = llvm::cl;
 
@@ -48,12 +54,19 @@ namespace {
 cl::SubCommand ladderCommand("ladder",
                              "compile and run every level (O0..O3) with the same weights and tokens; print the "
                              "workshop's table: kernels, bytes moved, time, speedup, logits against O0");
-cl::SubCommandGroup everywhere = {&cl::SubCommand::getTopLevel(), &ladderCommand};
+cl::SubCommand trainCommand("train",
+                            "train the model: forward, backward and AdamW each step, on the CPU backend for now; "
+                            "print the loss, samples/s and tokens/s of every step and the peak memory, as the "
+                            "workshop's scripts do");
+cl::SubCommandGroup everywhere = {&cl::SubCommand::getTopLevel(), &ladderCommand, &trainCommand};
+// What compiles one level and may be read after each pass: tlc itself and tlc train.
+cl::SubCommandGroup oneLevel = {&cl::SubCommand::getTopLevel(), &trainCommand};
 
 cl::OptionCategory compileCategory("Compiling");
 cl::OptionCategory irCategory("Reading the IR (stderr, or one file per pass)");
 cl::OptionCategory runCategory("Running (--run, and tlc ladder)");
 cl::OptionCategory ladderCategory("tlc ladder");
+cl::OptionCategory trainCategory("tlc train (as the workshop's scripts: AdamW, random tokens unless --data)");
 
 // -- Compiling ---------------------------------------------------------------------
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.tl>"), cl::Required, cl::cat(compileCategory),
@@ -61,9 +74,9 @@ cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.tl>"), cl::Requi
 int optLevel = 0;
 cl::opt<int, true> optLevelShort("O", cl::Prefix, cl::location(optLevel), cl::value_desc("n"),
                                  cl::desc("optimization level, -O0..-O3: the workshop's V1..V4 (default -O0)"),
-                                 cl::cat(compileCategory));
+                                 cl::cat(compileCategory), cl::sub(oneLevel));
 cl::opt<int, true> optLevelLong("opt-level", cl::location(optLevel), cl::value_desc("n"),
-                                cl::desc("the same as -O<n>"), cl::cat(compileCategory));
+                                cl::desc("the same as -O<n>"), cl::cat(compileCategory), cl::sub(oneLevel));
 cl::opt<int64_t> batchSize("batch-size", cl::desc("batch size (default 1)"), cl::init(1), cl::cat(compileCategory),
                            cl::sub(everywhere));
 cl::opt<int64_t> seqLen("seq-len",
@@ -86,20 +99,20 @@ cl::opt<bool> printKernels("print-kernels", cl::desc("list every kernel of the f
                            cl::cat(compileCategory));
 
 // -- Reading the IR ------------------------------------------------------------------
-cl::opt<bool> printIrAfterAll("print-ir-after-all", cl::desc("print the IR after every pass"), cl::cat(irCategory));
-cl::opt<bool> printIrBeforeAll("print-ir-before-all", cl::desc("print the IR before every pass"), cl::cat(irCategory));
+cl::opt<bool> printIrAfterAll("print-ir-after-all", cl::desc("print the IR after every pass"), cl::cat(irCategory), cl::sub(oneLevel));
+cl::opt<bool> printIrBeforeAll("print-ir-before-all", cl::desc("print the IR before every pass"), cl::cat(irCategory), cl::sub(oneLevel));
 cl::list<std::string> printIrAfter("print-ir-after", cl::desc("print the IR after the named passes (e.g. cse)"),
-                                   cl::value_desc("pass"), cl::CommaSeparated, cl::cat(irCategory));
+                                   cl::value_desc("pass"), cl::CommaSeparated, cl::cat(irCategory), cl::sub(oneLevel));
 cl::opt<bool> printIrAfterChange("print-ir-after-change",
                                  cl::desc("only after passes that changed the IR (also --mlir-print-ir-after-change)"),
-                                 cl::cat(irCategory));
+                                 cl::cat(irCategory), cl::sub(oneLevel));
 cl::opt<std::string> dumpIrDir("dump-ir-dir",
                                cl::desc("write the input and the IR after each pass to numbered files in <dir>: "
                                         "diff two neighbours to see one pass"),
-                               cl::value_desc("dir"), cl::cat(irCategory));
+                               cl::value_desc("dir"), cl::cat(irCategory), cl::sub(oneLevel));
 cl::opt<int> irBlock("ir-block", cl::desc("show transformer block <n> only (the others hold the same ops), for the "
                                           "printed IR, the dump files and --emit=ir"),
-                     cl::value_desc("n"), cl::init(-1), cl::cat(irCategory));
+                     cl::value_desc("n"), cl::init(-1), cl::cat(irCategory), cl::sub(oneLevel));
 
 // -- Running -------------------------------------------------------------------------
 cl::opt<bool> run("run", cl::desc("run the forward pass and print a summary"), cl::cat(runCategory));
@@ -117,8 +130,10 @@ cl::opt<std::string> weightsPath("weights",
                                  cl::desc("load weights from a safetensors file with Hugging Face Llama keys "
                                           "(default: seeded random, normal 0.02)"),
                                  cl::value_desc("file"), cl::cat(runCategory), cl::sub(everywhere));
-cl::opt<std::string> saveWeightsPath("save-weights", cl::desc("write the weights used to a safetensors file"),
-                                     cl::value_desc("file"), cl::cat(runCategory));
+cl::opt<std::string> saveWeightsPath("save-weights",
+                                     cl::desc("write the weights used (tlc train: the trained weights) to a "
+                                              "safetensors file"),
+                                     cl::value_desc("file"), cl::cat(runCategory), cl::sub(oneLevel));
 cl::opt<std::string> saveLogitsPath("save-logits",
                                     cl::desc("write the logits as a float32 .npy file (numpy.load reads it)"),
                                     cl::value_desc("file.npy"), cl::cat(runCategory));
@@ -150,6 +165,29 @@ cl::opt<tlc::ProgressMode> progress(
 cl::opt<std::string> chartPath("chart", cl::desc("also draw the table as an SVG chart"), cl::value_desc("file.svg"),
                                cl::cat(ladderCategory), cl::sub(ladderCommand));
 
+// -- tlc train ------------------------------------------------------------------------
+cl::opt<int64_t> numSteps("num-steps", cl::desc("training steps (default 50)"), cl::init(50), cl::cat(trainCategory),
+                          cl::sub(trainCommand));
+cl::opt<double> learningRate("learning-rate", cl::desc("AdamW learning rate (default 3e-4)"), cl::init(3e-4),
+                             cl::cat(trainCategory), cl::sub(trainCommand));
+cl::opt<double> weightDecay("weight-decay", cl::desc("AdamW decoupled weight decay (default 0.01)"), cl::init(0.01),
+                            cl::cat(trainCategory), cl::sub(trainCommand));
+cl::opt<double> beta1("beta1", cl::desc("AdamW decay of the first moment (default 0.9)"), cl::init(0.9),
+                      cl::cat(trainCategory), cl::sub(trainCommand));
+cl::opt<double> beta2("beta2", cl::desc("AdamW decay of the second moment (default 0.999)"), cl::init(0.999),
+                      cl::cat(trainCategory), cl::sub(trainCommand));
+cl::opt<double> adamEps("adam-eps", cl::desc("AdamW epsilon (default 1e-8)"), cl::init(1e-8), cl::cat(trainCategory),
+                        cl::sub(trainCommand));
+cl::opt<double> clipGradNorm("clip-grad-norm",
+                             cl::desc("clip the gradients to this global L2 norm before each update (default 0: "
+                                      "no clipping)"),
+                             cl::init(0), cl::cat(trainCategory), cl::sub(trainCommand));
+cl::opt<std::string> dataPath("data",
+                              cl::desc("train on the token ids in a file (whitespace-separated), each step the next "
+                                       "batch x seq of them, wrapping around (default: a seeded random batch each "
+                                       "step)"),
+                              cl::value_desc("file"), cl::cat(trainCategory), cl::sub(trainCommand));
+
 int fail(const std::string &message) {
   llvm::WithColor::error(llvm::errs(), "tlc") << message << "\n";
   return 1;
@@ -174,6 +212,45 @@ bool wantsIrPrinting() {
   return printIrAfterAll || printIrBeforeAll || !printIrAfter.empty() || !dumpIrDir.empty();
 }
 
+// tlc train's own flags, and the top-level ones that mean nothing to it.
+std::string checkTrainFlags() {
+  const cl::Option *forwardOnly[] = {&iterations, &tokensPath, &graph, &noCache};
+  for (const cl::Option *option : forwardOnly)
+    if (option->getNumOccurrences())
+      return fmt::format("--{} does not apply to tlc train{}", option->ArgStr.str(),
+                         option == &tokensPath ? " (train on a token file with --data=FILE)" : "");
+  if (target == "cuda" || target == "hip")
+    return fmt::format("tlc train --target={}: training runs on the CPU backend for now; the GPU backward kernels "
+                       "(dX/dW GEMMs, flash-attention backward, AdamW) are not generated yet: use --target=cpu",
+                       target.getValue());
+  if (numSteps < 1) return fmt::format("--num-steps={} must be at least 1", numSteps.getValue());
+  if (seqLen < 2) return fmt::format("--seq-len={}: training needs 2 or more tokens a sequence (each predicts the next)",
+                                     seqLen.getValue());
+  struct Bound {
+    const cl::opt<double> &option;
+    bool valid;
+    const char *range;
+  };
+  for (const Bound &bound : {Bound{learningRate, learningRate > 0 && std::isfinite(learningRate), "positive"},
+                             Bound{weightDecay, weightDecay >= 0 && std::isfinite(weightDecay), "0 or more"},
+                             Bound{beta1, beta1 >= 0 && beta1 < 1, "in [0, 1)"},
+                             Bound{beta2, beta2 >= 0 && beta2 < 1, "in [0, 1)"},
+                             Bound{adamEps, adamEps > 0 && std::isfinite(adamEps), "positive"},
+                             Bound{clipGradNorm, clipGradNorm >= 0 && std::isfinite(clipGradNorm), "0 (off) or more"}})
+    if (!bound.valid)
+      return fmt::format("--{}={} must be {}", bound.option.ArgStr.str(), bound.option.getValue(), bound.range);
+  if (!dataPath.empty() && !readable(dataPath))
+    return fmt::format("cannot open token file '{}': {}", dataPath.getValue(), std::strerror(errno));
+  return "";
+}
+
+// The level, shape and dtype the flags ask for (--seq-len fitted to the model first).
+tlc::CompileOptions compileOptions() { return {optLevel, batchSize, seqLen, dtype}; }
+
+tlc::AdamWOptions adamwOptions() {
+  return {learningRate, beta1, beta2, adamEps, weightDecay, clipGradNorm};
+}
+
 // Flags that need another flag, or a valid value, said before any work is done.
 std::string checkFlags() {
   if (optLevel < 0 || optLevel > tlc::kMaxOptLevel)
@@ -188,6 +265,9 @@ std::string checkFlags() {
     return fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", target.getValue());
   if (iterations < 1) return fmt::format("--iterations={} must be at least 1", iterations.getValue());
   if (irBlock.getNumOccurrences() && irBlock < 0) return fmt::format("--ir-block={} must be 0 or more", irBlock.getValue());
+  if (trainCommand) {
+    if (std::string problem = checkTrainFlags(); !problem.empty()) return problem;
+  }
   if (ladderCommand) {
     // LLVM's parser lets a subcommand take the top level's options too; these mean
     // nothing to the ladder, so they are refused rather than ignored.
@@ -200,7 +280,7 @@ std::string checkFlags() {
         return fmt::format("--{} does not apply to tlc ladder (it runs every level; see tlc ladder --help)",
                            option->ArgStr.str());
   }
-  auto runs = [] { return run || ladderCommand; };
+  auto runs = [] { return run || ladderCommand || trainCommand; };
   std::vector<tlc::cli::Requirement> requirements = {
       {profile, [] { return bool(run); }, "--profile needs --run"},
       {tracePath, [] { return bool(profile); }, "--trace needs --profile (and --run)"},
@@ -247,7 +327,8 @@ std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &
                          blocks, blocks == 1 ? "" : "s", blocks ? fmt::format(" (0..{})", blocks - 1) : "");
   }
   if (!printIrAfter.empty()) {
-    std::vector<std::string> passes = tlc::pipelinePasses(options);
+    tlc::AdamWOptions adamw = adamwOptions();
+    std::vector<std::string> passes = tlc::pipelinePasses(options, trainCommand ? &adamw : nullptr);
     for (const std::string &name : printIrAfter)
       if (std::find(passes.begin(), passes.end(), name) == passes.end())
         return fmt::format("--print-ir-after={}: no pass of that name runs at -O{} (it runs: {})", name, optLevel,
@@ -417,25 +498,58 @@ int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::
   return 0;
 }
 
-int compileAndRun(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
-  // The device first: a missing GPU is said before any compiling.
-  std::unique_ptr<tlc::Backend> backend = run ? tlc::createBackend(backendOptions()) : nullptr;
+// Parses the model, checks the flags against it and runs the level's passes (with
+// `training`, then tl-autodiff): null once an error has been said.
+mlir::OwningOpRef<mlir::ModuleOp> parseAndOptimize(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr,
+                                                   const tlc::AdamWOptions *training) {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   {
     tlc::ProgressLine line(fmt::format("parsing {}", inputFile.getValue()));
     module = tlc::parseModelFile(context, inputFile, sourceMgr);
   }
-  if (!module) return 1;
+  if (!module) return nullptr;
   fitDefaultSeqLen(*module);
-  tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype};
-  if (std::string problem = checkFlagsAgainst(*module, options); !problem.empty()) return fail(problem);
-  {
-    tlc::ProgressLine line(fmt::format("optimizing at -O{}", optLevel));
-    if (mlir::failed(tlc::optimizeModule(*module, options,
-                                         [&](mlir::PassManager &pm) { configurePassManager(pm, line); })))
-      return 1;
+  if (std::string problem = checkFlagsAgainst(*module, compileOptions()); !problem.empty()) {
+    fail(problem);
+    return nullptr;
   }
-  return emitOutputs(*module, options, backend.get());
+  tlc::ProgressLine line(fmt::format(training ? "building the training step at -O{}" : "optimizing at -O{}", optLevel));
+  if (mlir::failed(tlc::optimizeModule(
+          *module, compileOptions(), [&](mlir::PassManager &pm) { configurePassManager(pm, line); }, training)))
+    return nullptr;
+  return module;
+}
+
+int compileAndRun(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  // The device first: a missing GPU is said before any compiling.
+  std::unique_ptr<tlc::Backend> backend = run ? tlc::createBackend(backendOptions()) : nullptr;
+  mlir::OwningOpRef<mlir::ModuleOp> module = parseAndOptimize(context, sourceMgr, nullptr);
+  if (!module) return 1;
+  return emitOutputs(*module, compileOptions(), backend.get());
+}
+
+// tlc train: the training step built at the level (its IR printable as any level's),
+// then the workshop's loop on the CPU backend.
+int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  std::unique_ptr<tlc::Backend> backend = tlc::createCpuBackend(threads);
+  tlc::AdamWOptions adamw = adamwOptions();
+  mlir::OwningOpRef<mlir::ModuleOp> module = parseAndOptimize(context, sourceMgr, &adamw);
+  if (!module) return 1;
+  mlir::FailureOr<tlc::Program> program = mlir::failure();
+  {
+    tlc::ProgressLine line("lowering the training step to a Program (kernels, memory plan)");
+    program = tlc::buildProgram(*module, compileOptions(), &adamw);
+  }
+  if (mlir::failed(program)) return 1;
+  tlc::TrainingRun training;
+  training.steps = numSteps;
+  training.inputs = runInputs();
+  training.dataPath = dataPath;
+  training.adamw = adamw;
+  training.saveWeightsPath = saveWeightsPath;
+  training.progressBar = progress != tlc::ProgressMode::Never && ::isatty(::fileno(stderr));
+  tlc::train(*program, *backend, training);
+  return 0;
 }
 
 int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
@@ -470,6 +584,7 @@ int main(int argc, char **argv) {
   tlc::cli::setVersionPrinter("tlc");
   tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &tlc::cli::passManagerCategory()});
   tlc::cli::showOnly({&compileCategory, &runCategory, &ladderCategory}, ladderCommand);
+  tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &trainCategory}, trainCommand);
   cl::ParseCommandLineOptions(argc, argv,
                               "tlc: compile a transformer written in the tl dialect into fused kernels, show what "
                               "each pass did, and run it\n");
@@ -491,6 +606,7 @@ int main(int argc, char **argv) {
   });
 
   try {
+    if (trainCommand) return trainModel(context, sourceMgr);
     return ladderCommand ? climbLadder(context, sourceMgr) : compileAndRun(context, sourceMgr);
   } catch (const tlc::Error &error) {
     return fail(error.what());

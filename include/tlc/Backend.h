@@ -4,6 +4,7 @@
 #include <tlc/Export.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,20 @@ struct ForwardResult {
   float loss = 0;             // next-token cross-entropy
   double milliseconds = 0;    // wall time of the forward
   std::vector<KernelTiming> kernelTimes;  // one per launch, in order
+};
+
+// What a training step does besides computing the loss.
+struct TrainStepOptions {
+  bool update = true;          // apply the optimizer; false: gradients only, parameters unchanged
+  bool keepGradients = false;  // return every parameter's gradient (fp32), by checkpoint key
+};
+
+struct TrainStepResult {
+  float loss = 0;             // the forward's loss, before the update
+  double milliseconds = 0;    // wall time of the whole step
+  int64_t step = 0;           // optimizer steps taken so far, this one included
+  std::map<std::string, Tensor> gradients;  // with keepGradients
+  std::vector<KernelTiming> kernelTimes;    // one per launch, in order
 };
 
 // A backend may be shared between threads: load(), forward() and forwardOnDevice() on
@@ -71,6 +86,18 @@ public:
   // Bytes of memory the backend holds for activations (the planned arena) and weights.
   virtual int64_t peakActivationBytes() const = 0;
   virtual int64_t weightBytes() const = 0;
+
+  // Training (a Program of kind train_step, from compileTrainingStep): load() takes the
+  // starting weights as the parameters' fp32 master copies, with zero optimizer moments;
+  // each trainStep runs the forward, the backward and the optimizer on `tokenIds`, and
+  // the parameters it leaves are what the next step reads. Throws tlc::Error for a
+  // forward Program or ids out of range; backends without the backward's kernels (the
+  // GPU backends, for now) throw saying so.
+  virtual TrainStepResult trainStep(const std::vector<int32_t> &tokenIds, const TrainStepOptions &options = {});
+  // The parameters as training has left them, by checkpoint key (fp32), e.g. to save.
+  virtual Weights trainedWeights() const;
+  // Bytes held for the optimizer's state (AdamW's two moments per parameter).
+  virtual int64_t optimizerStateBytes() const { return 0; }
 };
 
 // threads = 0: one per hardware thread.

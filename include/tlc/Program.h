@@ -112,8 +112,17 @@ struct Parameter {
   std::string init;           // seeded init: "normal" (std 0.02) or "ones" (norm gains)
 };
 
+// What running a Program does: a forward (token ids in, logits and loss out), or a
+// training step (the forward, then the backward and an optimizer update of the
+// parameters, which the backend keeps between steps: Backend::trainStep).
+enum class ProgramKind { Forward, TrainStep };
+
+TLC_API const char *programKindName(ProgramKind kind);          // "forward", "train_step"
+TLC_API ProgramKind parseProgramKind(const std::string &name);  // throws tlc::Error on an unknown name
+
 struct Program {
   std::string model;          // e.g. "workshop"
+  ProgramKind kind = ProgramKind::Forward;
   int optLevel = 0;
   std::string pipeline;       // the pass pipeline that produced it
   DType dtype = DType::F32;   // storage dtype of weights and activations

@@ -13,6 +13,9 @@
 //
 // On a GPU, token ids and logits in the caller's device memory, on the caller's stream:
 //   backend->forwardOnDevice({{deviceTokens, count}, {deviceLogits, count * vocab}, deviceLoss, {stream}});
+//
+// Training (on the CPU backend for now): compileTrainingStepFile, then
+// Backend::trainStep per batch (see Train.h).
 #pragma once
 
 #include <tlc/Backend.h>
@@ -23,5 +26,6 @@
 #include <tlc/Profiler.h>
 #include <tlc/Program.h>
 #include <tlc/Tensor.h>
+#include <tlc/Train.h>
 #include <tlc/Version.h>
 #include <tlc/Weights.h>

@@ -56,7 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;  // the memory budget
   }
   try {
-    backend->forward(tlc::randomTokenIds(program, 2));
+    if (program.kind == tlc::ProgramKind::TrainStep) backend->trainStep(tlc::randomTokenIds(program, 2));
+    else backend->forward(tlc::randomTokenIds(program, 2));
   } catch (const tlc::Error &error) {
     finding(std::string("a valid Program fails to run: ") + error.what());
   }

@@ -1,9 +1,11 @@
 // Fuzz target: a .tl model through the whole compiler (parse, verify, O0 and O3, lower,
-// plan, emit), then, when it is small, both levels run on the CPU backend.
+// plan, emit) and its O2 training step (tl-autodiff), then, when they are small, both
+// levels' forwards and one training step run on the CPU backend.
 //
 // A finding is a crash, a sanitizer report, a Program from tlc that does not load back
-// from its JSON, or O0 and O3 disagreeing on finite logits. Errors reported as
-// diagnostics or tlc::Error are the expected answer to bad input.
+// from its JSON, O0 and O3 disagreeing on finite logits, or the training step's loss
+// disagreeing with the forward's. Errors reported as diagnostics or tlc::Error are the
+// expected answer to bad input.
 #include "compiler/ModelIO.h"
 #include "runtime/Backend.h"
 #include "runtime/Error.h"
@@ -14,6 +16,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,13 +29,14 @@ namespace {
   std::abort();
 }
 
-// Compiles a copy of `module` at `level`; nullopt when tlc rejects it with a message.
-std::optional<tlc::Program> compile(mlir::ModuleOp module, int level) {
+// Compiles a copy of `module` at `level` (with `training`, its training step); nullopt
+// when tlc rejects it with a message.
+std::optional<tlc::Program> compile(mlir::ModuleOp module, int level, const tlc::AdamWOptions *training = nullptr) {
   mlir::OwningOpRef<mlir::ModuleOp> copy = module.clone();
   tlc::CompileOptions options{level, /*batch=*/1, /*seqLen=*/4, "f32"};
   try {
-    if (mlir::failed(tlc::optimizeModule(*copy, options))) return std::nullopt;
-    auto program = tlc::buildProgram(*copy, options);  // validated: tlc writes no other
+    if (mlir::failed(tlc::optimizeModule(*copy, options, {}, training))) return std::nullopt;
+    auto program = tlc::buildProgram(*copy, options, training);  // validated: tlc writes no other
     if (mlir::failed(program)) return std::nullopt;
     try {
       tlc::programFromJson(tlc::programToJson(*program), "round trip");
@@ -52,11 +56,25 @@ bool cheap(const tlc::Program &program) {
   return flops < 20'000'000 && program.arenaBytes < (16 << 20) && program.kernels.size() < 2000;
 }
 
-std::optional<tlc::ForwardResult> run(const tlc::Program &program) {
+tlc::Backend &cpuBackend() {
   static std::unique_ptr<tlc::Backend> backend = tlc::createCpuBackend(1);
+  return *backend;
+}
+
+std::optional<tlc::ForwardResult> run(const tlc::Program &program) {
   try {
-    backend->load(program, tlc::Weights::random(program.parameters, 1));
-    return backend->forward(tlc::randomTokenIds(program, 2));
+    cpuBackend().load(program, tlc::Weights::random(program.parameters, 1));
+    return cpuBackend().forward(tlc::randomTokenIds(program, 2));
+  } catch (const tlc::Error &) {
+    return std::nullopt;  // the memory budget
+  }
+}
+
+// The loss of one training step on the weights and tokens run() uses.
+std::optional<float> trainingLoss(const tlc::Program &step) {
+  try {
+    cpuBackend().load(step, tlc::Weights::random(step.parameters, 1));
+    return cpuBackend().trainStep(tlc::randomTokenIds(step, 2)).loss;
   } catch (const tlc::Error &) {
     return std::nullopt;  // the memory budget
   }
@@ -99,5 +117,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     double error = tlc::relativeError(a, b);
     if (!(error < 1e-3)) finding("O0 and O3 disagree: relative error " + std::to_string(error));
   }
+  static const tlc::AdamWOptions adamw;
+  std::optional<tlc::Program> step = compile(*module, 2, &adamw);
+  if (!step || !cheap(*step)) return 0;
+  std::optional<float> stepLoss = trainingLoss(*step);
+  float forwardLoss = baselineRun->loss;
+  if (stepLoss && std::isfinite(*stepLoss) && std::isfinite(forwardLoss) &&
+      !(std::fabs(*stepLoss - forwardLoss) <= 1e-3 * std::max(1.0f, std::fabs(forwardLoss))))
+    finding("the training step's loss " + std::to_string(*stepLoss) + " is not the forward's " +
+            std::to_string(forwardLoss));
   return 0;
 }

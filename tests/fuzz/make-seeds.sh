@@ -42,6 +42,38 @@ program["sources"] = {entry: "// " + entry for entry in program.get("sources", {
 json.dump(program, open(sys.argv[2], "w"), separators=(",", ":"))
 PY
 
+# A training step, written by hand (tlc train does not emit its Program): a tied table's
+# logits, the loss, its gradient through the output projection, one clipped AdamW update.
+python3 - corpus/program/train-step.json <<'PY'
+import json, sys
+def value(i, name, shape, storage, dtype="f32", **extra):
+    return dict(id=i, name=name, dtype=dtype, shape=shape, storage=storage, **extra)
+def op(name, operands, results, **attrs):
+    tagged = {key: {"s": v} if isinstance(v, str) else {"f": v} for key, v in attrs.items()}
+    return dict(op=name, operands=operands, results=results, attrs=tagged)
+def kernel(name, ops, inputs, outputs):
+    return dict(name=name, inputs=inputs, outputs=outputs, ops=ops)
+adamw = dict(key="model.embed_tokens.weight", lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
+             max_grad_norm=1.0)
+program = {"format": "tlc-program", "version": 1, "kind": "train_step", "model": "seed", "opt_level": 0,
+           "pipeline": "by hand", "dtype": "f32", "batch": 1, "seq_len": 3, "vocab": 5, "arena_bytes": 0,
+           "inputs": [0], "outputs": [3, 4],
+           "parameters": [{"key": "model.embed_tokens.weight", "shape": [5, 2], "init": "normal"}],
+           "values": [value(0, "ids", [1, 3], "input", "i32"),
+                      value(1, "table", [5, 2], "weight", weight_keys=["model.embed_tokens.weight"]),
+                      value(2, "x", [1, 3, 2], "activation"), value(3, "logits", [1, 3, 5], "output"),
+                      value(4, "loss", [], "output"), value(5, "logits_grad", [1, 3, 5], "activation"),
+                      value(6, "table_grad", [5, 2], "activation"), value(7, "norm", [], "activation")],
+           "kernels": [kernel("embedding", [op("embedding", [1, 0], [2])], [1, 0], [2]),
+                       kernel("linear", [op("linear", [2, 1], [3])], [2, 1], [3]),
+                       kernel("loss", [op("cross_entropy", [3, 0], [4])], [3, 0], [4]),
+                       kernel("loss_grad", [op("cross_entropy_grad", [3, 0], [5])], [3, 0], [5]),
+                       kernel("weight_grad", [op("linear_grad_weight", [5, 2], [6])], [5, 2], [6]),
+                       kernel("norm", [op("global_norm", [6], [7])], [6], [7]),
+                       kernel("adamw", [op("adamw", [6, 7], [], **adamw)], [6, 7], [])]}
+json.dump(program, open(sys.argv[1], "w"), separators=(",", ":"))
+PY
+
 # safetensors: that model's weights (f32), and a file with BF16, F16 and an unused I64.
 "$tools/tlc" corpus/tl/one-block.tl --seq-len=4 --run --save-weights=corpus/safetensors/one-block.safetensors \
   > /dev/null

@@ -6,6 +6,7 @@
 
 #define TL_ELEMENTWISE(name, operands, attribute, formula)                                                        \
   template <class T> TL_DEVICE T tl_##name(T a, T b, T attr) {                                                  \
+    (void)a;                                                                                                     \
     (void)b;                                                                                                     \
     (void)attr;                                                                                                  \
     return formula;                                                                                              \

@@ -32,27 +32,39 @@ struct LastDiagnostic {
   mlir::ScopedDiagnosticHandler handler;
 };
 
-// Builds, optimizes and lowers a config in memory.
-inline Program compileConfig(const LlamaConfig &config, const CompileOptions &options) {
+// Builds, optimizes and lowers a config in memory: its forward, or with `training` its
+// training step.
+inline Program compileConfig(const LlamaConfig &config, const CompileOptions &options,
+                             const AdamWOptions *training = nullptr) {
   auto context = makeContext();
   auto module = buildLlamaModule(*context, config);
-  EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options)));
-  auto program = buildProgram(*module, options);
+  EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, training)));
+  auto program = buildProgram(*module, options, training);
   EXPECT_TRUE(mlir::succeeded(program));
   return std::move(*program);
 }
 
+// A preset (its tying, RoPE style, eps) at other sizes.
+struct Sizes {
+  int64_t layers, hidden, heads, kvHeads, headDim, ffn, vocab;
+};
+
+inline LlamaConfig resizedConfig(const std::string &preset, const Sizes &sizes) {
+  LlamaConfig config = *presetConfig(preset);
+  config.layers = sizes.layers;
+  config.hidden = sizes.hidden;
+  config.heads = sizes.heads;
+  config.kvHeads = sizes.kvHeads;
+  config.headDim = sizes.headDim;
+  config.ffn = sizes.ffn;
+  config.vocab = sizes.vocab;
+  return config;
+}
+
 // A small config with the structure of the real ones: GQA, several heads, RoPE.
 inline LlamaConfig smallConfig(const std::string &preset, int64_t layers = 2) {
-  LlamaConfig config = *presetConfig(preset);
-  config.layers = layers;
-  config.hidden = 128;
-  config.heads = 4;
-  config.kvHeads = 2;
-  config.headDim = 32;
-  config.ffn = 256;
-  config.vocab = 97;
-  return config;
+  return resizedConfig(preset, {layers, /*hidden=*/128, /*heads=*/4, /*kvHeads=*/2, /*headDim=*/32, /*ffn=*/256,
+                                /*vocab=*/97});
 }
 
 } // namespace tlc::support

@@ -284,5 +284,50 @@ TEST(CpuBackend, RandomTokenIdsAreSeededAndInRange) {
   checkTokenIds(program, ids);
 }
 
+// A training step: the parameters are state, updated by each step and read by the next;
+// gradients can be kept and updates skipped; forward and training steps are not mixed up.
+TEST(CpuBackend, TrainingStepsUpdateTheParameters) {
+  Program step = test::trainingStep();
+  Weights weights = Weights::random(step.parameters, 3);
+  std::vector<int32_t> ids = randomTokenIds(step, 4);
+  auto backend = createCpuBackend(2);
+  backend->load(step, weights);
+  EXPECT_EQ(backend->optimizerStateBytes(), 2 * 6 * 3 * 4);
+  EXPECT_CONTAINS(errorMessage([&] { backend->forward(ids); }), "the loaded Program is a training step");
+
+  TrainStepResult probe = backend->trainStep(ids, {/*update=*/false, /*keepGradients=*/true});
+  EXPECT_EQ(probe.step, 0);
+  EXPECT_EQ(backend->trainedWeights().at("model.embed_tokens.weight").data,
+            weights.at("model.embed_tokens.weight").data);
+  const Tensor &gradient = probe.gradients.at("model.embed_tokens.weight");
+  EXPECT_EQ(gradient.shape, (std::vector<int64_t>{6, 3}));
+
+  std::vector<float> losses;
+  for (int i = 0; i < 5; ++i) losses.push_back(backend->trainStep(ids).loss);
+  EXPECT_EQ(losses[0], probe.loss);
+  EXPECT_LT(losses[4], losses[0]);
+  // The first update moves each element by lr = 0.1 against its gradient (Adam's first
+  // step is lr * g / (|g| + eps)).
+  EXPECT_EQ(backend->trainStep(ids, {false, false}).step, 5);
+  Program fresh = test::trainingStep();
+  backend->load(fresh, weights);
+  backend->trainStep(ids);
+  const std::vector<float> &before = weights.at("model.embed_tokens.weight").data;
+  std::vector<float> after = backend->trainedWeights().at("model.embed_tokens.weight").data;
+  for (size_t i = 0; i < after.size(); ++i) {
+    double g = gradient.data[i];
+    EXPECT_NEAR(after[i], before[i] - 0.1 * g / (std::fabs(g) + 1e-8), 1e-6);
+  }
+}
+
+TEST(CpuBackend, ForwardProgramsDoNotTrain) {
+  auto backend = createCpuBackend(1);
+  Program forward = tinyModel(DType::F32);
+  backend->load(forward, tinyWeights(forward));
+  EXPECT_CONTAINS(errorMessage([&] { backend->trainStep(randomTokenIds(forward, 1)); }),
+                  "the loaded Program is a forward; a training step needs one compiled for training");
+  EXPECT_CONTAINS(errorMessage([&] { backend->trainedWeights(); }), "no training step is loaded");
+}
+
 } // namespace
 } // namespace tlc

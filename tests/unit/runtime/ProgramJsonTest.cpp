@@ -119,6 +119,23 @@ TEST(ProgramJson, RoundTripKeepsEveryField) {
   EXPECT_EQ(programToJson(parsed), text);
 }
 
+// A training step says so ("kind"); a forward's file has no such field, as before.
+TEST(ProgramJson, TrainingStepsKeepTheirKind) {
+  Program step = test::trainingStep();
+  planMemory(step);
+  std::string text = programToJson(step);
+  EXPECT_NE(text.find("\"kind\": \"train_step\""), std::string::npos);
+  Program parsed = programFromJson(text, "step.json");
+  EXPECT_EQ(parsed.kind, ProgramKind::TrainStep);
+  EXPECT_EQ(programToJson(parsed), text);
+  EXPECT_EQ(programToJson(programWithEverything()).find("\"kind\""), std::string::npos);
+
+  std::string unknown = text;
+  unknown.replace(unknown.find("\"train_step\""), 12, "\"inference\"");
+  EXPECT_CONTAINS(errorMessage([&] { programFromJson(unknown, "p.json"); }),
+                  "kind: unknown program kind 'inference' (expected forward or train_step)");
+}
+
 TEST(ProgramJson, IntegralDoublesStayDoubles) {
   Program parsed = programFromJson(programToJson(programWithEverything()));
   const OpRecord &rope = parsed.kernels[1].ops[2];

@@ -186,5 +186,46 @@ TEST(MemoryPlanner, EveryPlanPassesThePlacementCheck) {
   }
 }
 
+// A training step updates parameters (tl.adamw) and only a training step does; each
+// at most once, from a gradient of its shape.
+TEST(ProgramValidation, OnlyATrainingStepUpdatesParameters) {
+  validateProgram(test::trainingStep());
+
+  Program forward = test::trainingStep();
+  forward.kind = ProgramKind::Forward;
+  EXPECT_EQ(invalid(forward), "invalid program: kernels[5].ops[0]: a forward program updates no parameter: 'adamw' "
+                              "belongs to a train_step program");
+
+  Program unknownKey = test::trainingStep();
+  unknownKey.kernels[5].ops[0].attrs["key"] = std::string("model.norm.weight");
+  EXPECT_CONTAINS(invalid(unknownKey), "kernels[5].ops[0].attrs.key: 'model.norm.weight' is not a parameter");
+
+  Program twice = test::trainingStep();
+  twice.kernels[5].ops.push_back(twice.kernels[5].ops[0]);
+  EXPECT_CONTAINS(invalid(twice), "kernels[5].ops[1].attrs.key: 'model.embed_tokens.weight' is updated twice");
+
+  Program nothing = test::trainingStep();
+  nothing.kernels.pop_back();
+  EXPECT_EQ(invalid(nothing), "invalid program: kind: a train_step program updates at least one parameter (op 'adamw')");
+
+  Program wrongShape = test::trainingStep(2, 4, 6, 3);
+  wrongShape.parameters[0].shape = {3, 6};
+  EXPECT_CONTAINS(invalid(wrongShape), "weight value 1 ('embed') has shape 6x3, which parameter");
+}
+
+TEST(ProgramValidation, BackwardOpsFollowTheirRules) {
+  Program badLr = test::trainingStep();
+  badLr.kernels[5].ops[0].attrs["lr"] = -1.0;
+  EXPECT_CONTAINS(invalid(badLr), "kernels[5].ops[0] ('adamw'): attribute 'lr' is -1; it must be a positive normal f32");
+
+  Program shortSequence = test::trainingStep(2, 1, 6, 3);
+  EXPECT_CONTAINS(invalid(shortSequence), "('cross_entropy_grad'): a sequence of 1 token predicts nothing");
+
+  // cross_entropy_grad's ids index the logits' vocabulary: it must hold every id.
+  Program narrow = test::trainingStep();
+  narrow.vocab = 9;
+  EXPECT_CONTAINS(invalid(narrow), "'embedding' indexes 6 rows with token ids up to vocab - 1 = 8");
+}
+
 } // namespace
 } // namespace tlc

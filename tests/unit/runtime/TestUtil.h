@@ -130,6 +130,30 @@ inline OpRecord makeOp(std::string name, std::vector<int> operands, std::vector<
   return op;
 }
 
+// The smallest training step: logits = embed(ids) · embedᵀ (a tied table), its
+// cross-entropy, the table's gradient through the output projection only, one AdamW
+// update. Unplanned; backends plan it.
+inline Program trainingStep(int64_t batch = 2, int64_t seq = 4, int64_t vocab = 6, int64_t hidden = 3) {
+  ProgramBuilder builder(batch, seq, vocab);
+  int ids = builder.value("ids", DType::I32, {batch, seq}, Storage::Input);
+  int table = builder.weight("embed", {vocab, hidden}, {{"model.embed_tokens.weight", {vocab, hidden}}});
+  int x = builder.value("x", DType::F32, {batch, seq, hidden}, Storage::Activation);
+  int logits = builder.value("logits", DType::F32, {batch, seq, vocab}, Storage::Output);
+  int loss = builder.value("loss", DType::F32, {}, Storage::Output);
+  int logitsGrad = builder.value("logits_grad", DType::F32, {batch, seq, vocab}, Storage::Activation);
+  int tableGrad = builder.value("table_grad", DType::F32, {vocab, hidden}, Storage::Activation);
+  builder.kernel("tl_embedding", {makeOp("embedding", {table, ids}, {x})});
+  builder.kernel("tl_linear", {makeOp("linear", {x, table}, {logits})});
+  builder.kernel("tl_loss", {makeOp("cross_entropy", {logits, ids}, {loss})});
+  builder.kernel("tl_loss_grad", {makeOp("cross_entropy_grad", {logits, ids}, {logitsGrad})});
+  builder.kernel("tl_weight_grad", {makeOp("linear_grad_weight", {logitsGrad, x}, {tableGrad})});
+  builder.kernel("tl_adamw", {makeOp("adamw", {tableGrad}, {},
+                                     {{"key", std::string("model.embed_tokens.weight")}, {"lr", 0.1},
+                                      {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", 0.0}})});
+  builder.program().kind = ProgramKind::TrainStep;
+  return builder.program();
+}
+
 // A fresh directory under the system temp dir, removed with the object.
 class TempDir {
 public:

@@ -1,0 +1,131 @@
+#include "tools/Training.h"
+
+#include "runtime/OptLevels.h"
+#include "runtime/Progress.h"
+#include "runtime/RunSummary.h"
+#include "runtime/TrainingData.h"
+
+#include <tlc/Error.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace tlc {
+namespace {
+
+// How the step's kernels divide: the forward ends with the kernel that writes the
+// loss, the optimizer is the last kernel (one update over every parameter).
+std::string kernelSplit(const Program &program) {
+  size_t forward = 0;
+  for (size_t k = 0; k < program.kernels.size(); ++k)
+    for (int output : program.kernels[k].outputs)
+      if (output == program.outputs.back()) forward = k + 1;
+  const Kernel &last = program.kernels.back();
+  bool optimizer = !last.ops.empty() && last.ops.front().op == "adamw";
+  size_t backward = program.kernels.size() - forward - (optimizer ? 1 : 0);
+  int64_t flops = 0;
+  for (const Kernel &kernel : program.kernels) flops += kernel.flops;
+  return fmt::format("  kernels   {} per step: {} forward, {} backward, {} AdamW over {} parameters; {:.2f} GFLOP\n",
+                     program.kernels.size(), forward, backward, optimizer ? 1 : 0,
+                     optimizer ? last.ops.size() : 0, double(flops) / 1e9);
+}
+
+std::string describeAdamW(const AdamWOptions &adamw) {
+  return fmt::format("AdamW lr {:g}, betas ({:g}, {:g}), eps {:g}, weight decay {:g}, {}", adamw.learningRate,
+                     adamw.beta1, adamw.beta2, adamw.eps, adamw.weightDecay,
+                     adamw.maxGradNorm > 0 ? fmt::format("gradients clipped to global norm {:g}", adamw.maxGradNorm)
+                                           : std::string("no gradient clipping"));
+}
+
+// The bar under the step lines on a terminal: drawn on stderr, erased before stdout is
+// written so the two never share a line.
+class ProgressBar {
+public:
+  ProgressBar(bool shown, int64_t steps) : shown_(shown), steps_(steps) {}
+  void erase() {
+    if (!shown_) return;
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+  }
+  // `done` steps so far; the last one's loss and the time left once there is one.
+  void draw(int64_t done, float loss = 0, double secondsLeft = 0) {
+    if (!shown_) return;
+    constexpr int kWidth = 30;
+    int filled = int(kWidth * done / std::max<int64_t>(1, steps_));
+    std::string status = done == 0 ? std::string("running the first step")
+                                   : fmt::format("loss {:.4f}, {:.0f} s left", loss, secondsLeft);
+    std::fprintf(stderr, "\r\033[K[%s%s] %lld/%lld steps, %s", std::string(filled, '#').c_str(),
+                 std::string(kWidth - filled, '.').c_str(), (long long)done, (long long)steps_, status.c_str());
+    std::fflush(stderr);
+  }
+
+private:
+  bool shown_;
+  int64_t steps_;
+};
+
+} // namespace
+
+void train(const Program &program, Backend &backend, const TrainingRun &run) {
+  Weights weights = loadWeights(run.inputs, program);
+  TrainingBatches batches(program, run.dataPath, run.inputs.seed);
+  {
+    ProgressLine line(fmt::format("loading onto {} (weights, optimizer state)", backend.name()));
+    backend.load(program, weights);
+  }
+  const int64_t tokensPerStep = program.batch * program.seqLen;
+  std::string header = fmt::format("tlc train: {} at {}, {}, batch {} x seq {}, {} step{} on {}\n", program.model,
+                                   describeOptLevel(program.optLevel), dtypeName(program.dtype), program.batch,
+                                   program.seqLen, run.steps, run.steps == 1 ? "" : "s", backend.name());
+  header += fmt::format("  pipeline  {}\n", program.pipeline);
+  header += kernelSplit(program);
+  header += fmt::format("  optimizer {}\n", describeAdamW(run.adamw));
+  header += fmt::format("  inputs    weights {}; tokens {}\n", describeWeights(run.inputs), batches.describe());
+  fmt::print("{}", header);
+  std::fflush(stdout);
+
+  ProgressBar bar(run.progressBar, run.steps);
+  bar.draw(0);
+  double totalMilliseconds = 0;
+  float firstLoss = 0, lastLoss = 0;
+  for (int64_t step = 1; step <= run.steps; ++step) {
+    TrainStepResult result = backend.trainStep(batches.next());
+    if (!std::isfinite(result.loss))
+      throw Error(fmt::format("step {}: the loss is {}; training diverged (try a smaller --learning-rate)", step,
+                              result.loss));
+    totalMilliseconds += result.milliseconds;
+    if (step == 1) firstLoss = result.loss;
+    lastLoss = result.loss;
+    double seconds = result.milliseconds / 1000;
+    bar.erase();
+    fmt::print("step {:>{}}/{} | loss {:.4f} | {:.1f} samples/s | {:.0f} tokens/s | {:.1f} ms\n", step,
+               std::to_string(run.steps).size(), run.steps, result.loss, double(program.batch) / seconds,
+               double(tokensPerStep) / seconds, result.milliseconds);
+    std::fflush(stdout);
+    bar.draw(step, result.loss, totalMilliseconds / 1000 / double(step) * double(run.steps - step));
+  }
+  bar.erase();
+
+  double seconds = totalMilliseconds / 1000;
+  int64_t activations = backend.peakActivationBytes(), weightBytes = backend.weightBytes(),
+          moments = backend.optimizerStateBytes();
+  fmt::print("Training completed: {} steps, batch size {}, loss {:.4f} -> {:.4f}\n", run.steps, program.batch,
+             firstLoss, lastLoss);
+  fmt::print("Performance: {:.1f} samples/sec, {:.0f} tokens/sec ({:.1f} ms a step)\n",
+             double(program.batch * run.steps) / seconds, double(tokensPerStep * run.steps) / seconds,
+             totalMilliseconds / double(run.steps));
+  fmt::print("Memory usage: {} peak (activations and gradients {}, weights {}, AdamW moments {})\n",
+             mib(activations + weightBytes + moments), mib(activations), mib(weightBytes), mib(moments));
+  if (!run.saveWeightsPath.empty()) {
+    {
+      ProgressLine line("saving the trained weights");
+      backend.trainedWeights().saveSafetensors(run.saveWeightsPath);
+    }
+    fmt::print("Saved the trained weights to {}\n", run.saveWeightsPath);
+  }
+}
+
+} // namespace tlc
