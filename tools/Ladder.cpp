@@ -96,7 +96,7 @@ std::string ladderTable(const Ladder &ladder) {
                      ladder.tokensFrom);
   out += fmt::format("  time      median of {} forward{} after a warm-up\n", ladder.timedRuns,
                      ladder.timedRuns == 1 ? "" : "s");
-  out += "  moved     each kernel's inputs and outputs once: the least its kernels must move\n\n";
+  out += "  moved     each kernel's inputs (of an embedding table, the rows gathered) and outputs once: the least its kernels must move\n\n";
   out += fmt::format("{:<5} {:<18} {:>7} {:>9} {:>7} {:>10} {:>10} {:>8} {:>12} {:>8}\n", "level", "workshop version",
                      "kernels", "per block", "GFLOP", "MiB moved", "time ms", "speedup", "max |dlogit|", "loss");
   const LadderRung &base = ladder.rungs.front();

@@ -28,7 +28,7 @@ struct LadderRung {
   int kernels = 0, kernelsPerBlock = 0;
   bool chained = false;      // a block's kernels start as one dependent launch sequence
   double gflop = 0;
-  int64_t minBytes = 0;      // each kernel's inputs and outputs once: the least it must move
+  int64_t minBytes = 0;      // Kernel::minBytes summed: the least the kernels must move
   double milliseconds = 0;   // median forward
   double maxLogitDiff = 0;   // max |logits - O0 logits|
   float loss = 0;
