@@ -14,7 +14,7 @@ for level in 1 2; do
       "$BUILD/bench/tl-kernel-bench" --model="$MODEL" --batch="$BATCH" --seq="$SEQ" --level=$level --only=gemm \
       > "$OUTDIR/ncu-O$level.csv" 2> "$OUTDIR/ncu-O$level.err"
   for f in $(find "$TLC_CACHE_DIR" -type f | head -20); do
-    cuobjdump -sass "$f" > "$OUTDIR/sass-O$level-$(basename "$f").txt" 2>/dev/null || true
+    cuobjdump -sass "$f" >> "$OUTDIR/sass-O$level.txt" 2>/dev/null || true
     cuobjdump -res-usage "$f" >> "$OUTDIR/res-O$level.txt" 2>/dev/null || true
   done
 done
@@ -23,12 +23,15 @@ python3 - "$OUTDIR" <<'PY'
 import csv, sys, collections
 out = sys.argv[1]
 for level in (1, 2):
-    rows = list(csv.reader(open(f"{out}/ncu-O{level}.csv")))
-    if not rows: continue
+    # ncu's CSV follows the program's own output (tl-kernel-bench's JSON lines).
+    lines = open(f"{out}/ncu-O{level}.csv").read().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None: continue
+    rows = list(csv.reader(lines[start:]))
     head = rows[0]; idx = {h: i for i, h in enumerate(head)}
     by = collections.defaultdict(dict)
     for r in rows[1:]:
-        if len(r) < len(head): continue
+        if len(r) <= idx["Metric Value"]: continue  # rows may end early (no rule columns)
         by[r[idx["Kernel Name"]][:60]][r[idx["Metric Name"]]] = r[idx["Metric Value"]]
     print(f"== O{level}")
     for k, m in by.items():
