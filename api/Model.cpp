@@ -9,6 +9,7 @@
 #include "runtime/RunInputs.h"
 
 #include <tlc/Error.h>
+#include <tlc/Tensor.h>
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/SourceMgr.h"
@@ -128,7 +129,8 @@ ForwardResult Model::forward(Span<const int32_t> tokens, int64_t batch, int64_t 
 }
 
 float Model::forward(Span<const int32_t> tokens, int64_t batch, int64_t seqLen, Span<float> logits) {
-  size_t expected = size_t(batch * seqLen * impl_->vocab);
+  impl_->checkShape(batch, seqLen);
+  size_t expected = size_t(Tensor::elementsOf({batch, seqLen, impl_->vocab}));  // checked: never wraps
   if (logits.size() != expected)
     throw Error(fmt::format("{}: the logits buffer holds {} floats; batch {} x seq {} x vocab {} needs {}", impl_->path,
                             logits.size(), batch, seqLen, impl_->vocab, expected));

@@ -1,4 +1,5 @@
-// Picks the backend a --target names; what a backend does when it cannot train.
+// Picks the backend a --target names; what a backend does when it cannot train or take
+// device pointers.
 #include "runtime/Backend.h"
 #include "runtime/Error.h"
 #include "runtime/JitBackend.h"
@@ -12,6 +13,12 @@ namespace tlc {
 TrainStepResult Backend::trainStep(const std::vector<int32_t> &, const TrainStepOptions &) {
   throw Error(fmt::format("the {} backend cannot run a training step yet: training runs on the CPU backend "
                           "(--target=cpu) until the GPU backward kernels exist",
+                          name()));
+}
+
+void Backend::forwardOnDevice(const DeviceForward &) {
+  throw Error(fmt::format("{} backend: device pointers need a GPU backend, and this one runs on the host (pass host "
+                          "spans to forward(), or choose target cuda or hip)",
                           name()));
 }
 

@@ -38,12 +38,6 @@ void checkDeviceForward(const DeviceForward &request, int64_t batch, int64_t seq
   }
 }
 
-void refuseDeviceForward(const std::string &who) {
-  throw Error(fmt::format("{}: device pointers need a GPU backend, and this one runs on the CPU (pass host spans "
-                          "to forward(), or choose target cuda or hip)",
-                          who));
-}
-
 CallerBuffers::CallerBuffers(GpuDevice &device, bool useCache) : device_(device) {
   const std::string &source = embeddedRuntimeKernels().at("caller_buffers.cuh");
   JitOptions options;

@@ -22,9 +22,6 @@ const std::map<std::string, std::string> &embeddedRuntimeKernels();
 void checkDeviceForward(const DeviceForward &request, int64_t batch, int64_t seqLen, int64_t vocab,
                         const std::string &who);
 
-// What a backend without a GPU throws for Backend::forwardOnDevice.
-[[noreturn]] void refuseDeviceForward(const std::string &who);
-
 class CallerBuffers {
 public:
   // JIT-compiles (through the cache) and loads the kernels; the device must be current.

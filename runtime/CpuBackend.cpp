@@ -22,7 +22,6 @@
 #include <set>
 
 #include "runtime/Backend.h"
-#include "runtime/CallerBuffers.h"
 #include "runtime/CpuOps.h"
 #include "runtime/Checked.h"
 #include "runtime/Error.h"
@@ -134,7 +133,6 @@ public:
     return bytes;
   }
 
-  void forwardOnDevice(const DeviceForward &) override { refuseDeviceForward("cpu backend"); }
 
   DeviceInfo deviceInfo() const override {
     DeviceInfo info;

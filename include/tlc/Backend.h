@@ -79,8 +79,8 @@ public:
   // the Program's size, when the loss lies inside the logits, when the driver says a
   // buffer is host memory, another device's or (CUDA) another context's, when the
   // stream is capturing a graph, and on the CPU backend ("device pointers need a GPU
-  // backend").
-  virtual void forwardOnDevice(const DeviceForward &request) = 0;
+  // backend": the default, for backends that run on the host).
+  virtual void forwardOnDevice(const DeviceForward &request);
   // The device it runs on, with the handles a host program needs to share it.
   virtual DeviceInfo deviceInfo() const = 0;
   // Bytes of memory the backend holds for activations (the planned arena) and weights.

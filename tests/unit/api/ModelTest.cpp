@@ -81,6 +81,10 @@ TEST(Model, SaysWhatIsWrongWithABadRequest) {
   outOfRange[2] = 50;
   EXPECT_NE(errorOf([&] { model.forward(outOfRange, 1, 4); }).find("token id 50 at position 2"), std::string::npos);
   EXPECT_NE(errorOf([&] { model.forward(tokens(4, 50), 0, 4); }).find("must be at least 1"), std::string::npos);
+  // A batch whose logits count overflows is refused by name, not wrapped into a small size.
+  std::vector<float> logits(16);
+  std::string huge = errorOf([&] { model.forward(tokens(4, 50), int64_t(1) << 60, 4, logits); });
+  EXPECT_NE(huge.find("more than 2^40 elements"), std::string::npos) << huge;
 }
 
 TEST(Model, ReportsABadFileAsLocatedDiagnostics) {

@@ -71,7 +71,6 @@ public:
   std::string name() const override { return "cuda"; }
   void load(const tlc::Program &, const tlc::Weights &) override {}
   tlc::ForwardResult forward(const std::vector<int32_t> &) override { return {}; }
-  void forwardOnDevice(const tlc::DeviceForward &) override {}
   tlc::DeviceInfo deviceInfo() const override { return {}; }
   int64_t peakActivationBytes() const override { return 0; }
   int64_t weightBytes() const override { return 0; }
