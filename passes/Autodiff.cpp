@@ -20,6 +20,7 @@
 // so the backward is built twice: a planning run into a scratch block finds the values
 // the fused ops must write out, the fused ops are rebuilt to write them, and the real
 // run builds the backward at the end of the function.
+#include "runtime/AttributeRanges.h"
 #include "passes/Passes.h"
 
 #include "compiler/AttrPrinting.h"
@@ -261,12 +262,14 @@ struct AutodiffPass : impl::TlAutodiffBase<AutodiffPass> {
       return func.emitError("tl-autodiff: ") << name << " = " << shortestFloat(value) << " is out of range: it must be "
                                              << range;
     };
-    if (!(learningRate > 0)) return bad("lr", learningRate, "positive");
-    if (!(beta1 >= 0 && beta1 < 1)) return bad("beta1", beta1, "in [0, 1)");
-    if (!(beta2 >= 0 && beta2 < 1)) return bad("beta2", beta2, "in [0, 1)");
-    if (!(eps > 0)) return bad("eps", eps, "positive");
-    if (!(weightDecay >= 0)) return bad("weight-decay", weightDecay, "zero or positive");
-    if (!(maxGradNorm >= 0)) return bad("max-grad-norm", maxGradNorm, "zero (no clipping) or positive");
+    // The ranges tl.adamw's verifier and the runtime check (runtime/AttributeRanges.h).
+    if (!tlc::isValidPositive(learningRate)) return bad("lr", learningRate, tlc::kPositiveRange);
+    if (!tlc::isValidBeta(beta1)) return bad("beta1", beta1, tlc::kBetaRange);
+    if (!tlc::isValidBeta(beta2)) return bad("beta2", beta2, tlc::kBetaRange);
+    if (!tlc::isValidPositive(eps)) return bad("eps", eps, tlc::kPositiveRange);
+    if (!tlc::isValidWeightDecay(weightDecay)) return bad("weight-decay", weightDecay, tlc::kWeightDecayRange);
+    if (!tlc::isValidWeightDecay(maxGradNorm))
+      return bad("max-grad-norm", maxGradNorm, "zero (no clipping) or a positive normal f32");
     return mlir::success();
   }
 

@@ -6,6 +6,7 @@
 //   tlc models/tinyllama.tl -O3 --dump-ir-dir=ir/ --ir-block=0
 //   tlc ladder models/tinyllama.tl --chart=ladder.svg
 //   tlc train models/tinyllama.tl --batch-size 8 --seq-len 128 --num-steps 50 --learning-rate 3e-4
+#include "runtime/AttributeRanges.h"
 #include "api/Compile.h"
 #include "compiler/BlockView.h"
 #include "compiler/codegen/Emitter.h"
@@ -231,12 +232,14 @@ std::string checkTrainFlags() {
     bool valid;
     const char *range;
   };
-  for (const Bound &bound : {Bound{learningRate, learningRate > 0 && std::isfinite(learningRate), "positive"},
-                             Bound{weightDecay, weightDecay >= 0 && std::isfinite(weightDecay), "0 or more"},
-                             Bound{beta1, beta1 >= 0 && beta1 < 1, "in [0, 1)"},
-                             Bound{beta2, beta2 >= 0 && beta2 < 1, "in [0, 1)"},
-                             Bound{adamEps, adamEps > 0 && std::isfinite(adamEps), "positive"},
-                             Bound{clipGradNorm, clipGradNorm >= 0 && std::isfinite(clipGradNorm), "0 (off) or more"}})
+  // The ranges tl.adamw accepts (runtime/AttributeRanges.h), reported as flags.
+  for (const Bound &bound : {Bound{learningRate, tlc::isValidPositive(learningRate), tlc::kPositiveRange},
+                             Bound{weightDecay, tlc::isValidWeightDecay(weightDecay), tlc::kWeightDecayRange},
+                             Bound{beta1, tlc::isValidBeta(beta1), tlc::kBetaRange},
+                             Bound{beta2, tlc::isValidBeta(beta2), tlc::kBetaRange},
+                             Bound{adamEps, tlc::isValidPositive(adamEps), tlc::kPositiveRange},
+                             Bound{clipGradNorm, tlc::isValidWeightDecay(clipGradNorm),
+                                   "0 (off) or a positive normal f32"}})
     if (!bound.valid)
       return fmt::format("--{}={} must be {}", bound.option.ArgStr.str(), bound.option.getValue(), bound.range);
   if (!dataPath.empty() && !readable(dataPath))

@@ -3,7 +3,7 @@
 // RUN: not tl-opt --tl-autodiff %s -split-input-file 2>&1 | FileCheck %s
 // RUN: not tl-opt --tl-autodiff="lr=-1" %S/../Inputs/tiny.tl 2>&1 | FileCheck %s --check-prefix=LR
 // RUN: not tl-opt --tl-autodiff="beta2=1.0" %S/../Inputs/tiny.tl 2>&1 | FileCheck %s --check-prefix=BETA
-// LR: tiny.tl:4:3: error: tl-autodiff: lr = -1.0 is out of range: it must be positive
+// LR: tiny.tl:4:3: error: tl-autodiff: lr = -1.0 is out of range: it must be a positive normal f32
 // BETA: error: tl-autodiff: beta2 = 1.0 is out of range: it must be in [0, 1)
 
 // CHECK: error: tl-autodiff: @forward returns no tl.cross_entropy loss to differentiate
