@@ -167,7 +167,8 @@ private:
         parameterFloats = add(parameterFloats, 3 * Tensor::elementsOf(parameter.shape));
     std::set<std::vector<std::string>> weightKeys;
     for (const Value &value : program.values)
-      if (value.storage == Storage::Weight && weightKeys.insert(value.weightKeys).second)
+      if (value.storage == Storage::Weight && !readsMasterInPlace(program, value) &&
+          weightKeys.insert(value.weightKeys).second)
         weightFloats = add(weightFloats, value.numElements());
     for (const Kernel &kernel : program.kernels) {
       int64_t floats = 0;
@@ -186,6 +187,13 @@ private:
         .check();
   }
 
+  // A training step reads a single-key f32 weight straight from its parameter's master
+  // copy; any other weight is materialized (concatenated, rounded to bf16).
+  static bool readsMasterInPlace(const Program &program, const Value &value) {
+    return program.kind == ProgramKind::TrainStep && program.dtype != DType::BF16 && value.dtype != DType::BF16 &&
+           value.weightKeys.size() == 1;
+  }
+
   // Each Weight value is its keys' tensors concatenated along dim 0; values with the same
   // keys (a tied embedding used twice) share one copy. Training reads them from the
   // parameters' masters (`weights` null): a single f32 one in place, others as copies.
@@ -195,15 +203,15 @@ private:
     for (const Value &value : program_.values) {
       if (value.storage != Storage::Weight) continue;
       bool roundToBf16 = program_.dtype == DType::BF16 || value.dtype == DType::BF16;
-      bool training = program_.kind == ProgramKind::TrainStep;
-      if (training && !roundToBf16 && value.weightKeys.size() == 1) {
+      if (readsMasterInPlace(program_, value)) {
         weightData_[size_t(value.id)] = parameters_.at(value.weightKeys[0]).weight.data();
         continue;
       }
       auto key = std::make_pair(value.weightKeys, roundToBf16);
       auto found = weightStore_.find(key);
       if (found == weightStore_.end()) {
-        std::vector<float> data = training ? concatenatedMasters(value) : weights->concatenated(value, "cpu");
+        std::vector<float> data = program_.kind == ProgramKind::TrainStep ? concatenatedMasters(value)
+                                                                          : weights->concatenated(value, "cpu");
         if (roundToBf16)
           pool_.parallelFor(int64_t(data.size()), 1 << 16, [&](int64_t begin, int64_t end) {
             for (int64_t i = begin; i < end; ++i) data[size_t(i)] = bf16ToFloat(floatToBf16(data[size_t(i)]));
