@@ -45,6 +45,13 @@ std::string envOr(const char *name, const std::string &fallback = "") {
   return value && *value ? value : fallback;
 }
 
+std::vector<std::string> splitWords(const std::string &text) {
+  std::vector<std::string> words;
+  std::istringstream stream(text);
+  for (std::string word; stream >> word;) words.push_back(word);
+  return words;
+}
+
 // ---- NVRTC and hipRTC -------------------------------------------------------------
 
 // NVRTC and hipRTC have the same API under two prefixes; only the library, the code
@@ -233,8 +240,11 @@ std::vector<std::string> jitCompileAll(const JitCompiler &compiler, const std::v
   auto start = std::chrono::steady_clock::now();
   std::string cacheDir = options.cacheDir.empty() ? jitCacheDir() : options.cacheDir;
   if (options.useCache) makeDirectories(cacheDir);
+  // TLC_JIT_OPTIONS adds compiler options (say -D flags) for experiments; they are part of the cache key.
+  JitOptions withExtra = options;
+  for (const std::string &option : splitWords(envOr("TLC_JIT_OPTIONS"))) withExtra.compilerOptions.push_back(option);
   std::string optionText;
-  for (const std::string &option : options.compilerOptions) optionText += option + " ";
+  for (const std::string &option : withExtra.compilerOptions) optionText += option + " ";
 
   // Each distinct source once.
   std::map<std::string, size_t> firstOf;
@@ -273,7 +283,7 @@ std::vector<std::string> jitCompileAll(const JitCompiler &compiler, const std::v
         ++cached;
       } else {
         std::string log;
-        if (!compiler.compile(source.source, source.entry + ".hip", options.arch, options.compilerOptions, binaries[u], log)) {
+        if (!compiler.compile(source.source, source.entry + ".hip", options.arch, withExtra.compilerOptions, binaries[u], log)) {
           errors[u] = fmt::format("{} failed to compile kernel '{}' for {}:\n{}\nthe source is in {}", compiler.version(),
                                   source.entry, options.arch, log, saveFailedSource(cacheDir, source));
         } else if (options.useCache) {

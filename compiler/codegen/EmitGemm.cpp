@@ -97,6 +97,10 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                      (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile) && aParts && bParts;
   GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, kTunedMultiprocessors) : GemmTile{64, 64, 2, 2, 1, 1};
   std::optional<WgmmaTile> hopper = matrixUnits ? chooseWgmmaTile(gemm, kTunedMultiprocessors) : std::nullopt;
+  // Beyond one wave, RMSNorm's sums of squares are computed by column tile 0 only and shared.
+  bool normShared = hopper && gemm.rowNorm && hopper->splits == 1 &&
+                    gemm.batch * ceilDiv(gemm.M, hopper->BM) * columnTiles(gemm, hopper->BN) >
+                        kTunedMultiprocessors * hopper->blocksPerMultiprocessor();
   if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
     throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", entry));
 
@@ -121,6 +125,8 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   spec += fmt::format("  static constexpr bool ROW_NORM = {}, B_KN = {}, CHAINED = {};\n", gemm.rowNorm, gemm.bKN,
                       source.chained());
   spec += fmt::format("  static constexpr float NORM_EPS = {};\n", floatLiteral(gemm.rowNorm ? gemm.eps : 0.0));
+  spec += fmt::format("  static constexpr bool NORM_SHARED = {};  // sm_90a: row sums of squares shared by column tiles\n",
+                      normShared);
 
   // Which output columns a column tile computes.
   spec += "  TL_DEVICE static tl_tile_cols tile_cols(int tn) {\n";
@@ -221,13 +227,16 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                                  : ""));
   headerLines.insert(headerLines.end(), details.begin(), details.end());
   if (hopper)
-    headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups, {} stages{}{}",
+    headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups, {} stages{}{}{}",
                                       hopper->BM, hopper->BN, hopper->BM / 64, hopper->stages,
                                       hopper->resident > 1 ? fmt::format(", {} blocks per SM", hopper->resident) : "",
                                       hopper->splits > 1 ? fmt::format(", K split {} ways (partial tiles in the workspace, "
                                                                        "added by the last split of each tile)",
                                                                        hopper->splits)
-                                                         : ""));
+                                                         : "",
+                                      normShared ? "; RMSNorm's sums of squares once per row, by the blocks of "
+                                                 "column tile 0, read by every column tile before its epilogue"
+                                               : ""));
   headerLines.push_back(matrixUnits ? fmt::format("{}: tensor cores (mma.sync), {}x{} tiles, {} warps{}, {} stages; AMD: "
                                                   "MFMA on gfx90a, 64x64 tiles",
                                                   hopper ? "other NVIDIA" : "NVIDIA", nvidia.BM, nvidia.BN,
@@ -270,11 +279,15 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                               nvidia.sharedBytes()};
   else emitted.launch["cuda"] = {fixedTiles, 256, kSimtSharedBytes};
   if (hopper) {
-    int64_t tiles = gemm.batch * ceilDiv(gemm.M, hopper->BM) * columnTiles(gemm, hopper->BN);
+    int64_t rowTiles = gemm.batch * ceilDiv(gemm.M, hopper->BM);
+    int64_t tiles = rowTiles * columnTiles(gemm, hopper->BN);
     emitted.launch["cuda:sm_90a"] = {tiles * hopper->splits, hopper->threads(), hopper->sharedBytes()};
-    if (hopper->splits > 1) {
+    if (hopper->splits > 1) {  // partial tiles and rows' partial sums of squares; arrivals per tile
       emitted.workspaceBytes = tiles * hopper->splits * (hopper->BM * hopper->BN + hopper->BM) * 4;
       emitted.syncWords = tiles;
+    } else if (normShared) {  // the rows' sums of squares; a flag and a reader count per row tile
+      emitted.workspaceBytes = rowTiles * hopper->BM * 4;
+      emitted.syncWords = 2 * rowTiles;
     }
   }
   emitted.launch["hip"] = {fixedTiles, 256, kSimtSharedBytes};

@@ -107,6 +107,14 @@ int64_t WgmmaTile::sharedBytes() const {
   return std::max(pipeline, epilogue) + 1024;
 }
 
+int WgmmaTile::blocksPerMultiprocessor() const {
+  // An H100/H200 SM: 228 KiB of shared memory (1 KiB of it reserved per block), 2048
+  // threads, 64 Ki registers: at most 255 per thread unless `resident` caps them.
+  int64_t bySharedMemory = (228 << 10) / (sharedBytes() + 1024);
+  int64_t byRegisters = std::max<int64_t>(resident, 65536 / (int64_t(threads()) * 255));
+  return int(std::max<int64_t>(1, std::min({bySharedMemory, byRegisters, int64_t(2048 / threads())})));
+}
+
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors) {
   // TLC_NO_WGMMA=1: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
   if (gemm.bKN || std::getenv("TLC_NO_WGMMA")) return std::nullopt;

@@ -42,6 +42,7 @@ struct WgmmaTile {
   int resident = 1;
   int threads() const { return BM / 64 * 128; }
   int64_t sharedBytes() const;  // stages or the accumulator tile, plus 1 KiB for alignment
+  int blocksPerMultiprocessor() const;  // that fit at once: shared memory, threads, `resident`
 };
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors);
 

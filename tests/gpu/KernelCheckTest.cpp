@@ -7,6 +7,7 @@
 #include "runtime/Tensor.h"
 
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <random>
 #include <set>
@@ -16,24 +17,23 @@ namespace {
 
 using namespace gputest;
 
-class GpuKernels : public ::testing::TestWithParam<Case> {};
-
-TEST_P(GpuKernels, EachMatchesTheCpuReference) {
-  auto device = openDevice();
-  TLC_SKIP_WITHOUT_GPU(device);
-  const Case &c = GetParam();
-  Program program = compileCase(c);
+// Checks each distinct kernel of `program` that `wanted` accepts, after `launches` runs on
+// the same inputs (the workspace poisoned before each); returns how many.
+int checkKernels(GpuDevice &device, const Program &program, const char *dtype,
+                 const std::function<bool(const Kernel &)> &wanted = [](const Kernel &) { return true; },
+                 int launches = 1) {
   uint64_t seed = freshSeed();
-  double limit = tolerance(c.dtype);
+  double limit = tolerance(dtype);
   std::set<std::string> checked;
   for (size_t k = 0; k < program.kernels.size(); ++k) {
     const Kernel &kernel = program.kernels[k];
-    if (!checked.insert(kernel.entry).second) continue;
+    if (!wanted(kernel) || !checked.insert(kernel.entry).second) continue;
     KernelValues inputs = randomKernelInputs(program, kernel, seed + k);
     KernelValues expected = runKernelOnCpu(program, kernel, inputs);
-    GpuKernelRunner runner(*device, program, kernel);
+    GpuKernelRunner runner(device, program, kernel);
     runner.setInputs(inputs);
-    KernelValues actual = runner.run();
+    KernelValues actual;
+    for (int launch = 0; launch < launches; ++launch) actual = runner.run();
     for (const auto &[id, reference] : expected) {
       // Infinities are values here (the causal mask writes -inf): they must match
       // exactly; the finite rest is compared by relative error.
@@ -49,12 +49,34 @@ TEST_P(GpuKernels, EachMatchesTheCpuReference) {
         }
       }
       double error = relativeError(got, want);
-      std::printf("KERNEL %s %s -> %s rel_err=%.3e%s\n", c.dtype, kernel.entry.c_str(), program.value(id).name.c_str(),
+      std::printf("KERNEL %s %s -> %s rel_err=%.3e%s\n", dtype, kernel.entry.c_str(), program.value(id).name.c_str(),
                   error, finite ? "" : " NON-FINITE");
       EXPECT_TRUE(finite) << kernel.entry << " -> " << program.value(id).name << ", seed " << seed + k;
       EXPECT_LE(error, limit) << kernel.entry << " -> " << program.value(id).name << ", seed " << seed + k;
     }
   }
+  return int(checked.size());
+}
+
+class GpuKernels : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuKernels, EachMatchesTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  const Case &c = GetParam();
+  checkKernels(*device, compileCase(c), c.dtype);
+}
+
+// GEMMs of more than one wave share RMSNorm's row sums of squares between column tiles on
+// sm_90a (a flag per row tile, reset by the last reader): 64 sequences make them that wide.
+// Each kernel runs three times on a poisoned workspace: a flag left raised by a launch would
+// let the next one read the poison instead of the sums.
+TEST(GpuKernelsWide, RowNormSharedByColumnTilesMatchesTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  Program program = compile(*presetConfig("workshop"), 2, 64, 128, "bf16");
+  auto shared = [](const Kernel &kernel) { return kernel.source.find("NORM_SHARED = true") != std::string::npos; };
+  EXPECT_GE(checkKernels(*device, program, "bf16", shared, 3), 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, GpuKernels, ::testing::ValuesIn(allCases(2)), caseName);  // O3 runs O2s kernels

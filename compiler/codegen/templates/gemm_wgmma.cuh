@@ -10,6 +10,12 @@
 //   v2  copies with row offsets computed once; split-K: blocks of a tile take parts of
 //       K and the last to finish adds the parts (in split order) and runs the epilogue;
 //       RMSNorm's gain staged in shared memory with the A tile.
+//   v3  RMSNorm's sums of squares once per row, not once per column tile, in GEMMs of
+//       more than one wave (NORM_SHARED): only the blocks of column tile 0 sum their rows'
+//       squares (in the mainloop, from the A stages) and publish them with a flag per row
+//       tile; the other column tiles' mainloops do no norm work beyond the gain and read
+//       the sums before their epilogue. In one wave every block waits for the slowest
+//       anyway, and the flag's round trip would only add to it.
 //
 // Same Spec hooks as gemm_mma.cuh (BM = 64 or 128, BN = 64, 128 or 256).
 #pragma once
@@ -74,6 +80,17 @@ template <int BN> TL_DEVICE void tl_wgmma(float (&d)[BN / 2], const unsigned (&a
   else tl_wgmma_m64n256k16(d, a, descB);
 }
 
+TL_DEVICE unsigned tl_load_acquire(const unsigned *flag) {
+  unsigned value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
+  return value;
+}
+TL_DEVICE float tl_load_global_cg(const float *address) {  // from L2: written by another block
+  float value;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(value) : "l"(address) : "memory");
+  return value;
+}
+
 template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 64, GROUPS = BM / 64, THREADS = GROUPS * 128;
   constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
@@ -92,6 +109,15 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   const tl_tile_cols cols = S::tile_cols(tn);
   const int m0 = tm * BM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // RMSNorm with NORM_SHARED (never with split-K): the blocks of column tile 0 publish
+  // their rows' sums of squares and raise the row tile's flag; every column tile waits for
+  // it before its epilogue. Publishers have lower block indices than the blocks that wait
+  // for them, so they are running or done by then. Otherwise every block sums its rows.
+  static_assert(!S::NORM_SHARED || (S::ROW_NORM && SPLITS == 1), "shared norm sums: unsplit norm GEMMs only");
+  const int rowTile = bt * S::TILES_M + tm;
+  const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
+  float *rowSquares = p.ws;                 // [row tile][BM]
+  unsigned *normFlag = p.sync + 2 * rowTile;  // published, readers
 
   tl_stage_copies<BM, THREADS> aCopies;
   aCopies.init([&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
@@ -172,7 +198,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
     tl_wgmma_pin(acc);
     // RMSNorm's sums of squares while the tensor cores work (the stage stays until the
     // next barrier).
-    if constexpr (S::ROW_NORM)
+    if (sumsSquares)
       tl_row_sum_squares(sA, threadIdx.x / NORM_THREADS_PER_ROW, threadIdx.x % NORM_THREADS_PER_ROW,
                          NORM_THREADS_PER_ROW, sumSquares);
   };
@@ -191,9 +217,29 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   float *tileRows = reinterpret_cast<float *>(tl_smem);
   float *rowScale = tileRows + BM * LD;
   float rowSum = 0.0f;  // this block's part of a row's sum of squares
-  if constexpr (S::ROW_NORM) {
+  if (sumsSquares) {
     rowSum = sumSquares;
     for (int m = 1; m < NORM_THREADS_PER_ROW; m <<= 1) rowSum += TL_SHFL_XOR(rowSum, m);
+  }
+  if constexpr (S::NORM_SHARED) {
+    if (tn == 0) {
+      if (threadIdx.x % NORM_THREADS_PER_ROW == 0) rowSquares[rowTile * BM + threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) atomicExch(normFlag, 1u);
+    }
+    // The last of the TILES_N readers of a row tile lowers its flag for the next launch.
+    if (threadIdx.x == 0)
+      while (tl_load_acquire(normFlag) == 0) asm volatile("nanosleep.u32 32;");
+    __syncthreads();
+    for (int r = threadIdx.x; r < BM; r += THREADS)
+      rowScale[r] = rsqrtf(tl_load_global_cg(rowSquares + rowTile * BM + r) / (float)S::K + S::NORM_EPS);
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd(normFlag + 1, 1u) == S::TILES_N - 1) {
+      normFlag[1] = 0u;
+      normFlag[0] = 0u;
+    }
+  } else if constexpr (S::ROW_NORM) {
     if (SPLITS == 1 && threadIdx.x % NORM_THREADS_PER_ROW == 0)
       rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(rowSum / (float)S::K + S::NORM_EPS);
     __syncthreads();

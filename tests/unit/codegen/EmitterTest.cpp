@@ -66,10 +66,19 @@ TEST(Codegen, O2FusionIsInsideTheGemms) {
   EXPECT_TRUE(contains(qkv.source, "tl_rope("));
   EXPECT_TRUE(contains(qkv.source, "tl_gemm_mma<"));
   EXPECT_EQ(qkv.outputs.size(), 3u);  // q, k and v, each written once in [B, H, S, D]
-  EXPECT_EQ(qkv.workspaceBytes, 0);
+  EXPECT_EQ(qkv.workspaceBytes, 0);  // one wave on sm_90a: every block sums its rows' squares
 
   const Kernel &gateUp = kernelNamed(program, "tl_rmsnorm_linear_split_swiglu_bf16_1024x4096x512");
   EXPECT_TRUE(contains(gateUp.source, "tl_swiglu<float>("));
+  // In one wave of sm_90a tiles every block sums its rows' squares; with more (64 sequences,
+  // 512 tiles) column tile 0 sums them for all, shared through a row of floats.
+  EXPECT_TRUE(contains(gateUp.source, "NORM_SHARED = false"));
+  EXPECT_TRUE(contains(qkv.source, "NORM_SHARED = false"));
+  Program wideProgram = workshop(2, "bf16", 64);
+  const Kernel &wide = kernelNamed(wideProgram, "tl_rmsnorm_linear_split_rope_transpose");
+  EXPECT_TRUE(contains(wide.source, "NORM_SHARED = true"));
+  EXPECT_EQ(wide.workspaceBytes, 64 * 128 * 4);
+  EXPECT_GT(wide.syncWords, 0);
   EXPECT_TRUE(contains(gateUp.source, "accumulator columns 0..2047 with 2048..4095"));  // one tile holds both halves
   ASSERT_EQ(gateUp.outputs.size(), 1u);
   EXPECT_EQ(program.value(gateUp.outputs[0]).shape, (std::vector<int64_t>{8, 128, 2048}));  // only silu(g)·u is written
@@ -83,12 +92,16 @@ TEST(Codegen, O2FusionIsInsideTheGemms) {
   EXPECT_TRUE(contains(kernelNamed(program, "tl_transpose_linear_add").source, "a_src(const Params &p, int bt, int m, int k)"));
   const Kernel &attention = kernelNamed(program, "tl_flash_attention");
   EXPECT_TRUE(contains(attention.source, "tl_attention_mma<"));
-  // Scratch in memory only for the loss's row sums and for split-K partial tiles (added
-  // up inside the GEMM, which counts the parts with zeroed words it leaves zeroed).
+  // Scratch in memory only for the loss's row sums, for split-K partial tiles (added up
+  // inside the GEMM, which counts the parts with zeroed words it leaves zeroed) and for
+  // a norm's per-row sums of squares shared by the column tiles of a GEMM beyond one wave
+  // (one float per row, a flag and a reader count per row tile; none at this size).
   for (const Kernel &kernel : program.kernels) {
-    bool splitK = contains(kernel.source, "K split");
-    if (kernel.name.rfind("tl_cross_entropy", 0) != 0 && !splitK) EXPECT_EQ(kernel.workspaceBytes, 0) << kernel.name;
-    EXPECT_EQ(kernel.syncWords > 0, splitK) << kernel.name;
+    bool splitK = contains(kernel.source, "K split"), norm = contains(kernel.source, "ROW_NORM = true"),
+         shared = contains(kernel.source, "NORM_SHARED = true");
+    if (kernel.name.rfind("tl_cross_entropy", 0) != 0 && !splitK && !norm) EXPECT_EQ(kernel.workspaceBytes, 0) << kernel.name;
+    if (norm && !splitK) EXPECT_EQ(kernel.workspaceBytes, 0) << kernel.name;
+    EXPECT_EQ(kernel.syncWords > 0, splitK || shared) << kernel.name;
   }
 }
 
