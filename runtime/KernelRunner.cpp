@@ -171,6 +171,13 @@ KernelValues GpuKernelRunner::run() {
   return outputs;
 }
 
+std::vector<uint32_t> GpuKernelRunner::syncWords() {
+  CurrentDevice current(device_);
+  std::vector<uint32_t> words(size_t(kernel_.syncWords));
+  if (!words.empty()) device_.copyToHost(words.data(), sync_, words.size() * sizeof(uint32_t));
+  return words;
+}
+
 double GpuKernelRunner::timeMicroseconds(int launches, int samples) {
   CurrentDevice current(device_);
   device_.beginCapture();

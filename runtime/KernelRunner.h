@@ -37,6 +37,8 @@ public:
 
   void setInputs(const KernelValues &inputs);
   KernelValues run();  // one launch; the outputs
+  // The kernel's counters after its last launch: every kernel must leave them zeroed.
+  std::vector<uint32_t> syncWords();
   // Median microseconds of one launch, each sample `launches` back-to-back launches
   // replayed as one graph (launch gaps as in a graphed forward).
   double timeMicroseconds(int launches = 20, int samples = 15);

@@ -97,10 +97,11 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                      (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile) && aParts && bParts;
   GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, kTunedMultiprocessors) : GemmTile{64, 64, 2, 2, 1, 1};
   std::optional<WgmmaTile> hopper = matrixUnits ? chooseWgmmaTile(gemm, kTunedMultiprocessors) : std::nullopt;
+  int64_t hopperRowTiles = hopper ? gemm.batch * ceilDiv(gemm.M, hopper->BM) : 0;
+  int64_t hopperTiles = hopper ? hopperRowTiles * columnTiles(gemm, hopper->BN) : 0;
   // Beyond one wave, RMSNorm's sums of squares are computed by column tile 0 only and shared.
   bool normShared = hopper && gemm.rowNorm && hopper->splits == 1 &&
-                    gemm.batch * ceilDiv(gemm.M, hopper->BM) * columnTiles(gemm, hopper->BN) >
-                        kTunedMultiprocessors * hopper->blocksPerMultiprocessor();
+                    hopperTiles > kTunedMultiprocessors * hopper->blocksPerMultiprocessor();
   if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
     throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", entry));
 
@@ -279,15 +280,13 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                               nvidia.sharedBytes()};
   else emitted.launch["cuda"] = {fixedTiles, 256, kSimtSharedBytes};
   if (hopper) {
-    int64_t rowTiles = gemm.batch * ceilDiv(gemm.M, hopper->BM);
-    int64_t tiles = rowTiles * columnTiles(gemm, hopper->BN);
-    emitted.launch["cuda:sm_90a"] = {tiles * hopper->splits, hopper->threads(), hopper->sharedBytes()};
+    emitted.launch["cuda:sm_90a"] = {hopperTiles * hopper->splits, hopper->threads(), hopper->sharedBytes()};
     if (hopper->splits > 1) {  // partial tiles and rows' partial sums of squares; arrivals per tile
-      emitted.workspaceBytes = tiles * hopper->splits * (hopper->BM * hopper->BN + hopper->BM) * 4;
-      emitted.syncWords = tiles;
+      emitted.workspaceBytes = hopperTiles * hopper->splits * (hopper->BM * hopper->BN + hopper->BM) * 4;
+      emitted.syncWords = hopperTiles;
     } else if (normShared) {  // the rows' sums of squares; a flag and a reader count per row tile
-      emitted.workspaceBytes = rowTiles * hopper->BM * 4;
-      emitted.syncWords = 2 * rowTiles;
+      emitted.workspaceBytes = hopperRowTiles * hopper->BM * 4;
+      emitted.syncWords = 2 * hopperRowTiles;
     }
   }
   emitted.launch["hip"] = {fixedTiles, 256, kSimtSharedBytes};

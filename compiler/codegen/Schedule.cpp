@@ -13,6 +13,10 @@ namespace {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// An H100/H200 SM: 228 KiB of shared memory, of which a block may take 227 KiB and each
+// resident block costs 1 KiB more; 2048 threads; 64 Ki registers, at most 255 per thread.
+constexpr int64_t kSharedBytesPerSM = 228 << 10, kSharedBytesPerBlock = 227 << 10, kReservedPerBlock = 1 << 10;
+
 struct Candidate {
   GemmTile tile;
   int blocksPerSM;   // resident at once (shared memory and registers)
@@ -42,7 +46,7 @@ bool gemmOverride(GemmTile &tile) {
   tile = {bm, bn, wm, wn, stages, slices};
   bool valid = wm > 0 && wn > 0 && bm % (16 * wm) == 0 && bn % (16 * wn) == 0 && (slices == 1 || slices == 2) &&
                stages >= 2 && stages <= 8;
-  return valid && tile.sharedBytes() <= (227 << 10) && tile.threads() <= 1024;
+  return valid && tile.sharedBytes() <= kSharedBytesPerBlock && tile.threads() <= 1024;
 }
 
 } // namespace
@@ -108,9 +112,8 @@ int64_t WgmmaTile::sharedBytes() const {
 }
 
 int WgmmaTile::blocksPerMultiprocessor() const {
-  // An H100/H200 SM: 228 KiB of shared memory (1 KiB of it reserved per block), 2048
-  // threads, 64 Ki registers: at most 255 per thread unless `resident` caps them.
-  int64_t bySharedMemory = (228 << 10) / (sharedBytes() + 1024);
+  // Registers: 255 per thread unless `resident` caps them.
+  int64_t bySharedMemory = kSharedBytesPerSM / (sharedBytes() + kReservedPerBlock);
   int64_t byRegisters = std::max<int64_t>(resident, 65536 / (int64_t(threads()) * 255));
   return int(std::max<int64_t>(1, std::min({bySharedMemory, byRegisters, int64_t(2048 / threads())})));
 }
@@ -118,26 +121,22 @@ int WgmmaTile::blocksPerMultiprocessor() const {
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors) {
   // TLC_NO_WGMMA=1: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
   if (gemm.bKN || std::getenv("TLC_NO_WGMMA")) return std::nullopt;
-  struct Candidate {
-    WgmmaTile tile;
-  };
-  static const std::vector<Candidate> candidates = {
-      {{128, 128, 3, 1, 2}}, {{128, 256, 4}}, {{128, 128, 4}}, {{64, 128, 4}}, {{64, 64, 6}}};
+  static const WgmmaTile candidates[] = {{128, 128, 3, 1, 2}, {128, 256, 4}, {128, 128, 4}, {64, 128, 4}, {64, 64, 6}};
   const char *text = std::getenv("TLC_WGMMA_TILE");
   WgmmaTile forced;
   if (text &&
       std::sscanf(text, "%dx%dx%dx%dx%d", &forced.BM, &forced.BN, &forced.stages, &forced.splits, &forced.resident) >= 3 &&
       forced.splits >= 1 && forced.splits <= 8 && forced.resident >= 1 && forced.resident <= 4 &&
-      forced.resident * forced.sharedBytes() <= (228 << 10) - forced.resident * 1024 &&
+      forced.resident * (forced.sharedBytes() + kReservedPerBlock) <= kSharedBytesPerSM &&
       (forced.BM == 64 || forced.BM == 128) && (forced.BN == 64 || forced.BN == 128 || forced.BN == 256) &&
-      forced.stages >= 3 && forced.stages <= 8 && forced.sharedBytes() <= (227 << 10) &&
+      forced.stages >= 3 && forced.stages <= 8 && forced.sharedBytes() <= kSharedBytesPerBlock &&
       tileHoldsEpilogue(gemm, forced.BN))
     return forced;
   // Measured on an H100 (bench/kernels.py --sweep-wgmma): GEMMs of at most two waves of
   // 64x64 tiles run fastest on 64x64 tiles with a deep pipeline, splitting K two ways
   // when it is 2048 or more and the tiles leave SMs idle; larger ones on 128x128 tiles,
   // three stages, two blocks per SM (so one block's epilogue overlaps the other's
-  // mainloop: 10-21 % faster than one 128x256 block at the 1.1B shapes), else the
+  // mainloop: 8-21 % faster than one 128x256 block at four 1.1B shapes), else the
   // largest tile whose columns hold the epilogue's reads.
   std::optional<WgmmaTile> best;
   int64_t kTiles = ceilDiv(gemm.K, 64);
@@ -147,11 +146,8 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
     if (kTiles >= 32 && tilesOf(64, 64) <= multiprocessors) best->splits = 2;
     return best;
   }
-  for (const Candidate &candidate : candidates)
-    if (tileHoldsEpilogue(gemm, candidate.tile.BN)) {
-      best = candidate.tile;
-      break;
-    }
+  for (const WgmmaTile &candidate : candidates)
+    if (tileHoldsEpilogue(gemm, candidate.BN)) return candidate;
   return best;
 }
 

@@ -18,7 +18,8 @@ namespace {
 using namespace gputest;
 
 // Checks each distinct kernel of `program` that `wanted` accepts, after `launches` runs on
-// the same inputs (the workspace poisoned before each); returns how many.
+// the same inputs (the workspace poisoned before each), and that it left its counters
+// zeroed for the next launch; returns how many.
 int checkKernels(GpuDevice &device, const Program &program, const char *dtype,
                  const std::function<bool(const Kernel &)> &wanted = [](const Kernel &) { return true; },
                  int launches = 1) {
@@ -34,6 +35,7 @@ int checkKernels(GpuDevice &device, const Program &program, const char *dtype,
     runner.setInputs(inputs);
     KernelValues actual;
     for (int launch = 0; launch < launches; ++launch) actual = runner.run();
+    for (uint32_t word : runner.syncWords()) EXPECT_EQ(word, 0u) << kernel.entry << ": a counter left raised";
     for (const auto &[id, reference] : expected) {
       // Infinities are values here (the causal mask writes -inf): they must match
       // exactly; the finite rest is compared by relative error.
@@ -68,9 +70,8 @@ TEST_P(GpuKernels, EachMatchesTheCpuReference) {
 }
 
 // GEMMs of more than one wave share RMSNorm's row sums of squares between column tiles on
-// sm_90a (a flag per row tile, reset by the last reader): 64 sequences make them that wide.
-// Each kernel runs three times on a poisoned workspace: a flag left raised by a launch would
-// let the next one read the poison instead of the sums.
+// sm_90a (a flag per row tile, lowered by the last reader): 64 sequences make them that wide.
+// Each kernel runs three times on a poisoned workspace, and its flags must be down after.
 TEST(GpuKernelsWide, RowNormSharedByColumnTilesMatchesTheCpuReference) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);

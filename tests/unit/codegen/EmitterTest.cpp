@@ -96,13 +96,15 @@ TEST(Codegen, O2FusionIsInsideTheGemms) {
   // inside the GEMM, which counts the parts with zeroed words it leaves zeroed) and for
   // a norm's per-row sums of squares shared by the column tiles of a GEMM beyond one wave
   // (one float per row, a flag and a reader count per row tile; none at this size).
+  int splitKernels = 0;
   for (const Kernel &kernel : program.kernels) {
-    bool splitK = contains(kernel.source, "K split"), norm = contains(kernel.source, "ROW_NORM = true"),
+    bool splitK = contains(kernel.source, "ways (partial tiles in the workspace"),
          shared = contains(kernel.source, "NORM_SHARED = true");
-    if (kernel.name.rfind("tl_cross_entropy", 0) != 0 && !splitK && !norm) EXPECT_EQ(kernel.workspaceBytes, 0) << kernel.name;
-    if (norm && !splitK) EXPECT_EQ(kernel.workspaceBytes, 0) << kernel.name;
+    splitKernels += splitK;
+    if (kernel.name.rfind("tl_cross_entropy", 0) != 0 && !splitK && !shared) EXPECT_EQ(kernel.workspaceBytes, 0) << kernel.name;
     EXPECT_EQ(kernel.syncWords > 0, splitK || shared) << kernel.name;
   }
+  EXPECT_GE(splitKernels, 1);  // the down projection (K = 2048) splits on sm_90a
 }
 
 // fp32 models keep exact fp32 arithmetic: no tensor cores (they would round to tf32).
