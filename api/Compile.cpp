@@ -89,12 +89,10 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
                                       const AdamWOptions *training) {
   if (mlir::failed(checkCostsFit(module))) return mlir::failure();
   std::vector<codegen::KernelSpec> specs;
-  // The backward's ops have no GPU code generator yet: a training step runs on the CPU.
-  auto program = lowerToProgram(module, {options.optLevel, pipelineText(options, training)},
-                                training ? nullptr : &specs);
+  auto program = lowerToProgram(module, {options.optLevel, pipelineText(options, training)}, &specs);
   if (mlir::failed(program)) return mlir::failure();
   planMemory(*program);
-  if (!training) emitHipKernels(*program, specs);
+  emitHipKernels(*program, specs);
   // What tlc writes, the runtime accepts: a model the verifier passed may still break
   // the runtime's contract (say, logits narrower than the embedding's vocabulary).
   try {

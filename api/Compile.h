@@ -30,8 +30,8 @@ mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &
                                    const std::function<void(mlir::PassManager &)> &configure = {},
                                    const AdamWOptions *training = nullptr);
 
-// Lowers and plans memory; a forward also gets its HIP kernels (a training step has
-// none yet): the Program the runtime loads.
+// Lowers, plans memory and generates the HIP kernels (of the forward, or with `training`
+// of the whole training step): the Program the runtime loads.
 mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options,
                                       const AdamWOptions *training = nullptr);
 

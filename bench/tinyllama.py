@@ -53,8 +53,10 @@ class TinyLlama(torch.nn.Module):
         self.w = {key: value.to(device=device, dtype=dtype) for key, value in weights.items()}
         self.head_dim = self.cfg["hidden"] // self.cfg["heads"]
 
-    def forward(self, ids, cos, sin):
-        c, w = self.cfg, self.w
+    def forward(self, ids, cos, sin, weights=None):
+        # weights: tensors by key to compute with instead of the model's own (bench/train.py
+        # passes bf16 casts of its fp32 parameters, made inside the step so gradients reach them)
+        c, w = self.cfg, (self.w if weights is None else weights)
         B, S = ids.shape
         H, Hkv, D = c["heads"], c["kv_heads"], self.head_dim
         x = w["model.embed_tokens.weight"][ids]

@@ -8,11 +8,10 @@
 
 namespace tlc {
 
-// Training steps run on the CPU reference for now: the GPU backward kernels (dX/dW
-// GEMMs, flash-attention backward, AdamW) are not generated yet.
+// A backend of the API's users that only runs forwards.
 TrainStepResult Backend::trainStep(const std::vector<int32_t> &, const TrainStepOptions &) {
-  throw Error(fmt::format("the {} backend cannot run a training step yet: training runs on the CPU backend "
-                          "(--target=cpu) until the GPU backward kernels exist",
+  throw Error(fmt::format("the {} backend runs no training step: it only runs forwards (the cpu, cuda and hip "
+                          "backends train)",
                           name()));
 }
 

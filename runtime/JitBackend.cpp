@@ -15,6 +15,7 @@
 
 #include "runtime/CallerBuffers.h"
 #include "runtime/Error.h"
+#include "runtime/GpuParameters.h"
 #include "runtime/MemoryPlanner.h"
 #include "runtime/Tensor.h"
 
@@ -46,10 +47,6 @@ public:
     CurrentDevice current(*device_);
     freeAll();
     validateProgram(program);
-    if (program.kind != ProgramKind::Forward)
-      throw Error(fmt::format("{} backend: the Program is a training step, which runs on the CPU backend for now "
-                              "(--target=cpu): the GPU backward kernels are not generated yet",
-                              device_->vendor()));
     program_ = program;
     planMemoryIfNeeded(program_);
     for (const Kernel &kernel : program_.kernels)
@@ -85,6 +82,13 @@ public:
     sync_ = static_cast<char *>(device_->allocate(size_t(syncWords) * 4));
     device_->fill(sync_, 0, size_t(syncWords) * 4);
     uploadWeights(weights);
+    if (program_.kind == ProgramKind::TrainStep) {
+      parameters_ = std::make_unique<GpuParameters>(*device_, program_, weights);
+      optimizerStep_ = 0;
+      for (const Value &value : program_.values)
+        if (value.storage == Storage::Weight && GpuParameters::readsMasterInPlace(program_, value))
+          weightPointer_[value.id] = parameters_->master(value.weightKeys[0]);
+    }
     report_.arenaBytes = program_.arenaBytes;
     report_.workspaceBytes = program_.workspaceBytes;
 
@@ -102,6 +106,13 @@ public:
       for (int id : kernel.outputs) launch.pointers.push_back(pointerOf(id));
       launch.pointers.push_back(workspace_);
       launch.pointers.push_back(sync_);
+      launch.updates = !kernel.ops.empty() && kernel.ops.front().op == "adamw";
+      if (launch.updates) {  // the optimizer's state, after sync (optimizer.cuh)
+        if (!parameters_)
+          throw Error(fmt::format("{} backend: kernel '{}' updates parameters, which only a training step does",
+                                  device_->vendor(), kernel.name));
+        launch.pointers.push_back(parameters_->buildTable(kernel, weightPointer_));
+      }
       launch.blocks = shape->gridBlocks;
       launch.threads = shape->blockThreads;
       launch.sharedBytes = shape->sharedBytes;
@@ -131,6 +142,8 @@ public:
   ForwardResult forward(const std::vector<int32_t> &tokenIds) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!loaded_) throw Error(device_->vendor() + " backend: forward called before load");
+    if (program_.kind != ProgramKind::Forward)
+      throw Error(device_->vendor() + " backend: the loaded Program is a training step: run it with trainStep()");
     checkTokenIds(program_, tokenIds);
     CurrentDevice current(*device_);
     poisonBuffers();
@@ -153,10 +166,67 @@ public:
     return result;
   }
 
+  // The forward, the backward and (unless asked not to) AdamW on the device; the
+  // parameters stay there, the loss and any gradients asked for come back.
+  TrainStepResult trainStep(const std::vector<int32_t> &tokenIds, const TrainStepOptions &options) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string who = device_->vendor() + " backend";
+    if (!loaded_) throw Error(who + ": trainStep called before load");
+    if (program_.kind != ProgramKind::TrainStep)
+      throw Error(who + ": the loaded Program is a forward; a training step needs one compiled for training "
+                        "(compileTrainingStep, tlc train)");
+    checkTokenIds(program_, tokenIds);
+    CurrentDevice current(*device_);
+    poisonBuffers();
+    const Value &ids = program_.storageOf(program_.inputs[0]);
+    device_->copyToDevice(arena_ + ids.offset, tokenIds.data(), tokenIds.size() * 4);
+    parameters_->setStep(optimizerStep_ + 1);
+    enqueueLaunches(/*withUpdates=*/options.update);
+
+    TrainStepResult result;
+    if (options_.profile) {
+      size_t timed = 0;
+      for (size_t k = 0; k < launches_.size(); ++k) {
+        if (!options.update && launches_[k].updates) continue;
+        result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[timed].first, profileEvents_[timed].second)});
+        ++timed;
+      }
+    }
+    result.milliseconds = device_->elapsedMs(start_, end_);
+    device_->synchronize();
+    if (options.update) optimizerStep_ += 1;
+    result.step = optimizerStep_;
+    result.loss = readAsFloats(program_.outputs.at(1))[0];
+    if (options.keepGradients)
+      for (const Kernel &kernel : program_.kernels)
+        for (const OpRecord &op : kernel.ops)
+          if (op.op == "adamw") {
+            Tensor gradient(program_.value(op.operands.at(0)).shape);
+            gradient.data = readAsFloats(op.operands[0]);
+            result.gradients[op.stringAttr("key")] = std::move(gradient);
+          }
+    return result;
+  }
+
+  Weights trainedWeights() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!loaded_ || !parameters_)
+      throw Error(device_->vendor() + " backend: no training step is loaded, so it holds no trained parameters");
+    CurrentDevice current(*device_);
+    return parameters_->download();
+  }
+
+  int64_t optimizerStateBytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return parameters_ ? parameters_->momentBytes() : 0;
+  }
+
   void forwardOnDevice(const DeviceForward &request) override {
     std::lock_guard<std::mutex> lock(mutex_);
     std::string who = device_->vendor() + " backend";
     if (!loaded_) throw Error(who + ": forwardOnDevice called before load");
+    if (program_.kind != ProgramKind::Forward)
+      throw Error(who + ": the loaded Program is a training step: run it with trainStep()");
     checkDeviceForward(request, program_.batch, program_.seqLen, program_.vocab, who);
     CurrentDevice current(*device_);
     void *caller = request.stream.handle;
@@ -222,6 +292,7 @@ private:
     int64_t blocks = 1, sharedBytes = 0;
     int threads = 256;
     bool chained = false;
+    bool updates = false;  // the optimizer: skipped by a training step that only wants gradients
   };
 
   // 0xFF bytes read as NaN in f32 and bf16: a value read before it is written shows,
@@ -231,26 +302,30 @@ private:
     device_->fill(workspace_, 0xff, size_t(std::max<int64_t>(program_.workspaceBytes, 1)));
   }
 
-  // The forward's launches on the device's stream, between the events start_ and end_:
+  // The Program's launches on the device's stream, between the events start_ and end_:
   // each between its own pair of events when profiling, else as the captured graph
-  // (or one by one where capture failed or is off).
-  void enqueueLaunches() {
+  // (or one by one where capture failed or is off). Without updates (a training step
+  // asked for gradients only) the optimizer's launches are left out, one by one.
+  void enqueueLaunches(bool withUpdates = true) {
     if (options_.profile)
       while (profileEvents_.size() < launches_.size())
         profileEvents_.push_back({device_->createEvent(), device_->createEvent()});
-    else if (options_.graph && graphUsable_ && !graph_)
+    else if (withUpdates && options_.graph && graphUsable_ && !graph_)
       capture();
     device_->record(start_);
     if (options_.profile) {
-      for (size_t k = 0; k < launches_.size(); ++k) {
-        device_->record(profileEvents_[k].first);
-        run(launches_[k]);
-        device_->record(profileEvents_[k].second);
+      size_t timed = 0;
+      for (const Launch &launch : launches_) {
+        if (!withUpdates && launch.updates) continue;
+        device_->record(profileEvents_[timed].first);
+        run(launch);
+        device_->record(profileEvents_[timed].second);
+        ++timed;
       }
-    } else if (graph_) {
+    } else if (graph_ && withUpdates) {
       device_->replay(graph_);
     } else {
-      runAll();
+      runAll(withUpdates);
     }
     device_->record(end_);
   }
@@ -259,8 +334,9 @@ private:
     device_->launch(launch.function, launch.entry, launch.blocks, launch.threads, launch.sharedBytes,
                     const_cast<void **>(launch.args.data()), launch.chained);
   }
-  void runAll() {
-    for (const Launch &launch : launches_) run(launch);
+  void runAll(bool withUpdates = true) {
+    for (const Launch &launch : launches_)
+      if (withUpdates || !launch.updates) run(launch);
   }
 
   // Graph capture of the whole forward; if the driver refuses (say, a chained launch it
@@ -303,6 +379,8 @@ private:
     std::map<int, int64_t> offsets;
     for (const Value &value : program_.values) {
       if (value.storage != Storage::Weight) continue;
+      // A training step reads these from the parameters' masters (GpuParameters).
+      if (program_.kind == ProgramKind::TrainStep && GpuParameters::readsMasterInPlace(program_, value)) continue;
       auto key = std::make_pair(value.weightKeys, value.dtype);
       auto found = offsetOf.find(key);
       if (found == offsetOf.end()) {
@@ -351,6 +429,7 @@ private:
     if (!device_) return;
     // A forward on device pointers returns before the GPU is done with these buffers.
     if (loaded_) device_->synchronize();
+    parameters_.reset();
     device_->release(arena_);
     device_->release(workspace_);
     device_->release(sync_);
@@ -374,6 +453,8 @@ private:
   bool graphUsable_ = true;
   std::vector<std::pair<void *, void *>> profileEvents_;
   GpuReport report_;
+  std::unique_ptr<GpuParameters> parameters_;  // training: masters, moments, the optimizer's table
+  int64_t optimizerStep_ = 0;                  // training: updates applied so far
 };
 
 } // namespace

@@ -7,13 +7,14 @@
 #
 # build-dir: a build with tlc and tlc_gpu_tests (default build-gpu; every build links MLIR
 # statically, so one made elsewhere runs here).
-# steps: comma-separated kernels,forward,device,timing,ladder,sanitize (the default), and
-# bench (bench/run.py: the levels beside PyTorch, appended to bench/RESULTS.md, with the
-# chart), micro (bench/kernels.py: GEMM and attention alone beside cuBLAS and SDPA) and
+# steps: comma-separated kernels,forward,train,device,timing,ladder,sanitize (the default),
+# and bench (bench/run.py: the levels beside PyTorch, appended to bench/RESULTS.md, with
+# the chart), trainbench (bench/train.py: training steps beside PyTorch's, the loss
+# curves), micro (bench/kernels.py: GEMM and attention alone beside cuBLAS and SDPA) and
 # profile (per-kernel tables of O0 and O2, workshop and 1.1B shapes).
 set -u
 BUILD=${1:-build-gpu}
-STEPS=${2:-kernels,forward,device,timing,ladder,sanitize}
+STEPS=${2:-kernels,forward,train,device,timing,ladder,sanitize}
 RESULTS=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$RESULTS"
 LOGS=$(mktemp -d /tmp/gpu-check.XXXXXX)
@@ -38,6 +39,20 @@ fi
 if want forward; then  # every level's forward against the CPU reference
   "$TESTS" --gtest_filter='Levels/GpuForward.*' > "$LOGS/forward.txt" 2>&1
   note "forward: rc=$? $(grep -c '^\[       OK' "$LOGS/forward.txt") passed, $(grep -c '^\[  FAILED  \] Levels' "$LOGS/forward.txt") failed"
+fi
+if want train; then  # training steps: each kernel alone, then gradients and updates against the CPU reference
+  "$TESTS" --gtest_filter='Levels/GpuTrainingKernels.*' > "$LOGS/train-kernels.txt" 2>&1
+  note "training kernels alone: rc=$? $(grep -c '^KERNEL' "$LOGS/train-kernels.txt") outputs checked," \
+       "$(grep '^KERNEL' "$LOGS/train-kernels.txt" | awk '{split($6,a,"="); if (a[2]+0 > 2e-2 || $7 != "") n++} END {print n+0}') over 2e-2 or non-finite"
+  "$TESTS" --gtest_filter='Levels/GpuTraining.*' > "$LOGS/train.txt" 2>&1
+  note "training steps: rc=$? $(grep -c '^\[       OK' "$LOGS/train.txt") passed, $(grep -c '^\[  FAILED  \] Levels' "$LOGS/train.txt") failed"
+  for level in 0 1 2 3; do
+    "$TLC" train $MODEL -O$level --dtype=bf16 --batch-size 8 --seq-len 128 --num-steps 20 --target=cuda --progress=never \
+      > "$LOGS/train-O$level.txt" 2>&1
+    note "tlc train O$level bf16: rc=$? $(grep '^Training completed' "$LOGS/train-O$level.txt" | sed 's/.*loss/loss/')" \
+         "| $(grep '^Performance' "$LOGS/train-O$level.txt" | sed 's/Performance: //')" \
+         "| $(grep '^Memory usage' "$LOGS/train-O$level.txt" | sed 's/Memory usage: //; s/ (.*//')"
+  done
 fi
 if want device; then  # forwards on device pointers with a stream, in the tests and in examples/device
   "$TESTS" --gtest_filter='*GpuDevicePointers*' > "$LOGS/device.txt" 2>&1
@@ -74,6 +89,11 @@ if want bench; then  # tlc O0..O3 beside our PyTorch TinyLlama, same weights, to
   note "bench: rc=$? (bench/RESULTS.md appended, bench/ladder.svg drawn)"
   cp bench/RESULTS.md bench/ladder.svg "$RESULTS/" 2>/dev/null
 fi
+if want trainbench; then  # training steps beside our PyTorch TinyLlama's, same weights and tokens; the loss curves
+  PYTHONUNBUFFERED=1 python3 bench/train.py --tlc "$TLC" > "$LOGS/trainbench.txt" 2>&1
+  note "trainbench: rc=$? (bench/RESULTS.md appended)"
+  cp bench/RESULTS.md "$RESULTS/" 2>/dev/null
+fi
 if want micro; then  # the generated GEMM and attention alone, beside cuBLAS and SDPA
   PYTHONUNBUFFERED=1 python3 bench/kernels.py --bench "$BUILD/bench/tl-kernel-bench" > "$LOGS/micro.txt" 2>&1
   note "micro: rc=$? $(tail -1 "$LOGS/micro.txt")"
@@ -90,7 +110,7 @@ fi
 if want sanitize; then  # small shapes, launches one by one
   for tool in memcheck racecheck; do
     TLC_GPU_TEST_SMALL=1 timeout 300 "$SAN" --tool $tool --error-exitcode 9 "$TESTS" \
-      --gtest_filter='Levels/GpuForward.*workshop_O0_*:Levels/GpuForward.*workshop_O2_*:GpuKernelsWide.*' > "$LOGS/sanitizer-$tool.txt" 2>&1
+      --gtest_filter='Levels/GpuForward.*workshop_O0_*:Levels/GpuForward.*workshop_O2_*:GpuKernelsWide.*:Levels/GpuTraining.*workshop_O2_bf16*:Levels/GpuTrainingKernels.*tinyllama_1_1b_O1_f32' > "$LOGS/sanitizer-$tool.txt" 2>&1
     note "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer-$tool.txt" | tail -1)"
   done
 fi
@@ -101,6 +121,11 @@ cat "$summary"
 if want kernels; then
   echo "-- worst kernel errors --"
   grep '^KERNEL' "$LOGS/kernels.txt" | sort -t= -k2 -g | tail -8
+fi
+if want train; then
+  echo "-- worst training kernel errors --"
+  grep '^KERNEL' "$LOGS/train-kernels.txt" | sort -t= -k2 -g | tail -8
+  grep -E '^TRAIN|^\[  FAILED' "$LOGS/train.txt" | sed 's/ seed=.*//'
 fi
 if want forward; then
   printf "%-16s %-6s %-5s %-12s %-12s %-10s\n" model level dtype logits_err loss_err fwd_ms
@@ -116,5 +141,6 @@ fi
 cp "$summary" "$RESULTS/"
 if want ladder; then cp "$LOGS/ladder-bf16.txt" "$LOGS/ladder-bf16.svg" "$RESULTS/" 2>/dev/null; fi
 if want bench; then sed -n '/^\*\*/,/^$/p' "$LOGS/bench.txt"; fi
+if want trainbench; then tail -40 "$LOGS/trainbench.txt"; fi
 if want micro; then tail -20 "$LOGS/micro.txt"; fi
 tar -czf "$RESULTS/logs.tar.gz" -C "$LOGS" .

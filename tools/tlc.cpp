@@ -1,6 +1,6 @@
 // tlc: compile a .tl model at an optimization level, show what each pass did, emit
 // what it made, run it; `tlc ladder` compares every level side by side; `tlc train`
-// trains it (on the CPU backend for now).
+// trains it.
 //
 //   tlc models/tinyllama.tl -O2 --run
 //   tlc models/tinyllama.tl -O3 --dump-ir-dir=ir/ --ir-block=0
@@ -56,7 +56,7 @@ cl::SubCommand ladderCommand("ladder",
                              "compile and run every level (O0..O3) with the same weights and tokens; print the "
                              "workshop's table: kernels, bytes moved, time, speedup, logits against O0");
 cl::SubCommand trainCommand("train",
-                            "train the model: forward, backward and AdamW each step, on the CPU backend for now; "
+                            "train the model: forward, backward and AdamW each step, on a GPU or the CPU; "
                             "print the loss, samples/s and tokens/s of every step and the peak memory, as the "
                             "workshop's scripts do");
 cl::SubCommandGroup everywhere = {&cl::SubCommand::getTopLevel(), &ladderCommand, &trainCommand};
@@ -93,9 +93,9 @@ cl::opt<Emit> emit("emit", cl::desc("what to write, to -o (default none)"), cl::
                               clEnumValN(Emit::IR, "ir", "the tl IR after the pipeline"),
                               clEnumValN(Emit::Program, "program", "the Program as JSON (-o dir/ writes dir/program.json)"),
                               clEnumValN(Emit::Hip, "hip", "one <kernel>.hip per distinct kernel and program.json (-o dir/)")),
-                   cl::cat(compileCategory));
+                   cl::cat(compileCategory), cl::sub(everywhere));
 cl::opt<std::string> outputPath("o", cl::desc("output file or directory (default -: stdout)"), cl::value_desc("path"),
-                                cl::init("-"), cl::cat(compileCategory));
+                                cl::init("-"), cl::cat(compileCategory), cl::sub(everywhere));
 cl::opt<bool> printKernels("print-kernels", cl::desc("list every kernel of the forward: name, block, FLOPs, bytes"),
                            cl::cat(compileCategory));
 
@@ -215,15 +215,11 @@ bool wantsIrPrinting() {
 
 // tlc train's own flags, and the top-level ones that mean nothing to it.
 std::string checkTrainFlags() {
-  const cl::Option *forwardOnly[] = {&iterations, &tokensPath, &graph, &noCache};
+  const cl::Option *forwardOnly[] = {&iterations, &tokensPath};
   for (const cl::Option *option : forwardOnly)
     if (option->getNumOccurrences())
       return fmt::format("--{} does not apply to tlc train{}", option->ArgStr.str(),
                          option == &tokensPath ? " (train on a token file with --data=FILE)" : "");
-  if (target == "cuda" || target == "hip")
-    return fmt::format("tlc train --target={}: training runs on the CPU backend for now; the GPU backward kernels "
-                       "(dX/dW GEMMs, flash-attention backward, AdamW) are not generated yet: use --target=cpu",
-                       target.getValue());
   if (numSteps < 1) return fmt::format("--num-steps={} must be at least 1", numSteps.getValue());
   if (seqLen < 2) return fmt::format("--seq-len={}: training needs 2 or more tokens a sequence (each predicts the next)",
                                      seqLen.getValue());
@@ -462,6 +458,8 @@ int runForward(const tlc::Program &program, tlc::Backend &backend) {
   return 0;
 }
 
+int writeProgram(const tlc::Program &program);
+
 int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::Backend *backend) {
   if (emit == Emit::IR) {
     std::string text;
@@ -479,12 +477,20 @@ int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::
     program = tlc::buildProgram(module, options);
   }
   if (mlir::failed(program)) return 1;
+  if (int failed = writeProgram(*program)) return failed;
+  if (printKernels) printKernelTable(*program);
+  if (run) return runForward(*program, *backend);
+  return 0;
+}
+
+// --emit=program or hip of a built Program (a forward or a training step).
+int writeProgram(const tlc::Program &program) {
   if (emit == Emit::Hip) {
     if (outputPath == "-") return fail("--emit=hip writes a directory: give -o dir/");
     if (std::error_code error = llvm::sys::fs::create_directories(outputPath))
       return fail(fmt::format("cannot create '{}': {}", outputPath.getValue(), error.message()));
-    int files = tlc::writeHipSources(*program, outputPath);
-    if (!writeOutput(outputPath + "/program.json", tlc::programToJson(*program))) return 1;
+    int files = tlc::writeHipSources(program, outputPath);
+    if (!writeOutput(outputPath + "/program.json", tlc::programToJson(program))) return 1;
     fmt::print(stderr, "tlc: wrote {} kernel sources and program.json to {}\n", files, outputPath.getValue());
   }
   if (emit == Emit::Program) {
@@ -494,10 +500,8 @@ int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::
         return fail(fmt::format("cannot create '{}': {}", path, error.message()));
       path += "/program.json";
     }
-    if (!writeOutput(path, tlc::programToJson(*program))) return 1;
+    if (!writeOutput(path, tlc::programToJson(program))) return 1;
   }
-  if (printKernels) printKernelTable(*program);
-  if (run) return runForward(*program, *backend);
   return 0;
 }
 
@@ -534,16 +538,24 @@ int compileAndRun(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
 // tlc train: the training step built at the level (its IR printable as any level's),
 // then the workshop's loop on the CPU backend.
 int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
-  std::unique_ptr<tlc::Backend> backend = tlc::createCpuBackend(threads);
+  // The device first (a missing GPU is said before any compiling), unless only emitting.
+  std::unique_ptr<tlc::Backend> backend = emit == Emit::None ? tlc::createBackend(backendOptions()) : nullptr;
   tlc::AdamWOptions adamw = adamwOptions();
   mlir::OwningOpRef<mlir::ModuleOp> module = parseAndOptimize(context, sourceMgr, &adamw);
   if (!module) return 1;
+  if (emit == Emit::IR) {  // the training step's IR, no training
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    tlc::printIr(*module, irBlock, os);
+    return writeOutput(outputPath, text) ? 0 : 1;
+  }
   mlir::FailureOr<tlc::Program> program = mlir::failure();
   {
     tlc::ProgressLine line("lowering the training step to a Program (kernels, memory plan)");
     program = tlc::buildProgram(*module, compileOptions(), &adamw);
   }
   if (mlir::failed(program)) return 1;
+  if (emit != Emit::None) return writeProgram(*program);  // the training step's kernels, no training
   tlc::TrainingRun training;
   training.steps = numSteps;
   training.inputs = runInputs();

@@ -134,12 +134,14 @@ std::string ElementCode::chunk(const std::vector<Store> &stores, const ChunkLoop
       body += fmt::format("      float {0}c, {0}s;\n"
                           "      tl_rope_cos_sin((float)({1}), {2}[2 * ({3})], {2}[2 * ({3}) + 1], {0}c, {0}s);\n",
                           name, at(expr->position), table, at(expr->pair));
-      code = fmt::format("tl_rope({}, {}, ({}) != 0, {}c, {}s)", first, second, at(expr->isSecond), name, name);
+      code = fmt::format("tl_rope({}, {}, ({}) != 0, {}c, {}{}s)", first, second, at(expr->isSecond), name,
+                         expr->inverse ? "-" : "", name);
       break;
     }
     case ElementExpr::Kind::CausalMask: {
       std::string x = value(expr->args[0]);
-      code = fmt::format("({}) > ({}) + {} ? -tl_inf() : {}", at(expr->column), at(expr->row), expr->shift, x);
+      code = fmt::format("({}) > ({}) + {} ? {} : {}", at(expr->column), at(expr->row), expr->shift,
+                         expr->inverse ? "0.0f" : "-tl_inf()", x);
       break;
     }
     }

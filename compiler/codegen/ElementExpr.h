@@ -22,8 +22,8 @@ struct ElementExpr {
     Load,         // input `param` at element `offset`
     Accumulator,  // the GEMM accumulator of the current row at column `column`
     Apply,        // elementwise op `op` of args (attribute value `attr`)
-    Rope,         // args = {first, second} of the rotated pair
-    CausalMask,   // args = {x}; -inf where `column` > `row` + `shift`
+    Rope,         // args = {first, second} of the rotated pair (rotated back when `inverse`)
+    CausalMask,   // args = {x}; -inf (0 when `inverse`: the mask's gradient) where `column` > `row` + `shift`
   };
   Kind kind = Kind::Load;
   int param = -1;
@@ -37,6 +37,7 @@ struct ElementExpr {
   double theta = 0;
   int64_t headDim = 0;
   int64_t shift = 0;
+  bool inverse = false;  // Rope: by minus the angle; CausalMask: zero where masked
 
   static ElementRef load(int param, IndexExpr offset);
   static ElementRef accumulator(IndexExpr column);

@@ -34,7 +34,8 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
       {fmt::format("q {} = [{}, {}, {}, {}], k/v {}, {} = [{}, {}, {}, {}]; GQA: query head h reads kv head h / {}",
                    source.name(spec.q), spec.B, spec.H, spec.SQ, spec.D, source.name(spec.k), source.name(spec.v), spec.B,
                    spec.HKV, spec.SK, spec.D, spec.H / spec.HKV),
-       fmt::format("scale {}, {}", spec.scale, spec.causal ? "causal (tiles above the diagonal skipped)" : "not causal"),
+       fmt::format("scale {}, {}{}", spec.scale, spec.causal ? "causal (tiles above the diagonal skipped)" : "not causal",
+                   spec.lse >= 0 ? "; also writes each query row's log-sum-exp (for the backward)" : ""),
        matrixUnits ? fmt::format("NVIDIA: tensor cores, {} queries x {} heads per block sharing their K/V tiles; other "
                                  "targets: one query row per block",
                                  tile.queries, tile.heads)
@@ -47,7 +48,14 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
   out += fmt::format("  static constexpr bool CAUSAL = {};\n  static constexpr float SCALE = {}, SCALE_LOG2 = {};\n",
                      spec.causal, floatLiteral(spec.scale), floatLiteral(spec.scale * 1.4426950408889634));
   out += "  " + row(spec.q, spec.qRow) + "\n  " + row(spec.k, spec.kRow) + "\n  " + row(spec.v, spec.vRow) + "\n  " +
-         row(spec.out, spec.outRow) + "\n};\n";
+         row(spec.out, spec.outRow) + "\n";
+  out += fmt::format("  static constexpr bool LSE = {};\n", spec.lse >= 0);
+  if (spec.lse >= 0)
+    out += fmt::format("  TL_DEVICE static float *lse_dst(const Params &p, int b, int h, int s) {{ return p.{} + "
+                       "((tl_i64)(b * {} + h) * {} + s); }}\n",
+                       source.name(spec.lse), spec.H, spec.SQ);
+  else out += "  TL_DEVICE static float *lse_dst(const Params &, int, int, int) { return nullptr; }\n";
+  out += "};\n";
   out += fmt::format("#if defined(TL_NVIDIA)\n#define {}_THREADS {}\n#else\n#define {}_THREADS 256\n#endif\n", entry,
                      matrixUnits ? tile.threads() : 256, entry);
   out += source.entryOpen(entry + "_THREADS");

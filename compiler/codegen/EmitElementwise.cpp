@@ -7,18 +7,36 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 
 namespace tlc::codegen {
 
 EmittedKernel emitElementwise(const KernelSource &source, const ElementwiseSpec &spec) {
   const std::string &entry = source.entry();
+  // Stores of smaller results (pieces of a split) are computed only where e is inside
+  // them, loads included: each size's stores under their own guard.
+  std::map<int64_t, std::vector<Store>> byLimit;
+  for (const Store &store : spec.stores) byLimit[store.limit >= 0 ? store.limit : spec.count].push_back(store);
   int vec = spec.count % 8 == 0 ? 8 : 1;
+  for (const auto &[limit, stores] : byLimit)
+    if (limit % 8 != 0) vec = 1;
   ElementCode code(entry, source.names());
   ChunkLoop loop{"e", "e0", vec, spec.count, {}, {}};
   loop.accumulator = [&](const ElementExpr &, const std::string &) -> std::string {
     throw Error(fmt::format("code generation: kernel '{}': an elementwise kernel has no accumulator", entry));
   };
-  std::string body = code.chunk(spec.stores, loop, "    ");
+  std::string body;
+  for (const auto &[limit, stores] : byLimit) {
+    if (limit == spec.count) {
+      body += code.chunk(stores, loop, "    ");
+      continue;
+    }
+    std::vector<Store> inside = stores;
+    for (Store &store : inside) store.limit = -1;
+    ChunkLoop piece = loop;
+    piece.extent = limit;
+    body += fmt::format("    if (e0 < {}) {{\n", limit) + code.chunk(inside, piece, "      ") + "    }\n";
+  }
   std::vector<std::string> stores;
   for (const Store &store : spec.stores)
     stores.push_back(fmt::format("{} = {}", source.name(store.param), describe(store.value, source.names())));

@@ -84,6 +84,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   // stored [K, N]), with one 16-byte access.
   ChunkLoop alongK{"k", "k", 8, gemm.K, samples(false), {}};
   ChunkLoop alongN{"n", "n", 8, gemm.N, samples(true), {}};
+  ChunkLoop alongM{"m", "m", 8, gemm.M, {{"bt", sampleValues(gemm.batch)}, {"k", sampleValues(gemm.K)}}, {}};
   alongK.samples["n"] = sampleValues(gemm.N);
   bool bf16 = source.dtype(gemm.a) == DType::BF16 && source.dtype(gemm.b) == DType::BF16 &&
               (!gemm.rowNorm || source.dtype(gemm.gain) == DType::BF16);
@@ -92,11 +93,15 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   std::optional<Separated> bParts =
       gemm.bKN ? std::optional<Separated>(Separated{}) : separate(gemm.bOffset, "n", gemm.N, gemm.batch, gemm.K);
   if (bParts && !gemm.bKN && bParts->row.maxValue() > INT32_MAX) bParts.reset();
-  bool matrixUnits = bf16 && gemm.K % 8 == 0 && ElementCode::contiguous(gemm.aOffset, alongK) &&
+  // A stored [K, M] (read down its columns): NVIDIA's mma.sync path transposes it as it
+  // loads; the other paths read A along k.
+  bool aKM = bf16 && !gemm.rowNorm && !ElementCode::contiguous(gemm.aOffset, alongK) &&
+             ElementCode::contiguous(gemm.aOffset, alongM);
+  bool matrixUnits = bf16 && gemm.K % 8 == 0 && (aKM || (ElementCode::contiguous(gemm.aOffset, alongK) && aParts)) &&
                      ElementCode::contiguous(gemm.bOffset, gemm.bKN ? alongN : alongK) &&
-                     (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile) && aParts && bParts;
+                     (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile) && bParts;
   GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, kTunedMultiprocessors) : GemmTile{64, 64, 2, 2, 1, 1};
-  std::optional<WgmmaTile> hopper = matrixUnits ? chooseWgmmaTile(gemm, kTunedMultiprocessors) : std::nullopt;
+  std::optional<WgmmaTile> hopper = matrixUnits && !aKM ? chooseWgmmaTile(gemm, kTunedMultiprocessors) : std::nullopt;
   int64_t hopperRowTiles = hopper ? gemm.batch * ceilDiv(gemm.M, hopper->BM) : 0;
   int64_t hopperTiles = hopper ? hopperRowTiles * columnTiles(gemm, hopper->BN) : 0;
   // Beyond one wave, RMSNorm's sums of squares are computed by column tile 0 only and shared.
@@ -123,8 +128,8 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     groupTiles.push_back(fmt::format("GROUP{}_TILES", g));
   }
   spec += fmt::format("  static constexpr int TILES_N = {};\n", fmt::join(groupTiles, " + "));
-  spec += fmt::format("  static constexpr bool ROW_NORM = {}, B_KN = {}, CHAINED = {};\n", gemm.rowNorm, gemm.bKN,
-                      source.chained());
+  spec += fmt::format("  static constexpr bool ROW_NORM = {}, B_KN = {}, A_KM = {}, CHAINED = {};\n", gemm.rowNorm,
+                      gemm.bKN, matrixUnits && aKM, source.chained());
   spec += fmt::format("  static constexpr float NORM_EPS = {};\n", floatLiteral(gemm.rowNorm ? gemm.eps : 0.0));
   spec += fmt::format("  static constexpr bool NORM_SHARED = {};  // sm_90a: row sums of squares shared by column tiles\n",
                       normShared);
@@ -219,8 +224,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   spec += "    }\n  }\n};\n";
 
   std::vector<std::string> headerLines;
-  headerLines.push_back(fmt::format("GEMM [batch {}] M {} x N {} x K {}: acc = A · B{} in fp32", gemm.batch, gemm.M, gemm.N,
-                                    gemm.K, gemm.bKN ? " (B stored [K, N])" : "ᵀ"));
+  headerLines.push_back(fmt::format("GEMM [batch {}] M {} x N {} x K {}: acc = A · B{} in fp32{}", gemm.batch, gemm.M,
+                                    gemm.N, gemm.K, gemm.bKN ? " (B stored [K, N])" : "ᵀ",
+                                    aKM ? " (A stored [K, M])" : ""));
   headerLines.push_back(fmt::format("prologue: A = {}{}", source.name(gemm.a),
                                     gemm.rowNorm ? fmt::format(" normalized per row (rmsnorm, gain {}, eps {}): the gain "
                                                                "scales A as it is loaded, the inverse RMS the accumulator rows",
@@ -239,11 +245,11 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                                  "column tile 0, read by every column tile before its epilogue"
                                                : ""));
   headerLines.push_back(matrixUnits ? fmt::format("{}: tensor cores (mma.sync), {}x{} tiles, {} warps{}, {} stages; AMD: "
-                                                  "MFMA on gfx90a, 64x64 tiles",
+                                                  "{}, 64x64 tiles",
                                                   hopper ? "other NVIDIA" : "NVIDIA", nvidia.BM, nvidia.BN,
                                                   nvidia.threads() / 32,
                                                   nvidia.slices > 1 ? fmt::format(" in {} k slices", nvidia.slices) : "",
-                                                  nvidia.stages)
+                                                  nvidia.stages, aKM ? "fp32 FMAs" : "MFMA on gfx90a")
                                     : "fp32 FMAs (gemm_simt.cuh), 64x64 tiles");
 
   std::string out = source.header("a fused linear", headerLines);
@@ -265,7 +271,10 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                      hopperCase, entry, hopper ? hopper->threads() : 0, hopper ? hopper->resident : 1, entry,
                      matrixUnits ? nvidia.threads() : 256, entry);
   out += source.entryOpen(entry + "_BOUNDS");
-  if (matrixUnits)
+  if (matrixUnits && aKM)
+    out += fmt::format("#if defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n", nvSpec,
+                       fixedSpec);
+  else if (matrixUnits)
     out += fmt::format("#if {}\n  tl_gemm_wgmma<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n"
                        "#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n",
                        hopperCase, hopperSpec, nvSpec, fixedSpec, fixedSpec);

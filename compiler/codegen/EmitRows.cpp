@@ -1,4 +1,5 @@
-// Row kernels (row_ops.cuh): RMSNorm, softmax, embedding lookup, cross-entropy.
+// Row kernels (row_ops.cuh): RMSNorm, softmax, embedding lookup, cross-entropy; and their
+// backward (row_grad_ops.cuh).
 #include "compiler/codegen/EmitterSupport.h"
 
 #include <fmt/format.h>
@@ -16,6 +17,8 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
   std::string what, call, hooks;
   int64_t blocks = std::max<int64_t>(1, (spec.rows + 7) / 8), workspace = 0;
   int vec = spec.cols % 8 == 0 ? 8 : 1;
+  int64_t rowsPerBlock = 16;
+  std::string templateFile = "row_ops.cuh";
   switch (spec.kind) {
   case RowSpec::Kind::RmsNorm:
     what = fmt::format("RMSNorm of {} rows of {}: y = x / sqrt(mean(x^2) + {}) * gain; one warp per row", spec.rows,
@@ -46,14 +49,53 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
     workspace = std::max<int64_t>(predictions, 1) * 4;
     break;
   }
+  case RowSpec::Kind::RmsNormGrad:
+    what = fmt::format("RMSNorm backward of {} rows of {}: d x per row (one warp), d gain summed down the columns "
+                       "of each block's {} rows, the blocks' sums added in order by the last block",
+                       spec.rows, spec.cols, rowsPerBlock);
+    hooks = accessor("x", spec.x, false) + accessor("gain", spec.gain, false) + accessor("dy", spec.dy, false) +
+            accessor("dx", spec.y, true) + accessor("dgain", spec.gainGrad, true) +
+            "  TL_DEVICE static float *inverse(const Params &p) { return p.ws; }\n" +
+            fmt::format("  TL_DEVICE static float *partial(const Params &p) {{ return p.ws + {}; }}\n", spec.rows) +
+            "  TL_DEVICE static unsigned *counter(const Params &p) { return p.sync; }\n";
+    call = "tl_rmsnorm_grad_rows";
+    templateFile = "row_grad_ops.cuh";
+    blocks = std::max<int64_t>(1, (spec.rows + rowsPerBlock - 1) / rowsPerBlock);
+    workspace = (spec.rows + blocks * spec.cols) * 4;
+    break;
+  case RowSpec::Kind::SoftmaxGrad:
+    what = fmt::format("softmax backward of {} rows of {}: y (dy - sum(dy y)); one warp per row", spec.rows, spec.cols);
+    hooks = accessor("y", spec.x, false) + accessor("dy", spec.dy, false) + accessor("dx", spec.y, true);
+    call = "tl_softmax_grad_rows";
+    templateFile = "row_grad_ops.cuh";
+    break;
+  case RowSpec::Kind::CrossEntropyGrad:
+    what = fmt::format("cross-entropy backward over {} rows of {} logits: (softmax - onehot(next id)) / {} "
+                       "predictions, zeros at each sequence's last position; one block per row",
+                       spec.rows, spec.cols, spec.batch * std::max<int64_t>(spec.seq - 1, 0));
+    hooks = accessor("logits", spec.x, false) + accessor("ids", spec.ids, false) + accessor("dlogits", spec.y, true);
+    call = "tl_cross_entropy_grad_rows";
+    templateFile = "row_grad_ops.cuh";
+    blocks = std::max<int64_t>(1, std::min<int64_t>(spec.rows, 8192));
+    break;
+  case RowSpec::Kind::EmbeddingGrad:
+    what = fmt::format("embedding backward: each of {} table rows of {} sums the rows of d y of the tokens that read "
+                       "it, in token order ({} tokens); one block per table row, no atomics",
+                       spec.rows, spec.cols, spec.tokens);
+    hooks = accessor("dy", spec.dy, false) + accessor("ids", spec.ids, false) + accessor("dtable", spec.y, true);
+    call = "tl_embedding_grad_rows";
+    templateFile = "row_grad_ops.cuh";
+    blocks = std::max<int64_t>(1, std::min<int64_t>(spec.rows, 65536));
+    break;
   }
   std::string out = source.header(what, {});
-  out += source.prelude({"row_ops.cuh"});
+  out += source.prelude({templateFile});
   out += source.paramsStruct();
   out += fmt::format("struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
-  out += fmt::format("  static constexpr tl_i64 ROWS = {};\n  static constexpr int COLS = {}, VEC = {}, BATCH = {}, SEQ = {}, "
-                     "VOCAB = {};\n  static constexpr float EPS = {};\n",
-                     spec.rows, spec.cols, vec, spec.batch, spec.seq, spec.cols, floatLiteral(spec.eps));
+  out += fmt::format("  static constexpr tl_i64 ROWS = {}, TOKENS = {};\n  static constexpr int COLS = {}, VEC = {}, BATCH = {}, "
+                     "SEQ = {}, VOCAB = {}, ROWS_PER_BLOCK = {};\n  static constexpr float EPS = {};\n",
+                     spec.rows, spec.tokens, spec.cols, vec, spec.batch, spec.seq, spec.cols, rowsPerBlock,
+                     floatLiteral(spec.eps));
   out += hooks + "};\n";
   out += source.entryOpen("256");
   out += fmt::format("  {}<{}_spec>(p);\n}}\n", call, entry);
@@ -61,6 +103,7 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
   emitted.source = std::move(out);
   emitted.launch["cuda"] = emitted.launch["hip"] = {blocks, 256, 0};
   emitted.workspaceBytes = workspace;
+  if (spec.kind == RowSpec::Kind::RmsNormGrad) emitted.syncWords = 1;
   return emitted;
 }
 

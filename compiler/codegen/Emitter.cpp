@@ -33,7 +33,7 @@ std::string KernelSource::paramsStruct() const {
   return out;
 }
 
-std::string KernelSource::entryOpen(const std::string &threads) const {
+std::string KernelSource::entryOpen(const std::string &threads, const std::vector<std::string> &extra) const {
   // TLC_PDL_TRIGGER=start (an experiment): chained kernels let the next one launch at once.
   const char *trigger = std::getenv("TLC_PDL_TRIGGER");
   bool early = spec_.chained && trigger && std::string(trigger) == "start";
@@ -47,6 +47,7 @@ std::string KernelSource::entryOpen(const std::string &threads) const {
   params.push_back("unsigned *sync");
   fields.push_back("ws");
   fields.push_back("sync");
+  params.insert(params.end(), extra.begin(), extra.end());
   return fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}({}) {{\n  const {}_params p{{{}}};\n{}",
                      threads, entry(), fmt::join(params, ", "), entry(), fmt::join(fields, ", "),
                      early ? "  tl_allow_dependents_at_start();\n" : "");
@@ -84,8 +85,10 @@ std::string describe(const ElementRef &expr, const ParamNames &names) {
     for (const ElementRef &arg : expr->args) args.push_back(describe(arg, names));
     return fmt::format("{}({})", expr->op, fmt::join(args, ", "));
   }
-  case ElementExpr::Kind::Rope: return fmt::format("rope({})", describe(expr->args[0], names));
-  case ElementExpr::Kind::CausalMask: return fmt::format("causal_mask({})", describe(expr->args[0], names));
+  case ElementExpr::Kind::Rope:
+    return fmt::format("{}({})", expr->inverse ? "rope_grad" : "rope", describe(expr->args[0], names));
+  case ElementExpr::Kind::CausalMask:
+    return fmt::format("{}({})", expr->inverse ? "causal_mask_grad" : "causal_mask", describe(expr->args[0], names));
   }
   return "?";
 }
@@ -97,6 +100,8 @@ EmittedKernel emitKernel(const Program &program, const KernelSpec &spec) {
         using T = std::decay_t<decltype(body)>;
         if constexpr (std::is_same_v<T, GemmSpec>) return emitGemm(source, body);
         else if constexpr (std::is_same_v<T, AttentionSpec>) return emitAttention(source, body);
+        else if constexpr (std::is_same_v<T, AttentionGradSpec>) return emitAttentionGrad(source, body);
+        else if constexpr (std::is_same_v<T, OptimizerSpec>) return emitOptimizer(source, body);
         else if constexpr (std::is_same_v<T, RowSpec>) return emitRows(source, body);
         else return emitElementwise(source, body);
       },

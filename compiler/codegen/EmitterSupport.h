@@ -28,7 +28,8 @@ public:
   // struct <entry>_params { const tl_bf16 *__restrict__ in0; ...; float *ws; unsigned *sync; };
   std::string paramsStruct() const;
   // extern "C" __global__ void __launch_bounds__(threads) <entry>(...) {\n  const <entry>_params p{...};\n
-  std::string entryOpen(const std::string &threads) const;
+  // `extra`: parameters after `sync` that are not Program values (the optimizer's state).
+  std::string entryOpen(const std::string &threads, const std::vector<std::string> &extra = {}) const;
   // The comment every kernel starts with: what it computes and its arguments.
   std::string header(const std::string &what, const std::vector<std::string> &details) const;
   // The vendor block and the named templates.
@@ -47,5 +48,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm);
 EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &attention);
 EmittedKernel emitRows(const KernelSource &source, const RowSpec &rows);
 EmittedKernel emitElementwise(const KernelSource &source, const ElementwiseSpec &elementwise);
+EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradSpec &attention);
+EmittedKernel emitOptimizer(const KernelSource &source, const OptimizerSpec &optimizer);
 
 } // namespace tlc::codegen

@@ -50,8 +50,8 @@ public:
   }
 
   // The argument holding `value`, or -1.
-  int paramOf(mlir::Value value) const {
-    int id = idOf_(value);
+  int paramOf(mlir::Value value) const { return paramOfId(idOf_(value)); }
+  int paramOfId(int id) const {
     for (size_t i = 0; i < kernel_.inputs.size(); ++i)
       if (kernel_.inputs[i] == id) return int(i);
     for (size_t i = 0; i < kernel_.outputs.size(); ++i)
@@ -139,45 +139,74 @@ public:
       inner[1] = index[1].floorDiv(int64_t(repeat.getRepeats()));
       return at(repeat.getInput(), inner);
     }
-    if (auto rope = llvm::dyn_cast<tl::RopeOp>(op)) {
-      int64_t headDim = shapeOf(value).back();
-      const IndexExpr &d = index.back();
-      auto expr = std::make_shared<ElementExpr>();
-      expr->kind = ElementExpr::Kind::Rope;
-      IndexExpr first, second;
-      if (rope.getStyle() == "adjacent") {
-        expr->pair = d.floorDiv(2);
-        first = expr->pair * 2;
-        second = expr->pair * 2 + 1;
-        expr->isSecond = d.mod(2);
-      } else if (rope.getStyle() == "half") {
-        expr->pair = d.mod(headDim / 2);
-        first = expr->pair;
-        second = expr->pair + headDim / 2;
-        expr->isSecond = d.floorDiv(headDim / 2);
-      } else {
-        context_.fail(fmt::format("rope style '{}' is not adjacent or half", rope.getStyle().str()));
+    if (auto rope = llvm::dyn_cast<tl::RopeOp>(op))
+      return rotated(rope.getInput(), index, rope.getThetaAttr().getValueAsDouble(), rope.getStyle(), false);
+    if (auto rope = llvm::dyn_cast<tl::RopeGradOp>(op))
+      return rotated(rope.getGrad(), index, rope.getThetaAttr().getValueAsDouble(), rope.getStyle(), true);
+    if (auto repeat = llvm::dyn_cast<tl::RepeatKvGradOp>(op)) {
+      // Each kv head: the sum of the query heads of its group, in order.
+      int64_t repeats = int64_t(repeat.getRepeats());
+      ElementRef sum;
+      for (int64_t r = 0; r < repeats; ++r) {
+        Index inner = index;
+        inner[1] = index[1] * repeats + r;
+        ElementRef term = at(repeat.getGrad(), inner);
+        sum = sum ? ElementExpr::apply("add", {sum, term}, 0) : term;
       }
-      Index firstIndex = index, secondIndex = index;
-      firstIndex.back() = first;
-      secondIndex.back() = second;
-      expr->args = {at(rope.getInput(), firstIndex), at(rope.getInput(), secondIndex)};
-      expr->position = index[1];
-      expr->theta = rope.getThetaAttr().getValueAsDouble();
-      expr->headDim = headDim;
-      return expr;
+      return sum;
     }
-    if (auto mask = llvm::dyn_cast<tl::CausalMaskOp>(op)) {
+    if (auto concat = llvm::dyn_cast<tl::ConcatGradOp>(op)) {
+      unsigned result = llvm::cast<mlir::OpResult>(value).getResultNumber();
+      int64_t start = 0;
+      for (unsigned r = 0; r < result; ++r) start += concat.getSizes()[r];
+      Index inner = index;
+      inner[0] = inner[0] + start;
+      return at(concat.getGrad(), inner);
+    }
+    if (llvm::isa<tl::CausalMaskOp, tl::CausalMaskGradOp>(op)) {
       Shape shape = shapeOf(value);
       auto expr = std::make_shared<ElementExpr>();
       expr->kind = ElementExpr::Kind::CausalMask;
-      expr->args = {at(mask.getInput(), index)};
+      expr->inverse = llvm::isa<tl::CausalMaskGradOp>(op);
+      expr->args = {at(op->getOperand(0), index)};
       expr->row = index[index.size() - 2];
       expr->column = index.back();
       expr->shift = shape.back() - shape[shape.size() - 2];
       return expr;
     }
     context_.fail(fmt::format("'tl.{}' cannot be computed element by element inside this kernel", name));
+  }
+
+  // RoPE of `input` at `index` ([B, S, H, D]): the pair holding it rotated by the
+  // position's angle, or back by minus it (`inverse`, the VJP).
+  ElementRef rotated(mlir::Value input, const Index &index, double theta, llvm::StringRef style, bool inverse) {
+    int64_t headDim = shapeOf(input).back();
+    const IndexExpr &d = index.back();
+    auto expr = std::make_shared<ElementExpr>();
+    expr->kind = ElementExpr::Kind::Rope;
+    expr->inverse = inverse;
+    IndexExpr first, second;
+    if (style == "adjacent") {
+      expr->pair = d.floorDiv(2);
+      first = expr->pair * 2;
+      second = expr->pair * 2 + 1;
+      expr->isSecond = d.mod(2);
+    } else if (style == "half") {
+      expr->pair = d.mod(headDim / 2);
+      first = expr->pair;
+      second = expr->pair + headDim / 2;
+      expr->isSecond = d.floorDiv(headDim / 2);
+    } else {
+      context_.fail(fmt::format("rope style '{}' is not adjacent or half", style.str()));
+    }
+    Index firstIndex = index, secondIndex = index;
+    firstIndex.back() = first;
+    secondIndex.back() = second;
+    expr->args = {at(input, firstIndex), at(input, secondIndex)};
+    expr->position = index[1];
+    expr->theta = theta;
+    expr->headDim = headDim;
+    return expr;
   }
 
   // Every accumulator read must be of the row being computed: `row` linearizes the
@@ -425,6 +454,44 @@ GemmSpec buildBatchMatmul(KernelContext &context, tl::BatchMatmulOp matmul) {
   return gemm;
 }
 
+// A GEMM of one output [M, N] (row-major, no epilogue) with B stored [K, N]; A's
+// element [m, k] is element aOffset of `a`.
+GemmSpec plainGemmKN(KernelContext &context, int64_t M, int64_t N, int64_t K, mlir::Value a, IndexExpr aOffset,
+                     mlir::Value b, mlir::Value result) {
+  GemmSpec gemm;
+  gemm.M = M;
+  gemm.N = N;
+  gemm.K = K;
+  IndexExpr m = IndexExpr::variable("m", M), k = IndexExpr::variable("k", K), n = IndexExpr::variable("n", N),
+            c = IndexExpr::variable("c", N);
+  gemm.a = context.requireParam(a, "gradient");
+  gemm.aOffset = std::move(aOffset);
+  gemm.b = context.requireParam(b, "operand B");
+  gemm.bKN = true;
+  gemm.bOffset = k * N + n;
+  GemmGroup group{N, {0}, {}};
+  group.stores.push_back({context.requireParam(result, "result"), m * N + c, ElementExpr::accumulator(c)});
+  gemm.groups = {group};
+  return gemm;
+}
+
+// dX = dY · W: A is dY [M, N] as it is, B is the weight [N, K] read as [k, n].
+GemmSpec buildLinearGradInput(KernelContext &context, tl::LinearGradInputOp op) {
+  Shape weight = shapeOf(op.getWeight());
+  int64_t K = weight[0], N = weight[1], M = product(shapeOf(op.getGrad())) / K;
+  return plainGemmKN(context, M, N, K, op.getGrad(), IndexExpr::variable("m", M) * K + IndexExpr::variable("k", K),
+                     op.getWeight(), op.getResult());
+}
+
+// dW = dYᵀ · X, summed over the tokens: the GEMM's rows are dY's columns, its depth the
+// tokens; A is dY read down its columns (stored [K, M]), B is X [tokens, K] read as [k, n].
+GemmSpec buildLinearGradWeight(KernelContext &context, tl::LinearGradWeightOp op) {
+  Shape grad = shapeOf(op.getGrad());
+  int64_t M = grad.back(), N = shapeOf(op.getInput()).back(), K = product(grad) / M;
+  return plainGemmKN(context, M, N, K, op.getGrad(), IndexExpr::variable("k", K) * M + IndexExpr::variable("m", M),
+                     op.getInput(), op.getResult());
+}
+
 // ---- the others -----------------------------------------------------------------------
 
 AttentionSpec buildAttention(KernelContext &context, tl::FlashAttentionOp attention) {
@@ -446,10 +513,42 @@ AttentionSpec buildAttention(KernelContext &context, tl::FlashAttentionOp attent
   spec.k = context.requireParam(attention.getKey(), "key");
   spec.v = context.requireParam(attention.getValue(), "value");
   spec.out = context.requireParam(attention.getResult(), "result");
+  if (attention.getLse()) spec.lse = context.requireParam(attention.getLse(), "log-sum-exp");
   spec.qRow = linearize({b, h, sq, IndexExpr(0)}, q);
   spec.kRow = linearize({b, hkv, sk, IndexExpr(0)}, k);
   spec.vRow = linearize({b, hkv, sk, IndexExpr(0)}, v);
   spec.outRow = linearize({b, h, sq, IndexExpr(0)}, shapeOf(attention.getResult()));
+  return spec;
+}
+
+AttentionGradSpec buildAttentionGrad(KernelContext &context, tl::FlashAttentionGradOp grad) {
+  AttentionGradSpec spec;
+  AttentionSpec &f = spec.forward;
+  Shape q = shapeOf(grad.getQuery()), k = shapeOf(grad.getKey()), v = shapeOf(grad.getValue());
+  f.B = q[0];
+  f.H = q[1];
+  f.SQ = q[2];
+  f.D = q[3];
+  f.HKV = k[1];
+  f.SK = k[2];
+  f.DV = v[3];
+  f.causal = grad.getCausal();
+  f.scale = grad.getScaleAttr().getValueAsDouble();
+  IndexExpr b = IndexExpr::variable("b", f.B), h = IndexExpr::variable("h", f.H), hkv = IndexExpr::variable("h", f.HKV),
+            sq = IndexExpr::variable("s", f.SQ), sk = IndexExpr::variable("s", f.SK);
+  f.q = context.requireParam(grad.getQuery(), "query");
+  f.k = context.requireParam(grad.getKey(), "key");
+  f.v = context.requireParam(grad.getValue(), "value");
+  f.out = context.requireParam(grad.getOutput(), "output");
+  f.lse = context.requireParam(grad.getLse(), "log-sum-exp");
+  spec.dout = context.requireParam(grad.getGrad(), "output gradient");
+  spec.dq = context.requireParam(grad.getQueryGrad(), "query gradient");
+  spec.dk = context.requireParam(grad.getKeyGrad(), "key gradient");
+  spec.dv = context.requireParam(grad.getValueGrad(), "value gradient");
+  f.qRow = spec.dqRow = linearize({b, h, sq, IndexExpr(0)}, q);
+  f.kRow = spec.dkRow = linearize({b, hkv, sk, IndexExpr(0)}, k);
+  f.vRow = spec.dvRow = linearize({b, hkv, sk, IndexExpr(0)}, v);
+  f.outRow = spec.doutRow = linearize({b, h, sq, IndexExpr(0)}, shapeOf(grad.getOutput()));
   return spec;
 }
 
@@ -470,6 +569,33 @@ RowSpec buildRows(KernelContext &context, mlir::Operation *op) {
     spec.x = context.requireParam(embedding.getTable(), "table");
     spec.ids = context.requireParam(embedding.getIds(), "ids");
     spec.y = context.requireParam(embedding.getResult(), "result");
+  } else if (auto norm = llvm::dyn_cast<tl::RMSNormGradOp>(op)) {
+    spec.kind = RowSpec::Kind::RmsNormGrad;
+    spec.x = context.requireParam(norm.getInput(), "input");
+    spec.gain = context.requireParam(norm.getGain(), "gain");
+    spec.dy = context.requireParam(norm.getGrad(), "gradient");
+    spec.y = context.requireParam(norm.getInputGrad(), "input gradient");
+    spec.gainGrad = context.requireParam(norm.getGainGrad(), "gain gradient");
+    spec.eps = norm.getEpsAttr().getValueAsDouble();
+  } else if (auto softmax = llvm::dyn_cast<tl::SoftmaxGradOp>(op)) {
+    spec.kind = RowSpec::Kind::SoftmaxGrad;
+    spec.x = context.requireParam(softmax.getResult(), "softmax");
+    spec.dy = context.requireParam(softmax.getGrad(), "gradient");
+    spec.y = context.requireParam(softmax.getInputGrad(), "input gradient");
+  } else if (auto loss = llvm::dyn_cast<tl::CrossEntropyGradOp>(op)) {
+    spec.kind = RowSpec::Kind::CrossEntropyGrad;
+    spec.x = context.requireParam(loss.getLogits(), "logits");
+    spec.ids = context.requireParam(loss.getIds(), "ids");
+    spec.y = context.requireParam(loss.getResult(), "result");
+    Shape logits = shapeOf(loss.getLogits());
+    spec.batch = logits[0];
+    spec.seq = logits[1];
+  } else if (auto embedding = llvm::dyn_cast<tl::EmbeddingGradOp>(op)) {
+    spec.kind = RowSpec::Kind::EmbeddingGrad;
+    spec.dy = context.requireParam(embedding.getGrad(), "gradient");
+    spec.ids = context.requireParam(embedding.getIds(), "ids");
+    spec.y = context.requireParam(embedding.getResult(), "result");
+    spec.tokens = product(shapeOf(embedding.getIds()));
   } else {
     auto loss = llvm::cast<tl::CrossEntropyOp>(op);
     spec.kind = RowSpec::Kind::CrossEntropy;
@@ -484,6 +610,69 @@ RowSpec buildRows(KernelContext &context, mlir::Operation *op) {
   if (spec.kind == RowSpec::Kind::CrossEntropy) shape = shapeOf(op->getOperand(0));
   spec.cols = shape.back();
   spec.rows = product(shape) / std::max<int64_t>(spec.cols, 1);
+  return spec;
+}
+
+// The pieces' gradients joined along the last dim: one store per piece, each at its
+// columns of the result.
+ElementwiseSpec buildSplitGrad(KernelContext &context, tl::SplitGradOp op) {
+  ElementwiseSpec spec;
+  Shape out = shapeOf(op.getResult());
+  int param = context.requireParam(op.getResult(), "result");
+  int64_t start = 0;
+  for (mlir::Value piece : op.getPieces()) {
+    Shape shape = shapeOf(piece);
+    int64_t count = product(shape);
+    spec.count = std::max(spec.count, count);
+    IndexExpr e = IndexExpr::variable("e", count);
+    Index index = delinearize(e, shape);
+    index.back() = index.back() + start;
+    Store store{param, linearize(index, out), ElementExpr::load(context.requireParam(piece, "piece"), e)};
+    store.limit = count;
+    spec.stores.push_back(store);
+    start += shape.back();
+  }
+  for (Store &store : spec.stores)
+    if (store.limit == spec.count) store.limit = -1;
+  return spec;
+}
+
+// The optimizer kernel's ops, read off the Program kernel (its adamw ops are one kernel
+// made of several IR ops).
+OptimizerSpec buildOptimizer(KernelContext &context, const Program &program) {
+  OptimizerSpec spec;
+  const Kernel &kernel = context.kernel();
+  for (const OpRecord &op : kernel.ops) {
+    if (op.op == "global_norm") {
+      spec.kind = OptimizerSpec::Kind::GlobalNorm;
+      for (int id : op.operands) spec.grads.push_back(context.paramOfId(id));
+      spec.norm = context.paramOfId(op.results.at(0));
+      continue;
+    }
+    if (op.op != "adamw") context.fail(fmt::format("'tl.{}' in the optimizer's kernel", op.op));
+    spec.grads.push_back(context.paramOfId(op.operands.at(0)));
+    if (op.operands.size() == 2) {
+      int norm = context.paramOfId(op.operands[1]);
+      if (spec.gradNorm >= 0 && spec.gradNorm != norm) context.fail("the updates read different gradient norms");
+      spec.gradNorm = norm;
+      spec.maxGradNorm = op.floatAttr("max_grad_norm");
+    }
+    double values[] = {op.floatAttr("lr"), op.floatAttr("beta1"), op.floatAttr("beta2"), op.floatAttr("eps"),
+                       op.floatAttr("weight_decay")};
+    if (spec.grads.size() > 1 && (values[0] != spec.lr || values[1] != spec.beta1 || values[2] != spec.beta2 ||
+                                  values[3] != spec.eps || values[4] != spec.weightDecay))
+      context.fail("the updates have different AdamW hyperparameters");
+    spec.lr = values[0];
+    spec.beta1 = values[1];
+    spec.beta2 = values[2];
+    spec.eps = values[3];
+    spec.weightDecay = values[4];
+  }
+  std::vector<KernelParam> params = context.params();
+  for (int param : spec.grads) {
+    if (param < 0) context.fail("a gradient is not one of the kernel's arguments");
+    spec.counts.push_back(program.value(params.at(size_t(param)).value).numElements());
+  }
   return spec;
 }
 
@@ -520,7 +709,13 @@ KernelSpec buildKernelSpec(const Program &program, const Kernel &kernel, const K
   else if (auto fused = llvm::dyn_cast<tl::FusedLinearOp>(op)) spec.body = buildFusedLinear(context, fused);
   else if (auto matmul = llvm::dyn_cast<tl::BatchMatmulOp>(op)) spec.body = buildBatchMatmul(context, matmul);
   else if (auto attention = llvm::dyn_cast<tl::FlashAttentionOp>(op)) spec.body = buildAttention(context, attention);
-  else if (llvm::isa<tl::RMSNormOp, tl::SoftmaxOp, tl::EmbeddingOp, tl::CrossEntropyOp>(op))
+  else if (auto grad = llvm::dyn_cast<tl::FlashAttentionGradOp>(op)) spec.body = buildAttentionGrad(context, grad);
+  else if (auto grad = llvm::dyn_cast<tl::LinearGradInputOp>(op)) spec.body = buildLinearGradInput(context, grad);
+  else if (auto grad = llvm::dyn_cast<tl::LinearGradWeightOp>(op)) spec.body = buildLinearGradWeight(context, grad);
+  else if (auto grad = llvm::dyn_cast<tl::SplitGradOp>(op)) spec.body = buildSplitGrad(context, grad);
+  else if (llvm::isa<tl::AdamWOp, tl::GlobalNormOp>(op)) spec.body = buildOptimizer(context, program);
+  else if (llvm::isa<tl::RMSNormOp, tl::SoftmaxOp, tl::EmbeddingOp, tl::CrossEntropyOp, tl::RMSNormGradOp,
+                     tl::SoftmaxGradOp, tl::CrossEntropyGradOp, tl::EmbeddingGradOp>(op))
     spec.body = buildRows(context, op);
   else spec.body = buildElementwise(context, op);
   if (root.foldedSplit && !llvm::isa<tl::LinearOp>(op))

@@ -39,8 +39,8 @@ struct GemmGroup {
 
 struct GemmSpec {
   int64_t batch = 1, M = 0, N = 0, K = 0;  // N: accumulator columns
-  int a = -1;                 // A[bt, m, k] is element aOffset of argument a
-  IndexExpr aOffset;
+  int a = -1;                 // A[bt, m, k] is element aOffset of argument a (contiguous along k, or
+  IndexExpr aOffset;          // along m: A stored [K, M], a weight gradient's dYᵀ)
   bool rowNorm = false;       // A is rmsnorm(x): x from a, gain from argument gain
   int gain = -1;
   double eps = 0;
@@ -52,15 +52,32 @@ struct GemmSpec {
 
 struct AttentionSpec {
   int q = -1, k = -1, v = -1, out = -1;      // arguments
+  int lse = -1;                              // with the log-sum-exp of each query row (for the backward), f32 [B, H, SQ]
   IndexExpr qRow, kRow, vRow, outRow;        // first element of row (b, h, s): q/out over H heads, k/v over HKV
   int64_t B = 0, H = 0, HKV = 0, SQ = 0, SK = 0, D = 0, DV = 0;
   bool causal = false;
   double scale = 1;
 };
 
+// The backward of flash attention: dq, dk, dv from q, k, v, the saved output and
+// log-sum-exp, and d output; rows as AttentionSpec's (dq/dout over H heads, dk/dv over HKV).
+struct AttentionGradSpec {
+  AttentionSpec forward;                      // q, k, v, out (the saved output), lse
+  int dout = -1, dq = -1, dk = -1, dv = -1;   // arguments
+  IndexExpr doutRow, dqRow, dkRow, dvRow;
+};
+
 struct RowSpec {
-  enum class Kind { RmsNorm, Softmax, Embedding, CrossEntropy } kind = Kind::RmsNorm;
+  enum class Kind {
+    RmsNorm, Softmax, Embedding, CrossEntropy,
+    RmsNormGrad,       // x, gain, dy -> y (d x), gainGrad (d gain)
+    SoftmaxGrad,       // x (the saved softmax), dy -> y
+    CrossEntropyGrad,  // x logits, ids -> y (d logits)
+    EmbeddingGrad,     // dy [tokens, cols], ids -> y [rows, cols] (d table)
+  } kind = Kind::RmsNorm;
   int x = -1, gain = -1, y = -1, ids = -1;   // CrossEntropy: x logits, ids tokens, y loss
+  int dy = -1, gainGrad = -1;
+  int64_t tokens = 0;                        // EmbeddingGrad: tokens read (rows: the table's)
   int64_t rows = 0, cols = 0;                // CrossEntropy: batch x seq rows of cols logits
   int64_t batch = 0, seq = 0;
   double eps = 0;
@@ -71,11 +88,22 @@ struct ElementwiseSpec {
   std::vector<Store> stores;
 };
 
+// The optimizer: one AdamW step over every parameter (a multi-tensor update), or the
+// global L2 norm of all gradients (for clipping).
+struct OptimizerSpec {
+  enum class Kind { AdamW, GlobalNorm } kind = Kind::AdamW;
+  std::vector<int> grads;          // arguments, one per parameter (AdamW: the update's order)
+  std::vector<int64_t> counts;     // their elements
+  int gradNorm = -1;               // AdamW with clipping: the global norm's argument
+  int norm = -1;                   // GlobalNorm: the f32 scalar written
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0, maxGradNorm = 0;
+};
+
 struct KernelSpec {
   std::string entry;          // the kernel function's name
   std::vector<KernelParam> params;
   bool chained = false;       // launched as a dependent of the kernel before it
-  std::variant<GemmSpec, AttentionSpec, RowSpec, ElementwiseSpec> body;
+  std::variant<GemmSpec, AttentionSpec, AttentionGradSpec, RowSpec, ElementwiseSpec, OptimizerSpec> body;
 };
 
 } // namespace tlc::codegen

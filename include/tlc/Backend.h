@@ -91,8 +91,9 @@ public:
   // starting weights as the parameters' fp32 master copies, with zero optimizer moments;
   // each trainStep runs the forward, the backward and the optimizer on `tokenIds`, and
   // the parameters it leaves are what the next step reads. Throws tlc::Error for a
-  // forward Program or ids out of range; backends without the backward's kernels (the
-  // GPU backends, for now) throw saying so.
+  // forward Program or ids out of range; a backend that only runs forwards (the
+  // default) throws saying so. The GPU backends keep the parameters and the optimizer's
+  // state on the device.
   virtual TrainStepResult trainStep(const std::vector<int32_t> &tokenIds, const TrainStepOptions &options = {});
   // The parameters as training has left them, by checkpoint key (fp32), e.g. to save.
   virtual Weights trainedWeights() const;

@@ -1,7 +1,7 @@
 // Training: a .tl model's training step compiled to a Program, run by a backend.
 //
 //   tlc::Program step = tlc::compileTrainingStepFile("tinyllama.tl", {/*optLevel=*/2, 8, 128}, {/*lr=*/3e-4});
-//   auto backend = tlc::createCpuBackend();             // training runs on the CPU backend for now
+//   auto backend = tlc::createBackend({});              // a GPU if one answers, else the CPU
 //   backend->load(step, tlc::Weights::random(step.parameters, /*seed=*/0));
 //   for (int i = 0; i < 50; ++i) float loss = backend->trainStep(tokens).loss;
 //   backend->trainedWeights().saveSafetensors("trained.safetensors");
@@ -27,9 +27,9 @@ struct AdamWOptions {
 
 // Parses and verifies a .tl file, specializes it, runs the level's passes on the
 // forward, then tl-autodiff: the backward from every op's VJP and one AdamW update per
-// parameter. The Program has kind train_step and runs with Backend::trainStep on the
-// CPU backend (it carries no GPU kernels yet). Throws tlc::Error carrying the located
-// diagnostics on failure.
+// parameter. The Program has kind train_step, carries the generated kernels of the
+// forward, the backward and the optimizer, and runs with Backend::trainStep on the CPU
+// or a GPU. Throws tlc::Error carrying the located diagnostics on failure.
 TLC_API Program compileTrainingStepFile(const std::string &path, const CompileOptions &options,
                                         const AdamWOptions &adamw = {});
 

@@ -14,7 +14,7 @@
 // On a GPU, token ids and logits in the caller's device memory, on the caller's stream:
 //   backend->forwardOnDevice({{deviceTokens, count}, {deviceLogits, count * vocab}, deviceLoss, {stream}});
 //
-// Training (on the CPU backend for now): compileTrainingStepFile, then
+// Training (on a GPU or the CPU): compileTrainingStepFile, then
 // Backend::trainStep per batch (see Train.h).
 #pragma once
 

@@ -30,15 +30,17 @@ inline std::unique_ptr<GpuDevice> openDevice() {
   return device;
 }
 
-inline Program compile(const LlamaConfig &config, int level, int64_t batch, int64_t seq, const std::string &dtype) {
+// A forward, or with `training` the training step (forward, backward, AdamW).
+inline Program compile(const LlamaConfig &config, int level, int64_t batch, int64_t seq, const std::string &dtype,
+                       const AdamWOptions *training = nullptr) {
   mlir::DialectRegistry registry;
   registerTlcDialects(registry);
   mlir::MLIRContext context(registry);
   context.loadAllAvailableDialects();
   auto module = buildLlamaModule(context, config);
   CompileOptions options{level, batch, seq, dtype};
-  EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options)));
-  auto program = buildProgram(*module, options);
+  EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, training)));
+  auto program = buildProgram(*module, options, training);
   EXPECT_TRUE(mlir::succeeded(program));
   return std::move(*program);
 }

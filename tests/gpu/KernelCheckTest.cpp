@@ -1,5 +1,5 @@
-// Every distinct kernel of every level, alone on the GPU, against the CPU reference's
-// ops on the same random inputs (the seed is printed). Where the forward test says the
+// Every distinct kernel of every level (forwards and training steps), alone on the GPU,
+// against the CPU reference's ops on the same random inputs (the seed is printed). Where the forward test says the
 // logits are off, this says which kernel and which output.
 #include "tests/gpu/GpuTestSupport.h"
 
@@ -81,6 +81,25 @@ TEST(GpuKernelsWide, RowNormSharedByColumnTilesMatchesTheCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, GpuKernels, ::testing::ValuesIn(allCases(2)), caseName);  // O3 runs O2s kernels
+
+// A training step's kernels, each alone: the forward's (attention also writing its
+// log-sum-exp), the backward's and the gradients' global norm (clipping on). AdamW reads
+// the optimizer's state, which only a backend holds: GpuTraining checks it.
+class GpuTrainingKernels : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuTrainingKernels, EachMatchesTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  const Case &c = GetParam();
+  Shape shape = testShape(c.model);
+  AdamWOptions adamw;
+  adamw.maxGradNorm = 1.0;
+  Program program = compile(shape.config, c.level, shape.batch, shape.seq, c.dtype, &adamw);
+  int checked = checkKernels(*device, program, c.dtype, [](const Kernel &kernel) { return kernel.ops.front().op != "adamw"; });
+  EXPECT_GT(checked, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, GpuTrainingKernels, ::testing::ValuesIn(allCases(2)), caseName);
 
 } // namespace
 } // namespace tlc

@@ -9,10 +9,11 @@
 //       buffered with cp.async; tiles wholly above the diagonal are skipped.
 //   v2  exponentials on the special-function unit (ex2.approx); masks only on the tiles
 //       that cross the diagonal or the end of the keys.
+//   v3  with LSE, each row's log-sum-exp of the scaled scores (the backward's input).
 //
-// Spec S: D, DV, QT, HB, B, H, HKV, SQ, SK, CAUSAL, SCALE_LOG2 (scale * log2 e), Params,
-// q_src(p, b, h, s), k_src(p, b, hkv, s), v_src(p, b, hkv, s) (rows of D or DV
-// contiguous bf16) and out_dst(p, b, h, s).
+// Spec S: D, DV, QT, HB, B, H, HKV, SQ, SK, CAUSAL, SCALE_LOG2 (scale * log2 e), LSE,
+// Params, q_src(p, b, h, s), k_src(p, b, hkv, s), v_src(p, b, hkv, s) (rows of D or DV
+// contiguous bf16), out_dst(p, b, h, s) and lse_dst(p, b, h, s) (one float).
 #pragma once
 #include "gemm_mma.cuh"
 
@@ -170,6 +171,8 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
     if (query >= S::SQ) continue;
     tl_bf16 *out = S::out_dst(p, b, h, query);
     const float inverse = 1.0f / rowSum[r];  // no visible key: 0 / 0, NaN as in the reference
+    // rowMax is in log2 units: ln(sum e^s) = (max + log2(sum)) ln 2.
+    if (S::LSE && tig == 0) *S::lse_dst(p, b, h, query) = (rowMax[r] + log2f(rowSum[r])) * 0.6931471805599453f;
     for (int j = 0; j < DV / 8; ++j)
       *reinterpret_cast<unsigned *>(out + j * 8 + tig * 2) =
           tl_pack_bf16(o[j][2 * r] * inverse, o[j][2 * r + 1] * inverse);

@@ -5,8 +5,10 @@
 //       in slices of one per thread with an online softmax (running max and sum); kv
 //       head h / (H / HKV) read directly (GQA), no score matrix.
 //
-// Spec S: D, DV, B, H, HKV, SQ, SK, CAUSAL, SCALE, Params, q_src, k_src, v_src, out_dst
-// (as attention_mma.cuh, element pointers of any storage type).
+//   v2  with LSE, each row's log-sum-exp of the scaled scores (the backward's input).
+//
+// Spec S: D, DV, B, H, HKV, SQ, SK, CAUSAL, SCALE, LSE, Params, q_src, k_src, v_src,
+// out_dst, lse_dst (as attention_mma.cuh, element pointers of any storage type).
 #pragma once
 #include "prelude.cuh"
 
@@ -49,6 +51,7 @@ template <class S> TL_DEVICE void tl_attention_rows(const typename S::Params &p)
       __syncthreads();
     }
     if (threadIdx.x < S::DV) tl_st(S::out_dst(p, b, h, i), threadIdx.x, visible ? acc / total : tl_nan());
+    if (S::LSE && threadIdx.x == 0) *S::lse_dst(p, b, h, i) = visible ? best + logf(total) : tl_nan();
   }
   tl_allow_dependents();
 }

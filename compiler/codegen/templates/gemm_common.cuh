@@ -5,7 +5,8 @@
 //   BM, BN, WARPS_M, WARPS_N, STAGES     tile shape and pipeline depth
 //   M, N, K, TILES_M, TILES_N            problem and grid (blockIdx.x = tile)
 //   ROW_NORM, NORM_EPS                   RMSNorm prologue over A's rows
-//   B_KN, CHAINED                        B stored [K, N]; launched as a dependent
+//   B_KN, A_KM, CHAINED                  B stored [K, N]; A stored [K, M] (mma.sync only);
+//                                        launched as a dependent
 //   Params                               the kernel's pointers
 //   tile_cols(tn)                        which output columns column-tile tn computes
 //   a_src / b_src / gain                 where operand elements live (prologue layouts);

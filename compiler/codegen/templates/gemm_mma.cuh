@@ -12,6 +12,9 @@
 //       problems), summed in shared memory before the epilogue.
 //   v3  each thread computes its rows' offsets once and moves only along k: the copies
 //       cost a few instructions instead of the layout's index arithmetic every stage.
+//   v4  A_KM: A stored [K, M] (a weight gradient's dYᵀ, read down its columns), its
+//       tiles kept k-major in shared memory and turned into A fragments by
+//       ldmatrix.trans, as B_KN does for B.
 //
 // The emitter writes a Spec struct per kernel (see gemm_common.cuh for the hooks).
 #pragma once
@@ -89,8 +92,9 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
   constexpr int WTM = BM / S::WARPS_M, WTN = BN / S::WARPS_N, MT = WTM / 16, NT = WTN / 8;
   constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
   constexpr int KT = (S::K + BK - 1) / BK, STEPS = BK / 16 / SLICES;  // k16 steps per stage, per slice
-  constexpr int B_ROW_BYTES = S::B_KN ? BN * 2 : BK * 2;
+  constexpr int B_ROW_BYTES = S::B_KN ? BN * 2 : BK * 2, A_ROW_BYTES = S::A_KM ? BM * 2 : BK * 2;
   static_assert(WTM % 16 == 0 && WTN % 16 == 0 && STEPS >= 2, "warp tiles are whole 16x16 pieces");
+  static_assert(!(S::A_KM && S::ROW_NORM), "RMSNorm reads A's rows along k");
   static_assert(THREADS % BM == 0 || BM % THREADS == 0, "rows split evenly for the norm");
   static_assert(S::K_SPLITS == 1, "the mma.sync GEMM does not split K");
   extern __shared__ __align__(128) unsigned char tl_smem[];
@@ -107,7 +111,7 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
   // Weights never depend on the kernel before: with a chained launch they are fetched
   // while the producer of A is still finishing.
   tl_stage_copies<BM, THREADS> aCopies;
-  aCopies.init([&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+  if constexpr (!S::A_KM) aCopies.init([&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
   tl_stage_copies<BN, THREADS> bCopies;
   if constexpr (!S::B_KN) bCopies.init([&](int r) { return S::b_row(bt, cols, r); });
   auto loadB = [&](int stage, int kt) {
@@ -128,8 +132,19 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
   // RMSNorm's gain for the stage's 64 k: 128 bytes after all the stages.
   unsigned char *sGain = tl_smem + S::STAGES * STAGE_BYTES;
   auto loadA = [&](int stage, int kt) {
+    if constexpr (S::A_KM) {  // rows of the tile are k, chunks of 8 m
+#pragma unroll
+      for (int i = threadIdx.x; i < BK * (BM / 8); i += THREADS) {
+        const int r = i / (BM / 8), c = i % (BM / 8), k = kt * BK + r, m = m0 + c * 8;
+        const bool inside = k < S::K && m < S::M;
+        tl_cp_async16(tl_smem_addr(tl_smem + stage * STAGE_BYTES + tl_swizzle(r, c, A_ROW_BYTES)),
+                      inside ? S::a_src(p, bt, m, k) : S::a_base(p), inside ? 16 : 0);
+      }
+    } else {
+      const int k = kt * BK + (threadIdx.x % 8) * 8;
+      aCopies.copy(tl_smem + stage * STAGE_BYTES, S::a_base(p), S::a_col(k), k < S::K);
+    }
     const int k = kt * BK + (threadIdx.x % 8) * 8;
-    aCopies.copy(tl_smem + stage * STAGE_BYTES, S::a_base(p), S::a_col(k), k < S::K);
     if (S::ROW_NORM && threadIdx.x < 8)
       tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
   };
@@ -138,8 +153,13 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
     const unsigned aBase = tl_smem_addr(tl_smem + stage * STAGE_BYTES), bBase = aBase + A_BYTES;
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
-      const int row = wm * WTM + i * 16 + (lane % 16), chunk = step * 2 + lane / 16;
-      tl_ldmatrix_x4(aBase + tl_swizzle(row, chunk, BK * 2), a[i]);
+      if constexpr (S::A_KM) {  // matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
+        const int k = step * 16 + (lane % 8) + (lane / 16) * 8, chunk = (wm * WTM + i * 16) / 8 + (lane / 8) % 2;
+        tl_ldmatrix_x4_trans(aBase + tl_swizzle(k, chunk, A_ROW_BYTES), a[i]);
+      } else {
+        const int row = wm * WTM + i * 16 + (lane % 16), chunk = step * 2 + lane / 16;
+        tl_ldmatrix_x4(aBase + tl_swizzle(row, chunk, BK * 2), a[i]);
+      }
     }
     if constexpr (S::ROW_NORM) {
       // The gain multiplies A along k: k = tig*2 + {0,1} (a0, a1) and that + 8 (a2, a3).

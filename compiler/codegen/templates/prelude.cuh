@@ -108,6 +108,32 @@ TL_DEVICE float tl_block_max(float v, float *red) {
   return tl_block_reduce(v, red, [](float a, float b) { return fmaxf(a, b); });
 }
 
+// ---- one launch, then its last block --------------------------------------------------
+// Whether this block is the last of the grid to arrive at `counter` (a zeroed word); the
+// writes every block made before arriving are visible to the last one. Block-wide.
+TL_DEVICE bool tl_last_block_arrives(unsigned *counter) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  return last;
+}
+// The sum of x[0..n) in a fixed order (a stride per thread, then a tree), in fp64: the
+// same on every run. Block-wide (blockDim.x a power of two, at most 1024); thread 0 gets it.
+TL_DEVICE double tl_block_sum_in_order(const volatile float *x, tl_i64 n) {
+  __shared__ double partial[1024];
+  double total = 0.0;
+  for (tl_i64 i = threadIdx.x; i < n; i += blockDim.x) total += x[i];
+  partial[threadIdx.x] = total;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  return partial[0];
+}
+
 // ---- chained launches (O3) ----------------------------------------------------------
 // A kernel launched as a dependent of the one before it (programmatic dependent launch,
 // sm_90) may start early; it must not read what its predecessors write, nor write

@@ -92,7 +92,6 @@ template <class S> TL_DEVICE void tl_embedding_rows(const typename S::Params &p)
 // workspace), counter(p) (a zeroed word, left zeroed). One block per predicted token.
 template <class S> TL_DEVICE void tl_cross_entropy_rows(const typename S::Params &p) {
   __shared__ float red[1024 / TL_WARP];
-  __shared__ bool last;
   constexpr tl_i64 PREDICTIONS = (tl_i64)S::BATCH * (S::SEQ - 1);
   tl_wait_for_producers();
   for (tl_i64 row = blockIdx.x; row < PREDICTIONS; row += gridDim.x) {
@@ -106,25 +105,11 @@ template <class S> TL_DEVICE void tl_cross_entropy_rows(const typename S::Params
     sum = tl_block_sum(sum, red);
     if (threadIdx.x == 0) S::rowLoss(p)[row] = best + logf(sum) - tl_ld(x, S::ids(p)[b * S::SEQ + s + 1]);
   }
-  // The last block to finish adds the row losses: each thread a fixed stride of rows,
-  // then a fixed tree, in fp64 (the same sum on every run).
-  __shared__ double partial[1024];
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(S::counter(p), 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (last) {
-    double total = 0.0;
-    for (tl_i64 row = threadIdx.x; row < PREDICTIONS; row += blockDim.x)
-      total += ((volatile float *)S::rowLoss(p))[row];
-    partial[threadIdx.x] = total;
-    __syncthreads();
-    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-      if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
-      __syncthreads();
-    }
+  // The last block to finish adds the row losses in a fixed order, in fp64.
+  if (tl_last_block_arrives(S::counter(p))) {
+    const double total = tl_block_sum_in_order(S::rowLoss(p), PREDICTIONS);
     if (threadIdx.x == 0) {
-      S::loss(p)[0] = PREDICTIONS > 0 ? (float)(partial[0] / (double)PREDICTIONS) : tl_nan();
+      S::loss(p)[0] = PREDICTIONS > 0 ? (float)(total / (double)PREDICTIONS) : tl_nan();
       *S::counter(p) = 0u;
     }
   }

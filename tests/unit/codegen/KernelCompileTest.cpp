@@ -1,4 +1,5 @@
-// Every generated kernel of every level, dtype and model file compiles with NVRTC for
+// Every generated kernel of every level, dtype and model file (forwards and training
+// steps) compiles with NVRTC for
 // sm_90 and sm_90a and hipRTC for gfx90a. Identical kernels are compiled once; compiles run in
 // parallel; the cache is off so the compilers really run.
 #include "runtime/CallerBuffers.h"
@@ -16,21 +17,17 @@ namespace {
 // Small batch and sequence keep the Programs quick to build; kernel structure does not
 // depend on them.
 std::vector<JitSource> allKernelSources() {
-  std::map<std::string, std::string> byEntry;
+  std::map<std::string, std::string> entryOf;  // distinct source -> its entry
   for (const char *model : {"tinyllama.tl", "tinyllama-1.1b.tl"})
     for (const char *dtype : {"f32", "bf16"})
       for (int level = 0; level <= 3; ++level) {
         CompileOptions options{level, 2, 16, dtype};
-        Program program = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, options);
-        for (const Kernel &kernel : program.kernels) byEntry.emplace(kernel.entry + "@" + model, kernel.source);
+        std::string path = std::string(TLC_SOURCE_DIR) + "/models/" + model;
+        for (const Program &program : {compileModelFile(path, options), compileTrainingStepFile(path, options)})
+          for (const Kernel &kernel : program.kernels) entryOf.emplace(kernel.source, kernel.entry);
       }
   std::vector<JitSource> sources;
-  std::map<std::string, bool> seen;
-  for (const auto &[key, source] : byEntry)
-    if (!seen[source]) {
-      seen[source] = true;
-      sources.push_back({key.substr(0, key.find('@')), source});
-    }
+  for (const auto &[source, entry] : entryOf) sources.push_back({entry, source});
   return sources;
 }
 

@@ -1,0 +1,53 @@
+// The backward of flash attention: a Spec for attention_grad.cuh (fp32 FMAs, every target).
+#include "compiler/codegen/EmitterSupport.h"
+
+#include "runtime/Error.h"
+
+#include <fmt/format.h>
+
+namespace tlc::codegen {
+
+EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradSpec &spec) {
+  const std::string &entry = source.entry();
+  const AttentionSpec &f = spec.forward;
+  if (f.HKV < 1 || f.H % f.HKV)
+    throw Error(fmt::format("code generation: kernel '{}': {} query heads are not a multiple of {} kv heads", entry,
+                            f.H, f.HKV));
+  if (f.D > 256 || f.DV > 256)
+    throw Error(fmt::format("code generation: kernel '{}': head sizes {} and {} must be at most 256", entry, f.D, f.DV));
+  auto row = [&](const char *hook, int param, const IndexExpr &offset, bool output) {
+    return fmt::format("  TL_DEVICE static {}{} *{}(const Params &p, int b, int h, int s) {{ return p.{} + ({}); }}\n",
+                       output ? "" : "const ", source.type(param), hook, source.name(param), indexCode(offset));
+  };
+  std::string out = source.header(
+      "flash attention backward: dq, dk, dv from the saved output and log-sum-exp; no score matrix in memory",
+      {fmt::format("q [{}, {}, {}, {}], k/v [{}, {}, {}, {}]; GQA: dk and dv summed over the {} query heads of each kv "
+                   "head",
+                   f.B, f.H, f.SQ, f.D, f.B, f.HKV, f.SK, f.D, f.H / f.HKV),
+       fmt::format("scale {}, {}; one block per query row (dq) and one per key row (dk, dv), fp32 FMAs",
+                   f.scale, f.causal ? "causal" : "not causal")});
+  out += source.prelude({"attention_grad.cuh"});
+  out += source.paramsStruct();
+  out += fmt::format("struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
+  out += fmt::format("  static constexpr int D = {}, DV = {}, B = {}, H = {}, HKV = {}, SQ = {}, SK = {};\n", f.D, f.DV,
+                     f.B, f.H, f.HKV, f.SQ, f.SK);
+  out += fmt::format("  static constexpr bool CAUSAL = {};\n  static constexpr float SCALE = {};\n", f.causal,
+                     floatLiteral(f.scale));
+  out += row("q_src", f.q, f.qRow, false) + row("k_src", f.k, f.kRow, false) + row("v_src", f.v, f.vRow, false) +
+         row("o_src", f.out, f.outRow, false) + row("do_src", spec.dout, spec.doutRow, false) +
+         row("dq_dst", spec.dq, spec.dqRow, true) + row("dk_dst", spec.dk, spec.dkRow, true) +
+         row("dv_dst", spec.dv, spec.dvRow, true);
+  out += fmt::format("  TL_DEVICE static const float *lse_src(const Params &p, int b, int h, int s) {{ return p.{} + "
+                     "((tl_i64)(b * {} + h) * {} + s); }}\n",
+                     source.name(f.lse), f.H, f.SQ);
+  out += "};\n";
+  out += source.entryOpen("256");
+  out += fmt::format("  tl_attention_grad_rows<{}_spec>(p);\n}}\n", entry);
+  EmittedKernel emitted;
+  emitted.source = std::move(out);
+  KernelLaunch launch{f.B * f.H * f.SQ + f.B * f.HKV * f.SK, 256, 0};
+  emitted.launch["cuda"] = emitted.launch["hip"] = launch;
+  return emitted;
+}
+
+} // namespace tlc::codegen
