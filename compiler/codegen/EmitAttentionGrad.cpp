@@ -15,6 +15,8 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
                             f.H, f.HKV));
   if (f.D > 256 || f.DV > 256)
     throw Error(fmt::format("code generation: kernel '{}': head sizes {} and {} must be at most 256", entry, f.D, f.DV));
+  // Rows per tile, as tl_attention_grad_shape picks them.
+  int64_t rows = f.D <= 64 && f.DV <= 64 ? 32 : 16;
   auto row = [&](const char *hook, int param, const IndexExpr &offset, bool output) {
     return fmt::format("  TL_DEVICE static {}{} *{}(const Params &p, int b, int h, int s) {{ return p.{} + ({}); }}\n",
                        output ? "" : "const ", source.type(param), hook, source.name(param), indexCode(offset));
@@ -24,8 +26,9 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
       {fmt::format("q [{}, {}, {}, {}], k/v [{}, {}, {}, {}]; GQA: dk and dv summed over the {} query heads of each kv "
                    "head",
                    f.B, f.H, f.SQ, f.D, f.B, f.HKV, f.SK, f.D, f.H / f.HKV),
-       fmt::format("scale {}, {}; one block per query row (dq) and one per key row (dk, dv), fp32 FMAs",
-                   f.scale, f.causal ? "causal" : "not causal")});
+       fmt::format("scale {}, {}; a block per tile of {} query rows (dq) and per tile of {} key rows (dk, dv), "
+                   "tile pairs staged in shared memory, fp32 FMAs",
+                   f.scale, f.causal ? "causal (tiles past the diagonal skipped)" : "not causal", rows, rows)});
   out += source.prelude({"attention_grad.cuh"});
   out += source.paramsStruct();
   out += fmt::format("struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
@@ -45,7 +48,7 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
   out += fmt::format("  tl_attention_grad_rows<{}_spec>(p);\n}}\n", entry);
   EmittedKernel emitted;
   emitted.source = std::move(out);
-  KernelLaunch launch{f.B * f.H * f.SQ + f.B * f.HKV * f.SK, 256, 0};
+  KernelLaunch launch{f.B * f.H * ((f.SQ + rows - 1) / rows) + f.B * f.HKV * ((f.SK + rows - 1) / rows), 256, 0};
   emitted.launch["cuda"] = emitted.launch["hip"] = launch;
   return emitted;
 }
