@@ -2,6 +2,7 @@
 //
 //   tl-kernel-bench --model=tinyllama-1.1b --batch=1 --seq=2048 --level=1
 //   tl-kernel-bench --model=workshop --heads=8 --kv-heads=8 --batch=8 --seq=512 --only=attention
+//   tl-kernel-bench --model=workshop --level=2 --training --only=every     (the training step's kernels)
 //
 // Compiles the model (its preset, with any width overridden) at a level, then times
 // each distinct linear and flash-attention kernel alone: inputs random, launches
@@ -34,7 +35,10 @@ cl::opt<int64_t> batch("batch", cl::desc("batch size"), cl::init(8), cl::cat(cat
 cl::opt<int64_t> seq("seq", cl::desc("sequence length"), cl::init(128), cl::cat(category));
 cl::opt<int> level("level", cl::desc("optimization level"), cl::init(1), cl::cat(category));
 cl::opt<std::string> dtype("dtype", cl::desc("f32 or bf16"), cl::init("bf16"), cl::cat(category));
-cl::opt<std::string> only("only", cl::desc("gemm, attention or all"), cl::init("all"), cl::cat(category));
+cl::opt<std::string> only("only", cl::desc("gemm, attention, all (both) or every (every kernel but AdamW's)"),
+                          cl::init("all"), cl::cat(category));
+cl::opt<bool> training("training", cl::desc("the training step's kernels (forward, backward) instead of the forward's"),
+                       cl::cat(category));
 
 std::string shapeJson(const std::vector<int64_t> &shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
@@ -63,8 +67,10 @@ int main(int argc, char **argv) {
     context.loadAllAvailableDialects();
     auto module = tlc::buildLlamaModule(context, *config);
     tlc::CompileOptions options{level, batch, seq, dtype};
-    if (mlir::failed(tlc::optimizeModule(*module, options))) return 1;
-    auto program = tlc::buildProgram(*module, options);
+    tlc::AdamWOptions adamw;
+    const tlc::AdamWOptions *step = training ? &adamw : nullptr;
+    if (mlir::failed(tlc::optimizeModule(*module, options, {}, step))) return 1;
+    auto program = tlc::buildProgram(*module, options, step);
     if (mlir::failed(program)) return 1;
 
     std::set<std::string> timed;
@@ -74,7 +80,10 @@ int main(int argc, char **argv) {
         if (op.op == "linear") gemm = &op;
         if (op.op == "flash_attention") attention = &op;
       }
-      bool wanted = (gemm && only != "attention") || (attention && only != "gemm");
+      // AdamW reads the optimizer's state, which only a backend holds.
+      bool every = only == "every" && kernel.ops.front().op != "adamw";
+      bool wanted = every || (gemm && only != "attention" && only != "every") ||
+                    (attention && only != "gemm" && only != "every");
       if (!wanted || !timed.insert(kernel.entry).second) continue;
       tlc::GpuKernelRunner runner(*device, *program, kernel);
       runner.setInputs(tlc::randomKernelInputs(*program, kernel, 1));
@@ -82,7 +91,9 @@ int main(int argc, char **argv) {
       double us = runner.timeMicroseconds();
       double tflops = double(kernel.flops) / (us * 1e-6) / 1e12;
       std::string shape;
-      if (gemm) {
+      if (every) {
+        shape = fmt::format("\"kind\": \"{}\"", kernel.ops.back().op);
+      } else if (gemm) {
         const auto &a = program->value(gemm->operands[0]).shape, &w = program->value(gemm->operands[1]).shape;
         int64_t K = a.back(), M = 1;
         for (size_t i = 0; i + 1 < a.size(); ++i) M *= a[i];

@@ -3,28 +3,32 @@
 //
 //   v1  one block per query row (dQ) and one per key row (dK, dV); scalar loads of every
 //       row a thread touched, straight from global memory.
-//   v2  tiles of R rows (32 for head size 64): a query block owns dQ of R queries of one
-//       head and walks the key tiles up to the diagonal; a key block owns dK and dV of R
-//       keys of one kv head and walks, for every query head of its GQA group, the query
-//       tiles from the diagonal on. Each tile pair is staged in shared memory (rows
+//   v2  tiles of R rows: a query block owns dQ of R queries of one head and walks the
+//       key tiles up to the diagonal; a key block takes R keys and one query head and
+//       walks its query tiles from the diagonal on (with GQA, the heads of a group write
+//       their shares of dK and dV to the workspace and the last to finish adds them in
+//       head order: the group's heads run in parallel). Each tile pair is staged in shared memory (rows
 //       padded by one float, so neighbouring rows fall in different banks) and rebuilds
 //       p_ij = exp(scale q_i·k_j - lse_i), dS_ij = p_ij (dO_i·v_j - D_i) with
 //       D_i = dO_i · O_i; then dQ_i += scale sum_j dS_ij k_j, dV_j += sum_i p_ij dO_i,
 //       dK_j += scale sum_i dS_ij q_i, each thread holding its outputs in registers. No
-//       atomics: each output row has one owner, summed in a fixed order.
+//       atomics: each output row has one owner, summed in a fixed order. D_i from
+//       THREADS / R threads per row (one thread per row waited on 64 loads in a row).
 //
-// Spec S: D, DV, B, H, HKV, SQ, SK, CAUSAL, SCALE, Params; element pointers q_src,
+// Spec S: D, DV, B, H, HKV, SQ, SK, CAUSAL, SCALE, ROWS (rows per tile, dividing 256),
+// Params, partial(p) (B*H*SK*(D+DV) floats of workspace when H > HKV), counter(p)
+// (B*HKV*ceil(SK/ROWS) zeroed words, left zeroed); element pointers q_src,
 // k_src, v_src, o_src, do_src (rows), lse_src (one float), dq_dst, dk_dst, dv_dst.
 // Launched with tl_attention_grad_shape<S>::BLOCKS blocks of 256 threads.
 #pragma once
 #include "prelude.cuh"
 
 template <class S> struct tl_attention_grad_shape {
-  static constexpr int R = S::D <= 64 && S::DV <= 64 ? 32 : 16;  // rows per tile
+  static constexpr int R = S::ROWS;  // rows per tile
   static constexpr int LD = S::D + 1, LDV = S::DV + 1, LDR = R + 1;
   static constexpr int QUERY_TILES = (S::SQ + R - 1) / R, KEY_TILES = (S::SK + R - 1) / R;
   static constexpr long long QUERY_BLOCKS = (long long)S::B * S::H * QUERY_TILES;
-  static constexpr long long BLOCKS = QUERY_BLOCKS + (long long)S::B * S::HKV * KEY_TILES;
+  static constexpr long long BLOCKS = QUERY_BLOCKS + (long long)S::B * S::H * KEY_TILES;
 };
 
 // Rows r0 .. r0+R-1 of a [rows, COLS] operand into a padded tile; zeros past `rows`.
@@ -36,26 +40,45 @@ TL_DEVICE void tl_stage_rows(float *tile, int r0, int rows, Row row) {
   }
 }
 
+// A thread's outputs of a [R, COLS] tile (element threadIdx.x + u * 256 is acc[u]) to
+// rows r0 .. r0+R-1 of a [rows, COLS] output; rows past `rows` are not written.
+template <int R, int COLS, int PER, class Row>
+TL_DEVICE void tl_store_tile(const float (&acc)[PER], int r0, int rows, Row row) {
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    const int e = threadIdx.x + u * 256, r = e / COLS, c = e % COLS;
+    if (e < R * COLS && r0 + r < rows) tl_st(row(r0 + r), c, acc[u]);
+  }
+}
+
 template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Params &p) {
   using T = tl_attention_grad_shape<S>;
   constexpr int R = T::R, LD = T::LD, LDV = T::LDV, LDR = T::LDR, THREADS = 256;
   constexpr int OFFSET = S::SK - S::SQ, G = S::H / S::HKV;
   constexpr int PER_D = (R * S::D + THREADS - 1) / THREADS, PER_DV = (R * S::DV + THREADS - 1) / THREADS;
+  static_assert(THREADS % R == 0, "whole groups of threads per row");
   __shared__ float qs[R * LD], dos[R * LDV], ks[R * LD], vs[R * LDV], ps[R * LDR], dss[R * LDR];
   __shared__ float lse[R], rowDot[R];
   tl_wait_for_producers();
 
-  // D_i = dO_i · O_i and lse_i of the staged query tile (dos already staged).
+  // D_i = dO_i · O_i and lse_i of the staged query tile (dos already staged): THREADS / R
+  // threads per row each sum a stride of it, their partial sums added in order.
+  constexpr int PER_ROW = THREADS / R;
+  __shared__ float dotPart[THREADS];
   auto stageQueryScalars = [&](int b, int h, int i0) {
-    for (int r = threadIdx.x; r < R; r += THREADS) {
-      float dot = 0.0f, l = 0.0f;
-      if (i0 + r < S::SQ) {
-        const auto *o = S::o_src(p, b, h, i0 + r);
-        for (int d = 0; d < S::DV; ++d) dot = fmaf(dos[r * LDV + d], tl_ld(o, d), dot);
-        l = *S::lse_src(p, b, h, i0 + r);
-      }
-      rowDot[r] = dot;
-      lse[r] = l;
+    const int r = threadIdx.x / PER_ROW, part = threadIdx.x % PER_ROW;
+    float dot = 0.0f;
+    if (i0 + r < S::SQ) {
+      const auto *o = S::o_src(p, b, h, i0 + r);
+      for (int d = part; d < S::DV; d += PER_ROW) dot = fmaf(dos[r * LDV + d], tl_ld(o, d), dot);
+    }
+    dotPart[threadIdx.x] = dot;
+    __syncthreads();
+    if (threadIdx.x < R) {
+      float sum = 0.0f;
+      for (int q = 0; q < PER_ROW; ++q) sum += dotPart[threadIdx.x * PER_ROW + q];
+      rowDot[threadIdx.x] = sum;
+      lse[threadIdx.x] = i0 + (int)threadIdx.x < S::SQ ? *S::lse_src(p, b, h, i0 + threadIdx.x) : 0.0f;
     }
   };
   auto visible = [](int i, int j) { return i < S::SQ && j < S::SK && (!S::CAUSAL || j <= i + OFFSET); };
@@ -69,6 +92,8 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
     __syncthreads();
     stageQueryScalars(b, h, i0);
     float acc[PER_D];
+    
+#pragma unroll
     for (int u = 0; u < PER_D; ++u) acc[u] = 0.0f;
     const int lastQuery = i0 + R - 1 < S::SQ - 1 ? i0 + R - 1 : S::SQ - 1;
     const int lastKey = S::CAUSAL ? (lastQuery + OFFSET < S::SK - 1 ? lastQuery + OFFSET : S::SK - 1) : S::SK - 1;
@@ -86,63 +111,88 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
         dss[i * LDR + j] = pij * (dp - rowDot[i]) * S::SCALE;
       }
       __syncthreads();
-      for (int u = 0; u < PER_D; ++u) {
+      
+#pragma unroll
+    for (int u = 0; u < PER_D; ++u) {
         const int e = threadIdx.x + u * THREADS, i = e / S::D, d = e % S::D;
         if (e < R * S::D)
           for (int j = 0; j < R; ++j) acc[u] = fmaf(dss[i * LDR + j], ks[j * LD + d], acc[u]);
       }
     }
-    for (int u = 0; u < PER_D; ++u) {
-      const int e = threadIdx.x + u * THREADS, i = e / S::D, d = e % S::D;
-      if (e < R * S::D && i0 + i < S::SQ) tl_st(S::dq_dst(p, b, h, i0 + i), d, acc[u]);
-    }
+    
+    tl_store_tile<R, S::D>(acc, i0, S::SQ, [&](int i) { return S::dq_dst(p, b, h, i); });
   } else {
-    // dK and dV of R keys of kv head hkv, over every query head of its group.
+    // dK and dV of R keys from query head h's queries; with GQA, each head's share goes to
+    // the workspace and the last head of the group to finish adds them in head order.
     const int block = blockIdx.x - T::QUERY_BLOCKS;
-    const int kt = block % T::KEY_TILES, hkv = (block / T::KEY_TILES) % S::HKV;
-    const int b = block / (T::KEY_TILES * S::HKV), j0 = kt * R;
+    const int kt = block % T::KEY_TILES, h = (block / T::KEY_TILES) % S::H;
+    const int b = block / (T::KEY_TILES * S::H), hkv = h / G, j0 = kt * R;
     tl_stage_rows<R, S::D, LD>(ks, j0, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
     tl_stage_rows<R, S::DV, LDV>(vs, j0, S::SK, [&](int j) { return S::v_src(p, b, hkv, j); });
     float dk[PER_D], dv[PER_DV];
+#pragma unroll
     for (int u = 0; u < PER_D; ++u) dk[u] = 0.0f;
+#pragma unroll
     for (int u = 0; u < PER_DV; ++u) dv[u] = 0.0f;
     const int firstQuery = S::CAUSAL ? (j0 - OFFSET > 0 ? j0 - OFFSET : 0) : 0;
-    for (int h = hkv * G; h < (hkv + 1) * G; ++h)
-      for (int i0 = firstQuery / R * R; i0 < S::SQ; i0 += R) {
-        __syncthreads();
-        tl_stage_rows<R, S::D, LD>(qs, i0, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
-        tl_stage_rows<R, S::DV, LDV>(dos, i0, S::SQ, [&](int i) { return S::do_src(p, b, h, i); });
-        __syncthreads();
-        stageQueryScalars(b, h, i0);
-        __syncthreads();
-        for (int e = threadIdx.x; e < R * R; e += THREADS) {
-          const int j = e / R, i = e % R;
-          float score = 0.0f, dp = 0.0f;
-          for (int d = 0; d < S::D; ++d) score = fmaf(ks[j * LD + d], qs[i * LD + d], score);
-          for (int d = 0; d < S::DV; ++d) dp = fmaf(vs[j * LDV + d], dos[i * LDV + d], dp);
-          const float pij = visible(i0 + i, j0 + j) ? expf(score * S::SCALE - lse[i]) : 0.0f;
-          ps[j * LDR + i] = pij;
-          dss[j * LDR + i] = pij * (dp - rowDot[i]) * S::SCALE;
-        }
-        __syncthreads();
-        for (int u = 0; u < PER_DV; ++u) {
-          const int e = threadIdx.x + u * THREADS, j = e / S::DV, d = e % S::DV;
-          if (e < R * S::DV)
-            for (int i = 0; i < R; ++i) dv[u] = fmaf(ps[j * LDR + i], dos[i * LDV + d], dv[u]);
-        }
-        for (int u = 0; u < PER_D; ++u) {
-          const int e = threadIdx.x + u * THREADS, j = e / S::D, d = e % S::D;
-          if (e < R * S::D)
-            for (int i = 0; i < R; ++i) dk[u] = fmaf(dss[j * LDR + i], qs[i * LD + d], dk[u]);
-        }
+    for (int i0 = firstQuery / R * R; i0 < S::SQ; i0 += R) {
+      __syncthreads();
+      tl_stage_rows<R, S::D, LD>(qs, i0, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
+      tl_stage_rows<R, S::DV, LDV>(dos, i0, S::SQ, [&](int i) { return S::do_src(p, b, h, i); });
+      __syncthreads();
+      stageQueryScalars(b, h, i0);
+      __syncthreads();
+      for (int e = threadIdx.x; e < R * R; e += THREADS) {
+        const int j = e / R, i = e % R;
+        float score = 0.0f, dp = 0.0f;
+        for (int d = 0; d < S::D; ++d) score = fmaf(ks[j * LD + d], qs[i * LD + d], score);
+        for (int d = 0; d < S::DV; ++d) dp = fmaf(vs[j * LDV + d], dos[i * LDV + d], dp);
+        const float pij = visible(i0 + i, j0 + j) ? expf(score * S::SCALE - lse[i]) : 0.0f;
+        ps[j * LDR + i] = pij;
+        dss[j * LDR + i] = pij * (dp - rowDot[i]) * S::SCALE;
       }
-    for (int u = 0; u < PER_D; ++u) {
-      const int e = threadIdx.x + u * THREADS, j = e / S::D, d = e % S::D;
-      if (e < R * S::D && j0 + j < S::SK) tl_st(S::dk_dst(p, b, hkv, j0 + j), d, dk[u]);
+      __syncthreads();
+#pragma unroll
+      for (int u = 0; u < PER_DV; ++u) {
+        const int e = threadIdx.x + u * THREADS, j = e / S::DV, d = e % S::DV;
+        if (e < R * S::DV)
+          for (int i = 0; i < R; ++i) dv[u] = fmaf(ps[j * LDR + i], dos[i * LDV + d], dv[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < PER_D; ++u) {
+        const int e = threadIdx.x + u * THREADS, j = e / S::D, d = e % S::D;
+        if (e < R * S::D)
+          for (int i = 0; i < R; ++i) dk[u] = fmaf(dss[j * LDR + i], qs[i * LD + d], dk[u]);
+      }
     }
-    for (int u = 0; u < PER_DV; ++u) {
-      const int e = threadIdx.x + u * THREADS, j = e / S::DV, d = e % S::DV;
-      if (e < R * S::DV && j0 + j < S::SK) tl_st(S::dv_dst(p, b, hkv, j0 + j), d, dv[u]);
+    if constexpr (G == 1) {
+      tl_store_tile<R, S::D>(dk, j0, S::SK, [&](int j) { return S::dk_dst(p, b, hkv, j); });
+      tl_store_tile<R, S::DV>(dv, j0, S::SK, [&](int j) { return S::dv_dst(p, b, hkv, j); });
+    } else {
+      // This head's share: [B, H, SK, D] of dK, then [B, H, SK, DV] of dV.
+      float *shareK = S::partial(p), *shareV = shareK + (long long)S::B * S::H * S::SK * S::D;
+      auto rowK = [&](int head, int j) { return shareK + (((long long)b * S::H + head) * S::SK + j) * S::D; };
+      auto rowV = [&](int head, int j) { return shareV + (((long long)b * S::H + head) * S::SK + j) * S::DV; };
+      tl_store_tile<R, S::D>(dk, j0, S::SK, [&](int j) { return rowK(h, j); });
+      tl_store_tile<R, S::DV>(dv, j0, S::SK, [&](int j) { return rowV(h, j); });
+      unsigned *counter = S::counter(p) + ((long long)b * S::HKV + hkv) * T::KEY_TILES + kt;
+      if (tl_last_block_arrives(counter, G)) {
+        for (int e = threadIdx.x; e < R * S::D; e += THREADS) {
+          const int j = e / S::D, d = e % S::D;
+          if (j0 + j >= S::SK) continue;
+          float sum = 0.0f;
+          for (int head = hkv * G; head < (hkv + 1) * G; ++head) sum += ((volatile float *)rowK(head, j0 + j))[d];
+          tl_st(S::dk_dst(p, b, hkv, j0 + j), d, sum);
+        }
+        for (int e = threadIdx.x; e < R * S::DV; e += THREADS) {
+          const int j = e / S::DV, d = e % S::DV;
+          if (j0 + j >= S::SK) continue;
+          float sum = 0.0f;
+          for (int head = hkv * G; head < (hkv + 1) * G; ++head) sum += ((volatile float *)rowV(head, j0 + j))[d];
+          tl_st(S::dv_dst(p, b, hkv, j0 + j), d, sum);
+        }
+        if (threadIdx.x == 0) *counter = 0u;
+      }
     }
   }
   tl_allow_dependents();

@@ -109,14 +109,16 @@ TL_DEVICE float tl_block_max(float v, float *red) {
 }
 
 // ---- one launch, then its last block --------------------------------------------------
-// Whether this block is the last of the grid to arrive at `counter` (a zeroed word); the
-// writes every block made before arriving are visible to the last one. Block-wide.
-TL_DEVICE bool tl_last_block_arrives(unsigned *counter) {
+// Whether this block is the last of `arrivals` blocks (the grid by default) to arrive at
+// `counter` (a zeroed word); the writes every block made before arriving are visible to
+// the last one. Block-wide.
+TL_DEVICE bool tl_last_block_arrives(unsigned *counter, unsigned arrivals = 0) {
   __shared__ bool last;
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == (arrivals ? arrivals : gridDim.x) - 1;
   __syncthreads();
+  if (last) __threadfence();
   return last;
 }
 // The sum of x[0..n) in a fixed order (a stride per thread, then a tree), in fp64: the
