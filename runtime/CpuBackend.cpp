@@ -25,6 +25,7 @@
 #include "runtime/CpuOps.h"
 #include "runtime/Checked.h"
 #include "runtime/Error.h"
+#include "runtime/MasterWeights.h"
 #include "runtime/MemoryBudget.h"
 #include "runtime/MemoryPlanner.h"
 #include "runtime/ThreadPool.h"
@@ -185,13 +186,6 @@ private:
         .need("logits", 2 * program.value(program.outputs[0]).numElements(), 4)
         .need("kernel scratch", kernelFloats, 4)
         .check();
-  }
-
-  // A training step reads a single-key f32 weight straight from its parameter's master
-  // copy; any other weight is materialized (concatenated, rounded to bf16).
-  static bool readsMasterInPlace(const Program &program, const Value &value) {
-    return program.kind == ProgramKind::TrainStep && program.dtype != DType::BF16 && value.dtype != DType::BF16 &&
-           value.weightKeys.size() == 1;
   }
 
   // Each Weight value is its keys' tensors concatenated along dim 0; values with the same

@@ -1,6 +1,7 @@
 #include "runtime/GpuParameters.h"
 
 #include "runtime/Error.h"
+#include "runtime/Tensor.h"
 
 #include <fmt/format.h>
 
@@ -21,19 +22,13 @@ struct OptimizerHeader {
   int64_t step, reserved;
 };
 
-int64_t elementsOf(const std::vector<int64_t> &shape) {
-  int64_t count = 1;
-  for (int64_t d : shape) count *= d;
-  return count;
-}
-
 } // namespace
 
 GpuParameters::GpuParameters(GpuDevice &device, const Program &program, const Weights &weights)
     : device_(device), program_(program) {
   for (const Parameter &parameter : program.parameters) {
     offsets_[parameter.key] = elements_;
-    counts_[parameter.key] = elementsOf(parameter.shape);
+    counts_[parameter.key] = Tensor::elementsOf(parameter.shape);
     elements_ += counts_[parameter.key];
   }
   storage_ = static_cast<char *>(device_.allocate(size_t(std::max<int64_t>(3 * elements_ * 4, 1))));
@@ -49,13 +44,9 @@ GpuParameters::GpuParameters(GpuDevice &device, const Program &program, const We
 GpuParameters::~GpuParameters() {
   try {
     device_.release(storage_);
-    device_.release(table_);
+    for (char *table : tables_) device_.release(table);
   } catch (...) {  // a destructor must not throw: the driver may already be gone
   }
-}
-
-bool GpuParameters::readsMasterInPlace(const Program &program, const Value &value) {
-  return program.dtype != DType::BF16 && value.dtype != DType::BF16 && value.weightKeys.size() == 1;
 }
 
 void *GpuParameters::buildTable(const Kernel &optimizer, const std::map<int, void *> &weightPointer) {
@@ -99,16 +90,14 @@ void *GpuParameters::buildTable(const Kernel &optimizer, const std::map<int, voi
   }
   std::vector<char> bytes(sizeof(OptimizerHeader) + tensors.size() * sizeof(OptimizerTensor), 0);
   std::memcpy(bytes.data() + sizeof(OptimizerHeader), tensors.data(), tensors.size() * sizeof(OptimizerTensor));
-  device_.release(table_);
-  table_ = static_cast<char *>(device_.allocate(bytes.size()));
-  device_.copyToDevice(table_, bytes.data(), bytes.size());
-  return table_;
+  tables_.push_back(static_cast<char *>(device_.allocate(bytes.size())));
+  device_.copyToDevice(tables_.back(), bytes.data(), bytes.size());
+  return tables_.back();
 }
 
 void GpuParameters::setStep(int64_t step) {
-  if (!table_) return;
   OptimizerHeader header{step, 0};
-  device_.copyToDevice(table_, &header, sizeof(header));
+  for (char *table : tables_) device_.copyToDevice(table, &header, sizeof(header));
 }
 
 Weights GpuParameters::download() const {

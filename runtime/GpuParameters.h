@@ -11,6 +11,7 @@
 #include "runtime/Weights.h"
 
 #include <map>
+#include <vector>
 #include <string>
 
 namespace tlc {
@@ -23,15 +24,14 @@ public:
   GpuParameters(const GpuParameters &) = delete;
   GpuParameters &operator=(const GpuParameters &) = delete;
 
-  // A training step reads a single-key f32 weight of an f32 Program from its master
-  // (the CPU backend's rule); other Weight values are copies the optimizer refreshes.
-  static bool readsMasterInPlace(const Program &program, const Value &value);
   float *master(const std::string &key) const { return masters_.at(key); }
 
   // The table for `optimizer` (a kernel of adamw ops); `weightPointer`: each Weight
-  // value's buffer, by value id. Returns the table's device address.
+  // value's buffer, by value id. Returns the table's device address, held until the
+  // parameters are destroyed. Weight values the step reads from the masters
+  // (MasterWeights.h) point at them already.
   void *buildTable(const Kernel &optimizer, const std::map<int, void *> &weightPointer);
-  void setStep(int64_t step);  // before a step's launches, on the stream
+  void setStep(int64_t step);  // every table's, before a step's launches
 
   Weights download() const;           // the masters, by checkpoint key
   int64_t momentBytes() const { return 2 * elements_ * 4; }
@@ -40,11 +40,11 @@ private:
   GpuDevice &device_;
   const Program &program_;
   char *storage_ = nullptr;  // masters, then first moments, then second moments
-  char *table_ = nullptr;
   int64_t elements_ = 0;
   std::map<std::string, float *> masters_;
   std::map<std::string, int64_t> offsets_;  // element offset of each parameter
   std::map<std::string, int64_t> counts_;   // and its elements
+  std::vector<char *> tables_;               // one per optimizer kernel
 };
 
 } // namespace tlc

@@ -16,6 +16,7 @@
 #include "runtime/CallerBuffers.h"
 #include "runtime/Error.h"
 #include "runtime/GpuParameters.h"
+#include "runtime/MasterWeights.h"
 #include "runtime/MemoryPlanner.h"
 #include "runtime/Tensor.h"
 
@@ -86,7 +87,7 @@ public:
       parameters_ = std::make_unique<GpuParameters>(*device_, program_, weights);
       optimizerStep_ = 0;
       for (const Value &value : program_.values)
-        if (value.storage == Storage::Weight && GpuParameters::readsMasterInPlace(program_, value))
+        if (value.storage == Storage::Weight && readsMasterInPlace(program_, value))
           weightPointer_[value.id] = parameters_->master(value.weightKeys[0]);
     }
     report_.arenaBytes = program_.arenaBytes;
@@ -144,11 +145,8 @@ public:
     if (!loaded_) throw Error(device_->vendor() + " backend: forward called before load");
     if (program_.kind != ProgramKind::Forward)
       throw Error(device_->vendor() + " backend: the loaded Program is a training step: run it with trainStep()");
-    checkTokenIds(program_, tokenIds);
     CurrentDevice current(*device_);
-    poisonBuffers();
-    const Value &ids = program_.storageOf(program_.inputs[0]);
-    device_->copyToDevice(arena_ + ids.offset, tokenIds.data(), tokenIds.size() * 4);
+    startRun(tokenIds);
     enqueueLaunches();
 
     ForwardResult result;
@@ -175,11 +173,8 @@ public:
     if (program_.kind != ProgramKind::TrainStep)
       throw Error(who + ": the loaded Program is a forward; a training step needs one compiled for training "
                         "(compileTrainingStep, tlc train)");
-    checkTokenIds(program_, tokenIds);
     CurrentDevice current(*device_);
-    poisonBuffers();
-    const Value &ids = program_.storageOf(program_.inputs[0]);
-    device_->copyToDevice(arena_ + ids.offset, tokenIds.data(), tokenIds.size() * 4);
+    startRun(tokenIds);
     parameters_->setStep(optimizerStep_ + 1);
     enqueueLaunches(/*withUpdates=*/options.update);
 
@@ -295,6 +290,14 @@ private:
     bool updates = false;  // the optimizer: skipped by a training step that only wants gradients
   };
 
+  // Before a run's launches: the buffers poisoned, the token ids in place.
+  void startRun(const std::vector<int32_t> &tokenIds) {
+    checkTokenIds(program_, tokenIds);
+    poisonBuffers();
+    const Value &ids = program_.storageOf(program_.inputs[0]);
+    device_->copyToDevice(arena_ + ids.offset, tokenIds.data(), tokenIds.size() * 4);
+  }
+
   // 0xFF bytes read as NaN in f32 and bf16: a value read before it is written shows,
   // and stale outputs of an earlier run cannot pass for new ones.
   void poisonBuffers() {
@@ -380,7 +383,7 @@ private:
     for (const Value &value : program_.values) {
       if (value.storage != Storage::Weight) continue;
       // A training step reads these from the parameters' masters (GpuParameters).
-      if (program_.kind == ProgramKind::TrainStep && GpuParameters::readsMasterInPlace(program_, value)) continue;
+      if (readsMasterInPlace(program_, value)) continue;
       auto key = std::make_pair(value.weightKeys, value.dtype);
       auto found = offsetOf.find(key);
       if (found == offsetOf.end()) {

@@ -460,13 +460,16 @@ int runForward(const tlc::Program &program, tlc::Backend &backend) {
 
 int writeProgram(const tlc::Program &program);
 
+// --emit=ir: the module after the pipeline (a forward's or a training step's).
+bool writeIr(mlir::ModuleOp module) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  tlc::printIr(module, irBlock, os);
+  return writeOutput(outputPath, text);
+}
+
 int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::Backend *backend) {
-  if (emit == Emit::IR) {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    tlc::printIr(module, irBlock, os);
-    if (!writeOutput(outputPath, text)) return 1;
-  }
+  if (emit == Emit::IR && !writeIr(module)) return 1;
   if (emit == Emit::None && !run && outputPath != "-")  // `-o dir/` alone writes the Program
     emit = Emit::Program;
   if (emit != Emit::Program && emit != Emit::Hip && !run && !printKernels) return 0;
@@ -536,19 +539,15 @@ int compileAndRun(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
 }
 
 // tlc train: the training step built at the level (its IR printable as any level's),
-// then the workshop's loop on the CPU backend.
+// then the workshop's loop on the chosen backend; with --emit, its IR, Program or
+// kernels instead.
 int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   // The device first (a missing GPU is said before any compiling), unless only emitting.
   std::unique_ptr<tlc::Backend> backend = emit == Emit::None ? tlc::createBackend(backendOptions()) : nullptr;
   tlc::AdamWOptions adamw = adamwOptions();
   mlir::OwningOpRef<mlir::ModuleOp> module = parseAndOptimize(context, sourceMgr, &adamw);
   if (!module) return 1;
-  if (emit == Emit::IR) {  // the training step's IR, no training
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    tlc::printIr(*module, irBlock, os);
-    return writeOutput(outputPath, text) ? 0 : 1;
-  }
+  if (emit == Emit::IR) return writeIr(*module) ? 0 : 1;  // the training step's IR, no training
   mlir::FailureOr<tlc::Program> program = mlir::failure();
   {
     tlc::ProgressLine line("lowering the training step to a Program (kernels, memory plan)");

@@ -165,15 +165,12 @@ std::string ElementCode::chunk(const std::vector<Store> &stores, const ChunkLoop
   for (size_t s = 0; s < stores.size(); ++s) {
     const Store &store = stores[s];
     const std::string &param = params_.names.at(size_t(store.param));
-    int64_t limit = store.limit >= 0 ? store.limit : loop.extent;
-    bool whole = limit % std::max(loop.vector, 1) == 0;
-    if (loop.vector > 1 && whole && contiguous(store.offset, loop)) {
-      std::string guard = limit < loop.extent ? fmt::format("if ({} < {}) ", loop.base, limit) : "";
-      out += fmt::format("    {}tl_st8(p.{}, {}, r{});\n", guard, param, atBase(store.offset), s);
+    if (loop.vector > 1 && loop.extent % loop.vector == 0 && contiguous(store.offset, loop)) {
+      out += fmt::format("    tl_st8(p.{}, {}, r{});\n", param, atBase(store.offset), s);
     } else {
       out += fmt::format("    for (int i = 0; i < {}; ++i) {{\n      const auto {} = {} + i;\n"
                          "      if ({} < {}) tl_st(p.{}, {}, r{}[i]);\n    }}\n",
-                         loop.vector, var, loop.base, var, limit, param, at(store.offset), s);
+                         loop.vector, var, loop.base, var, loop.extent, param, at(store.offset), s);
     }
   }
   out += "  }\n";

@@ -55,7 +55,7 @@ struct Store {
   int param = -1;
   IndexExpr offset;
   ElementRef value;
-  int64_t limit = -1;  // elementwise kernels: written only where e < limit (-1: everywhere)
+  int64_t limit = -1;  // elementwise kernels: computed and written only where e < limit (-1: everywhere)
 };
 
 } // namespace tlc::codegen

@@ -31,11 +31,9 @@ EmittedKernel emitElementwise(const KernelSource &source, const ElementwiseSpec 
       body += code.chunk(stores, loop, "    ");
       continue;
     }
-    std::vector<Store> inside = stores;
-    for (Store &store : inside) store.limit = -1;
     ChunkLoop piece = loop;
     piece.extent = limit;
-    body += fmt::format("    if (e0 < {}) {{\n", limit) + code.chunk(inside, piece, "      ") + "    }\n";
+    body += fmt::format("    if (e0 < {}) {{\n", limit) + code.chunk(stores, piece, "      ") + "    }\n";
   }
   std::vector<std::string> stores;
   for (const Store &store : spec.stores)

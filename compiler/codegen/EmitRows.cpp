@@ -103,7 +103,8 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
   emitted.source = std::move(out);
   emitted.launch["cuda"] = emitted.launch["hip"] = {blocks, 256, 0};
   emitted.workspaceBytes = workspace;
-  if (spec.kind == RowSpec::Kind::RmsNormGrad) emitted.syncWords = 1;
+  // The last block finds itself with a counter: cross-entropy's mean, RMSNorm's d gain.
+  if (spec.kind == RowSpec::Kind::CrossEntropy || spec.kind == RowSpec::Kind::RmsNormGrad) emitted.syncWords = 1;
   return emitted;
 }
 

@@ -494,9 +494,11 @@ GemmSpec buildLinearGradWeight(KernelContext &context, tl::LinearGradWeightOp op
 
 // ---- the others -----------------------------------------------------------------------
 
-AttentionSpec buildAttention(KernelContext &context, tl::FlashAttentionOp attention) {
+// The shapes, scale and rows of an attention over q, k, v with output `out`.
+AttentionSpec attentionShape(KernelContext &context, mlir::Value query, mlir::Value key, mlir::Value value,
+                             mlir::Value out, bool causal, double scale) {
   AttentionSpec spec;
-  Shape q = shapeOf(attention.getQuery()), k = shapeOf(attention.getKey()), v = shapeOf(attention.getValue());
+  Shape q = shapeOf(query), k = shapeOf(key), v = shapeOf(value);
   spec.B = q[0];
   spec.H = q[1];
   spec.SQ = q[2];
@@ -504,51 +506,39 @@ AttentionSpec buildAttention(KernelContext &context, tl::FlashAttentionOp attent
   spec.HKV = k[1];
   spec.SK = k[2];
   spec.DV = v[3];
-  spec.causal = attention.getCausal();
-  spec.scale = attention.getScaleAttr().getValueAsDouble();
+  spec.causal = causal;
+  spec.scale = scale;
   IndexExpr b = IndexExpr::variable("b", spec.B), h = IndexExpr::variable("h", spec.H),
             hkv = IndexExpr::variable("h", spec.HKV), sq = IndexExpr::variable("s", spec.SQ),
             sk = IndexExpr::variable("s", spec.SK);
-  spec.q = context.requireParam(attention.getQuery(), "query");
-  spec.k = context.requireParam(attention.getKey(), "key");
-  spec.v = context.requireParam(attention.getValue(), "value");
-  spec.out = context.requireParam(attention.getResult(), "result");
-  if (attention.getLse()) spec.lse = context.requireParam(attention.getLse(), "log-sum-exp");
+  spec.q = context.requireParam(query, "query");
+  spec.k = context.requireParam(key, "key");
+  spec.v = context.requireParam(value, "value");
+  spec.out = context.requireParam(out, "output");
   spec.qRow = linearize({b, h, sq, IndexExpr(0)}, q);
   spec.kRow = linearize({b, hkv, sk, IndexExpr(0)}, k);
   spec.vRow = linearize({b, hkv, sk, IndexExpr(0)}, v);
-  spec.outRow = linearize({b, h, sq, IndexExpr(0)}, shapeOf(attention.getResult()));
+  spec.outRow = linearize({b, h, sq, IndexExpr(0)}, shapeOf(out));
+  return spec;
+}
+
+AttentionSpec buildAttention(KernelContext &context, tl::FlashAttentionOp attention) {
+  AttentionSpec spec = attentionShape(context, attention.getQuery(), attention.getKey(), attention.getValue(),
+                                      attention.getResult(), attention.getCausal(),
+                                      attention.getScaleAttr().getValueAsDouble());
+  if (attention.getLse()) spec.lse = context.requireParam(attention.getLse(), "log-sum-exp");
   return spec;
 }
 
 AttentionGradSpec buildAttentionGrad(KernelContext &context, tl::FlashAttentionGradOp grad) {
   AttentionGradSpec spec;
-  AttentionSpec &f = spec.forward;
-  Shape q = shapeOf(grad.getQuery()), k = shapeOf(grad.getKey()), v = shapeOf(grad.getValue());
-  f.B = q[0];
-  f.H = q[1];
-  f.SQ = q[2];
-  f.D = q[3];
-  f.HKV = k[1];
-  f.SK = k[2];
-  f.DV = v[3];
-  f.causal = grad.getCausal();
-  f.scale = grad.getScaleAttr().getValueAsDouble();
-  IndexExpr b = IndexExpr::variable("b", f.B), h = IndexExpr::variable("h", f.H), hkv = IndexExpr::variable("h", f.HKV),
-            sq = IndexExpr::variable("s", f.SQ), sk = IndexExpr::variable("s", f.SK);
-  f.q = context.requireParam(grad.getQuery(), "query");
-  f.k = context.requireParam(grad.getKey(), "key");
-  f.v = context.requireParam(grad.getValue(), "value");
-  f.out = context.requireParam(grad.getOutput(), "output");
-  f.lse = context.requireParam(grad.getLse(), "log-sum-exp");
+  spec.forward = attentionShape(context, grad.getQuery(), grad.getKey(), grad.getValue(), grad.getOutput(),
+                                grad.getCausal(), grad.getScaleAttr().getValueAsDouble());
+  spec.forward.lse = context.requireParam(grad.getLse(), "log-sum-exp");
   spec.dout = context.requireParam(grad.getGrad(), "output gradient");
   spec.dq = context.requireParam(grad.getQueryGrad(), "query gradient");
   spec.dk = context.requireParam(grad.getKeyGrad(), "key gradient");
   spec.dv = context.requireParam(grad.getValueGrad(), "value gradient");
-  f.qRow = spec.dqRow = linearize({b, h, sq, IndexExpr(0)}, q);
-  f.kRow = spec.dkRow = linearize({b, hkv, sk, IndexExpr(0)}, k);
-  f.vRow = spec.dvRow = linearize({b, hkv, sk, IndexExpr(0)}, v);
-  f.outRow = spec.doutRow = linearize({b, h, sq, IndexExpr(0)}, shapeOf(grad.getOutput()));
   return spec;
 }
 

@@ -60,11 +60,11 @@ struct AttentionSpec {
 };
 
 // The backward of flash attention: dq, dk, dv from q, k, v, the saved output and
-// log-sum-exp, and d output; rows as AttentionSpec's (dq/dout over H heads, dk/dv over HKV).
+// log-sum-exp, and d output. Each gradient has its operand's shape, so its rows are the
+// forward's: dq and dout at qRow and outRow, dk and dv at kRow and vRow.
 struct AttentionGradSpec {
   AttentionSpec forward;                      // q, k, v, out (the saved output), lse
   int dout = -1, dq = -1, dk = -1, dv = -1;   // arguments
-  IndexExpr doutRow, dqRow, dkRow, dvRow;
 };
 
 struct RowSpec {
