@@ -87,6 +87,17 @@ std::string fusedLinearName(tl::FusedLinearOp fused, DType dtype) {
                      w.getDimSize(1));
 }
 
+// tl_silu_mul_silu_grad_split_grad_bf16_8x128x4096: the chain's ops in order, then the
+// shape of its first result.
+std::string fusedElementwiseName(tl::FusedElementwiseOp fused, DType dtype) {
+  std::vector<std::string> parts;
+  for (mlir::Operation &op : fused.getBody().front())
+    if (!llvm::isa<tl::YieldOp>(op) && !isView(&op) &&
+        std::find(parts.begin(), parts.end(), opName(&op)) == parts.end())
+      parts.push_back(opName(&op));
+  return fmt::format("tl_{}_{}_{}", fmt::join(parts, "_"), dtypeName(dtype), fmt::join(shapeOf(fused.getResult(0)), "x"));
+}
+
 class Lowering {
 public:
   Lowering(mlir::func::FuncOp forward, Program &program)
@@ -189,6 +200,11 @@ private:
     if (auto fused = llvm::dyn_cast<tl::FusedLinearOp>(op)) {
       kernel.name = fusedLinearName(fused, program.dtype);
       if (mlir::failed(emitFusedLinear(fused, kernel))) return mlir::failure();
+    } else if (auto chain = llvm::dyn_cast<tl::FusedElementwiseOp>(op)) {
+      kernel.name = fusedElementwiseName(chain, program.dtype);
+      if (mlir::failed(emitRegion(chain.getBody().front(), chain.getInputs(), kernel)) ||
+          mlir::failed(bindResults(chain, chain.bodyYield())))
+        return mlir::failure();
     } else {
       kernel.name = kernelName(op, program.dtype);
       if (mlir::failed(emitOp(op, kernel))) return mlir::failure();

@@ -35,6 +35,10 @@ namespace OpTrait {
 // type that fails.
 mlir::LogicalResult verifyBoundedShapes(mlir::Operation *op);
 
+// Marks an op a fused elementwise kernel can compute element by element (TlDialect.td).
+template <typename ConcreteType>
+class PerElement : public mlir::OpTrait::TraitBase<ConcreteType, PerElement> {};
+
 template <typename ConcreteType>
 class BoundedShapes : public mlir::OpTrait::TraitBase<ConcreteType, BoundedShapes> {
 public:

@@ -23,6 +23,14 @@ def Tl_BoundedShapes : NativeOpTrait<"BoundedShapes"> {
   let cppNamespace = "::tl::OpTrait";
 }
 
+// Each result element is a function of operand elements at indices the op's attributes
+// give (arithmetic, layout changes, RoPE): a chain of such ops runs as one elementwise
+// kernel (tl.fused_elementwise), its intermediates never stored. `tl.split_grad` (a
+// concatenation) only ends a chain: its pieces are stored at their columns.
+def Tl_PerElement : NativeOpTrait<"PerElement"> {
+  let cppNamespace = "::tl::OpTrait";
+}
+
 // Every op names its results when printed (see nameResults in TlDialect.cpp):
 // learners read `%rope_3 = tl.rope ...` more easily than `%47 = tl.rope ...`.
 class Tl_Op<string mnemonic, list<Trait> traits = []>

@@ -61,6 +61,8 @@ LogicalResult RMSNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Locat
                       tensorOf(adaptor.getGain()).getDimSize(0), input.getDimSize(input.getRank() - 1))) ||
       failed(sameElementType(loc, "rmsnorm_grad input and gain", adaptor.getInput(), adaptor.getGain())) ||
       failed(checkSameType(loc, "rmsnorm_grad grad and input differ", adaptor.getGrad(), adaptor.getInput())) ||
+      (adaptor.getResidual() &&
+       failed(checkSameType(loc, "rmsnorm_grad residual and input differ", adaptor.getResidual(), adaptor.getInput()))) ||
       failed(checkFloatAttr(loc, "rmsnorm_grad eps", adaptor.getEps(), tlc::isValidEps, tlc::kEpsRange)))
     return failure();
   inferred.push_back(adaptor.getInput().getType());

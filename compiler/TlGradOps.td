@@ -20,8 +20,11 @@ def Tl_RMSNormGradOp : Tl_InferredOp<"rmsnorm_grad"> {
     Recomputes each row's inverse RMS r = 1 / sqrt(mean(x^2) + eps) from the input
     (one pass over a row the op reads anyway) instead of saving it:
     d x = r * (g * dy - x̂ * mean(g * dy * x̂)) with x̂ = x * r; d gain = sum over rows of dy * x̂.
+    With `residual` (the residual stream's gradient, tl-fuse-norm-residual at O3), d x
+    is added to it in the same pass: the op returns residual + d x.
   }];
-  let arguments = (ins Tl_FloatTensor:$input, Tl_FloatTensor:$gain, Tl_FloatTensor:$grad, F64Attr:$eps);
+  let arguments = (ins Tl_FloatTensor:$input, Tl_FloatTensor:$gain, Tl_FloatTensor:$grad,
+                       Optional<Tl_FloatTensor>:$residual, F64Attr:$eps);
   let results = (outs Tl_FloatTensor:$input_grad, Tl_FloatTensor:$gain_grad);
 }
 
@@ -37,19 +40,19 @@ def Tl_LinearGradWeightOp : Tl_InferredOp<"linear_grad_weight"> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_RopeGradOp : Tl_InferredOp<"rope_grad"> {
+def Tl_RopeGradOp : Tl_InferredOp<"rope_grad", [Tl_PerElement]> {
   let summary = "the VJP of tl.rope: each pair rotated back by -s * theta^(-2i/D)";
   let arguments = (ins Tl_FloatTensor:$grad, F64Attr:$theta, StrAttr:$style);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_RepeatKvGradOp : Tl_InferredOp<"repeat_kv_grad"> {
+def Tl_RepeatKvGradOp : Tl_InferredOp<"repeat_kv_grad", [Tl_PerElement]> {
   let summary = "the VJP of tl.repeat_kv: [B, Hkv*repeats, S, D] -> [B, Hkv, S, D], each kv head the sum of its group";
   let arguments = (ins Tl_FloatTensor:$grad, I64Attr:$repeats);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_CausalMaskGradOp : Tl_InferredOp<"causal_mask_grad"> {
+def Tl_CausalMaskGradOp : Tl_InferredOp<"causal_mask_grad", [Tl_PerElement]> {
   let summary = "the VJP of tl.causal_mask: zero above the diagonal, the gradient elsewhere";
   let arguments = (ins Tl_FloatTensor:$grad);
   let results = (outs Tl_FloatTensor:$result);
@@ -61,7 +64,7 @@ def Tl_SoftmaxGradOp : Tl_InferredOp<"softmax_grad"> {
   let results = (outs Tl_FloatTensor:$input_grad);
 }
 
-def Tl_SiluGradOp : Tl_InferredOp<"silu_grad"> {
+def Tl_SiluGradOp : Tl_InferredOp<"silu_grad", [Tl_PerElement]> {
   let summary = "the VJP of tl.silu: dy * s * (1 + x * (1 - s)), s = sigmoid(x) recomputed from x";
   let arguments = (ins Tl_FloatTensor:$input, Tl_FloatTensor:$grad);
   let results = (outs Tl_FloatTensor:$result);
@@ -99,7 +102,7 @@ def Tl_FlashAttentionGradOp : Tl_InferredOp<"flash_attention_grad"> {
   let results = (outs Tl_FloatTensor:$query_grad, Tl_FloatTensor:$key_grad, Tl_FloatTensor:$value_grad);
 }
 
-def Tl_ConcatGradOp : Tl_InferredOp<"concat_grad"> {
+def Tl_ConcatGradOp : Tl_InferredOp<"concat_grad", [Tl_PerElement]> {
   let summary = "the VJP of tl.concat: the gradient cut along dim 0 into pieces of the given rows";
   let description = [{
     A merged weight's gradient (QKV, gate/up) split back into one per checkpoint tensor,
@@ -109,7 +112,7 @@ def Tl_ConcatGradOp : Tl_InferredOp<"concat_grad"> {
   let results = (outs Variadic<Tl_FloatTensor>:$results);
 }
 
-def Tl_SplitGradOp : Tl_InferredOp<"split_grad"> {
+def Tl_SplitGradOp : Tl_InferredOp<"split_grad", [Tl_PerElement]> {
   let summary = "the VJP of tl.split: the pieces' gradients joined along the last dim";
   let arguments = (ins Variadic<Tl_FloatTensor>:$pieces);
   let results = (outs Tl_FloatTensor:$result);

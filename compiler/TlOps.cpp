@@ -128,7 +128,7 @@ LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *, std::optional<Location>
 
 LogicalResult RMSNormOp::buildVjp(VjpBuilder &vjp) {
   auto grad = create<RMSNormGradOp>(vjp, *this, vjp.primal(getInput()), vjp.primal(getGain()),
-                                    vjp.cotangent(getResult()), getEpsAttr());
+                                    vjp.cotangent(getResult()), Value(), getEpsAttr());
   vjp.addCotangent(getInput(), grad.getInputGrad());
   vjp.addCotangent(getGain(), grad.getGainGrad());
   return success();
@@ -627,6 +627,22 @@ LogicalResult BlockOp::verifyRegions() {
     return emitOpError("layer ") << getLayer() << " is outside 0..2^31-1";
   if (getNumResults() == 0) return emitOpError("computes nothing: a block yields at least one value");
   return checkRegionSignature(*this, "body", getBody().front(), getInputs().getTypes(), getResultTypes());
+}
+
+YieldOp FusedElementwiseOp::bodyYield() { return cast<YieldOp>(getBody().front().getTerminator()); }
+
+LogicalResult FusedElementwiseOp::verifyRegions() {
+  if (getNumResults() == 0) return emitOpError("computes nothing: it yields at least one value");
+  Block &body = getBody().front();
+  for (Operation &op : body.without_terminator()) {
+    if (!op.hasTrait<tl::OpTrait::PerElement>())
+      return emitOpError("holds '") << op.getName() << "', which is not computed element by element";
+    // A concatenation is stored piece by piece: nothing inside reads it back.
+    if (isa<SplitGradOp>(op) &&
+        llvm::any_of(op.getUsers(), [](Operation *user) { return !isa<YieldOp>(user); }))
+      return emitOpError("reads a tl.split_grad inside the kernel: a concatenation may only be yielded");
+  }
+  return checkRegionSignature(*this, "body", body, getInputs().getTypes(), getResultTypes());
 }
 
 // The body's ops, last to first: each result's cotangent enters at the yield, each

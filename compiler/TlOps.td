@@ -50,25 +50,25 @@ def Tl_LinearOp : Tl_InferredOp<"linear", [Tl_Differentiable]> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_SplitHeadsOp : Tl_InferredOp<"split_heads", [Tl_Differentiable]> {
+def Tl_SplitHeadsOp : Tl_InferredOp<"split_heads", [Tl_PerElement, Tl_Differentiable]> {
   let summary = "view [B, S, H*D] as [B, S, H, D]";
   let arguments = (ins Tl_FloatTensor:$input, I64Attr:$heads);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_MergeHeadsOp : Tl_InferredOp<"merge_heads", [Tl_Differentiable]> {
+def Tl_MergeHeadsOp : Tl_InferredOp<"merge_heads", [Tl_PerElement, Tl_Differentiable]> {
   let summary = "view [B, S, H, D] as [B, S, H*D]";
   let arguments = (ins Tl_FloatTensor:$input);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_TransposeOp : Tl_InferredOp<"transpose", [Tl_Differentiable]> {
+def Tl_TransposeOp : Tl_InferredOp<"transpose", [Tl_PerElement, Tl_Differentiable]> {
   let summary = "permute dims: out.shape[i] = in.shape[perm[i]]";
   let arguments = (ins Tl_FloatTensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_RopeOp : Tl_InferredOp<"rope", [Tl_Differentiable]> {
+def Tl_RopeOp : Tl_InferredOp<"rope", [Tl_PerElement, Tl_Differentiable]> {
   let summary = "rotary position embedding on [B, S, H, D]";
   let description = [{
     Pair i of each head is rotated by angle s * theta^(-2i/D). `style` "adjacent"
@@ -79,7 +79,7 @@ def Tl_RopeOp : Tl_InferredOp<"rope", [Tl_Differentiable]> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_RepeatKvOp : Tl_InferredOp<"repeat_kv", [Tl_Differentiable]> {
+def Tl_RepeatKvOp : Tl_InferredOp<"repeat_kv", [Tl_PerElement, Tl_Differentiable]> {
   let summary = "GQA: [B, Hkv, S, D] -> [B, Hkv*repeats, S, D], head h reads kv head h / repeats";
   let arguments = (ins Tl_FloatTensor:$input, I64Attr:$repeats);
   let results = (outs Tl_FloatTensor:$result);
@@ -91,13 +91,13 @@ def Tl_BatchMatmulOp : Tl_InferredOp<"batch_matmul", [Tl_Differentiable]> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_ScaleOp : Tl_InferredOp<"scale", [Tl_Differentiable]> {
+def Tl_ScaleOp : Tl_InferredOp<"scale", [Tl_PerElement, Tl_Differentiable]> {
   let summary = "x * factor";
   let arguments = (ins Tl_FloatTensor:$input, F64Attr:$factor);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_CausalMaskOp : Tl_InferredOp<"causal_mask", [Tl_Differentiable]> {
+def Tl_CausalMaskOp : Tl_InferredOp<"causal_mask", [Tl_PerElement, Tl_Differentiable]> {
   let summary = "-inf above the diagonal of the last two (square) dims";
   let arguments = (ins Tl_FloatTensor:$input);
   let results = (outs Tl_FloatTensor:$result);
@@ -109,19 +109,19 @@ def Tl_SoftmaxOp : Tl_InferredOp<"softmax", [Tl_Differentiable]> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_SiluOp : Tl_InferredOp<"silu", [Tl_Differentiable]> {
+def Tl_SiluOp : Tl_InferredOp<"silu", [Tl_PerElement, Tl_Differentiable]> {
   let summary = "x * sigmoid(x)";
   let arguments = (ins Tl_FloatTensor:$input);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_MulOp : Tl_InferredOp<"mul", [Commutative, Tl_Differentiable]> {
+def Tl_MulOp : Tl_InferredOp<"mul", [Commutative, Tl_PerElement, Tl_Differentiable]> {
   let summary = "elementwise product of equal shapes";
   let arguments = (ins Tl_FloatTensor:$lhs, Tl_FloatTensor:$rhs);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_AddOp : Tl_InferredOp<"add", [Commutative, Tl_Differentiable]> {
+def Tl_AddOp : Tl_InferredOp<"add", [Tl_PerElement, Commutative, Tl_Differentiable]> {
   let summary = "elementwise sum of equal shapes";
   let arguments = (ins Tl_FloatTensor:$lhs, Tl_FloatTensor:$rhs);
   let results = (outs Tl_FloatTensor:$result);
@@ -148,7 +148,7 @@ def Tl_ConcatOp : Tl_InferredOp<"concat", [Tl_Differentiable]> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_SplitOp : Tl_Op<"split", [Pure, InferTypeOpAdaptorWithIsCompatible, Tl_Differentiable]> {
+def Tl_SplitOp : Tl_Op<"split", [Pure, Tl_PerElement, InferTypeOpAdaptorWithIsCompatible, Tl_Differentiable]> {
   let summary = "slice the last dim into consecutive pieces of the given sizes";
   let description = [{
     The free split after a merged projection: it is computed by the kernel that
@@ -159,7 +159,7 @@ def Tl_SplitOp : Tl_Op<"split", [Pure, InferTypeOpAdaptorWithIsCompatible, Tl_Di
   let assemblyFormat = "operands `` custom<TlAttrs>(attr-dict) `:` functional-type(operands, results)";
 }
 
-def Tl_SwigluOp : Tl_InferredOp<"swiglu", [Tl_Differentiable]> {
+def Tl_SwigluOp : Tl_InferredOp<"swiglu", [Tl_PerElement, Tl_Differentiable]> {
   let summary = "silu(gate) * up in one elementwise pass";
   let arguments = (ins Tl_FloatTensor:$gate, Tl_FloatTensor:$up);
   let results = (outs Tl_FloatTensor:$result);
@@ -180,7 +180,7 @@ def Tl_FlashAttentionOp : Tl_InferredOp<"flash_attention", [Tl_Differentiable]> 
 }
 
 def Tl_YieldOp : Tl_Op<"yield", [Pure, Terminator, ReturnLike,
-                                 ParentOneOf<["FusedLinearOp", "BlockOp"]>]> {
+                                 ParentOneOf<["FusedLinearOp", "BlockOp", "FusedElementwiseOp"]>]> {
   let summary = "the values a fused region produces";
   let arguments = (ins Variadic<AnyRankedTensor>:$values);
   let assemblyFormat = "($values^ `:` type($values))? attr-dict";
@@ -228,6 +228,26 @@ def Tl_BlockOp : Tl_Op<"block", [Pure, IsolatedFromAbove, Tl_Differentiable]> {
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "`layer` $layer ` ` `(` $inputs `:` type($inputs) `)` $body attr-dict `->` type($results)";
   let hasRegionVerifier = 1;
+}
+
+def Tl_FusedElementwiseOp : Tl_Op<"fused_elementwise", [Pure, IsolatedFromAbove]> {
+  let summary = "one elementwise kernel: a chain of per-element ops, only its results stored";
+  let description = [{
+    The body holds ops with the PerElement trait (arithmetic, layout changes, RoPE and
+    their VJPs) over the block arguments (`inputs`); the kernel computes each yielded
+    value element by element, pulling every intermediate through in registers, so
+    nothing between the inputs and the results is written. tl-fuse-elementwise builds
+    these from the backward's chains (SwiGLU's and RoPE's VJPs, the concatenation of
+    the q, k, v gradients).
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`(` $inputs `:` type($inputs) `)` $body attr-dict `->` type($results)";
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    YieldOp bodyYield();
+  }];
 }
 
 include "TlGradOps.td"

@@ -43,6 +43,26 @@ def TlFuseBlocks : Pass<"tl-fuse-blocks", "mlir::ModuleOp"> {
   let dependentDialects = ["tl::TlDialect"];
 }
 
+def TlFuseElementwise : Pass<"tl-fuse-elementwise", "mlir::ModuleOp"> {
+  let summary = "O2+ training: chains of per-element ops become one tl.fused_elementwise kernel each";
+  let description = [{
+    Runs after tl-autodiff: the backward's chains of elementwise and layout ops (SwiGLU's
+    VJP, the q, k, v gradients' transposes, RoPE's inverse and their concatenation) each
+    become one kernel that writes only the chain's results.
+  }];
+  let dependentDialects = ["tl::TlDialect"];
+}
+
+def TlFuseNormResidual : Pass<"tl-fuse-norm-residual", "mlir::ModuleOp"> {
+  let summary = "O3 training: the residual stream's gradient is added by the norm backward that feeds it";
+  let description = [{
+    Runs after tl-autodiff: an add of a tl.rmsnorm_grad's d x (its only reader) and
+    another gradient becomes that tl.rmsnorm_grad with the other term as `residual`,
+    so one kernel writes the sum.
+  }];
+  let dependentDialects = ["tl::TlDialect"];
+}
+
 def TlAutodiff : Pass<"tl-autodiff", "mlir::ModuleOp"> {
   let summary = "Reverse-mode autodiff: @forward and its loss become @train_step (forward, backward, AdamW)";
   let description = [{

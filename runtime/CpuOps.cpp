@@ -484,11 +484,13 @@ private:
     forEachElement(rows * hidden, [&](int64_t i) { result[i] = float(sums[size_t(i)]); });
   }
 
-  // rmsnorm_grad(x, gain, dy) (eps) -> (dx, dgain), the inverse RMS recomputed per row.
+  // rmsnorm_grad(x, gain, dy [, residual]) (eps) -> (residual + dx, dgain), the inverse
+  // RMS recomputed per row.
   void rmsnormGrad() {
     int64_t hidden = in(0).shape.back(), rows = Tensor::elementsOf(in(0).shape) / hidden;
     double eps = op_.floatAttr("eps");
     const float *x = floats(0), *gain = floats(1), *grad = floats(2);
+    const float *residual = op_.operands.size() > 3 ? floats(3) : nullptr;
     float *inputGrad = out(0).data, *gainGrad = out(1).data;
     std::vector<double> inverseRms(static_cast<size_t>(rows));
     forEachRow(rows, hidden, [&](int64_t row) {
@@ -502,7 +504,8 @@ private:
       projection /= double(hidden);
       for (int64_t i = 0; i < hidden; ++i)
         inputGrad[row * hidden + i] =
-            float(inverse * (double(gain[i]) * gradRow[i] - double(xRow[i]) * inverse * projection));
+            float((residual ? double(residual[row * hidden + i]) : 0.0) +
+                  inverse * (double(gain[i]) * gradRow[i] - double(xRow[i]) * inverse * projection));
     });
     // dgain[i] = sum over rows of dy * x̂, one column per task, rows in order.
     pool_.parallelFor(hidden, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, rows)),

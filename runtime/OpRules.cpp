@@ -369,11 +369,12 @@ private:
     return {{rows, in_[0][2]}};
   }
 
-  // rmsnorm_grad(x[..., H], gain[H], dy[..., H]) (eps) -> (dx, dgain)
+  // rmsnorm_grad(x[..., H], gain[H], dy[..., H] [, residual[..., H]]) (eps) -> (dx, dgain)
   std::vector<Shape> rmsnormGrad() {
-    expectOperands(3);
+    if (in_.size() != 4) expectOperands(3);
     checkNormOperands();
     expectSameShape(2, 0);
+    if (in_.size() == 4) expectSameShape(3, 0);
     return {in_[0], in_[1]};
   }
 

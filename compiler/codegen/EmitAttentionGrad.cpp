@@ -1,4 +1,5 @@
-// The backward of flash attention: a Spec for attention_grad.cuh (fp32 FMAs, every target).
+// The backward of flash attention: a Spec for attention_grad_mma.cuh (bf16 on NVIDIA tensor
+// cores, head size 64) and attention_grad.cuh (fp32 FMAs: fp32 models, AMD, other head sizes).
 #include "compiler/codegen/EmitterSupport.h"
 
 #include "runtime/Error.h"
@@ -25,6 +26,10 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
     int64_t asked = std::atoi(forced);
     if (asked == 8 || asked == 16 || asked == 32) rows = asked;
   }
+  bool bf16 = true;
+  for (int param : {f.q, f.k, f.v, f.out, spec.dout, spec.dq, spec.dk, spec.dv})
+    bf16 = bf16 && source.dtype(param) == DType::BF16;
+  bool matrixUnits = bf16 && f.D == 64 && f.DV == 64;
   auto row = [&](const char *hook, int param, const IndexExpr &offset, bool output) {
     return fmt::format("  TL_DEVICE static {}{} *{}(const Params &p, int b, int h, int s) {{ return p.{} + ({}); }}\n",
                        output ? "" : "const ", source.type(param), hook, source.name(param), indexCode(offset));
@@ -34,11 +39,14 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
       {fmt::format("q [{}, {}, {}, {}], k/v [{}, {}, {}, {}]; GQA: dk and dv summed over the {} query heads of each kv "
                    "head",
                    f.B, f.H, f.SQ, f.D, f.B, f.HKV, f.SK, f.D, f.H / f.HKV),
-       fmt::format("scale {}, {}; a block per tile of {} query rows (dq) and per tile of {} key rows and query "
-                   "head (its share of dk, dv; the last head of a kv group adds the shares), tile pairs staged in "
-                   "shared memory, fp32 FMAs",
-                   f.scale, f.causal ? "causal (tiles past the diagonal skipped)" : "not causal", rows, rows)});
-  out += source.prelude({"attention_grad.cuh"});
+       fmt::format("scale {}, {}; a block per tile of query rows (dq) and per tile of key rows and query head (its "
+                   "share of dk, dv; the last head of a kv group adds the shares)",
+                   f.scale, f.causal ? "causal (tiles past the diagonal skipped)" : "not causal"),
+       matrixUnits ? fmt::format("NVIDIA: tensor cores, tiles of 64 rows, 16 a warp; other targets: tiles of {} rows "
+                                 "staged in shared memory, fp32 FMAs",
+                                 rows)
+                   : fmt::format("tiles of {} rows staged in shared memory, fp32 FMAs (attention_grad.cuh)", rows)});
+  out += source.prelude({"attention_grad_mma.cuh", "attention_grad.cuh"});
   out += source.paramsStruct();
   out += fmt::format("struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
   out += fmt::format("  static constexpr int D = {}, DV = {}, B = {}, H = {}, HKV = {}, SQ = {}, SK = {};\n", f.D, f.DV,
@@ -54,14 +62,24 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
   out += "  TL_DEVICE static float *partial(const Params &p) { return p.ws; }\n"
          "  TL_DEVICE static unsigned *counter(const Params &p) { return p.sync; }\n";
   out += "};\n";
-  out += source.entryOpen("256");
-  out += fmt::format("  tl_attention_grad_rows<{}_spec>(p);\n}}\n", entry);
+  out += fmt::format("#if defined(TL_NVIDIA)\n#define {}_THREADS {}\n#else\n#define {}_THREADS 256\n#endif\n", entry,
+                     matrixUnits ? 128 : 256, entry);
+  out += source.entryOpen(entry + "_THREADS");
+  std::string fma = fmt::format("tl_attention_grad_rows<{}_spec>(p);", entry);
+  if (matrixUnits)
+    out += fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_grad_mma<{}_spec>(p);\n#else\n  {}\n#endif\n}}\n", entry, fma);
+  else out += "  " + fma + "\n}\n";
   EmittedKernel emitted;
   emitted.source = std::move(out);
   int64_t keyTiles = (f.SK + rows - 1) / rows;
-  KernelLaunch launch{f.B * f.H * ((f.SQ + rows - 1) / rows) + f.B * f.H * keyTiles, 256, 0};
-  emitted.launch["cuda"] = emitted.launch["hip"] = launch;
-  if (f.H > f.HKV) {  // each query head's share of dK and dV; an arrival count per kv head's key tile
+  KernelLaunch fmaLaunch{f.B * f.H * ((f.SQ + rows - 1) / rows) + f.B * f.H * keyTiles, 256, 0};
+  constexpr int64_t kMmaTile = 64;  // tl_attention_grad_mma_shape::TILE
+  KernelLaunch mmaLaunch{f.B * f.H * ((f.SQ + kMmaTile - 1) / kMmaTile + (f.SK + kMmaTile - 1) / kMmaTile), 128, 0};
+  emitted.launch["cuda"] = matrixUnits ? mmaLaunch : fmaLaunch;
+  emitted.launch["hip"] = fmaLaunch;
+  // Each query head's share of dK and dV; an arrival count per kv head's key tile (the
+  // FMA kernel's tiles are the smaller, so its count serves both).
+  if (f.H > f.HKV) {
     emitted.workspaceBytes = f.B * f.H * f.SK * (f.D + f.DV) * 4;
     emitted.syncWords = f.B * f.HKV * keyTiles;
   }

@@ -50,11 +50,15 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
     break;
   }
   case RowSpec::Kind::RmsNormGrad:
-    what = fmt::format("RMSNorm backward of {} rows of {}: d x per row (one warp), d gain summed down the columns "
+    what = fmt::format("RMSNorm backward of {} rows of {}: d x per row (one warp){}, d gain summed down the columns "
                        "of each block's {} rows, the blocks' sums added in order by the last block",
-                       spec.rows, spec.cols, rowsPerBlock);
+                       spec.rows, spec.cols, spec.residual >= 0 ? " added to the residual's gradient" : "",
+                       rowsPerBlock);
     hooks = accessor("x", spec.x, false) + accessor("gain", spec.gain, false) + accessor("dy", spec.dy, false) +
             accessor("dx", spec.y, true) + accessor("dgain", spec.gainGrad, true) +
+            (spec.residual >= 0 ? "  static constexpr bool RESIDUAL = true;\n" + accessor("residual", spec.residual, false)
+                                : std::string("  static constexpr bool RESIDUAL = false;\n"
+                                              "  TL_DEVICE static const float *residual(const Params &) { return nullptr; }\n")) +
             "  TL_DEVICE static float *inverse(const Params &p) { return p.ws; }\n" +
             fmt::format("  TL_DEVICE static float *partial(const Params &p) {{ return p.ws + {}; }}\n", spec.rows) +
             "  TL_DEVICE static unsigned *counter(const Params &p) { return p.sync; }\n";

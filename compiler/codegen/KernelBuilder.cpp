@@ -566,6 +566,7 @@ RowSpec buildRows(KernelContext &context, mlir::Operation *op) {
     spec.dy = context.requireParam(norm.getGrad(), "gradient");
     spec.y = context.requireParam(norm.getInputGrad(), "input gradient");
     spec.gainGrad = context.requireParam(norm.getGainGrad(), "gain gradient");
+    if (norm.getResidual()) spec.residual = context.requireParam(norm.getResidual(), "residual");
     spec.eps = norm.getEpsAttr().getValueAsDouble();
   } else if (auto softmax = llvm::dyn_cast<tl::SoftmaxGradOp>(op)) {
     spec.kind = RowSpec::Kind::SoftmaxGrad;
@@ -666,6 +667,42 @@ OptimizerSpec buildOptimizer(KernelContext &context, const Program &program) {
   return spec;
 }
 
+// A chain of per-element ops: each yielded value computed element by element from the
+// kernel's inputs; a concatenation's pieces are stored at their columns of the result.
+ElementwiseSpec buildFusedElementwise(KernelContext &context, tl::FusedElementwiseOp fused) {
+  context.addComputed(fused);
+  ElementwiseSpec spec;
+  ElementPuller puller(context);
+  for (auto [result, yielded] : llvm::zip(fused.getResults(), fused.bodyYield().getValues())) {
+    int param = context.requireParam(result, "result");
+    Shape out = shapeOf(result);
+    auto store = [&](mlir::Value piece, int64_t column) {
+      Shape shape = shapeOf(piece);
+      int64_t count = product(shape);
+      IndexExpr e = IndexExpr::variable("e", count);
+      Index index = delinearize(e, shape);
+      ElementRef value = puller.at(piece, index);
+      index.back() = index.back() + column;
+      Store stored{param, linearize(index, out), value};
+      stored.limit = count;
+      spec.stores.push_back(stored);
+      spec.count = std::max(spec.count, count);
+    };
+    if (auto concat = yielded.getDefiningOp<tl::SplitGradOp>()) {
+      int64_t column = 0;
+      for (mlir::Value piece : concat.getPieces()) {
+        store(piece, column);
+        column += shapeOf(piece).back();
+      }
+    } else {
+      store(yielded, 0);
+    }
+  }
+  for (Store &store : spec.stores)
+    if (store.limit == spec.count) store.limit = -1;
+  return spec;
+}
+
 ElementwiseSpec buildElementwise(KernelContext &context, mlir::Operation *op) {
   context.addComputed(op);
   ElementwiseSpec spec;
@@ -703,6 +740,7 @@ KernelSpec buildKernelSpec(const Program &program, const Kernel &kernel, const K
   else if (auto grad = llvm::dyn_cast<tl::LinearGradInputOp>(op)) spec.body = buildLinearGradInput(context, grad);
   else if (auto grad = llvm::dyn_cast<tl::LinearGradWeightOp>(op)) spec.body = buildLinearGradWeight(context, grad);
   else if (auto grad = llvm::dyn_cast<tl::SplitGradOp>(op)) spec.body = buildSplitGrad(context, grad);
+  else if (auto chain = llvm::dyn_cast<tl::FusedElementwiseOp>(op)) spec.body = buildFusedElementwise(context, chain);
   else if (llvm::isa<tl::AdamWOp, tl::GlobalNormOp>(op)) spec.body = buildOptimizer(context, program);
   else if (llvm::isa<tl::RMSNormOp, tl::SoftmaxOp, tl::EmbeddingOp, tl::CrossEntropyOp, tl::RMSNormGradOp,
                      tl::SoftmaxGradOp, tl::CrossEntropyGradOp, tl::EmbeddingGradOp>(op))

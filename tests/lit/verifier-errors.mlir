@@ -210,3 +210,28 @@ func.func @unknown_op(%x: tensor<2x8xf32>) {
   %y = tl.gelu %x : (tensor<2x8xf32>) -> tensor<2x8xf32>
   return
 }
+
+// -----
+
+func.func @fused_elementwise_holds_a_gemm(%x: tensor<2x4xf32>, %w: tensor<3x4xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{holds 'tl.linear', which is not computed element by element}}
+  %y = tl.fused_elementwise(%x, %w : tensor<2x4xf32>, tensor<3x4xf32>) {
+  ^bb0(%a: tensor<2x4xf32>, %b: tensor<3x4xf32>):
+    %l = tl.linear %a, %b : (tensor<2x4xf32>, tensor<3x4xf32>) -> tensor<2x3xf32>
+    tl.yield %l : tensor<2x3xf32>
+  } -> tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @fused_elementwise_reads_a_concatenation(%x: tensor<2x4xf32>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{a concatenation may only be yielded}}
+  %y = tl.fused_elementwise(%x : tensor<2x4xf32>) {
+  ^bb0(%a: tensor<2x4xf32>):
+    %c = tl.split_grad %a, %a : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x8xf32>
+    %s = tl.silu %c : (tensor<2x8xf32>) -> tensor<2x8xf32>
+    tl.yield %s : tensor<2x8xf32>
+  } -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}

@@ -7,13 +7,16 @@
 //       Cross-entropy backward: one block per row. Embedding backward: one block per
 //       table row, summing the rows of d y whose token reads it, in token order (no
 //       atomics: the same sums on every run).
+//   v2  RMSNorm backward may add d x to the residual stream's gradient (O3's fold of the
+//       residual add into the norm's backward).
 //
 // Specs: ROWS, COLS, Params and element pointers; see each function.
 #pragma once
 #include "row_ops.cuh"  // TL_FOR_EACH_ROW_PER_WARP
 
-// dx = r (g dy - x r mean(g dy x r)), r = 1 / sqrt(mean(x^2) + eps); dgain = sum over
-// rows of dy x r. S: ROWS, COLS, EPS, ROWS_PER_BLOCK, x(p), gain(p), dy(p), dx(p),
+// dx = r (g dy - x r mean(g dy x r)), r = 1 / sqrt(mean(x^2) + eps), plus the residual
+// stream's gradient when RESIDUAL; dgain = sum over rows of dy x r. S: ROWS, COLS, EPS,
+// ROWS_PER_BLOCK, RESIDUAL, x(p), gain(p), dy(p), residual(p), dx(p),
 // dgain(p), inverse(p) (ROWS floats of workspace), partial(p) (gridDim.x * COLS floats),
 // counter(p) (a zeroed word, left zeroed). Launched with ceil(ROWS / ROWS_PER_BLOCK) blocks.
 template <class S> TL_DEVICE void tl_rmsnorm_grad_rows(const typename S::Params &p) {
@@ -33,8 +36,10 @@ template <class S> TL_DEVICE void tl_rmsnorm_grad_rows(const typename S::Params 
     const float r = rsqrtf(tl_warp_sum(squares) / (float)S::COLS + S::EPS);
     const float mean = tl_warp_sum(projection) * r / (float)S::COLS;
     auto *dx = S::dx(p) + row * S::COLS;
-    for (int c = lane; c < S::COLS; c += TL_WARP)
-      tl_st(dx, c, r * (tl_ld(S::gain(p), c) * tl_ld(dy, c) - tl_ld(x, c) * r * mean));
+    for (int c = lane; c < S::COLS; c += TL_WARP) {
+      const float grad = r * (tl_ld(S::gain(p), c) * tl_ld(dy, c) - tl_ld(x, c) * r * mean);
+      tl_st(dx, c, S::RESIDUAL ? tl_ld(S::residual(p) + row * S::COLS, c) + grad : grad);
+    }
     if (lane == 0) S::inverse(p)[row] = r;
   }
   __syncthreads();  // this block's inverse RMS values, for its column sums

@@ -148,6 +148,18 @@ TEST(CpuGradOps, RmsnormGradGivesDerivativesForInputAndGain) {
             kDerivativeTolerance);
 }
 
+// With a residual (O3's tl-fuse-norm-residual), d x is that residual plus the plain
+// d x, and d gain does not change.
+TEST(CpuGradOps, RmsnormGradAddsItsResidual) {
+  std::map<std::string, AttrValue> attrs{{"eps", 1e-6}};
+  Operand x = randomOperand({2, 3, 8}, 22), gain = randomOperand({8}, 23, 0.5, 1.5), grad = randomOperand({2, 3, 8}, 24),
+          residual = randomOperand({2, 3, 8}, 30);
+  std::vector<std::vector<float>> plain = runMany("rmsnorm_grad", {x, gain, grad}, {{2, 3, 8}, {8}}, attrs);
+  std::vector<std::vector<float>> fused = runMany("rmsnorm_grad", {x, gain, grad, residual}, {{2, 3, 8}, {8}}, attrs);
+  for (size_t i = 0; i < plain[0].size(); ++i) EXPECT_NEAR(fused[0][i], plain[0][i] + residual.data[i], 1e-6) << i;
+  EXPECT_EQ(fused[1], plain[1]);
+}
+
 TEST(CpuGradOps, CrossEntropyGradGivesTheLossesDerivative) {
   Operand logits = randomOperand({2, 4, 9}, 27, -3, 3), ids = idsOperand({2, 4}, 9, 28);
   std::vector<float> direction = randomFloats(72, 29), grad = run("cross_entropy_grad", {logits, ids}, {2, 4, 9});

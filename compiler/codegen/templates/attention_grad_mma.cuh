@@ -1,0 +1,365 @@
+// attention_grad_mma.cuh: the backward of flash attention in bf16 on NVIDIA tensor cores
+// (sm_80 and later), fp32 accumulation, from the forward's saved output O and log-sum-exp:
+// no score matrix in memory. Head sizes of 64.
+//
+//   v1  two kinds of blocks of 4 warps, each warp owning 16 rows, so that every output
+//       row has one owner and nothing is added atomically (FA2's backward with its dQ
+//       moved to blocks of its own, which recompute S and dP):
+//       - a query block owns dQ of 64 queries of one head and walks the key tiles up to
+//         the diagonal: S = Q Kᵀ, dP = dO Vᵀ, dS = P ∘ (dP - D), dQ += dS K;
+//       - a key block owns dK, dV of 64 keys for one query head and walks the query
+//         tiles from the diagonal on: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, dV += Pᵀ dO, dK += dSᵀ Q.
+//       with P = exp(scale S - lse) rebuilt from the saved log-sum-exp and D_i = dO_i · O_i.
+//       A block's own rows sit in registers as A fragments; the walked tiles are double
+//       buffered with cp.async in swizzled shared memory; P and dS go from accumulators
+//       to bf16 A fragments in registers. With GQA each query head's share of dK and dV
+//       goes to the workspace and the group's last head adds them in head order, as in
+//       attention_grad.cuh.
+//
+// Spec S: as attention_grad.cuh (D, DV, B, H, HKV, SQ, SK, CAUSAL, SCALE, Params, q_src,
+// k_src, v_src, o_src, do_src, lse_src, dq_dst, dk_dst, dv_dst, partial, counter), every
+// row bf16 and 16-byte aligned. partial(p): B*H*SK*(D+DV) floats when H > HKV;
+// counter(p): B*HKV*ceil(SK/64) zeroed words, left zeroed. Launched with
+// tl_attention_grad_mma_shape<S>::BLOCKS blocks of 128 threads.
+#pragma once
+#include "gemm_mma.cuh"
+
+#if defined(TL_NVIDIA)
+
+template <class S> struct tl_attention_grad_mma_shape {
+  static constexpr int TILE = 64, THREADS = 128;  // rows a block owns, and rows of a walked tile
+  static constexpr int QUERY_TILES = (S::SQ + TILE - 1) / TILE, KEY_TILES = (S::SK + TILE - 1) / TILE;
+  static constexpr long long KEY_BLOCKS = (long long)S::B * S::H * KEY_TILES;
+  static constexpr long long BLOCKS = KEY_BLOCKS + (long long)S::B * S::H * QUERY_TILES;
+  // One buffer holds a tile of two operands: K and V, or Q and dO.
+  static constexpr int X_BYTES = TILE * S::D * 2, BUFFER_BYTES = X_BYTES + TILE * S::DV * 2;
+};
+
+// Rows r0 .. r0+TILE-1 of a [rows, COLS] bf16 operand into a swizzled tile, zeros past
+// `rows` (cp.async, not yet waited for).
+template <int TILE, int COLS, int THREADS, class Row>
+TL_DEVICE void tl_attention_grad_stage(unsigned char *tile, int r0, int rows, Row row) {
+  for (int i = threadIdx.x; i < TILE * (COLS / 8); i += THREADS) {
+    const int r = i / (COLS / 8), c = i % (COLS / 8);
+    const bool inside = r0 + r < rows;
+    tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, COLS * 2)), row(inside ? r0 + r : 0) + c * 8, inside ? 16 : 0);
+  }
+}
+
+// A warp's 16 rows of a staged tile (rows warp*16 ..) as A fragments, COLS / 16 k-steps.
+template <int COLS> TL_DEVICE void tl_attention_grad_fragments(const unsigned char *tile, unsigned (&f)[COLS / 16][4]) {
+  const int lane = threadIdx.x % 32, row = (threadIdx.x / 32) * 16 + lane % 16;
+#pragma unroll
+  for (int kk = 0; kk < COLS / 16; ++kk) tl_ldmatrix_x4(tl_smem_addr(tile) + tl_swizzle(row, kk * 2 + lane / 16, COLS * 2), f[kk]);
+}
+
+// acc[16 x TILE] += A[16 x COLS] · Tᵀ, T a staged [TILE, COLS] tile (its rows are the
+// columns of the product: Q Kᵀ, dO Vᵀ, K Qᵀ, V dOᵀ).
+template <int TILE, int COLS>
+TL_DEVICE void tl_attention_grad_mma_nt(float (&acc)[TILE / 8][4], const unsigned (&a)[COLS / 16][4], unsigned tile) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < COLS / 16; ++kk)
+#pragma unroll
+    for (int j = 0; j < TILE / 16; ++j) {
+      unsigned r[4];
+      tl_ldmatrix_x4(tile + tl_swizzle(j * 16 + lane % 8 + (lane / 16) * 8, kk * 2 + (lane / 8) % 2, COLS * 2), r);
+      tl_mma_bf16(acc[2 * j], a[kk], r[0], r[1]);
+      tl_mma_bf16(acc[2 * j + 1], a[kk], r[2], r[3]);
+    }
+}
+
+// acc[16 x COLS] += A[16 x TILE] · T, T a staged [TILE, COLS] tile (dS K, Pᵀ dO, dSᵀ Q).
+template <int TILE, int COLS>
+TL_DEVICE void tl_attention_grad_mma_nn(float (&acc)[COLS / 8][4], const unsigned (&a)[TILE / 16][4], unsigned tile) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kc = 0; kc < TILE / 16; ++kc)
+#pragma unroll
+    for (int j = 0; j < COLS / 16; ++j) {
+      unsigned r[4];
+      tl_ldmatrix_x4_trans(tile + tl_swizzle(kc * 16 + lane % 8 + ((lane / 8) % 2) * 8, j * 2 + lane / 16, COLS * 2), r);
+      tl_mma_bf16(acc[2 * j], a[kc], r[0], r[1]);
+      tl_mma_bf16(acc[2 * j + 1], a[kc], r[2], r[3]);
+    }
+}
+
+// Accumulators of keys or queries 8j .. 8j+7 are the A-fragment layout of half a k16 step.
+template <int TILE>
+TL_DEVICE void tl_attention_grad_pack(unsigned (&f)[TILE / 16][4], int j, float v0, float v1, float v2, float v3) {
+  f[j / 2][(j % 2) * 2] = tl_pack_bf16(v0, v1);
+  f[j / 2][(j % 2) * 2 + 1] = tl_pack_bf16(v2, v3);
+}
+
+// lse_i (in log2 units) and D_i = dO_i · O_i of rows r0 .. r0+TILE-1 of head h, dO staged
+// in `dO`; two threads a row. Block-wide (every thread takes part in the shuffle).
+template <class S, int TILE, int THREADS>
+TL_DEVICE void tl_attention_grad_row_scalars(const typename S::Params &p, const unsigned char *dO, int b, int h, int r0,
+                                             float *lse, float *dot) {
+  static_assert(TILE * 2 == THREADS, "two threads a row");
+  const int r = threadIdx.x / 2, half = threadIdx.x % 2, row = r0 + r;
+  float sum = 0.0f;
+  if (row < S::SQ) {
+    const tl_bf16 *o = S::o_src(p, b, h, row);
+    for (int c = half; c < S::DV / 8; c += 2) {
+      float ov[8], gv[8];
+      tl_ld8(o, c * 8, ov);
+      tl_ld8(reinterpret_cast<const tl_bf16 *>(dO + tl_swizzle(r, c, S::DV * 2)), 0, gv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum = fmaf(ov[e], gv[e], sum);
+    }
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  if (half == 0) {
+    dot[r] = sum;
+    lse[r] = row < S::SQ ? *S::lse_src(p, b, h, row) * 1.4426950408889634f : 0.0f;
+  }
+}
+
+// Two bf16 of a row at column c.
+TL_DEVICE void tl_attention_grad_store2(tl_bf16 *row, int c, float v0, float v1) {
+  *reinterpret_cast<unsigned *>(row + c) = tl_pack_bf16(v0, v1);
+}
+
+// dQ of 64 queries of head h (query tile qt).
+template <class S>
+TL_DEVICE void tl_attention_grad_mma_queries(const typename S::Params &p, int b, int h, int qt, unsigned char *smem,
+                                             float *rowLse, float *rowDot) {
+  using T = tl_attention_grad_mma_shape<S>;
+  constexpr int TILE = T::TILE, THREADS = T::THREADS, D = S::D, DV = S::DV, G = S::H / S::HKV;
+  constexpr int OFFSET = S::SK - S::SQ;  // key j is visible to query i when j <= i + OFFSET
+  constexpr float SCALE_LOG2 = S::SCALE * 1.4426950408889634f;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, hkv = h / G;
+  const int q0 = qt * TILE + warp * 16;  // this warp's first query
+  const int lastQuery = (qt + 1) * TILE - 1 < S::SQ - 1 ? (qt + 1) * TILE - 1 : S::SQ - 1;
+  const int keys = S::CAUSAL ? (lastQuery + OFFSET + 1 < S::SK ? lastQuery + OFFSET + 1 : S::SK) : S::SK;
+  const int tiles = keys > 0 ? (keys + TILE - 1) / TILE : 0;
+  unsigned char *own = smem + T::BUFFER_BYTES;  // the block's Q and dO, until key tile 1 needs the buffer
+  auto stageKeys = [&](int buffer, int t) {
+    unsigned char *tile = smem + buffer * T::BUFFER_BYTES;
+    tl_attention_grad_stage<TILE, D, THREADS>(tile, t * TILE, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
+    tl_attention_grad_stage<TILE, DV, THREADS>(tile + T::X_BYTES, t * TILE, S::SK,
+                                               [&](int j) { return S::v_src(p, b, hkv, j); });
+  };
+
+  tl_wait_for_producers();
+  tl_attention_grad_stage<TILE, D, THREADS>(own, qt * TILE, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
+  tl_attention_grad_stage<TILE, DV, THREADS>(own + T::X_BYTES, qt * TILE, S::SQ, [&](int i) { return S::do_src(p, b, h, i); });
+  if (tiles > 0) stageKeys(0, 0);
+  tl_cp_async_commit();
+  tl_cp_async_wait<0>();
+  __syncthreads();
+  unsigned qf[D / 16][4], dof[DV / 16][4];
+  tl_attention_grad_fragments<D>(own, qf);
+  tl_attention_grad_fragments<DV>(own + T::X_BYTES, dof);
+  tl_attention_grad_row_scalars<S, TILE, THREADS>(p, own + T::X_BYTES, b, h, qt * TILE, rowLse, rowDot);
+  __syncthreads();
+  const float lse[2] = {rowLse[warp * 16 + g], rowLse[warp * 16 + g + 8]};
+  const float dot[2] = {rowDot[warp * 16 + g], rowDot[warp * 16 + g + 8]};
+
+  float dq[D / 8][4];
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dq[j][e] = 0.0f;
+  for (int t = 0; t < tiles; ++t) {
+    if (t > 0) {
+      tl_cp_async_wait<0>();
+    }
+    __syncthreads();  // tile t has landed; every warp is done with the buffer tile t+1 takes
+    if (t + 1 < tiles) stageKeys((t + 1) % 2, t + 1);
+    tl_cp_async_commit();
+    if (S::CAUSAL && t * TILE > q0 + 15 + OFFSET) continue;  // no key of the tile is visible to the warp
+    const unsigned kTile = tl_smem_addr(smem + (t % 2) * T::BUFFER_BYTES), vTile = kTile + T::X_BYTES;
+    float s[TILE / 8][4], dp[TILE / 8][4];
+#pragma unroll
+    for (int j = 0; j < TILE / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
+    tl_attention_grad_mma_nt<TILE, D>(s, qf, kTile);
+    tl_attention_grad_mma_nt<TILE, DV>(dp, dof, vTile);
+    const bool masked = (t + 1) * TILE > S::SK || q0 + 15 >= S::SQ || (S::CAUSAL && (t + 1) * TILE - 1 > q0 + OFFSET);
+    unsigned dsf[TILE / 16][4];
+#pragma unroll
+    for (int j = 0; j < TILE / 8; ++j) {
+      float ds[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = t * TILE + j * 8 + tig * 2 + (e & 1), query = q0 + g + (e / 2) * 8;
+        const bool visible = !masked || (key < S::SK && query < S::SQ && (!S::CAUSAL || key <= query + OFFSET));
+        const float pij = visible ? tl_exp2(s[j][e] * SCALE_LOG2 - lse[e / 2]) : 0.0f;
+        ds[e] = pij * (dp[j][e] - dot[e / 2]);
+      }
+      tl_attention_grad_pack<TILE>(dsf, j, ds[0], ds[1], ds[2], ds[3]);
+    }
+    tl_attention_grad_mma_nn<TILE, D>(dq, dsf, kTile);
+  }
+  tl_cp_async_wait<0>();
+  tl_allow_dependents();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int query = q0 + g + r * 8;
+    if (query >= S::SQ) continue;
+    tl_bf16 *out = S::dq_dst(p, b, h, query);
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+      tl_attention_grad_store2(out, j * 8 + tig * 2, dq[j][2 * r] * S::SCALE, dq[j][2 * r + 1] * S::SCALE);
+  }
+}
+
+// dK and dV of 64 keys (key tile kt) from query head h's queries; with GQA the share of
+// head h goes to the workspace and the group's last head to finish adds the shares.
+template <class S>
+TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, int h, int kt, unsigned char *smem,
+                                          float *colLse, float *colDot) {
+  using T = tl_attention_grad_mma_shape<S>;
+  constexpr int TILE = T::TILE, THREADS = T::THREADS, D = S::D, DV = S::DV, G = S::H / S::HKV;
+  constexpr int OFFSET = S::SK - S::SQ;
+  constexpr float SCALE_LOG2 = S::SCALE * 1.4426950408889634f;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, hkv = h / G;
+  const int k0 = kt * TILE + warp * 16;  // this warp's first key
+  const int firstQuery = S::CAUSAL ? (kt * TILE - OFFSET > 0 ? kt * TILE - OFFSET : 0) : 0;
+  const int first = firstQuery / TILE, tiles = firstQuery < S::SQ ? T::QUERY_TILES - first : 0;
+  unsigned char *own = smem + T::BUFFER_BYTES;  // the block's K and V, until query tile 1 needs the buffer
+  auto stageQueries = [&](int buffer, int t) {
+    unsigned char *tile = smem + buffer * T::BUFFER_BYTES;
+    tl_attention_grad_stage<TILE, D, THREADS>(tile, t * TILE, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
+    tl_attention_grad_stage<TILE, DV, THREADS>(tile + T::X_BYTES, t * TILE, S::SQ,
+                                               [&](int i) { return S::do_src(p, b, h, i); });
+  };
+
+  tl_wait_for_producers();
+  tl_attention_grad_stage<TILE, D, THREADS>(own, kt * TILE, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
+  tl_attention_grad_stage<TILE, DV, THREADS>(own + T::X_BYTES, kt * TILE, S::SK, [&](int j) { return S::v_src(p, b, hkv, j); });
+  if (tiles > 0) stageQueries(0, first);
+  tl_cp_async_commit();
+  tl_cp_async_wait<0>();
+  __syncthreads();
+  unsigned kf[D / 16][4], vf[DV / 16][4];
+  tl_attention_grad_fragments<D>(own, kf);
+  tl_attention_grad_fragments<DV>(own + T::X_BYTES, vf);
+
+  float dk[D / 8][4], dv[DV / 8][4];
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[j][e] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < DV / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dv[j][e] = 0.0f;
+  for (int n = 0; n < tiles; ++n) {
+    const int t = first + n;  // query tile, in buffer n % 2
+    if (n > 0) tl_cp_async_wait<0>();
+    __syncthreads();  // tile t has landed; every warp is done with the buffer and the scalars tile t+1 takes
+    if (n + 1 < tiles) stageQueries((n + 1) % 2, t + 1);
+    tl_cp_async_commit();
+    const unsigned char *buffer = smem + (n % 2) * T::BUFFER_BYTES;
+    tl_attention_grad_row_scalars<S, TILE, THREADS>(p, buffer + T::X_BYTES, b, h, t * TILE, colLse, colDot);
+    __syncthreads();
+    if (S::CAUSAL && k0 > (t + 1) * TILE - 1 + OFFSET) continue;  // no query of the tile sees the warp's keys
+    const unsigned qTile = tl_smem_addr(buffer), doTile = qTile + T::X_BYTES;
+    float st[TILE / 8][4], dpt[TILE / 8][4];
+#pragma unroll
+    for (int j = 0; j < TILE / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
+    tl_attention_grad_mma_nt<TILE, D>(st, kf, qTile);
+    tl_attention_grad_mma_nt<TILE, DV>(dpt, vf, doTile);
+    const bool masked = (t + 1) * TILE > S::SQ || k0 + 15 >= S::SK || (S::CAUSAL && k0 + 15 > t * TILE + OFFSET);
+    unsigned pf[TILE / 16][4], dsf[TILE / 16][4];
+#pragma unroll
+    for (int j = 0; j < TILE / 8; ++j) {
+      float pv[4], ds[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int column = j * 8 + tig * 2 + (e & 1), query = t * TILE + column, key = k0 + g + (e / 2) * 8;
+        const bool visible = !masked || (query < S::SQ && key < S::SK && (!S::CAUSAL || key <= query + OFFSET));
+        pv[e] = visible ? tl_exp2(st[j][e] * SCALE_LOG2 - colLse[column]) : 0.0f;
+        ds[e] = pv[e] * (dpt[j][e] - colDot[column]);
+      }
+      tl_attention_grad_pack<TILE>(pf, j, pv[0], pv[1], pv[2], pv[3]);
+      tl_attention_grad_pack<TILE>(dsf, j, ds[0], ds[1], ds[2], ds[3]);
+    }
+    tl_attention_grad_mma_nn<TILE, DV>(dv, pf, doTile);
+    tl_attention_grad_mma_nn<TILE, D>(dk, dsf, qTile);
+  }
+  tl_cp_async_wait<0>();
+  tl_allow_dependents();
+
+  if constexpr (G == 1) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = k0 + g + r * 8;
+      if (key >= S::SK) continue;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j)
+        tl_attention_grad_store2(S::dk_dst(p, b, hkv, key), j * 8 + tig * 2, dk[j][2 * r] * S::SCALE,
+                                 dk[j][2 * r + 1] * S::SCALE);
+#pragma unroll
+      for (int j = 0; j < DV / 8; ++j)
+        tl_attention_grad_store2(S::dv_dst(p, b, hkv, key), j * 8 + tig * 2, dv[j][2 * r], dv[j][2 * r + 1]);
+    }
+  } else {
+    // This head's share: [B, H, SK, D] of dK, then [B, H, SK, DV] of dV, in fp32.
+    float *shareK = S::partial(p), *shareV = shareK + (long long)S::B * S::H * S::SK * D;
+    auto rowK = [&](int head, int j) { return shareK + (((long long)b * S::H + head) * S::SK + j) * D; };
+    auto rowV = [&](int head, int j) { return shareV + (((long long)b * S::H + head) * S::SK + j) * DV; };
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = k0 + g + r * 8;
+      if (key >= S::SK) continue;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        float *share = rowK(h, key) + j * 8 + tig * 2;
+        share[0] = dk[j][2 * r] * S::SCALE;
+        share[1] = dk[j][2 * r + 1] * S::SCALE;
+      }
+#pragma unroll
+      for (int j = 0; j < DV / 8; ++j) {
+        float *share = rowV(h, key) + j * 8 + tig * 2;
+        share[0] = dv[j][2 * r];
+        share[1] = dv[j][2 * r + 1];
+      }
+    }
+    unsigned *counter = S::counter(p) + ((long long)b * S::HKV + hkv) * T::KEY_TILES + kt;
+    if (tl_last_block_arrives(counter, G)) {
+      const int j0 = kt * TILE;
+      for (int e = threadIdx.x; e < TILE * D; e += THREADS) {
+        const int j = e / D, d = e % D;
+        if (j0 + j >= S::SK) continue;
+        float sum = 0.0f;
+        for (int head = hkv * G; head < (hkv + 1) * G; ++head) sum += ((volatile float *)rowK(head, j0 + j))[d];
+        tl_st(S::dk_dst(p, b, hkv, j0 + j), d, sum);
+      }
+      for (int e = threadIdx.x; e < TILE * DV; e += THREADS) {
+        const int j = e / DV, d = e % DV;
+        if (j0 + j >= S::SK) continue;
+        float sum = 0.0f;
+        for (int head = hkv * G; head < (hkv + 1) * G; ++head) sum += ((volatile float *)rowV(head, j0 + j))[d];
+        tl_st(S::dv_dst(p, b, hkv, j0 + j), d, sum);
+      }
+      if (threadIdx.x == 0) *counter = 0u;
+    }
+  }
+}
+
+// Key blocks first (they do four products a tile pair, query blocks three), each kind with
+// its longest walks first: key tile 0 and the last query tile. Both kinds share one
+// shared-memory allocation (32 KiB of tiles and a tile's row scalars).
+template <class S> TL_DEVICE void tl_attention_grad_mma(const typename S::Params &p) {
+  using T = tl_attention_grad_mma_shape<S>;
+  static_assert(S::D == 64 && S::DV == 64, "head sizes of 64");
+  __shared__ __align__(128) unsigned char smem[2 * T::BUFFER_BYTES];
+  __shared__ float lse[T::TILE], dot[T::TILE];
+  constexpr int HEADS = S::B * S::H;
+  if ((long long)blockIdx.x < T::KEY_BLOCKS) {
+    const int kt = blockIdx.x / HEADS, head = blockIdx.x % HEADS;
+    tl_attention_grad_mma_keys<S>(p, head / S::H, head % S::H, kt, smem, lse, dot);
+  } else {
+    const int block = blockIdx.x - T::KEY_BLOCKS, qt = T::QUERY_TILES - 1 - block / HEADS, head = block % HEADS;
+    tl_attention_grad_mma_queries<S>(p, head / S::H, head % S::H, qt, smem, lse, dot);
+  }
+}
+
+#endif // TL_NVIDIA

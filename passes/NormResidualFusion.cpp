@@ -1,0 +1,63 @@
+// tl-fuse-norm-residual (O3, after tl-autodiff): the residual stream's gradient is
+// accumulated by the norm backward that feeds it, not by a kernel of its own.
+//
+// A pre-norm block's input x reaches the loss twice: through the residual connection
+// and through the norm. Its gradient is dx_residual + rmsnorm_grad(...)#0, an add over
+// [tokens, hidden] after the norm's backward has written its d x. When that add is the
+// only reader of the d x, tl.rmsnorm_grad takes the other term as its `residual`
+// operand and writes the sum: one pass over the rows instead of two kernels.
+#include "passes/Passes.h"
+
+#include "compiler/TlDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace tl {
+#define GEN_PASS_DEF_TLFUSENORMRESIDUAL
+#include "passes/Passes.h.inc"
+
+namespace {
+
+// The norm backward whose d x `add` can absorb (read only by the add, no residual yet,
+// the add's other operand available where the norm stands), the later of two.
+RMSNormGradOp absorbingNorm(AddOp add, mlir::Value &other) {
+  RMSNormGradOp chosen;
+  for (unsigned i = 0; i < 2; ++i) {
+    mlir::Value term = add->getOperand(i), rest = add->getOperand(1 - i);
+    auto norm = term.getDefiningOp<RMSNormGradOp>();
+    if (!norm || term != norm.getInputGrad() || !term.hasOneUse() || norm.getResidual() ||
+        norm->getBlock() != add->getBlock())
+      continue;
+    mlir::Operation *def = rest.getDefiningOp();
+    bool available = !def ? llvm::cast<mlir::BlockArgument>(rest).getOwner() == norm->getBlock()
+                          : def->getBlock() == norm->getBlock() && def->isBeforeInBlock(norm);
+    if (available && (!chosen || chosen->isBeforeInBlock(norm))) {
+      chosen = norm;
+      other = rest;
+    }
+  }
+  return chosen;
+}
+
+struct NormResidualFusionPass : impl::TlFuseNormResidualBase<NormResidualFusionPass> {
+  void runOnOperation() override {
+    mlir::OpBuilder b(&getContext());
+    for (auto func : getOperation().getOps<mlir::func::FuncOp>()) {
+      for (AddOp add : llvm::make_early_inc_range(func.getBody().front().getOps<AddOp>())) {
+        mlir::Value residual;
+        RMSNormGradOp norm = absorbingNorm(add, residual);
+        if (!norm) continue;
+        b.setInsertionPoint(norm);
+        auto fused = b.create<RMSNormGradOp>(norm.getLoc(), norm.getInput(), norm.getGain(), norm.getGrad(), residual,
+                                             norm.getEpsAttr());
+        add.getResult().replaceAllUsesWith(fused.getInputGrad());
+        norm.getGainGrad().replaceAllUsesWith(fused.getGainGrad());
+        add.erase();
+        norm.erase();
+      }
+    }
+  }
+};
+
+} // namespace
+} // namespace tl
