@@ -70,16 +70,20 @@ bool isView(mlir::Operation *op) { return llvm::isa<tl::SplitHeadsOp, tl::MergeH
 
 std::string opName(mlir::Operation *op) { return op->getName().stripDialect().str(); }
 
+// The names of a fused region's ops in order, each once, views left out.
+void appendOpNames(mlir::Block &body, std::vector<std::string> &parts) {
+  for (mlir::Operation &op : body)
+    if (!llvm::isa<tl::YieldOp>(op) && !isView(&op) &&
+        std::find(parts.begin(), parts.end(), opName(&op)) == parts.end())
+      parts.push_back(opName(&op));
+}
+
 // tl_rmsnorm_linear_split_rope_transpose_f32_1024x1024x512: the fused ops in order.
 std::string fusedLinearName(tl::FusedLinearOp fused, DType dtype) {
   std::vector<std::string> parts;
-  auto add = [&](mlir::Operation &op) {
-    if (llvm::isa<tl::YieldOp>(op) || isView(&op)) return;
-    if (std::find(parts.begin(), parts.end(), opName(&op)) == parts.end()) parts.push_back(opName(&op));
-  };
-  for (mlir::Operation &op : fused.getPrologue().front()) add(op);
+  appendOpNames(fused.getPrologue().front(), parts);
   parts.push_back("linear");
-  for (mlir::Operation &op : fused.getEpilogue().front()) add(op);
+  appendOpNames(fused.getEpilogue().front(), parts);
   auto a = llvm::cast<mlir::RankedTensorType>(fused.prologueYield().getValues()[0].getType());
   int64_t rows = a.getNumElements() / a.getShape().back();
   auto w = llvm::cast<mlir::RankedTensorType>(fused.getWeight().getType());
@@ -91,10 +95,7 @@ std::string fusedLinearName(tl::FusedLinearOp fused, DType dtype) {
 // shape of its first result.
 std::string fusedElementwiseName(tl::FusedElementwiseOp fused, DType dtype) {
   std::vector<std::string> parts;
-  for (mlir::Operation &op : fused.getBody().front())
-    if (!llvm::isa<tl::YieldOp>(op) && !isView(&op) &&
-        std::find(parts.begin(), parts.end(), opName(&op)) == parts.end())
-      parts.push_back(opName(&op));
+  appendOpNames(fused.getBody().front(), parts);
   return fmt::format("tl_{}_{}_{}", fmt::join(parts, "_"), dtypeName(dtype), fmt::join(shapeOf(fused.getResult(0)), "x"));
 }
 

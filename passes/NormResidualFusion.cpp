@@ -11,6 +11,7 @@
 #include "compiler/TlDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Dominance.h"
 
 namespace tl {
 #define GEN_PASS_DEF_TLFUSENORMRESIDUAL
@@ -20,7 +21,7 @@ namespace {
 
 // The norm backward whose d x `add` can absorb (read only by the add, no residual yet,
 // the add's other operand available where the norm stands), the later of two.
-RMSNormGradOp absorbingNorm(AddOp add, mlir::Value &other) {
+RMSNormGradOp absorbingNorm(AddOp add, mlir::DominanceInfo &dominance, mlir::Value &other) {
   RMSNormGradOp chosen;
   for (unsigned i = 0; i < 2; ++i) {
     mlir::Value term = add->getOperand(i), rest = add->getOperand(1 - i);
@@ -28,10 +29,7 @@ RMSNormGradOp absorbingNorm(AddOp add, mlir::Value &other) {
     if (!norm || term != norm.getInputGrad() || !term.hasOneUse() || norm.getResidual() ||
         norm->getBlock() != add->getBlock())
       continue;
-    mlir::Operation *def = rest.getDefiningOp();
-    bool available = !def ? llvm::cast<mlir::BlockArgument>(rest).getOwner() == norm->getBlock()
-                          : def->getBlock() == norm->getBlock() && def->isBeforeInBlock(norm);
-    if (available && (!chosen || chosen->isBeforeInBlock(norm))) {
+    if (dominance.properlyDominates(rest, norm) && (!chosen || chosen->isBeforeInBlock(norm))) {
       chosen = norm;
       other = rest;
     }
@@ -42,10 +40,11 @@ RMSNormGradOp absorbingNorm(AddOp add, mlir::Value &other) {
 struct NormResidualFusionPass : impl::TlFuseNormResidualBase<NormResidualFusionPass> {
   void runOnOperation() override {
     mlir::OpBuilder b(&getContext());
+    auto &dominance = getAnalysis<mlir::DominanceInfo>();
     for (auto func : getOperation().getOps<mlir::func::FuncOp>()) {
       for (AddOp add : llvm::make_early_inc_range(func.getBody().front().getOps<AddOp>())) {
         mlir::Value residual;
-        RMSNormGradOp norm = absorbingNorm(add, residual);
+        RMSNormGradOp norm = absorbingNorm(add, dominance, residual);
         if (!norm) continue;
         b.setInsertionPoint(norm);
         auto fused = b.create<RMSNormGradOp>(norm.getLoc(), norm.getInput(), norm.getGain(), norm.getGrad(), residual,

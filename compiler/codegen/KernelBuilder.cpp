@@ -544,6 +544,16 @@ AttentionGradSpec buildAttentionGrad(KernelContext &context, tl::FlashAttentionG
 
 RowSpec buildRows(KernelContext &context, mlir::Operation *op) {
   RowSpec spec;
+  // The loss and its gradient read the same operands: logits [B, S, V] and the ids.
+  auto crossEntropy = [&](RowSpec::Kind kind, auto loss) {
+    spec.kind = kind;
+    spec.x = context.requireParam(loss.getLogits(), "logits");
+    spec.ids = context.requireParam(loss.getIds(), "ids");
+    spec.y = context.requireParam(loss.getResult(), "result");
+    Shape logits = shapeOf(loss.getLogits());
+    spec.batch = logits[0];
+    spec.seq = logits[1];
+  };
   if (auto norm = llvm::dyn_cast<tl::RMSNormOp>(op)) {
     spec.kind = RowSpec::Kind::RmsNorm;
     spec.x = context.requireParam(norm.getInput(), "input");
@@ -574,13 +584,7 @@ RowSpec buildRows(KernelContext &context, mlir::Operation *op) {
     spec.dy = context.requireParam(softmax.getGrad(), "gradient");
     spec.y = context.requireParam(softmax.getInputGrad(), "input gradient");
   } else if (auto loss = llvm::dyn_cast<tl::CrossEntropyGradOp>(op)) {
-    spec.kind = RowSpec::Kind::CrossEntropyGrad;
-    spec.x = context.requireParam(loss.getLogits(), "logits");
-    spec.ids = context.requireParam(loss.getIds(), "ids");
-    spec.y = context.requireParam(loss.getResult(), "result");
-    Shape logits = shapeOf(loss.getLogits());
-    spec.batch = logits[0];
-    spec.seq = logits[1];
+    crossEntropy(RowSpec::Kind::CrossEntropyGrad, loss);
   } else if (auto embedding = llvm::dyn_cast<tl::EmbeddingGradOp>(op)) {
     spec.kind = RowSpec::Kind::EmbeddingGrad;
     spec.dy = context.requireParam(embedding.getGrad(), "gradient");
@@ -588,43 +592,12 @@ RowSpec buildRows(KernelContext &context, mlir::Operation *op) {
     spec.y = context.requireParam(embedding.getResult(), "result");
     spec.tokens = product(shapeOf(embedding.getIds()));
   } else {
-    auto loss = llvm::cast<tl::CrossEntropyOp>(op);
-    spec.kind = RowSpec::Kind::CrossEntropy;
-    spec.x = context.requireParam(loss.getLogits(), "logits");
-    spec.ids = context.requireParam(loss.getIds(), "ids");
-    spec.y = context.requireParam(loss.getResult(), "result");
-    Shape logits = shapeOf(loss.getLogits());
-    spec.batch = logits[0];
-    spec.seq = logits[1];
+    crossEntropy(RowSpec::Kind::CrossEntropy, llvm::cast<tl::CrossEntropyOp>(op));
   }
   Shape shape = shapeOf(op->getResult(0));
   if (spec.kind == RowSpec::Kind::CrossEntropy) shape = shapeOf(op->getOperand(0));
   spec.cols = shape.back();
   spec.rows = product(shape) / std::max<int64_t>(spec.cols, 1);
-  return spec;
-}
-
-// The pieces' gradients joined along the last dim: one store per piece, each at its
-// columns of the result.
-ElementwiseSpec buildSplitGrad(KernelContext &context, tl::SplitGradOp op) {
-  ElementwiseSpec spec;
-  Shape out = shapeOf(op.getResult());
-  int param = context.requireParam(op.getResult(), "result");
-  int64_t start = 0;
-  for (mlir::Value piece : op.getPieces()) {
-    Shape shape = shapeOf(piece);
-    int64_t count = product(shape);
-    spec.count = std::max(spec.count, count);
-    IndexExpr e = IndexExpr::variable("e", count);
-    Index index = delinearize(e, shape);
-    index.back() = index.back() + start;
-    Store store{param, linearize(index, out), ElementExpr::load(context.requireParam(piece, "piece"), e)};
-    store.limit = count;
-    spec.stores.push_back(store);
-    start += shape.back();
-  }
-  for (Store &store : spec.stores)
-    if (store.limit == spec.count) store.limit = -1;
   return spec;
 }
 
@@ -667,58 +640,45 @@ OptimizerSpec buildOptimizer(KernelContext &context, const Program &program) {
   return spec;
 }
 
-// A chain of per-element ops: each yielded value computed element by element from the
-// kernel's inputs; a concatenation's pieces are stored at their columns of the result.
-ElementwiseSpec buildFusedElementwise(KernelContext &context, tl::FusedElementwiseOp fused) {
-  context.addComputed(fused);
+// An elementwise kernel: `op` (one op, or a tl.fused_elementwise and its chain) is
+// computed in registers and each of `values` stored as the kernel's result of the same
+// index in `results`, element by element over its own shape. A concatenation computed
+// here (tl.split_grad) is stored piece by piece at its columns, never joined.
+ElementwiseSpec buildElementwise(KernelContext &context, mlir::Operation *op, mlir::ValueRange results,
+                                 mlir::ValueRange values) {
+  context.addComputed(op);
   ElementwiseSpec spec;
   ElementPuller puller(context);
-  for (auto [result, yielded] : llvm::zip(fused.getResults(), fused.bodyYield().getValues())) {
+  for (auto [result, value] : llvm::zip(results, values)) {
     int param = context.requireParam(result, "result");
     Shape out = shapeOf(result);
-    auto store = [&](mlir::Value piece, int64_t column) {
+    llvm::SmallVector<std::pair<mlir::Value, int64_t>> pieces{{value, 0}};  // and their first columns
+    if (auto concat = value.getDefiningOp<tl::SplitGradOp>(); concat && context.isComputed(value)) {
+      pieces.clear();
+      int64_t column = 0;
+      for (mlir::Value piece : concat.getPieces()) {
+        pieces.push_back({piece, column});
+        column += shapeOf(piece).back();
+      }
+    }
+    for (auto [piece, column] : pieces) {
       Shape shape = shapeOf(piece);
       int64_t count = product(shape);
       IndexExpr e = IndexExpr::variable("e", count);
       Index index = delinearize(e, shape);
-      ElementRef value = puller.at(piece, index);
-      index.back() = index.back() + column;
-      Store stored{param, linearize(index, out), value};
-      stored.limit = count;
-      spec.stores.push_back(stored);
-      spec.count = std::max(spec.count, count);
-    };
-    if (auto concat = yielded.getDefiningOp<tl::SplitGradOp>()) {
-      int64_t column = 0;
-      for (mlir::Value piece : concat.getPieces()) {
-        store(piece, column);
-        column += shapeOf(piece).back();
+      Store store{param, e, puller.at(piece, index)};
+      if (shape != out) {
+        index.back() = index.back() + column;
+        store.offset = linearize(index, out);
       }
-    } else {
-      store(yielded, 0);
+      // Results smaller than the loop (pieces of a split) are written where e is inside them.
+      store.limit = count;
+      spec.stores.push_back(store);
+      spec.count = std::max(spec.count, count);
     }
   }
   for (Store &store : spec.stores)
     if (store.limit == spec.count) store.limit = -1;
-  return spec;
-}
-
-ElementwiseSpec buildElementwise(KernelContext &context, mlir::Operation *op) {
-  context.addComputed(op);
-  ElementwiseSpec spec;
-  for (mlir::Value result : op->getResults()) spec.count = std::max(spec.count, product(shapeOf(result)));
-  IndexExpr e = IndexExpr::variable("e", spec.count);
-  ElementPuller puller(context);
-  for (mlir::Value result : op->getResults()) {
-    Shape shape = shapeOf(result);
-    int64_t count = product(shape);
-    // Results smaller than the loop (pieces of a split) are written where e is inside them.
-    IndexExpr inside = IndexExpr::variable("e", count);
-    Store store{context.requireParam(result, "result"), inside, puller.at(result, delinearize(inside, shape))};
-    if (count != spec.count) store.limit = count;
-    spec.stores.push_back(store);
-  }
-  (void)e;
   return spec;
 }
 
@@ -739,13 +699,13 @@ KernelSpec buildKernelSpec(const Program &program, const Kernel &kernel, const K
   else if (auto grad = llvm::dyn_cast<tl::FlashAttentionGradOp>(op)) spec.body = buildAttentionGrad(context, grad);
   else if (auto grad = llvm::dyn_cast<tl::LinearGradInputOp>(op)) spec.body = buildLinearGradInput(context, grad);
   else if (auto grad = llvm::dyn_cast<tl::LinearGradWeightOp>(op)) spec.body = buildLinearGradWeight(context, grad);
-  else if (auto grad = llvm::dyn_cast<tl::SplitGradOp>(op)) spec.body = buildSplitGrad(context, grad);
-  else if (auto chain = llvm::dyn_cast<tl::FusedElementwiseOp>(op)) spec.body = buildFusedElementwise(context, chain);
+  else if (auto chain = llvm::dyn_cast<tl::FusedElementwiseOp>(op))
+    spec.body = buildElementwise(context, chain, chain.getResults(), chain.bodyYield().getValues());
   else if (llvm::isa<tl::AdamWOp, tl::GlobalNormOp>(op)) spec.body = buildOptimizer(context, program);
   else if (llvm::isa<tl::RMSNormOp, tl::SoftmaxOp, tl::EmbeddingOp, tl::CrossEntropyOp, tl::RMSNormGradOp,
                      tl::SoftmaxGradOp, tl::CrossEntropyGradOp, tl::EmbeddingGradOp>(op))
     spec.body = buildRows(context, op);
-  else spec.body = buildElementwise(context, op);
+  else spec.body = buildElementwise(context, op, op->getResults(), op->getResults());
   if (root.foldedSplit && !llvm::isa<tl::LinearOp>(op))
     context.fail("only a linear's result can be split by its own kernel");
   return spec;
