@@ -37,7 +37,10 @@ static void buildPipeline(mlir::OpPassManager &pm, const CompileOptions &options
   autodiff.maxGradNorm = training->maxGradNorm;
   pm.addPass(tl::createTlAutodiff(autodiff));
   pm.addPass(mlir::createCSEPass());  // recomputations the backward asked for twice
-  if (options.optLevel >= 3) pm.addPass(tl::createTlFuseNormResidual());  // residual gradients in the norms' backward
+  if (options.optLevel >= 3) {
+    pm.addPass(tl::createTlFuseNormResidual());   // residual gradients in the norms' backward
+    pm.addPass(tl::createTlFuseNormRecompute());  // the norms' outputs the dW GEMMs read, written by their backward
+  }
   if (options.optLevel >= 2) pm.addPass(tl::createTlFuseElementwise());  // the backward's elementwise chains
 }
 

@@ -29,15 +29,23 @@ For each configuration (default: the workshop at batch 8 x seq 128; tinyllama-1.
 4. checks, before trusting any timing, that every loss curve follows PyTorch eager's over
    the first --check-steps steps (bf16: relative 2e-2 on each step's loss); a mismatch
    prints a WARNING line and marks the row, and the run goes on;
-5. prints a table (median ms a step after the first 3 steps, samples/s, tokens/s, peak
-   MiB, kernels per step, losses, ratio to PyTorch's best) and the loss of every row at
-   every step, and appends both to bench/RESULTS.md under "## Training step, <config>,
-   <date>, <device>" with the command.
+5. compares the first step's gradients, tensor by tensor, with PyTorch's on the same
+   weights and batch (`tlc train --num-steps=1 --save-gradients`, at each level in fp32
+   and in bf16, against bench/tinyllama.py's autograd in fp32 without TF32 and in bf16):
+   relative error ||g_tlc - g_torch|| / ||g_torch|| over every parameter's gradient as one vector, which
+   must be within 1e-4 in fp32 and 2e-2 in bf16 of PyTorch in the same dtype, the worst
+   single parameter named with its own error; tlc's error against PyTorch fp32 and
+   PyTorch's own bf16 error against its fp32 are printed beside (skipped for
+   tinyllama-1.1b, whose fp32 gradients are 4.4 GB a run; --no-gradients skips it);
+6. prints a table (median ms a step after the first 3 steps, samples/s, tokens/s, peak
+   MiB, kernels per step, losses, ratio to PyTorch's best), the gradient table and the
+   loss of every row at every step, and appends them to bench/RESULTS.md under
+   "## Training step, <config>, <date>, <device>" with the command.
 
 Every step is timed on its own and ends with the loss read back, as `tlc train` prints
 each step's loss: tlc's step times are the ones it prints (from its tokens/s, finer than
 its ms), PyTorch's are CUDA events around the step. The exit status is 1 when a tlc run
-failed or a loss curve mismatched; either prints a WARNING line and the run goes on.
+failed, a loss curve or a gradient mismatched; each prints a WARNING line and the run goes on.
 """
 import argparse
 import datetime
@@ -218,6 +226,84 @@ def run_torch_train(config, mode, weights_path, batches, lr, dtype, warmup):
             "setup_s": setup_s}
 
 
+def torch_gradients(config, weights_path, ids, dtype):
+    """Every parameter's gradient of the first step's loss (fp32 masters cast to `dtype`
+    inside the step, as run_torch_train does), by checkpoint key, as fp64 numpy arrays."""
+    from safetensors.torch import load_file
+    initial = load_file(weights_path)
+    names = list(initial)
+    params = [initial[name].to("cuda", torch.float32).requires_grad_() for name in names]
+    model = tinyllama.TinyLlama(config, {}, TORCH_DTYPE[dtype], "cuda")
+    cos, sin = tinyllama.rope_tables(ids.shape[1], model.head_dim, model.cfg["theta"], "cuda")
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 is fp32 here, as in tlc
+    try:
+        weights = {name: p.to(TORCH_DTYPE[dtype]) for name, p in zip(names, params)}
+        loss = model(torch.tensor(ids, dtype=torch.long, device="cuda"), cos, sin, weights)[1]
+        loss.backward()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return {name: p.grad.double().cpu().numpy() for name, p in zip(names, params)}
+
+
+def tlc_gradients(tlc, config, level, batch, seq, dtype, weights, data, work):
+    """The first step's gradients from `tlc train --save-gradients`, or None if it failed."""
+    from safetensors.numpy import load_file
+    path = os.path.join(work, f"gradients-O{level}-{dtype}.safetensors")
+    cmd = [tlc, "train", MODELS[config], f"-O{level}", f"--dtype={dtype}", f"--batch-size={batch}",
+           f"--seq-len={seq}", "--num-steps=1", "--target=cuda", f"--weights={weights}", f"--data={data}",
+           "--progress=never", f"--save-gradients={path}"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"WARNING: {' '.join(cmd)} failed:\n{done.stderr.strip()}", flush=True)
+        return None
+    return {key: value.astype(np.float64) for key, value in load_file(path).items()}
+
+
+def relative_errors(gradients, reference):
+    """Per parameter ||g - ref|| / ||ref||, and the same over all of them as one vector."""
+    errors = {key: float(np.linalg.norm(gradients[key] - ref) / np.linalg.norm(ref)) for key, ref in reference.items()
+              if key in gradients}
+    missing = sorted(set(reference) - set(gradients))
+    diff = sum(float(np.sum((gradients[key] - reference[key]) ** 2)) for key in errors)
+    norm = sum(float(np.sum(reference[key] ** 2)) for key in errors)
+    return errors, missing, (diff / norm) ** 0.5
+
+
+def gradient_check(tlc, config, levels, batch, seq, weights, data, ids, work):
+    """The first step's gradients of every level, fp32 and bf16, against PyTorch's.
+    Returns the table (markdown) and whether every row is within its tolerance."""
+    reference = {dtype: torch_gradients(config, weights, ids, dtype) for dtype in ("f32", "bf16")}
+    lines = ["| gradients of | dtype | vs PyTorch, same dtype: all parameters | worst parameter | its error "
+             "| vs PyTorch fp32: all parameters | tolerance |", "|---|---|---|---|---|---|---|"]
+    ok = True
+
+    def row(name, dtype, gradients, tolerance):
+        nonlocal ok
+        errors, missing, overall = relative_errors(gradients, reference[dtype])
+        worst = max(errors, key=errors.get)
+        _, _, against_f32 = relative_errors(gradients, reference["f32"])
+        good = not missing and overall <= tolerance if tolerance else True
+        ok &= good
+        verdict = "" if good else " **MISMATCH**" + (f" (missing {', '.join(missing)})" if missing else "")
+        lines.append(f"| {name} | {dtype} | {overall:.2e} | {worst} | {errors[worst]:.2e}{verdict} | "
+                     f"{against_f32:.2e} | {tolerance:g} |" if tolerance else
+                     f"| {name} | {dtype} | (reference) | | | {against_f32:.2e} | |")
+        if not good:
+            print(f"WARNING: gradients of {name} in {dtype}: {overall:.2e} over all parameters, tolerance {tolerance:g}"
+                  + (f", missing {missing}" if missing else ""), flush=True)
+
+    row("PyTorch", "bf16", reference["bf16"], None)
+    for dtype in ("f32", "bf16"):
+        for level in levels:
+            gradients = tlc_gradients(tlc, config, level, batch, seq, dtype, weights, data, work)
+            if gradients is None:
+                ok = False
+                continue
+            row(f"tlc {LEVEL_NAMES[level]}", dtype, gradients, TOLERANCE[dtype])
+    return "\n".join(lines), ok
+
+
 def max_relative_deviation(losses, reference, steps):
     n = min(steps, len(losses), len(reference))
     a, b = np.array(losses[:n]), np.array(reference[:n])
@@ -301,6 +387,8 @@ def main():
     parser.add_argument("--random-data", action="store_true",
                         help="a new random batch each step instead of one random batch repeated")
     parser.add_argument("--seed", type=int, default=1234, help="seed of the token ids")
+    parser.add_argument("--no-gradients", action="store_true",
+                        help="skip the first step's gradients against PyTorch's")
     parser.add_argument("--results", default="bench/RESULTS.md", help="appended to; '' for none")
     args = parser.parse_args()
     if args.steps < 1:
@@ -343,6 +431,15 @@ def main():
                       f"{row['setup_s']:.1f} s), loss {row['losses'][0]:.4f} -> {row['losses'][-1]:.4f}, peak "
                       f"{row['peak_mib']:.0f} MiB, {row['kernels']} kernels a step\n", flush=True)
                 rows.append(row)
+            gradients = None
+            if args.no_gradients or config == "tinyllama-1.1b":
+                print("(gradient check skipped" + (": its fp32 gradients are 4.4 GB a run)\n" if not args.no_gradients
+                                                   else ": --no-gradients)\n"), flush=True)
+            else:
+                gradients, good = gradient_check(args.tlc, config, levels, batch, seq, weights, tokens, batches[0],
+                                                 work)
+                failed |= not good
+                print(gradients + "\n", flush=True)
         if not rows:
             failed = True
             continue
@@ -353,12 +450,19 @@ def main():
                  f"over the first {args.check_steps} steps: "
                  f"{'within' if checked else 'NOT within (timings of the marked rows not trusted)'} relative "
                  f"{tolerance:g}**")
-        section = title + "\n\n" + table(rows, batch, seq) + "\n\nLoss at each step:\n\n" + loss_curves(rows)
+        section = title + "\n\n" + table(rows, batch, seq)
+        if gradients:
+            section += ("\n\nThe first step's gradients against PyTorch's (bench/tinyllama.py's autograd, fp32 "
+                        "without TF32 or bf16, same weights and batch), relative error ||g - g_torch|| / "
+                        "||g_torch|| over all parameters as one vector, and of the worst single parameter:\n\n"
+                        + gradients)
+        section += "\n\nLoss at each step:\n\n" + loss_curves(rows)
         print("\n" + section + "\n", flush=True)
         if args.results:
             command = (f"python3 bench/train.py --tlc {args.tlc} --configs {spec} --steps {args.steps} "
                        f"--levels {','.join(map(str, levels))}" + (f" --dtype {args.dtype}" if args.dtype != "bf16" else "")
-                       + (" --random-data" if args.random_data else ""))
+                       + (" --random-data" if args.random_data else "")
+                       + (f" --check-steps {args.check_steps}" if args.check_steps != 10 else ""))
             with open(args.results, "a") as f:
                 f.write(f"\n## Training step, {config}, {datetime.date.today().isoformat()}, {device}\n\n"
                         f"Command: `{command}`. tlc: `tlc train -O<n> --dtype={args.dtype} --target=cuda` on the "

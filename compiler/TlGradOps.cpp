@@ -67,6 +67,7 @@ LogicalResult RMSNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Locat
     return failure();
   inferred.push_back(adaptor.getInput().getType());
   inferred.push_back(adaptor.getGain().getType());
+  if (adaptor.getWithNormalized()) inferred.push_back(adaptor.getInput().getType());
   return success();
 }
 

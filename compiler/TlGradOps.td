@@ -21,11 +21,15 @@ def Tl_RMSNormGradOp : Tl_InferredOp<"rmsnorm_grad"> {
     (one pass over a row the op reads anyway) instead of saving it:
     d x = r * (g * dy - x̂ * mean(g * dy * x̂)) with x̂ = x * r; d gain = sum over rows of dy * x̂.
     With `residual` (the residual stream's gradient, tl-fuse-norm-residual at O3), d x
-    is added to it in the same pass: the op returns residual + d x.
+    is added to it in the same pass: the op returns residual + d x. With
+    `with_normalized` (tl-fuse-norm-recompute at O3) it also returns x̂ * g, the norm's
+    forward output, which the weight gradient of the projection after the norm reads:
+    the row pass that has x̂ anyway writes it, instead of a kernel recomputing it.
   }];
   let arguments = (ins Tl_FloatTensor:$input, Tl_FloatTensor:$gain, Tl_FloatTensor:$grad,
-                       Optional<Tl_FloatTensor>:$residual, F64Attr:$eps);
-  let results = (outs Tl_FloatTensor:$input_grad, Tl_FloatTensor:$gain_grad);
+                       Optional<Tl_FloatTensor>:$residual, F64Attr:$eps, UnitAttr:$with_normalized);
+  let results = (outs Tl_FloatTensor:$input_grad, Tl_FloatTensor:$gain_grad,
+                      Optional<Tl_FloatTensor>:$normalized);
 }
 
 def Tl_LinearGradInputOp : Tl_InferredOp<"linear_grad_input"> {

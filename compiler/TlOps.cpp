@@ -128,7 +128,7 @@ LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *, std::optional<Location>
 
 LogicalResult RMSNormOp::buildVjp(VjpBuilder &vjp) {
   auto grad = create<RMSNormGradOp>(vjp, *this, vjp.primal(getInput()), vjp.primal(getGain()),
-                                    vjp.cotangent(getResult()), Value(), getEpsAttr());
+                                    vjp.cotangent(getResult()), Value(), getEpsAttr(), UnitAttr());
   vjp.addCotangent(getInput(), grad.getInputGrad());
   vjp.addCotangent(getGain(), grad.getGainGrad());
   return success();

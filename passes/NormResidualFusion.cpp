@@ -48,7 +48,8 @@ struct NormResidualFusionPass : impl::TlFuseNormResidualBase<NormResidualFusionP
         if (!norm) continue;
         b.setInsertionPoint(norm);
         auto fused = b.create<RMSNormGradOp>(norm.getLoc(), norm.getInput(), norm.getGain(), norm.getGrad(), residual,
-                                             norm.getEpsAttr());
+                                             norm.getEpsAttr(), norm.getWithNormalizedAttr());
+        if (norm.getNormalized()) norm.getNormalized().replaceAllUsesWith(fused.getNormalized());
         add.getResult().replaceAllUsesWith(fused.getInputGrad());
         norm.getGainGrad().replaceAllUsesWith(fused.getGainGrad());
         add.erase();

@@ -63,6 +63,17 @@ def TlFuseNormResidual : Pass<"tl-fuse-norm-residual", "mlir::ModuleOp"> {
   let dependentDialects = ["tl::TlDialect"];
 }
 
+def TlFuseNormRecompute : Pass<"tl-fuse-norm-recompute", "mlir::ModuleOp"> {
+  let summary = "O3 training: the norm output the backward recomputes is written by the norm's backward";
+  let description = [{
+    Runs after tl-autodiff: a tl.rmsnorm (the recomputed input of a weight gradient)
+    whose input, gain and eps a tl.rmsnorm_grad also reads becomes that
+    tl.rmsnorm_grad's `normalized` result (with_normalized), so no kernel recomputes
+    it; its readers move after the norm's backward.
+  }];
+  let dependentDialects = ["tl::TlDialect"];
+}
+
 def TlAutodiff : Pass<"tl-autodiff", "mlir::ModuleOp"> {
   let summary = "Reverse-mode autodiff: @forward and its loss become @train_step (forward, backward, AdamW)";
   let description = [{

@@ -484,14 +484,15 @@ private:
     forEachElement(rows * hidden, [&](int64_t i) { result[i] = float(sums[size_t(i)]); });
   }
 
-  // rmsnorm_grad(x, gain, dy [, residual]) (eps) -> (residual + dx, dgain), the inverse
-  // RMS recomputed per row.
+  // rmsnorm_grad(x, gain, dy [, residual]) (eps [, with_normalized]) -> (residual + dx,
+  // dgain [, x r gain as rmsnorm computes it]), the inverse RMS r recomputed per row.
   void rmsnormGrad() {
     int64_t hidden = in(0).shape.back(), rows = Tensor::elementsOf(in(0).shape) / hidden;
     double eps = op_.floatAttr("eps");
     const float *x = floats(0), *gain = floats(1), *grad = floats(2);
     const float *residual = op_.operands.size() > 3 ? floats(3) : nullptr;
     float *inputGrad = out(0).data, *gainGrad = out(1).data;
+    float *normalized = results_.size() > 2 ? out(2).data : nullptr;
     std::vector<double> inverseRms(static_cast<size_t>(rows));
     forEachRow(rows, hidden, [&](int64_t row) {
       const float *xRow = x + row * hidden, *gradRow = grad + row * hidden;
@@ -506,6 +507,9 @@ private:
         inputGrad[row * hidden + i] =
             float((residual ? double(residual[row * hidden + i]) : 0.0) +
                   inverse * (double(gain[i]) * gradRow[i] - double(xRow[i]) * inverse * projection));
+      if (normalized)
+        for (int64_t i = 0; i < hidden; ++i)
+          normalized[row * hidden + i] = float(double(xRow[i]) * inverse * double(gain[i]));
     });
     // dgain[i] = sum over rows of dy * x̂, one column per task, rows in order.
     pool_.parallelFor(hidden, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, rows)),

@@ -369,13 +369,17 @@ private:
     return {{rows, in_[0][2]}};
   }
 
-  // rmsnorm_grad(x[..., H], gain[H], dy[..., H] [, residual[..., H]]) (eps) -> (dx, dgain)
+  // rmsnorm_grad(x[..., H], gain[H], dy[..., H] [, residual[..., H]]) (eps [, with_normalized])
+  //   -> (dx, dgain [, x̂ g])
   std::vector<Shape> rmsnormGrad() {
     if (in_.size() != 4) expectOperands(3);
     checkNormOperands();
     expectSameShape(2, 0);
     if (in_.size() == 4) expectSameShape(3, 0);
-    return {in_[0], in_[1]};
+    if (!op_.attrs.count("with_normalized")) return {in_[0], in_[1]};
+    expectBool("with_normalized");
+    if (op_.intAttr("with_normalized") == 0) return {in_[0], in_[1]};
+    return {in_[0], in_[1], in_[0]};
   }
 
   // linear_grad_input(dy[..., N], w[N, K]) -> [..., K]

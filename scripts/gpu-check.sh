@@ -113,7 +113,7 @@ if want sanitize; then  # small shapes, launches one by one
   for tool in memcheck racecheck; do
     extra=$([ $tool = memcheck ] && echo ':Levels/GpuTrainingKernels.*tinyllama_1_1b_O1_f32')
     TLC_GPU_TEST_SMALL=1 timeout 300 "$SAN" --tool $tool --error-exitcode 9 "$TESTS" \
-      --gtest_filter="Levels/GpuForward.*workshop_O0_*:Levels/GpuForward.*workshop_O2_*:GpuKernelsWide.*:Levels/GpuTraining.*workshop_O2_bf16*$extra" > "$LOGS/sanitizer-$tool.txt" 2>&1
+      --gtest_filter="Levels/GpuForward.*workshop_O0_*:Levels/GpuForward.*workshop_O2_*:GpuKernelsWide.*:Levels/GpuTraining.*workshop_O3_bf16*$extra" > "$LOGS/sanitizer-$tool.txt" 2>&1
     note "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer-$tool.txt" | tail -1)"
   done
 fi

@@ -67,6 +67,14 @@ private:
   int64_t steps_;
 };
 
+// The gradients a step kept, as a checkpoint of its own: the keys are the parameters'.
+void saveGradients(const TrainStepResult &result, const std::string &path) {
+  if (result.gradients.empty()) throw Error("--save-gradients: the backend returned no gradients");
+  Weights gradients;
+  for (const auto &[key, gradient] : result.gradients) gradients.set(key, gradient);
+  gradients.saveSafetensors(path);
+}
+
 } // namespace
 
 void train(const Program &program, Backend &backend, const TrainingRun &run) {
@@ -92,11 +100,14 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
   double totalMilliseconds = 0;
   float firstLoss = 0, lastLoss = 0;
   for (int64_t step = 1; step <= run.steps; ++step) {
-    TrainStepResult result = backend.trainStep(batches.next());
+    TrainStepOptions options;
+    options.keepGradients = step == 1 && !run.saveGradientsPath.empty();
+    TrainStepResult result = backend.trainStep(batches.next(), options);
     if (!std::isfinite(result.loss))
       throw Error(fmt::format("step {}: the loss is {}; training diverged (try a smaller --learning-rate)", step,
                               result.loss));
     totalMilliseconds += result.milliseconds;
+    if (options.keepGradients) saveGradients(result, run.saveGradientsPath);
     if (step == 1) firstLoss = result.loss;
     lastLoss = result.loss;
     double seconds = result.milliseconds / 1000;
@@ -126,6 +137,8 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
     }
     fmt::print("Saved the trained weights to {}\n", run.saveWeightsPath);
   }
+  if (!run.saveGradientsPath.empty())
+    fmt::print("Saved the first step's gradients to {}\n", run.saveGradientsPath);
 }
 
 } // namespace tlc

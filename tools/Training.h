@@ -1,7 +1,7 @@
 // tlc train: the workshop's training loop on a compiled training step. Each step runs
 // the forward, the backward and AdamW on the next batch and prints its loss,
 // samples/s and tokens/s; the run ends with the workshop's summary (throughput, peak
-// memory) and optionally saves the trained weights.
+// memory) and optionally saves the trained weights and the first step's gradients.
 #pragma once
 
 #include <tlc/Backend.h>
@@ -20,6 +20,7 @@ struct TrainingRun {
   std::string dataPath;        // token ids to train on; empty: a seeded random batch each step
   AdamWOptions adamw;          // what the Program was compiled with, for the header
   std::string saveWeightsPath; // where to write the trained weights, or empty
+  std::string saveGradientsPath; // where to write the first step's gradients, or empty
   bool progressBar = false;    // redraw a bar on stderr after each step (a terminal)
 };
 

@@ -188,6 +188,11 @@ cl::opt<std::string> dataPath("data",
                                        "batch x seq of them, wrapping around (default: a seeded random batch each "
                                        "step)"),
                               cl::value_desc("file"), cl::cat(trainCategory), cl::sub(trainCommand));
+cl::opt<std::string> saveGradientsPath("save-gradients",
+                                       cl::desc("write the first step's gradients (fp32 copies of what the "
+                                                "optimizer reads, before clipping; by checkpoint key) to a "
+                                                "safetensors file"),
+                                       cl::value_desc("file"), cl::cat(trainCategory), cl::sub(trainCommand));
 
 int fail(const std::string &message) {
   llvm::WithColor::error(llvm::errs(), "tlc") << message << "\n";
@@ -561,6 +566,7 @@ int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   training.dataPath = dataPath;
   training.adamw = adamw;
   training.saveWeightsPath = saveWeightsPath;
+  training.saveGradientsPath = saveGradientsPath;
   training.progressBar = progress != tlc::ProgressMode::Never && ::isatty(::fileno(stderr));
   tlc::train(*program, *backend, training);
   return 0;

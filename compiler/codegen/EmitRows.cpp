@@ -49,24 +49,30 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
     workspace = std::max<int64_t>(predictions, 1) * 4;
     break;
   }
-  case RowSpec::Kind::RmsNormGrad:
-    what = fmt::format("RMSNorm backward of {} rows of {}: d x per row (one warp){}, d gain summed down the columns "
-                       "of each block's {} rows, the blocks' sums added in order by the last block",
+  case RowSpec::Kind::RmsNormGrad: {
+    // An absent optional operand or result: a null pointer the template never reads.
+    auto optional = [&](const char *hook, const char *flag, int param, bool output) {
+      return param >= 0 ? fmt::format("  static constexpr bool {} = true;\n", flag) + accessor(hook, param, output)
+                        : fmt::format("  static constexpr bool {} = false;\n  TL_DEVICE static {}float *{}(const Params "
+                                      "&) {{ return nullptr; }}\n",
+                                      flag, output ? "" : "const ", hook);
+    };
+    what = fmt::format("RMSNorm backward of {} rows of {}: d x per row (one warp){}{}, d gain summed in each lane's "
+                       "registers over its block's {} rows, the blocks' sums added in order by the last block",
                        spec.rows, spec.cols, spec.residual >= 0 ? " added to the residual's gradient" : "",
-                       rowsPerBlock);
+                       spec.normalized >= 0 ? " and the normalized input x r g" : "", rowsPerBlock);
     hooks = accessor("x", spec.x, false) + accessor("gain", spec.gain, false) + accessor("dy", spec.dy, false) +
             accessor("dx", spec.y, true) + accessor("dgain", spec.gainGrad, true) +
-            (spec.residual >= 0 ? "  static constexpr bool RESIDUAL = true;\n" + accessor("residual", spec.residual, false)
-                                : std::string("  static constexpr bool RESIDUAL = false;\n"
-                                              "  TL_DEVICE static const float *residual(const Params &) { return nullptr; }\n")) +
-            "  TL_DEVICE static float *inverse(const Params &p) { return p.ws; }\n" +
-            fmt::format("  TL_DEVICE static float *partial(const Params &p) {{ return p.ws + {}; }}\n", spec.rows) +
+            optional("residual", "RESIDUAL", spec.residual, false) +
+            optional("normalized", "NORMALIZED", spec.normalized, true) +
+            "  TL_DEVICE static float *partial(const Params &p) { return p.ws; }\n"
             "  TL_DEVICE static unsigned *counter(const Params &p) { return p.sync; }\n";
     call = "tl_rmsnorm_grad_rows";
     templateFile = "row_grad_ops.cuh";
     blocks = std::max<int64_t>(1, (spec.rows + rowsPerBlock - 1) / rowsPerBlock);
-    workspace = (spec.rows + blocks * spec.cols) * 4;
+    workspace = blocks * spec.cols * 4;
     break;
+  }
   case RowSpec::Kind::SoftmaxGrad:
     what = fmt::format("softmax backward of {} rows of {}: y (dy - sum(dy y)); one warp per row", spec.rows, spec.cols);
     hooks = accessor("y", spec.x, false) + accessor("dy", spec.dy, false) + accessor("dx", spec.y, true);

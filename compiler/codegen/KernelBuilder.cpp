@@ -577,6 +577,7 @@ RowSpec buildRows(KernelContext &context, mlir::Operation *op) {
     spec.y = context.requireParam(norm.getInputGrad(), "input gradient");
     spec.gainGrad = context.requireParam(norm.getGainGrad(), "gain gradient");
     if (norm.getResidual()) spec.residual = context.requireParam(norm.getResidual(), "residual");
+    if (norm.getNormalized()) spec.normalized = context.requireParam(norm.getNormalized(), "normalized input");
     spec.eps = norm.getEpsAttr().getValueAsDouble();
   } else if (auto softmax = llvm::dyn_cast<tl::SoftmaxGradOp>(op)) {
     spec.kind = RowSpec::Kind::SoftmaxGrad;

@@ -99,7 +99,9 @@ TEST_P(GpuTrainingKernels, EachMatchesTheCpuReference) {
   EXPECT_GT(checked, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, GpuTrainingKernels, ::testing::ValuesIn(allCases(2)), caseName);
+// O3's backward has kernels of its own (the norm backward adding the residual's gradient
+// and writing the normalized input), so every level runs.
+INSTANTIATE_TEST_SUITE_P(Levels, GpuTrainingKernels, ::testing::ValuesIn(allCases(3)), caseName);
 
 } // namespace
 } // namespace tlc

@@ -9,50 +9,109 @@
 //       atomics: the same sums on every run).
 //   v2  RMSNorm backward may add d x to the residual stream's gradient (O3's fold of the
 //       residual add into the norm's backward).
+//   v3  RMSNorm backward: 8 elements a load; each lane keeps its columns' share of d gain
+//       in registers across its warp's rows (v2 read every row a second time for it);
+//       the last block's sum over the blocks keeps 8 loads in flight; may also write the
+//       normalized input (O3: the weight gradient's GEMM reads it, no recompute kernel).
 //
 // Specs: ROWS, COLS, Params and element pointers; see each function.
 #pragma once
 #include "row_ops.cuh"  // TL_FOR_EACH_ROW_PER_WARP
 
 // dx = r (g dy - x r mean(g dy x r)), r = 1 / sqrt(mean(x^2) + eps), plus the residual
-// stream's gradient when RESIDUAL; dgain = sum over rows of dy x r. S: ROWS, COLS, EPS,
-// ROWS_PER_BLOCK, RESIDUAL, x(p), gain(p), dy(p), residual(p), dx(p),
-// dgain(p), inverse(p) (ROWS floats of workspace), partial(p) (gridDim.x * COLS floats),
-// counter(p) (a zeroed word, left zeroed). Launched with ceil(ROWS / ROWS_PER_BLOCK) blocks.
+// stream's gradient when RESIDUAL; dgain = sum over rows of dy x r; with NORMALIZED also
+// x r g, the norm's output the forward did not keep (for the weight gradient's GEMM).
+// S: ROWS, COLS, VEC, EPS, ROWS_PER_BLOCK, RESIDUAL, NORMALIZED, x(p), gain(p), dy(p),
+// residual(p), dx(p), dgain(p), normalized(p), partial(p) (gridDim.x * COLS floats),
+// counter(p) (a zeroed word, left zeroed). Launched with ceil(ROWS / ROWS_PER_BLOCK)
+// blocks of 256 threads; a warp per row, each lane on the same columns of every row, so
+// its share of d gain stays in registers.
+// V elements of a row from column c: one 16-byte load for V = 8.
+template <int V, class T> TL_DEVICE void tl_ld_vec(const T *row, int c, float (&v)[V]) {
+  if constexpr (V == 8) tl_ld8(row, c, v);
+  else for (int j = 0; j < V; ++j) v[j] = tl_ld(row, c + j);
+}
+template <int V, class T> TL_DEVICE void tl_st_vec(T *row, int c, const float (&v)[V]) {
+  if constexpr (V == 8) tl_st8(row, c, v);
+  else for (int j = 0; j < V; ++j) tl_st(row, c + j, v[j]);
+}
+
 template <class S> TL_DEVICE void tl_rmsnorm_grad_rows(const typename S::Params &p) {
-  const int lane = threadIdx.x % TL_WARP, warps = blockDim.x / TL_WARP;
+  constexpr int V = S::VEC, STRIDE = TL_WARP * V, LOADS = (S::COLS + STRIDE - 1) / STRIDE;
+  constexpr int CHUNK = S::COLS < 1024 ? S::COLS : 1024, WARPS = 256 / TL_WARP;
+  __shared__ float sums[WARPS][CHUNK];  // each warp's d gain, a chunk of columns at a time
+  const int lane = threadIdx.x % TL_WARP, warp = threadIdx.x / TL_WARP;
   const tl_i64 first = (tl_i64)blockIdx.x * S::ROWS_PER_BLOCK;
   const tl_i64 last = first + S::ROWS_PER_BLOCK < S::ROWS ? first + S::ROWS_PER_BLOCK : S::ROWS;
+  float gainGrad[LOADS][V];
+  for (int i = 0; i < LOADS; ++i)
+    for (int j = 0; j < V; ++j) gainGrad[i][j] = 0.0f;
+  // Column c of load i: lane * V + i * STRIDE + j, j < V (V = 8: one 16-byte load).
   tl_wait_for_producers();
-  for (tl_i64 row = first + threadIdx.x / TL_WARP; row < last; row += warps) {
+  for (tl_i64 row = first + warp; row < last; row += WARPS) {
     const auto *x = S::x(p) + row * S::COLS;
     const auto *dy = S::dy(p) + row * S::COLS;
     float squares = 0.0f, projection = 0.0f;
-    for (int c = lane; c < S::COLS; c += TL_WARP) {
-      const float xc = tl_ld(x, c);
-      squares = fmaf(xc, xc, squares);
-      projection = fmaf(tl_ld(S::gain(p), c) * tl_ld(dy, c), xc, projection);
+    for (int i = 0; i < LOADS; ++i) {
+      const int c = lane * V + i * STRIDE;
+      if (c >= S::COLS) break;
+      float xv[V], dyv[V], g[V];
+      tl_ld_vec<V>(x, c, xv);
+      tl_ld_vec<V>(dy, c, dyv);
+      tl_ld_vec<V>(S::gain(p), c, g);
+      for (int j = 0; j < V; ++j) {
+        squares = fmaf(xv[j], xv[j], squares);
+        projection = fmaf(g[j] * dyv[j], xv[j], projection);
+      }
     }
     const float r = rsqrtf(tl_warp_sum(squares) / (float)S::COLS + S::EPS);
     const float mean = tl_warp_sum(projection) * r / (float)S::COLS;
-    auto *dx = S::dx(p) + row * S::COLS;
-    for (int c = lane; c < S::COLS; c += TL_WARP) {
-      const float grad = r * (tl_ld(S::gain(p), c) * tl_ld(dy, c) - tl_ld(x, c) * r * mean);
-      tl_st(dx, c, S::RESIDUAL ? tl_ld(S::residual(p) + row * S::COLS, c) + grad : grad);
+    for (int i = 0; i < LOADS; ++i) {
+      const int c = lane * V + i * STRIDE;
+      if (c >= S::COLS) break;
+      float xv[V], dyv[V], g[V], dx[V];
+      tl_ld_vec<V>(x, c, xv);
+      tl_ld_vec<V>(dy, c, dyv);
+      tl_ld_vec<V>(S::gain(p), c, g);
+      if constexpr (S::RESIDUAL) tl_ld_vec<V>(S::residual(p) + row * S::COLS, c, dx);
+      for (int j = 0; j < V; ++j) {
+        const float grad = r * (g[j] * dyv[j] - xv[j] * r * mean);
+        dx[j] = S::RESIDUAL ? dx[j] + grad : grad;
+        gainGrad[i][j] = fmaf(dyv[j] * xv[j], r, gainGrad[i][j]);
+        xv[j] = xv[j] * r * g[j];
+      }
+      tl_st_vec<V>(S::dx(p) + row * S::COLS, c, dx);
+      if constexpr (S::NORMALIZED) tl_st_vec<V>(S::normalized(p) + row * S::COLS, c, xv);
     }
-    if (lane == 0) S::inverse(p)[row] = r;
   }
-  __syncthreads();  // this block's inverse RMS values, for its column sums
-  for (int c = threadIdx.x; c < S::COLS; c += blockDim.x) {
-    float sum = 0.0f;
-    for (tl_i64 row = first; row < last; ++row)
-      sum = fmaf(tl_ld(S::dy(p) + row * S::COLS, c) * tl_ld(S::x(p) + row * S::COLS, c), S::inverse(p)[row], sum);
-    S::partial(p)[(tl_i64)blockIdx.x * S::COLS + c] = sum;
+  // The warps' d gain added in warp order, a chunk of columns at a time: this block's
+  // share, written to its row of the partial sums.
+  for (int chunk = 0; chunk < S::COLS; chunk += CHUNK) {
+    __syncthreads();
+    for (int i = 0; i < LOADS; ++i)
+      for (int j = 0; j < V; ++j) {
+        const int c = lane * V + i * STRIDE + j;
+        if (c >= chunk && c < chunk + CHUNK && c < S::COLS) sums[warp][c - chunk] = gainGrad[i][j];
+      }
+    __syncthreads();
+    for (int c = threadIdx.x; c < CHUNK && chunk + c < S::COLS; c += blockDim.x) {
+      float sum = 0.0f;
+      for (int w = 0; w < WARPS; ++w) sum += sums[w][c];
+      S::partial(p)[(tl_i64)blockIdx.x * S::COLS + chunk + c] = sum;
+    }
   }
+  // The last block adds the blocks' shares in block order, 8 loads in flight a thread.
   if (tl_last_block_arrives(S::counter(p))) {
+    const volatile float *partial = S::partial(p);
     for (int c = threadIdx.x; c < S::COLS; c += blockDim.x) {
       float sum = 0.0f;
-      for (unsigned b = 0; b < gridDim.x; ++b) sum += ((volatile float *)S::partial(p))[(tl_i64)b * S::COLS + c];
+      unsigned b = 0;
+      for (; b + 8 <= gridDim.x; b += 8) {
+        float v[8];
+        for (int k = 0; k < 8; ++k) v[k] = partial[(tl_i64)(b + k) * S::COLS + c];
+        for (int k = 0; k < 8; ++k) sum += v[k];
+      }
+      for (; b < gridDim.x; ++b) sum += partial[(tl_i64)b * S::COLS + c];
       tl_st(S::dgain(p), c, sum);
     }
     if (threadIdx.x == 0) *S::counter(p) = 0u;

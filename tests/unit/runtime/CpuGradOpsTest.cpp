@@ -160,6 +160,21 @@ TEST(CpuGradOps, RmsnormGradAddsItsResidual) {
   EXPECT_EQ(fused[1], plain[1]);
 }
 
+// with_normalized: the third result is the forward rmsnorm's output, and the gradients
+// are unchanged.
+TEST(CpuGradOps, RmsnormGradWritesTheNormalizedInput) {
+  std::map<std::string, AttrValue> attrs{{"eps", 1e-6}};
+  Operand x = randomOperand({2, 3, 8}, 31), gain = randomOperand({8}, 32, 0.5, 1.5), grad = randomOperand({2, 3, 8}, 33);
+  std::vector<std::vector<float>> plain = runMany("rmsnorm_grad", {x, gain, grad}, {{2, 3, 8}, {8}}, attrs);
+  std::map<std::string, AttrValue> withNormalized = attrs;
+  withNormalized["with_normalized"] = int64_t(1);
+  std::vector<std::vector<float>> fused =
+      runMany("rmsnorm_grad", {x, gain, grad}, {{2, 3, 8}, {8}, {2, 3, 8}}, withNormalized);
+  EXPECT_EQ(fused[0], plain[0]);
+  EXPECT_EQ(fused[1], plain[1]);
+  EXPECT_EQ(fused[2], run("rmsnorm", {x, gain}, {2, 3, 8}, attrs));
+}
+
 TEST(CpuGradOps, CrossEntropyGradGivesTheLossesDerivative) {
   Operand logits = randomOperand({2, 4, 9}, 27, -3, 3), ids = idsOperand({2, 4}, 9, 28);
   std::vector<float> direction = randomFloats(72, 29), grad = run("cross_entropy_grad", {logits, ids}, {2, 4, 9});

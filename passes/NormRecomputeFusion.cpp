@@ -1,0 +1,89 @@
+// tl-fuse-norm-recompute (O3, after tl-autodiff): the norm output the backward
+// recomputes is written by the norm's own backward, not by a kernel of its own.
+//
+// At O2 the forward computes RMSNorm inside the next GEMM, so its output is never
+// stored; the weight gradient of that GEMM (dW = dYᵀ · norm(x)) needs it, and
+// tl-autodiff recomputes it with a tl.rmsnorm of its own. tl.rmsnorm_grad of the same
+// input and gain passes over the same rows and has x̂ = x r in registers anyway: with
+// `with_normalized` it writes x̂ g too, the recomputing kernel goes, and the ops that
+// read it move after the norm's backward (nothing they compute feeds it).
+#include "passes/Passes.h"
+
+#include "compiler/TlDialect.h"
+
+#include "mlir/Analysis/SliceAnalysis.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace tl {
+#define GEN_PASS_DEF_TLFUSENORMRECOMPUTE
+#include "passes/Passes.h.inc"
+
+namespace {
+
+// The norm backward of `norm`'s input, gain and eps in the same block, if one exists
+// whose operands do not depend on what reads `norm` (moving those readers after it
+// must not make a cycle).
+RMSNormGradOp backwardOf(RMSNormOp norm) {
+  for (mlir::Operation *user : norm.getInput().getUsers()) {
+    auto grad = llvm::dyn_cast<RMSNormGradOp>(user);
+    if (!grad || grad.getNormalized() || grad.getInput() != norm.getInput() || grad.getGain() != norm.getGain() ||
+        grad.getEpsAttr() != norm.getEpsAttr() || grad->getBlock() != norm->getBlock())
+      continue;
+    llvm::SetVector<mlir::Operation *> feeds;
+    mlir::BackwardSliceOptions options;
+    options.inclusive = false;
+    (void)mlir::getBackwardSlice(grad.getOperation(), &feeds, options);
+    if (llvm::none_of(norm->getUsers(), [&](mlir::Operation *reader) { return feeds.contains(reader); }))
+      return grad;
+  }
+  return {};
+}
+
+// Moves `op` after `anchor`, and after it each op of the block that reads it and now
+// stands before it (block order kept among them); `anchor` becomes the last one moved.
+void moveAfter(mlir::Operation *op, mlir::Operation *&anchor) {
+  op->moveAfter(anchor);
+  anchor = op;
+  mlir::Block *block = op->getBlock();
+  llvm::SmallVector<mlir::Operation *> readers;
+  for (mlir::Operation *user : op->getUsers())
+    if (mlir::Operation *reader = block->findAncestorOpInBlock(*user);
+        reader && reader->isBeforeInBlock(op) && !llvm::is_contained(readers, reader))
+      readers.push_back(reader);
+  llvm::sort(readers, [](mlir::Operation *a, mlir::Operation *b) { return a->isBeforeInBlock(b); });
+  for (mlir::Operation *reader : readers) moveAfter(reader, anchor);
+}
+
+struct NormRecomputeFusionPass : impl::TlFuseNormRecomputeBase<NormRecomputeFusionPass> {
+  void runOnOperation() override {
+    mlir::OpBuilder b(&getContext());
+    for (auto func : getOperation().getOps<mlir::func::FuncOp>()) {
+      mlir::Block &body = func.getBody().front();
+      for (RMSNormOp norm : llvm::make_early_inc_range(body.getOps<RMSNormOp>())) {
+        RMSNormGradOp grad = backwardOf(norm);
+        if (!grad) continue;
+        b.setInsertionPoint(grad);
+        auto fused = b.create<RMSNormGradOp>(grad.getLoc(), grad.getInput(), grad.getGain(), grad.getGrad(),
+                                             grad.getResidual(), grad.getEpsAttr(), b.getUnitAttr());
+        grad.getInputGrad().replaceAllUsesWith(fused.getInputGrad());
+        grad.getGainGrad().replaceAllUsesWith(fused.getGainGrad());
+        norm.getResult().replaceAllUsesWith(fused.getNormalized());
+        grad.erase();
+        norm.erase();
+        // The readers of the normalized input (the weight gradients) now run right
+        // after the op that writes it, so it is read while it is in L2.
+        llvm::SmallVector<mlir::Operation *> readers;
+        for (mlir::Operation *user : fused.getNormalized().getUsers())
+          if (mlir::Operation *reader = body.findAncestorOpInBlock(*user);
+              reader && reader->isBeforeInBlock(fused) && !llvm::is_contained(readers, reader))
+            readers.push_back(reader);
+        llvm::sort(readers, [](mlir::Operation *a, mlir::Operation *c) { return a->isBeforeInBlock(c); });
+        mlir::Operation *anchor = fused;
+        for (mlir::Operation *reader : readers) moveAfter(reader, anchor);
+      }
+    }
+  }
+};
+
+} // namespace
+} // namespace tl
