@@ -30,28 +30,33 @@ RMSNormGradOp backwardOf(RMSNormOp norm) {
         grad.getEpsAttr() != norm.getEpsAttr() || grad->getBlock() != norm->getBlock())
       continue;
     llvm::SetVector<mlir::Operation *> feeds;
-    mlir::BackwardSliceOptions options;
-    options.inclusive = false;
-    (void)mlir::getBackwardSlice(grad.getOperation(), &feeds, options);
+    (void)mlir::getBackwardSlice(grad.getOperation(), &feeds);
     if (llvm::none_of(norm->getUsers(), [&](mlir::Operation *reader) { return feeds.contains(reader); }))
       return grad;
   }
   return {};
 }
 
-// Moves `op` after `anchor`, and after it each op of the block that reads it and now
-// stands before it (block order kept among them); `anchor` becomes the last one moved.
+// The ops of `point`'s block that read `values` (or hold a reader) and stand before
+// `point`, in block order.
+llvm::SmallVector<mlir::Operation *> readersBefore(mlir::ValueRange values, mlir::Operation *point) {
+  llvm::SetVector<mlir::Operation *> readers;
+  for (mlir::Value value : values)
+    for (mlir::Operation *user : value.getUsers())
+      if (mlir::Operation *reader = point->getBlock()->findAncestorOpInBlock(*user);
+          reader && reader->isBeforeInBlock(point))
+        readers.insert(reader);
+  llvm::SmallVector<mlir::Operation *> ordered = readers.takeVector();
+  llvm::sort(ordered, [](mlir::Operation *a, mlir::Operation *b) { return a->isBeforeInBlock(b); });
+  return ordered;
+}
+
+// Moves `op` after `anchor`, then, after it, the ops that read it and now stand before
+// it; `anchor` becomes the last one moved.
 void moveAfter(mlir::Operation *op, mlir::Operation *&anchor) {
   op->moveAfter(anchor);
   anchor = op;
-  mlir::Block *block = op->getBlock();
-  llvm::SmallVector<mlir::Operation *> readers;
-  for (mlir::Operation *user : op->getUsers())
-    if (mlir::Operation *reader = block->findAncestorOpInBlock(*user);
-        reader && reader->isBeforeInBlock(op) && !llvm::is_contained(readers, reader))
-      readers.push_back(reader);
-  llvm::sort(readers, [](mlir::Operation *a, mlir::Operation *b) { return a->isBeforeInBlock(b); });
-  for (mlir::Operation *reader : readers) moveAfter(reader, anchor);
+  for (mlir::Operation *reader : readersBefore(op->getResults(), op)) moveAfter(reader, anchor);
 }
 
 struct NormRecomputeFusionPass : impl::TlFuseNormRecomputeBase<NormRecomputeFusionPass> {
@@ -65,21 +70,14 @@ struct NormRecomputeFusionPass : impl::TlFuseNormRecomputeBase<NormRecomputeFusi
         b.setInsertionPoint(grad);
         auto fused = b.create<RMSNormGradOp>(grad.getLoc(), grad.getInput(), grad.getGain(), grad.getGrad(),
                                              grad.getResidual(), grad.getEpsAttr(), b.getUnitAttr());
-        grad.getInputGrad().replaceAllUsesWith(fused.getInputGrad());
-        grad.getGainGrad().replaceAllUsesWith(fused.getGainGrad());
+        grad->replaceAllUsesWith(fused->getResults().take_front(grad->getNumResults()));
         norm.getResult().replaceAllUsesWith(fused.getNormalized());
         grad.erase();
         norm.erase();
         // The readers of the normalized input (the weight gradients) now run right
         // after the op that writes it, so it is read while it is in L2.
-        llvm::SmallVector<mlir::Operation *> readers;
-        for (mlir::Operation *user : fused.getNormalized().getUsers())
-          if (mlir::Operation *reader = body.findAncestorOpInBlock(*user);
-              reader && reader->isBeforeInBlock(fused) && !llvm::is_contained(readers, reader))
-            readers.push_back(reader);
-        llvm::sort(readers, [](mlir::Operation *a, mlir::Operation *c) { return a->isBeforeInBlock(c); });
         mlir::Operation *anchor = fused;
-        for (mlir::Operation *reader : readers) moveAfter(reader, anchor);
+        for (mlir::Operation *reader : readersBefore(fused.getNormalized(), fused)) moveAfter(reader, anchor);
       }
     }
   }

@@ -39,21 +39,16 @@ RMSNormGradOp absorbingNorm(AddOp add, mlir::DominanceInfo &dominance, mlir::Val
 
 struct NormResidualFusionPass : impl::TlFuseNormResidualBase<NormResidualFusionPass> {
   void runOnOperation() override {
-    mlir::OpBuilder b(&getContext());
     auto &dominance = getAnalysis<mlir::DominanceInfo>();
     for (auto func : getOperation().getOps<mlir::func::FuncOp>()) {
       for (AddOp add : llvm::make_early_inc_range(func.getBody().front().getOps<AddOp>())) {
         mlir::Value residual;
         RMSNormGradOp norm = absorbingNorm(add, dominance, residual);
         if (!norm) continue;
-        b.setInsertionPoint(norm);
-        auto fused = b.create<RMSNormGradOp>(norm.getLoc(), norm.getInput(), norm.getGain(), norm.getGrad(), residual,
-                                             norm.getEpsAttr(), norm.getWithNormalizedAttr());
-        if (norm.getNormalized()) norm.getNormalized().replaceAllUsesWith(fused.getNormalized());
-        add.getResult().replaceAllUsesWith(fused.getInputGrad());
-        norm.getGainGrad().replaceAllUsesWith(fused.getGainGrad());
+        // The norm now returns residual + d x: the add's value, with the same type.
+        norm.getResidualMutable().assign(residual);
+        add.getResult().replaceAllUsesWith(norm.getInputGrad());
         add.erase();
-        norm.erase();
       }
     }
   }

@@ -82,13 +82,21 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
     }
   };
   auto visible = [](int i, int j) { return i < S::SQ && j < S::SK && (!S::CAUSAL || j <= i + OFFSET); };
+  // R rows from r0 on: K and V of kv head hkv, or Q and dO of query head h.
+  auto stageKeys = [&](int b, int hkv, int j0) {
+    tl_stage_rows<R, S::D, LD>(ks, j0, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
+    tl_stage_rows<R, S::DV, LDV>(vs, j0, S::SK, [&](int j) { return S::v_src(p, b, hkv, j); });
+  };
+  auto stageQueries = [&](int b, int h, int i0) {
+    tl_stage_rows<R, S::D, LD>(qs, i0, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
+    tl_stage_rows<R, S::DV, LDV>(dos, i0, S::SQ, [&](int i) { return S::do_src(p, b, h, i); });
+  };
 
   if ((long long)blockIdx.x < T::QUERY_BLOCKS) {
     // dQ of R queries of head h.
     const int qt = blockIdx.x % T::QUERY_TILES, h = (blockIdx.x / T::QUERY_TILES) % S::H;
     const int b = blockIdx.x / (T::QUERY_TILES * S::H), hkv = h / G, i0 = qt * R;
-    tl_stage_rows<R, S::D, LD>(qs, i0, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
-    tl_stage_rows<R, S::DV, LDV>(dos, i0, S::SQ, [&](int i) { return S::do_src(p, b, h, i); });
+    stageQueries(b, h, i0);
     __syncthreads();
     stageQueryScalars(b, h, i0);
     float acc[PER_D];
@@ -99,8 +107,7 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
     const int lastKey = S::CAUSAL ? (lastQuery + OFFSET < S::SK - 1 ? lastQuery + OFFSET : S::SK - 1) : S::SK - 1;
     for (int j0 = 0; j0 <= lastKey; j0 += R) {
       __syncthreads();
-      tl_stage_rows<R, S::D, LD>(ks, j0, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
-      tl_stage_rows<R, S::DV, LDV>(vs, j0, S::SK, [&](int j) { return S::v_src(p, b, hkv, j); });
+      stageKeys(b, hkv, j0);
       __syncthreads();
       for (int e = threadIdx.x; e < R * R; e += THREADS) {
         const int i = e / R, j = e % R;
@@ -127,8 +134,7 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
     const int block = blockIdx.x - T::QUERY_BLOCKS;
     const int kt = block % T::KEY_TILES, h = (block / T::KEY_TILES) % S::H;
     const int b = block / (T::KEY_TILES * S::H), hkv = h / G, j0 = kt * R;
-    tl_stage_rows<R, S::D, LD>(ks, j0, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
-    tl_stage_rows<R, S::DV, LDV>(vs, j0, S::SK, [&](int j) { return S::v_src(p, b, hkv, j); });
+    stageKeys(b, hkv, j0);
     float dk[PER_D], dv[PER_DV];
 #pragma unroll
     for (int u = 0; u < PER_D; ++u) dk[u] = 0.0f;
@@ -137,8 +143,7 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
     const int firstQuery = S::CAUSAL ? (j0 - OFFSET > 0 ? j0 - OFFSET : 0) : 0;
     for (int i0 = firstQuery / R * R; i0 < S::SQ; i0 += R) {
       __syncthreads();
-      tl_stage_rows<R, S::D, LD>(qs, i0, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
-      tl_stage_rows<R, S::DV, LDV>(dos, i0, S::SQ, [&](int i) { return S::do_src(p, b, h, i); });
+      stageQueries(b, h, i0);
       __syncthreads();
       stageQueryScalars(b, h, i0);
       __syncthreads();

@@ -124,6 +124,24 @@ TL_DEVICE void tl_attention_grad_row_scalars(const typename S::Params &p, const 
   }
 }
 
+// A buffer's two operands, TILE rows from r0 on (cp.async, not waited for): K and V of kv
+// head hkv (the query blocks walk them, the key blocks own them), or Q and dO of query
+// head h (the other way round).
+template <class S>
+TL_DEVICE void tl_attention_grad_stage_keys(const typename S::Params &p, unsigned char *buffer, int b, int hkv, int r0) {
+  using T = tl_attention_grad_mma_shape<S>;
+  tl_attention_grad_stage<T::TILE, S::D, T::THREADS>(buffer, r0, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
+  tl_attention_grad_stage<T::TILE, S::DV, T::THREADS>(buffer + T::X_BYTES, r0, S::SK,
+                                                      [&](int j) { return S::v_src(p, b, hkv, j); });
+}
+template <class S>
+TL_DEVICE void tl_attention_grad_stage_queries(const typename S::Params &p, unsigned char *buffer, int b, int h, int r0) {
+  using T = tl_attention_grad_mma_shape<S>;
+  tl_attention_grad_stage<T::TILE, S::D, T::THREADS>(buffer, r0, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
+  tl_attention_grad_stage<T::TILE, S::DV, T::THREADS>(buffer + T::X_BYTES, r0, S::SQ,
+                                                      [&](int i) { return S::do_src(p, b, h, i); });
+}
+
 // Two bf16 of a row at column c.
 TL_DEVICE void tl_attention_grad_store2(tl_bf16 *row, int c, float v0, float v1) {
   *reinterpret_cast<unsigned *>(row + c) = tl_pack_bf16(v0, v1);
@@ -143,17 +161,10 @@ TL_DEVICE void tl_attention_grad_mma_queries(const typename S::Params &p, int b,
   const int keys = S::CAUSAL ? (lastQuery + OFFSET + 1 < S::SK ? lastQuery + OFFSET + 1 : S::SK) : S::SK;
   const int tiles = keys > 0 ? (keys + TILE - 1) / TILE : 0;
   unsigned char *own = smem + T::BUFFER_BYTES;  // the block's Q and dO, until key tile 1 needs the buffer
-  auto stageKeys = [&](int buffer, int t) {
-    unsigned char *tile = smem + buffer * T::BUFFER_BYTES;
-    tl_attention_grad_stage<TILE, D, THREADS>(tile, t * TILE, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
-    tl_attention_grad_stage<TILE, DV, THREADS>(tile + T::X_BYTES, t * TILE, S::SK,
-                                               [&](int j) { return S::v_src(p, b, hkv, j); });
-  };
 
   tl_wait_for_producers();
-  tl_attention_grad_stage<TILE, D, THREADS>(own, qt * TILE, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
-  tl_attention_grad_stage<TILE, DV, THREADS>(own + T::X_BYTES, qt * TILE, S::SQ, [&](int i) { return S::do_src(p, b, h, i); });
-  if (tiles > 0) stageKeys(0, 0);
+  tl_attention_grad_stage_queries<S>(p, own, b, h, qt * TILE);
+  if (tiles > 0) tl_attention_grad_stage_keys<S>(p, smem, b, hkv, 0);
   tl_cp_async_commit();
   tl_cp_async_wait<0>();
   __syncthreads();
@@ -172,7 +183,7 @@ TL_DEVICE void tl_attention_grad_mma_queries(const typename S::Params &p, int b,
       tl_cp_async_wait<0>();
     }
     __syncthreads();  // tile t has landed; every warp is done with the buffer tile t+1 takes
-    if (t + 1 < tiles) stageKeys((t + 1) % 2, t + 1);
+    if (t + 1 < tiles) tl_attention_grad_stage_keys<S>(p, smem + ((t + 1) % 2) * T::BUFFER_BYTES, b, hkv, (t + 1) * TILE);
     tl_cp_async_commit();
     if (S::CAUSAL && t * TILE > q0 + 15 + OFFSET) continue;  // no key of the tile is visible to the warp
     const unsigned kTile = tl_smem_addr(smem + (t % 2) * T::BUFFER_BYTES), vTile = kTile + T::X_BYTES;
@@ -224,17 +235,10 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
   const int firstQuery = S::CAUSAL ? (kt * TILE - OFFSET > 0 ? kt * TILE - OFFSET : 0) : 0;
   const int first = firstQuery / TILE, tiles = firstQuery < S::SQ ? T::QUERY_TILES - first : 0;
   unsigned char *own = smem + T::BUFFER_BYTES;  // the block's K and V, until query tile 1 needs the buffer
-  auto stageQueries = [&](int buffer, int t) {
-    unsigned char *tile = smem + buffer * T::BUFFER_BYTES;
-    tl_attention_grad_stage<TILE, D, THREADS>(tile, t * TILE, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
-    tl_attention_grad_stage<TILE, DV, THREADS>(tile + T::X_BYTES, t * TILE, S::SQ,
-                                               [&](int i) { return S::do_src(p, b, h, i); });
-  };
 
   tl_wait_for_producers();
-  tl_attention_grad_stage<TILE, D, THREADS>(own, kt * TILE, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
-  tl_attention_grad_stage<TILE, DV, THREADS>(own + T::X_BYTES, kt * TILE, S::SK, [&](int j) { return S::v_src(p, b, hkv, j); });
-  if (tiles > 0) stageQueries(0, first);
+  tl_attention_grad_stage_keys<S>(p, own, b, hkv, kt * TILE);
+  if (tiles > 0) tl_attention_grad_stage_queries<S>(p, smem, b, h, first * TILE);
   tl_cp_async_commit();
   tl_cp_async_wait<0>();
   __syncthreads();
@@ -249,7 +253,7 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
     const int t = first + n;  // query tile, in buffer n % 2
     if (n > 0) tl_cp_async_wait<0>();
     __syncthreads();  // tile t has landed; every warp is done with the buffer and the scalars tile t+1 takes
-    if (n + 1 < tiles) stageQueries((n + 1) % 2, t + 1);
+    if (n + 1 < tiles) tl_attention_grad_stage_queries<S>(p, smem + ((n + 1) % 2) * T::BUFFER_BYTES, b, h, (t + 1) * TILE);
     tl_cp_async_commit();
     const unsigned char *buffer = smem + (n % 2) * T::BUFFER_BYTES;
     tl_attention_grad_row_scalars<S, TILE, THREADS>(p, buffer + T::X_BYTES, b, h, t * TILE, colLse, colDot);

@@ -81,6 +81,17 @@ TL_DEVICE void tl_st8(float *p, tl_i64 i, const float (&v)[8]) {
   }
 }
 
+// V elements from index i on: one 16-byte access for V = 8 (rows 16-byte aligned), else V
+// scalar ones.
+template <int V, class T> TL_DEVICE void tl_ld_vec(const T *p, tl_i64 i, float (&v)[V]) {
+  if constexpr (V == 8) tl_ld8(p, i, v);
+  else for (int j = 0; j < V; ++j) v[j] = tl_ld(p, i + j);
+}
+template <int V, class T> TL_DEVICE void tl_st_vec(T *p, tl_i64 i, const float (&v)[V]) {
+  if constexpr (V == 8) tl_st8(p, i, v);
+  else for (int j = 0; j < V; ++j) tl_st(p, i + j, v[j]);
+}
+
 // ---- reductions ---------------------------------------------------------------------
 TL_DEVICE float tl_warp_sum(float v) {
   for (int m = TL_WARP / 2; m > 0; m >>= 1) v += TL_SHFL_XOR(v, m);

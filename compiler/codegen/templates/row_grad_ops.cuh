@@ -26,16 +26,6 @@
 // counter(p) (a zeroed word, left zeroed). Launched with ceil(ROWS / ROWS_PER_BLOCK)
 // blocks of 256 threads; a warp per row, each lane on the same columns of every row, so
 // its share of d gain stays in registers.
-// V elements of a row from column c: one 16-byte load for V = 8.
-template <int V, class T> TL_DEVICE void tl_ld_vec(const T *row, int c, float (&v)[V]) {
-  if constexpr (V == 8) tl_ld8(row, c, v);
-  else for (int j = 0; j < V; ++j) v[j] = tl_ld(row, c + j);
-}
-template <int V, class T> TL_DEVICE void tl_st_vec(T *row, int c, const float (&v)[V]) {
-  if constexpr (V == 8) tl_st8(row, c, v);
-  else for (int j = 0; j < V; ++j) tl_st(row, c + j, v[j]);
-}
-
 template <class S> TL_DEVICE void tl_rmsnorm_grad_rows(const typename S::Params &p) {
   constexpr int V = S::VEC, STRIDE = TL_WARP * V, LOADS = (S::COLS + STRIDE - 1) / STRIDE;
   constexpr int CHUNK = S::COLS < 1024 ? S::COLS : 1024, WARPS = 256 / TL_WARP;

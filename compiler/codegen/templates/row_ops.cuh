@@ -1,9 +1,10 @@
 // row_ops.cuh: ops that reduce along the last dimension, one row per warp or block.
 //
-//   v1  RMSNorm and softmax: one warp per row, 8 elements per load where rows allow;
-//       cross-entropy: one block per predicted token (logsumexp over the vocabulary),
-//       the mean taken in token order by the last block to finish (deterministic, one
-//       launch); embedding: one warp copies a table row per token.
+//   v1  RMSNorm and softmax: one warp per row (RMSNorm 8 elements per load where rows
+//       allow); cross-entropy: one block per predicted token (logsumexp over the
+//       vocabulary), the mean taken in token order by the last block to finish
+//       (deterministic, one launch); embedding: one warp copies a table row per token,
+//       8 elements per load where rows allow.
 //
 // Specs: ROWS, COLS, VEC (8 when rows are 16-byte aligned, else 1), Params and
 // in/out/gain element pointers; see each function.
@@ -17,32 +18,25 @@
 
 // y = x / sqrt(mean(x^2) + eps) * gain. S: ROWS, COLS, VEC, EPS, x(p), gain(p), y(p).
 template <class S> TL_DEVICE void tl_rmsnorm_rows(const typename S::Params &p) {
+  constexpr int V = S::VEC;
   const int lane = threadIdx.x % TL_WARP;
   tl_wait_for_producers();
   TL_FOR_EACH_ROW_PER_WARP(row, S::ROWS) {
     const auto *x = S::x(p) + row * S::COLS;
     auto *y = S::y(p) + row * S::COLS;
     float sum = 0.0f;
-    if constexpr (S::VEC == 8) {
-      for (int c = lane * 8; c < S::COLS; c += TL_WARP * 8) {
-        float v[8];
-        tl_ld8(x, c, v);
-        for (int j = 0; j < 8; ++j) sum = fmaf(v[j], v[j], sum);
-      }
-    } else {
-      for (int c = lane; c < S::COLS; c += TL_WARP) sum = fmaf(tl_ld(x, c), tl_ld(x, c), sum);
+    for (int c = lane * V; c < S::COLS; c += TL_WARP * V) {
+      float v[V];
+      tl_ld_vec<V>(x, c, v);
+      for (int j = 0; j < V; ++j) sum = fmaf(v[j], v[j], sum);
     }
     const float inverse = rsqrtf(tl_warp_sum(sum) / (float)S::COLS + S::EPS);
-    if constexpr (S::VEC == 8) {
-      for (int c = lane * 8; c < S::COLS; c += TL_WARP * 8) {
-        float v[8], gain[8];
-        tl_ld8(x, c, v);
-        tl_ld8(S::gain(p), c, gain);
-        for (int j = 0; j < 8; ++j) v[j] = v[j] * inverse * gain[j];
-        tl_st8(y, c, v);
-      }
-    } else {
-      for (int c = lane; c < S::COLS; c += TL_WARP) tl_st(y, c, tl_ld(x, c) * inverse * tl_ld(S::gain(p), c));
+    for (int c = lane * V; c < S::COLS; c += TL_WARP * V) {
+      float v[V], gain[V];
+      tl_ld_vec<V>(x, c, v);
+      tl_ld_vec<V>(S::gain(p), c, gain);
+      for (int j = 0; j < V; ++j) v[j] = v[j] * inverse * gain[j];
+      tl_st_vec<V>(y, c, v);
     }
   }
   tl_allow_dependents();
@@ -69,19 +63,16 @@ template <class S> TL_DEVICE void tl_softmax_rows(const typename S::Params &p) {
 
 // out[t, :] = table[ids[t], :]. S: ROWS (tokens), COLS (hidden), VEC, table(p), ids(p), y(p).
 template <class S> TL_DEVICE void tl_embedding_rows(const typename S::Params &p) {
+  constexpr int V = S::VEC;
   const int lane = threadIdx.x % TL_WARP;
   tl_wait_for_producers();
   TL_FOR_EACH_ROW_PER_WARP(row, S::ROWS) {
     const auto *x = S::table(p) + (tl_i64)S::ids(p)[row] * S::COLS;
     auto *y = S::y(p) + row * S::COLS;
-    if constexpr (S::VEC == 8) {
-      for (int c = lane * 8; c < S::COLS; c += TL_WARP * 8) {
-        float v[8];
-        tl_ld8(x, c, v);
-        tl_st8(y, c, v);
-      }
-    } else {
-      for (int c = lane; c < S::COLS; c += TL_WARP) tl_st(y, c, tl_ld(x, c));
+    for (int c = lane * V; c < S::COLS; c += TL_WARP * V) {
+      float v[V];
+      tl_ld_vec<V>(x, c, v);
+      tl_st_vec<V>(y, c, v);
     }
   }
   tl_allow_dependents();
