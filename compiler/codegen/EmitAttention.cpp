@@ -36,14 +36,14 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
                    spec.HKV, spec.SK, spec.D, spec.H / spec.HKV),
        fmt::format("scale {}, {}{}", spec.scale, spec.causal ? "causal (tiles above the diagonal skipped)" : "not causal",
                    spec.lse >= 0 ? "; also writes each query row's log-sum-exp (for the backward)" : ""),
-       matrixUnits ? fmt::format("NVIDIA: tensor cores, {} queries x {} heads per block sharing their K/V tiles; other "
-                                 "targets: one query row per block",
-                                 tile.queries, tile.heads)
+       matrixUnits ? fmt::format("NVIDIA: tensor cores, {} queries x {} heads per block sharing their K/V tiles, {} "
+                                 "queries per warp; other targets: one query row per block",
+                                 tile.queries, tile.heads, 16 * tile.mTiles)
                    : "one query row per block, fp32 FMAs (attention_rows.cuh)"});
   out += source.prelude({"attention_mma.cuh", "attention_rows.cuh"});
   out += source.paramsStruct();
-  out += fmt::format("template <int QT_, int HB_> struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
-  out += fmt::format("  static constexpr int QT = QT_, HB = HB_, D = {}, DV = {}, B = {}, H = {}, HKV = {}, SQ = {}, SK = {};\n",
+  out += fmt::format("template <int QT_, int HB_, int MT_> struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
+  out += fmt::format("  static constexpr int QT = QT_, HB = HB_, MT = MT_, D = {}, DV = {}, B = {}, H = {}, HKV = {}, SQ = {}, SK = {};\n",
                      spec.D, spec.DV, spec.B, spec.H, spec.HKV, spec.SQ, spec.SK);
   out += fmt::format("  static constexpr bool CAUSAL = {};\n  static constexpr float SCALE = {}, SCALE_LOG2 = {};\n",
                      spec.causal, floatLiteral(spec.scale), floatLiteral(spec.scale * 1.4426950408889634));
@@ -59,10 +59,10 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
   out += fmt::format("#if defined(TL_NVIDIA)\n#define {}_THREADS {}\n#else\n#define {}_THREADS 256\n#endif\n", entry,
                      matrixUnits ? tile.threads() : 256, entry);
   out += source.entryOpen(entry + "_THREADS");
-  std::string rows = fmt::format("tl_attention_rows<{}_spec<16, 1>>(p);", entry);
+  std::string rows = fmt::format("tl_attention_rows<{}_spec<16, 1, 1>>(p);", entry);
   if (matrixUnits)
-    out += fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_mma<{}_spec<{}, {}>>(p);\n#else\n  {}\n#endif\n}}\n", entry,
-                       tile.queries, tile.heads, rows);
+    out += fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_mma<{}_spec<{}, {}, {}>>(p);\n#else\n  {}\n#endif\n}}\n",
+                       entry, tile.queries, tile.heads, tile.mTiles, rows);
   else out += "  " + rows + "\n}\n";
 
   EmittedKernel emitted;

@@ -105,7 +105,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   int64_t hopperRowTiles = hopper ? gemm.batch * ceilDiv(gemm.M, hopper->BM) : 0;
   int64_t hopperTiles = hopper ? hopperRowTiles * columnTiles(gemm, hopper->BN) : 0;
   // Beyond one wave, RMSNorm's sums of squares are computed by column tile 0 only and shared.
-  bool normShared = hopper && gemm.rowNorm && hopper->splits == 1 &&
+  bool normShared = hopper && gemm.rowNorm && hopper->splits == 1 && !hopper->producer &&
                     hopperTiles > kTunedMultiprocessors * hopper->blocksPerMultiprocessor();
   if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
     throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", entry));
@@ -234,8 +234,12 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                                  : ""));
   headerLines.insert(headerLines.end(), details.begin(), details.end());
   if (hopper)
-    headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups, {} stages{}{}{}",
-                                      hopper->BM, hopper->BN, hopper->BM / 64, hopper->stages,
+    headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups{}, {} stages{}{}{}",
+                                      hopper->BM, hopper->BN, hopper->BM / 64,
+                                      hopper->producer ? " fed by a producer warpgroup (cp.async, mbarriers; it also "
+                                                         "applies RMSNorm's gain and sums the squares)"
+                                                       : "",
+                                      hopper->stages,
                                       hopper->resident > 1 ? fmt::format(", {} blocks per SM", hopper->resident) : "",
                                       hopper->splits > 1 ? fmt::format(", K split {} ways (partial tiles in the workspace, "
                                                                        "added by the last split of each tile)",
@@ -275,9 +279,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     out += fmt::format("#if defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n", nvSpec,
                        fixedSpec);
   else if (matrixUnits)
-    out += fmt::format("#if {}\n  tl_gemm_wgmma<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n"
+    out += fmt::format("#if {}\n  tl_gemm_wgmma{}<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n"
                        "#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n",
-                       hopperCase, hopperSpec, nvSpec, fixedSpec, fixedSpec);
+                       hopperCase, hopper && hopper->producer ? "_ws" : "", hopperSpec, nvSpec, fixedSpec, fixedSpec);
   else
     out += fmt::format("  tl_gemm_simt<{}>(p);\n}}\n", fixedSpec);
 

@@ -33,11 +33,6 @@ const std::vector<Candidate> &candidates() {
   return all;
 }
 
-bool parseOverride(const char *name, int &a, int &b) {
-  const char *text = std::getenv(name);
-  return text && std::sscanf(text, "%dx%d", &a, &b) == 2;
-}
-
 // TLC_GEMM_TILE=BMxBNxWARPS_MxWARPS_NxSLICESxSTAGES, e.g. 64x128x2x2x2x4.
 bool gemmOverride(GemmTile &tile) {
   const char *text = std::getenv("TLC_GEMM_TILE");
@@ -108,6 +103,10 @@ GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors) {
 int64_t WgmmaTile::sharedBytes() const {
   int64_t pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 128);  // A, B and a norm gain per stage
   int64_t epilogue = int64_t(BM) * (BN + 8) * 4 + BM * 4;
+  if (producer) {  // two mbarriers per stage after the stages, and no norm (gain or row scales)
+    pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 16);
+    epilogue -= BM * 4;
+  }
   return std::max(pipeline, epilogue) + 1024;
 }
 
@@ -124,13 +123,16 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   static const WgmmaTile candidates[] = {{128, 128, 3, 1, 2}, {128, 256, 4}, {128, 128, 4}, {64, 128, 4}, {64, 64, 6}};
   const char *text = std::getenv("TLC_WGMMA_TILE");
   WgmmaTile forced;
+  int producer = 0;
   if (text &&
-      std::sscanf(text, "%dx%dx%dx%dx%d", &forced.BM, &forced.BN, &forced.stages, &forced.splits, &forced.resident) >= 3 &&
+      std::sscanf(text, "%dx%dx%dx%dx%dx%d", &forced.BM, &forced.BN, &forced.stages, &forced.splits, &forced.resident,
+                  &producer) >= 3 &&
+      (forced.producer = producer == 1, producer == 0 || (producer == 1 && forced.splits == 1 && forced.BM == 128 && forced.resident == 1)) &&
       forced.splits >= 1 && forced.splits <= 8 && forced.resident >= 1 && forced.resident <= 4 &&
       forced.resident * (forced.sharedBytes() + kReservedPerBlock) <= kSharedBytesPerSM &&
       (forced.BM == 64 || forced.BM == 128) && (forced.BN == 64 || forced.BN == 128 || forced.BN == 256) &&
       forced.stages >= 3 && forced.stages <= 8 && forced.sharedBytes() <= kSharedBytesPerBlock &&
-      tileHoldsEpilogue(gemm, forced.BN))
+      tileHoldsEpilogue(gemm, forced.BN) && !(forced.producer && gemm.rowNorm))
     return forced;
   // Measured on an H100 (bench/kernels.py --sweep-wgmma): GEMMs of at most two waves of
   // 64x64 tiles run fastest on 64x64 tiles with a deep pipeline, splitting K two ways
@@ -146,6 +148,13 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
     if (kTiles >= 32 && tilesOf(64, 64) <= multiprocessors) best->splits = 2;
     return best;
   }
+  // Without RMSNorm, 128x256 tiles on the warp-specialized kernel when their waves are
+  // nearly full (8-15 % faster than two 128x128 blocks per SM at the 1.1B shapes; a QKV
+  // of 160 such tiles, 1.2 waves, is not).
+  int64_t wide = tilesOf(128, 256);
+  if (!gemm.rowNorm && tileHoldsEpilogue(gemm, 256) &&
+      wide * 10 >= ceilDiv(wide, multiprocessors) * multiprocessors * 8)
+    return WgmmaTile{128, 256, 4, 1, 1, true};
   for (const WgmmaTile &candidate : candidates)
     if (tileHoldsEpilogue(gemm, candidate.BN)) return candidate;
   return best;
@@ -161,9 +170,20 @@ int64_t AttentionTile::sharedBytes(const AttentionSpec &spec) const {
 
 AttentionTile chooseAttentionTile(const AttentionSpec &spec, int multiprocessors) {
   int group = int(spec.H / spec.HKV);
-  int qt = 0, hb = 0;
-  if (parseOverride("TLC_ATTENTION_TILE", qt, hb) && qt % 16 == 0 && hb > 0 && group % hb == 0 && hb * qt / 16 <= 8)
-    return {qt, hb};
+  // Two m16 tiles a warp hold 32 query rows of scores and outputs: registers allow it at head size 64.
+  int maxMTiles = spec.D <= 64 && spec.DV <= 64 ? 2 : 1;
+  // TLC_ATTENTION_TILE=QTxHB[xMT].
+  if (const char *text = std::getenv("TLC_ATTENTION_TILE")) {
+    AttentionTile forced;
+    int fields = std::sscanf(text, "%dx%dx%d", &forced.queries, &forced.heads, &forced.mTiles);
+    if (fields >= 2 && forced.mTiles >= 1 && forced.mTiles <= maxMTiles && forced.queries % (16 * forced.mTiles) == 0 &&
+        forced.heads > 0 && group % forced.heads == 0 && forced.threads() <= 256)
+      return forced;
+  }
+  // Groups of 4 or more query heads over long sequences: 32 queries of 4 heads, two m16
+  // tiles a warp (H100, 32 over 4 heads, S = 512 and 2048: 4-5 % faster than 16 queries of
+  // 8 heads; with 8 over 8 heads two m16 tiles a warp were 10-25 % slower).
+  if (maxMTiles == 2 && group % 4 == 0 && spec.SQ >= 512) return {32, 4, 2};
   // All heads of a kv group in one block when 8 warps allow (K and V read once per
   // group); then the largest query tile that still gives every SM a block.
   AttentionTile best{16, 1};

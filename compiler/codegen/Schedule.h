@@ -32,7 +32,7 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN);
 GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors);
 
 // The Hopper warpgroup (wgmma) tile: BM 64 or 128, BN 64, 128 or 256; none when no
-// candidate holds the epilogue's reads. TLC_WGMMA_TILE=BMxBNxSTAGES[xSPLITS[xRESIDENT]]
+// candidate holds the epilogue's reads. TLC_WGMMA_TILE=BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]
 // overrides; TLC_NO_WGMMA=1 turns the path off.
 struct WgmmaTile {
   int BM = 128, BN = 128, stages = 4;
@@ -40,7 +40,9 @@ struct WgmmaTile {
   // Blocks meant to share an SM (registers capped to fit): one block's epilogue then
   // runs while another's tensor cores work.
   int resident = 1;
-  int threads() const { return BM / 64 * 128; }
+  // Warp-specialized (gemm_wgmma.cuh v4): a producer warpgroup besides the BM / 64 consumers.
+  bool producer = false;
+  int threads() const { return (BM / 64 + (producer ? 1 : 0)) * 128; }
   int64_t sharedBytes() const;  // stages or the accumulator tile, plus 1 KiB for alignment
   int blocksPerMultiprocessor() const;  // that fit at once: shared memory, threads, `resident`
 };
@@ -49,7 +51,8 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
 struct AttentionTile {
   int queries = 64;  // QT: queries per head per block
   int heads = 1;     // HB: query heads sharing the block's K and V
-  int threads() const { return heads * (queries / 16) * 32; }
+  int mTiles = 1;    // MT: m16 tiles of queries per warp (2 only for head size 64)
+  int threads() const { return heads * (queries / (16 * mTiles)) * 32; }
   int64_t blocks(const AttentionSpec &spec) const;
   int64_t sharedBytes(const AttentionSpec &spec) const;
 };

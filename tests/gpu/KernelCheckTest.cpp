@@ -80,7 +80,51 @@ TEST(GpuKernelsWide, RowNormSharedByColumnTilesMatchesTheCpuReference) {
   EXPECT_GE(checkKernels(*device, program, "bf16", shared, 3), 1);
 }
 
+// GEMMs without RMSNorm whose 128x256 tiles nearly fill the device's waves run the
+// warp-specialized kernel on sm_90a (a producer warpgroup, mbarriers per stage): the
+// workshop's O1 gate/up projection is one. Three launches: the barriers start afresh each.
+TEST(GpuKernelsWarpSpecialized, ProducerAndConsumersMatchTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  Program program = compile(*presetConfig("workshop"), 1, 8, 128, "bf16");
+  auto specialized = [](const Kernel &kernel) { return kernel.source.find("tl_gemm_wgmma_ws<") != std::string::npos; };
+  EXPECT_GE(checkKernels(*device, program, "bf16", specialized, 3), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, GpuKernels, ::testing::ValuesIn(allCases(2)), caseName);  // O3 runs O2s kernels
+
+// Every attention tile shape the schedule may pick (TLC_ATTENTION_TILE forces one), on
+// 100 queries: the last query tile is partial and the causal diagonal crosses key tiles
+// at every offset. The workshop's heads share kv heads in pairs, the 1.1B's in eights;
+// causal forwards with and without the log-sum-exp (training writes it).
+TEST(GpuAttentionTiles, EveryTileMatchesTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  struct Tiles {
+    const char *model;
+    std::vector<const char *> tiles;
+  };
+  for (const Tiles &each : {Tiles{"workshop", {"64x1x1", "16x2x1", "128x1x2", "64x1x2", "32x2x2", "64x2x2"}},
+                            Tiles{"tinyllama-1.1b", {"16x8x1", "32x8x2", "32x4x2", "64x2x2"}}}) {
+    LlamaConfig config = *presetConfig(each.model);
+    config.layers = 1;
+    for (const char *tile : each.tiles) {
+      ::setenv("TLC_ATTENTION_TILE", tile, 1);
+      std::string spec = "_spec<" + std::string(tile) + ">>";  // 32x8x2 -> _spec<32, 8, 2>>
+      for (size_t x = spec.find('x'); x != std::string::npos; x = spec.find('x')) spec.replace(x, 1, ", ");
+      auto attention = [&](const Kernel &kernel) {
+        bool mma = kernel.source.find("tl_attention_mma<") != std::string::npos;
+        EXPECT_TRUE(!mma || kernel.source.find(spec) != std::string::npos) << "tile " << tile << " not taken";
+        return mma;
+      };
+      AdamWOptions adamw;
+      SCOPED_TRACE(std::string(each.model) + " tile " + tile);
+      EXPECT_EQ(checkKernels(*device, compile(config, 1, 2, 100, "bf16"), "bf16", attention), 1);
+      EXPECT_EQ(checkKernels(*device, compile(config, 1, 2, 100, "bf16", &adamw), "bf16", attention), 1);
+    }
+    ::unsetenv("TLC_ATTENTION_TILE");
+  }
+}
 
 // A training step's kernels, each alone: the forward's (attention also writing its
 // log-sum-exp), the backward's and the gradients' global norm (clipping on). AdamW reads

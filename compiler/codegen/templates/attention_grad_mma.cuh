@@ -35,13 +35,6 @@ template <class S> struct tl_attention_grad_mma_shape {
   static constexpr int X_BYTES = TILE * S::D * 2, BUFFER_BYTES = X_BYTES + TILE * S::DV * 2;
 };
 
-// Accumulator fragments set to zero.
-template <int N> TL_DEVICE void tl_attention_grad_zero(float (&acc)[N][4]) {
-#pragma unroll
-  for (int j = 0; j < N; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-}
 
 // Rows r0 .. r0+TILE-1 of a [rows, COLS] bf16 operand into a swizzled tile, zeros past
 // `rows` (cp.async, not yet waited for).
@@ -177,7 +170,7 @@ TL_DEVICE void tl_attention_grad_mma_queries(const typename S::Params &p, int b,
   const float dot[2] = {rowDot[warp * 16 + g], rowDot[warp * 16 + g + 8]};
 
   float dq[D / 8][4];
-  tl_attention_grad_zero(dq);
+  tl_zero_fragments(dq);
   for (int t = 0; t < tiles; ++t) {
     if (t > 0) {
       tl_cp_async_wait<0>();
@@ -188,8 +181,8 @@ TL_DEVICE void tl_attention_grad_mma_queries(const typename S::Params &p, int b,
     if (S::CAUSAL && t * TILE > q0 + 15 + OFFSET) continue;  // no key of the tile is visible to the warp
     const unsigned kTile = tl_smem_addr(smem + (t % 2) * T::BUFFER_BYTES), vTile = kTile + T::X_BYTES;
     float s[TILE / 8][4], dp[TILE / 8][4];
-    tl_attention_grad_zero(s);
-    tl_attention_grad_zero(dp);
+    tl_zero_fragments(s);
+    tl_zero_fragments(dp);
     tl_attention_grad_mma_nt<TILE, D>(s, qf, kTile);
     tl_attention_grad_mma_nt<TILE, DV>(dp, dof, vTile);
     const bool masked = (t + 1) * TILE > S::SK || q0 + 15 >= S::SQ || (S::CAUSAL && (t + 1) * TILE - 1 > q0 + OFFSET);
@@ -247,8 +240,8 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
   tl_attention_grad_fragments<DV>(own + T::X_BYTES, vf);
 
   float dk[D / 8][4], dv[DV / 8][4];
-  tl_attention_grad_zero(dk);
-  tl_attention_grad_zero(dv);
+  tl_zero_fragments(dk);
+  tl_zero_fragments(dv);
   for (int n = 0; n < tiles; ++n) {
     const int t = first + n;  // query tile, in buffer n % 2
     if (n > 0) tl_cp_async_wait<0>();
@@ -261,8 +254,8 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
     if (S::CAUSAL && k0 > (t + 1) * TILE - 1 + OFFSET) continue;  // no query of the tile sees the warp's keys
     const unsigned qTile = tl_smem_addr(buffer), doTile = qTile + T::X_BYTES;
     float st[TILE / 8][4], dpt[TILE / 8][4];
-    tl_attention_grad_zero(st);
-    tl_attention_grad_zero(dpt);
+    tl_zero_fragments(st);
+    tl_zero_fragments(dpt);
     tl_attention_grad_mma_nt<TILE, D>(st, kf, qTile);
     tl_attention_grad_mma_nt<TILE, DV>(dpt, vf, doTile);
     const bool masked = (t + 1) * TILE > S::SQ || k0 + 15 >= S::SK || (S::CAUSAL && k0 + 15 > t * TILE + OFFSET);

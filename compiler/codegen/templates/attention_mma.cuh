@@ -10,8 +10,11 @@
 //   v2  exponentials on the special-function unit (ex2.approx); masks only on the tiles
 //       that cross the diagonal or the end of the keys.
 //   v3  with LSE, each row's log-sum-exp of the scaled scores (the backward's input).
+//   v4  MT m16 tiles of queries per warp (MT = 2: 32 queries): each K and V fragment
+//       read from shared memory feeds MT mma.sync instead of one, and a block of as
+//       many warps covers MT times the queries per K/V tile it loads.
 //
-// Spec S: D, DV, QT, HB, B, H, HKV, SQ, SK, CAUSAL, SCALE_LOG2 (scale * log2 e), LSE,
+// Spec S: D, DV, QT, HB, MT, B, H, HKV, SQ, SK, CAUSAL, SCALE_LOG2 (scale * log2 e), LSE,
 // Params, q_src(p, b, h, s), k_src(p, b, hkv, s), v_src(p, b, hkv, s) (rows of D or DV
 // contiguous bf16), out_dst(p, b, h, s) and lse_dst(p, b, h, s) (one float).
 #pragma once
@@ -20,11 +23,11 @@
 #if defined(TL_NVIDIA)
 
 template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) {
-  constexpr int D = S::D, DV = S::DV, KT = 64, QT = S::QT, HB = S::HB;
-  constexpr int WARPS = HB * (QT / 16), THREADS = WARPS * 32, G = S::H / S::HKV;
+  constexpr int D = S::D, DV = S::DV, KT = 64, QT = S::QT, HB = S::HB, MT = S::MT, WQ = 16 * MT;
+  constexpr int WARPS = HB * (QT / WQ), THREADS = WARPS * 32, G = S::H / S::HKV;
   constexpr int Q_ROW = D * 2, K_ROW = D * 2, V_ROW = DV * 2;
   constexpr int Q_BYTES = HB * QT * Q_ROW, K_BYTES = KT * K_ROW, V_BYTES = KT * V_ROW;
-  static_assert(D % 64 == 0 && DV % 64 == 0 && QT % 16 == 0 && G % HB == 0, "supported attention shape");
+  static_assert(D % 64 == 0 && DV % 64 == 0 && QT % WQ == 0 && G % HB == 0, "supported attention shape");
   extern __shared__ __align__(128) unsigned char tl_smem[];
   unsigned char *sQ = tl_smem, *sK = sQ + Q_BYTES, *sV = sK + 2 * K_BYTES;
 
@@ -36,8 +39,8 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
   rest /= GROUPS;
   const int hkv = rest % S::HKV, b = rest / S::HKV;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-  const int hw = warp / (QT / 16), h = hkv * G + hg * HB + hw;
-  const int q0 = qt * QT + (warp % (QT / 16)) * 16;  // this warp's first query
+  const int hw = warp / (QT / WQ), h = hkv * G + hg * HB + hw;
+  const int q0 = qt * QT + (warp % (QT / WQ)) * WQ;  // this warp's first query; m tile mt starts at q0 + 16 mt
 
   constexpr int OFFSET = S::SK - S::SQ;  // key j is visible to query i when j <= i + OFFSET
   const int lastQuery = (qt + 1) * QT - 1 < S::SQ - 1 ? (qt + 1) * QT - 1 : S::SQ - 1;
@@ -71,16 +74,24 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
   tl_cp_async_wait<0>();
   __syncthreads();
 
-  unsigned qf[D / 16][4];
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const int row = warp * 16 + lane % 16, chunk = kk * 2 + lane / 16;
-    tl_ldmatrix_x4(tl_smem_addr(sQ) + tl_swizzle(row, chunk, Q_ROW), qf[kk]);
-  }
+  // Shared-memory rows are head-major (head hw's QT queries together), so warp w's
+  // queries are rows w * WQ ...
+  unsigned qf[MT][D / 16][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int row = warp * WQ + mt * 16 + lane % 16, chunk = kk * 2 + lane / 16;
+      tl_ldmatrix_x4(tl_smem_addr(sQ) + tl_swizzle(row, chunk, Q_ROW), qf[mt][kk]);
+    }
 
-  float o[DV / 8][4];
-  for (int j = 0; j < DV / 8; ++j)
-    for (int e = 0; e < 4; ++e) o[j][e] = 0.0f;
-  float rowMax[2] = {-tl_inf(), -tl_inf()}, rowSum[2] = {0.0f, 0.0f};
+  float o[MT][DV / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) tl_zero_fragments(o[mt]);
+  float rowMax[MT][2], rowSum[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    for (int r = 0; r < 2; ++r) rowMax[mt][r] = -tl_inf(), rowSum[mt][r] = 0.0f;
 
   for (int t = 0; t < tiles; ++t) {
     if (t > 0) {
@@ -90,12 +101,12 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
     if (t + 1 < tiles) loadKV((t + 1) % 2, t + 1);
     tl_cp_async_commit();
     // Keys of this tile that any of the warp's queries can see.
-    if (S::CAUSAL && t * KT > q0 + 15 + OFFSET) continue;
+    if (S::CAUSAL && t * KT > q0 + WQ - 1 + OFFSET) continue;
     const unsigned kBase = tl_smem_addr(sK + (t % 2) * K_BYTES), vBase = tl_smem_addr(sV + (t % 2) * V_BYTES);
 
-    float s[KT / 8][4];
-    for (int j = 0; j < KT / 8; ++j)
-      for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+    float s[MT][KT / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) tl_zero_fragments(s[mt]);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
@@ -103,50 +114,56 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
         unsigned r[4];
         const int key = j * 16 + (lane % 8) + (lane / 16) * 8, chunk = kk * 2 + (lane / 8) % 2;
         tl_ldmatrix_x4(kBase + tl_swizzle(key, chunk, K_ROW), r);
-        tl_mma_bf16(s[2 * j], qf[kk], r[0], r[1]);
-        tl_mma_bf16(s[2 * j + 1], qf[kk], r[2], r[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          tl_mma_bf16(s[mt][2 * j], qf[mt][kk], r[0], r[1]);
+          tl_mma_bf16(s[mt][2 * j + 1], qf[mt][kk], r[2], r[3]);
+        }
       }
 
     // Scale into log2 units, mask (only tiles that reach past the diagonal or the last
     // key need it), and update the running max and sum of each row.
-    float tileMax[2] = {-tl_inf(), -tl_inf()};
     const bool masked = (t + 1) * KT > S::SK || (S::CAUSAL && (t + 1) * KT - 1 > q0 + OFFSET);
+    unsigned pf[MT][KT / 16][4];
 #pragma unroll
-    for (int j = 0; j < KT / 8; ++j)
+    for (int mt = 0; mt < MT; ++mt) {
+      float tileMax[2] = {-tl_inf(), -tl_inf()};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = t * KT + j * 8 + tig * 2 + (e & 1), query = q0 + g + (e >= 2 ? 8 : 0);
-        const bool visible = !masked || (key < S::SK && (!S::CAUSAL || key <= query + OFFSET));
-        s[j][e] = visible ? s[j][e] * S::SCALE_LOG2 : -tl_inf();
-        tileMax[e / 2] = fmaxf(tileMax[e / 2], s[j][e]);
+      for (int j = 0; j < KT / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = t * KT + j * 8 + tig * 2 + (e & 1), query = q0 + mt * 16 + g + (e >= 2 ? 8 : 0);
+          const bool visible = !masked || (key < S::SK && (!S::CAUSAL || key <= query + OFFSET));
+          s[mt][j][e] = visible ? s[mt][j][e] * S::SCALE_LOG2 : -tl_inf();
+          tileMax[e / 2] = fmaxf(tileMax[e / 2], s[mt][j][e]);
+        }
+      float correction[2], base[2];
+      for (int r = 0; r < 2; ++r) {
+        tileMax[r] = fmaxf(tileMax[r], __shfl_xor_sync(0xffffffffu, tileMax[r], 1));
+        tileMax[r] = fmaxf(tileMax[r], __shfl_xor_sync(0xffffffffu, tileMax[r], 2));
+        const float newMax = fmaxf(rowMax[mt][r], tileMax[r]);
+        base[r] = newMax == -tl_inf() ? 0.0f : newMax;  // a row that sees nothing yet stays at 0
+        correction[r] = tl_exp2(rowMax[mt][r] - base[r]);
+        rowMax[mt][r] = newMax;
+        rowSum[mt][r] *= correction[r];
       }
-    float correction[2], base[2];
-    for (int r = 0; r < 2; ++r) {
-      tileMax[r] = fmaxf(tileMax[r], __shfl_xor_sync(0xffffffffu, tileMax[r], 1));
-      tileMax[r] = fmaxf(tileMax[r], __shfl_xor_sync(0xffffffffu, tileMax[r], 2));
-      const float newMax = fmaxf(rowMax[r], tileMax[r]);
-      base[r] = newMax == -tl_inf() ? 0.0f : newMax;  // a row that sees nothing yet stays at 0
-      correction[r] = tl_exp2(rowMax[r] - base[r]);
-      rowMax[r] = newMax;
-      rowSum[r] *= correction[r];
-    }
-    unsigned pf[KT / 16][4];
 #pragma unroll
-    for (int j = 0; j < KT / 8; ++j) {
-      const float p0 = tl_exp2(s[j][0] - base[0]), p1 = tl_exp2(s[j][1] - base[0]);
-      const float p2 = tl_exp2(s[j][2] - base[1]), p3 = tl_exp2(s[j][3] - base[1]);
-      rowSum[0] += p0 + p1;
-      rowSum[1] += p2 + p3;
-      // The accumulator layout of keys 8j..8j+7 is the A-fragment layout of half a k16 step.
-      pf[j / 2][(j % 2) * 2] = tl_pack_bf16(p0, p1);
-      pf[j / 2][(j % 2) * 2 + 1] = tl_pack_bf16(p2, p3);
-    }
+      for (int j = 0; j < KT / 8; ++j) {
+        const float p0 = tl_exp2(s[mt][j][0] - base[0]), p1 = tl_exp2(s[mt][j][1] - base[0]);
+        const float p2 = tl_exp2(s[mt][j][2] - base[1]), p3 = tl_exp2(s[mt][j][3] - base[1]);
+        rowSum[mt][0] += p0 + p1;
+        rowSum[mt][1] += p2 + p3;
+        // The accumulator layout of keys 8j..8j+7 is the A-fragment layout of half a k16 step.
+        pf[mt][j / 2][(j % 2) * 2] = tl_pack_bf16(p0, p1);
+        pf[mt][j / 2][(j % 2) * 2 + 1] = tl_pack_bf16(p2, p3);
+      }
 #pragma unroll
-    for (int j = 0; j < DV / 8; ++j) {
-      o[j][0] *= correction[0];
-      o[j][1] *= correction[0];
-      o[j][2] *= correction[1];
-      o[j][3] *= correction[1];
+      for (int j = 0; j < DV / 8; ++j) {
+        o[mt][j][0] *= correction[0];
+        o[mt][j][1] *= correction[0];
+        o[mt][j][2] *= correction[1];
+        o[mt][j][3] *= correction[1];
+      }
     }
 #pragma unroll
     for (int kc = 0; kc < KT / 16; ++kc)
@@ -155,28 +172,32 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
         unsigned r[4];
         const int key = kc * 16 + (lane % 8) + ((lane / 8) % 2) * 8, chunk = j * 2 + lane / 16;
         tl_ldmatrix_x4_trans(vBase + tl_swizzle(key, chunk, V_ROW), r);
-        tl_mma_bf16(o[2 * j], pf[kc], r[0], r[1]);
-        tl_mma_bf16(o[2 * j + 1], pf[kc], r[2], r[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          tl_mma_bf16(o[mt][2 * j], pf[mt][kc], r[0], r[1]);
+          tl_mma_bf16(o[mt][2 * j + 1], pf[mt][kc], r[2], r[3]);
+        }
       }
   }
   tl_cp_async_wait<0>();
   tl_allow_dependents();
 
-  for (int r = 0; r < 2; ++r) {
-    rowSum[r] += __shfl_xor_sync(0xffffffffu, rowSum[r], 1);
-    rowSum[r] += __shfl_xor_sync(0xffffffffu, rowSum[r], 2);
-  }
-  for (int r = 0; r < 2; ++r) {
-    const int query = q0 + g + r * 8;
-    if (query >= S::SQ) continue;
-    tl_bf16 *out = S::out_dst(p, b, h, query);
-    const float inverse = 1.0f / rowSum[r];  // no visible key: 0 / 0, NaN as in the reference
-    // rowMax is in log2 units: ln(sum e^s) = (max + log2(sum)) ln 2.
-    if (S::LSE && tig == 0) *S::lse_dst(p, b, h, query) = (rowMax[r] + log2f(rowSum[r])) * 0.6931471805599453f;
-    for (int j = 0; j < DV / 8; ++j)
-      *reinterpret_cast<unsigned *>(out + j * 8 + tig * 2) =
-          tl_pack_bf16(o[j][2 * r] * inverse, o[j][2 * r + 1] * inverse);
-  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    for (int r = 0; r < 2; ++r) {
+      float sum = rowSum[mt][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int query = q0 + mt * 16 + g + r * 8;
+      if (query >= S::SQ) continue;
+      tl_bf16 *out = S::out_dst(p, b, h, query);
+      const float inverse = 1.0f / sum;  // no visible key: 0 / 0, NaN as in the reference
+      // rowMax is in log2 units: ln(sum e^s) = (max + log2(sum)) ln 2.
+      if (S::LSE && tig == 0) *S::lse_dst(p, b, h, query) = (rowMax[mt][r] + log2f(sum)) * 0.6931471805599453f;
+      for (int j = 0; j < DV / 8; ++j)
+        *reinterpret_cast<unsigned *>(out + j * 8 + tig * 2) =
+            tl_pack_bf16(o[mt][j][2 * r] * inverse, o[mt][j][2 * r + 1] * inverse);
+    }
 }
 
 #endif // TL_NVIDIA

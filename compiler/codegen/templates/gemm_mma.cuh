@@ -51,6 +51,13 @@ TL_DEVICE void tl_mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, u
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// Accumulator fragments (N of m16n8k16's four floats a thread) set to zero.
+template <int N> TL_DEVICE void tl_zero_fragments(float (&acc)[N][4]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+}
 // Two bf16 products at once (fma with -0 so that x * g keeps the sign of zero).
 TL_DEVICE unsigned tl_mul_bf16x2(unsigned a, unsigned b) {
   unsigned d;

@@ -16,6 +16,12 @@
 //       tile; the other column tiles' mainloops do no norm work beyond the gain and read
 //       the sums before their epilogue. In one wave every block waits for the slowest
 //       anyway, and the flag's round trip would only add to it.
+//   v4  tl_gemm_wgmma_ws, warp-specialized: one producer warpgroup copies the stages
+//       (cp.async) and two consumer warpgroups only issue wgmma, A and B both read from
+//       shared memory by descriptor; full and empty mbarriers per stage replace the
+//       block-wide barrier of every k step (the top stall of v3 in Nsight Compute).
+//       128-row tiles, no split-K, no RMSNorm: with the norm's gain applied to A in
+//       registers each group must finish before the next is issued, and it ran slower.
 //
 // Same Spec hooks as gemm_mma.cuh (BM = 64 or 128, BN = 64, 128 or 256).
 #pragma once
@@ -78,6 +84,57 @@ template <int BN> TL_DEVICE void tl_wgmma(float (&d)[BN / 2], const unsigned (&a
   if constexpr (BN == 64) tl_wgmma_m64n64k16(d, a, descB);
   else if constexpr (BN == 128) tl_wgmma_m64n128k16(d, a, descB);
   else tl_wgmma_m64n256k16(d, a, descB);
+}
+
+// The same with A from shared memory by descriptor too (both operands K-major).
+TL_DEVICE void tl_wgmma_ss_m64n64k16(float (&d)[32], unsigned long long descA, unsigned long long descB) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : TL_WGMMA_ACC32(0)
+      : "l"(descA), "l"(descB), "r"(1));
+}
+
+TL_DEVICE void tl_wgmma_ss_m64n128k16(float (&d)[64], unsigned long long descA, unsigned long long descB) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32)
+      : "l"(descA), "l"(descB), "r"(1));
+}
+
+TL_DEVICE void tl_wgmma_ss_m64n256k16(float (&d)[128], unsigned long long descA, unsigned long long descB) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, p, 1, 1, 0, 0;\n}\n"
+      : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32), TL_WGMMA_ACC32(64), TL_WGMMA_ACC32(96)
+      : "l"(descA), "l"(descB), "r"(1));
+}
+
+template <int BN> TL_DEVICE void tl_wgmma_ss(float (&d)[BN / 2], unsigned long long descA, unsigned long long descB) {
+  if constexpr (BN == 64) tl_wgmma_ss_m64n64k16(d, descA, descB);
+  else if constexpr (BN == 128) tl_wgmma_ss_m64n128k16(d, descA, descB);
+  else tl_wgmma_ss_m64n256k16(d, descA, descB);
+}
+
+// mbarriers in shared memory (addresses from tl_smem_addr).
+TL_DEVICE void tl_mbarrier_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+TL_DEVICE void tl_mbarrier_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Returns once the phase of parity `parity` has completed.
+TL_DEVICE void tl_mbarrier_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
 }
 
 TL_DEVICE unsigned tl_load_acquire(const unsigned *flag) {
@@ -296,6 +353,109 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
     if (threadIdx.x == 0) p.sync[tile] = 0u;  // left zero for the next kernel that counts
   }
   __syncthreads();
+  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
+}
+
+
+// v4: warp-specialized. Warpgroup 0 produces, warpgroups 1..BM/64 consume (64 rows each).
+//   full[s]   the producer's 128 threads arrive when stage s holds its k tile, after a
+//             proxy fence;
+//   empty[s]  each consumer warp arrives when its wgmma reading stage s has completed.
+// Use u of a stage (u = i / STAGES for k tile i) completes phase u of both barriers.
+template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) {
+  constexpr int BM = S::BM, BN = S::BN, BK = 64, GROUPS = BM / 64, THREADS = (GROUPS + 1) * 128;
+  constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+  constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES, LD = BN + 8;
+  // Copies of k tile i + LAG are in flight while tile i is handed over; consumers hold two stages.
+  constexpr int LAG = STAGES - 2;
+  static_assert(BM == 128 && (BN == 64 || BN == 128 || BN == 256) && !S::B_KN && STAGES >= 3 && S::K_SPLITS == 1 &&
+                    !S::ROW_NORM,
+                "warp-specialized wgmma tiles: 128 rows, 64..256 columns, B stored [N, K], K not split, no RMSNorm");
+  static_assert(BM * LD * 4 <= STAGES * STAGE_BYTES, "the accumulator tile fits in the stages");
+  extern __shared__ __align__(128) unsigned char tl_smem_raw[];
+  unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
+  const unsigned fullBar = tl_smem_addr(tl_smem + STAGES * STAGE_BYTES), emptyBar = fullBar + STAGES * 8;
+
+  constexpr int TILES = S::BATCH * S::TILES_M * S::TILES_N;
+  const int tile = blockIdx.x % TILES;
+  const int tm = tile % S::TILES_M, tn = (tile / S::TILES_M) % S::TILES_N, bt = tile / (S::TILES_M * S::TILES_N);
+  const tl_tile_cols cols = S::tile_cols(tn);
+  const int m0 = tm * BM;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 4;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      tl_mbarrier_init(fullBar + s * 8, 128);
+      tl_mbarrier_init(emptyBar + s * 8, GROUPS * 4);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if constexpr (S::CHAINED) tl_wait_for_producers();
+  float *tileRows = reinterpret_cast<float *>(tl_smem);  // the accumulator tile, over the stages
+
+  // Each role ends at barrier 1 (all threads: the stages are free), after which the
+  // consumers store their accumulators: no accumulator register outlives its role.
+  if (group == 0) {
+    // Producer: thread t copies chunk t % 8 of rows t / 8 + 16 j of A and B.
+    tl_stage_copies<BM, 128> aCopies;
+    aCopies.init([&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+    tl_stage_copies<BN, 128> bCopies;
+    bCopies.init([&](int r) { return S::b_row(bt, cols, r); });
+    for (int j = 0; j < KT + LAG; ++j) {
+      if (j < KT) {
+        const int stage = j % STAGES;
+        if (j >= STAGES) tl_mbarrier_wait(emptyBar + stage * 8, (j / STAGES + 1) & 1);
+        const int k = j * BK + (threadIdx.x % 8) * 8;
+        unsigned char *sA = tl_smem + stage * STAGE_BYTES;
+        aCopies.copy(sA, S::a_base(p), S::a_col(k), k < S::K);
+        bCopies.copy(sA + A_BYTES, S::b_base(p), S::b_col(k), k < S::K);
+      }
+      tl_cp_async_commit();
+      const int i = j - LAG;  // the k tile to hand over
+      if (i < 0) continue;
+      tl_cp_async_wait<LAG>();
+      // Written through the generic proxy; the consumers' wgmma reads through the async one.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      tl_mbarrier_arrive(fullBar + (i % STAGES) * 8);
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
+  } else {
+    // Consumer warpgroup `group` computes rows 64 (group - 1) .. of the tile: A and B by
+    // descriptor, one group in flight while the next is issued.
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    const unsigned aOffset = (group - 1) * 64 * BK * 2;
+    for (int i = 0; i < KT; ++i) {
+      const int stage = i % STAGES;
+      tl_mbarrier_wait(fullBar + stage * 8, (i / STAGES) & 1);
+      const unsigned sA = tl_smem_addr(tl_smem + stage * STAGE_BYTES);
+      tl_wgmma_fence();
+      tl_wgmma_pin(acc);
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+        tl_wgmma_ss<BN>(acc, tl_wgmma_descriptor(sA + aOffset, s * 32), tl_wgmma_descriptor(sA + A_BYTES, s * 32));
+      tl_wgmma_commit();
+      tl_wgmma_wait<1>();  // the group before this one is done: its stage goes back
+      tl_wgmma_pin(acc);
+      if (i > 0 && lane == 0) tl_mbarrier_arrive(emptyBar + ((i - 1) % STAGES) * 8);
+    }
+    tl_wgmma_wait<0>();
+    tl_wgmma_pin(acc);
+    asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
+    // Warp w holds rows 16 w + g and 16 w + g + 8; per 8 columns j, columns 8 j + 2 tig + {0, 1}.
+    const int g = lane / 4, tig = lane % 4, r = (warp - 4) * 16 + g;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int c = j * 8 + tig * 2;
+      *reinterpret_cast<tl_u32x2 *>(tileRows + r * LD + c) = tl_u32x2{__float_as_uint(acc[4 * j]), __float_as_uint(acc[4 * j + 1])};
+      *reinterpret_cast<tl_u32x2 *>(tileRows + (r + 8) * LD + c) =
+          tl_u32x2{__float_as_uint(acc[4 * j + 2]), __float_as_uint(acc[4 * j + 3])};
+    }
+  }
+  __syncthreads();
+  tl_allow_dependents();
   tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
 }
 
