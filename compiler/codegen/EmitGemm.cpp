@@ -236,8 +236,8 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   if (hopper)
     headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups{}, {} stages{}{}{}",
                                       hopper->BM, hopper->BN, hopper->BM / 64,
-                                      hopper->producer ? " fed by a producer warpgroup (cp.async, mbarriers; it also "
-                                                         "applies RMSNorm's gain and sums the squares)"
+                                      hopper->producer ? " fed by a producer warpgroup (cp.async; a full and an empty "
+                                                         "mbarrier per stage)"
                                                        : "",
                                       hopper->stages,
                                       hopper->resident > 1 ? fmt::format(", {} blocks per SM", hopper->resident) : "",

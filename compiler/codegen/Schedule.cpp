@@ -124,15 +124,17 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   const char *text = std::getenv("TLC_WGMMA_TILE");
   WgmmaTile forced;
   int producer = 0;
-  if (text &&
-      std::sscanf(text, "%dx%dx%dx%dx%dx%d", &forced.BM, &forced.BN, &forced.stages, &forced.splits, &forced.resident,
-                  &producer) >= 3 &&
-      (forced.producer = producer == 1, producer == 0 || (producer == 1 && forced.splits == 1 && forced.BM == 128 && forced.resident == 1)) &&
-      forced.splits >= 1 && forced.splits <= 8 && forced.resident >= 1 && forced.resident <= 4 &&
+  bool parsed = text && std::sscanf(text, "%dx%dx%dx%dx%dx%d", &forced.BM, &forced.BN, &forced.stages, &forced.splits,
+                                    &forced.resident, &producer) >= 3;
+  forced.producer = producer == 1;
+  // The warp-specialized kernel: 128-row tiles, one block per SM, K not split, no RMSNorm.
+  bool producerFits = producer == 0 || (forced.producer && forced.BM == 128 && forced.splits == 1 &&
+                                        forced.resident == 1 && !gemm.rowNorm);
+  if (parsed && producerFits && forced.splits >= 1 && forced.splits <= 8 && forced.resident >= 1 && forced.resident <= 4 &&
       forced.resident * (forced.sharedBytes() + kReservedPerBlock) <= kSharedBytesPerSM &&
       (forced.BM == 64 || forced.BM == 128) && (forced.BN == 64 || forced.BN == 128 || forced.BN == 256) &&
       forced.stages >= 3 && forced.stages <= 8 && forced.sharedBytes() <= kSharedBytesPerBlock &&
-      tileHoldsEpilogue(gemm, forced.BN) && !(forced.producer && gemm.rowNorm))
+      tileHoldsEpilogue(gemm, forced.BN))
     return forced;
   // Measured on an H100 (bench/kernels.py --sweep-wgmma): GEMMs of at most two waves of
   // 64x64 tiles run fastest on 64x64 tiles with a deep pipeline, splitting K two ways
@@ -176,7 +178,8 @@ AttentionTile chooseAttentionTile(const AttentionSpec &spec, int multiprocessors
   if (const char *text = std::getenv("TLC_ATTENTION_TILE")) {
     AttentionTile forced;
     int fields = std::sscanf(text, "%dx%dx%d", &forced.queries, &forced.heads, &forced.mTiles);
-    if (fields >= 2 && forced.mTiles >= 1 && forced.mTiles <= maxMTiles && forced.queries % (16 * forced.mTiles) == 0 &&
+    if (fields >= 2 && forced.mTiles >= 1 && forced.mTiles <= maxMTiles && forced.queries > 0 &&
+        forced.queries % (16 * forced.mTiles) == 0 &&
         forced.heads > 0 && group % forced.heads == 0 && forced.threads() <= 256)
       return forced;
   }

@@ -60,6 +60,12 @@ int checkKernels(GpuDevice &device, const Program &program, const char *dtype,
   return int(checked.size());
 }
 
+// checkKernels on the bf16 kernels whose source contains `text` (a template or a Spec flag).
+int checkBf16KernelsContaining(GpuDevice &device, const Program &program, const std::string &text, int launches) {
+  return checkKernels(device, program, "bf16",
+                      [&](const Kernel &kernel) { return kernel.source.find(text) != std::string::npos; }, launches);
+}
+
 class GpuKernels : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GpuKernels, EachMatchesTheCpuReference) {
@@ -75,9 +81,9 @@ TEST_P(GpuKernels, EachMatchesTheCpuReference) {
 TEST(GpuKernelsWide, RowNormSharedByColumnTilesMatchesTheCpuReference) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);
-  Program program = compile(*presetConfig("workshop"), 2, 64, 128, "bf16");
-  auto shared = [](const Kernel &kernel) { return kernel.source.find("NORM_SHARED = true") != std::string::npos; };
-  EXPECT_GE(checkKernels(*device, program, "bf16", shared, 3), 1);
+  EXPECT_GE(checkBf16KernelsContaining(*device, compile(*presetConfig("workshop"), 2, 64, 128, "bf16"),
+                                       "NORM_SHARED = true", 3),
+            1);
 }
 
 // GEMMs without RMSNorm whose 128x256 tiles nearly fill the device's waves run the
@@ -86,9 +92,9 @@ TEST(GpuKernelsWide, RowNormSharedByColumnTilesMatchesTheCpuReference) {
 TEST(GpuKernelsWarpSpecialized, ProducerAndConsumersMatchTheCpuReference) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);
-  Program program = compile(*presetConfig("workshop"), 1, 8, 128, "bf16");
-  auto specialized = [](const Kernel &kernel) { return kernel.source.find("tl_gemm_wgmma_ws<") != std::string::npos; };
-  EXPECT_GE(checkKernels(*device, program, "bf16", specialized, 3), 1);
+  EXPECT_GE(checkBf16KernelsContaining(*device, compile(*presetConfig("workshop"), 1, 8, 128, "bf16"),
+                                       "tl_gemm_wgmma_ws<", 3),
+            1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, GpuKernels, ::testing::ValuesIn(allCases(2)), caseName);  // O3 runs O2s kernels

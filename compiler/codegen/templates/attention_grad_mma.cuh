@@ -22,7 +22,7 @@
 // counter(p): B*HKV*ceil(SK/64) zeroed words, left zeroed. Launched with
 // tl_attention_grad_mma_shape<S>::BLOCKS blocks of 128 threads.
 #pragma once
-#include "gemm_mma.cuh"
+#include "attention_tiles.cuh"
 
 #if defined(TL_NVIDIA)
 
@@ -35,62 +35,6 @@ template <class S> struct tl_attention_grad_mma_shape {
   static constexpr int X_BYTES = TILE * S::D * 2, BUFFER_BYTES = X_BYTES + TILE * S::DV * 2;
 };
 
-
-// Rows r0 .. r0+TILE-1 of a [rows, COLS] bf16 operand into a swizzled tile, zeros past
-// `rows` (cp.async, not yet waited for).
-template <int TILE, int COLS, int THREADS, class Row>
-TL_DEVICE void tl_attention_grad_stage(unsigned char *tile, int r0, int rows, Row row) {
-  for (int i = threadIdx.x; i < TILE * (COLS / 8); i += THREADS) {
-    const int r = i / (COLS / 8), c = i % (COLS / 8);
-    const bool inside = r0 + r < rows;
-    tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, COLS * 2)), row(inside ? r0 + r : 0) + c * 8, inside ? 16 : 0);
-  }
-}
-
-// A warp's 16 rows of a staged tile (rows warp*16 ..) as A fragments, COLS / 16 k-steps.
-template <int COLS> TL_DEVICE void tl_attention_grad_fragments(const unsigned char *tile, unsigned (&f)[COLS / 16][4]) {
-  const int lane = threadIdx.x % 32, row = (threadIdx.x / 32) * 16 + lane % 16;
-#pragma unroll
-  for (int kk = 0; kk < COLS / 16; ++kk) tl_ldmatrix_x4(tl_smem_addr(tile) + tl_swizzle(row, kk * 2 + lane / 16, COLS * 2), f[kk]);
-}
-
-// acc[16 x TILE] += A[16 x COLS] · Tᵀ, T a staged [TILE, COLS] tile (its rows are the
-// columns of the product: Q Kᵀ, dO Vᵀ, K Qᵀ, V dOᵀ).
-template <int TILE, int COLS>
-TL_DEVICE void tl_attention_grad_mma_nt(float (&acc)[TILE / 8][4], const unsigned (&a)[COLS / 16][4], unsigned tile) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int kk = 0; kk < COLS / 16; ++kk)
-#pragma unroll
-    for (int j = 0; j < TILE / 16; ++j) {
-      unsigned r[4];
-      tl_ldmatrix_x4(tile + tl_swizzle(j * 16 + lane % 8 + (lane / 16) * 8, kk * 2 + (lane / 8) % 2, COLS * 2), r);
-      tl_mma_bf16(acc[2 * j], a[kk], r[0], r[1]);
-      tl_mma_bf16(acc[2 * j + 1], a[kk], r[2], r[3]);
-    }
-}
-
-// acc[16 x COLS] += A[16 x TILE] · T, T a staged [TILE, COLS] tile (dS K, Pᵀ dO, dSᵀ Q).
-template <int TILE, int COLS>
-TL_DEVICE void tl_attention_grad_mma_nn(float (&acc)[COLS / 8][4], const unsigned (&a)[TILE / 16][4], unsigned tile) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int kc = 0; kc < TILE / 16; ++kc)
-#pragma unroll
-    for (int j = 0; j < COLS / 16; ++j) {
-      unsigned r[4];
-      tl_ldmatrix_x4_trans(tile + tl_swizzle(kc * 16 + lane % 8 + ((lane / 8) % 2) * 8, j * 2 + lane / 16, COLS * 2), r);
-      tl_mma_bf16(acc[2 * j], a[kc], r[0], r[1]);
-      tl_mma_bf16(acc[2 * j + 1], a[kc], r[2], r[3]);
-    }
-}
-
-// Accumulators of keys or queries 8j .. 8j+7 are the A-fragment layout of half a k16 step.
-template <int TILE>
-TL_DEVICE void tl_attention_grad_pack(unsigned (&f)[TILE / 16][4], int j, float v0, float v1, float v2, float v3) {
-  f[j / 2][(j % 2) * 2] = tl_pack_bf16(v0, v1);
-  f[j / 2][(j % 2) * 2 + 1] = tl_pack_bf16(v2, v3);
-}
 
 // lse_i (in log2 units) and D_i = dO_i · O_i of rows r0 .. r0+TILE-1 of head h, dO staged
 // in `dO`; two threads a row. Block-wide (every thread takes part in the shuffle).
@@ -123,15 +67,15 @@ TL_DEVICE void tl_attention_grad_row_scalars(const typename S::Params &p, const 
 template <class S>
 TL_DEVICE void tl_attention_grad_stage_keys(const typename S::Params &p, unsigned char *buffer, int b, int hkv, int r0) {
   using T = tl_attention_grad_mma_shape<S>;
-  tl_attention_grad_stage<T::TILE, S::D, T::THREADS>(buffer, r0, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
-  tl_attention_grad_stage<T::TILE, S::DV, T::THREADS>(buffer + T::X_BYTES, r0, S::SK,
+  tl_attention_stage<T::TILE, S::D, T::THREADS>(buffer, r0, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
+  tl_attention_stage<T::TILE, S::DV, T::THREADS>(buffer + T::X_BYTES, r0, S::SK,
                                                       [&](int j) { return S::v_src(p, b, hkv, j); });
 }
 template <class S>
 TL_DEVICE void tl_attention_grad_stage_queries(const typename S::Params &p, unsigned char *buffer, int b, int h, int r0) {
   using T = tl_attention_grad_mma_shape<S>;
-  tl_attention_grad_stage<T::TILE, S::D, T::THREADS>(buffer, r0, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
-  tl_attention_grad_stage<T::TILE, S::DV, T::THREADS>(buffer + T::X_BYTES, r0, S::SQ,
+  tl_attention_stage<T::TILE, S::D, T::THREADS>(buffer, r0, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
+  tl_attention_stage<T::TILE, S::DV, T::THREADS>(buffer + T::X_BYTES, r0, S::SQ,
                                                       [&](int i) { return S::do_src(p, b, h, i); });
 }
 
@@ -162,8 +106,8 @@ TL_DEVICE void tl_attention_grad_mma_queries(const typename S::Params &p, int b,
   tl_cp_async_wait<0>();
   __syncthreads();
   unsigned qf[D / 16][4], dof[DV / 16][4];
-  tl_attention_grad_fragments<D>(own, qf);
-  tl_attention_grad_fragments<DV>(own + T::X_BYTES, dof);
+  tl_attention_fragments<D>(own, (threadIdx.x / 32) * 16, qf);
+  tl_attention_fragments<DV>(own + T::X_BYTES, (threadIdx.x / 32) * 16, dof);
   tl_attention_grad_row_scalars<S, TILE, THREADS>(p, own + T::X_BYTES, b, h, qt * TILE, rowLse, rowDot);
   __syncthreads();
   const float lse[2] = {rowLse[warp * 16 + g], rowLse[warp * 16 + g + 8]};
@@ -183,8 +127,8 @@ TL_DEVICE void tl_attention_grad_mma_queries(const typename S::Params &p, int b,
     float s[TILE / 8][4], dp[TILE / 8][4];
     tl_zero_fragments(s);
     tl_zero_fragments(dp);
-    tl_attention_grad_mma_nt<TILE, D>(s, qf, kTile);
-    tl_attention_grad_mma_nt<TILE, DV>(dp, dof, vTile);
+    tl_attention_mma_nt<TILE, D>(s, qf, kTile);
+    tl_attention_mma_nt<TILE, DV>(dp, dof, vTile);
     const bool masked = (t + 1) * TILE > S::SK || q0 + 15 >= S::SQ || (S::CAUSAL && (t + 1) * TILE - 1 > q0 + OFFSET);
     unsigned dsf[TILE / 16][4];
 #pragma unroll
@@ -197,9 +141,9 @@ TL_DEVICE void tl_attention_grad_mma_queries(const typename S::Params &p, int b,
         const float pij = visible ? tl_exp2(s[j][e] * SCALE_LOG2 - lse[e / 2]) : 0.0f;
         ds[e] = pij * (dp[j][e] - dot[e / 2]);
       }
-      tl_attention_grad_pack<TILE>(dsf, j, ds[0], ds[1], ds[2], ds[3]);
+      tl_attention_pack<TILE>(dsf, j, ds[0], ds[1], ds[2], ds[3]);
     }
-    tl_attention_grad_mma_nn<TILE, D>(dq, dsf, kTile);
+    tl_attention_mma_nn<TILE, D>(dq, dsf, kTile);
   }
   tl_cp_async_wait<0>();
   tl_allow_dependents();
@@ -236,8 +180,8 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
   tl_cp_async_wait<0>();
   __syncthreads();
   unsigned kf[D / 16][4], vf[DV / 16][4];
-  tl_attention_grad_fragments<D>(own, kf);
-  tl_attention_grad_fragments<DV>(own + T::X_BYTES, vf);
+  tl_attention_fragments<D>(own, (threadIdx.x / 32) * 16, kf);
+  tl_attention_fragments<DV>(own + T::X_BYTES, (threadIdx.x / 32) * 16, vf);
 
   float dk[D / 8][4], dv[DV / 8][4];
   tl_zero_fragments(dk);
@@ -256,8 +200,8 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
     float st[TILE / 8][4], dpt[TILE / 8][4];
     tl_zero_fragments(st);
     tl_zero_fragments(dpt);
-    tl_attention_grad_mma_nt<TILE, D>(st, kf, qTile);
-    tl_attention_grad_mma_nt<TILE, DV>(dpt, vf, doTile);
+    tl_attention_mma_nt<TILE, D>(st, kf, qTile);
+    tl_attention_mma_nt<TILE, DV>(dpt, vf, doTile);
     const bool masked = (t + 1) * TILE > S::SQ || k0 + 15 >= S::SK || (S::CAUSAL && k0 + 15 > t * TILE + OFFSET);
     unsigned pf[TILE / 16][4], dsf[TILE / 16][4];
 #pragma unroll
@@ -270,11 +214,11 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
         pv[e] = visible ? tl_exp2(st[j][e] * SCALE_LOG2 - colLse[column]) : 0.0f;
         ds[e] = pv[e] * (dpt[j][e] - colDot[column]);
       }
-      tl_attention_grad_pack<TILE>(pf, j, pv[0], pv[1], pv[2], pv[3]);
-      tl_attention_grad_pack<TILE>(dsf, j, ds[0], ds[1], ds[2], ds[3]);
+      tl_attention_pack<TILE>(pf, j, pv[0], pv[1], pv[2], pv[3]);
+      tl_attention_pack<TILE>(dsf, j, ds[0], ds[1], ds[2], ds[3]);
     }
-    tl_attention_grad_mma_nn<TILE, DV>(dv, pf, doTile);
-    tl_attention_grad_mma_nn<TILE, D>(dk, dsf, qTile);
+    tl_attention_mma_nn<TILE, DV>(dv, pf, doTile);
+    tl_attention_mma_nn<TILE, D>(dk, dsf, qTile);
   }
   tl_cp_async_wait<0>();
   tl_allow_dependents();

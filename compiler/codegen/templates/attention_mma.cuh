@@ -18,7 +18,7 @@
 // Params, q_src(p, b, h, s), k_src(p, b, hkv, s), v_src(p, b, hkv, s) (rows of D or DV
 // contiguous bf16), out_dst(p, b, h, s) and lse_dst(p, b, h, s) (one float).
 #pragma once
-#include "gemm_mma.cuh"
+#include "attention_tiles.cuh"
 
 #if defined(TL_NVIDIA)
 
@@ -48,18 +48,8 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
   const int tiles = keys > 0 ? (keys + KT - 1) / KT : 0;
 
   auto loadKV = [&](int buffer, int t) {
-    for (int i = threadIdx.x; i < KT * (D / 8); i += THREADS) {
-      const int r = i / (D / 8), c = i % (D / 8), key = t * KT + r;
-      const bool inside = key < S::SK;
-      tl_cp_async16(tl_smem_addr(sK + buffer * K_BYTES + tl_swizzle(r, c, K_ROW)),
-                    S::k_src(p, b, hkv, inside ? key : 0) + c * 8, inside ? 16 : 0);
-    }
-    for (int i = threadIdx.x; i < KT * (DV / 8); i += THREADS) {
-      const int r = i / (DV / 8), c = i % (DV / 8), key = t * KT + r;
-      const bool inside = key < S::SK;
-      tl_cp_async16(tl_smem_addr(sV + buffer * V_BYTES + tl_swizzle(r, c, V_ROW)),
-                    S::v_src(p, b, hkv, inside ? key : 0) + c * 8, inside ? 16 : 0);
-    }
+    tl_attention_stage<KT, D, THREADS>(sK + buffer * K_BYTES, t * KT, S::SK, [&](int key) { return S::k_src(p, b, hkv, key); });
+    tl_attention_stage<KT, DV, THREADS>(sV + buffer * V_BYTES, t * KT, S::SK, [&](int key) { return S::v_src(p, b, hkv, key); });
   };
 
   tl_wait_for_producers();
@@ -78,12 +68,7 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
   // queries are rows w * WQ ...
   unsigned qf[MT][D / 16][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const int row = warp * WQ + mt * 16 + lane % 16, chunk = kk * 2 + lane / 16;
-      tl_ldmatrix_x4(tl_smem_addr(sQ) + tl_swizzle(row, chunk, Q_ROW), qf[mt][kk]);
-    }
+  for (int mt = 0; mt < MT; ++mt) tl_attention_fragments<D>(sQ, warp * WQ + mt * 16, qf[mt]);
 
   float o[MT][DV / 8][4];
 #pragma unroll
@@ -107,19 +92,13 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
     float s[MT][KT / 8][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) tl_zero_fragments(s[mt]);
+    tl_attention_nt_fragments<KT, D>(kBase, [&](int kk, int j, const unsigned (&r)[4]) {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-#pragma unroll
-      for (int j = 0; j < KT / 16; ++j) {
-        unsigned r[4];
-        const int key = j * 16 + (lane % 8) + (lane / 16) * 8, chunk = kk * 2 + (lane / 8) % 2;
-        tl_ldmatrix_x4(kBase + tl_swizzle(key, chunk, K_ROW), r);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          tl_mma_bf16(s[mt][2 * j], qf[mt][kk], r[0], r[1]);
-          tl_mma_bf16(s[mt][2 * j + 1], qf[mt][kk], r[2], r[3]);
-        }
+      for (int mt = 0; mt < MT; ++mt) {
+        tl_mma_bf16(s[mt][2 * j], qf[mt][kk], r[0], r[1]);
+        tl_mma_bf16(s[mt][2 * j + 1], qf[mt][kk], r[2], r[3]);
       }
+    });
 
     // Scale into log2 units, mask (only tiles that reach past the diagonal or the last
     // key need it), and update the running max and sum of each row.
@@ -153,9 +132,7 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
         const float p2 = tl_exp2(s[mt][j][2] - base[1]), p3 = tl_exp2(s[mt][j][3] - base[1]);
         rowSum[mt][0] += p0 + p1;
         rowSum[mt][1] += p2 + p3;
-        // The accumulator layout of keys 8j..8j+7 is the A-fragment layout of half a k16 step.
-        pf[mt][j / 2][(j % 2) * 2] = tl_pack_bf16(p0, p1);
-        pf[mt][j / 2][(j % 2) * 2 + 1] = tl_pack_bf16(p2, p3);
+        tl_attention_pack<KT>(pf[mt], j, p0, p1, p2, p3);
       }
 #pragma unroll
       for (int j = 0; j < DV / 8; ++j) {
@@ -165,19 +142,13 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
         o[mt][j][3] *= correction[1];
       }
     }
+    tl_attention_nn_fragments<KT, DV>(vBase, [&](int kc, int j, const unsigned (&r)[4]) {
 #pragma unroll
-    for (int kc = 0; kc < KT / 16; ++kc)
-#pragma unroll
-      for (int j = 0; j < DV / 16; ++j) {
-        unsigned r[4];
-        const int key = kc * 16 + (lane % 8) + ((lane / 8) % 2) * 8, chunk = j * 2 + lane / 16;
-        tl_ldmatrix_x4_trans(vBase + tl_swizzle(key, chunk, V_ROW), r);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          tl_mma_bf16(o[mt][2 * j], pf[mt][kc], r[0], r[1]);
-          tl_mma_bf16(o[mt][2 * j + 1], pf[mt][kc], r[2], r[3]);
-        }
+      for (int mt = 0; mt < MT; ++mt) {
+        tl_mma_bf16(o[mt][2 * j], pf[mt][kc], r[0], r[1]);
+        tl_mma_bf16(o[mt][2 * j + 1], pf[mt][kc], r[2], r[3]);
       }
+    });
   }
   tl_cp_async_wait<0>();
   tl_allow_dependents();

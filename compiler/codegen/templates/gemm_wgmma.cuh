@@ -53,31 +53,30 @@ TL_DEVICE unsigned long long tl_wgmma_descriptor(unsigned address, int offset) {
       "+f"(d[i + 7])
 #define TL_WGMMA_ACC32(i) TL_WGMMA_ACC8(i), TL_WGMMA_ACC8(i + 8), TL_WGMMA_ACC8(i + 16), TL_WGMMA_ACC8(i + 24)
 
+// The accumulator operands %0 .. %N-1 of the instructions below.
+#define TL_WGMMA_D32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define TL_WGMMA_D64 TL_WGMMA_D32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define TL_WGMMA_D128 TL_WGMMA_D64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+
 TL_DEVICE void tl_wgmma_m64n64k16(float (&d)[32], const unsigned (&a)[4], unsigned long long descB) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : TL_WGMMA_ACC32(0)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" TL_WGMMA_D32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+               : TL_WGMMA_ACC32(0)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
 }
 
 TL_DEVICE void tl_wgmma_m64n128k16(float (&d)[64], const unsigned (&a)[4], unsigned long long descB) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" TL_WGMMA_D64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+               : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
 }
 
 TL_DEVICE void tl_wgmma_m64n256k16(float (&d)[128], const unsigned (&a)[4], unsigned long long descB) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "{%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-      : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32), TL_WGMMA_ACC32(64), TL_WGMMA_ACC32(96)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" TL_WGMMA_D128 "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+               : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32), TL_WGMMA_ACC32(64), TL_WGMMA_ACC32(96)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
 }
 
 template <int BN> TL_DEVICE void tl_wgmma(float (&d)[BN / 2], const unsigned (&a)[4], unsigned long long descB) {
@@ -88,30 +87,24 @@ template <int BN> TL_DEVICE void tl_wgmma(float (&d)[BN / 2], const unsigned (&a
 
 // The same with A from shared memory by descriptor too (both operands K-major).
 TL_DEVICE void tl_wgmma_ss_m64n64k16(float (&d)[32], unsigned long long descA, unsigned long long descB) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1, 0, 0;\n}\n"
-      : TL_WGMMA_ACC32(0)
-      : "l"(descA), "l"(descB), "r"(1));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" TL_WGMMA_D32 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+               : TL_WGMMA_ACC32(0)
+               : "l"(descA), "l"(descB), "r"(1));
 }
 
 TL_DEVICE void tl_wgmma_ss_m64n128k16(float (&d)[64], unsigned long long descA, unsigned long long descB) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
-      : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32)
-      : "l"(descA), "l"(descB), "r"(1));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" TL_WGMMA_D64 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+               : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32)
+               : "l"(descA), "l"(descB), "r"(1));
 }
 
 TL_DEVICE void tl_wgmma_ss_m64n256k16(float (&d)[128], unsigned long long descA, unsigned long long descB) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, p, 1, 1, 0, 0;\n}\n"
-      : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32), TL_WGMMA_ACC32(64), TL_WGMMA_ACC32(96)
-      : "l"(descA), "l"(descB), "r"(1));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" TL_WGMMA_D128 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+               : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32), TL_WGMMA_ACC32(64), TL_WGMMA_ACC32(96)
+               : "l"(descA), "l"(descB), "r"(1));
 }
 
 template <int BN> TL_DEVICE void tl_wgmma_ss(float (&d)[BN / 2], unsigned long long descA, unsigned long long descB) {
@@ -135,6 +128,22 @@ TL_DEVICE void tl_mbarrier_wait(unsigned bar, unsigned parity) {
                  : "=r"(done)
                  : "r"(bar), "r"(parity)
                  : "memory");
+}
+
+// A warpgroup's accumulators into the tile's rows in shared memory (LD floats a row): the
+// thread's warp holds rows r - g and on (g = lane / 4), the thread rows r and r + 8, scaled
+// by s0 and s8; per 8 columns j, columns 8 j + 2 (lane % 4) + {0, 1}.
+template <int BN, int LD>
+TL_DEVICE void tl_wgmma_store_rows(const float (&acc)[BN / 2], float *tileRows, int r, float s0, float s8) {
+  const int tig = threadIdx.x % 4;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int c = j * 8 + tig * 2;
+    *reinterpret_cast<tl_u32x2 *>(tileRows + r * LD + c) =
+        tl_u32x2{__float_as_uint(acc[4 * j] * s0), __float_as_uint(acc[4 * j + 1] * s0)};
+    *reinterpret_cast<tl_u32x2 *>(tileRows + (r + 8) * LD + c) =
+        tl_u32x2{__float_as_uint(acc[4 * j + 2] * s8), __float_as_uint(acc[4 * j + 3] * s8)};
+  }
 }
 
 TL_DEVICE unsigned tl_load_acquire(const unsigned *flag) {
@@ -301,19 +310,10 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
       rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(rowSum / (float)S::K + S::NORM_EPS);
     __syncthreads();
   }
-  // Warp w holds rows 16 w + g and 16 w + g + 8; per 8 columns j, columns 8 j + 2 tig + {0, 1}.
   // Unsplit, rows are scaled by the inverse RMS on the way; split, after the parts are added.
-  const int g = lane / 4, tig = lane % 4, r = warp * 16 + g;
-  const float s0 = S::ROW_NORM && SPLITS == 1 ? rowScale[r] : 1.0f;
-  const float s8 = S::ROW_NORM && SPLITS == 1 ? rowScale[r + 8] : 1.0f;
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int c = j * 8 + tig * 2;
-    *reinterpret_cast<tl_u32x2 *>(tileRows + r * LD + c) =
-        tl_u32x2{__float_as_uint(acc[4 * j] * s0), __float_as_uint(acc[4 * j + 1] * s0)};
-    *reinterpret_cast<tl_u32x2 *>(tileRows + (r + 8) * LD + c) =
-        tl_u32x2{__float_as_uint(acc[4 * j + 2] * s8), __float_as_uint(acc[4 * j + 3] * s8)};
-  }
+  const int r = warp * 16 + lane / 4;
+  tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, S::ROW_NORM && SPLITS == 1 ? rowScale[r] : 1.0f,
+                              S::ROW_NORM && SPLITS == 1 ? rowScale[r + 8] : 1.0f);
   if constexpr (SPLITS > 1) {
     // Every split leaves its partial tile (and rows' partial sums of squares) in the
     // workspace; the last to arrive adds them all, in split order, and goes on.
@@ -355,7 +355,6 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   __syncthreads();
   tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
 }
-
 
 // v4: warp-specialized. Warpgroup 0 produces, warpgroups 1..BM/64 consume (64 rows each).
 //   full[s]   the producer's 128 threads arrive when stage s holds its k tile, after a
@@ -444,15 +443,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
     tl_wgmma_wait<0>();
     tl_wgmma_pin(acc);
     asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
-    // Warp w holds rows 16 w + g and 16 w + g + 8; per 8 columns j, columns 8 j + 2 tig + {0, 1}.
-    const int g = lane / 4, tig = lane % 4, r = (warp - 4) * 16 + g;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int c = j * 8 + tig * 2;
-      *reinterpret_cast<tl_u32x2 *>(tileRows + r * LD + c) = tl_u32x2{__float_as_uint(acc[4 * j]), __float_as_uint(acc[4 * j + 1])};
-      *reinterpret_cast<tl_u32x2 *>(tileRows + (r + 8) * LD + c) =
-          tl_u32x2{__float_as_uint(acc[4 * j + 2]), __float_as_uint(acc[4 * j + 3])};
-    }
+    tl_wgmma_store_rows<BN, LD>(acc, tileRows, (warp - 4) * 16 + lane / 4, 1.0f, 1.0f);
   }
   __syncthreads();
   tl_allow_dependents();

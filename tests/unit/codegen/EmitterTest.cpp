@@ -109,6 +109,24 @@ TEST(Codegen, O2FusionIsInsideTheGemms) {
   EXPECT_GE(splitKernels, 1);  // the down projection (K = 2048) splits on sm_90a
 }
 
+// On sm_90a, GEMMs without RMSNorm whose 128x256 tiles nearly fill their last wave run
+// the warp-specialized kernel (a fourth warpgroup, the producer); RMSNorm GEMMs and a
+// QKV of 160 such tiles (1.2 waves on 132 SMs) keep the other.
+TEST(Codegen, WideGemmsWithoutNormRunWarpSpecialized) {
+  auto specialized = [](const Kernel &kernel) { return contains(kernel.source, "tl_gemm_wgmma_ws<"); };
+  const Kernel &gateUp = kernelNamed(workshop(1), "tl_linear_bf16_1024x4096x512");  // 128 tiles
+  EXPECT_TRUE(specialized(gateUp));
+  EXPECT_EQ(gateUp.launch.at("cuda:sm_90a").blockThreads, 384);
+  EXPECT_EQ(gateUp.launch.at("cuda:sm_90a").gridBlocks, 128);
+  EXPECT_FALSE(specialized(kernelNamed(workshop(2), "tl_rmsnorm_linear_split_swiglu")));
+  Program large = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama-1.1b.tl", {1, 1, 2048, "bf16"});
+  EXPECT_TRUE(specialized(kernelNamed(large, "tl_linear_bf16_2048x2048x5632")));
+  EXPECT_FALSE(specialized(kernelNamed(large, "tl_linear_bf16_2048x2560x2048")));
+  // Its query heads share kv heads in eights: 32 queries of 4 heads a block, 32 a warp.
+  EXPECT_TRUE(contains(kernelNamed(large, "tl_flash_attention").source, "_spec<32, 4, 2>>(p)"));
+  EXPECT_TRUE(contains(kernelNamed(workshop(1), "tl_flash_attention").source, ", 1>>(p)"));  // 16 queries a warp
+}
+
 // fp32 models keep exact fp32 arithmetic: no tensor cores (they would round to tf32).
 TEST(Codegen, Fp32UsesFmaTemplates) {
   Program program = workshop(2, "f32", 2, 16);
