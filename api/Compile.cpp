@@ -26,7 +26,7 @@ static void buildPipeline(mlir::OpPassManager &pm, const CompileOptions &options
   specialize.seq = options.seqLen;
   specialize.dtype = options.dtype;
   pm.addPass(tl::createTlSpecialize(specialize));
-  buildOptPipeline(pm, options.optLevel);
+  buildOptPipeline(pm, options.optLevel, /*inference=*/!training);
   if (!training) return;
   tl::TlAutodiffOptions autodiff;
   autodiff.learningRate = training->learningRate;

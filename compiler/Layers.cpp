@@ -10,12 +10,12 @@ int layerOfKey(llvm::StringRef key) {
   return key.split('.').first.getAsInteger(10, layer) ? -1 : layer;
 }
 
-// The layer of the weight behind a value, through weight concatenation; nullopt when
+// The layer of the weight behind a value, through its load-time concatenation or scaling; nullopt when
 // the value is not a weight.
 static std::optional<int> weightLayer(mlir::Value value) {
   mlir::Operation *def = value ? value.getDefiningOp() : nullptr;
   if (auto weight = llvm::dyn_cast_or_null<tl::WeightOp>(def)) return layerOfKey(weight.getKey());
-  if (auto concat = llvm::dyn_cast_or_null<tl::ConcatOp>(def)) return weightLayer(concat.getInputs()[0]);
+  if (def && tl::isLoadTimeOp(def)) return weightLayer(def->getOperand(0));  // concatenated or scaled
   return std::nullopt;
 }
 

@@ -158,13 +158,18 @@ private:
     return value.bytes();
   }
 
+  // A weight read only by what is made of it at load time (concatenated, scaled) is no
+  // buffer of its own.
+  static bool readOnlyAtLoad(mlir::Operation *op) {
+    return llvm::all_of(op->getUsers(),
+                        [](mlir::Operation *user) { return llvm::isa<tl::ConcatOp, tl::ScaleColumnsOp>(user); });
+  }
+
   mlir::LogicalResult lowerTopLevel(mlir::Operation *op) {
     if (auto weight = llvm::dyn_cast<tl::WeightOp>(op)) {
       addParameter(weight);
       weightKeys[weight.getResult()] = {weight.getKey().str()};
-      // A weight read only through a concatenation is no buffer of its own.
-      if (llvm::all_of(weight->getUsers(), [](mlir::Operation *user) { return llvm::isa<tl::ConcatOp>(user); }))
-        return mlir::success();
+      if (readOnlyAtLoad(weight)) return mlir::success();
       int id = addValue(weight.getResult(), Storage::Weight);
       program.values[id].weightKeys = weightKeys[weight.getResult()];
       return mlir::success();
@@ -174,12 +179,27 @@ private:
       std::vector<std::string> keys;
       for (mlir::Value input : concat.getInputs()) {
         auto part = weightKeys.find(input);
-        if (part == weightKeys.end()) return op->emitError("only weights can be concatenated");
+        if (part == weightKeys.end() || columnScaleKeys.count(input))
+          return op->emitError("only weights can be concatenated (scale their columns after)");
         keys.insert(keys.end(), part->second.begin(), part->second.end());
       }
       weightKeys[concat.getResult()] = keys;
+      if (readOnlyAtLoad(concat)) return mlir::success();
       int id = addValue(concat.getResult(), Storage::Weight);
       program.values[id].weightKeys = keys;
+      return mlir::success();
+    }
+    if (auto scaled = llvm::dyn_cast<tl::ScaleColumnsOp>(op)) {
+      // A weight scaled column by column by a 1-D parameter (a folded RMSNorm gain).
+      auto keys = weightKeys.find(scaled.getInput());
+      auto gain = scaled.getGain().getDefiningOp<tl::WeightOp>();
+      if (keys == weightKeys.end() || !gain || columnScaleKeys.count(scaled.getInput()))
+        return op->emitError("only a weight can have its columns scaled, once, by a parameter");
+      weightKeys[scaled.getResult()] = keys->second;
+      columnScaleKeys[scaled.getResult()] = gain.getKey().str();
+      int id = addValue(scaled.getResult(), Storage::Weight);
+      program.values[id].weightKeys = keys->second;
+      program.values[id].columnScaleKey = gain.getKey().str();
       return mlir::success();
     }
     if (isView(op)) {
@@ -379,6 +399,7 @@ private:
   llvm::DenseMap<mlir::Operation *, int> layers;
   llvm::DenseMap<mlir::Value, int> ids;
   llvm::DenseMap<mlir::Value, std::vector<std::string>> weightKeys;  // checkpoint keys behind a weight value
+  llvm::DenseMap<mlir::Value, std::string> columnScaleKeys;         // and the parameter scaling its columns
   std::map<int, int> producer;  // value id -> index of the kernel that writes it
   std::vector<codegen::KernelRoot> roots;  // what each kernel was lowered from
 };

@@ -17,6 +17,21 @@ static mlir::Value resolveWeight(mlir::Value weight) {
   return weight;
 }
 
+bool tl::isLoadTimeOp(mlir::Operation *op) {
+  if (llvm::isa<WeightOp>(op)) return true;
+  if (!llvm::isa<ConcatOp, ScaleColumnsOp>(op)) return false;
+  return llvm::all_of(op->getOperands(), [](mlir::Value operand) {
+    mlir::Operation *def = operand.getDefiningOp();
+    return def && isLoadTimeOp(def);
+  });
+}
+
+// The weight a load-time scaling reads: names follow the weight it scales.
+static mlir::Value unscaledWeight(mlir::Value weight) {
+  if (auto scaled = weight.getDefiningOp<tl::ScaleColumnsOp>()) return scaled.getInput();
+  return weight;
+}
+
 // A projection part's short name: "q_proj" -> "q", "gate_proj" -> "gate".
 static std::string partName(llvm::StringRef name) {
   name.consume_back("_proj");
@@ -26,7 +41,7 @@ static std::string partName(llvm::StringRef name) {
 // What a projection's weight computes: "q_proj", "logits" for the output head, and for
 // merged weights their parts: "qkv", "gate_up".
 static std::string projectionName(mlir::Value weight) {
-  weight = resolveWeight(weight);
+  weight = unscaledWeight(resolveWeight(weight));
   if (auto single = weight.getDefiningOp<tl::WeightOp>()) {
     llvm::StringRef key = single.getKey();
     key.consume_back(".weight");
@@ -48,7 +63,7 @@ static std::string projectionName(mlir::Value weight) {
 // The names of a merged weight's parts ("q", "k", "v"); empty for other weights.
 static llvm::SmallVector<std::string> partNames(mlir::Value weight) {
   llvm::SmallVector<std::string> parts;
-  if (auto concat = resolveWeight(weight).getDefiningOp<tl::ConcatOp>())
+  if (auto concat = unscaledWeight(resolveWeight(weight)).getDefiningOp<tl::ConcatOp>())
     for (mlir::Value input : concat.getInputs()) parts.push_back(partName(projectionName(input)));
   return parts;
 }
@@ -113,6 +128,7 @@ void tl::nameResults(mlir::Operation *op, mlir::OpAsmSetValueNameFn setName) {
   if (auto linear = llvm::dyn_cast<LinearOp>(op)) name = projectionName(linear.getWeight());
   else if (auto fused = llvm::dyn_cast<FusedLinearOp>(op)) name = projectionName(fused.getWeight());
   else if (auto concat = llvm::dyn_cast<ConcatOp>(op)) name = "w_" + projectionName(concat.getResult());
+  else if (auto scaled = llvm::dyn_cast<ScaleColumnsOp>(op)) name = "w_" + projectionName(scaled.getResult()) + "_scaled";
   if (name.empty() || name == "w_") name = op->getName().stripDialect().str();
   setName(op->getResult(0), name);
 }

@@ -56,6 +56,10 @@ mlir::LogicalResult inferResultTypes(mlir::Operation *op, llvm::SmallVectorImpl<
 // a projection by its weight (`%q_proj`, `%qkv`), any other op by its mnemonic (`%rope_3`).
 void nameResults(mlir::Operation *op, mlir::OpAsmSetValueNameFn setName);
 
+// Ops the runtime computes once, when the weights are loaded: tl.weight, and
+// tl.concat or tl.scale_columns whose operands are all such ops' results.
+bool isLoadTimeOp(mlir::Operation *op);
+
 // Which piece of a tl.split `value` is computed from through one-operand ops (head
 // splits, RoPE, transposes): 0, 1, 2 for q, k, v after a QKV merge; none otherwise.
 std::optional<unsigned> splitPieceOf(mlir::Value value);

@@ -79,6 +79,7 @@ TL_COMPATIBLE_RETURN_TYPES(MulOp)
 TL_COMPATIBLE_RETURN_TYPES(AddOp)
 TL_COMPATIBLE_RETURN_TYPES(CrossEntropyOp)
 TL_COMPATIBLE_RETURN_TYPES(ConcatOp)
+TL_COMPATIBLE_RETURN_TYPES(ScaleColumnsOp)
 TL_COMPATIBLE_RETURN_TYPES(SplitOp)
 TL_COMPATIBLE_RETURN_TYPES(SwigluOp)
 TL_COMPATIBLE_RETURN_TYPES(FlashAttentionOp)
@@ -114,19 +115,24 @@ LogicalResult EmbeddingOp::buildVjp(VjpBuilder &vjp) {
 
 LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                           Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(adaptor.getInput()), gain = tensorOf(adaptor.getGain());
+  auto input = tensorOf(adaptor.getInput());
   if (input.getRank() < 1) return emitOptionalError(loc, "rmsnorm input must have rank >= 1");
-  if (failed(checkRank(loc, "rmsnorm gain", adaptor.getGain(), 1)) ||
-      failed(checkDim(loc, "rmsnorm gain size must equal the input's last dim", gain.getDimSize(0),
-                      input.getDimSize(input.getRank() - 1))) ||
-      failed(sameElementType(loc, "rmsnorm input and gain", adaptor.getInput(), adaptor.getGain())))
-    return failure();
+  if (Value gainValue = adaptor.getGain()) {
+    if (failed(checkRank(loc, "rmsnorm gain", gainValue, 1)) ||
+        failed(checkDim(loc, "rmsnorm gain size must equal the input's last dim", tensorOf(gainValue).getDimSize(0),
+                        input.getDimSize(input.getRank() - 1))) ||
+        failed(sameElementType(loc, "rmsnorm input and gain", adaptor.getInput(), gainValue)))
+      return failure();
+  }
   if (failed(checkFloatAttr(loc, "rmsnorm eps", adaptor.getEps(), tlc::isValidEps, tlc::kEpsRange)))
     return failure();
   return inferSameAsInput(adaptor.getInput(), inferred);
 }
 
 LogicalResult RMSNormOp::buildVjp(VjpBuilder &vjp) {
+  if (!getGain())
+    return emitOpError("without a gain has no VJP: its gain was folded into a weight (tl-fold-norm-gain), which is "
+                       "for inference only");
   auto grad = create<RMSNormGradOp>(vjp, *this, vjp.primal(getInput()), vjp.primal(getGain()),
                                     vjp.cotangent(getResult()), Value(), getEpsAttr(), UnitAttr());
   vjp.addCotangent(getInput(), grad.getInputGrad());
@@ -449,6 +455,18 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   }
   inferred.push_back(RankedTensorType::get(shape, first.getElementType()));
   return success();
+}
+
+LogicalResult ScaleColumnsOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                               SmallVectorImpl<Type> &inferred) {
+  auto input = tensorOf(adaptor.getInput());
+  if (input.getRank() < 1) return emitOptionalError(loc, "scale_columns input must have rank >= 1");
+  if (failed(checkRank(loc, "scale_columns gain", adaptor.getGain(), 1)) ||
+      failed(checkDim(loc, "scale_columns gain size must equal the input's last dim",
+                      tensorOf(adaptor.getGain()).getDimSize(0), input.getDimSize(input.getRank() - 1))) ||
+      failed(sameElementType(loc, "scale_columns input and gain", adaptor.getInput(), adaptor.getGain())))
+    return failure();
+  return inferSameAsInput(adaptor.getInput(), inferred);
 }
 
 // A merged weight's gradient, cut back into one per part.

@@ -40,7 +40,11 @@ def Tl_EmbeddingOp : Tl_InferredOp<"embedding", [Tl_Differentiable]> {
 
 def Tl_RMSNormOp : Tl_InferredOp<"rmsnorm", [Tl_Differentiable]> {
   let summary = "x / sqrt(mean(x^2) + eps) * gain, over the last dim";
-  let arguments = (ins Tl_FloatTensor:$input, Tl_FloatTensor:$gain, F64Attr:$eps);
+  let description = [{
+    Without a gain operand the rows are only normalized: tl-fold-norm-gain leaves that
+    form in a GEMM's prologue after moving the gain into the weight's columns.
+  }];
+  let arguments = (ins Tl_FloatTensor:$input, Optional<Tl_FloatTensor>:$gain, F64Attr:$eps);
   let results = (outs Tl_FloatTensor:$result);
 }
 
@@ -145,6 +149,18 @@ def Tl_ConcatOp : Tl_InferredOp<"concat", [Tl_Differentiable]> {
     the Program stores one weight made of several checkpoint tensors.
   }];
   let arguments = (ins Variadic<Tl_FloatTensor>:$inputs);
+  let results = (outs Tl_FloatTensor:$result);
+}
+
+def Tl_ScaleColumnsOp : Tl_InferredOp<"scale_columns"> {
+  let summary = "w[n, k] * gain[k] (on weights: done once, when weights are loaded)";
+  let description = [{
+    tl-fold-norm-gain moves an RMSNorm's gain into the weight of the GEMM that reads the
+    norm: rmsnorm(x, g) · Wᵀ = rmsnorm(x) · (W · diag g)ᵀ. On weights it costs nothing
+    per call: the Program stores the scaled weight, made when the weights are loaded.
+    It has no VJP (the folded weight would change with every step): inference only.
+  }];
+  let arguments = (ins Tl_FloatTensor:$input, Tl_FloatTensor:$gain);
   let results = (outs Tl_FloatTensor:$result);
 }
 

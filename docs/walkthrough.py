@@ -25,15 +25,18 @@ LEVELS = [
      "`tl-fuse-swiglu` does the same for gate and up, and turns `silu(gate) * up` into one "
      "`tl.swiglu`. `tl-attention-to-flash` replaces QKᵀ → scale → mask → softmax → PV and "
      "the `repeat_kv` copies with `tl.flash_attention`: no S×S tensor, kv heads read by group."),
-    ("O2", "V3 custom kernels", ["tl-fuse-prologue-epilogue"],
+    ("O2", "V3 custom kernels", ["tl-fuse-prologue-epilogue", "tl-fold-norm-gain"],
      "`tl-fuse-prologue-epilogue` wraps each projection in `tl.fused_linear` and moves its "
      "neighbours into its regions: RMSNorm into the prologue, RoPE, the head split and "
-     "transposes, SwiGLU and the residual adds into the epilogue. The regions hold ordinary "
-     "`tl` ops; the code generator reads them into one tensor-core GEMM per projection: "
-     "RMSNorm's gain scales A as it is loaded and the row's inverse RMS (from the A tiles "
-     "the GEMM streams anyway) scales the accumulator; the epilogue runs on the accumulator "
-     "tile in shared memory and writes each output once, in its final layout. Gate and up "
-     "columns are gathered into the same tile so only silu(gate)·up is written."),
+     "transposes, SwiGLU and the residual adds into the epilogue. `tl-fold-norm-gain` then "
+     "moves each RMSNorm's gain into the columns of the weight that follows "
+     "(`tl.scale_columns`, made once when the weights are loaded), so the prologue only "
+     "normalizes. The regions hold ordinary `tl` ops; the code generator reads them into one "
+     "tensor-core GEMM per projection: A is the raw rows as they are in memory, the row's "
+     "inverse RMS (from the A tiles the GEMM streams anyway) scales the accumulator; the "
+     "epilogue runs on the accumulator tile in shared memory and writes each output once, in "
+     "its final layout. Gate and up columns are gathered into the same tile so only "
+     "silu(gate)·up is written."),
     ("O3", "V4 ultra-fused", ["tl-fuse-blocks"],
      "`tl-fuse-blocks` wraps everything that belongs to one transformer block in a "
      "`tl.block`. The code generator launches a block's kernels (O2's five) as one "

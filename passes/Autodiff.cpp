@@ -47,7 +47,7 @@ bool isFloatTensor(mlir::Value value) {
 // Marks the op that makes `value` as read by the backward (parameters are always there).
 void markSaved(mlir::Value value) {
   mlir::Operation *def = value.getDefiningOp();
-  if (def && !llvm::isa<WeightOp, ConcatOp>(def)) def->setAttr(kSaved, mlir::UnitAttr::get(def->getContext()));
+  if (def && !isLoadTimeOp(def)) def->setAttr(kSaved, mlir::UnitAttr::get(def->getContext()));
 }
 
 // Builds the backward of one function: cotangents flow from the loss to the

@@ -27,8 +27,8 @@ struct BlockFusionPass : impl::TlFuseBlocksBase<BlockFusionPass> {
       auto layers = tlc::assignLayers(func);
       std::map<int, llvm::SmallVector<mlir::Operation *>> groups;
       for (mlir::Operation &op : func.getBody().front()) {
-        // Weights (and their load-time concatenation) stay outside: they are inputs.
-        if (llvm::isa<WeightOp, ConcatOp, BlockOp>(op) || op.hasTrait<mlir::OpTrait::IsTerminator>()) continue;
+        // Weights (and what is made of them at load time) stay outside: they are inputs.
+        if (llvm::isa<BlockOp>(op) || isLoadTimeOp(&op) || op.hasTrait<mlir::OpTrait::IsTerminator>()) continue;
         if (int layer = layers.lookup(&op); layer >= 0) groups[layer].push_back(&op);
       }
       for (auto &[layer, group] : groups)

@@ -38,6 +38,17 @@ def TlFusePrologueEpilogue : Pass<"tl-fuse-prologue-epilogue", "mlir::ModuleOp">
   let dependentDialects = ["tl::TlDialect"];
 }
 
+def TlFoldNormGain : Pass<"tl-fold-norm-gain", "mlir::ModuleOp"> {
+  let summary = "O2+ inference: an RMSNorm's gain moves into the columns of the weight its GEMM reads";
+  let description = [{
+    A tl.fused_linear whose prologue is rmsnorm(x, g) reads tl.scale_columns(W, g) instead
+    of W (made once, when the weights are loaded) and normalizes x without a gain, so the
+    GEMM's A operand is x as it is in memory. Forward programs only: a training step
+    updates W and g, which the folded weight would not follow.
+  }];
+  let dependentDialects = ["tl::TlDialect"];
+}
+
 def TlFuseBlocks : Pass<"tl-fuse-blocks", "mlir::ModuleOp"> {
   let summary = "O3: each transformer block becomes one tl.block, one kernel launch";
   let dependentDialects = ["tl::TlDialect"];

@@ -8,8 +8,10 @@
 
 namespace tlc {
 
-// Adds level N's passes (0..3) to a module pass manager.
-void buildOptPipeline(mlir::OpPassManager &pm, int level);
+// Adds level N's passes (0..3) to a module pass manager; `inference`: for a forward
+// program (a training step's forward leaves out the passes that fold parameters
+// together at load time).
+void buildOptPipeline(mlir::OpPassManager &pm, int level, bool inference = true);
 
 // Registers every tl pass and the `tl-pipeline` pipeline (option: O0..O3).
 void registerTlcPasses();

@@ -29,6 +29,7 @@
 #include "runtime/MemoryBudget.h"
 #include "runtime/MemoryPlanner.h"
 #include "runtime/ThreadPool.h"
+#include "runtime/WeightContents.h"
 
 namespace tlc {
 namespace {
@@ -169,7 +170,7 @@ private:
     std::set<std::vector<std::string>> weightKeys;
     for (const Value &value : program.values)
       if (value.storage == Storage::Weight && !readsMasterInPlace(program, value) &&
-          weightKeys.insert(value.weightKeys).second)
+          weightKeys.insert(weightContents(value)).second)
         weightFloats = add(weightFloats, value.numElements());
     for (const Kernel &kernel : program.kernels) {
       int64_t floats = 0;
@@ -201,7 +202,7 @@ private:
         weightData_[size_t(value.id)] = parameters_.at(value.weightKeys[0]).weight.data();
         continue;
       }
-      auto key = std::make_pair(value.weightKeys, roundToBf16);
+      auto key = std::make_pair(weightContents(value), roundToBf16);
       auto found = weightStore_.find(key);
       if (found == weightStore_.end()) {
         std::vector<float> data = program_.kind == ProgramKind::TrainStep ? concatenatedMasters(value)

@@ -154,11 +154,11 @@ private:
     });
   }
 
-  // rmsnorm(x[..., H], gain[H]) -> x / sqrt(mean(x^2) + eps) * gain
+  // rmsnorm(x[..., H] [, gain[H]]) -> x / sqrt(mean(x^2) + eps) [* gain]
   void rmsnorm() {
     int64_t hidden = in(0).shape.back();
     double eps = op_.floatAttr("eps");
-    const float *x = floats(0), *gain = floats(1);
+    const float *x = floats(0), *gain = operands_.size() > 1 ? floats(1) : nullptr;
     float *result = out(0).data;
     forEachRow(Tensor::elementsOf(in(0).shape) / hidden, hidden, [&](int64_t row) {
       const float *xRow = x + row * hidden;
@@ -166,7 +166,7 @@ private:
       for (int64_t i = 0; i < hidden; ++i) sumOfSquares += double(xRow[i]) * double(xRow[i]);
       double inverseRms = 1.0 / std::sqrt(sumOfSquares / double(hidden) + eps);
       for (int64_t i = 0; i < hidden; ++i)
-        result[row * hidden + i] = float(double(xRow[i]) * inverseRms * double(gain[i]));
+        result[row * hidden + i] = float(double(xRow[i]) * inverseRms * (gain ? double(gain[i]) : 1.0));
     });
   }
 

@@ -19,6 +19,7 @@
 #include "runtime/MasterWeights.h"
 #include "runtime/MemoryPlanner.h"
 #include "runtime/Tensor.h"
+#include "runtime/WeightContents.h"
 
 namespace tlc {
 namespace {
@@ -384,7 +385,7 @@ private:
       if (value.storage != Storage::Weight) continue;
       // A training step reads these from the parameters' masters (GpuParameters).
       if (readsMasterInPlace(program_, value)) continue;
-      auto key = std::make_pair(value.weightKeys, value.dtype);
+      auto key = std::make_pair(weightContents(value), value.dtype);
       auto found = offsetOf.find(key);
       if (found == offsetOf.end()) {
         std::vector<float> data = weights.concatenated(value, device_->vendor());

@@ -10,7 +10,7 @@ namespace tlc {
 
 inline bool readsMasterInPlace(const Program &program, const Value &value) {
   return program.kind == ProgramKind::TrainStep && program.dtype != DType::BF16 && value.dtype != DType::BF16 &&
-         value.weightKeys.size() == 1;
+         value.weightKeys.size() == 1 && value.columnScaleKey.empty();
 }
 
 } // namespace tlc

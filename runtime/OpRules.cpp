@@ -131,16 +131,17 @@ private:
     return {result};
   }
 
-  // rmsnorm(x[..., H], gain[H]) (eps) -> x's shape
+  // rmsnorm(x[..., H] [, gain[H]]) (eps) -> x's shape; without a gain (folded into the
+  // next GEMM's weight) the rows are only normalized
   std::vector<Shape> rmsnorm() {
-    expectOperands(2);
+    if (in_.size() != 1) expectOperands(2);
     checkNormOperands();
     return {in_[0]};
   }
 
   void checkNormOperands() const {
     expectMinRank(0, 1);
-    if (in_[1] != Shape{in_[0].back()})
+    if (in_.size() > 1 && in_[1] != Shape{in_[0].back()})
       fail(fmt::format("gain has shape {}, expected {}", shapeString(in_[1]), in_[0].back()));
     rangedFloat("eps", isValidEps, kEpsRange);
   }

@@ -236,9 +236,9 @@ private:
     std::string path = fmt::format("values[{}]", value.id);
     if (value.storage == Storage::Weight)
       checkWeight(value, path);
-    else if (!value.weightKeys.empty())
-      fail(path + ".weight_keys", fmt::format("{} is not a weight but has weight keys",
-                                              describe(value.id)));
+    else if (!value.weightKeys.empty() || !value.columnScaleKey.empty())
+      fail(path + (value.weightKeys.empty() ? ".column_scale_key" : ".weight_keys"),
+           fmt::format("{} is not a weight but has weight keys", describe(value.id)));
     if (value.storage == Storage::View) {
       program_.storageOf(value.id); // throws on a cycle
       const Value &target = program_.values[size_t(value.viewOf)];
@@ -279,6 +279,19 @@ private:
     if (rows != value.shape[0])
       fail(path, fmt::format("weight {} has {} rows, but its keys hold {} rows",
                              describe(value.id), value.shape[0], rows));
+    if (value.columnScaleKey.empty()) return;
+    if (program_.kind == ProgramKind::TrainStep)
+      fail(path + ".column_scale_key", fmt::format("weight {} is scaled when loaded, which a training step cannot "
+                                                   "keep up to date as its parameters change",
+                                                   describe(value.id)));
+    const Parameter *scale = findParameter(value.columnScaleKey);
+    if (!scale)
+      fail(path + ".column_scale_key", fmt::format("weight {} is scaled by '{}', which is not a parameter",
+                                                   describe(value.id), value.columnScaleKey));
+    if (scale->shape.size() != 1 || scale->shape[0] != value.shape.back())
+      fail(path + ".column_scale_key",
+           fmt::format("weight {} of shape {} cannot have its columns scaled by '{}' of shape {}", describe(value.id),
+                       shapeString(value.shape), value.columnScaleKey, shapeString(scale->shape)));
   }
 
   // A numeric field of program.json and the range a backend can take it in.

@@ -91,6 +91,7 @@ Json valueToJson(const Value &value) {
   if (value.offset >= 0) json["offset"] = value.offset;
   if (value.storage == Storage::View || value.viewOf >= 0) json["view_of"] = value.viewOf;
   if (!value.weightKeys.empty()) json["weight_keys"] = value.weightKeys;
+  if (!value.columnScaleKey.empty()) json["column_scale_key"] = value.columnScaleKey;
   return json;
 }
 
@@ -310,6 +311,8 @@ Value valueFromJson(const JsonReader &reader, const nlohmann::json &json,
   } else if (value.storage == Storage::Weight) {
     reader.field(json, "weight_keys", where); // reports the missing field
   }
+  if (reader.optionalField(json, "column_scale_key"))
+    value.columnScaleKey = reader.string(json, "column_scale_key", where);
   return value;
 }
 

@@ -10,6 +10,7 @@
 #include "runtime/MemoryPlanner.h"
 #include "runtime/OptLevels.h"
 #include "runtime/Tensor.h"
+#include "runtime/WeightContents.h"
 
 namespace tlc {
 
@@ -27,7 +28,7 @@ int64_t programWeightBytes(const Program &program) {
   std::set<std::vector<std::string>> seen;  // a tied embedding read twice is stored once
   int64_t bytes = 0;
   for (const Value &value : program.values)
-    if (value.storage == Storage::Weight && seen.insert(value.weightKeys).second) bytes += value.bytes();
+    if (value.storage == Storage::Weight && seen.insert(weightContents(value)).second) bytes += value.bytes();
   return bytes;
 }
 

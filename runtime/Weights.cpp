@@ -169,6 +169,23 @@ std::vector<float> Weights::concatenated(const Value &value, const std::string &
     else std::copy(tensors_.at(key).data.begin(), tensors_.at(key).data.end(), out);
     out += counts[i];
   }
+  if (!value.columnScaleKey.empty()) {
+    const std::string &key = value.columnScaleKey;
+    const size_t columns = value.shape.empty() ? 0 : size_t(value.shape.back());
+    std::vector<float> scale;
+    if (auto pending = pending_.find(key); pending != pending_.end()) {
+      scale.resize(size_t(Tensor::elementsOf(pending->second.shape)));
+      fill(pending->second, scale.data(), scale.size());
+    } else if (auto found = tensors_.find(key); found != tensors_.end()) {
+      scale = found->second.data;
+    } else {
+      throw Error(fmt::format("missing weight '{}'", key));
+    }
+    if (scale.size() != columns)
+      throw Error(fmt::format("{} backend: weight '{}' has {} columns but its column scale '{}' has {} elements",
+                              backend, value.name, columns, key, scale.size()));
+    for (size_t e = 0; e < total; ++e) data[e] *= scale[e % columns];
+  }
   return data;
 }
 

@@ -87,7 +87,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   ChunkLoop alongM{"m", "m", 8, gemm.M, {{"bt", sampleValues(gemm.batch)}, {"k", sampleValues(gemm.K)}}, {}};
   alongK.samples["n"] = sampleValues(gemm.N);
   bool bf16 = source.dtype(gemm.a) == DType::BF16 && source.dtype(gemm.b) == DType::BF16 &&
-              (!gemm.rowNorm || source.dtype(gemm.gain) == DType::BF16);
+              (gemm.gain < 0 || source.dtype(gemm.gain) == DType::BF16);
   std::optional<Separated> aParts = separate(gemm.aOffset, "m", gemm.M, gemm.batch, gemm.K);
   if (aParts && aParts->row.maxValue() > INT32_MAX) aParts.reset();  // row offsets are 32-bit
   std::optional<Separated> bParts =
@@ -105,7 +105,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   int64_t hopperRowTiles = hopper ? gemm.batch * ceilDiv(gemm.M, hopper->BM) : 0;
   int64_t hopperTiles = hopper ? hopperRowTiles * columnTiles(gemm, hopper->BN) : 0;
   // Beyond one wave, RMSNorm's sums of squares are computed by column tile 0 only and shared.
-  bool normShared = hopper && gemm.rowNorm && hopper->splits == 1 && !hopper->producer &&
+  bool normShared = hopper && gemm.rowNorm && hopper->splits == 1 &&
                     hopperTiles > kTunedMultiprocessors * hopper->blocksPerMultiprocessor();
   if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
     throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", entry));
@@ -130,6 +130,8 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   spec += fmt::format("  static constexpr int TILES_N = {};\n", fmt::join(groupTiles, " + "));
   spec += fmt::format("  static constexpr bool ROW_NORM = {}, B_KN = {}, A_KM = {}, CHAINED = {};\n", gemm.rowNorm,
                       gemm.bKN, matrixUnits && aKM, source.chained());
+  spec += fmt::format("  static constexpr bool NORM_GAIN = {};  // RMSNorm's gain applied to A (not folded into B)\n",
+                      gemm.gain >= 0);
   spec += fmt::format("  static constexpr float NORM_EPS = {};\n", floatLiteral(gemm.rowNorm ? gemm.eps : 0.0));
   spec += fmt::format("  static constexpr bool NORM_SHARED = {};  // sm_90a: row sums of squares shared by column tiles\n",
                       normShared);
@@ -158,7 +160,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     spec += fmt::format("  TL_DEVICE static int a_row(int bt, int m) {{ (void)bt; return {}; }}\n", indexCode(aParts->row));
     spec += fmt::format("  TL_DEVICE static int a_col(int k) {{ return {}; }}\n", indexCode(aParts->column));
   }
-  if (gemm.rowNorm) {
+  if (gemm.gain >= 0) {
     std::string gain = "p." + source.name(gemm.gain);
     spec += fmt::format("  TL_DEVICE static const {} *gain(const Params &p) {{ return {}; }}\n", source.type(gemm.gain), gain);
     spec += fmt::format("  TL_DEVICE static float gain_elem(const Params &p, int k) {{ return tl_ld({}, k); }}\n", gain);
@@ -228,17 +230,24 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                     gemm.N, gemm.K, gemm.bKN ? " (B stored [K, N])" : "ᵀ",
                                     aKM ? " (A stored [K, M])" : ""));
   headerLines.push_back(fmt::format("prologue: A = {}{}", source.name(gemm.a),
-                                    gemm.rowNorm ? fmt::format(" normalized per row (rmsnorm, gain {}, eps {}): the gain "
-                                                               "scales A as it is loaded, the inverse RMS the accumulator rows",
-                                                               source.name(gemm.gain), gemm.eps)
-                                                 : ""));
+                                    !gemm.rowNorm ? ""
+                                    : gemm.gain >= 0
+                                        ? fmt::format(" normalized per row (rmsnorm, gain {}, eps {}): the gain scales A as it "
+                                                      "is loaded, the inverse RMS the accumulator rows",
+                                                      source.name(gemm.gain), gemm.eps)
+                                        : fmt::format(" normalized per row (rmsnorm, eps {}; its gain was folded into {}'s "
+                                                      "columns when the weights were loaded): the inverse RMS scales the "
+                                                      "accumulator rows",
+                                                      gemm.eps, source.name(gemm.b))));
   headerLines.insert(headerLines.end(), details.begin(), details.end());
   if (hopper)
     headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups{}, {} stages{}{}{}",
                                       hopper->BM, hopper->BN, hopper->BM / 64,
-                                      hopper->producer ? " fed by a producer warpgroup (cp.async; a full and an empty "
-                                                         "mbarrier per stage)"
-                                                       : "",
+                                      !hopper->producer ? ""
+                                      : gemm.rowNorm    ? " fed by a producer warpgroup (cp.async; a full and an empty "
+                                                          "mbarrier per stage), which also sums the squares of A's rows"
+                                                        : " fed by a producer warpgroup (cp.async; a full and an empty "
+                                                          "mbarrier per stage)",
                                       hopper->stages,
                                       hopper->resident > 1 ? fmt::format(", {} blocks per SM", hopper->resident) : "",
                                       hopper->splits > 1 ? fmt::format(", K split {} ways (partial tiles in the workspace, "

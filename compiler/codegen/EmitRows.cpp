@@ -19,11 +19,18 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
   int vec = spec.cols % 8 == 0 ? 8 : 1;
   int64_t rowsPerBlock = 16;
   std::string templateFile = "row_ops.cuh";
+  // An absent optional operand or result: a null pointer the template never reads.
+  auto optional = [&](const char *hook, const char *flag, int param, bool output) {
+    return param >= 0 ? fmt::format("  static constexpr bool {} = true;\n", flag) + accessor(hook, param, output)
+                      : fmt::format("  static constexpr bool {} = false;\n  TL_DEVICE static {}float *{}(const Params "
+                                    "&) {{ return nullptr; }}\n",
+                                    flag, output ? "" : "const ", hook);
+  };
   switch (spec.kind) {
   case RowSpec::Kind::RmsNorm:
-    what = fmt::format("RMSNorm of {} rows of {}: y = x / sqrt(mean(x^2) + {}) * gain; one warp per row", spec.rows,
-                       spec.cols, spec.eps);
-    hooks = accessor("x", spec.x, false) + accessor("gain", spec.gain, false) + accessor("y", spec.y, true);
+    what = fmt::format("RMSNorm of {} rows of {}: y = x / sqrt(mean(x^2) + {}){}; one warp per row", spec.rows,
+                       spec.cols, spec.eps, spec.gain >= 0 ? " * gain" : "");
+    hooks = accessor("x", spec.x, false) + optional("gain", "GAIN", spec.gain, false) + accessor("y", spec.y, true);
     call = "tl_rmsnorm_rows";
     break;
   case RowSpec::Kind::Softmax:
@@ -50,13 +57,6 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
     break;
   }
   case RowSpec::Kind::RmsNormGrad: {
-    // An absent optional operand or result: a null pointer the template never reads.
-    auto optional = [&](const char *hook, const char *flag, int param, bool output) {
-      return param >= 0 ? fmt::format("  static constexpr bool {} = true;\n", flag) + accessor(hook, param, output)
-                        : fmt::format("  static constexpr bool {} = false;\n  TL_DEVICE static {}float *{}(const Params "
-                                      "&) {{ return nullptr; }}\n",
-                                      flag, output ? "" : "const ", hook);
-    };
     what = fmt::format("RMSNorm backward of {} rows of {}: d x per row (one warp){}{}, d gain summed in each lane's "
                        "registers over its block's {} rows, the blocks' sums added in order by the last block",
                        spec.rows, spec.cols, spec.residual >= 0 ? " added to the residual's gradient" : "",

@@ -369,11 +369,13 @@ void buildOperandA(KernelContext &context, GemmSpec &gemm, mlir::Value a, const 
   if (auto norm = a.getDefiningOp<tl::RMSNormOp>(); norm && context.isComputed(a)) {
     gemm.rowNorm = true;
     gemm.eps = norm.getEpsAttr().getValueAsDouble();
-    ElementPuller puller(context);
-    ElementRef gain = puller.at(norm.getGain(), {IndexExpr::variable("k", gemm.K)});
-    if (gain->kind != ElementExpr::Kind::Load || gain->offset.str() != "k")
-      context.fail("an RMSNorm gain in a GEMM prologue must be a weight read as it is");
-    gemm.gain = gain->param;
+    if (norm.getGain()) {  // none once tl-fold-norm-gain has moved it into the weight
+      ElementPuller puller(context);
+      ElementRef gain = puller.at(norm.getGain(), {IndexExpr::variable("k", gemm.K)});
+      if (gain->kind != ElementExpr::Kind::Load || gain->offset.str() != "k")
+        context.fail("an RMSNorm gain in a GEMM prologue must be a weight read as it is");
+      gemm.gain = gain->param;
+    }
     source = norm.getInput();
   }
   ElementPuller puller(context);
@@ -557,7 +559,7 @@ RowSpec buildRows(KernelContext &context, mlir::Operation *op) {
   if (auto norm = llvm::dyn_cast<tl::RMSNormOp>(op)) {
     spec.kind = RowSpec::Kind::RmsNorm;
     spec.x = context.requireParam(norm.getInput(), "input");
-    spec.gain = context.requireParam(norm.getGain(), "gain");
+    if (norm.getGain()) spec.gain = context.requireParam(norm.getGain(), "gain");
     spec.y = context.requireParam(norm.getResult(), "result");
     spec.eps = norm.getEpsAttr().getValueAsDouble();
   } else if (auto softmax = llvm::dyn_cast<tl::SoftmaxOp>(op)) {

@@ -103,8 +103,8 @@ GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors) {
 int64_t WgmmaTile::sharedBytes() const {
   int64_t pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 128);  // A, B and a norm gain per stage
   int64_t epilogue = int64_t(BM) * (BN + 8) * 4 + BM * 4;
-  if (producer) {  // two mbarriers per stage after the stages, and no norm (gain or row scales)
-    pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 16);
+  if (producer) {  // two mbarriers per stage after the stages, then the rows' inverse RMS; no gain
+    pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 16) + BM * 4;
     epilogue -= BM * 4;
   }
   return std::max(pipeline, epilogue) + 1024;
@@ -127,9 +127,10 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   bool parsed = text && std::sscanf(text, "%dx%dx%dx%dx%dx%d", &forced.BM, &forced.BN, &forced.stages, &forced.splits,
                                     &forced.resident, &producer) >= 3;
   forced.producer = producer == 1;
-  // The warp-specialized kernel: 128-row tiles, one block per SM, K not split, no RMSNorm.
+  // The warp-specialized kernel: 128-row tiles, one block per SM, K not split, no RMSNorm
+  // gain (one folded into the weight is fine).
   bool producerFits = producer == 0 || (forced.producer && forced.BM == 128 && forced.splits == 1 &&
-                                        forced.resident == 1 && !gemm.rowNorm);
+                                        forced.resident == 1 && gemm.gain < 0);
   if (parsed && producerFits && forced.splits >= 1 && forced.splits <= 8 && forced.resident >= 1 && forced.resident <= 4 &&
       forced.resident * (forced.sharedBytes() + kReservedPerBlock) <= kSharedBytesPerSM &&
       (forced.BM == 64 || forced.BM == 128) && (forced.BN == 64 || forced.BN == 128 || forced.BN == 256) &&
@@ -150,11 +151,11 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
     if (kTiles >= 32 && tilesOf(64, 64) <= multiprocessors) best->splits = 2;
     return best;
   }
-  // Without RMSNorm, 128x256 tiles on the warp-specialized kernel when their waves are
-  // nearly full (8-15 % faster than two 128x128 blocks per SM at the 1.1B shapes; a QKV
-  // of 160 such tiles, 1.2 waves, is not).
+  // Without an RMSNorm gain to apply to A, 128x256 tiles on the warp-specialized kernel
+  // when their waves are nearly full (8-15 % faster than two 128x128 blocks per SM at the
+  // 1.1B shapes; a QKV of 160 such tiles, 1.2 waves, is not).
   int64_t wide = tilesOf(128, 256);
-  if (!gemm.rowNorm && tileHoldsEpilogue(gemm, 256) &&
+  if (gemm.gain < 0 && tileHoldsEpilogue(gemm, 256) &&
       wide * 10 >= ceilDiv(wide, multiprocessors) * multiprocessors * 8)
     return WgmmaTile{128, 256, 4, 1, 1, true};
   for (const WgmmaTile &candidate : candidates)

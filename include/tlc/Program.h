@@ -49,6 +49,9 @@ struct Value {
   // Weight: checkpoint keys (Hugging Face names) concatenated along dim 0, in order.
   // One key for a plain weight; several after QKV merge or gate/up merge.
   std::vector<std::string> weightKeys;
+  // Weight: a 1-D parameter multiplying column k of every row by its element k, once
+  // when the weights are loaded (an RMSNorm gain folded into the next GEMM); empty for none.
+  std::string columnScaleKey;
   int viewOf = -1;            // View: the value whose bytes this one reinterprets
   int64_t offset = -1;        // Input/Output/Activation: byte offset in the arena
 

@@ -44,8 +44,9 @@ public:
   const Tensor &at(const std::string &key) const;  // throws tlc::Error when missing
 
   // The data of a Program's Weight value: its keys' tensors concatenated along dim 0
-  // (one key, or several after QKV merge / gate-up merge). Throws tlc::Error, naming
-  // `backend`, when they do not add up to the value's shape.
+  // (one key, or several after QKV merge / gate-up merge), each column then scaled by
+  // the value's column-scale parameter if it has one (a folded RMSNorm gain). Throws
+  // tlc::Error, naming `backend`, when they do not add up to the value's shape.
   std::vector<float> concatenated(const Value &value, const std::string &backend) const;
   bool contains(const std::string &key) const;
   void set(const std::string &key, Tensor tensor);

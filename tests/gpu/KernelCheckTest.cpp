@@ -75,15 +75,33 @@ TEST_P(GpuKernels, EachMatchesTheCpuReference) {
   checkKernels(*device, compileCase(c), c.dtype);
 }
 
-// GEMMs of more than one wave share RMSNorm's row sums of squares between column tiles on
-// sm_90a (a flag per row tile, lowered by the last reader): 64 sequences make them that wide.
-// Each kernel runs three times on a poisoned workspace, and its flags must be down after.
+// GEMMs of more than one wave on the sm_90a kernel without a producer share RMSNorm's row
+// sums of squares between column tiles (a flag per row tile, lowered by the last reader):
+// 40 sequences make the workshop's QKV and output projections that wide (the gate/up
+// projection's wider tiles go to the warp-specialized kernel). Each kernel runs three
+// times on a poisoned workspace, and its flags must be down after.
 TEST(GpuKernelsWide, RowNormSharedByColumnTilesMatchesTheCpuReference) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);
-  EXPECT_GE(checkBf16KernelsContaining(*device, compile(*presetConfig("workshop"), 2, 64, 128, "bf16"),
+  EXPECT_GE(checkBf16KernelsContaining(*device, compile(*presetConfig("workshop"), 2, 40, 128, "bf16"),
                                        "NORM_SHARED = true", 3),
-            1);
+            2);
+}
+
+// With RMSNorm's gain folded into the weight (O2 forwards), the warp-specialized kernel
+// takes norm GEMMs too, its producer summing the rows' squares: at 64 sequences the
+// workshop's QKV, gate/up and logits projections all run it.
+TEST(GpuKernelsWarpSpecialized, WithRowNormMatchesTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  Program program = compile(*presetConfig("workshop"), 2, 64, 128, "bf16");
+  EXPECT_EQ(checkKernels(*device, program, "bf16",
+                         [](const Kernel &kernel) {
+                           return kernel.source.find("tl_gemm_wgmma_ws<") != std::string::npos &&
+                                  kernel.source.find("ROW_NORM = true") != std::string::npos;
+                         },
+                         3),
+            3);
 }
 
 // GEMMs without RMSNorm whose 128x256 tiles nearly fill the device's waves run the

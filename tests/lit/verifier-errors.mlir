@@ -99,6 +99,15 @@ func.func @transpose_perm(%a: tensor<2x4x8x9xf32>) {
 
 // -----
 
+func.func @scale_columns_gain(%w: tensor<64x32xf32>, %g: tensor<16xf32>) {
+  // expected-error@+2 {{scale_columns gain size must equal the input's last dim: 16 vs 32}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = tl.scale_columns %w, %g : (tensor<64x32xf32>, tensor<16xf32>) -> tensor<64x32xf32>
+  return
+}
+
+// -----
+
 func.func @rmsnorm_gain(%x: tensor<2x8x32xf32>, %g: tensor<16xf32>) {
   // expected-error@+2 {{rmsnorm gain size must equal the input's last dim: 16 vs 32}}
   // expected-error@+1 {{failed to infer returned types}}

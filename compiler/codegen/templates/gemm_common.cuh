@@ -4,7 +4,8 @@
 // A generated Spec S describes one fused linear:
 //   BM, BN, WARPS_M, WARPS_N, STAGES     tile shape and pipeline depth
 //   M, N, K, TILES_M, TILES_N            problem and grid (blockIdx.x = tile)
-//   ROW_NORM, NORM_EPS                   RMSNorm prologue over A's rows
+//   ROW_NORM, NORM_GAIN, NORM_EPS        RMSNorm prologue over A's rows; its gain applied to
+//                                        A, or folded into B when the weights were loaded
 //   B_KN, A_KM, CHAINED                  B stored [K, N]; A stored [K, M] (mma.sync only);
 //                                        launched as a dependent
 //   Params                               the kernel's pointers

@@ -39,8 +39,8 @@ template <class S> TL_DEVICE void tl_gemm_mfma(const typename S::Params &p) {
       if (m < S::M && k < S::K) {
         tl_ld8(S::a_src(p, bt, m, k), 0, v);
         if constexpr (S::ROW_NORM) {
-          float gain[8];
-          tl_ld8(S::gain(p), k, gain);
+          float gain[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+          if constexpr (S::NORM_GAIN) tl_ld8(S::gain(p), k, gain);
           for (int j = 0; j < 8; ++j) {
             sumSquares = fmaf(v[j], v[j], sumSquares);
             v[j] *= gain[j];

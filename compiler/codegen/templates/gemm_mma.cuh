@@ -91,6 +91,22 @@ template <int ROWS, int THREADS> struct tl_stage_copies {
       tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, 128)), ok ? base + offset[i] + column : base, ok ? 16 : 0);
     }
   }
+  // Adds the squares of this thread's own copies in `tile` to sum[i] (row threadIdx.x / 8
+  // + i * THREADS / 8): RMSNorm's sums without another thread's data, so no barrier.
+  TL_DEVICE void add_squares(const unsigned char *tile, float (&sum)[COPIES]) const {
+    const int c = threadIdx.x % 8;
+#pragma unroll
+    for (int i = 0; i < COPIES; ++i) {
+      const int r = threadIdx.x / 8 + i * (THREADS / 8);
+      const tl_u32x4 raw = *reinterpret_cast<const tl_u32x4 *>(tile + tl_swizzle(r, c, 128));
+      const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float lo = tl_bf16_lo(w[j]), hi = tl_bf16_hi(w[j]);
+        sum[i] = fmaf(lo, lo, fmaf(hi, hi, sum[i]));
+      }
+    }
+  }
 };
 
 template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
@@ -152,7 +168,7 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
       aCopies.copy(tl_smem + stage * STAGE_BYTES, S::a_base(p), S::a_col(k), k < S::K);
     }
     const int k = kt * BK + (threadIdx.x % 8) * 8;
-    if (S::ROW_NORM && threadIdx.x < 8)
+    if (S::NORM_GAIN && threadIdx.x < 8)
       tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
   };
   // The fragments of k16 step `step` of a stage: A (gain-scaled for RMSNorm) and B.
@@ -168,7 +184,7 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
         tl_ldmatrix_x4(aBase + tl_swizzle(row, chunk, BK * 2), a[i]);
       }
     }
-    if constexpr (S::ROW_NORM) {
+    if constexpr (S::NORM_GAIN) {
       // The gain multiplies A along k: k = tig*2 + {0,1} (a0, a1) and that + 8 (a2, a3).
       const unsigned *gain = reinterpret_cast<const unsigned *>(sGain + stage * 128) + step * 8 + lane % 4;
       const unsigned g0 = gain[0], g8 = gain[4];

@@ -20,8 +20,17 @@
 //       (cp.async) and two consumer warpgroups only issue wgmma, A and B both read from
 //       shared memory by descriptor; full and empty mbarriers per stage replace the
 //       block-wide barrier of every k step (the top stall of v3 in Nsight Compute).
-//       128-row tiles, no split-K, no RMSNorm: with the norm's gain applied to A in
-//       registers each group must finish before the next is issued, and it ran slower.
+//       128-row tiles, no split-K, no RMSNorm gain: with it applied to A in registers
+//       each group must finish before the next is issued, and it ran slower.
+//   v5  v4 with RMSNorm whose gain was folded into the weight's columns when the weights
+//       were loaded (tl-fold-norm-gain): A is the raw rows, read by descriptor; the
+//       producer sums the squares of the chunks it copied itself after they land (no
+//       barrier, off the consumers' path) and leaves each row's inverse RMS in shared
+//       memory, by which the consumers scale their accumulator rows. Beyond one wave
+//       only column tile 0 sums them and shares them through memory, as in v3.
+//   v6  tl_gemm_wgmma (v1-v3) reads A by descriptor too where no gain scales it (a plain
+//       GEMM, or an RMSNorm whose gain is in the weight): with A in registers ptxas
+//       serialized the wgmma groups (warning C7513), and the ldmatrix copies are gone.
 //
 // Same Spec hooks as gemm_mma.cuh (BM = 64 or 128, BN = 64, 128 or 256).
 #pragma once
@@ -198,7 +207,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   auto loadA = [&](int stage, int kt) {
     const int k = kt * BK + (threadIdx.x % 8) * 8;
     aCopies.copy(tl_smem + stage * STAGE_BYTES, S::a_base(p), S::a_col(k), k < S::K);
-    if (S::ROW_NORM && threadIdx.x < 8)
+    if (S::NORM_GAIN && threadIdx.x < 8)
       tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
   };
 
@@ -224,8 +233,9 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   float sumSquares = 0.0f;
 
   // One k tile: wait for its stage, start the copy of a later one, read this warp's A
-  // fragments (16 rows, four k16 steps) into `frag`, issue four wgmmas and commit them.
-  // `frag` alternates between two register sets: the group in flight still reads the other.
+  // fragments (16 rows, four k16 steps) into `frag` if a gain scales them, issue four
+  // wgmmas and commit them. `frag` alternates between two register sets: the group in
+  // flight still reads the other.
   auto step = [&](int i, unsigned (&frag)[4][4]) {
     const int kt = kBegin + i, stage = i % STAGES;
     tl_cp_async_wait<STAGES - 3>();
@@ -241,12 +251,12 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
     tl_cp_async_commit();
 
     const unsigned char *sA = tl_smem + stage * STAGE_BYTES;
-    const unsigned aBase = tl_smem_addr(sA);
+    const unsigned aBase = tl_smem_addr(sA), bBase = tl_smem_addr(sA + A_BYTES);
+    if constexpr (S::NORM_GAIN) {  // A through registers, scaled by the gain
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const int row = warp * 16 + lane % 16, chunk = s * 2 + lane / 16;
-      tl_ldmatrix_x4(aBase + tl_swizzle(row, chunk, BK * 2), frag[s]);
-      if constexpr (S::ROW_NORM) {
+      for (int s = 0; s < 4; ++s) {
+        const int row = warp * 16 + lane % 16, chunk = s * 2 + lane / 16;
+        tl_ldmatrix_x4(aBase + tl_swizzle(row, chunk, BK * 2), frag[s]);
         const unsigned *gain = reinterpret_cast<const unsigned *>(sGain + stage * 128) + s * 8 + lane % 4;
         const unsigned g0 = gain[0], g8 = gain[4];
         frag[s][0] = tl_mul_bf16x2(frag[s][0], g0);
@@ -254,12 +264,18 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
         frag[s][2] = tl_mul_bf16x2(frag[s][2], g8);
         frag[s][3] = tl_mul_bf16x2(frag[s][3], g8);
       }
-    }
-    const unsigned bBase = tl_smem_addr(sA + A_BYTES);
-    tl_wgmma_fence();
-    tl_wgmma_pin(acc);
+      tl_wgmma_fence();
+      tl_wgmma_pin(acc);
 #pragma unroll
-    for (int s = 0; s < 4; ++s) tl_wgmma<BN>(acc, frag[s], tl_wgmma_descriptor(bBase, s * 32));
+      for (int s = 0; s < 4; ++s) tl_wgmma<BN>(acc, frag[s], tl_wgmma_descriptor(bBase, s * 32));
+    } else {  // A by descriptor too: the warpgroup's 64 rows of the stage
+      const unsigned aRows = aBase + (warp / 4) * 64 * BK * 2;
+      tl_wgmma_fence();
+      tl_wgmma_pin(acc);
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+        tl_wgmma_ss<BN>(acc, tl_wgmma_descriptor(aRows, s * 32), tl_wgmma_descriptor(bBase, s * 32));
+    }
     tl_wgmma_commit();
     tl_wgmma_pin(acc);
     // RMSNorm's sums of squares while the tensor cores work (the stage stays until the
@@ -361,6 +377,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
 //             proxy fence;
 //   empty[s]  each consumer warp arrives when its wgmma reading stage s has completed.
 // Use u of a stage (u = i / STAGES for k tile i) completes phase u of both barriers.
+// After the barriers, the rows' inverse RMS (ROW_NORM: BM floats).
 template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 64, GROUPS = BM / 64, THREADS = (GROUPS + 1) * 128;
   constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
@@ -368,12 +385,13 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   // Copies of k tile i + LAG are in flight while tile i is handed over; consumers hold two stages.
   constexpr int LAG = STAGES - 2;
   static_assert(BM == 128 && (BN == 64 || BN == 128 || BN == 256) && !S::B_KN && STAGES >= 3 && S::K_SPLITS == 1 &&
-                    !S::ROW_NORM,
-                "warp-specialized wgmma tiles: 128 rows, 64..256 columns, B stored [N, K], K not split, no RMSNorm");
+                    !S::NORM_GAIN,
+                "warp-specialized wgmma tiles: 128 rows, 64..256 columns, B stored [N, K], K not split, no norm gain");
   static_assert(BM * LD * 4 <= STAGES * STAGE_BYTES, "the accumulator tile fits in the stages");
   extern __shared__ __align__(128) unsigned char tl_smem_raw[];
   unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
   const unsigned fullBar = tl_smem_addr(tl_smem + STAGES * STAGE_BYTES), emptyBar = fullBar + STAGES * 8;
+  float *rowScale = reinterpret_cast<float *>(tl_smem + STAGES * STAGE_BYTES + STAGES * 16);
 
   constexpr int TILES = S::BATCH * S::TILES_M * S::TILES_N;
   const int tile = blockIdx.x % TILES;
@@ -381,6 +399,12 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   const tl_tile_cols cols = S::tile_cols(tn);
   const int m0 = tm * BM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 4;
+  // RMSNorm's sums of squares: in GEMMs of more than one wave (NORM_SHARED) only column
+  // tile 0 sums its rows and shares them, as v3 does; otherwise every block sums its own.
+  const int rowTile = bt * S::TILES_M + tm;
+  const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
+  float *rowSquares = p.ws;                   // [row tile][BM]
+  unsigned *normFlag = p.sync + 2 * rowTile;  // published, readers
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -401,6 +425,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
     aCopies.init([&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
     tl_stage_copies<BN, 128> bCopies;
     bCopies.init([&](int r) { return S::b_row(bt, cols, r); });
+    float squares[tl_stage_copies<BM, 128>::COPIES] = {};
     for (int j = 0; j < KT + LAG; ++j) {
       if (j < KT) {
         const int stage = j % STAGES;
@@ -417,6 +442,41 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
       // Written through the generic proxy; the consumers' wgmma reads through the async one.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       tl_mbarrier_arrive(fullBar + (i % STAGES) * 8);
+      // The stage stays until this thread copies into it again, so the sums need no barrier.
+      if (sumsSquares) aCopies.add_squares(tl_smem + (i % STAGES) * STAGE_BYTES, squares);
+    }
+    if (sumsSquares) {
+      // The 8 threads of a row (lanes 8 q .. 8 q + 7) hold one chunk each.
+#pragma unroll
+      for (int c = 0; c < tl_stage_copies<BM, 128>::COPIES; ++c) {
+        float sum = squares[c];
+        for (int m = 1; m < 8; m <<= 1) sum += TL_SHFL_XOR(sum, m);
+        const int r = threadIdx.x / 8 + c * 16;
+        if (threadIdx.x % 8 == 0) {
+          rowScale[r] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
+          if constexpr (S::NORM_SHARED) rowSquares[rowTile * BM + r] = sum;
+        }
+      }
+    }
+    if constexpr (S::NORM_SHARED) {
+      // As in v3: column tile 0 publishes its rows' sums and raises the row tile's flag;
+      // the other column tiles' producers wait for it (their own copies all issued) and
+      // read the sums; the last of the TILES_N readers lowers the flag for the next launch.
+      if (tn == 0) {
+        __threadfence();
+        asm volatile("bar.sync 2, 128;" ::: "memory");
+        if (threadIdx.x == 0) atomicExch(normFlag, 1u);
+      } else {
+        if (threadIdx.x == 0)
+          while (tl_load_acquire(normFlag) == 0) asm volatile("nanosleep.u32 32;");
+        asm volatile("bar.sync 2, 128;" ::: "memory");
+        rowScale[threadIdx.x] = rsqrtf(tl_load_global_cg(rowSquares + rowTile * BM + threadIdx.x) / (float)S::K + S::NORM_EPS);
+      }
+      asm volatile("bar.sync 2, 128;" ::: "memory");
+      if (threadIdx.x == 0 && atomicAdd(normFlag + 1, 1u) == S::TILES_N - 1) {
+        normFlag[1] = 0u;
+        normFlag[0] = 0u;
+      }
     }
     asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
   } else {
@@ -443,7 +503,8 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
     tl_wgmma_wait<0>();
     tl_wgmma_pin(acc);
     asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
-    tl_wgmma_store_rows<BN, LD>(acc, tileRows, (warp - 4) * 16 + lane / 4, 1.0f, 1.0f);
+    const int r = (warp - 4) * 16 + lane / 4;
+    tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, S::ROW_NORM ? rowScale[r] : 1.0f, S::ROW_NORM ? rowScale[r + 8] : 1.0f);
   }
   __syncthreads();
   tl_allow_dependents();

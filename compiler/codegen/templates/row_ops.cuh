@@ -16,7 +16,7 @@
   for (tl_i64 row = (tl_i64)blockIdx.x * (blockDim.x / TL_WARP) + threadIdx.x / TL_WARP; row < (ROWS);          \
        row += (tl_i64)gridDim.x * (blockDim.x / TL_WARP))
 
-// y = x / sqrt(mean(x^2) + eps) * gain. S: ROWS, COLS, VEC, EPS, x(p), gain(p), y(p).
+// y = x / sqrt(mean(x^2) + eps) * gain (GAIN), or without it. S: ROWS, COLS, VEC, EPS, GAIN, x(p), gain(p), y(p).
 template <class S> TL_DEVICE void tl_rmsnorm_rows(const typename S::Params &p) {
   constexpr int V = S::VEC;
   const int lane = threadIdx.x % TL_WARP;
@@ -34,8 +34,8 @@ template <class S> TL_DEVICE void tl_rmsnorm_rows(const typename S::Params &p) {
     for (int c = lane * V; c < S::COLS; c += TL_WARP * V) {
       float v[V], gain[V];
       tl_ld_vec<V>(x, c, v);
-      tl_ld_vec<V>(S::gain(p), c, gain);
-      for (int j = 0; j < V; ++j) v[j] = v[j] * inverse * gain[j];
+      if constexpr (S::GAIN) tl_ld_vec<V>(S::gain(p), c, gain);
+      for (int j = 0; j < V; ++j) v[j] = v[j] * inverse * (S::GAIN ? gain[j] : 1.0f);
       tl_st_vec<V>(y, c, v);
     }
   }

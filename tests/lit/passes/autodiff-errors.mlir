@@ -32,3 +32,30 @@ func.func @forward(%ids: tensor<1x4xi32>) -> (tensor<1x4x8xf32>, tensor<f32>) {
   %loss = tl.cross_entropy %logits, %ids : (tensor<1x4x8xf32>, tensor<1x4xi32>) -> tensor<f32>
   return %logits, %loss : tensor<1x4x8xf32>, tensor<f32>
 }
+
+// -----
+
+// A norm whose gain was folded into the next weight (tl-fold-norm-gain, inference only).
+// CHECK: error: 'tl.rmsnorm' op without a gain has no VJP: its gain was folded into a weight (tl-fold-norm-gain), which is for inference only
+func.func @forward(%ids: tensor<1x4xi32>) -> (tensor<1x4x8xf32>, tensor<f32>) {
+  %table = tl.weight "model.embed_tokens.weight" : tensor<8x4xf32>
+  %x = tl.embedding %table, %ids : (tensor<8x4xf32>, tensor<1x4xi32>) -> tensor<1x4x4xf32>
+  %n = tl.rmsnorm %x {eps = 1.0e-05} : (tensor<1x4x4xf32>) -> tensor<1x4x4xf32>
+  %logits = tl.linear %n, %table : (tensor<1x4x4xf32>, tensor<8x4xf32>) -> tensor<1x4x8xf32>
+  %loss = tl.cross_entropy %logits, %ids : (tensor<1x4x8xf32>, tensor<1x4xi32>) -> tensor<f32>
+  return %logits, %loss : tensor<1x4x8xf32>, tensor<f32>
+}
+
+// -----
+
+// A weight scaled at load time: the scaled copy would not follow the updates.
+// CHECK: error: 'tl.scale_columns' op has no VJP: tl-autodiff cannot differentiate through it
+func.func @forward(%ids: tensor<1x4xi32>) -> (tensor<1x4x8xf32>, tensor<f32>) {
+  %table = tl.weight "model.embed_tokens.weight" : tensor<8x4xf32>
+  %g = tl.weight "model.norm.weight" : tensor<4xf32>
+  %x = tl.embedding %table, %ids : (tensor<8x4xf32>, tensor<1x4xi32>) -> tensor<1x4x4xf32>
+  %w = tl.scale_columns %table, %g : (tensor<8x4xf32>, tensor<4xf32>) -> tensor<8x4xf32>
+  %logits = tl.linear %x, %w : (tensor<1x4x4xf32>, tensor<8x4xf32>) -> tensor<1x4x8xf32>
+  %loss = tl.cross_entropy %logits, %ids : (tensor<1x4x8xf32>, tensor<1x4xi32>) -> tensor<f32>
+  return %logits, %loss : tensor<1x4x8xf32>, tensor<f32>
+}

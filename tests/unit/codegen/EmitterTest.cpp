@@ -74,10 +74,11 @@ TEST(Codegen, O2FusionIsInsideTheGemms) {
   // 512 tiles) column tile 0 sums them for all, shared through a row of floats.
   EXPECT_TRUE(contains(gateUp.source, "NORM_SHARED = false"));
   EXPECT_TRUE(contains(qkv.source, "NORM_SHARED = false"));
-  Program wideProgram = workshop(2, "bf16", 64);
+  // 40 sequences: 320 QKV tiles of 128x128, too few of 128x256 for the warp-specialized kernel.
+  Program wideProgram = workshop(2, "bf16", 40);
   const Kernel &wide = kernelNamed(wideProgram, "tl_rmsnorm_linear_split_rope_transpose");
   EXPECT_TRUE(contains(wide.source, "NORM_SHARED = true"));
-  EXPECT_EQ(wide.workspaceBytes, 64 * 128 * 4);
+  EXPECT_EQ(wide.workspaceBytes, 40 * 128 * 4);
   EXPECT_GT(wide.syncWords, 0);
   EXPECT_TRUE(contains(gateUp.source, "accumulator columns 0..2047 with 2048..4095"));  // one tile holds both halves
   ASSERT_EQ(gateUp.outputs.size(), 1u);
@@ -109,22 +110,40 @@ TEST(Codegen, O2FusionIsInsideTheGemms) {
   EXPECT_GE(splitKernels, 1);  // the down projection (K = 2048) splits on sm_90a
 }
 
-// On sm_90a, GEMMs without RMSNorm whose 128x256 tiles nearly fill their last wave run
-// the warp-specialized kernel (a fourth warpgroup, the producer); RMSNorm GEMMs and a
-// QKV of 160 such tiles (1.2 waves on 132 SMs) keep the other.
-TEST(Codegen, WideGemmsWithoutNormRunWarpSpecialized) {
+// On sm_90a, GEMMs with no RMSNorm gain to apply to A whose 128x256 tiles nearly fill
+// their last wave run the warp-specialized kernel (a fourth warpgroup, the producer):
+// plain ones, and at O2 norm GEMMs whose gain tl-fold-norm-gain moved into the weight.
+// A QKV of 160 such tiles (1.2 waves on 132 SMs) keeps the other; so do the norm GEMMs
+// of a training step, which applies the gain to A (its weights change every step).
+TEST(Codegen, WideGemmsWithoutAGainOnARunWarpSpecialized) {
   auto specialized = [](const Kernel &kernel) { return contains(kernel.source, "tl_gemm_wgmma_ws<"); };
-  const Kernel &gateUp = kernelNamed(workshop(1), "tl_linear_bf16_1024x4096x512");  // 128 tiles
+  Program o1 = workshop(1), o2 = workshop(2);
+  const Kernel &gateUp = kernelNamed(o1, "tl_linear_bf16_1024x4096x512");  // 128 tiles
   EXPECT_TRUE(specialized(gateUp));
   EXPECT_EQ(gateUp.launch.at("cuda:sm_90a").blockThreads, 384);
   EXPECT_EQ(gateUp.launch.at("cuda:sm_90a").gridBlocks, 128);
-  EXPECT_FALSE(specialized(kernelNamed(workshop(2), "tl_rmsnorm_linear_split_swiglu")));
+  const Kernel &normed = kernelNamed(o2, "tl_rmsnorm_linear_split_swiglu");
+  EXPECT_TRUE(specialized(normed));
+  EXPECT_TRUE(contains(normed.source, "NORM_GAIN = false"));
+  EXPECT_TRUE(contains(normed.source, "its gain was folded into"));
+  // The folded weight is made at load: gate and up concatenated, columns scaled by the gain.
+  const Value &weight = o2.value(normed.inputs[1]);
+  EXPECT_EQ(weight.weightKeys.size(), 2u);
+  EXPECT_EQ(weight.columnScaleKey, "model.layers.0.post_attention_layernorm.weight");
+
+  AdamWOptions adamw;
+  Program step = compileTrainingStepFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", {2, 8, 128, "bf16"}, adamw);
+  const Kernel &trained = kernelNamed(step, "tl_rmsnorm_linear_split_swiglu");
+  EXPECT_FALSE(specialized(trained));
+  EXPECT_TRUE(contains(trained.source, "NORM_GAIN = true"));
+  for (const Value &value : step.values) EXPECT_TRUE(value.columnScaleKey.empty()) << value.name;
+
   Program large = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama-1.1b.tl", {1, 1, 2048, "bf16"});
   EXPECT_TRUE(specialized(kernelNamed(large, "tl_linear_bf16_2048x2048x5632")));
   EXPECT_FALSE(specialized(kernelNamed(large, "tl_linear_bf16_2048x2560x2048")));
   // Its query heads share kv heads in eights: 32 queries of 4 heads a block, 32 a warp.
   EXPECT_TRUE(contains(kernelNamed(large, "tl_flash_attention").source, "_spec<32, 4, 2>>(p)"));
-  EXPECT_TRUE(contains(kernelNamed(workshop(1), "tl_flash_attention").source, ", 1>>(p)"));  // 16 queries a warp
+  EXPECT_TRUE(contains(kernelNamed(o1, "tl_flash_attention").source, ", 1>>(p)"));  // 16 queries a warp
 }
 
 // fp32 models keep exact fp32 arithmetic: no tensor cores (they would round to tf32).

@@ -229,3 +229,33 @@ TEST(ProgramValidation, BackwardOpsFollowTheirRules) {
 
 } // namespace
 } // namespace tlc
+
+namespace tlc {
+namespace {
+
+// A weight whose columns a 1-D parameter scales at load (a folded RMSNorm gain): the
+// parameter must exist and fit the columns, only in a forward, and it survives JSON.
+TEST(ProgramValidation, ColumnScalesNameAFittingParameterOfAForward) {
+  Program scaled = validProgram();
+  scaled.values[1].columnScaleKey = "model.norm.weight";  // embed [7, 4] by norm [4]
+  validateProgram(scaled);
+  EXPECT_EQ(programFromJson(programToJson(scaled)).values[1].columnScaleKey, "model.norm.weight");
+
+  Program unknown = scaled;
+  unknown.values[1].columnScaleKey = "model.gain";
+  EXPECT_CONTAINS(invalid(unknown), "values[1].column_scale_key: weight value 1 ('embed') is scaled by 'model.gain', "
+                                    "which is not a parameter");
+  Program misfit = scaled;
+  misfit.values[1].columnScaleKey = "model.embed_tokens.weight";
+  EXPECT_CONTAINS(invalid(misfit), "cannot have its columns scaled by 'model.embed_tokens.weight' of shape 7x4");
+  Program notWeight = validProgram();
+  notWeight.values[3].columnScaleKey = "model.norm.weight";  // x, an activation
+  EXPECT_CONTAINS(invalid(notWeight), "values[3].column_scale_key: value 3 ('x') is not a weight");
+
+  Program training = test::trainingStep();
+  training.values[1].columnScaleKey = training.values[1].weightKeys[0];  // refused before its shape is looked at
+  EXPECT_CONTAINS(invalid(training), "which a training step cannot keep up to date as its parameters change");
+}
+
+} // namespace
+} // namespace tlc

@@ -320,3 +320,44 @@ TEST(Weights, AtNamesTheMissingKey) {
 
 } // namespace
 } // namespace tlc
+
+namespace tlc {
+namespace {
+
+// A Weight value with a column scale (a folded RMSNorm gain): keys concatenated, then
+// column k of every row times element k of the scale, also when either is drawn lazily.
+TEST(Weights, ConcatenatedScalesColumnsByTheColumnScaleKey) {
+  Weights weights;
+  Tensor a({1, 3}), b({2, 3}), gain({3});
+  a.data = {1, 2, 3};
+  b.data = {4, 5, 6, 7, 8, 9};
+  gain.data = {0.5f, -2, 3};
+  weights.set("a", a);
+  weights.set("b", b);
+  weights.set("gain", gain);
+  Value value;
+  value.name = "w_ab_scaled";
+  value.shape = {3, 3};
+  value.storage = Storage::Weight;
+  value.weightKeys = {"a", "b"};
+  value.columnScaleKey = "gain";
+  EXPECT_EQ(weights.concatenated(value, "cpu"), (std::vector<float>{0.5f, -4, 9, 2, -10, 18, 3.5f, -16, 27}));
+
+  // A seeded "ones" gain drawn on demand leaves the weight as it is.
+  Weights lazy = Weights::random({{"w", {2, 2}, "normal"}, {"ones", {2}, "ones"}}, 7);
+  Value plain = value, scaled = value;
+  plain.shape = scaled.shape = {2, 2};
+  plain.weightKeys = scaled.weightKeys = {"w"};
+  plain.columnScaleKey.clear();
+  scaled.columnScaleKey = "ones";
+  EXPECT_EQ(lazy.concatenated(scaled, "cpu"), lazy.concatenated(plain, "cpu"));
+
+  value.columnScaleKey = "b";
+  EXPECT_EQ(errorMessage([&] { weights.concatenated(value, "cuda"); }),
+            "cuda backend: weight 'w_ab_scaled' has 3 columns but its column scale 'b' has 6 elements");
+  value.columnScaleKey = "missing";
+  EXPECT_EQ(errorMessage([&] { weights.concatenated(value, "cpu"); }), "missing weight 'missing'");
+}
+
+} // namespace
+} // namespace tlc
