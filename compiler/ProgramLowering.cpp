@@ -161,8 +161,7 @@ private:
   // A weight read only by what is made of it at load time (concatenated, scaled) is no
   // buffer of its own.
   static bool readOnlyAtLoad(mlir::Operation *op) {
-    return llvm::all_of(op->getUsers(),
-                        [](mlir::Operation *user) { return llvm::isa<tl::ConcatOp, tl::ScaleColumnsOp>(user); });
+    return llvm::all_of(op->getUsers(), [](mlir::Operation *user) { return tl::isLoadTimeOp(user); });
   }
 
   mlir::LogicalResult lowerTopLevel(mlir::Operation *op) {

@@ -167,7 +167,7 @@ private:
     if (program.kind == ProgramKind::TrainStep)  // master weights and two moments each
       for (const Parameter &parameter : program.parameters)
         parameterFloats = add(parameterFloats, 3 * Tensor::elementsOf(parameter.shape));
-    std::set<std::vector<std::string>> weightKeys;
+    std::set<WeightContents> weightKeys;
     for (const Value &value : program.values)
       if (value.storage == Storage::Weight && !readsMasterInPlace(program, value) &&
           weightKeys.insert(weightContents(value)).second)
@@ -189,8 +189,8 @@ private:
         .check();
   }
 
-  // Each Weight value is its keys' tensors concatenated along dim 0; values with the same
-  // keys (a tied embedding used twice) share one copy. Training reads them from the
+  // Each Weight value is its keys' tensors concatenated along dim 0 (columns scaled if it
+  // says so); values with the same contents (a tied embedding used twice) share one copy. Training reads them from the
   // parameters' masters (`weights` null): a single f32 one in place, others as copies.
   void materializeWeights(const Weights *weights) {
     weightStore_.clear();
@@ -369,7 +369,7 @@ private:
   Program program_;
   bool loaded_ = false;
   std::vector<std::byte> arena_;
-  std::map<std::pair<std::vector<std::string>, bool>, std::vector<float>> weightStore_;
+  std::map<std::pair<WeightContents, bool>, std::vector<float>> weightStore_;
   std::vector<const float *> weightData_;    // by value id; set for Weight values
   std::map<int, std::vector<float>> locals_; // by value id, for the running kernel
   const Kernel *currentKernel_ = nullptr;

@@ -374,10 +374,11 @@ private:
     return arena_ + base.offset;
   }
 
-  // Each Weight value is its keys' tensors concatenated along dim 0, stored in its own
-  // dtype (rounded to bf16 as the CPU reference does); values with the same keys share.
+  // Each Weight value is its keys' tensors concatenated along dim 0 (columns scaled if it
+  // says so), stored in its own dtype (rounded to bf16 as the CPU reference does); values
+  // with the same contents share.
   void uploadWeights(const Weights &weights) {
-    std::map<std::pair<std::vector<std::string>, DType>, int64_t> offsetOf;
+    std::map<std::pair<WeightContents, DType>, int64_t> offsetOf;
     std::vector<std::pair<int64_t, std::vector<char>>> blobs;
     int64_t total = 0;
     std::map<int, int64_t> offsets;

@@ -25,7 +25,7 @@ std::string mib(int64_t bytes) {
 }
 
 int64_t programWeightBytes(const Program &program) {
-  std::set<std::vector<std::string>> seen;  // a tied embedding read twice is stored once
+  std::set<WeightContents> seen;  // a tied embedding read twice is stored once
   int64_t bytes = 0;
   for (const Value &value : program.values)
     if (value.storage == Storage::Weight && seen.insert(weightContents(value)).second) bytes += value.bytes();

@@ -1,19 +1,18 @@
-// What a Weight value's bytes are made of: its checkpoint keys in order, then the
-// parameter that scales its columns, if any. Weight values with equal contents (a tied
-// embedding read twice) share one buffer in every backend.
+// What a Weight value's bytes are made of: its checkpoint keys in order, and the
+// parameter that scales its columns (empty for none). Weight values with equal contents
+// (a tied embedding read twice) share one buffer in every backend.
 #pragma once
 
 #include "runtime/Program.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tlc {
 
-inline std::vector<std::string> weightContents(const Value &value) {
-  std::vector<std::string> contents = value.weightKeys;
-  if (!value.columnScaleKey.empty()) contents.push_back("columns scaled by " + value.columnScaleKey);
-  return contents;
-}
+using WeightContents = std::pair<std::vector<std::string>, std::string>;
+
+inline WeightContents weightContents(const Value &value) { return {value.weightKeys, value.columnScaleKey}; }
 
 } // namespace tlc

@@ -122,6 +122,10 @@ const std::map<std::string, Tensor> &Weights::all() const {
 
 const Tensor &Weights::at(const std::string &key) const {
   std::lock_guard<std::mutex> lock(mutex_);
+  return drawn(key);
+}
+
+const Tensor &Weights::drawn(const std::string &key) const {
   if (auto pending = pending_.find(key); pending != pending_.end()) {
     Tensor tensor(pending->second.shape);
     fill(pending->second, tensor.data.data(), tensor.data.size());
@@ -170,20 +174,11 @@ std::vector<float> Weights::concatenated(const Value &value, const std::string &
     out += counts[i];
   }
   if (!value.columnScaleKey.empty()) {
-    const std::string &key = value.columnScaleKey;
+    const std::vector<float> &scale = drawn(value.columnScaleKey).data;
     const size_t columns = value.shape.empty() ? 0 : size_t(value.shape.back());
-    std::vector<float> scale;
-    if (auto pending = pending_.find(key); pending != pending_.end()) {
-      scale.resize(size_t(Tensor::elementsOf(pending->second.shape)));
-      fill(pending->second, scale.data(), scale.size());
-    } else if (auto found = tensors_.find(key); found != tensors_.end()) {
-      scale = found->second.data;
-    } else {
-      throw Error(fmt::format("missing weight '{}'", key));
-    }
     if (scale.size() != columns)
       throw Error(fmt::format("{} backend: weight '{}' has {} columns but its column scale '{}' has {} elements",
-                              backend, value.name, columns, key, scale.size()));
+                              backend, value.name, columns, value.columnScaleKey, scale.size()));
     for (size_t e = 0; e < total; ++e) data[e] *= scale[e % columns];
   }
   return data;

@@ -61,6 +61,7 @@ private:
   };
   void fill(const Pending &pending, float *data, size_t count) const;
   void drawPending() const;  // caller holds mutex_
+  const Tensor &drawn(const std::string &key) const;  // at(), the caller holding mutex_
 
   mutable std::map<std::string, Tensor> tensors_;
   mutable std::map<std::string, Pending> pending_;

@@ -22,18 +22,23 @@ struct tl_tile_cols {
   int group, col0, width;
 };
 
+// Adds the squares of the 8 bf16 of a 16-byte chunk in shared memory to `sum`.
+TL_DEVICE void tl_add_chunk_squares(const unsigned char *chunk, float &sum) {
+  const tl_u32x4 raw = *reinterpret_cast<const tl_u32x4 *>(chunk);
+  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float lo = tl_bf16_lo(w[j]), hi = tl_bf16_hi(w[j]);
+    sum = fmaf(lo, lo, fmaf(hi, hi, sum));
+  }
+}
+
 // RMSNorm in a GEMM: adds the squares of this thread's part of row `row` of a stage's A
 // tile (rows of 64 bf16, 128-byte swizzled: chunk c of row r at r * 128 + (c ^ r % 8) * 16)
 // to `sum`; `parts` threads share a row, thread `part` taking 8 / parts chunks.
 TL_DEVICE void tl_row_sum_squares(const unsigned char *tile, int row, int part, int parts, float &sum) {
-  for (int c = part * (8 / parts); c < (part + 1) * (8 / parts); ++c) {
-    const tl_u32x4 raw = *reinterpret_cast<const tl_u32x4 *>(tile + row * 128 + ((c ^ (row & 7)) << 4));
-    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-    for (int j = 0; j < 4; ++j) {
-      const float lo = tl_bf16_lo(w[j]), hi = tl_bf16_hi(w[j]);
-      sum = fmaf(lo, lo, fmaf(hi, hi, sum));
-    }
-  }
+  for (int c = part * (8 / parts); c < (part + 1) * (8 / parts); ++c)
+    tl_add_chunk_squares(tile + row * 128 + ((c ^ (row & 7)) << 4), sum);
 }
 
 // Runs the Spec's epilogue on an accumulator tile held in shared memory (BM rows of

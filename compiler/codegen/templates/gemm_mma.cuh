@@ -96,16 +96,7 @@ template <int ROWS, int THREADS> struct tl_stage_copies {
   TL_DEVICE void add_squares(const unsigned char *tile, float (&sum)[COPIES]) const {
     const int c = threadIdx.x % 8;
 #pragma unroll
-    for (int i = 0; i < COPIES; ++i) {
-      const int r = threadIdx.x / 8 + i * (THREADS / 8);
-      const tl_u32x4 raw = *reinterpret_cast<const tl_u32x4 *>(tile + tl_swizzle(r, c, 128));
-      const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float lo = tl_bf16_lo(w[j]), hi = tl_bf16_hi(w[j]);
-        sum[i] = fmaf(lo, lo, fmaf(hi, hi, sum[i]));
-      }
-    }
+    for (int i = 0; i < COPIES; ++i) tl_add_chunk_squares(tile + tl_swizzle(threadIdx.x / 8 + i * (THREADS / 8), c, 128), sum[i]);
   }
 };
 

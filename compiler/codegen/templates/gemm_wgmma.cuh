@@ -166,6 +166,32 @@ TL_DEVICE float tl_load_global_cg(const float *address) {  // from L2: written b
   return value;
 }
 
+// RMSNorm's sums of squares shared by the column tiles of a row tile (NORM_SHARED): the
+// blocks of column tile 0 (`publisher`) have written their rows' sums to `sums` and raise
+// flag[0]; every block waits for it and turns the sums into inverse RMS in `rowScale`; the
+// last of the TILES_N readers (counted in flag[1]) lowers both for the next launch.
+// Publishers have lower block indices than the blocks that wait for them, so they are
+// running or done by then. THREADS threads take part, thread 0 among them; `sync` is
+// their barrier.
+template <class S, int THREADS, class Sync>
+TL_DEVICE void tl_share_row_norm(bool publisher, const float *sums, unsigned *flag, float *rowScale, Sync sync) {
+  if (publisher) {
+    __threadfence();
+    sync();
+    if (threadIdx.x == 0) atomicExch(flag, 1u);
+  }
+  if (threadIdx.x == 0)
+    while (tl_load_acquire(flag) == 0) asm volatile("nanosleep.u32 32;");
+  sync();
+  for (int r = threadIdx.x; r < S::BM; r += THREADS)
+    rowScale[r] = rsqrtf(tl_load_global_cg(sums + r) / (float)S::K + S::NORM_EPS);
+  sync();
+  if (threadIdx.x == 0 && atomicAdd(flag + 1, 1u) == S::TILES_N - 1) {
+    flag[1] = 0u;
+    flag[0] = 0u;
+  }
+}
+
 template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 64, GROUPS = BM / 64, THREADS = GROUPS * 128;
   constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
@@ -184,10 +210,9 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   const tl_tile_cols cols = S::tile_cols(tn);
   const int m0 = tm * BM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // RMSNorm with NORM_SHARED (never with split-K): the blocks of column tile 0 publish
-  // their rows' sums of squares and raise the row tile's flag; every column tile waits for
-  // it before its epilogue. Publishers have lower block indices than the blocks that wait
-  // for them, so they are running or done by then. Otherwise every block sums its rows.
+  // RMSNorm with NORM_SHARED (never with split-K): only the blocks of column tile 0 sum
+  // their rows' squares, shared before the epilogue (tl_share_row_norm). Otherwise every
+  // block sums its rows.
   static_assert(!S::NORM_SHARED || (S::ROW_NORM && SPLITS == 1), "shared norm sums: unsplit norm GEMMs only");
   const int rowTile = bt * S::TILES_M + tm;
   const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
@@ -304,23 +329,9 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
     for (int m = 1; m < NORM_THREADS_PER_ROW; m <<= 1) rowSum += TL_SHFL_XOR(rowSum, m);
   }
   if constexpr (S::NORM_SHARED) {
-    if (tn == 0) {
-      if (threadIdx.x % NORM_THREADS_PER_ROW == 0) rowSquares[rowTile * BM + threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
-      __threadfence();
-      __syncthreads();
-      if (threadIdx.x == 0) atomicExch(normFlag, 1u);
-    }
-    // The last of the TILES_N readers of a row tile lowers its flag for the next launch.
-    if (threadIdx.x == 0)
-      while (tl_load_acquire(normFlag) == 0) asm volatile("nanosleep.u32 32;");
-    __syncthreads();
-    for (int r = threadIdx.x; r < BM; r += THREADS)
-      rowScale[r] = rsqrtf(tl_load_global_cg(rowSquares + rowTile * BM + r) / (float)S::K + S::NORM_EPS);
-    __syncthreads();
-    if (threadIdx.x == 0 && atomicAdd(normFlag + 1, 1u) == S::TILES_N - 1) {
-      normFlag[1] = 0u;
-      normFlag[0] = 0u;
-    }
+    if (tn == 0 && threadIdx.x % NORM_THREADS_PER_ROW == 0)
+      rowSquares[rowTile * BM + threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
+    tl_share_row_norm<S, THREADS>(tn == 0, rowSquares + rowTile * BM, normFlag, rowScale, [] { __syncthreads(); });
   } else if constexpr (S::ROW_NORM) {
     if (SPLITS == 1 && threadIdx.x % NORM_THREADS_PER_ROW == 0)
       rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(rowSum / (float)S::K + S::NORM_EPS);
@@ -452,32 +463,15 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
         float sum = squares[c];
         for (int m = 1; m < 8; m <<= 1) sum += TL_SHFL_XOR(sum, m);
         const int r = threadIdx.x / 8 + c * 16;
-        if (threadIdx.x % 8 == 0) {
-          rowScale[r] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
-          if constexpr (S::NORM_SHARED) rowSquares[rowTile * BM + r] = sum;
-        }
+        if (threadIdx.x % 8 != 0) continue;
+        if constexpr (S::NORM_SHARED) rowSquares[rowTile * BM + r] = sum;
+        else rowScale[r] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
       }
     }
-    if constexpr (S::NORM_SHARED) {
-      // As in v3: column tile 0 publishes its rows' sums and raises the row tile's flag;
-      // the other column tiles' producers wait for it (their own copies all issued) and
-      // read the sums; the last of the TILES_N readers lowers the flag for the next launch.
-      if (tn == 0) {
-        __threadfence();
-        asm volatile("bar.sync 2, 128;" ::: "memory");
-        if (threadIdx.x == 0) atomicExch(normFlag, 1u);
-      } else {
-        if (threadIdx.x == 0)
-          while (tl_load_acquire(normFlag) == 0) asm volatile("nanosleep.u32 32;");
-        asm volatile("bar.sync 2, 128;" ::: "memory");
-        rowScale[threadIdx.x] = rsqrtf(tl_load_global_cg(rowSquares + rowTile * BM + threadIdx.x) / (float)S::K + S::NORM_EPS);
-      }
-      asm volatile("bar.sync 2, 128;" ::: "memory");
-      if (threadIdx.x == 0 && atomicAdd(normFlag + 1, 1u) == S::TILES_N - 1) {
-        normFlag[1] = 0u;
-        normFlag[0] = 0u;
-      }
-    }
+    // The producers wait for shared sums once their own copies are all issued.
+    if constexpr (S::NORM_SHARED)
+      tl_share_row_norm<S, 128>(tn == 0, rowSquares + rowTile * BM, normFlag, rowScale,
+                                [] { asm volatile("bar.sync 2, 128;" ::: "memory"); });
     asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
   } else {
     // Consumer warpgroup `group` computes rows 64 (group - 1) .. of the tile: A and B by

@@ -343,14 +343,17 @@ TEST(Weights, ConcatenatedScalesColumnsByTheColumnScaleKey) {
   value.columnScaleKey = "gain";
   EXPECT_EQ(weights.concatenated(value, "cpu"), (std::vector<float>{0.5f, -4, 9, 2, -10, 18, 3.5f, -16, 27}));
 
-  // A seeded "ones" gain drawn on demand leaves the weight as it is.
-  Weights lazy = Weights::random({{"w", {2, 2}, "normal"}, {"ones", {2}, "ones"}}, 7);
+  // Both drawn on demand from their seeds: the same product.
+  Weights lazy = Weights::random({{"w", {2, 3}, "normal"}, {"g", {3}, "normal"}}, 7);
   Value plain = value, scaled = value;
-  plain.shape = scaled.shape = {2, 2};
+  plain.shape = scaled.shape = {2, 3};
   plain.weightKeys = scaled.weightKeys = {"w"};
   plain.columnScaleKey.clear();
-  scaled.columnScaleKey = "ones";
-  EXPECT_EQ(lazy.concatenated(scaled, "cpu"), lazy.concatenated(plain, "cpu"));
+  scaled.columnScaleKey = "g";
+  std::vector<float> product = lazy.concatenated(scaled, "cpu"), unscaled = lazy.concatenated(plain, "cpu");
+  const std::vector<float> &g = lazy.at("g").data;
+  ASSERT_EQ(product.size(), 6u);
+  for (size_t e = 0; e < 6; ++e) EXPECT_EQ(product[e], unscaled[e] * g[e % 3]) << e;
 
   value.columnScaleKey = "b";
   EXPECT_EQ(errorMessage([&] { weights.concatenated(value, "cuda"); }),
