@@ -37,8 +37,10 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
        fmt::format("scale {}, {}{}", spec.scale, spec.causal ? "causal (tiles above the diagonal skipped)" : "not causal",
                    spec.lse >= 0 ? "; also writes each query row's log-sum-exp (for the backward)" : ""),
        matrixUnits ? fmt::format("NVIDIA: tensor cores, {} queries x {} heads per block sharing their K/V tiles, {} "
-                                 "queries per warp; other targets: one query row per block",
-                                 tile.queries, tile.heads, 16 * tile.mTiles)
+                                 "queries per warp{}; other targets: one query row per block",
+                                 tile.queries, tile.heads, 16 * tile.mTiles,
+                                 tile.resident > 1 ? fmt::format(", registers capped for {} blocks per SM", tile.resident)
+                                                   : "")
                    : "one query row per block, fp32 FMAs (attention_rows.cuh)"});
   out += source.prelude({"attention_mma.cuh", "attention_rows.cuh"});
   out += source.paramsStruct();
@@ -56,9 +58,10 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
                        source.name(spec.lse), spec.H, spec.SQ);
   else out += "  TL_DEVICE static float *lse_dst(const Params &, int, int, int) { return nullptr; }\n";
   out += "};\n";
-  out += fmt::format("#if defined(TL_NVIDIA)\n#define {}_THREADS {}\n#else\n#define {}_THREADS 256\n#endif\n", entry,
-                     matrixUnits ? tile.threads() : 256, entry);
-  out += source.entryOpen(entry + "_THREADS");
+  // Launch bounds: threads per block, and blocks meant to share an SM.
+  out += fmt::format("#if defined(TL_NVIDIA)\n#define {}_BOUNDS {}, {}\n#else\n#define {}_BOUNDS 256\n#endif\n", entry,
+                     matrixUnits ? tile.threads() : 256, matrixUnits ? tile.resident : 1, entry);
+  out += source.entryOpen(entry + "_BOUNDS");
   std::string rows = fmt::format("tl_attention_rows<{}_spec<16, 1, 1>>(p);", entry);
   if (matrixUnits)
     out += fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_mma<{}_spec<{}, {}, {}>>(p);\n#else\n  {}\n#endif\n}}\n",

@@ -104,6 +104,10 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   std::optional<WgmmaTile> hopper = matrixUnits && !aKM ? chooseWgmmaTile(gemm, kTunedMultiprocessors) : std::nullopt;
   int64_t hopperRowTiles = hopper ? gemm.batch * ceilDiv(gemm.M, hopper->BM) : 0;
   int64_t hopperTiles = hopper ? hopperRowTiles * columnTiles(gemm, hopper->BN) : 0;
+  // Split-K: every tile, or only those of a short last wave.
+  int64_t hopperSplitTiles = !hopper || hopper->splits == 1 ? 0
+                             : hopper->splitTiles > 0      ? std::min<int64_t>(hopper->splitTiles, hopperTiles)
+                                                           : hopperTiles;
   // Beyond one wave, RMSNorm's sums of squares are computed by column tile 0 only and shared.
   bool normShared = hopper && gemm.rowNorm && hopper->splits == 1 &&
                     hopperTiles > kTunedMultiprocessors * hopper->blocksPerMultiprocessor();
@@ -113,12 +117,13 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   const std::string &aType = source.type(gemm.a), &bType = source.type(gemm.b);
   const std::string a = "p." + source.name(gemm.a), b = "p." + source.name(gemm.b);
   std::string spec;
-  spec += fmt::format("template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int K_SLICES_, int K_SPLITS_>\n"
+  spec += fmt::format("template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int K_SLICES_, int K_SPLITS_, "
+                      "int SPLIT_TILES_>\n"
                       "struct {}_spec {{\n",
                       entry);
   spec += fmt::format("  using Params = {}_params;\n", entry);
   spec += "  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_, "
-          "K_SLICES = K_SLICES_, K_SPLITS = K_SPLITS_;\n";
+          "K_SLICES = K_SLICES_, K_SPLITS = K_SPLITS_, SPLIT_TILES = SPLIT_TILES_;\n";
   spec += fmt::format("  static constexpr int M = {}, N = {}, K = {}, BATCH = {};\n", gemm.M, gemm.N, gemm.K, gemm.batch);
   spec += "  static constexpr int TILES_M = (M + BM - 1) / BM;\n";
   std::vector<std::string> groupTiles;
@@ -250,10 +255,15 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                                           "mbarrier per stage)",
                                       hopper->stages,
                                       hopper->resident > 1 ? fmt::format(", {} blocks per SM", hopper->resident) : "",
-                                      hopper->splits > 1 ? fmt::format(", K split {} ways (partial tiles in the workspace, "
-                                                                       "added by the last split of each tile)",
-                                                                       hopper->splits)
-                                                         : "",
+                                      hopper->splits == 1 ? ""
+                                      : hopperSplitTiles == hopperTiles
+                                          ? fmt::format(", K split {} ways (partial tiles in the workspace, added by "
+                                                        "the last split of each tile)",
+                                                        hopper->splits)
+                                          : fmt::format(", the last wave's {} tiles split K {} ways among the SMs "
+                                                        "the full waves leave idle (partial tiles in the workspace, "
+                                                        "added by the last split of each tile)",
+                                                        hopperSplitTiles, hopper->splits),
                                       normShared ? "; RMSNorm's sums of squares once per row, by the blocks of "
                                                  "column tile 0, read by every column tile before its epilogue"
                                                : ""));
@@ -270,12 +280,12 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   out += code.globals();
   out += source.paramsStruct();
   out += spec;
-  std::string nvSpec = fmt::format("{}_spec<{}, {}, {}, {}, {}, {}, 1>", entry, nvidia.BM, nvidia.BN, nvidia.warpsM,
+  std::string nvSpec = fmt::format("{}_spec<{}, {}, {}, {}, {}, {}, 1, 0>", entry, nvidia.BM, nvidia.BN, nvidia.warpsM,
                                    nvidia.warpsN, nvidia.stages, nvidia.slices);
-  std::string fixedSpec = fmt::format("{}_spec<64, 64, 2, 2, 1, 1, 1>", entry);
+  std::string fixedSpec = fmt::format("{}_spec<64, 64, 2, 2, 1, 1, 1, 0>", entry);
   std::string hopperSpec =
-      hopper ? fmt::format("{}_spec<{}, {}, 1, 1, {}, 1, {}>", entry, hopper->BM, hopper->BN, hopper->stages,
-                           hopper->splits)
+      hopper ? fmt::format("{}_spec<{}, {}, 1, 1, {}, 1, {}, {}>", entry, hopper->BM, hopper->BN, hopper->stages,
+                           hopper->splits, hopperSplitTiles)
              : "";
   std::string hopperCase = hopper ? "defined(TL_NVIDIA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)" : "0";
   // Launch bounds: threads per block, and blocks meant to share an SM.
@@ -302,10 +312,11 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                               nvidia.sharedBytes()};
   else emitted.launch["cuda"] = {fixedTiles, 256, kSimtSharedBytes};
   if (hopper) {
-    emitted.launch["cuda:sm_90a"] = {hopperTiles * hopper->splits, hopper->threads(), hopper->sharedBytes()};
-    if (hopper->splits > 1) {  // partial tiles and rows' partial sums of squares; arrivals per tile
-      emitted.workspaceBytes = hopperTiles * hopper->splits * (hopper->BM * hopper->BN + hopper->BM) * 4;
-      emitted.syncWords = hopperTiles;
+    emitted.launch["cuda:sm_90a"] = {hopperTiles + hopperSplitTiles * (hopper->splits - 1), hopper->threads(),
+                                     hopper->sharedBytes()};
+    if (hopper->splits > 1) {  // partial tiles and rows' partial sums of squares; arrivals per split tile
+      emitted.workspaceBytes = hopperSplitTiles * hopper->splits * (hopper->BM * hopper->BN + hopper->BM) * 4;
+      emitted.syncWords = hopperSplitTiles;
     } else if (normShared) {  // the rows' sums of squares; a flag and a reader count per row tile
       emitted.workspaceBytes = hopperRowTiles * hopper->BM * 4;
       emitted.syncWords = 2 * hopperRowTiles;

@@ -121,6 +121,7 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   // TLC_NO_WGMMA=1: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
   if (gemm.bKN || std::getenv("TLC_NO_WGMMA")) return std::nullopt;
   static const WgmmaTile candidates[] = {{128, 128, 3, 1, 2}, {128, 256, 4}, {128, 128, 4}, {64, 128, 4}, {64, 64, 6}};
+  auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
   const char *text = std::getenv("TLC_WGMMA_TILE");
   WgmmaTile forced;
   int producer = 0;
@@ -129,11 +130,13 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   forced.producer = producer == 1;
   // The warp-specialized kernel: 128-row tiles, one block per SM, K not split, no RMSNorm
   // gain (one folded into the weight is fine).
-  bool producerFits = producer == 0 || (forced.producer && forced.BM == 128 && forced.splits == 1 &&
-                                        forced.resident == 1 && gemm.gain < 0);
+  bool producerFits = producer == 0 || (forced.producer && forced.BM == 128 && forced.resident == 1 &&
+                                        gemm.gain < 0 && (forced.splits == 1 || !gemm.rowNorm));
+  // The warp-specialized kernel splits only the tiles of a short last wave.
+  if (forced.producer && forced.splits > 1) forced.splitTiles = tilesOf(forced.BM, forced.BN) % multiprocessors;
   if (parsed && producerFits && forced.splits >= 1 && forced.splits <= 8 && forced.resident >= 1 && forced.resident <= 4 &&
       forced.resident * (forced.sharedBytes() + kReservedPerBlock) <= kSharedBytesPerSM &&
-      (forced.BM == 64 || forced.BM == 128) && (forced.BN == 64 || forced.BN == 128 || forced.BN == 256) &&
+      (forced.BM == 64 || forced.BM == 128) && (forced.BN == 64 || forced.BN == 128 || forced.BN == 160 || forced.BN == 192 || forced.BN == 256) &&
       forced.stages >= 3 && forced.stages <= 8 && forced.sharedBytes() <= kSharedBytesPerBlock &&
       tileHoldsEpilogue(gemm, forced.BN))
     return forced;
@@ -145,7 +148,6 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   // largest tile whose columns hold the epilogue's reads.
   std::optional<WgmmaTile> best;
   int64_t kTiles = ceilDiv(gemm.K, 64);
-  auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
   if (tileHoldsEpilogue(gemm, 64) && tilesOf(64, 64) <= 2 * multiprocessors) {
     best = WgmmaTile{64, 64, 6};
     if (kTiles >= 32 && tilesOf(64, 64) <= multiprocessors) best->splits = 2;
@@ -153,11 +155,20 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   }
   // Without an RMSNorm gain to apply to A, 128x256 tiles on the warp-specialized kernel
   // when their waves are nearly full (8-15 % faster than two 128x128 blocks per SM at the
-  // 1.1B shapes; a QKV of 160 such tiles, 1.2 waves, is not).
-  int64_t wide = tilesOf(128, 256);
-  if (gemm.gain < 0 && tileHoldsEpilogue(gemm, 256) &&
-      wide * 10 >= ceilDiv(wide, multiprocessors) * multiprocessors * 8)
-    return WgmmaTile{128, 256, 4, 1, 1, true};
+  // 1.1B shapes), or, without a norm, beyond one wave with the tiles of a short last wave
+  // split K among the SMs the full waves leave idle (the 1.1B QKV's 160 tiles: 132 whole,
+  // then 28 in four parts, where whole tiles took two waves).
+  int64_t wide = tilesOf(128, 256), tail = wide % multiprocessors;
+  if (gemm.gain < 0 && tileHoldsEpilogue(gemm, 256)) {
+    WgmmaTile tile{128, 256, 4, 1, 1, true};
+    int64_t splits = tail ? std::min<int64_t>({multiprocessors / tail, kTiles / 8, 8}) : 1;
+    if (!gemm.rowNorm && wide > multiprocessors && splits >= 2) {
+      tile.splits = int(splits);
+      tile.splitTiles = int(tail);
+      return tile;
+    }
+    if (wide * 10 >= ceilDiv(wide, multiprocessors) * multiprocessors * 8) return tile;
+  }
   for (const WgmmaTile &candidate : candidates)
     if (tileHoldsEpilogue(gemm, candidate.BN)) return candidate;
   return best;
@@ -175,11 +186,12 @@ AttentionTile chooseAttentionTile(const AttentionSpec &spec, int multiprocessors
   int group = int(spec.H / spec.HKV);
   // Two m16 tiles a warp hold 32 query rows of scores and outputs: registers allow it at head size 64.
   int maxMTiles = spec.D <= 64 && spec.DV <= 64 ? 2 : 1;
-  // TLC_ATTENTION_TILE=QTxHB[xMT].
+  // TLC_ATTENTION_TILE=QTxHB[xMT[xRESIDENT]].
   if (const char *text = std::getenv("TLC_ATTENTION_TILE")) {
     AttentionTile forced;
-    int fields = std::sscanf(text, "%dx%dx%d", &forced.queries, &forced.heads, &forced.mTiles);
+    int fields = std::sscanf(text, "%dx%dx%dx%d", &forced.queries, &forced.heads, &forced.mTiles, &forced.resident);
     if (fields >= 2 && forced.mTiles >= 1 && forced.mTiles <= maxMTiles && forced.queries > 0 &&
+        forced.resident >= 1 && forced.resident <= 8 &&
         forced.queries % (16 * forced.mTiles) == 0 &&
         forced.heads > 0 && group % forced.heads == 0 && forced.threads() <= 256)
       return forced;
@@ -188,6 +200,13 @@ AttentionTile chooseAttentionTile(const AttentionSpec &spec, int multiprocessors
   // tiles a warp (H100, 32 over 4 heads, S = 512 and 2048: 4-5 % faster than 16 queries of
   // 8 heads; with 8 over 8 heads two m16 tiles a warp were 10-25 % slower).
   if (maxMTiles == 2 && group % 4 == 0 && spec.SQ >= 512) return {32, 4, 2};
+  // One m16 tile a warp at head size 64 fits in 128 registers (135 uncapped, a few bytes
+  // spilled capped): 4 blocks of 4 warps per SM instead of 3 (H100, 8 over 8 heads,
+  // S = 2048: 206 µs against 227).
+  auto capped = [&](AttentionTile tile) {
+    if (maxMTiles == 2) tile.resident = std::max(1, 512 / tile.threads());
+    return tile;
+  };
   // All heads of a kv group in one block when 8 warps allow (K and V read once per
   // group); then the largest query tile that still gives every SM a block.
   AttentionTile best{16, 1};
@@ -198,11 +217,11 @@ AttentionTile chooseAttentionTile(const AttentionSpec &spec, int multiprocessors
       int warps = heads * queries / 16;
       // 128 queries of one head in a block measured slower than 64 (H100, S = 512 and 2048).
       if (warps > 8 || queries > ceilDiv(spec.SQ, 16) * 16 || (heads == 1 && queries > 64)) continue;
-      if (tile.blocks(spec) >= multiprocessors * 9 / 10 || queries == 16) return tile;
+      if (tile.blocks(spec) >= multiprocessors * 9 / 10 || queries == 16) return capped(tile);
     }
     best = {16, heads};
   }
-  return best;
+  return capped(best);
 }
 
 } // namespace tlc::codegen

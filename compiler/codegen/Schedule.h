@@ -2,7 +2,7 @@
 // 128x128 tile leaves most of an H100's 132 SMs idle), attention query tiles and heads
 // per block. Chosen for the NVIDIA tensor-core path on the sm_90 target description;
 // the AMD and SIMT paths run fixed 64x64 tiles. TLC_GEMM_TILE=BMxBNxWARPS_MxWARPS_NxSLICESx
-// STAGES (e.g. 64x128x2x2x2x4) and TLC_ATTENTION_TILE=QTxHB override the choice, for
+// STAGES (e.g. 64x128x2x2x2x4) and TLC_ATTENTION_TILE=QTxHB[xMT[xRESIDENT]] override the choice, for
 // measuring alternatives.
 #pragma once
 
@@ -31,7 +31,7 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN);
 // no candidate holds the epilogue's reads.
 GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors);
 
-// The Hopper warpgroup (wgmma) tile: BM 64 or 128, BN 64, 128 or 256; none when no
+// The Hopper warpgroup (wgmma) tile: BM 64 or 128, BN 64, 128, 160, 192 or 256; none when no
 // candidate holds the epilogue's reads. TLC_WGMMA_TILE=BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]
 // overrides; TLC_NO_WGMMA=1 turns the path off.
 struct WgmmaTile {
@@ -42,6 +42,7 @@ struct WgmmaTile {
   int resident = 1;
   // Warp-specialized (gemm_wgmma.cuh v4): a producer warpgroup besides the BM / 64 consumers.
   bool producer = false;
+  int splitTiles = 0;  // with splits > 1: only the last this many tiles are split (0: all of them)
   int threads() const { return (BM / 64 + (producer ? 1 : 0)) * 128; }
   int64_t sharedBytes() const;  // stages or the accumulator tile, plus 1 KiB for alignment
   int blocksPerMultiprocessor() const;  // that fit at once: shared memory, threads, `resident`
@@ -52,6 +53,7 @@ struct AttentionTile {
   int queries = 64;  // QT: queries per head per block
   int heads = 1;     // HB: query heads sharing the block's K and V
   int mTiles = 1;    // MT: m16 tiles of queries per warp (2 only for head size 64)
+  int resident = 1;  // blocks meant to share an SM: registers capped to fit them
   int threads() const { return heads * (queries / (16 * mTiles)) * 32; }
   int64_t blocks(const AttentionSpec &spec) const;
   int64_t sharedBytes(const AttentionSpec &spec) const;

@@ -119,6 +119,18 @@ TEST(GpuKernelsWarpSpecialized, ProducerAndConsumersMatchTheCpuReference) {
             1);
 }
 
+// Beyond one wave, the tiles of a short last wave split K among the SMs the full waves
+// leave idle: at 68 sequences the workshop's O1 down projection (K = 2048) has 136 tiles
+// of 128x256, 132 whole and 4 in four parts, added by the last part to arrive. Three
+// launches: the arrival counts start afresh each.
+TEST(GpuKernelsWarpSpecialized, TailSplitMatchesTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  EXPECT_EQ(checkBf16KernelsContaining(*device, compile(*presetConfig("workshop"), 1, 68, 128, "bf16"),
+                                       {"tl_gemm_wgmma_ws<", "the last wave's 4 tiles split K 4 ways"}, 3),
+            1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, GpuKernels, ::testing::ValuesIn(allCases(2)), caseName);  // O3 runs O2s kernels
 
 // Every attention tile shape the schedule may pick (TLC_ATTENTION_TILE forces one), on

@@ -13,6 +13,8 @@
 //   v4  MT m16 tiles of queries per warp (MT = 2: 32 queries): each K and V fragment
 //       read from shared memory feeds MT mma.sync instead of one, and a block of as
 //       many warps covers MT times the queries per K/V tile it loads.
+//   v5  blocks ordered query tile first (all heads' last query tiles, then the ones
+//       before), so the longest blocks start first and the last wave holds the shortest.
 //
 // Spec S: D, DV, QT, HB, MT, B, H, HKV, SQ, SK, CAUSAL, SCALE_LOG2 (scale * log2 e), LSE,
 // Params, q_src(p, b, h, s), k_src(p, b, hkv, s), v_src(p, b, hkv, s) (rows of D or DV
@@ -32,9 +34,10 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
   unsigned char *sQ = tl_smem, *sK = sQ + Q_BYTES, *sV = sK + 2 * K_BYTES;
 
   constexpr int TILES_Q = (S::SQ + QT - 1) / QT, GROUPS = G / HB;
-  int rest = blockIdx.x;
-  const int qt = TILES_Q - 1 - rest % TILES_Q;  // the longest rows first
-  rest /= TILES_Q;
+  // The longest rows first, for all heads, then the next query tile: the last wave holds
+  // the shortest blocks, not a long one started late.
+  const int qt = TILES_Q - 1 - blockIdx.x / (S::B * S::HKV * GROUPS);
+  int rest = blockIdx.x % (S::B * S::HKV * GROUPS);
   const int hg = rest % GROUPS;
   rest /= GROUPS;
   const int hkv = rest % S::HKV, b = rest / S::HKV;

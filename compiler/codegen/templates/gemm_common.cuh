@@ -4,6 +4,8 @@
 // A generated Spec S describes one fused linear:
 //   BM, BN, WARPS_M, WARPS_N, STAGES     tile shape and pipeline depth
 //   M, N, K, TILES_M, TILES_N            problem and grid (blockIdx.x = tile)
+//   K_SPLITS, SPLIT_TILES                split-K (gemm_wgmma.cuh): the last SPLIT_TILES
+//                                        tiles take K_SPLITS blocks each
 //   ROW_NORM, NORM_GAIN, NORM_EPS        RMSNorm prologue over A's rows; its gain applied to
 //                                        A, or folded into B when the weights were loaded
 //   B_KN, A_KM, CHAINED                  B stored [K, N]; A stored [K, M] (mma.sync only);

@@ -31,8 +31,12 @@
 //   v6  tl_gemm_wgmma (v1-v3) reads A by descriptor too where no gain scales it (a plain
 //       GEMM, or an RMSNorm whose gain is in the weight): with A in registers ptxas
 //       serialized the wgmma groups (warning C7513), and the ldmatrix copies are gone.
+//   v7  wider column tiles (n160, n192: 256 tiles of 128x160 fill two waves of 132 SMs
+//       where 128x256 tiles leave 1.2); chained, v4's producer copies the weights' first
+//       stages before waiting for the kernel before, as v3 does; a short last wave's
+//       tiles split K among the SMs the full waves leave idle (tl_block_work), in v4 too.
 //
-// Same Spec hooks as gemm_mma.cuh (BM = 64 or 128, BN = 64, 128 or 256).
+// Same Spec hooks as gemm_mma.cuh (BM = 64 or 128, BN = 64, 128, 160, 192 or 256).
 #pragma once
 #include "gemm_mma.cuh"
 
@@ -55,7 +59,7 @@ TL_DEVICE unsigned long long tl_wgmma_descriptor(unsigned address, int offset) {
          (1ull << 62) /* 128-byte swizzle */;
 }
 
-// wgmma m64nNk16 with A in registers and B by descriptor, for N = 64, 128, 256: the same
+// wgmma m64nNk16 with A in registers and B by descriptor, for N = 64, 128, 160, 192, 256: the same
 // instruction with N / 2 accumulator registers (a loop wrote the register lists out).
 #define TL_WGMMA_ACC8(i)                                                                                        \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
@@ -65,6 +69,8 @@ TL_DEVICE unsigned long long tl_wgmma_descriptor(unsigned address, int offset) {
 // The accumulator operands %0 .. %N-1 of the instructions below.
 #define TL_WGMMA_D32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define TL_WGMMA_D64 TL_WGMMA_D32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define TL_WGMMA_D80 TL_WGMMA_D64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define TL_WGMMA_D96 TL_WGMMA_D80 ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define TL_WGMMA_D128 TL_WGMMA_D64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
 TL_DEVICE void tl_wgmma_m64n64k16(float (&d)[32], const unsigned (&a)[4], unsigned long long descB) {
@@ -81,6 +87,20 @@ TL_DEVICE void tl_wgmma_m64n128k16(float (&d)[64], const unsigned (&a)[4], unsig
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
 }
 
+TL_DEVICE void tl_wgmma_m64n160k16(float (&d)[80], const unsigned (&a)[4], unsigned long long descB) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %85, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 {" TL_WGMMA_D80 "}, {%80, %81, %82, %83}, %84, p, 1, 1, 0;\n}\n"
+               : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32), TL_WGMMA_ACC8(64), TL_WGMMA_ACC8(72)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
+}
+
+TL_DEVICE void tl_wgmma_m64n192k16(float (&d)[96], const unsigned (&a)[4], unsigned long long descB) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {" TL_WGMMA_D96 "}, {%96, %97, %98, %99}, %100, p, 1, 1, 0;\n}\n"
+               : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32), TL_WGMMA_ACC32(64)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
+}
+
 TL_DEVICE void tl_wgmma_m64n256k16(float (&d)[128], const unsigned (&a)[4], unsigned long long descB) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" TL_WGMMA_D128 "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
@@ -91,6 +111,8 @@ TL_DEVICE void tl_wgmma_m64n256k16(float (&d)[128], const unsigned (&a)[4], unsi
 template <int BN> TL_DEVICE void tl_wgmma(float (&d)[BN / 2], const unsigned (&a)[4], unsigned long long descB) {
   if constexpr (BN == 64) tl_wgmma_m64n64k16(d, a, descB);
   else if constexpr (BN == 128) tl_wgmma_m64n128k16(d, a, descB);
+  else if constexpr (BN == 160) tl_wgmma_m64n160k16(d, a, descB);
+  else if constexpr (BN == 192) tl_wgmma_m64n192k16(d, a, descB);
   else tl_wgmma_m64n256k16(d, a, descB);
 }
 
@@ -109,6 +131,20 @@ TL_DEVICE void tl_wgmma_ss_m64n128k16(float (&d)[64], unsigned long long descA, 
                : "l"(descA), "l"(descB), "r"(1));
 }
 
+TL_DEVICE void tl_wgmma_ss_m64n160k16(float (&d)[80], unsigned long long descA, unsigned long long descB) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 {" TL_WGMMA_D80 "}, %80, %81, p, 1, 1, 0, 0;\n}\n"
+               : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32), TL_WGMMA_ACC8(64), TL_WGMMA_ACC8(72)
+               : "l"(descA), "l"(descB), "r"(1));
+}
+
+TL_DEVICE void tl_wgmma_ss_m64n192k16(float (&d)[96], unsigned long long descA, unsigned long long descB) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {" TL_WGMMA_D96 "}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+               : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32), TL_WGMMA_ACC32(64)
+               : "l"(descA), "l"(descB), "r"(1));
+}
+
 TL_DEVICE void tl_wgmma_ss_m64n256k16(float (&d)[128], unsigned long long descA, unsigned long long descB) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" TL_WGMMA_D128 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
@@ -119,8 +155,13 @@ TL_DEVICE void tl_wgmma_ss_m64n256k16(float (&d)[128], unsigned long long descA,
 template <int BN> TL_DEVICE void tl_wgmma_ss(float (&d)[BN / 2], unsigned long long descA, unsigned long long descB) {
   if constexpr (BN == 64) tl_wgmma_ss_m64n64k16(d, descA, descB);
   else if constexpr (BN == 128) tl_wgmma_ss_m64n128k16(d, descA, descB);
+  else if constexpr (BN == 160) tl_wgmma_ss_m64n160k16(d, descA, descB);
+  else if constexpr (BN == 192) tl_wgmma_ss_m64n192k16(d, descA, descB);
   else tl_wgmma_ss_m64n256k16(d, descA, descB);
 }
+
+// The n of the wgmma shapes above.
+TL_DEVICE constexpr bool tl_wgmma_width(int n) { return n == 64 || n == 128 || n == 160 || n == 192 || n == 256; }
 
 // mbarriers in shared memory (addresses from tl_smem_addr).
 TL_DEVICE void tl_mbarrier_init(unsigned bar, unsigned count) {
@@ -192,21 +233,86 @@ TL_DEVICE void tl_share_row_norm(bool publisher, const float *sums, unsigned *fl
   }
 }
 
+// The tile and the k tiles a block takes: blocks 0 .. TILES - SPLIT_TILES - 1 one whole
+// tile each, then K_SPLITS blocks for each of the last SPLIT_TILES tiles (split-major),
+// each a range of its k tiles. Splitting only the tiles of a short last wave lets them
+// share the SMs the full waves leave idle; v2 splits every tile (SPLIT_TILES = TILES).
+struct tl_tile_work {
+  int tile, split, splits, kBegin, kCount;
+};
+template <class S, int KT> TL_DEVICE tl_tile_work tl_block_work() {
+  constexpr int TILES = S::BATCH * S::TILES_M * S::TILES_N, WHOLE = TILES - S::SPLIT_TILES;
+  static_assert(S::SPLIT_TILES >= 0 && S::SPLIT_TILES <= TILES && (S::K_SPLITS > 1 || S::SPLIT_TILES == 0),
+                "split tiles: some of the grid's, and only when K is split");
+  const int b = blockIdx.x;
+  if (b < WHOLE) return {b, 0, 1, 0, KT};
+  const int u = b - WHOLE, split = u / S::SPLIT_TILES, kBegin = split * KT / S::K_SPLITS;
+  return {WHOLE + u % S::SPLIT_TILES, split, S::K_SPLITS, kBegin, (split + 1) * KT / S::K_SPLITS - kBegin};
+}
+
+// The end of a split tile: each split leaves its partial tile (tileRows, LD floats a row)
+// and, with ROW_NORM, its rows' partial sums of squares (rowSum: this thread's row, one
+// thread in NORM_THREADS_PER_ROW) in the workspace; the last to arrive adds them all, in
+// split order, into tileRows, scales each row by its inverse RMS and returns true for the
+// epilogue (after a barrier); the others return false. `index` numbers the split tiles from 0.
+template <class S, int THREADS, int LD, int NORM_THREADS_PER_ROW>
+TL_DEVICE bool tl_gemm_join_splits(const typename S::Params &p, int index, const tl_tile_work &work, float *tileRows,
+                                   float *rowScale, float rowSum) {
+  constexpr int BM = S::BM, BN = S::BN, SLOT = BM * BN + BM;
+  __shared__ bool last;
+  __syncthreads();
+  constexpr int SPLITS = S::K_SPLITS;  // every split tile has as many parts: the loops below unroll
+  float *slots = p.ws + (tl_i64)index * SPLITS * SLOT, *slot = slots + work.split * SLOT;
+  for (int e = threadIdx.x * 4; e < BM * BN; e += THREADS * 4)
+    *reinterpret_cast<tl_u32x4 *>(slot + e) = *reinterpret_cast<const tl_u32x4 *>(tileRows + (e / BN) * LD + e % BN);
+  if (S::ROW_NORM && threadIdx.x % NORM_THREADS_PER_ROW == 0) slot[BM * BN + threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(p.sync + index, 1u) == unsigned(SPLITS - 1);
+  __syncthreads();
+  if (!last) return false;
+  for (int e = threadIdx.x * 4; e < BM * BN; e += THREADS * 4) {
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < SPLITS; ++j) {
+      float part[4];
+      asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                   : "=f"(part[0]), "=f"(part[1]), "=f"(part[2]), "=f"(part[3])
+                   : "l"(slots + j * SLOT + e));
+      for (int q = 0; q < 4; ++q) sum[q] += part[q];
+    }
+    for (int q = 0; q < 4; ++q) tileRows[(e / BN) * LD + e % BN + q] = sum[q];
+  }
+  if constexpr (S::ROW_NORM) {
+    if (threadIdx.x % NORM_THREADS_PER_ROW == 0) {
+      float total = 0.0f;
+      for (int j = 0; j < SPLITS; ++j)
+        total += ((volatile const float *)slots)[j * SLOT + BM * BN + threadIdx.x / NORM_THREADS_PER_ROW];
+      rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(total / (float)S::K + S::NORM_EPS);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < BM * BN; e += THREADS) tileRows[(e / BN) * LD + e % BN] *= rowScale[e / BN];
+  }
+  if (threadIdx.x == 0) p.sync[index] = 0u;  // left zero for the next kernel that counts
+  __syncthreads();  // the epilogue reads rows other threads added
+  return true;
+}
+
 template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 64, GROUPS = BM / 64, THREADS = GROUPS * 128;
   constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
   constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES;
-  static_assert(BM % 64 == 0 && (BN == 64 || BN == 128 || BN == 256) && !S::B_KN && STAGES >= 3,
+  static_assert(BM % 64 == 0 && tl_wgmma_width(BN) && !S::B_KN && STAGES >= 3,
                 "wgmma tiles: 64 or 128 rows, 64..256 columns, B stored [N, K]");
   extern __shared__ __align__(128) unsigned char tl_smem_raw[];
   // Swizzled stages must start on 1024 bytes (the launch asks for 1 KiB more).
   unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
 
-  // With split-K, blocks split * TILES + tile share a tile: each takes a range of k tiles.
   constexpr int TILES = S::BATCH * S::TILES_M * S::TILES_N, SPLITS = S::K_SPLITS;
-  const int tile = blockIdx.x % TILES, split = blockIdx.x / TILES;
+  const tl_tile_work work = tl_block_work<S, KT>();
+  const int tile = work.tile, kBegin = work.kBegin, kCount = work.kCount;
+  const bool splitTile = work.splits > 1;
   const int tm = tile % S::TILES_M, tn = (tile / S::TILES_M) % S::TILES_N, bt = tile / (S::TILES_M * S::TILES_N);
-  const int kBegin = split * KT / SPLITS, kCount = (split + 1) * KT / SPLITS - kBegin;
   const tl_tile_cols cols = S::tile_cols(tn);
   const int m0 = tm * BM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -333,52 +439,17 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
       rowSquares[rowTile * BM + threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
     tl_share_row_norm<S, THREADS>(tn == 0, rowSquares + rowTile * BM, normFlag, rowScale, [] { __syncthreads(); });
   } else if constexpr (S::ROW_NORM) {
-    if (SPLITS == 1 && threadIdx.x % NORM_THREADS_PER_ROW == 0)
+    if (!splitTile && threadIdx.x % NORM_THREADS_PER_ROW == 0)
       rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(rowSum / (float)S::K + S::NORM_EPS);
     __syncthreads();
   }
   // Unsplit, rows are scaled by the inverse RMS on the way; split, after the parts are added.
   const int r = warp * 16 + lane / 4;
-  tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, S::ROW_NORM && SPLITS == 1 ? rowScale[r] : 1.0f,
-                              S::ROW_NORM && SPLITS == 1 ? rowScale[r + 8] : 1.0f);
-  if constexpr (SPLITS > 1) {
-    // Every split leaves its partial tile (and rows' partial sums of squares) in the
-    // workspace; the last to arrive adds them all, in split order, and goes on.
-    __shared__ bool last;
-    __syncthreads();
-    float *slot = p.ws + (tl_i64)(tile * SPLITS + split) * (BM * BN + BM);
-    for (int e = threadIdx.x * 4; e < BM * BN; e += THREADS * 4)
-      *reinterpret_cast<tl_u32x4 *>(slot + e) = *reinterpret_cast<const tl_u32x4 *>(tileRows + (e / BN) * LD + e % BN);
-    if (S::ROW_NORM && threadIdx.x % NORM_THREADS_PER_ROW == 0) slot[BM * BN + threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(p.sync + tile, 1u) == SPLITS - 1;
-    __syncthreads();
-    if (!last) return;
-    const float *slots = p.ws + (tl_i64)tile * SPLITS * (BM * BN + BM);
-    for (int e = threadIdx.x * 4; e < BM * BN; e += THREADS * 4) {
-      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (int j = 0; j < SPLITS; ++j) {
-        float part[4];
-        asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-                     : "=f"(part[0]), "=f"(part[1]), "=f"(part[2]), "=f"(part[3])
-                     : "l"(slots + j * (BM * BN + BM) + e));
-        for (int q = 0; q < 4; ++q) sum[q] += part[q];
-      }
-      for (int q = 0; q < 4; ++q) tileRows[(e / BN) * LD + e % BN + q] = sum[q];
-    }
-    if constexpr (S::ROW_NORM) {
-      if (threadIdx.x % NORM_THREADS_PER_ROW == 0) {
-        float total = 0.0f;
-        for (int j = 0; j < SPLITS; ++j)
-          total += ((volatile const float *)slots)[j * (BM * BN + BM) + BM * BN + threadIdx.x / NORM_THREADS_PER_ROW];
-        rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(total / (float)S::K + S::NORM_EPS);
-      }
-      __syncthreads();
-      for (int e = threadIdx.x; e < BM * BN; e += THREADS) tileRows[(e / BN) * LD + e % BN] *= rowScale[e / BN];
-    }
-    if (threadIdx.x == 0) p.sync[tile] = 0u;  // left zero for the next kernel that counts
-  }
+  const bool scaleRows = S::ROW_NORM && !splitTile;
+  tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, scaleRows ? rowScale[r] : 1.0f, scaleRows ? rowScale[r + 8] : 1.0f);
+  if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, NORM_THREADS_PER_ROW>(p, tile - (TILES - S::SPLIT_TILES), work,
+                                                                              tileRows, rowScale, rowSum))
+    return;
   __syncthreads();
   tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
 }
@@ -395,9 +466,10 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES, LD = BN + 8;
   // Copies of k tile i + LAG are in flight while tile i is handed over; consumers hold two stages.
   constexpr int LAG = STAGES - 2;
-  static_assert(BM == 128 && (BN == 64 || BN == 128 || BN == 256) && !S::B_KN && STAGES >= 3 && S::K_SPLITS == 1 &&
-                    !S::NORM_GAIN,
-                "warp-specialized wgmma tiles: 128 rows, 64..256 columns, B stored [N, K], K not split, no norm gain");
+  static_assert(BM == 128 && tl_wgmma_width(BN) && !S::B_KN && STAGES >= 3 && !S::NORM_GAIN &&
+                    (S::K_SPLITS == 1 || !S::ROW_NORM),
+                "warp-specialized wgmma tiles: 128 rows, 64..256 columns, B stored [N, K], no norm gain, K split "
+                "only without a norm");
   static_assert(BM * LD * 4 <= STAGES * STAGE_BYTES, "the accumulator tile fits in the stages");
   extern __shared__ __align__(128) unsigned char tl_smem_raw[];
   unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
@@ -405,7 +477,8 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   float *rowScale = reinterpret_cast<float *>(tl_smem + STAGES * STAGE_BYTES + STAGES * 16);
 
   constexpr int TILES = S::BATCH * S::TILES_M * S::TILES_N;
-  const int tile = blockIdx.x % TILES;
+  const tl_tile_work work = tl_block_work<S, KT>();
+  const int tile = work.tile, kBegin = work.kBegin, kCount = work.kCount;
   const int tm = tile % S::TILES_M, tn = (tile / S::TILES_M) % S::TILES_N, bt = tile / (S::TILES_M * S::TILES_N);
   const tl_tile_cols cols = S::tile_cols(tn);
   const int m0 = tm * BM;
@@ -425,7 +498,6 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  if constexpr (S::CHAINED) tl_wait_for_producers();
   float *tileRows = reinterpret_cast<float *>(tl_smem);  // the accumulator tile, over the stages
 
   // Each role ends at barrier 1 (all threads: the stages are free), after which the
@@ -436,15 +508,26 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
     aCopies.init([&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
     tl_stage_copies<BN, 128> bCopies;
     bCopies.init([&](int r) { return S::b_row(bt, cols, r); });
+    // Use j of the stages holds k tile kBegin + j.
+    auto copyB = [&](int j) {
+      const int k = (kBegin + j) * BK + (threadIdx.x % 8) * 8;
+      bCopies.copy(tl_smem + (j % STAGES) * STAGE_BYTES + A_BYTES, S::b_base(p), S::b_col(k), k < S::K);
+    };
+    // v7: chained, the weights' first stages are on their way while the kernel before
+    // finishes (as v3 does); only A waits for it. They join the first copy group.
+    const int earlyB = S::CHAINED ? (LAG < kCount ? LAG : kCount) : 0;
+    if constexpr (S::CHAINED) {
+      for (int j = 0; j < earlyB; ++j) copyB(j);
+      tl_wait_for_producers();
+    }
     float squares[tl_stage_copies<BM, 128>::COPIES] = {};
-    for (int j = 0; j < KT + LAG; ++j) {
-      if (j < KT) {
+    for (int j = 0; j < kCount + LAG; ++j) {
+      if (j < kCount) {
         const int stage = j % STAGES;
         if (j >= STAGES) tl_mbarrier_wait(emptyBar + stage * 8, (j / STAGES + 1) & 1);
-        const int k = j * BK + (threadIdx.x % 8) * 8;
-        unsigned char *sA = tl_smem + stage * STAGE_BYTES;
-        aCopies.copy(sA, S::a_base(p), S::a_col(k), k < S::K);
-        bCopies.copy(sA + A_BYTES, S::b_base(p), S::b_col(k), k < S::K);
+        const int k = (kBegin + j) * BK + (threadIdx.x % 8) * 8;
+        aCopies.copy(tl_smem + stage * STAGE_BYTES, S::a_base(p), S::a_col(k), k < S::K);
+        if (j >= earlyB) copyB(j);
       }
       tl_cp_async_commit();
       const int i = j - LAG;  // the k tile to hand over
@@ -475,12 +558,14 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
     asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
   } else {
     // Consumer warpgroup `group` computes rows 64 (group - 1) .. of the tile: A and B by
-    // descriptor, one group in flight while the next is issued.
+    // descriptor, one group in flight while the next is issued. Chained, they wait for the
+    // kernel before too: the epilogue reads its outputs (a residual).
+    if constexpr (S::CHAINED) tl_wait_for_producers();
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     const unsigned aOffset = (group - 1) * 64 * BK * 2;
-    for (int i = 0; i < KT; ++i) {
+    for (int i = 0; i < kCount; ++i) {
       const int stage = i % STAGES;
       tl_mbarrier_wait(fullBar + stage * 8, (i / STAGES) & 1);
       const unsigned sA = tl_smem_addr(tl_smem + stage * STAGE_BYTES);
@@ -502,6 +587,9 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   }
   __syncthreads();
   tl_allow_dependents();
+  if (work.splits > 1 && !tl_gemm_join_splits<S, THREADS, LD, 1>(p, tile - (TILES - S::SPLIT_TILES), work, tileRows,
+                                                                 rowScale, 0.0f))
+    return;
   tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
 }
 

@@ -140,10 +140,21 @@ TEST(Codegen, WideGemmsWithoutAGainOnARunWarpSpecialized) {
 
   Program large = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama-1.1b.tl", {1, 1, 2048, "bf16"});
   EXPECT_TRUE(specialized(kernelNamed(large, "tl_linear_bf16_2048x2048x5632")));
-  EXPECT_FALSE(specialized(kernelNamed(large, "tl_linear_bf16_2048x2560x2048")));
+  // The QKV projection's 160 tiles of 128x256 are 1.2 waves of 132 SMs: 132 whole, then
+  // the last wave's 28 split K four ways (112 blocks), parts in the workspace.
+  const Kernel &qkv = kernelNamed(large, "tl_linear_bf16_2048x2560x2048");
+  EXPECT_TRUE(specialized(qkv));
+  EXPECT_TRUE(contains(qkv.source, "the last wave's 28 tiles split K 4 ways"));
+  EXPECT_EQ(qkv.launch.at("cuda:sm_90a").gridBlocks, 132 + 28 * 4);
+  EXPECT_EQ(qkv.workspaceBytes, 28 * 4 * (128 * 256 + 128) * 4);
+  EXPECT_EQ(qkv.syncWords, 28);
+  // One wave of whole tiles splits nothing.
+  EXPECT_FALSE(contains(kernelNamed(large, "tl_linear_bf16_2048x2048x5632").source, "the last wave's"));
   // Its query heads share kv heads in eights: 32 queries of 4 heads a block, 32 a warp.
   EXPECT_TRUE(contains(kernelNamed(large, "tl_flash_attention").source, "_spec<32, 4, 2>>(p)"));
   EXPECT_TRUE(contains(kernelNamed(o1, "tl_flash_attention").source, ", 1>>(p)"));  // 16 queries a warp
+  // 16 queries a warp fit in 128 registers: the launch bounds ask for 4 blocks of 4 warps an SM.
+  EXPECT_TRUE(contains(kernelNamed(o1, "tl_flash_attention").source, "_BOUNDS 128, 4\n"));
 }
 
 // fp32 models keep exact fp32 arithmetic: no tensor cores (they would round to tf32).
