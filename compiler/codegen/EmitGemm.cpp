@@ -108,8 +108,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   int64_t hopperSplitTiles = !hopper || hopper->splits == 1 ? 0
                              : hopper->splitTiles > 0      ? std::min<int64_t>(hopper->splitTiles, hopperTiles)
                                                            : hopperTiles;
-  // Beyond one wave, RMSNorm's sums of squares are computed by column tile 0 only and shared.
-  bool normShared = hopper && gemm.rowNorm && hopper->splits == 1 &&
+  // Beyond one wave, RMSNorm's sums of squares are computed by column tile 0 only and shared
+  // (also where the last wave's tiles split K; never where every tile does).
+  bool normShared = hopper && gemm.rowNorm && hopperSplitTiles < hopperTiles &&
                     hopperTiles > kTunedMultiprocessors * hopper->blocksPerMultiprocessor();
   if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
     throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", entry));
@@ -314,12 +315,15 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   if (hopper) {
     emitted.launch["cuda:sm_90a"] = {hopperTiles + hopperSplitTiles * (hopper->splits - 1), hopper->threads(),
                                      hopper->sharedBytes()};
-    if (hopper->splits > 1) {  // partial tiles and rows' partial sums of squares; arrivals per split tile
-      emitted.workspaceBytes = hopperSplitTiles * hopper->splits * (hopper->BM * hopper->BN + hopper->BM) * 4;
-      emitted.syncWords = hopperSplitTiles;
-    } else if (normShared) {  // the rows' sums of squares; a flag and a reader count per row tile
+    // The rows' sums of squares and a flag and a reader count per row tile, then the split
+    // tiles' parts (with the rows' partial sums) and arrivals (gemm_wgmma.cuh's order).
+    if (normShared) {
       emitted.workspaceBytes = hopperRowTiles * hopper->BM * 4;
       emitted.syncWords = 2 * hopperRowTiles;
+    }
+    if (hopper->splits > 1) {
+      emitted.workspaceBytes += hopperSplitTiles * hopper->splits * (hopper->BM * hopper->BN + hopper->BM) * 4;
+      emitted.syncWords += hopperSplitTiles;
     }
   }
   emitted.launch["hip"] = {fixedTiles, 256, kSimtSharedBytes};

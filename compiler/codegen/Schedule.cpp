@@ -117,6 +117,16 @@ int WgmmaTile::blocksPerMultiprocessor() const {
   return int(std::max<int64_t>(1, std::min({bySharedMemory, byRegisters, int64_t(2048 / threads())})));
 }
 
+bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, int multiprocessors) {
+  int64_t rowTiles = ceilDiv(gemm.M, tile.BM), tiles = gemm.batch * rowTiles * columnTiles(gemm, tile.BN);
+  if (!tile.producer || tile.splits < 2 || tile.splitTiles < 1 || tiles <= multiprocessors) return false;
+  // With RMSNorm the sums are shared from column tile 0 (beyond one wave), which must be
+  // whole; and only from two full waves on: the 1.1B O2 QKV (1.2 waves) ran 70 µs split
+  // against 65 on two 128x128 blocks an SM, whose waits for the shared sums overlap.
+  return !gemm.rowNorm ||
+         (gemm.batch == 1 && tile.splitTiles <= tiles - rowTiles && tiles >= 2 * int64_t(multiprocessors));
+}
+
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors) {
   // TLC_NO_WGMMA=1: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
   if (gemm.bKN || std::getenv("TLC_NO_WGMMA")) return std::nullopt;
@@ -128,12 +138,12 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   bool parsed = text && std::sscanf(text, "%dx%dx%dx%dx%dx%d", &forced.BM, &forced.BN, &forced.stages, &forced.splits,
                                     &forced.resident, &producer) >= 3;
   forced.producer = producer == 1;
-  // The warp-specialized kernel: 128-row tiles, one block per SM, K not split, no RMSNorm
-  // gain (one folded into the weight is fine).
-  bool producerFits = producer == 0 || (forced.producer && forced.BM == 128 && forced.resident == 1 &&
-                                        gemm.gain < 0 && (forced.splits == 1 || !gemm.rowNorm));
-  // The warp-specialized kernel splits only the tiles of a short last wave.
+  // The warp-specialized kernel: 128-row tiles, one block per SM, no RMSNorm gain (one
+  // folded into the weight is fine); it splits K only for the tiles of a short last wave.
   if (forced.producer && forced.splits > 1) forced.splitTiles = tilesOf(forced.BM, forced.BN) % multiprocessors;
+  bool producerFits = producer == 0 || (forced.producer && forced.BM == 128 && forced.resident == 1 &&
+                                        gemm.gain < 0 &&
+                                        (forced.splits == 1 || splitsLastWave(gemm, forced, multiprocessors)));
   if (parsed && producerFits && forced.splits >= 1 && forced.splits <= 8 && forced.resident >= 1 && forced.resident <= 4 &&
       forced.resident * (forced.sharedBytes() + kReservedPerBlock) <= kSharedBytesPerSM &&
       (forced.BM == 64 || forced.BM == 128) && (forced.BN == 64 || forced.BN == 128 || forced.BN == 160 || forced.BN == 192 || forced.BN == 256) &&
@@ -155,18 +165,16 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   }
   // Without an RMSNorm gain to apply to A, 128x256 tiles on the warp-specialized kernel
   // when their waves are nearly full (8-15 % faster than two 128x128 blocks per SM at the
-  // 1.1B shapes), or, without a norm, beyond one wave with the tiles of a short last wave
-  // split K among the SMs the full waves leave idle (the 1.1B QKV's 160 tiles: 132 whole,
-  // then 28 in four parts, where whole tiles took two waves).
+  // 1.1B shapes), or beyond one wave with the tiles of a short last wave split K among
+  // the SMs the full waves leave idle (the 1.1B QKV's 160 tiles: 132 whole, then 28 in
+  // four parts, where whole tiles took two waves).
   int64_t wide = tilesOf(128, 256), tail = wide % multiprocessors;
   if (gemm.gain < 0 && tileHoldsEpilogue(gemm, 256)) {
     WgmmaTile tile{128, 256, 4, 1, 1, true};
-    int64_t splits = tail ? std::min<int64_t>({multiprocessors / tail, kTiles / 8, 8}) : 1;
-    if (!gemm.rowNorm && wide > multiprocessors && splits >= 2) {
-      tile.splits = int(splits);
-      tile.splitTiles = int(tail);
-      return tile;
-    }
+    WgmmaTile split = tile;
+    split.splits = int(tail ? std::min<int64_t>({multiprocessors / tail, kTiles / 8, 8}) : 1);
+    split.splitTiles = int(tail);
+    if (split.splits >= 2 && splitsLastWave(gemm, split, multiprocessors)) return split;
     if (wide * 10 >= ceilDiv(wide, multiprocessors) * multiprocessors * 8) return tile;
   }
   for (const WgmmaTile &candidate : candidates)

@@ -48,6 +48,10 @@ struct WgmmaTile {
   int blocksPerMultiprocessor() const;  // that fit at once: shared memory, threads, `resident`
 };
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors);
+// Whether the warp-specialized `tile` may split the K of its last wave's tiles: beyond one
+// wave, and with RMSNorm from two waves on and only past column tile 0 (whose whole tiles
+// share the sums).
+bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, int multiprocessors);
 
 struct AttentionTile {
   int queries = 64;  // QT: queries per head per block

@@ -131,6 +131,19 @@ TEST(GpuKernelsWarpSpecialized, TailSplitMatchesTheCpuReference) {
             1);
 }
 
+// With RMSNorm (O2) the split tiles take the sums column tile 0 shares: at 27 sequences
+// of 128 the 1.1B QKV projection has 270 tiles, 264 whole and 6 in four parts whose added
+// rows are scaled once the sums are published.
+TEST(GpuKernelsWarpSpecialized, TailSplitWithSharedNormMatchesTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  LlamaConfig config = *presetConfig("tinyllama-1.1b");
+  config.layers = 1;
+  EXPECT_EQ(checkBf16KernelsContaining(*device, compile(config, 2, 27, 128, "bf16"),
+                                       {"the last wave's 6 tiles split K 4 ways", "NORM_SHARED = true"}, 3),
+            1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, GpuKernels, ::testing::ValuesIn(allCases(2)), caseName);  // O3 runs O2s kernels
 
 // Every attention tile shape the schedule may pick (TLC_ATTENTION_TILE forces one), on

@@ -34,7 +34,8 @@
 //   v7  wider column tiles (n160, n192: 256 tiles of 128x160 fill two waves of 132 SMs
 //       where 128x256 tiles leave 1.2); chained, v4's producer copies the weights' first
 //       stages before waiting for the kernel before, as v3 does; a short last wave's
-//       tiles split K among the SMs the full waves leave idle (tl_block_work), in v4 too.
+//       tiles split K among the SMs the full waves leave idle (tl_block_work), in v4 too,
+//       whose split norm tiles read column tile 0's shared sums once their parts are added.
 //
 // Same Spec hooks as gemm_mma.cuh (BM = 64 or 128, BN = 64, 128, 160, 192 or 256).
 #pragma once
@@ -250,25 +251,33 @@ template <class S, int KT> TL_DEVICE tl_tile_work tl_block_work() {
   return {WHOLE + u % S::SPLIT_TILES, split, S::K_SPLITS, kBegin, (split + 1) * KT / S::K_SPLITS - kBegin};
 }
 
+// The workspace of a GEMM with NORM_SHARED starts with the rows' sums of squares
+// ([row tile][BM] floats) and its sync words with a flag and a reader count per row tile;
+// split tiles' parts and arrivals come after them.
+template <class S> TL_DEVICE constexpr int tl_norm_sum_floats() { return S::NORM_SHARED ? S::BATCH * S::TILES_M * S::BM : 0; }
+template <class S> TL_DEVICE constexpr int tl_norm_sync_words() { return S::NORM_SHARED ? 2 * S::BATCH * S::TILES_M : 0; }
+
 // The end of a split tile: each split leaves its partial tile (tileRows, LD floats a row)
-// and, with ROW_NORM, its rows' partial sums of squares (rowSum: this thread's row, one
+// and, with PART_SUMS, its rows' partial sums of squares (rowSum: this thread's row, one
 // thread in NORM_THREADS_PER_ROW) in the workspace; the last to arrive adds them all, in
-// split order, into tileRows, scales each row by its inverse RMS and returns true for the
-// epilogue (after a barrier); the others return false. `index` numbers the split tiles from 0.
-template <class S, int THREADS, int LD, int NORM_THREADS_PER_ROW>
+// split order, into tileRows, scales each row by its inverse RMS (PART_SUMS) and returns
+// true for the epilogue (after a barrier); the others return false. `index` numbers the
+// split tiles from 0.
+template <class S, int THREADS, int LD, int NORM_THREADS_PER_ROW, bool PART_SUMS = S::ROW_NORM>
 TL_DEVICE bool tl_gemm_join_splits(const typename S::Params &p, int index, const tl_tile_work &work, float *tileRows,
                                    float *rowScale, float rowSum) {
   constexpr int BM = S::BM, BN = S::BN, SLOT = BM * BN + BM;
   __shared__ bool last;
   __syncthreads();
   constexpr int SPLITS = S::K_SPLITS;  // every split tile has as many parts: the loops below unroll
-  float *slots = p.ws + (tl_i64)index * SPLITS * SLOT, *slot = slots + work.split * SLOT;
+  float *slots = p.ws + tl_norm_sum_floats<S>() + (tl_i64)index * SPLITS * SLOT, *slot = slots + work.split * SLOT;
+  unsigned *arrivals = p.sync + tl_norm_sync_words<S>() + index;
   for (int e = threadIdx.x * 4; e < BM * BN; e += THREADS * 4)
     *reinterpret_cast<tl_u32x4 *>(slot + e) = *reinterpret_cast<const tl_u32x4 *>(tileRows + (e / BN) * LD + e % BN);
-  if (S::ROW_NORM && threadIdx.x % NORM_THREADS_PER_ROW == 0) slot[BM * BN + threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
+  if (PART_SUMS && threadIdx.x % NORM_THREADS_PER_ROW == 0) slot[BM * BN + threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.sync + index, 1u) == unsigned(SPLITS - 1);
+  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == unsigned(SPLITS - 1);
   __syncthreads();
   if (!last) return false;
   for (int e = threadIdx.x * 4; e < BM * BN; e += THREADS * 4) {
@@ -283,7 +292,7 @@ TL_DEVICE bool tl_gemm_join_splits(const typename S::Params &p, int index, const
     }
     for (int q = 0; q < 4; ++q) tileRows[(e / BN) * LD + e % BN + q] = sum[q];
   }
-  if constexpr (S::ROW_NORM) {
+  if constexpr (PART_SUMS) {
     if (threadIdx.x % NORM_THREADS_PER_ROW == 0) {
       float total = 0.0f;
       for (int j = 0; j < SPLITS; ++j)
@@ -293,7 +302,7 @@ TL_DEVICE bool tl_gemm_join_splits(const typename S::Params &p, int index, const
     __syncthreads();
     for (int e = threadIdx.x; e < BM * BN; e += THREADS) tileRows[(e / BN) * LD + e % BN] *= rowScale[e / BN];
   }
-  if (threadIdx.x == 0) p.sync[index] = 0u;  // left zero for the next kernel that counts
+  if (threadIdx.x == 0) *arrivals = 0u;  // left zero for the next kernel that counts
   __syncthreads();  // the epilogue reads rows other threads added
   return true;
 }
@@ -467,9 +476,9 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   // Copies of k tile i + LAG are in flight while tile i is handed over; consumers hold two stages.
   constexpr int LAG = STAGES - 2;
   static_assert(BM == 128 && tl_wgmma_width(BN) && !S::B_KN && STAGES >= 3 && !S::NORM_GAIN &&
-                    (S::K_SPLITS == 1 || !S::ROW_NORM),
+                    (S::K_SPLITS == 1 || !S::ROW_NORM || S::NORM_SHARED),
                 "warp-specialized wgmma tiles: 128 rows, 64..256 columns, B stored [N, K], no norm gain, K split "
-                "only without a norm");
+                "only with the norm's sums shared");
   static_assert(BM * LD * 4 <= STAGES * STAGE_BYTES, "the accumulator tile fits in the stages");
   extern __shared__ __align__(128) unsigned char tl_smem_raw[];
   unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
@@ -479,12 +488,15 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   constexpr int TILES = S::BATCH * S::TILES_M * S::TILES_N;
   const tl_tile_work work = tl_block_work<S, KT>();
   const int tile = work.tile, kBegin = work.kBegin, kCount = work.kCount;
+  const bool splitTile = work.splits > 1;
   const int tm = tile % S::TILES_M, tn = (tile / S::TILES_M) % S::TILES_N, bt = tile / (S::TILES_M * S::TILES_N);
   const tl_tile_cols cols = S::tile_cols(tn);
   const int m0 = tm * BM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 4;
   // RMSNorm's sums of squares: in GEMMs of more than one wave (NORM_SHARED) only column
   // tile 0 sums its rows and shares them, as v3 does; otherwise every block sums its own.
+  // A split tile (never in column tile 0: the schedule splits only the last wave's) reads
+  // the shared sums once its parts are added.
   const int rowTile = bt * S::TILES_M + tm;
   const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
   float *rowSquares = p.ws;                   // [row tile][BM]
@@ -552,7 +564,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
       }
     }
     // The producers wait for shared sums once their own copies are all issued.
-    if constexpr (S::NORM_SHARED)
+    if (S::NORM_SHARED && !splitTile)
       tl_share_row_norm<S, 128>(tn == 0, rowSquares + rowTile * BM, normFlag, rowScale,
                                 [] { asm volatile("bar.sync 2, 128;" ::: "memory"); });
     asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
@@ -583,13 +595,21 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
     tl_wgmma_pin(acc);
     asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
     const int r = (warp - 4) * 16 + lane / 4;
-    tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, S::ROW_NORM ? rowScale[r] : 1.0f, S::ROW_NORM ? rowScale[r + 8] : 1.0f);
+    const bool scaleRows = S::ROW_NORM && !splitTile;  // split, once the parts are added
+    tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, scaleRows ? rowScale[r] : 1.0f, scaleRows ? rowScale[r + 8] : 1.0f);
   }
   __syncthreads();
   tl_allow_dependents();
-  if (work.splits > 1 && !tl_gemm_join_splits<S, THREADS, LD, 1>(p, tile - (TILES - S::SPLIT_TILES), work, tileRows,
-                                                                 rowScale, 0.0f))
-    return;
+  if (splitTile) {
+    if (!tl_gemm_join_splits<S, THREADS, LD, 1, false>(p, tile - (TILES - S::SPLIT_TILES), work, tileRows, rowScale,
+                                                        0.0f))
+      return;
+    if constexpr (S::NORM_SHARED) {  // the added rows scaled by the shared sums' inverse RMS
+      tl_share_row_norm<S, THREADS>(false, rowSquares + rowTile * BM, normFlag, rowScale, [] { __syncthreads(); });
+      for (int e = threadIdx.x; e < BM * BN; e += THREADS) tileRows[(e / BN) * LD + e % BN] *= rowScale[e / BN];
+      __syncthreads();
+    }
+  }
   tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
 }
 

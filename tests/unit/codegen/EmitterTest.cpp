@@ -148,8 +148,21 @@ TEST(Codegen, WideGemmsWithoutAGainOnARunWarpSpecialized) {
   EXPECT_EQ(qkv.launch.at("cuda:sm_90a").gridBlocks, 132 + 28 * 4);
   EXPECT_EQ(qkv.workspaceBytes, 28 * 4 * (128 * 256 + 128) * 4);
   EXPECT_EQ(qkv.syncWords, 28);
+  // With RMSNorm (O2) too, from two waves on and past column tile 0: the gate/up's 704
+  // tiles, 44 split three ways. The workspace holds the shared sums of squares (16 row
+  // tiles of 128 rows) before the parts, the sync words their flags first. The QKV's 1.2
+  // waves stay whole.
+  Program largeO2 = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama-1.1b.tl", {2, 1, 2048, "bf16"});
+  const Kernel &normedGateUp = kernelNamed(largeO2, "tl_rmsnorm_linear_split_swiglu");
+  EXPECT_TRUE(contains(normedGateUp.source, "the last wave's 44 tiles split K 3 ways"));
+  EXPECT_TRUE(contains(normedGateUp.source, "NORM_SHARED = true"));
+  EXPECT_EQ(normedGateUp.workspaceBytes, 16 * 128 * 4 + 44 * 3 * (128 * 256 + 128) * 4);
+  EXPECT_EQ(normedGateUp.syncWords, 2 * 16 + 44);
+  EXPECT_EQ(kernelNamed(largeO2, "tl_rmsnorm_linear_split_rope_transpose").workspaceBytes, 16 * 128 * 4);
   // One wave of whole tiles splits nothing.
-  EXPECT_FALSE(contains(kernelNamed(large, "tl_linear_bf16_2048x2048x5632").source, "the last wave's"));
+  const Kernel &down = kernelNamed(large, "tl_linear_bf16_2048x2048x5632");
+  EXPECT_EQ(down.launch.at("cuda:sm_90a").gridBlocks, 128);
+  EXPECT_EQ(down.workspaceBytes, 0);
   // Its query heads share kv heads in eights: 32 queries of 4 heads a block, 32 a warp.
   EXPECT_TRUE(contains(kernelNamed(large, "tl_flash_attention").source, "_spec<32, 4, 2>>(p)"));
   EXPECT_TRUE(contains(kernelNamed(o1, "tl_flash_attention").source, ", 1>>(p)"));  // 16 queries a warp
