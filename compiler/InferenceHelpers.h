@@ -97,6 +97,10 @@ inline LogicalResult inferElementwise(std::optional<Location> loc, StringRef nam
 // Shape and attribute rules a forward op shares with its backward op (TlOps.cpp); `op`
 // names the op in messages.
 LogicalResult checkRope(std::optional<Location> loc, StringRef op, Value input, APFloat theta, StringRef style);
+// Rows with a gain over their last dim (rmsnorm, its VJP, scale_columns): the input of
+// rank >= 1; the gain, where there is one, of rank 1, that dim's size and the input's
+// element type.
+LogicalResult checkRowGain(std::optional<Location> loc, StringRef op, Value input, Value gain);
 LogicalResult checkSquareScores(std::optional<Location> loc, StringRef op, Value input);
 LogicalResult checkLossOperands(std::optional<Location> loc, StringRef op, Value logits, Value ids);
 // x · W with W [out_features, in_features] contracted over its dim `contracted`:

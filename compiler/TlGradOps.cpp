@@ -54,12 +54,7 @@ LogicalResult EmbeddingGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
 
 LogicalResult RMSNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                               SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(adaptor.getInput());
-  if (input.getRank() < 1) return emitOptionalError(loc, "rmsnorm_grad input must have rank >= 1");
-  if (failed(checkRank(loc, "rmsnorm_grad gain", adaptor.getGain(), 1)) ||
-      failed(checkDim(loc, "rmsnorm_grad gain size must equal the input's last dim",
-                      tensorOf(adaptor.getGain()).getDimSize(0), input.getDimSize(input.getRank() - 1))) ||
-      failed(sameElementType(loc, "rmsnorm_grad input and gain", adaptor.getInput(), adaptor.getGain())) ||
+  if (failed(checkRowGain(loc, "rmsnorm_grad", adaptor.getInput(), adaptor.getGain())) ||
       failed(checkSameType(loc, "rmsnorm_grad grad and input differ", adaptor.getGrad(), adaptor.getInput())) ||
       (adaptor.getResidual() &&
        failed(checkSameType(loc, "rmsnorm_grad residual and input differ", adaptor.getResidual(), adaptor.getInput()))) ||

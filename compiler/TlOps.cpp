@@ -115,15 +115,7 @@ LogicalResult EmbeddingOp::buildVjp(VjpBuilder &vjp) {
 
 LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                           Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(adaptor.getInput());
-  if (input.getRank() < 1) return emitOptionalError(loc, "rmsnorm input must have rank >= 1");
-  if (Value gainValue = adaptor.getGain()) {
-    if (failed(checkRank(loc, "rmsnorm gain", gainValue, 1)) ||
-        failed(checkDim(loc, "rmsnorm gain size must equal the input's last dim", tensorOf(gainValue).getDimSize(0),
-                        input.getDimSize(input.getRank() - 1))) ||
-        failed(sameElementType(loc, "rmsnorm input and gain", adaptor.getInput(), gainValue)))
-      return failure();
-  }
+  if (failed(checkRowGain(loc, "rmsnorm", adaptor.getInput(), adaptor.getGain()))) return failure();
   if (failed(checkFloatAttr(loc, "rmsnorm eps", adaptor.getEps(), tlc::isValidEps, tlc::kEpsRange)))
     return failure();
   return inferSameAsInput(adaptor.getInput(), inferred);
@@ -235,6 +227,18 @@ LogicalResult TransposeOp::buildVjp(VjpBuilder &vjp) {
   for (auto [position, axis] : llvm::enumerate(perm)) inverse[size_t(axis)] = int64_t(position);
   vjp.addCotangent(getInput(), create<TransposeOp>(vjp, *this, vjp.cotangent(getResult()),
                                                    vjp.builder().getDenseI64ArrayAttr(inverse)));
+  return success();
+}
+
+LogicalResult infer::checkRowGain(std::optional<Location> loc, StringRef op, Value input, Value gain) {
+  auto rows = tensorOf(input);
+  if (rows.getRank() < 1) return emitOptionalError(loc, op, " input must have rank >= 1");
+  if (!gain) return success();
+  if (failed(checkRank(loc, (op + " gain").str(), gain, 1)) ||
+      failed(checkDim(loc, (op + " gain size must equal the input's last dim").str(), tensorOf(gain).getDimSize(0),
+                      rows.getDimSize(rows.getRank() - 1))) ||
+      failed(sameElementType(loc, (op + " input and gain").str(), input, gain)))
+    return failure();
   return success();
 }
 
@@ -459,13 +463,7 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 
 LogicalResult ScaleColumnsOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                                SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(adaptor.getInput());
-  if (input.getRank() < 1) return emitOptionalError(loc, "scale_columns input must have rank >= 1");
-  if (failed(checkRank(loc, "scale_columns gain", adaptor.getGain(), 1)) ||
-      failed(checkDim(loc, "scale_columns gain size must equal the input's last dim",
-                      tensorOf(adaptor.getGain()).getDimSize(0), input.getDimSize(input.getRank() - 1))) ||
-      failed(sameElementType(loc, "scale_columns input and gain", adaptor.getInput(), adaptor.getGain())))
-    return failure();
+  if (failed(checkRowGain(loc, "scale_columns", adaptor.getInput(), adaptor.getGain()))) return failure();
   return inferSameAsInput(adaptor.getInput(), inferred);
 }
 

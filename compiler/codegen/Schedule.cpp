@@ -117,6 +117,9 @@ int WgmmaTile::blocksPerMultiprocessor() const {
   return int(std::max<int64_t>(1, std::min({bySharedMemory, byRegisters, int64_t(2048 / threads())})));
 }
 
+// The n of gemm_wgmma.cuh's wgmma shapes (its tl_wgmma_width).
+static bool isWgmmaWidth(int n) { return n == 64 || n == 128 || n == 160 || n == 192 || n == 256; }
+
 bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, int multiprocessors) {
   int64_t rowTiles = ceilDiv(gemm.M, tile.BM), tiles = gemm.batch * rowTiles * columnTiles(gemm, tile.BN);
   if (!tile.producer || tile.splits < 2 || tile.splitTiles < 1 || tiles <= multiprocessors) return false;
@@ -146,7 +149,7 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
                                         (forced.splits == 1 || splitsLastWave(gemm, forced, multiprocessors)));
   if (parsed && producerFits && forced.splits >= 1 && forced.splits <= 8 && forced.resident >= 1 && forced.resident <= 4 &&
       forced.resident * (forced.sharedBytes() + kReservedPerBlock) <= kSharedBytesPerSM &&
-      (forced.BM == 64 || forced.BM == 128) && (forced.BN == 64 || forced.BN == 128 || forced.BN == 160 || forced.BN == 192 || forced.BN == 256) &&
+      (forced.BM == 64 || forced.BM == 128) && isWgmmaWidth(forced.BN) &&
       forced.stages >= 3 && forced.stages <= 8 && forced.sharedBytes() <= kSharedBytesPerBlock &&
       tileHoldsEpilogue(gemm, forced.BN))
     return forced;

@@ -31,11 +31,12 @@
 //   v6  tl_gemm_wgmma (v1-v3) reads A by descriptor too where no gain scales it (a plain
 //       GEMM, or an RMSNorm whose gain is in the weight): with A in registers ptxas
 //       serialized the wgmma groups (warning C7513), and the ldmatrix copies are gone.
-//   v7  wider column tiles (n160, n192: 256 tiles of 128x160 fill two waves of 132 SMs
-//       where 128x256 tiles leave 1.2); chained, v4's producer copies the weights' first
-//       stages before waiting for the kernel before, as v3 does; a short last wave's
-//       tiles split K among the SMs the full waves leave idle (tl_block_work), in v4 too,
-//       whose split norm tiles read column tile 0's shared sums once their parts are added.
+//   v7  a short last wave's tiles split K among the SMs the full waves leave idle
+//       (tl_block_work, tl_gemm_join_splits), in v4 too, whose split norm tiles read column
+//       tile 0's shared sums once their parts are added; chained, v4's producer copies the
+//       weights' first stages before waiting for the kernel before, as v3 does; n160 and
+//       n192 column tiles (TLC_WGMMA_TILE only: with the QKV's three outputs they cut into
+//       partial tiles and measured slower than the split tail).
 //
 // Same Spec hooks as gemm_mma.cuh (BM = 64 or 128, BN = 64, 128, 160, 192 or 256).
 #pragma once
@@ -252,24 +253,28 @@ template <class S, int KT> TL_DEVICE tl_tile_work tl_block_work() {
 }
 
 // The workspace of a GEMM with NORM_SHARED starts with the rows' sums of squares
-// ([row tile][BM] floats) and its sync words with a flag and a reader count per row tile;
-// split tiles' parts and arrivals come after them.
+// ([row tile][BM] floats) and its sync words with a flag and a reader count per row tile
+// (tl_share_row_norm's `sums` and `flag`); split tiles' parts and arrivals come after them.
 template <class S> TL_DEVICE constexpr int tl_norm_sum_floats() { return S::NORM_SHARED ? S::BATCH * S::TILES_M * S::BM : 0; }
 template <class S> TL_DEVICE constexpr int tl_norm_sync_words() { return S::NORM_SHARED ? 2 * S::BATCH * S::TILES_M : 0; }
+template <class S> TL_DEVICE float *tl_norm_sums(const typename S::Params &p, int rowTile) { return p.ws + rowTile * S::BM; }
+template <class S> TL_DEVICE unsigned *tl_norm_flag(const typename S::Params &p, int rowTile) { return p.sync + 2 * rowTile; }
 
 // The end of a split tile: each split leaves its partial tile (tileRows, LD floats a row)
-// and, with PART_SUMS, its rows' partial sums of squares (rowSum: this thread's row, one
-// thread in NORM_THREADS_PER_ROW) in the workspace; the last to arrive adds them all, in
-// split order, into tileRows, scales each row by its inverse RMS (PART_SUMS) and returns
-// true for the epilogue (after a barrier); the others return false. `index` numbers the
-// split tiles from 0.
-template <class S, int THREADS, int LD, int NORM_THREADS_PER_ROW, bool PART_SUMS = S::ROW_NORM>
-TL_DEVICE bool tl_gemm_join_splits(const typename S::Params &p, int index, const tl_tile_work &work, float *tileRows,
+// in the workspace and, when every block sums its own rows (ROW_NORM without NORM_SHARED),
+// its rows' partial sums of squares (rowSum: this thread's row, one thread in
+// NORM_THREADS_PER_ROW). The last to arrive adds them all, in split order, into tileRows,
+// scales each row by its inverse RMS (from the parts' sums, or from column tile 0's shared
+// ones) and returns true for the epilogue (after a barrier); the others return false.
+template <class S, int THREADS, int LD, int NORM_THREADS_PER_ROW>
+TL_DEVICE bool tl_gemm_join_splits(const typename S::Params &p, const tl_tile_work &work, float *tileRows,
                                    float *rowScale, float rowSum) {
-  constexpr int BM = S::BM, BN = S::BN, SLOT = BM * BN + BM;
+  constexpr int BM = S::BM, BN = S::BN, SLOT = BM * BN + BM, TILES = S::BATCH * S::TILES_M * S::TILES_N;
+  constexpr int SPLITS = S::K_SPLITS;  // every split tile has as many parts: the loops below unroll
+  constexpr bool PART_SUMS = S::ROW_NORM && !S::NORM_SHARED;
+  const int index = work.tile - (TILES - S::SPLIT_TILES);  // of the split tiles
   __shared__ bool last;
   __syncthreads();
-  constexpr int SPLITS = S::K_SPLITS;  // every split tile has as many parts: the loops below unroll
   float *slots = p.ws + tl_norm_sum_floats<S>() + (tl_i64)index * SPLITS * SLOT, *slot = slots + work.split * SLOT;
   unsigned *arrivals = p.sync + tl_norm_sync_words<S>() + index;
   for (int e = threadIdx.x * 4; e < BM * BN; e += THREADS * 4)
@@ -292,14 +297,20 @@ TL_DEVICE bool tl_gemm_join_splits(const typename S::Params &p, int index, const
     }
     for (int q = 0; q < 4; ++q) tileRows[(e / BN) * LD + e % BN + q] = sum[q];
   }
-  if constexpr (PART_SUMS) {
-    if (threadIdx.x % NORM_THREADS_PER_ROW == 0) {
-      float total = 0.0f;
-      for (int j = 0; j < SPLITS; ++j)
-        total += ((volatile const float *)slots)[j * SLOT + BM * BN + threadIdx.x / NORM_THREADS_PER_ROW];
-      rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(total / (float)S::K + S::NORM_EPS);
+  if constexpr (S::ROW_NORM) {
+    if constexpr (S::NORM_SHARED) {
+      const int rowTile = work.tile / (S::TILES_M * S::TILES_N) * S::TILES_M + work.tile % S::TILES_M;
+      tl_share_row_norm<S, THREADS>(false, tl_norm_sums<S>(p, rowTile), tl_norm_flag<S>(p, rowTile), rowScale,
+                                    [] { __syncthreads(); });
+    } else {
+      if (threadIdx.x % NORM_THREADS_PER_ROW == 0) {
+        float total = 0.0f;
+        for (int j = 0; j < SPLITS; ++j)
+          total += ((volatile const float *)slots)[j * SLOT + BM * BN + threadIdx.x / NORM_THREADS_PER_ROW];
+        rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(total / (float)S::K + S::NORM_EPS);
+      }
+      __syncthreads();
     }
-    __syncthreads();
     for (int e = threadIdx.x; e < BM * BN; e += THREADS) tileRows[(e / BN) * LD + e % BN] *= rowScale[e / BN];
   }
   if (threadIdx.x == 0) *arrivals = 0u;  // left zero for the next kernel that counts
@@ -317,7 +328,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   // Swizzled stages must start on 1024 bytes (the launch asks for 1 KiB more).
   unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
 
-  constexpr int TILES = S::BATCH * S::TILES_M * S::TILES_N, SPLITS = S::K_SPLITS;
+  constexpr int SPLITS = S::K_SPLITS;
   const tl_tile_work work = tl_block_work<S, KT>();
   const int tile = work.tile, kBegin = work.kBegin, kCount = work.kCount;
   const bool splitTile = work.splits > 1;
@@ -331,8 +342,8 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   static_assert(!S::NORM_SHARED || (S::ROW_NORM && SPLITS == 1), "shared norm sums: unsplit norm GEMMs only");
   const int rowTile = bt * S::TILES_M + tm;
   const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
-  float *rowSquares = p.ws;                 // [row tile][BM]
-  unsigned *normFlag = p.sync + 2 * rowTile;  // published, readers
+  float *rowSquares = tl_norm_sums<S>(p, rowTile);
+  unsigned *normFlag = tl_norm_flag<S>(p, rowTile);  // published, readers
 
   tl_stage_copies<BM, THREADS> aCopies;
   aCopies.init([&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
@@ -445,8 +456,8 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   }
   if constexpr (S::NORM_SHARED) {
     if (tn == 0 && threadIdx.x % NORM_THREADS_PER_ROW == 0)
-      rowSquares[rowTile * BM + threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
-    tl_share_row_norm<S, THREADS>(tn == 0, rowSquares + rowTile * BM, normFlag, rowScale, [] { __syncthreads(); });
+      rowSquares[threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
+    tl_share_row_norm<S, THREADS>(tn == 0, rowSquares, normFlag, rowScale, [] { __syncthreads(); });
   } else if constexpr (S::ROW_NORM) {
     if (!splitTile && threadIdx.x % NORM_THREADS_PER_ROW == 0)
       rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(rowSum / (float)S::K + S::NORM_EPS);
@@ -456,8 +467,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   const int r = warp * 16 + lane / 4;
   const bool scaleRows = S::ROW_NORM && !splitTile;
   tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, scaleRows ? rowScale[r] : 1.0f, scaleRows ? rowScale[r + 8] : 1.0f);
-  if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, NORM_THREADS_PER_ROW>(p, tile - (TILES - S::SPLIT_TILES), work,
-                                                                              tileRows, rowScale, rowSum))
+  if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, NORM_THREADS_PER_ROW>(p, work, tileRows, rowScale, rowSum))
     return;
   __syncthreads();
   tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
@@ -485,7 +495,6 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   const unsigned fullBar = tl_smem_addr(tl_smem + STAGES * STAGE_BYTES), emptyBar = fullBar + STAGES * 8;
   float *rowScale = reinterpret_cast<float *>(tl_smem + STAGES * STAGE_BYTES + STAGES * 16);
 
-  constexpr int TILES = S::BATCH * S::TILES_M * S::TILES_N;
   const tl_tile_work work = tl_block_work<S, KT>();
   const int tile = work.tile, kBegin = work.kBegin, kCount = work.kCount;
   const bool splitTile = work.splits > 1;
@@ -499,8 +508,8 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   // the shared sums once its parts are added.
   const int rowTile = bt * S::TILES_M + tm;
   const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
-  float *rowSquares = p.ws;                   // [row tile][BM]
-  unsigned *normFlag = p.sync + 2 * rowTile;  // published, readers
+  float *rowSquares = tl_norm_sums<S>(p, rowTile);
+  unsigned *normFlag = tl_norm_flag<S>(p, rowTile);  // published, readers
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -559,13 +568,13 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
         for (int m = 1; m < 8; m <<= 1) sum += TL_SHFL_XOR(sum, m);
         const int r = threadIdx.x / 8 + c * 16;
         if (threadIdx.x % 8 != 0) continue;
-        if constexpr (S::NORM_SHARED) rowSquares[rowTile * BM + r] = sum;
+        if constexpr (S::NORM_SHARED) rowSquares[r] = sum;
         else rowScale[r] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
       }
     }
     // The producers wait for shared sums once their own copies are all issued.
     if (S::NORM_SHARED && !splitTile)
-      tl_share_row_norm<S, 128>(tn == 0, rowSquares + rowTile * BM, normFlag, rowScale,
+      tl_share_row_norm<S, 128>(tn == 0, rowSquares, normFlag, rowScale,
                                 [] { asm volatile("bar.sync 2, 128;" ::: "memory"); });
     asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
   } else {
@@ -600,16 +609,9 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   }
   __syncthreads();
   tl_allow_dependents();
-  if (splitTile) {
-    if (!tl_gemm_join_splits<S, THREADS, LD, 1, false>(p, tile - (TILES - S::SPLIT_TILES), work, tileRows, rowScale,
-                                                        0.0f))
-      return;
-    if constexpr (S::NORM_SHARED) {  // the added rows scaled by the shared sums' inverse RMS
-      tl_share_row_norm<S, THREADS>(false, rowSquares + rowTile * BM, normFlag, rowScale, [] { __syncthreads(); });
-      for (int e = threadIdx.x; e < BM * BN; e += THREADS) tileRows[(e / BN) * LD + e % BN] *= rowScale[e / BN];
-      __syncthreads();
-    }
-  }
+  // A split norm tile's rows (NORM_SHARED: the schedule splits one only then) are scaled
+  // once its parts are added.
+  if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, 1>(p, work, tileRows, rowScale, 0.0f)) return;
   tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
 }
 
