@@ -41,7 +41,10 @@ static void buildPipeline(mlir::OpPassManager &pm, const CompileOptions &options
     pm.addPass(tl::createTlFuseNormResidual());   // residual gradients in the norms' backward
     pm.addPass(tl::createTlFuseNormRecompute());  // the norms' outputs the dW GEMMs read, written by their backward
   }
-  if (options.optLevel >= 2) pm.addPass(tl::createTlFuseElementwise());  // the backward's elementwise chains
+  if (options.optLevel >= 2) {
+    pm.addPass(tl::createTlFuseElementwise());   // the backward's elementwise chains
+    pm.addPass(tl::createTlFuseGradEpilogue());  // those reading a dX, in its GEMM's epilogue
+  }
 }
 
 static mlir::OpPassManager pipelineOf(const CompileOptions &options, const AdamWOptions *training) {

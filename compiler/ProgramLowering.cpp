@@ -91,6 +91,17 @@ std::string fusedLinearName(tl::FusedLinearOp fused, DType dtype) {
                      w.getDimSize(1));
 }
 
+// tl_linear_grad_input_silu_mul_silu_grad_split_grad_bf16_1024x512x2048: dX's GEMM
+// (rows x dY's columns x dX's columns), then its epilogue's ops.
+std::string fusedLinearGradInputName(tl::FusedLinearGradInputOp fused, DType dtype) {
+  std::vector<std::string> parts{"linear_grad_input"};
+  appendOpNames(fused.getEpilogue().front(), parts);
+  auto grad = llvm::cast<mlir::RankedTensorType>(fused.getGrad().getType());
+  auto w = llvm::cast<mlir::RankedTensorType>(fused.getWeight().getType());
+  return fmt::format("tl_{}_{}_{}x{}x{}", fmt::join(parts, "_"), dtypeName(dtype),
+                     grad.getNumElements() / grad.getShape().back(), w.getDimSize(0), w.getDimSize(1));
+}
+
 // tl_silu_mul_silu_grad_split_grad_bf16_8x128x4096: the chain's ops in order, then the
 // shape of its first result.
 std::string fusedElementwiseName(tl::FusedElementwiseOp fused, DType dtype) {
@@ -220,6 +231,9 @@ private:
     if (auto fused = llvm::dyn_cast<tl::FusedLinearOp>(op)) {
       kernel.name = fusedLinearName(fused, program.dtype);
       if (mlir::failed(emitFusedLinear(fused, kernel))) return mlir::failure();
+    } else if (auto fused = llvm::dyn_cast<tl::FusedLinearGradInputOp>(op)) {
+      kernel.name = fusedLinearGradInputName(fused, program.dtype);
+      if (mlir::failed(emitFusedLinearGradInput(fused, kernel))) return mlir::failure();
     } else if (auto chain = llvm::dyn_cast<tl::FusedElementwiseOp>(op)) {
       kernel.name = fusedElementwiseName(chain, program.dtype);
       if (mlir::failed(emitRegion(chain.getBody().front(), chain.getInputs(), kernel)) ||
@@ -338,21 +352,38 @@ private:
     if (mlir::failed(emitRegion(fused.getPrologue().front(), fused.getPrologueInputs(), kernel)))
       return mlir::failure();
     mlir::Value a = fused.prologueYield().getValues()[0];
-    mlir::Block &epilogue = fused.getEpilogue().front();
+    if (mlir::failed(emitGemmAndEpilogue("linear", a, fused.getWeight(), fused.getEpilogue().front(),
+                                         fused.getEpilogueInputs(), kernel)))
+      return mlir::failure();
+    return bindResults(fused, fused.epilogueYield());
+  }
+
+  // dX's GEMM, then the epilogue ops, in one kernel.
+  mlir::LogicalResult emitFusedLinearGradInput(tl::FusedLinearGradInputOp fused, Kernel &kernel) {
+    if (mlir::failed(emitGemmAndEpilogue("linear_grad_input", fused.getGrad(), fused.getWeight(),
+                                         fused.getEpilogue().front(), fused.getEpilogueInputs(), kernel)))
+      return mlir::failure();
+    return bindResults(fused, fused.epilogueYield());
+  }
+
+  // The GEMM `gemmOp` (linear or linear_grad_input) of `a` and `weight` into the
+  // epilogue's first argument, then the epilogue's ops over it and `epilogueInputs`.
+  mlir::LogicalResult emitGemmAndEpilogue(const char *gemmOp, mlir::Value a, mlir::Value weight, mlir::Block &epilogue,
+                                          mlir::ValueRange epilogueInputs, Kernel &kernel) {
     OpRecord gemm;
-    gemm.op = "linear";
-    gemm.operands = {ids.lookup(a), ids.lookup(fused.getWeight())};
+    gemm.op = gemmOp;
+    gemm.operands = {ids.lookup(a), ids.lookup(weight)};
     gemm.results = {addValue(epilogue.getArgument(0), Storage::Local)};
     auto acc = llvm::cast<mlir::RankedTensorType>(epilogue.getArgument(0).getType());
     kernel.flops += 2 * acc.getNumElements() * llvm::cast<mlir::RankedTensorType>(a.getType()).getShape().back();
     kernel.ops.push_back(std::move(gemm));
-    for (auto [arg, outer] : llvm::zip(epilogue.getArguments().drop_front(), fused.getEpilogueInputs()))
+    for (auto [arg, outer] : llvm::zip(epilogue.getArguments().drop_front(), epilogueInputs))
       ids[arg] = ids.lookup(outer);
     for (mlir::Operation &op : epilogue) {
       if (llvm::isa<tl::YieldOp>(op)) continue;
       if (mlir::failed(emitOp(&op, kernel))) return mlir::failure();
     }
-    return bindResults(fused, fused.epilogueYield());
+    return mlir::success();
   }
 
   OpRecord makeRecord(mlir::Operation *op) {

@@ -39,6 +39,10 @@ mlir::LogicalResult verifyBoundedShapes(mlir::Operation *op);
 template <typename ConcreteType>
 class PerElement : public mlir::OpTrait::TraitBase<ConcreteType, PerElement> {};
 
+// Marks an op a GEMM epilogue can compute from the accumulator's row (TlDialect.td).
+template <typename ConcreteType>
+class EpilogueFusable : public mlir::OpTrait::TraitBase<ConcreteType, EpilogueFusable> {};
+
 template <typename ConcreteType>
 class BoundedShapes : public mlir::OpTrait::TraitBase<ConcreteType, BoundedShapes> {
 public:

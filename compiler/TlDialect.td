@@ -31,6 +31,15 @@ def Tl_PerElement : NativeOpTrait<"PerElement"> {
   let cppNamespace = "::tl::OpTrait";
 }
 
+// A GEMM's epilogue can apply it to the accumulator: each result element reads operand
+// elements of the same row (arithmetic, RoPE's pair, a relabeling of where it is
+// stored), so the tile that holds the row computes it and stores only the result.
+// tl-fuse-prologue-epilogue and tl-fuse-grad-epilogue move such ops into GEMMs; a
+// concatenation (tl.split_grad) is only yielded, stored piece by piece.
+def Tl_EpilogueFusable : NativeOpTrait<"EpilogueFusable"> {
+  let cppNamespace = "::tl::OpTrait";
+}
+
 // Every op names its results when printed (see nameResults in TlDialect.cpp):
 // learners read `%rope_3 = tl.rope ...` more easily than `%47 = tl.rope ...`.
 class Tl_Op<string mnemonic, list<Trait> traits = []>

@@ -38,13 +38,35 @@ def Tl_LinearGradInputOp : Tl_InferredOp<"linear_grad_input"> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
+def Tl_FusedLinearGradInputOp : Tl_Op<"fused_linear_grad_input", [Pure, IsolatedFromAbove]> {
+  let summary = "one GEMM kernel: dX = dY · W, then epilogue ops";
+  let description = [{
+    tl.linear_grad_input with the ops that consume dX moved into the GEMM's epilogue
+    (tl-fuse-grad-epilogue at O2+): the epilogue region receives the accumulator
+    (dY · W, [..., K]) and `epilogue_inputs` and yields the op's results, so the
+    down projection's dX is never stored: its tiles compute SwiGLU's VJP and write d gate
+    and d up. Only EpilogueFusable ops read the accumulator.
+  }];
+  let arguments = (ins Tl_FloatTensor:$grad, Tl_FloatTensor:$weight, Variadic<AnyRankedTensor>:$epilogue_inputs);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let regions = (region SizedRegion<1>:$epilogue);
+  let assemblyFormat = [{
+    `grad` `(` $grad `:` type($grad) `)` `weight` `(` $weight `:` type($weight) `)`
+    `epilogue` (`(` $epilogue_inputs^ `:` type($epilogue_inputs) `)`)? $epilogue attr-dict `->` type($results)
+  }];
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    YieldOp epilogueYield();
+  }];
+}
+
 def Tl_LinearGradWeightOp : Tl_InferredOp<"linear_grad_weight"> {
   let summary = "dW = dYᵀ · X over every token: the VJP of tl.linear for its weight ([N, K])";
   let arguments = (ins Tl_FloatTensor:$grad, Tl_FloatTensor:$input);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_RopeGradOp : Tl_InferredOp<"rope_grad", [Tl_PerElement]> {
+def Tl_RopeGradOp : Tl_InferredOp<"rope_grad", [Tl_PerElement, Tl_EpilogueFusable]> {
   let summary = "the VJP of tl.rope: each pair rotated back by -s * theta^(-2i/D)";
   let arguments = (ins Tl_FloatTensor:$grad, F64Attr:$theta, StrAttr:$style);
   let results = (outs Tl_FloatTensor:$result);
@@ -68,7 +90,7 @@ def Tl_SoftmaxGradOp : Tl_InferredOp<"softmax_grad"> {
   let results = (outs Tl_FloatTensor:$input_grad);
 }
 
-def Tl_SiluGradOp : Tl_InferredOp<"silu_grad", [Tl_PerElement]> {
+def Tl_SiluGradOp : Tl_InferredOp<"silu_grad", [Tl_PerElement, Tl_EpilogueFusable]> {
   let summary = "the VJP of tl.silu: dy * s * (1 + x * (1 - s)), s = sigmoid(x) recomputed from x";
   let arguments = (ins Tl_FloatTensor:$input, Tl_FloatTensor:$grad);
   let results = (outs Tl_FloatTensor:$result);
@@ -116,7 +138,7 @@ def Tl_ConcatGradOp : Tl_InferredOp<"concat_grad", [Tl_PerElement]> {
   let results = (outs Variadic<Tl_FloatTensor>:$results);
 }
 
-def Tl_SplitGradOp : Tl_InferredOp<"split_grad", [Tl_PerElement]> {
+def Tl_SplitGradOp : Tl_InferredOp<"split_grad", [Tl_PerElement, Tl_EpilogueFusable]> {
   let summary = "the VJP of tl.split: the pieces' gradients joined along the last dim";
   let arguments = (ins Variadic<Tl_FloatTensor>:$pieces);
   let results = (outs Tl_FloatTensor:$result);

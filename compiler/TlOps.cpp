@@ -614,6 +614,36 @@ LogicalResult FusedLinearOp::verifyRegions() {
   return checkRegionSignature(*this, "epilogue", getEpilogue().front(), epilogueArgs, getResultTypes());
 }
 
+// A region computed element by element: only PerElement ops, and a concatenation only
+// yielded (it is stored piece by piece, nothing inside reads it back).
+static LogicalResult checkPerElementBody(Operation *owner, Block &body) {
+  for (Operation &op : body.without_terminator()) {
+    if (!op.hasTrait<tl::OpTrait::PerElement>())
+      return owner->emitOpError("holds '") << op.getName() << "', which is not computed element by element";
+    if (isa<SplitGradOp>(op) && llvm::any_of(op.getUsers(), [](Operation *user) { return !isa<YieldOp>(user); }))
+      return owner->emitOpError("reads a tl.split_grad inside the kernel: a concatenation may only be yielded");
+  }
+  return success();
+}
+
+YieldOp FusedLinearGradInputOp::epilogueYield() { return cast<YieldOp>(getEpilogue().front().getTerminator()); }
+
+// The epilogue receives dY · W ([..., N] x [N, K] -> [..., K]), then the epilogue inputs.
+LogicalResult FusedLinearGradInputOp::verifyRegions() {
+  auto grad = cast<RankedTensorType>(getGrad().getType());
+  auto weight = cast<RankedTensorType>(getWeight().getType());
+  if (grad.getRank() < 2 || weight.getRank() != 2 || grad.getElementType() != weight.getElementType() ||
+      !dimsCompatible(grad.getDimSize(grad.getRank() - 1), weight.getDimSize(0)))
+    return emitOpError("grad ") << grad << " does not match the weight " << weight;
+  if (getNumResults() == 0) return emitOpError("computes nothing: its epilogue yields at least one value");
+  if (failed(checkPerElementBody(*this, getEpilogue().front()))) return failure();
+  SmallVector<int64_t> accShape(grad.getShape());
+  accShape.back() = weight.getDimSize(1);
+  SmallVector<Type> epilogueArgs{RankedTensorType::get(accShape, grad.getElementType())};
+  llvm::append_range(epilogueArgs, getEpilogueInputs().getTypes());
+  return checkRegionSignature(*this, "epilogue", getEpilogue().front(), epilogueArgs, getResultTypes());
+}
+
 // The cotangents of a region op's results, null where none.
 static SmallVector<Value> resultCotangents(VjpBuilder &vjp, Operation *op) {
   SmallVector<Value> grads;
@@ -650,14 +680,7 @@ YieldOp FusedElementwiseOp::bodyYield() { return cast<YieldOp>(getBody().front()
 LogicalResult FusedElementwiseOp::verifyRegions() {
   if (getNumResults() == 0) return emitOpError("computes nothing: it yields at least one value");
   Block &body = getBody().front();
-  for (Operation &op : body.without_terminator()) {
-    if (!op.hasTrait<tl::OpTrait::PerElement>())
-      return emitOpError("holds '") << op.getName() << "', which is not computed element by element";
-    // A concatenation is stored piece by piece: nothing inside reads it back.
-    if (isa<SplitGradOp>(op) &&
-        llvm::any_of(op.getUsers(), [](Operation *user) { return !isa<YieldOp>(user); }))
-      return emitOpError("reads a tl.split_grad inside the kernel: a concatenation may only be yielded");
-  }
+  if (failed(checkPerElementBody(*this, body))) return failure();
   return checkRegionSignature(*this, "body", body, getInputs().getTypes(), getResultTypes());
 }
 

@@ -54,25 +54,25 @@ def Tl_LinearOp : Tl_InferredOp<"linear", [Tl_Differentiable]> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_SplitHeadsOp : Tl_InferredOp<"split_heads", [Tl_PerElement, Tl_Differentiable]> {
+def Tl_SplitHeadsOp : Tl_InferredOp<"split_heads", [Tl_PerElement, Tl_EpilogueFusable, Tl_Differentiable]> {
   let summary = "view [B, S, H*D] as [B, S, H, D]";
   let arguments = (ins Tl_FloatTensor:$input, I64Attr:$heads);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_MergeHeadsOp : Tl_InferredOp<"merge_heads", [Tl_PerElement, Tl_Differentiable]> {
+def Tl_MergeHeadsOp : Tl_InferredOp<"merge_heads", [Tl_PerElement, Tl_EpilogueFusable, Tl_Differentiable]> {
   let summary = "view [B, S, H, D] as [B, S, H*D]";
   let arguments = (ins Tl_FloatTensor:$input);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_TransposeOp : Tl_InferredOp<"transpose", [Tl_PerElement, Tl_Differentiable]> {
+def Tl_TransposeOp : Tl_InferredOp<"transpose", [Tl_PerElement, Tl_EpilogueFusable, Tl_Differentiable]> {
   let summary = "permute dims: out.shape[i] = in.shape[perm[i]]";
   let arguments = (ins Tl_FloatTensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_RopeOp : Tl_InferredOp<"rope", [Tl_PerElement, Tl_Differentiable]> {
+def Tl_RopeOp : Tl_InferredOp<"rope", [Tl_PerElement, Tl_EpilogueFusable, Tl_Differentiable]> {
   let summary = "rotary position embedding on [B, S, H, D]";
   let description = [{
     Pair i of each head is rotated by angle s * theta^(-2i/D). `style` "adjacent"
@@ -95,7 +95,7 @@ def Tl_BatchMatmulOp : Tl_InferredOp<"batch_matmul", [Tl_Differentiable]> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_ScaleOp : Tl_InferredOp<"scale", [Tl_PerElement, Tl_Differentiable]> {
+def Tl_ScaleOp : Tl_InferredOp<"scale", [Tl_PerElement, Tl_EpilogueFusable, Tl_Differentiable]> {
   let summary = "x * factor";
   let arguments = (ins Tl_FloatTensor:$input, F64Attr:$factor);
   let results = (outs Tl_FloatTensor:$result);
@@ -113,19 +113,19 @@ def Tl_SoftmaxOp : Tl_InferredOp<"softmax", [Tl_Differentiable]> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_SiluOp : Tl_InferredOp<"silu", [Tl_PerElement, Tl_Differentiable]> {
+def Tl_SiluOp : Tl_InferredOp<"silu", [Tl_PerElement, Tl_EpilogueFusable, Tl_Differentiable]> {
   let summary = "x * sigmoid(x)";
   let arguments = (ins Tl_FloatTensor:$input);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_MulOp : Tl_InferredOp<"mul", [Commutative, Tl_PerElement, Tl_Differentiable]> {
+def Tl_MulOp : Tl_InferredOp<"mul", [Commutative, Tl_PerElement, Tl_EpilogueFusable, Tl_Differentiable]> {
   let summary = "elementwise product of equal shapes";
   let arguments = (ins Tl_FloatTensor:$lhs, Tl_FloatTensor:$rhs);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_AddOp : Tl_InferredOp<"add", [Tl_PerElement, Commutative, Tl_Differentiable]> {
+def Tl_AddOp : Tl_InferredOp<"add", [Tl_PerElement, Tl_EpilogueFusable, Commutative, Tl_Differentiable]> {
   let summary = "elementwise sum of equal shapes";
   let arguments = (ins Tl_FloatTensor:$lhs, Tl_FloatTensor:$rhs);
   let results = (outs Tl_FloatTensor:$result);
@@ -164,7 +164,7 @@ def Tl_ScaleColumnsOp : Tl_InferredOp<"scale_columns"> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_SplitOp : Tl_Op<"split", [Pure, Tl_PerElement, InferTypeOpAdaptorWithIsCompatible, Tl_Differentiable]> {
+def Tl_SplitOp : Tl_Op<"split", [Pure, Tl_PerElement, Tl_EpilogueFusable, InferTypeOpAdaptorWithIsCompatible, Tl_Differentiable]> {
   let summary = "slice the last dim into consecutive pieces of the given sizes";
   let description = [{
     The free split after a merged projection: it is computed by the kernel that
@@ -175,7 +175,7 @@ def Tl_SplitOp : Tl_Op<"split", [Pure, Tl_PerElement, InferTypeOpAdaptorWithIsCo
   let assemblyFormat = "operands `` custom<TlAttrs>(attr-dict) `:` functional-type(operands, results)";
 }
 
-def Tl_SwigluOp : Tl_InferredOp<"swiglu", [Tl_PerElement, Tl_Differentiable]> {
+def Tl_SwigluOp : Tl_InferredOp<"swiglu", [Tl_PerElement, Tl_EpilogueFusable, Tl_Differentiable]> {
   let summary = "silu(gate) * up in one elementwise pass";
   let arguments = (ins Tl_FloatTensor:$gate, Tl_FloatTensor:$up);
   let results = (outs Tl_FloatTensor:$result);
@@ -196,7 +196,7 @@ def Tl_FlashAttentionOp : Tl_InferredOp<"flash_attention", [Tl_Differentiable]> 
 }
 
 def Tl_YieldOp : Tl_Op<"yield", [Pure, Terminator, ReturnLike,
-                                 ParentOneOf<["FusedLinearOp", "BlockOp", "FusedElementwiseOp"]>]> {
+                                 ParentOneOf<["FusedLinearOp", "FusedLinearGradInputOp", "BlockOp", "FusedElementwiseOp"]>]> {
   let summary = "the values a fused region produces";
   let arguments = (ins Variadic<AnyRankedTensor>:$values);
   let assemblyFormat = "($values^ `:` type($values))? attr-dict";

@@ -64,6 +64,18 @@ def TlFuseElementwise : Pass<"tl-fuse-elementwise", "mlir::ModuleOp"> {
   let dependentDialects = ["tl::TlDialect"];
 }
 
+def TlFuseGradEpilogue : Pass<"tl-fuse-grad-epilogue", "mlir::ModuleOp"> {
+  let summary = "O2+ training: the elementwise kernel reading a dX GEMM's result runs in its epilogue";
+  let description = [{
+    Runs after tl-fuse-elementwise: a tl.fused_elementwise that is the only reader of a
+    tl.linear_grad_input, and whose ops on that input are EpilogueFusable, becomes the
+    epilogue of one tl.fused_linear_grad_input: the down projection's dX GEMM writes
+    d gate and d up (SwiGLU's VJP), the output projection's writes d attention output
+    in the heads' layout, and neither dX is stored.
+  }];
+  let dependentDialects = ["tl::TlDialect"];
+}
+
 def TlFuseNormResidual : Pass<"tl-fuse-norm-residual", "mlir::ModuleOp"> {
   let summary = "O3 training: the residual stream's gradient is added by the norm backward that feeds it";
   let description = [{

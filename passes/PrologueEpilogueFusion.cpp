@@ -22,10 +22,11 @@ namespace tl {
 
 namespace {
 
-// Per output element, or a relabeling of where it is stored: fits after the GEMM.
+// Per output element, or a relabeling of where it is stored: fits after the GEMM. A
+// concatenation is left out: later consumers absorbed after it would read it, and the
+// epilogue only stores one.
 bool fitsInEpilogue(mlir::Operation *op) {
-  return llvm::isa<AddOp, MulOp, ScaleOp, SiluOp, SwigluOp, RopeOp, SplitOp, SplitHeadsOp, MergeHeadsOp,
-                   TransposeOp>(op);
+  return op->hasTrait<OpTrait::EpilogueFusable>() && !llvm::isa<SplitGradOp>(op);
 }
 
 // Per row of A (RMSNorm needs the whole row, which the GEMM reads anyway) or per

@@ -95,6 +95,7 @@ std::string ElementCode::ropeTable(double theta, int64_t headDim) {
 std::string ElementCode::chunk(const std::vector<Store> &stores, const ChunkLoop &loop, const std::string &indent) {
   std::string head, body, tail;
   std::map<const ElementExpr *, std::string> names;
+  std::map<std::pair<int, std::string>, std::string> loads;  // each element read once, whichever store asks
   int temporaries = 0;
   const std::string &var = loop.variable;
   auto at = [&](const IndexExpr &index) { return indexCode(index); };
@@ -108,6 +109,12 @@ std::string ElementCode::chunk(const std::vector<Store> &stores, const ChunkLoop
     std::string name = fmt::format("x{}", temporaries++), code;
     switch (expr->kind) {
     case ElementExpr::Kind::Load: {
+      auto [loaded, fresh] = loads.try_emplace({expr->param, expr->offset.str()}, name);
+      if (!fresh) {
+        names[expr.get()] = loaded->second;
+        --temporaries;
+        return loaded->second;
+      }
       const std::string &param = params_.names.at(size_t(expr->param));
       if (loop.vector > 1 && contiguous(expr->offset, loop)) {
         head += fmt::format("    float {}v[{}];\n    tl_ld8(p.{}, {}, {}v);\n", name, loop.vector, param,

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <climits>
 #include <optional>
 
@@ -220,8 +221,14 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     epilogue += code.chunk(group.stores, loop, "      ");
     epilogue += "    } break;\n";
     std::vector<std::string> stores;
-    for (const Store &store : group.stores)
-      stores.push_back(fmt::format("{} = {}", source.name(store.param), describe(store.value, source.names())));
+    for (const Store &store : group.stores) {
+      // An output written by several stores (a concatenation's pieces) says where each goes.
+      bool shared = std::count_if(group.stores.begin(), group.stores.end(),
+                                  [&](const Store &other) { return other.param == store.param; }) > 1;
+      int64_t column = store.offset.evaluate({{"m", 0}, {"c", 0}, {"bt", 0}});
+      std::string where = !shared ? "" : column ? fmt::format("[.., {} + c]", column) : "[.., c]";
+      stores.push_back(fmt::format("{}{} = {}", source.name(store.param), where, describe(store.value, source.names())));
+    }
     std::vector<std::string> bands;
     for (int64_t start : group.bands) bands.push_back(fmt::format("{}..{}", start, start + group.width - 1));
     details.push_back(fmt::format("epilogue, accumulator columns {}: {}", fmt::join(bands, " with "), fmt::join(stores, "; ")));

@@ -252,19 +252,18 @@ public:
   IndexExpr row() const { return IndexExpr::variable("m", M_); }
   Index leadIndex() const { return delinearize(row(), leadShape_); }
 
+  // Stores `stored` to argument `param`. A concatenation computed in the epilogue
+  // (tl.split_grad: SwiGLU's d gate and d up) is stored piece by piece at its columns.
   void addOutput(mlir::Value stored, int param) {
-    ForwardIndex forward = forwardIndex(stored);
-    ElementPuller puller(context_, accumulator_);
-    ElementRef value = puller.at(stored, forward.index);
-    puller.checkAccumulatorRows(leadShape_, row(), M_, forward.width);
-    GemmGroup *group = nullptr;
-    for (GemmGroup &existing : groups_)
-      if (existing.bands.front() == forward.start && existing.width == forward.width) group = &existing;
-    if (!group) {
-      groups_.push_back({forward.width, {forward.start}, {}});
-      group = &groups_.back();
+    if (auto concat = stored.getDefiningOp<tl::SplitGradOp>(); concat && context_.isComputed(stored)) {
+      int64_t column = 0;
+      for (mlir::Value piece : concat.getPieces()) {
+        addStore(piece, param, shapeOf(stored), column);
+        column += shapeOf(piece).back();
+      }
+      return;
     }
-    group->stores.push_back({param, linearize(forward.index, shapeOf(stored)), value});
+    addStore(stored, param, shapeOf(stored), 0);
   }
 
   // Bands: accumulator ranges read at a fixed distance from the group's own columns
@@ -288,6 +287,25 @@ public:
   int64_t N() const { return N_; }
 
 private:
+  // `value` at the accumulator's row m and the group's column c, stored at its own index
+  // shifted by `column` in the last dimension of an output of shape `out`.
+  void addStore(mlir::Value value, int param, const Shape &out, int64_t column) {
+    ForwardIndex forward = forwardIndex(value);
+    ElementPuller puller(context_, accumulator_);
+    ElementRef element = puller.at(value, forward.index);
+    puller.checkAccumulatorRows(leadShape_, row(), M_, forward.width);
+    GemmGroup *group = nullptr;
+    for (GemmGroup &existing : groups_)
+      if (existing.bands.front() == forward.start && existing.width == forward.width) group = &existing;
+    if (!group) {
+      groups_.push_back({forward.width, {forward.start}, {}});
+      group = &groups_.back();
+    }
+    Index at = forward.index;
+    at.back() = at.back() + column;
+    group->stores.push_back({param, linearize(at, out), element});
+  }
+
   ForwardIndex forwardIndex(mlir::Value stored) {
     // The path from the accumulator: at each op, the first operand that depends on it.
     std::vector<std::pair<mlir::Operation *, mlir::Value>> path;  // op and its result on the path
@@ -332,8 +350,11 @@ private:
         Index out(index.size());
         for (size_t i = 0; i < perm.size(); ++i) out[i] = index[size_t(perm[i])];
         index = out;
-      } else if (findElementwiseOp(opName(op)) || llvm::isa<tl::RopeOp, tl::CausalMaskOp>(op)) {
-        // same element
+      } else if (llvm::isa<tl::SplitGradOp>(op)) {
+        context_.fail("a concatenation in a GEMM epilogue must be stored, not read");
+      } else if (findElementwiseOp(opName(op)) || op->hasTrait<tl::OpTrait::EpilogueFusable>() ||
+                 llvm::isa<tl::CausalMaskOp>(op)) {
+        // same element (RoPE: its pair)
       } else {
         context_.fail(fmt::format("'tl.{}' cannot run in a GEMM epilogue", opName(op)));
       }
@@ -456,21 +477,27 @@ GemmSpec buildBatchMatmul(KernelContext &context, tl::BatchMatmulOp matmul) {
   return gemm;
 }
 
-// A GEMM of one output [M, N] (row-major, no epilogue) with B stored [K, N]; A's
-// element [m, k] is element aOffset of `a`.
-GemmSpec plainGemmKN(KernelContext &context, int64_t M, int64_t N, int64_t K, mlir::Value a, IndexExpr aOffset,
-                     mlir::Value b, mlir::Value result) {
+// A GEMM [M, N] with B stored [K, N], its epilogue not yet set; A's element [m, k] is
+// element aOffset of `a`.
+GemmSpec gemmKN(KernelContext &context, int64_t M, int64_t N, int64_t K, mlir::Value a, IndexExpr aOffset,
+                mlir::Value b) {
   GemmSpec gemm;
   gemm.M = M;
   gemm.N = N;
   gemm.K = K;
-  IndexExpr m = IndexExpr::variable("m", M), k = IndexExpr::variable("k", K), n = IndexExpr::variable("n", N),
-            c = IndexExpr::variable("c", N);
   gemm.a = context.requireParam(a, "gradient");
   gemm.aOffset = std::move(aOffset);
   gemm.b = context.requireParam(b, "operand B");
   gemm.bKN = true;
-  gemm.bOffset = k * N + n;
+  gemm.bOffset = IndexExpr::variable("k", K) * N + IndexExpr::variable("n", N);
+  return gemm;
+}
+
+// The same with one output [M, N], row-major, no epilogue.
+GemmSpec plainGemmKN(KernelContext &context, int64_t M, int64_t N, int64_t K, mlir::Value a, IndexExpr aOffset,
+                     mlir::Value b, mlir::Value result) {
+  GemmSpec gemm = gemmKN(context, M, N, K, a, std::move(aOffset), b);
+  IndexExpr m = IndexExpr::variable("m", M), c = IndexExpr::variable("c", N);
   GemmGroup group{N, {0}, {}};
   group.stores.push_back({context.requireParam(result, "result"), m * N + c, ElementExpr::accumulator(c)});
   gemm.groups = {group};
@@ -483,6 +510,21 @@ GemmSpec buildLinearGradInput(KernelContext &context, tl::LinearGradInputOp op) 
   int64_t K = weight[0], N = weight[1], M = product(shapeOf(op.getGrad())) / K;
   return plainGemmKN(context, M, N, K, op.getGrad(), IndexExpr::variable("m", M) * K + IndexExpr::variable("k", K),
                      op.getWeight(), op.getResult());
+}
+
+// The same GEMM with the ops that read dX in its epilogue (tl.fused_linear_grad_input).
+GemmSpec buildFusedLinearGradInput(KernelContext &context, tl::FusedLinearGradInputOp fused) {
+  context.addComputed(fused);
+  Shape grad = shapeOf(fused.getGrad()), weight = shapeOf(fused.getWeight());
+  Shape lead(grad.begin(), grad.end() - 1);
+  int64_t K = weight[0], N = weight[1], M = product(lead);
+  GemmSpec gemm = gemmKN(context, M, N, K, fused.getGrad(),
+                         IndexExpr::variable("m", M) * K + IndexExpr::variable("k", K), fused.getWeight());
+  GemmBuilder builder(context, fused.getEpilogue().front().getArgument(0), lead);
+  for (auto [result, yielded] : llvm::zip(fused.getResults(), fused.epilogueYield().getValues()))
+    builder.addOutput(yielded, context.requireParam(result, "result"));
+  gemm.groups = builder.groups();
+  return gemm;
 }
 
 // dW = dYᵀ · X, summed over the tokens: the GEMM's rows are dY's columns, its depth the
@@ -701,6 +743,8 @@ KernelSpec buildKernelSpec(const Program &program, const Kernel &kernel, const K
   else if (auto attention = llvm::dyn_cast<tl::FlashAttentionOp>(op)) spec.body = buildAttention(context, attention);
   else if (auto grad = llvm::dyn_cast<tl::FlashAttentionGradOp>(op)) spec.body = buildAttentionGrad(context, grad);
   else if (auto grad = llvm::dyn_cast<tl::LinearGradInputOp>(op)) spec.body = buildLinearGradInput(context, grad);
+  else if (auto grad = llvm::dyn_cast<tl::FusedLinearGradInputOp>(op))
+    spec.body = buildFusedLinearGradInput(context, grad);
   else if (auto grad = llvm::dyn_cast<tl::LinearGradWeightOp>(op)) spec.body = buildLinearGradWeight(context, grad);
   else if (auto chain = llvm::dyn_cast<tl::FusedElementwiseOp>(op))
     spec.body = buildElementwise(context, chain, chain.getResults(), chain.bodyYield().getValues());

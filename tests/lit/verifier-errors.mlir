@@ -244,3 +244,37 @@ func.func @fused_elementwise_reads_a_concatenation(%x: tensor<2x4xf32>) -> tenso
   } -> tensor<2x8xf32>
   return %y : tensor<2x8xf32>
 }
+
+// -----
+
+func.func @fused_linear_grad_input_weight_mismatch(%dy: tensor<2x8x32xf32>, %w: tensor<16x64xf32>) -> tensor<2x8x64xf32> {
+  // expected-error @+1 {{does not match the weight}}
+  %y = tl.fused_linear_grad_input grad(%dy : tensor<2x8x32xf32>) weight(%w : tensor<16x64xf32>) epilogue {
+  ^bb0(%acc: tensor<2x8x64xf32>):
+    tl.yield %acc : tensor<2x8x64xf32>
+  } -> tensor<2x8x64xf32>
+  return %y : tensor<2x8x64xf32>
+}
+
+// -----
+
+func.func @fused_linear_grad_input_accumulator_type(%dy: tensor<2x8x32xf32>, %w: tensor<32x64xf32>) -> tensor<2x8x32xf32> {
+  // expected-error @+1 {{epilogue arguments}}
+  %y = tl.fused_linear_grad_input grad(%dy : tensor<2x8x32xf32>) weight(%w : tensor<32x64xf32>) epilogue {
+  ^bb0(%acc: tensor<2x8x32xf32>):
+    tl.yield %acc : tensor<2x8x32xf32>
+  } -> tensor<2x8x32xf32>
+  return %y : tensor<2x8x32xf32>
+}
+
+// -----
+
+func.func @fused_linear_grad_input_holds_a_gemm(%dy: tensor<2x8x32xf32>, %w: tensor<32x64xf32>, %v: tensor<64x64xf32>) -> tensor<2x8x64xf32> {
+  // expected-error @+1 {{which is not computed element by element}}
+  %y = tl.fused_linear_grad_input grad(%dy : tensor<2x8x32xf32>) weight(%w : tensor<32x64xf32>) epilogue(%v : tensor<64x64xf32>) {
+  ^bb0(%acc: tensor<2x8x64xf32>, %b: tensor<64x64xf32>):
+    %l = tl.linear %acc, %b : (tensor<2x8x64xf32>, tensor<64x64xf32>) -> tensor<2x8x64xf32>
+    tl.yield %l : tensor<2x8x64xf32>
+  } -> tensor<2x8x64xf32>
+  return %y : tensor<2x8x64xf32>
+}

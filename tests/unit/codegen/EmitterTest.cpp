@@ -171,6 +171,37 @@ TEST(Codegen, WideGemmsWithoutAGainOnARunWarpSpecialized) {
 }
 
 // fp32 models keep exact fp32 arithmetic: no tensor cores (they would round to tf32).
+// At O2 a training step's dX GEMMs run what reads dX in their epilogues: the down
+// projection's computes SwiGLU's VJP on tensor cores and writes d gate and d up side by
+// side (dX itself is never stored, nor read by an elementwise kernel), the output
+// projection's writes straight into the heads' layout.
+TEST(Codegen, BackwardEpiloguesAreInsideTheDxGemms) {
+  AdamWOptions adamw;
+  Program step = compileTrainingStepFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", {2, 8, 128, "bf16"}, adamw);
+  const Kernel &swiglu = kernelNamed(step, "tl_linear_grad_input_silu_mul_silu_grad_split_grad_bf16_1024x512x2048");
+  EXPECT_TRUE(contains(swiglu.source, "tl_gemm_mma<"));
+  EXPECT_TRUE(contains(swiglu.source, "B_KN = true"));
+  EXPECT_TRUE(contains(swiglu.source, "tl_silu_grad<float>("));
+  EXPECT_TRUE(contains(swiglu.source, "out0[.., c] = silu_grad(in2, mul(acc, in3)); out0[.., 2048 + c] = mul(acc, silu(in2))"));
+  // The saved gate is loaded once for both pieces, each stored 16 bytes at a time.
+  EXPECT_EQ(swiglu.source.find("tl_ld8(p.in2"), swiglu.source.rfind("tl_ld8(p.in2"));
+  EXPECT_TRUE(contains(swiglu.source, "tl_st8(p.out0, m / 128 * 524288 + m % 128 * 4096 + c0 + 2048, r1)"));
+  ASSERT_EQ(swiglu.outputs.size(), 1u);
+  EXPECT_EQ(step.value(swiglu.outputs[0]).shape, (std::vector<int64_t>{8, 128, 4096}));
+
+  const Kernel &heads = kernelNamed(step, "tl_linear_grad_input_transpose_bf16_1024x512x512");
+  EXPECT_TRUE(contains(heads.source, "tl_gemm_mma<"));
+  ASSERT_EQ(heads.outputs.size(), 1u);
+  EXPECT_EQ(step.value(heads.outputs[0]).shape, (std::vector<int64_t>{8, 8, 128, 64}));
+
+  int swigluKernels = 0;
+  for (const Kernel &kernel : step.kernels) {
+    swigluKernels += contains(kernel.name, "silu_grad");
+    EXPECT_NE(kernel.name.rfind("tl_silu_mul_silu_grad", 0), 0u) << kernel.name;
+  }
+  EXPECT_EQ(swigluKernels, 8);  // one per layer, each a dX GEMM
+}
+
 TEST(Codegen, Fp32UsesFmaTemplates) {
   Program program = workshop(2, "f32", 2, 16);
   for (const Kernel &kernel : program.kernels) {

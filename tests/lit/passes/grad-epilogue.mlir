@@ -1,0 +1,88 @@
+// tl-fuse-grad-epilogue: the elementwise chain that is the only reader of a dX GEMM
+// moves into that GEMM's epilogue, the accumulator its first argument; a chain that
+// also needs dX elsewhere, splits it, or yields something not made from it stays.
+// RUN: tl-opt --tl-fuse-grad-epilogue %s -split-input-file | FileCheck %s
+
+// SwiGLU's VJP: d gate and d up from dX, stored as one concatenation.
+// CHECK-LABEL: func.func @swiglu_vjp
+// CHECK-NOT: tl.linear_grad_input
+// CHECK: %[[F:.*]] = tl.fused_linear_grad_input grad(%arg0 : tensor<2x8x32xf32>) weight(%arg1 : tensor<32x64xf32>) epilogue(%arg2, %arg3 : tensor<2x8x64xf32>, tensor<2x8x64xf32>) {
+// CHECK-NEXT: ^bb0(%[[ACC:[^:]*]]: tensor<2x8x64xf32>, %[[G:[^:]*]]: tensor<2x8x64xf32>, %[[U:[^:]*]]: tensor<2x8x64xf32>):
+// CHECK-NEXT: %[[S:.*]] = tl.silu %[[G]]
+// CHECK-NEXT: %[[DU:.*]] = tl.mul %[[ACC]], %[[S]]
+// CHECK-NEXT: %[[P:.*]] = tl.mul %[[ACC]], %[[U]]
+// CHECK-NEXT: %[[DG:.*]] = tl.silu_grad %[[G]], %[[P]]
+// CHECK-NEXT: %[[C:.*]] = tl.split_grad %[[DG]], %[[DU]]
+// CHECK-NEXT: tl.yield %[[C]] : tensor<2x8x128xf32>
+// CHECK-NEXT: } -> tensor<2x8x128xf32>
+// CHECK-NOT: tl.fused_elementwise
+// CHECK: return %[[F]]
+func.func @swiglu_vjp(%dy: tensor<2x8x32xf32>, %w: tensor<32x64xf32>, %gate: tensor<2x8x64xf32>, %up: tensor<2x8x64xf32>) -> tensor<2x8x128xf32> {
+  %dx = tl.linear_grad_input %dy, %w : (tensor<2x8x32xf32>, tensor<32x64xf32>) -> tensor<2x8x64xf32>
+  %r = tl.fused_elementwise(%gate, %dx, %up : tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>) {
+  ^bb0(%g: tensor<2x8x64xf32>, %d: tensor<2x8x64xf32>, %u: tensor<2x8x64xf32>):
+    %s = tl.silu %g : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+    %du = tl.mul %d, %s : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+    %p = tl.mul %d, %u : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+    %dg = tl.silu_grad %g, %p : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+    %c = tl.split_grad %dg, %du : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x128xf32>
+    tl.yield %c : tensor<2x8x128xf32>
+  } -> tensor<2x8x128xf32>
+  return %r : tensor<2x8x128xf32>
+}
+
+// -----
+
+// dX is also returned: the GEMM must store it, so the chain stays a kernel of its own.
+// CHECK-LABEL: func.func @dx_read_twice
+// CHECK: tl.linear_grad_input
+// CHECK: tl.fused_elementwise
+// CHECK-NOT: tl.fused_linear_grad_input
+func.func @dx_read_twice(%dy: tensor<2x8x32xf32>, %w: tensor<32x64xf32>, %up: tensor<2x8x64xf32>) -> (tensor<2x8x64xf32>, tensor<2x8x64xf32>) {
+  %dx = tl.linear_grad_input %dy, %w : (tensor<2x8x32xf32>, tensor<32x64xf32>) -> tensor<2x8x64xf32>
+  %r = tl.fused_elementwise(%dx, %up : tensor<2x8x64xf32>, tensor<2x8x64xf32>) {
+  ^bb0(%d: tensor<2x8x64xf32>, %u: tensor<2x8x64xf32>):
+    %p = tl.mul %d, %u : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+    %s = tl.silu %p : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+    tl.yield %s : tensor<2x8x64xf32>
+  } -> tensor<2x8x64xf32>
+  return %r, %dx : tensor<2x8x64xf32>, tensor<2x8x64xf32>
+}
+
+// -----
+
+// A GQA group's sum reads other heads' columns: not an epilogue op, the chain stays.
+// CHECK-LABEL: func.func @not_epilogue_fusable
+// CHECK: tl.linear_grad_input
+// CHECK: tl.fused_elementwise
+// CHECK-NOT: tl.fused_linear_grad_input
+func.func @not_epilogue_fusable(%dy: tensor<1x8x32xf32>, %w: tensor<32x32xf32>) -> tensor<1x2x8x8xf32> {
+  %dx = tl.linear_grad_input %dy, %w : (tensor<1x8x32xf32>, tensor<32x32xf32>) -> tensor<1x8x32xf32>
+  %r = tl.fused_elementwise(%dx : tensor<1x8x32xf32>) {
+  ^bb0(%d: tensor<1x8x32xf32>):
+    %h = tl.split_heads %d {heads = 4 : i64} : (tensor<1x8x32xf32>) -> tensor<1x8x4x8xf32>
+    %t = tl.transpose %h {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x4x8xf32>) -> tensor<1x4x8x8xf32>
+    %g = tl.repeat_kv_grad %t {repeats = 2 : i64} : (tensor<1x4x8x8xf32>) -> tensor<1x2x8x8xf32>
+    tl.yield %g : tensor<1x2x8x8xf32>
+  } -> tensor<1x2x8x8xf32>
+  return %r : tensor<1x2x8x8xf32>
+}
+
+// -----
+
+// One piece of the concatenation does not come from dX (the epilogue stores only what
+// the accumulator's row gives): the chain stays.
+// CHECK-LABEL: func.func @piece_without_dx
+// CHECK: tl.linear_grad_input
+// CHECK: tl.fused_elementwise
+// CHECK-NOT: tl.fused_linear_grad_input
+func.func @piece_without_dx(%dy: tensor<2x8x32xf32>, %w: tensor<32x64xf32>, %gate: tensor<2x8x64xf32>) -> tensor<2x8x128xf32> {
+  %dx = tl.linear_grad_input %dy, %w : (tensor<2x8x32xf32>, tensor<32x64xf32>) -> tensor<2x8x64xf32>
+  %r = tl.fused_elementwise(%gate, %dx : tensor<2x8x64xf32>, tensor<2x8x64xf32>) {
+  ^bb0(%g: tensor<2x8x64xf32>, %d: tensor<2x8x64xf32>):
+    %s = tl.silu %g : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+    %c = tl.split_grad %s, %d : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x128xf32>
+    tl.yield %c : tensor<2x8x128xf32>
+  } -> tensor<2x8x128xf32>
+  return %r : tensor<2x8x128xf32>
+}
