@@ -26,6 +26,16 @@ std::optional<int64_t> product(std::initializer_list<int64_t> factors) {
   return result;
 }
 
+// Flash attention's backward, per visible pair: the score again, dO·V, and the dV, dQ, dK
+// updates (10 D), plus exp.
+std::optional<int64_t> attentionGradFlops(mlir::Value query, bool causal) {
+  auto q = llvm::cast<mlir::RankedTensorType>(query.getType());
+  int64_t seq = q.getDimSize(2);
+  std::optional<int64_t> pairs = product({q.getDimSize(0), q.getDimSize(1), seq, seq});
+  std::optional<int64_t> flops = pairs ? product({10 * q.getDimSize(3) + 4, *pairs}) : std::nullopt;
+  return flops && causal ? *flops / 2 : flops;
+}
+
 } // namespace
 
 std::optional<int64_t> checkedFlops(mlir::Operation *op) {
@@ -60,14 +70,8 @@ std::optional<int64_t> checkedFlops(mlir::Operation *op) {
       // The backward: dX = dY · W and dW = dYᵀ · X are GEMMs of the forward's size.
       .Case([](tl::LinearGradInputOp grad) { return product({2, elements(grad.getResult()), dim(grad.getGrad(), -1)}); })
       .Case([](tl::LinearGradWeightOp grad) { return product({2, elements(grad.getGrad()), dim(grad.getInput(), -1)}); })
-      // per visible pair: the score again, dO·V, and the dV, dQ, dK updates (10 D), plus exp
-      .Case([](tl::FlashAttentionGradOp grad) -> Flops {
-        auto q = llvm::cast<mlir::RankedTensorType>(grad.getQuery().getType());
-        int64_t seq = q.getDimSize(2);
-        Flops pairs = product({q.getDimSize(0), q.getDimSize(1), seq, seq});
-        Flops flops = pairs ? product({10 * q.getDimSize(3) + 4, *pairs}) : std::nullopt;
-        return flops && grad.getCausal() ? *flops / 2 : flops;
-      })
+      .Case([](tl::FlashAttentionGradOp grad) { return attentionGradFlops(grad.getQuery(), grad.getCausal()); })
+      .Case([](tl::FusedFlashAttentionGradOp grad) { return attentionGradFlops(grad.getQuery(), grad.getCausal()); })
       .Case([](tl::RMSNormGradOp grad) { return product({8, elements(grad.getInput())}); })
       .Case([](tl::SoftmaxGradOp grad) { return product({4, elements(grad.getResult())}); })
       .Case([](tl::SiluGradOp grad) { return product({8, elements(grad.getResult())}); })

@@ -112,5 +112,9 @@ LogicalResult inferPieces(std::optional<Location> loc, StringRef op, Value value
                           bool lastDim, SmallVectorImpl<Type> &inferred);
 LogicalResult checkAttention(std::optional<Location> loc, StringRef op, Value query, Value key, Value value,
                              APFloat scale);
+// flash attention's backward (tl.flash_attention_grad and its fused form, TlGradOps.cpp):
+// the forward's rules, the saved output and d output of the query's type, lse [B, H, S].
+LogicalResult checkAttentionGrad(std::optional<Location> loc, StringRef op, Value query, Value key, Value value,
+                                 Value output, Value lse, Value grad, APFloat scale);
 
 } // namespace tl::infer

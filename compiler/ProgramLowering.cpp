@@ -102,6 +102,14 @@ std::string fusedLinearGradInputName(tl::FusedLinearGradInputOp fused, DType dty
                      grad.getNumElements() / grad.getShape().back(), w.getDimSize(0), w.getDimSize(1));
 }
 
+// tl_flash_attention_grad_transpose_rope_grad_split_grad_bf16_8x8x128x64: the backward
+// (named by the query's shape, as the unfused kernel), then its epilogue's ops.
+std::string fusedAttentionGradName(tl::FusedFlashAttentionGradOp fused, DType dtype) {
+  std::vector<std::string> parts{"flash_attention_grad"};
+  appendOpNames(fused.getEpilogue().front(), parts);
+  return fmt::format("tl_{}_{}_{}", fmt::join(parts, "_"), dtypeName(dtype), fmt::join(shapeOf(fused.getQuery()), "x"));
+}
+
 // tl_silu_mul_silu_grad_split_grad_bf16_8x128x4096: the chain's ops in order, then the
 // shape of its first result.
 std::string fusedElementwiseName(tl::FusedElementwiseOp fused, DType dtype) {
@@ -234,6 +242,9 @@ private:
     } else if (auto fused = llvm::dyn_cast<tl::FusedLinearGradInputOp>(op)) {
       kernel.name = fusedLinearGradInputName(fused, program.dtype);
       if (mlir::failed(emitFusedLinearGradInput(fused, kernel))) return mlir::failure();
+    } else if (auto fused = llvm::dyn_cast<tl::FusedFlashAttentionGradOp>(op)) {
+      kernel.name = fusedAttentionGradName(fused, program.dtype);
+      if (mlir::failed(emitFusedAttentionGrad(fused, kernel))) return mlir::failure();
     } else if (auto chain = llvm::dyn_cast<tl::FusedElementwiseOp>(op)) {
       kernel.name = fusedElementwiseName(chain, program.dtype);
       if (mlir::failed(emitRegion(chain.getBody().front(), chain.getInputs(), kernel)) ||
@@ -363,6 +374,23 @@ private:
     if (mlir::failed(emitGemmAndEpilogue("linear_grad_input", fused.getGrad(), fused.getWeight(),
                                          fused.getEpilogue().front(), fused.getEpilogueInputs(), kernel)))
       return mlir::failure();
+    return bindResults(fused, fused.epilogueYield());
+  }
+
+  // Flash attention's backward into the epilogue's arguments (d q, d k, d v), then the
+  // epilogue's ops over them.
+  mlir::LogicalResult emitFusedAttentionGrad(tl::FusedFlashAttentionGradOp fused, Kernel &kernel) {
+    OpRecord grad = makeRecord(fused);
+    grad.op = "flash_attention_grad";
+    for (mlir::Value operand : fused->getOperands()) grad.operands.push_back(ids.lookup(operand));
+    mlir::Block &epilogue = fused.getEpilogue().front();
+    for (mlir::BlockArgument arg : epilogue.getArguments()) grad.results.push_back(addValue(arg, Storage::Local));
+    kernel.flops += countFlops(fused);
+    kernel.ops.push_back(std::move(grad));
+    for (mlir::Operation &op : epilogue) {
+      if (llvm::isa<tl::YieldOp>(op)) continue;
+      if (mlir::failed(emitOp(&op, kernel))) return mlir::failure();
+    }
     return bindResults(fused, fused.epilogueYield());
   }
 

@@ -138,19 +138,24 @@ LogicalResult CrossEntropyGradOp::inferReturnTypes(MLIRContext *, std::optional<
   return inferSameAsInput(adaptor.getLogits(), inferred);
 }
 
+LogicalResult infer::checkAttentionGrad(std::optional<Location> loc, StringRef op, Value query, Value key, Value value,
+                                        Value output, Value lse, Value grad, APFloat scale) {
+  if (failed(checkAttention(loc, op, query, key, value, scale)) ||
+      failed(checkSameType(loc, (op + " output and query differ").str(), output, query)) ||
+      failed(checkSameType(loc, (op + " grad and query differ").str(), grad, query)))
+    return failure();
+  auto q = tensorOf(query), rows = tensorOf(lse);
+  for (int64_t i = 0; i < 3; ++i)
+    if (failed(checkDim(loc, (op + " lse must be [B, H, S] of the query").str(), rows.getDimSize(i), q.getDimSize(i))))
+      return failure();
+  return success();
+}
+
 LogicalResult FlashAttentionGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                                      SmallVectorImpl<Type> &inferred) {
-  if (failed(checkAttention(loc, "flash_attention_grad", adaptor.getQuery(), adaptor.getKey(), adaptor.getValue(),
-                            adaptor.getScale())) ||
-      failed(checkSameType(loc, "flash_attention_grad output and query differ", adaptor.getOutput(),
-                           adaptor.getQuery())) ||
-      failed(checkSameType(loc, "flash_attention_grad grad and query differ", adaptor.getGrad(), adaptor.getQuery())))
+  if (failed(checkAttentionGrad(loc, "flash_attention_grad", adaptor.getQuery(), adaptor.getKey(), adaptor.getValue(),
+                                adaptor.getOutput(), adaptor.getLse(), adaptor.getGrad(), adaptor.getScale())))
     return failure();
-  auto q = tensorOf(adaptor.getQuery()), lse = tensorOf(adaptor.getLse());
-  for (int64_t i = 0; i < 3; ++i)
-    if (failed(checkDim(loc, "flash_attention_grad lse must be [B, H, S] of the query", lse.getDimSize(i),
-                        q.getDimSize(i))))
-      return failure();
   for (Value value : {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()}) inferred.push_back(value.getType());
   return success();
 }

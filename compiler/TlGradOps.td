@@ -128,6 +128,29 @@ def Tl_FlashAttentionGradOp : Tl_InferredOp<"flash_attention_grad"> {
   let results = (outs Tl_FloatTensor:$query_grad, Tl_FloatTensor:$key_grad, Tl_FloatTensor:$value_grad);
 }
 
+def Tl_FusedFlashAttentionGradOp : Tl_Op<"fused_flash_attention_grad", [Pure, IsolatedFromAbove]> {
+  let summary = "flash attention's backward with the ops on its gradients applied as it stores them";
+  let description = [{
+    tl.flash_attention_grad whose d q, d k, d v (the epilogue's arguments) go through the
+    epilogue's ops before they are stored (tl-fuse-grad-epilogue at O2+): the heads'
+    transposes back, RoPE's inverse on adjacent pairs and the q, k, v concatenation, so
+    the kernel writes the QKV projection's d output, [B, S, (H + 2 Hkv) D], and nothing in
+    between. Only layout ops and tl.rope_grad read the gradients.
+  }];
+  let arguments = (ins Tl_FloatTensor:$query, Tl_FloatTensor:$key, Tl_FloatTensor:$value, Tl_FloatTensor:$output,
+                       TensorRankOf<[F32], [3]>:$lse, Tl_FloatTensor:$grad, F64Attr:$scale, BoolAttr:$causal);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let regions = (region SizedRegion<1>:$epilogue);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $output `,` $lse `,` $grad `:` type($query) `,` type($key) `,` type($value) `,`
+    type($output) `,` type($lse) `,` type($grad) $epilogue `` custom<TlAttrs>(attr-dict) `->` type($results)
+  }];
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    YieldOp epilogueYield();
+  }];
+}
+
 def Tl_ConcatGradOp : Tl_InferredOp<"concat_grad", [Tl_PerElement]> {
   let summary = "the VJP of tl.concat: the gradient cut along dim 0 into pieces of the given rows";
   let description = [{

@@ -644,6 +644,19 @@ LogicalResult FusedLinearGradInputOp::verifyRegions() {
   return checkRegionSignature(*this, "epilogue", getEpilogue().front(), epilogueArgs, getResultTypes());
 }
 
+YieldOp FusedFlashAttentionGradOp::epilogueYield() { return cast<YieldOp>(getEpilogue().front().getTerminator()); }
+
+// The epilogue receives d query, d key, d value (each its operand's type).
+LogicalResult FusedFlashAttentionGradOp::verifyRegions() {
+  if (failed(infer::checkAttentionGrad(getLoc(), "fused_flash_attention_grad", getQuery(), getKey(), getValue(),
+                                       getOutput(), getLse(), getGrad(), getScaleAttr().getValue())))
+    return failure();
+  if (getNumResults() == 0) return emitOpError("computes nothing: its epilogue yields at least one value");
+  if (failed(checkPerElementBody(*this, getEpilogue().front()))) return failure();
+  SmallVector<Type> grads{getQuery().getType(), getKey().getType(), getValue().getType()};
+  return checkRegionSignature(*this, "epilogue", getEpilogue().front(), grads, getResultTypes());
+}
+
 // The cotangents of a region op's results, null where none.
 static SmallVector<Value> resultCotangents(VjpBuilder &vjp, Operation *op) {
   SmallVector<Value> grads;

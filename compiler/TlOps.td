@@ -196,7 +196,8 @@ def Tl_FlashAttentionOp : Tl_InferredOp<"flash_attention", [Tl_Differentiable]> 
 }
 
 def Tl_YieldOp : Tl_Op<"yield", [Pure, Terminator, ReturnLike,
-                                 ParentOneOf<["FusedLinearOp", "FusedLinearGradInputOp", "BlockOp", "FusedElementwiseOp"]>]> {
+                                 ParentOneOf<["FusedLinearOp", "FusedLinearGradInputOp", "FusedFlashAttentionGradOp", "BlockOp",
+                                             "FusedElementwiseOp"]>]> {
   let summary = "the values a fused region produces";
   let arguments = (ins Variadic<AnyRankedTensor>:$values);
   let assemblyFormat = "($values^ `:` type($values))? attr-dict";

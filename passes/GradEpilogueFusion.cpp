@@ -8,6 +8,10 @@
 // on the accumulator (the EpilogueFusable trait), the GEMM's tiles compute it and dX is
 // never stored: tl.linear_grad_input and tl.fused_elementwise become one
 // tl.fused_linear_grad_input.
+//
+// The same for flash attention's backward: the chain after it (the heads' transposes
+// back, RoPE's inverse, the q, k, v concatenation) runs in its stores, so it writes the
+// QKV projection's d output itself (tl.fused_flash_attention_grad).
 #include "passes/Passes.h"
 
 #include "compiler/TlDialect.h"
@@ -68,14 +72,75 @@ bool foldIntoGemm(FusedElementwiseOp chain, unsigned index, mlir::OpBuilder &b) 
   return true;
 }
 
+// Whether the stores of a flash attention backward can compute `chain`'s ops on the
+// gradient `grad` (one of its block arguments, [B, H, S, D]): one reader after another,
+// each a layout op or one tl.rope_grad on adjacent pairs of rows indexed [B, S, H, D]
+// (the sequence position second, the head's columns last and whole), ending in the
+// yield or in a yielded concatenation.
+bool storesCanApply(mlir::BlockArgument grad) {
+  int64_t position = 2;    // the dim holding the sequence position
+  bool columnsWhole = true, rotated = false;
+  for (mlir::Value value = grad;;) {
+    if (!value.hasOneUse()) return false;
+    mlir::Operation *user = *value.getUsers().begin();
+    if (llvm::isa<YieldOp>(user)) return true;
+    if (llvm::isa<SplitGradOp>(user))
+      return user->getResult(0).hasOneUse() && llvm::isa<YieldOp>(*user->getResult(0).getUsers().begin());
+    if (auto transpose = llvm::dyn_cast<TransposeOp>(user)) {
+      llvm::ArrayRef<int64_t> perm = transpose.getPerm();
+      if (perm.back() != int64_t(perm.size()) - 1) return false;  // the columns stay last
+      position = std::distance(perm.begin(), llvm::find(perm, position));
+    } else if (llvm::isa<SplitHeadsOp, MergeHeadsOp>(user)) {
+      columnsWhole = false;
+    } else if (auto rope = llvm::dyn_cast<RopeGradOp>(user)) {
+      if (rotated || !columnsWhole || position != 1 || rope.getStyle() != "adjacent") return false;
+      rotated = true;
+    } else {
+      return false;
+    }
+    value = user->getResult(0);
+  }
+}
+
+// Folds `chain` into the flash attention backward whose three gradients are all its
+// inputs (and read nowhere else), if the stores can compute it; true if so.
+bool foldIntoAttentionGrad(FusedElementwiseOp chain, mlir::OpBuilder &b) {
+  if (chain.getInputs().size() != 3) return false;
+  auto grad = chain.getInputs()[0].getDefiningOp<FlashAttentionGradOp>();
+  if (!grad) return false;
+  mlir::Block &body = chain.getBody().front();
+  llvm::SmallVector<unsigned> gradientOf;  // chain input i is the backward's result gradientOf[i]
+  for (auto [i, input] : llvm::enumerate(chain.getInputs())) {
+    auto result = llvm::dyn_cast<mlir::OpResult>(input);
+    if (!result || result.getOwner() != grad || !input.hasOneUse() || !storesCanApply(body.getArgument(i)))
+      return false;
+    gradientOf.push_back(result.getResultNumber());
+  }
+  b.setInsertionPoint(chain);
+  auto fused = b.create<FusedFlashAttentionGradOp>(chain.getLoc(), chain.getResultTypes(), grad.getQuery(),
+                                                   grad.getKey(), grad.getValue(), grad.getOutput(), grad.getLse(),
+                                                   grad.getGrad(), grad.getScaleAttr(), grad.getCausalAttr());
+  // The epilogue's arguments are d query, d key, d value, in the backward's order.
+  mlir::Block *epilogue = b.createBlock(&fused.getEpilogue(), {}, grad->getResultTypes(),
+                                        llvm::SmallVector<mlir::Location>(3, chain.getLoc()));
+  for (auto [i, gradient] : llvm::enumerate(gradientOf)) body.getArgument(i).replaceAllUsesWith(epilogue->getArgument(gradient));
+  epilogue->getOperations().splice(epilogue->end(), body.getOperations());
+  chain->replaceAllUsesWith(fused->getResults());
+  chain->erase();
+  grad->erase();
+  return true;
+}
+
 struct GradEpilogueFusionPass : impl::TlFuseGradEpilogueBase<GradEpilogueFusionPass> {
   void runOnOperation() override {
     mlir::OpBuilder b(&getContext());
     for (auto func : getOperation().getOps<mlir::func::FuncOp>()) {
       llvm::SmallVector<FusedElementwiseOp> chains(func.getBody().front().getOps<FusedElementwiseOp>());
-      for (FusedElementwiseOp chain : chains)
+      for (FusedElementwiseOp chain : chains) {
+        if (foldIntoAttentionGrad(chain, b)) continue;
         for (unsigned i = 0; i < chain.getInputs().size(); ++i)
           if (foldIntoGemm(chain, i, b)) break;
+      }
     }
   }
 };

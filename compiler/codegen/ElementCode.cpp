@@ -78,6 +78,12 @@ std::string ElementCode::ropeTable(double theta, int64_t headDim) {
   auto found = ropeTables_.find(key);
   if (found != ropeTables_.end()) return found->second;
   std::string name = fmt::format("tl_rope_frequencies{}", ropeTables_.size());
+  globals_ += ropeFrequencyTable(name, theta, headDim);
+  ropeTables_.emplace(key, name);
+  return name;
+}
+
+std::string ropeFrequencyTable(const std::string &name, double theta, int64_t headDim) {
   // theta^(-2i / D) per pair i, as a float and the float of what that float misses.
   std::string values;
   for (int64_t i = 0; i < headDim / 2; ++i) {
@@ -85,11 +91,9 @@ std::string ElementCode::ropeTable(double theta, int64_t headDim) {
     float hi = float(frequency), lo = float(frequency - double(hi));
     values += fmt::format("{}{}, {}", i ? ", " : "", floatLiteral(hi), floatLiteral(lo));
   }
-  globals_ += fmt::format("// RoPE frequencies theta^(-2i/{}) for theta {}, as (hi, lo) float pairs.\n"
-                          "__device__ const float {}[{}] = {{{}}};\n",
-                          headDim, theta, name, headDim, values);
-  ropeTables_.emplace(key, name);
-  return name;
+  return fmt::format("// RoPE frequencies theta^(-2i/{}) for theta {}, as (hi, lo) float pairs.\n"
+                     "__device__ const float {}[{}] = {{{}}};\n",
+                     headDim, theta, name, headDim, values);
 }
 
 std::string ElementCode::chunk(const std::vector<Store> &stores, const ChunkLoop &loop, const std::string &indent) {

@@ -53,6 +53,10 @@ private:
   std::map<std::pair<double, int64_t>, std::string> ropeTables_;
 };
 
+// The definition of a device table `name` of RoPE frequencies theta^(-2i / headDim), one
+// (hi, lo) float pair per pair i, as tl_rope_cos_sin takes them.
+std::string ropeFrequencyTable(const std::string &name, double theta, int64_t headDim);
+
 // C source of an index expression; widened to 64 bits where its values may not fit 32.
 std::string indexCode(const IndexExpr &index);
 

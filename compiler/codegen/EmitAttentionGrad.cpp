@@ -5,11 +5,26 @@
 #include "runtime/Error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <tuple>
+#include <vector>
 
 namespace tlc::codegen {
+
+// Where the gradients go: each to its argument's rows, and which are rotated back by RoPE
+// (the backward's tl.rope_grad and layout ops folded into the stores).
+static std::string storesLine(const AttentionGradSpec &spec, const KernelSource &source) {
+  std::vector<std::string> parts;
+  for (auto [name, param, rows] : {std::tuple{"dq", spec.dq, &spec.dqRows}, std::tuple{"dk", spec.dk, &spec.dkRows},
+                                   std::tuple{"dv", spec.dv, &spec.dvRows}})
+    parts.push_back(fmt::format("{}{} -> {}[{}]", rows->ropeTheta != 0 ? "rope_grad " : "", name, source.name(param),
+                                rows->row.str()));
+  return fmt::format("stores, row (b, h, s) of each: {}", fmt::join(parts, "; "));
+}
 
 EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradSpec &spec) {
   const std::string &entry = source.entry();
@@ -42,12 +57,36 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
        fmt::format("scale {}, {}; a block per tile of query rows (dq) and per tile of key rows and query head (its "
                    "share of dk, dv; the last head of a kv group adds the shares)",
                    f.scale, f.causal ? "causal (tiles past the diagonal skipped)" : "not causal"),
+       storesLine(spec, source),
        matrixUnits ? fmt::format("NVIDIA: tensor cores, tiles of 64 rows, 16 a warp; other targets: tiles of {} rows "
                                  "staged in shared memory, fp32 FMAs",
                                  rows)
                    : fmt::format("tiles of {} rows staged in shared memory, fp32 FMAs (attention_grad.cuh)", rows)});
   out += source.prelude({"attention_grad_mma.cuh", "attention_grad.cuh"});
   out += source.paramsStruct();
+  // A pair of columns of a gradient's row: rotated back by RoPE where tl.rope_grad was
+  // folded in (its frequencies in a table, one per head size and theta), then stored.
+  std::string tables;
+  std::map<std::pair<double, int64_t>, std::string> tableNames;
+  auto store2 = [&](const char *hook, const char *dst, const GradRows &rows) {
+    std::string body = fmt::format("tl_st2({}(p, b, h, s), c, v0, v1);", dst);
+    if (rows.ropeTheta != 0) {
+      auto [found, fresh] = tableNames.try_emplace({rows.ropeTheta, rows.ropeHeadDim},
+                                                   fmt::format("{}_rope{}", entry, tableNames.size()));
+      const std::string &table = found->second;
+      if (fresh) tables += ropeFrequencyTable(table, rows.ropeTheta, rows.ropeHeadDim);
+      body = fmt::format("float co, si;\n    tl_rope_cos_sin((float)s, {0}[c], {0}[c + 1], co, si);\n"
+                         "    tl_st2({1}(p, b, h, s), c, tl_rope(v0, v1, false, co, -si), tl_rope(v0, v1, true, co, -si));",
+                         table, dst);
+    }
+    return fmt::format("  TL_DEVICE static void {}(const Params &p, int b, int h, int s, int c, float v0, float v1) {{\n"
+                       "    {}\n  }}\n",
+                       hook, body);
+  };
+  std::string stores = store2("dq_store2", "dq_dst", spec.dqRows);
+  stores += store2("dk_store2", "dk_dst", spec.dkRows);
+  stores += store2("dv_store2", "dv_dst", spec.dvRows);
+  out += tables;
   out += fmt::format("struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
   out += fmt::format("  static constexpr int D = {}, DV = {}, B = {}, H = {}, HKV = {}, SQ = {}, SK = {};\n", f.D, f.DV,
                      f.B, f.H, f.HKV, f.SQ, f.SK);
@@ -55,7 +94,8 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
                      f.causal, floatLiteral(f.scale), rows);
   out += row("q_src", f.q, f.qRow, false) + row("k_src", f.k, f.kRow, false) + row("v_src", f.v, f.vRow, false) +
          row("o_src", f.out, f.outRow, false) + row("do_src", spec.dout, f.outRow, false) +
-         row("dq_dst", spec.dq, f.qRow, true) + row("dk_dst", spec.dk, f.kRow, true) + row("dv_dst", spec.dv, f.vRow, true);
+         row("dq_dst", spec.dq, spec.dqRows.row, true) + row("dk_dst", spec.dk, spec.dkRows.row, true) +
+         row("dv_dst", spec.dv, spec.dvRows.row, true) + stores;
   out += fmt::format("  TL_DEVICE static const float *lse_src(const Params &p, int b, int h, int s) {{ return p.{} + "
                      "((tl_i64)(b * {} + h) * {} + s); }}\n",
                      source.name(f.lse), f.H, f.SQ);

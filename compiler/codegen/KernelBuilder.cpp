@@ -583,6 +583,92 @@ AttentionGradSpec buildAttentionGrad(KernelContext &context, tl::FlashAttentionG
   spec.dq = context.requireParam(grad.getQueryGrad(), "query gradient");
   spec.dk = context.requireParam(grad.getKeyGrad(), "key gradient");
   spec.dv = context.requireParam(grad.getValueGrad(), "value gradient");
+  spec.dqRows.row = spec.forward.qRow;
+  spec.dkRows.row = spec.forward.kRow;
+  spec.dvRows.row = spec.forward.vRow;
+  return spec;
+}
+
+// Where a fused attention backward stores the gradient `grad` (an epilogue argument,
+// [B, heads, S, D]): its one chain of readers (layout ops, at most one tl.rope_grad on
+// adjacent pairs by sequence position) to a yielded value or a piece of a yielded
+// concatenation, as the output argument (`param`) and the offset of row (b, h, s), its
+// D columns contiguous after it.
+GradRows fusedGradRows(KernelContext &context, tl::FusedFlashAttentionGradOp fused, mlir::BlockArgument grad,
+                       int &param) {
+  Shape shape = shapeOf(grad);
+  IndexExpr d = IndexExpr::variable("d", shape[3]);
+  Index index{IndexExpr::variable("b", shape[0]), IndexExpr::variable("h", shape[1]), IndexExpr::variable("s", shape[2]),
+              d};
+  GradRows rows;
+  mlir::Value value = grad;
+  while (true) {
+    if (!value.hasOneUse()) context.fail("a gradient of a fused attention backward must have one reader");
+    mlir::OpOperand &use = *value.getUses().begin();
+    mlir::Operation *user = use.getOwner();
+    if (auto concat = llvm::dyn_cast<tl::SplitGradOp>(user)) {
+      for (unsigned i = 0; i < use.getOperandNumber(); ++i) index.back() = index.back() + shapeOf(concat.getPieces()[i]).back();
+      value = concat.getResult();
+      if (!value.hasOneUse() || !llvm::isa<tl::YieldOp>(*value.getUsers().begin()))
+        context.fail("a concatenation in a fused attention backward must be yielded");
+      continue;
+    }
+    if (llvm::isa<tl::YieldOp>(user)) {
+      param = context.requireParam(fused.getResult(use.getOperandNumber()), "result");
+      break;
+    }
+    if (auto transpose = llvm::dyn_cast<tl::TransposeOp>(user)) {
+      Index out(index.size());
+      for (size_t i = 0; i < index.size(); ++i) out[i] = index[size_t(transpose.getPerm()[i])];
+      index = out;
+    } else if (llvm::isa<tl::SplitHeadsOp>(user)) {
+      int64_t headDim = shapeOf(user->getResult(0)).back();
+      IndexExpr last = index.back();
+      index.back() = last.floorDiv(headDim);
+      index.push_back(last.mod(headDim));
+    } else if (llvm::isa<tl::MergeHeadsOp>(user)) {
+      int64_t headDim = shapeOf(value).back();
+      IndexExpr last = index.back();
+      index.pop_back();
+      index.back() = index.back() * headDim + last;
+    } else if (auto rope = llvm::dyn_cast<tl::RopeGradOp>(user)) {
+      // The pair (2i, 2i+1) of column d at sequence position s: what the store hook rotates.
+      if (rows.ropeTheta != 0 || rope.getStyle() != "adjacent" || index.size() != 4 || index[1].str() != "s" ||
+          index[3].str() != "d")
+        context.fail("a fused attention backward applies RoPE's inverse once, to adjacent pairs of its rows");
+      rows.ropeTheta = rope.getThetaAttr().getValueAsDouble();
+      rows.ropeHeadDim = shape[3];
+    } else {
+      context.fail(fmt::format("'tl.{}' cannot run in a fused attention backward's stores", opName(user)));
+    }
+    value = user->getResult(0);
+  }
+  IndexExpr offset = linearize(index, shapeOf(value));
+  rows.row = offset.substitute("d", IndexExpr(0));
+  for (int64_t b : {int64_t(0), shape[0] - 1})
+    for (int64_t s : {int64_t(0), shape[2] - 1})
+      for (int64_t h = 0; h < shape[1]; ++h)
+        for (int64_t c = 0; c < shape[3]; ++c) {
+          std::map<std::string, int64_t> at{{"b", b}, {"h", h}, {"s", s}, {"d", c}};
+          if (offset.evaluate(at) != rows.row.evaluate(at) + c)
+            context.fail("a fused attention backward must store each gradient row's columns contiguously");
+        }
+  return rows;
+}
+
+// Flash attention's backward storing its gradients through the epilogue's layout ops and
+// RoPE inverse (tl.fused_flash_attention_grad).
+AttentionGradSpec buildFusedAttentionGrad(KernelContext &context, tl::FusedFlashAttentionGradOp fused) {
+  context.addComputed(fused);
+  AttentionGradSpec spec;
+  spec.forward = attentionShape(context, fused.getQuery(), fused.getKey(), fused.getValue(), fused.getOutput(),
+                                fused.getCausal(), fused.getScaleAttr().getValueAsDouble());
+  spec.forward.lse = context.requireParam(fused.getLse(), "log-sum-exp");
+  spec.dout = context.requireParam(fused.getGrad(), "output gradient");
+  mlir::Block &epilogue = fused.getEpilogue().front();
+  spec.dqRows = fusedGradRows(context, fused, epilogue.getArgument(0), spec.dq);
+  spec.dkRows = fusedGradRows(context, fused, epilogue.getArgument(1), spec.dk);
+  spec.dvRows = fusedGradRows(context, fused, epilogue.getArgument(2), spec.dv);
   return spec;
 }
 
@@ -742,6 +828,8 @@ KernelSpec buildKernelSpec(const Program &program, const Kernel &kernel, const K
   else if (auto matmul = llvm::dyn_cast<tl::BatchMatmulOp>(op)) spec.body = buildBatchMatmul(context, matmul);
   else if (auto attention = llvm::dyn_cast<tl::FlashAttentionOp>(op)) spec.body = buildAttention(context, attention);
   else if (auto grad = llvm::dyn_cast<tl::FlashAttentionGradOp>(op)) spec.body = buildAttentionGrad(context, grad);
+  else if (auto grad = llvm::dyn_cast<tl::FusedFlashAttentionGradOp>(op))
+    spec.body = buildFusedAttentionGrad(context, grad);
   else if (auto grad = llvm::dyn_cast<tl::LinearGradInputOp>(op)) spec.body = buildLinearGradInput(context, grad);
   else if (auto grad = llvm::dyn_cast<tl::FusedLinearGradInputOp>(op))
     spec.body = buildFusedLinearGradInput(context, grad);

@@ -278,3 +278,25 @@ func.func @fused_linear_grad_input_holds_a_gemm(%dy: tensor<2x8x32xf32>, %w: ten
   } -> tensor<2x8x64xf32>
   return %y : tensor<2x8x64xf32>
 }
+
+// -----
+
+func.func @fused_attention_grad_epilogue_types(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>, %o: tensor<1x4x8x8xf32>, %lse: tensor<1x4x8xf32>, %do: tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32> {
+  // expected-error @+1 {{epilogue arguments}}
+  %r = tl.fused_flash_attention_grad %q, %k, %v, %o, %lse, %do : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8x8xf32> {
+  ^bb0(%dq: tensor<1x4x8x8xf32>, %dk: tensor<1x4x8x8xf32>, %dv: tensor<1x2x8x8xf32>):
+    tl.yield %dq : tensor<1x4x8x8xf32>
+  } {causal = true, scale = 0.5} -> tensor<1x4x8x8xf32>
+  return %r : tensor<1x4x8x8xf32>
+}
+
+// -----
+
+func.func @fused_attention_grad_lse_shape(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>, %o: tensor<1x4x8x8xf32>, %lse: tensor<1x4x7xf32>, %do: tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32> {
+  // expected-error @+1 {{lse must be [B, H, S] of the query}}
+  %r = tl.fused_flash_attention_grad %q, %k, %v, %o, %lse, %do : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x7xf32>, tensor<1x4x8x8xf32> {
+  ^bb0(%dq: tensor<1x4x8x8xf32>, %dk: tensor<1x2x8x8xf32>, %dv: tensor<1x2x8x8xf32>):
+    tl.yield %dq : tensor<1x4x8x8xf32>
+  } {causal = true, scale = 0.5} -> tensor<1x4x8x8xf32>
+  return %r : tensor<1x4x8x8xf32>
+}

@@ -14,11 +14,15 @@
 //       dK_j += scale sum_i dS_ij q_i, each thread holding its outputs in registers. No
 //       atomics: each output row has one owner, summed in a fixed order. D_i from
 //       THREADS / R threads per row (one thread per row waited on 64 loads in a row).
+//   v3  gradients leave a pair of columns at a time through the Spec's store hooks
+//       (where the backward's RoPE inverse and head layout were folded into the kernel
+//       they rotate the pair back and write it where the QKV GEMM's dX reads it).
 //
 // Spec S: D, DV, B, H, HKV, SQ, SK, CAUSAL, SCALE, ROWS (rows per tile, dividing 256),
 // Params, partial(p) (B*H*SK*(D+DV) floats of workspace when H > HKV), counter(p)
 // (B*HKV*ceil(SK/ROWS) zeroed words, left zeroed); element pointers q_src,
-// k_src, v_src, o_src, do_src (rows), lse_src (one float), dq_dst, dk_dst, dv_dst.
+// k_src, v_src, o_src, do_src (rows), lse_src (one float), dq_dst, dk_dst, dv_dst (rows,
+// for odd head sizes) and dq_store2, dk_store2, dv_store2 (a pair of columns of a row).
 // Launched with tl_attention_grad_shape<S>::BLOCKS blocks of 256 threads.
 #pragma once
 #include "prelude.cuh"
@@ -48,6 +52,55 @@ TL_DEVICE void tl_store_tile(const float (&acc)[PER], int r0, int rows, Row row)
   for (int u = 0; u < PER; ++u) {
     const int e = threadIdx.x + u * 256, r = e / COLS, c = e % COLS;
     if (e < R * COLS && r0 + r < rows) tl_st(row(r0 + r), c, acc[u]);
+  }
+}
+
+// The same two columns at a time, through store2(row, c, v0, v1) (COLS even): the
+// thread of each even column takes its neighbour's element with a shuffle.
+template <int R, int COLS, int PER, class Store2>
+TL_DEVICE void tl_store_tile_pairs(const float (&acc)[PER], int r0, int rows, Store2 store2) {
+  static_assert(COLS % 2 == 0, "pairs of columns");
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    const int e = threadIdx.x + u * 256, r = e / COLS, c = e % COLS;
+    const float next = TL_SHFL_XOR(acc[u], 1);
+    if (c % 2 == 0 && e < R * COLS && r0 + r < rows) store2(r0 + r, c, acc[u], next);
+  }
+}
+
+// A gradient tile's rows leave through the Spec's store2 hook (which may rotate each pair
+// back by RoPE and write where a fused layout puts it), or one column at a time through
+// its row pointer when the head size is odd (no RoPE then).
+#define TL_ATTENTION_GRAD_STORE(acc, COLS, r0, rows, head, store2, dst)                                   \
+  do {                                                                                                   \
+    if constexpr (COLS % 2 == 0)                                                                        \
+      tl_store_tile_pairs<R, COLS>(acc, r0, rows,                                                       \
+                                   [&](int i, int c, float v0, float v1) { S::store2(p, b, head, i, c, v0, v1); }); \
+    else                                                                                                 \
+      tl_store_tile<R, COLS>(acc, r0, rows, [&](int i) { return S::dst(p, b, head, i); });              \
+  } while (0)
+
+// One row's columns summed over the G heads' shares (`share(head)`, fp32) and stored, a
+// pair of columns a thread where the head size is even.
+template <class S, int COLS, int THREADS, class Share, class Store2, class Store1>
+TL_DEVICE void tl_attention_grad_sum_heads(int rows, int first, int last, Share share, Store2 store2, Store1 store1) {
+  if constexpr (COLS % 2 == 0) {
+    for (int e = threadIdx.x; e < rows * COLS / 2; e += THREADS) {
+      const int j = e / (COLS / 2), d = e % (COLS / 2) * 2;
+      float sum0 = 0.0f, sum1 = 0.0f;
+      for (int head = first; head < last; ++head) {
+        sum0 += ((volatile float *)share(head, j))[d];
+        sum1 += ((volatile float *)share(head, j))[d + 1];
+      }
+      store2(j, d, sum0, sum1);
+    }
+  } else {
+    for (int e = threadIdx.x; e < rows * COLS; e += THREADS) {
+      const int j = e / COLS, d = e % COLS;
+      float sum = 0.0f;
+      for (int head = first; head < last; ++head) sum += ((volatile float *)share(head, j))[d];
+      store1(j, d, sum);
+    }
   }
 }
 
@@ -127,7 +180,7 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
       }
     }
     
-    tl_store_tile<R, S::D>(acc, i0, S::SQ, [&](int i) { return S::dq_dst(p, b, h, i); });
+    TL_ATTENTION_GRAD_STORE(acc, S::D, i0, S::SQ, h, dq_store2, dq_dst);
   } else {
     // dK and dV of R keys from query head h's queries; with GQA, each head's share goes to
     // the workspace and the last head of the group to finish adds them in head order.
@@ -171,8 +224,8 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
       }
     }
     if constexpr (G == 1) {
-      tl_store_tile<R, S::D>(dk, j0, S::SK, [&](int j) { return S::dk_dst(p, b, hkv, j); });
-      tl_store_tile<R, S::DV>(dv, j0, S::SK, [&](int j) { return S::dv_dst(p, b, hkv, j); });
+      TL_ATTENTION_GRAD_STORE(dk, S::D, j0, S::SK, hkv, dk_store2, dk_dst);
+      TL_ATTENTION_GRAD_STORE(dv, S::DV, j0, S::SK, hkv, dv_store2, dv_dst);
     } else {
       // This head's share: [B, H, SK, D] of dK, then [B, H, SK, DV] of dV.
       float *shareK = S::partial(p), *shareV = shareK + (long long)S::B * S::H * S::SK * S::D;
@@ -182,20 +235,15 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
       tl_store_tile<R, S::DV>(dv, j0, S::SK, [&](int j) { return rowV(h, j); });
       unsigned *counter = S::counter(p) + ((long long)b * S::HKV + hkv) * T::KEY_TILES + kt;
       if (tl_last_block_arrives(counter, G)) {
-        for (int e = threadIdx.x; e < R * S::D; e += THREADS) {
-          const int j = e / S::D, d = e % S::D;
-          if (j0 + j >= S::SK) continue;
-          float sum = 0.0f;
-          for (int head = hkv * G; head < (hkv + 1) * G; ++head) sum += ((volatile float *)rowK(head, j0 + j))[d];
-          tl_st(S::dk_dst(p, b, hkv, j0 + j), d, sum);
-        }
-        for (int e = threadIdx.x; e < R * S::DV; e += THREADS) {
-          const int j = e / S::DV, d = e % S::DV;
-          if (j0 + j >= S::SK) continue;
-          float sum = 0.0f;
-          for (int head = hkv * G; head < (hkv + 1) * G; ++head) sum += ((volatile float *)rowV(head, j0 + j))[d];
-          tl_st(S::dv_dst(p, b, hkv, j0 + j), d, sum);
-        }
+        const int rows = S::SK - j0 < R ? S::SK - j0 : R;
+        tl_attention_grad_sum_heads<S, S::D, THREADS>(
+            rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowK(head, j0 + j); },
+            [&](int j, int d, float v0, float v1) { S::dk_store2(p, b, hkv, j0 + j, d, v0, v1); },
+            [&](int j, int d, float v) { tl_st(S::dk_dst(p, b, hkv, j0 + j), d, v); });
+        tl_attention_grad_sum_heads<S, S::DV, THREADS>(
+            rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowV(head, j0 + j); },
+            [&](int j, int d, float v0, float v1) { S::dv_store2(p, b, hkv, j0 + j, d, v0, v1); },
+            [&](int j, int d, float v) { tl_st(S::dv_dst(p, b, hkv, j0 + j), d, v); });
         if (threadIdx.x == 0) *counter = 0u;
       }
     }

@@ -16,9 +16,14 @@
 //       goes to the workspace and the group's last head adds them in head order, as in
 //       attention_grad.cuh.
 //
+//   v2  gradients leave through the Spec's dq_store2, dk_store2, dv_store2 (a pair of
+//       columns of a row): where the backward's RoPE inverse and head layout were folded
+//       into the kernel, they rotate the pair back and write it where the QKV GEMM's
+//       dX reads it. With GQA the last head sums a pair of columns a thread.
+//
 // Spec S: as attention_grad.cuh (D, DV, B, H, HKV, SQ, SK, CAUSAL, SCALE, Params, q_src,
-// k_src, v_src, o_src, do_src, lse_src, dq_dst, dk_dst, dv_dst, partial, counter), every
-// row bf16 and 16-byte aligned. partial(p): B*H*SK*(D+DV) floats when H > HKV;
+// k_src, v_src, o_src, do_src, lse_src, dq_store2, dk_store2, dv_store2, partial,
+// counter), every row bf16 and 16-byte aligned. partial(p): B*H*SK*(D+DV) floats when H > HKV;
 // counter(p): B*HKV*ceil(SK/64) zeroed words, left zeroed. Launched with
 // tl_attention_grad_mma_shape<S>::BLOCKS blocks of 128 threads.
 #pragma once
@@ -77,11 +82,6 @@ TL_DEVICE void tl_attention_grad_stage_queries(const typename S::Params &p, unsi
   tl_attention_stage<T::TILE, S::D, T::THREADS>(buffer, r0, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
   tl_attention_stage<T::TILE, S::DV, T::THREADS>(buffer + T::X_BYTES, r0, S::SQ,
                                                       [&](int i) { return S::do_src(p, b, h, i); });
-}
-
-// Two bf16 of a row at column c.
-TL_DEVICE void tl_attention_grad_store2(tl_bf16 *row, int c, float v0, float v1) {
-  *reinterpret_cast<unsigned *>(row + c) = tl_pack_bf16(v0, v1);
 }
 
 // dQ of 64 queries of head h (query tile qt).
@@ -151,10 +151,9 @@ TL_DEVICE void tl_attention_grad_mma_queries(const typename S::Params &p, int b,
   for (int r = 0; r < 2; ++r) {
     const int query = q0 + g + r * 8;
     if (query >= S::SQ) continue;
-    tl_bf16 *out = S::dq_dst(p, b, h, query);
 #pragma unroll
     for (int j = 0; j < D / 8; ++j)
-      tl_attention_grad_store2(out, j * 8 + tig * 2, dq[j][2 * r] * S::SCALE, dq[j][2 * r + 1] * S::SCALE);
+      S::dq_store2(p, b, h, query, j * 8 + tig * 2, dq[j][2 * r] * S::SCALE, dq[j][2 * r + 1] * S::SCALE);
   }
 }
 
@@ -230,11 +229,9 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
       if (key >= S::SK) continue;
 #pragma unroll
       for (int j = 0; j < D / 8; ++j)
-        tl_attention_grad_store2(S::dk_dst(p, b, hkv, key), j * 8 + tig * 2, dk[j][2 * r] * S::SCALE,
-                                 dk[j][2 * r + 1] * S::SCALE);
+        S::dk_store2(p, b, hkv, key, j * 8 + tig * 2, dk[j][2 * r] * S::SCALE, dk[j][2 * r + 1] * S::SCALE);
 #pragma unroll
-      for (int j = 0; j < DV / 8; ++j)
-        tl_attention_grad_store2(S::dv_dst(p, b, hkv, key), j * 8 + tig * 2, dv[j][2 * r], dv[j][2 * r + 1]);
+      for (int j = 0; j < DV / 8; ++j) S::dv_store2(p, b, hkv, key, j * 8 + tig * 2, dv[j][2 * r], dv[j][2 * r + 1]);
     }
   } else {
     // This head's share: [B, H, SK, D] of dK, then [B, H, SK, DV] of dV, in fp32.
@@ -261,19 +258,25 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
     unsigned *counter = S::counter(p) + ((long long)b * S::HKV + hkv) * T::KEY_TILES + kt;
     if (tl_last_block_arrives(counter, G)) {
       const int j0 = kt * TILE;
-      for (int e = threadIdx.x; e < TILE * D; e += THREADS) {
-        const int j = e / D, d = e % D;
+      for (int e = threadIdx.x; e < TILE * D / 2; e += THREADS) {  // a pair of columns each
+        const int j = e / (D / 2), d = e % (D / 2) * 2;
         if (j0 + j >= S::SK) continue;
-        float sum = 0.0f;
-        for (int head = hkv * G; head < (hkv + 1) * G; ++head) sum += ((volatile float *)rowK(head, j0 + j))[d];
-        tl_st(S::dk_dst(p, b, hkv, j0 + j), d, sum);
+        float sum0 = 0.0f, sum1 = 0.0f;
+        for (int head = hkv * G; head < (hkv + 1) * G; ++head) {
+          sum0 += ((volatile float *)rowK(head, j0 + j))[d];
+          sum1 += ((volatile float *)rowK(head, j0 + j))[d + 1];
+        }
+        S::dk_store2(p, b, hkv, j0 + j, d, sum0, sum1);
       }
-      for (int e = threadIdx.x; e < TILE * DV; e += THREADS) {
-        const int j = e / DV, d = e % DV;
+      for (int e = threadIdx.x; e < TILE * DV / 2; e += THREADS) {
+        const int j = e / (DV / 2), d = e % (DV / 2) * 2;
         if (j0 + j >= S::SK) continue;
-        float sum = 0.0f;
-        for (int head = hkv * G; head < (hkv + 1) * G; ++head) sum += ((volatile float *)rowV(head, j0 + j))[d];
-        tl_st(S::dv_dst(p, b, hkv, j0 + j), d, sum);
+        float sum0 = 0.0f, sum1 = 0.0f;
+        for (int head = hkv * G; head < (hkv + 1) * G; ++head) {
+          sum0 += ((volatile float *)rowV(head, j0 + j))[d];
+          sum1 += ((volatile float *)rowV(head, j0 + j))[d + 1];
+        }
+        S::dv_store2(p, b, hkv, j0 + j, d, sum0, sum1);
       }
       if (threadIdx.x == 0) *counter = 0u;
     }

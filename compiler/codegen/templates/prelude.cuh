@@ -81,6 +81,15 @@ TL_DEVICE void tl_st8(float *p, tl_i64 i, const float (&v)[8]) {
   }
 }
 
+// Elements i and i + 1 (i even): one 4-byte store of two bf16, or two floats.
+TL_DEVICE void tl_st2(tl_bf16 *p, tl_i64 i, float a, float b) {
+  *reinterpret_cast<unsigned *>(p + i) = tl_pack_bf16(a, b);
+}
+TL_DEVICE void tl_st2(float *p, tl_i64 i, float a, float b) {
+  p[i] = a;
+  p[i + 1] = b;
+}
+
 // V elements from index i on: one 16-byte access for V = 8 (rows 16-byte aligned), else V
 // scalar ones.
 template <int V, class T> TL_DEVICE void tl_ld_vec(const T *p, tl_i64 i, float (&v)[V]) {

@@ -86,3 +86,63 @@ func.func @piece_without_dx(%dy: tensor<2x8x32xf32>, %w: tensor<32x64xf32>, %gat
   } -> tensor<2x8x128xf32>
   return %r : tensor<2x8x128xf32>
 }
+
+// -----
+
+// Flash attention's backward, its gradients' way back to the QKV projection (transposes,
+// RoPE's inverse on q and k, head merges, the concatenation) in its stores.
+// CHECK-LABEL: func.func @attention_grad_stores
+// CHECK-NOT: tl.flash_attention_grad
+// CHECK: %[[F:.*]] = tl.fused_flash_attention_grad %arg0, %arg1, %arg2, %arg3, %arg4, %arg5 : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8x8xf32> {
+// CHECK-NEXT: ^bb0(%[[DQ:[^:]*]]: tensor<1x4x8x8xf32>, %[[DK:[^:]*]]: tensor<1x2x8x8xf32>, %[[DV:[^:]*]]: tensor<1x2x8x8xf32>):
+// CHECK-NEXT: %[[TK:.*]] = tl.transpose %[[DK]]
+// CHECK-NEXT: %[[TQ:.*]] = tl.transpose %[[DQ]]
+// CHECK-NEXT: %[[TV:.*]] = tl.transpose %[[DV]]
+// CHECK-NEXT: %[[RK:.*]] = tl.rope_grad %[[TK]]
+// CHECK-NEXT: %[[RQ:.*]] = tl.rope_grad %[[TQ]]
+// CHECK: %[[C:.*]] = tl.split_grad
+// CHECK-NEXT: tl.yield %[[C]] : tensor<1x8x64xf32>
+// CHECK-NEXT: } {causal = true, scale = 0.35355339059327373} -> tensor<1x8x64xf32>
+// CHECK-NOT: tl.fused_elementwise
+// CHECK: return %[[F]]
+func.func @attention_grad_stores(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>, %o: tensor<1x4x8x8xf32>, %lse: tensor<1x4x8xf32>, %do: tensor<1x4x8x8xf32>) -> tensor<1x8x64xf32> {
+  %g:3 = tl.flash_attention_grad %q, %k, %v, %o, %lse, %do {causal = true, scale = 0.35355339059327373} : (tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8x8xf32>) -> (tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>)
+  %r = tl.fused_elementwise(%g#1, %g#0, %g#2 : tensor<1x2x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>) {
+  ^bb0(%dk: tensor<1x2x8x8xf32>, %dq: tensor<1x4x8x8xf32>, %dv: tensor<1x2x8x8xf32>):
+    %tk = tl.transpose %dk {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x8x8xf32>) -> tensor<1x8x2x8xf32>
+    %tq = tl.transpose %dq {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x8x8xf32>) -> tensor<1x8x4x8xf32>
+    %tv = tl.transpose %dv {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x8x8xf32>) -> tensor<1x8x2x8xf32>
+    %rk = tl.rope_grad %tk {style = "adjacent", theta = 10000.0} : (tensor<1x8x2x8xf32>) -> tensor<1x8x2x8xf32>
+    %rq = tl.rope_grad %tq {style = "adjacent", theta = 10000.0} : (tensor<1x8x4x8xf32>) -> tensor<1x8x4x8xf32>
+    %mv = tl.merge_heads %tv : (tensor<1x8x2x8xf32>) -> tensor<1x8x16xf32>
+    %mk = tl.merge_heads %rk : (tensor<1x8x2x8xf32>) -> tensor<1x8x16xf32>
+    %mq = tl.merge_heads %rq : (tensor<1x8x4x8xf32>) -> tensor<1x8x32xf32>
+    %c = tl.split_grad %mq, %mk, %mv : (tensor<1x8x32xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<1x8x64xf32>
+    tl.yield %c : tensor<1x8x64xf32>
+  } -> tensor<1x8x64xf32>
+  return %r : tensor<1x8x64xf32>
+}
+
+// -----
+
+// RoPE's "half" pairs (i, i + D/2) are not a store's adjacent pair: the chain stays.
+// CHECK-LABEL: func.func @half_rope_stays
+// CHECK: tl.flash_attention_grad
+// CHECK: tl.fused_elementwise
+// CHECK-NOT: tl.fused_flash_attention_grad
+func.func @half_rope_stays(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>, %o: tensor<1x4x8x8xf32>, %lse: tensor<1x4x8xf32>, %do: tensor<1x4x8x8xf32>) -> tensor<1x8x64xf32> {
+  %g:3 = tl.flash_attention_grad %q, %k, %v, %o, %lse, %do {causal = true, scale = 0.35355339059327373} : (tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8x8xf32>) -> (tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>)
+  %r = tl.fused_elementwise(%g#0, %g#1, %g#2 : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) {
+  ^bb0(%dq: tensor<1x4x8x8xf32>, %dk: tensor<1x2x8x8xf32>, %dv: tensor<1x2x8x8xf32>):
+    %tq = tl.transpose %dq {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x8x8xf32>) -> tensor<1x8x4x8xf32>
+    %tk = tl.transpose %dk {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x8x8xf32>) -> tensor<1x8x2x8xf32>
+    %tv = tl.transpose %dv {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x8x8xf32>) -> tensor<1x8x2x8xf32>
+    %rq = tl.rope_grad %tq {style = "half", theta = 10000.0} : (tensor<1x8x4x8xf32>) -> tensor<1x8x4x8xf32>
+    %mq = tl.merge_heads %rq : (tensor<1x8x4x8xf32>) -> tensor<1x8x32xf32>
+    %mk = tl.merge_heads %tk : (tensor<1x8x2x8xf32>) -> tensor<1x8x16xf32>
+    %mv = tl.merge_heads %tv : (tensor<1x8x2x8xf32>) -> tensor<1x8x16xf32>
+    %c = tl.split_grad %mq, %mk, %mv : (tensor<1x8x32xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<1x8x64xf32>
+    tl.yield %c : tensor<1x8x64xf32>
+  } -> tensor<1x8x64xf32>
+  return %r : tensor<1x8x64xf32>
+}

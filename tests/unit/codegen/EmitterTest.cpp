@@ -174,8 +174,9 @@ TEST(Codegen, WideGemmsWithoutAGainOnARunWarpSpecialized) {
 // At O2 a training step's dX GEMMs run what reads dX in their epilogues: the down
 // projection's computes SwiGLU's VJP on tensor cores and writes d gate and d up side by
 // side (dX itself is never stored, nor read by an elementwise kernel), the output
-// projection's writes straight into the heads' layout.
-TEST(Codegen, BackwardEpiloguesAreInsideTheDxGemms) {
+// projection's writes straight into the heads' layout; flash attention's backward
+// applies RoPE's inverse and the q, k, v layout as it stores.
+TEST(Codegen, BackwardEpiloguesAreInsideTheirKernels) {
   AdamWOptions adamw;
   Program step = compileTrainingStepFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", {2, 8, 128, "bf16"}, adamw);
   const Kernel &swiglu = kernelNamed(step, "tl_linear_grad_input_silu_mul_silu_grad_split_grad_bf16_1024x512x2048");
@@ -194,12 +195,25 @@ TEST(Codegen, BackwardEpiloguesAreInsideTheDxGemms) {
   ASSERT_EQ(heads.outputs.size(), 1u);
   EXPECT_EQ(step.value(heads.outputs[0]).shape, (std::vector<int64_t>{8, 8, 128, 64}));
 
-  int swigluKernels = 0;
+  // Flash attention's backward writes the QKV projection's d output itself: q's and k's
+  // gradients rotated back by RoPE as they are stored, all three in [B, S, 1024].
+  const Kernel &attention = kernelNamed(step, "tl_flash_attention_grad_transpose_rope_grad_split_grad_bf16_8x8x128x64");
+  EXPECT_TRUE(contains(attention.source, "tl_attention_grad_mma<"));
+  EXPECT_TRUE(contains(attention.source, "rope_grad dq -> out0[b * 131072 + s * 1024 + h * 64]; rope_grad dk -> "
+                                         "out0[b * 131072 + s * 1024 + h * 64 + 512]; dv -> out0[b * 131072 + s * 1024 + h * 64 + 768]"));
+  EXPECT_TRUE(contains(attention.source, "tl_rope(v0, v1, true, co, -si)"));
+  ASSERT_EQ(attention.outputs.size(), 1u);
+  EXPECT_EQ(step.value(attention.outputs[0]).shape, (std::vector<int64_t>{8, 128, 1024}));
+
+  int swigluKernels = 0, elementwise = 0;
   for (const Kernel &kernel : step.kernels) {
     swigluKernels += contains(kernel.name, "silu_grad");
     EXPECT_NE(kernel.name.rfind("tl_silu_mul_silu_grad", 0), 0u) << kernel.name;
+    EXPECT_FALSE(contains(kernel.name, "tl_transpose_rope_grad")) << kernel.name;
+    elementwise += contains(kernel.name, "rope_grad") && !contains(kernel.name, "flash_attention_grad");
   }
   EXPECT_EQ(swigluKernels, 8);  // one per layer, each a dX GEMM
+  EXPECT_EQ(elementwise, 0);
 }
 
 TEST(Codegen, Fp32UsesFmaTemplates) {
