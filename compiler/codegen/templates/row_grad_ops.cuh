@@ -130,7 +130,8 @@ template <class S> TL_DEVICE void tl_softmax_grad_rows(const typename S::Params 
 
 // d logits[b, s, :] = (softmax(logits[b, s, :]) - onehot(ids[b, s+1])) / (BATCH (SEQ-1))
 // for s < SEQ-1, zeros for the last position. S: BATCH, SEQ, VOCAB, logits(p), ids(p),
-// dlogits(p). One block per row.
+// dlogits(p). One block per row; VEC elements a load (the row's max and sum in one pass,
+// tl_row_softmax_stats, then the write).
 template <class S> TL_DEVICE void tl_cross_entropy_grad_rows(const typename S::Params &p) {
   __shared__ float red[1024 / TL_WARP];
   const float predictions = (float)((tl_i64)S::BATCH * (S::SEQ - 1));
@@ -143,15 +144,17 @@ template <class S> TL_DEVICE void tl_cross_entropy_grad_rows(const typename S::P
       for (int c = threadIdx.x; c < S::VOCAB; c += blockDim.x) tl_st(dx, c, 0.0f);
       continue;
     }
-    float best = -tl_inf();
-    for (int c = threadIdx.x; c < S::VOCAB; c += blockDim.x) best = fmaxf(best, tl_ld(x, c));
-    best = tl_block_max(best, red);
-    float sum = 0.0f;
-    for (int c = threadIdx.x; c < S::VOCAB; c += blockDim.x) sum += expf(tl_ld(x, c) - best);
-    const float inverse = 1.0f / tl_block_sum(sum, red);
+    float best, sum;
+    tl_row_softmax_stats<S::VOCAB, S::VEC>(x, red, best, sum);
+    const float inverse = 1.0f / sum;
     const int target = S::ids(p)[b * S::SEQ + s + 1];
-    for (int c = threadIdx.x; c < S::VOCAB; c += blockDim.x)
-      tl_st(dx, c, (expf(tl_ld(x, c) - best) * inverse - (c == target ? 1.0f : 0.0f)) / predictions);
+    for (int c = threadIdx.x * S::VEC; c < S::VOCAB; c += blockDim.x * S::VEC) {
+      float v[S::VEC];
+      tl_ld_vec<S::VEC>(x, c, v);
+#pragma unroll
+      for (int i = 0; i < S::VEC; ++i) v[i] = (expf(v[i] - best) * inverse - (c + i == target ? 1.0f : 0.0f)) / predictions;
+      tl_st_vec<S::VEC>(dx, c, v);
+    }
   }
   tl_allow_dependents();
 }

@@ -5,6 +5,9 @@
 //       vocabulary), the mean taken in token order by the last block to finish
 //       (deterministic, one launch); embedding: one warp copies a table row per token,
 //       8 elements per load where rows allow.
+//   v2  cross-entropy (and its backward, row_grad_ops.cuh): the row's max and sum of
+//       exponentials in one pass of 8-element loads (a running max per thread), where
+//       v1 read the logits twice, one element a load.
 //
 // Specs: ROWS, COLS, VEC (8 when rows are 16-byte aligned, else 1), Params and
 // in/out/gain element pointers; see each function.
@@ -78,6 +81,27 @@ template <class S> TL_DEVICE void tl_embedding_rows(const typename S::Params &p)
   tl_allow_dependents();
 }
 
+// Over a row of COLS logits, block-wide: the max, and the sum of exp(x - max), in one pass
+// (each thread keeps a running max and rescales its sum when it grows), V elements a load.
+template <int COLS, int V, class T> TL_DEVICE void tl_row_softmax_stats(const T *x, float *red, float &best, float &sum) {
+  float m = -tl_inf(), s = 0.0f;
+  for (int c = threadIdx.x * V; c < COLS; c += blockDim.x * V) {
+    float v[V];
+    tl_ld_vec<V>(x, c, v);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (v[i] > m) {
+        s = s * expf(m - v[i]) + 1.0f;
+        m = v[i];
+      } else if (v[i] != -tl_inf()) {
+        s += expf(v[i] - m);
+      }
+    }
+  }
+  best = tl_block_max(m, red);
+  sum = tl_block_sum(m == -tl_inf() ? 0.0f : s * expf(m - best), red);
+}
+
 // loss = mean over b and s < S-1 of logsumexp(logits[b, s, :]) - logits[b, s, ids[b, s+1]].
 // S: BATCH, SEQ, VOCAB, logits(p), ids(p), loss(p), rowLoss(p) (BATCH*(SEQ-1) floats of
 // workspace), counter(p) (a zeroed word, left zeroed). One block per predicted token.
@@ -88,12 +112,8 @@ template <class S> TL_DEVICE void tl_cross_entropy_rows(const typename S::Params
   for (tl_i64 row = blockIdx.x; row < PREDICTIONS; row += gridDim.x) {
     const tl_i64 b = row / (S::SEQ - 1), s = row % (S::SEQ - 1);
     const auto *x = S::logits(p) + (b * S::SEQ + s) * S::VOCAB;
-    float best = -tl_inf();
-    for (int c = threadIdx.x; c < S::VOCAB; c += blockDim.x) best = fmaxf(best, tl_ld(x, c));
-    best = tl_block_max(best, red);
-    float sum = 0.0f;
-    for (int c = threadIdx.x; c < S::VOCAB; c += blockDim.x) sum += expf(tl_ld(x, c) - best);
-    sum = tl_block_sum(sum, red);
+    float best, sum;
+    tl_row_softmax_stats<S::VOCAB, S::VEC>(x, red, best, sum);
     if (threadIdx.x == 0) S::rowLoss(p)[row] = best + logf(sum) - tl_ld(x, S::ids(p)[b * S::SEQ + s + 1]);
   }
   // The last block to finish adds the row losses in a fixed order, in fp64.
