@@ -65,13 +65,16 @@ def TlFuseElementwise : Pass<"tl-fuse-elementwise", "mlir::ModuleOp"> {
 }
 
 def TlFuseGradEpilogue : Pass<"tl-fuse-grad-epilogue", "mlir::ModuleOp"> {
-  let summary = "O2+ training: the elementwise kernel reading a dX GEMM's result runs in its epilogue";
+  let summary = "O2+ training: the elementwise kernel reading a dX GEMM's or attention backward's results runs in that kernel";
   let description = [{
     Runs after tl-fuse-elementwise: a tl.fused_elementwise that is the only reader of a
     tl.linear_grad_input, and whose ops on that input are EpilogueFusable, becomes the
     epilogue of one tl.fused_linear_grad_input: the down projection's dX GEMM writes
     d gate and d up (SwiGLU's VJP), the output projection's writes d attention output
-    in the heads' layout, and neither dX is stored.
+    in the heads' layout, and neither dX is stored. A tl.fused_elementwise reading all
+    three gradients of a tl.flash_attention_grad through layout ops and RoPE's inverse
+    on adjacent pairs becomes one tl.fused_flash_attention_grad, which writes the QKV
+    projection's d output as it stores.
   }];
   let dependentDialects = ["tl::TlDialect"];
 }
