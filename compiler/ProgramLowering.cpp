@@ -340,10 +340,13 @@ private:
 
   mlir::LogicalResult emitRegion(mlir::Block &body, mlir::ValueRange arguments, Kernel &kernel) {
     for (auto [arg, outer] : llvm::zip(body.getArguments(), arguments)) ids[arg] = ids.lookup(outer);
-    for (mlir::Operation &op : body) {
-      if (llvm::isa<tl::YieldOp>(op)) continue;
+    return emitOps(body, kernel);
+  }
+
+  // A region's ops, its yield left out (the caller binds what it yields).
+  mlir::LogicalResult emitOps(mlir::Block &body, Kernel &kernel) {
+    for (mlir::Operation &op : body.without_terminator())
       if (mlir::failed(emitOp(&op, kernel))) return mlir::failure();
-    }
     return mlir::success();
   }
 
@@ -387,10 +390,7 @@ private:
     for (mlir::BlockArgument arg : epilogue.getArguments()) grad.results.push_back(addValue(arg, Storage::Local));
     kernel.flops += countFlops(fused);
     kernel.ops.push_back(std::move(grad));
-    for (mlir::Operation &op : epilogue) {
-      if (llvm::isa<tl::YieldOp>(op)) continue;
-      if (mlir::failed(emitOp(&op, kernel))) return mlir::failure();
-    }
+    if (mlir::failed(emitOps(epilogue, kernel))) return mlir::failure();
     return bindResults(fused, fused.epilogueYield());
   }
 
@@ -407,11 +407,7 @@ private:
     kernel.ops.push_back(std::move(gemm));
     for (auto [arg, outer] : llvm::zip(epilogue.getArguments().drop_front(), epilogueInputs))
       ids[arg] = ids.lookup(outer);
-    for (mlir::Operation &op : epilogue) {
-      if (llvm::isa<tl::YieldOp>(op)) continue;
-      if (mlir::failed(emitOp(&op, kernel))) return mlir::failure();
-    }
-    return mlir::success();
+    return emitOps(epilogue, kernel);
   }
 
   OpRecord makeRecord(mlir::Operation *op) {

@@ -17,7 +17,7 @@
 #include "compiler/TlDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/DenseSet.h"
 
 namespace tl {
 #define GEN_PASS_DEF_TLFUSEGRADEPILOGUE
@@ -31,7 +31,7 @@ namespace {
 // group of columns), and every yielded value, or each piece of a yielded
 // concatenation, derives from it (the epilogue stores what the accumulator's row gives).
 bool fitsOnAccumulator(FusedElementwiseOp chain, mlir::BlockArgument accumulator) {
-  llvm::SetVector<mlir::Value> dependent;
+  llvm::DenseSet<mlir::Value> dependent;
   dependent.insert(accumulator);
   for (mlir::Operation &op : chain.getBody().front().without_terminator()) {
     if (llvm::none_of(op.getOperands(), [&](mlir::Value v) { return dependent.contains(v); })) continue;

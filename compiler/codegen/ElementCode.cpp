@@ -78,12 +78,6 @@ std::string ElementCode::ropeTable(double theta, int64_t headDim) {
   auto found = ropeTables_.find(key);
   if (found != ropeTables_.end()) return found->second;
   std::string name = fmt::format("tl_rope_frequencies{}", ropeTables_.size());
-  globals_ += ropeFrequencyTable(name, theta, headDim);
-  ropeTables_.emplace(key, name);
-  return name;
-}
-
-std::string ropeFrequencyTable(const std::string &name, double theta, int64_t headDim) {
   // theta^(-2i / D) per pair i, as a float and the float of what that float misses.
   std::string values;
   for (int64_t i = 0; i < headDim / 2; ++i) {
@@ -91,9 +85,11 @@ std::string ropeFrequencyTable(const std::string &name, double theta, int64_t he
     float hi = float(frequency), lo = float(frequency - double(hi));
     values += fmt::format("{}{}, {}", i ? ", " : "", floatLiteral(hi), floatLiteral(lo));
   }
-  return fmt::format("// RoPE frequencies theta^(-2i/{}) for theta {}, as (hi, lo) float pairs.\n"
-                     "__device__ const float {}[{}] = {{{}}};\n",
-                     headDim, theta, name, headDim, values);
+  globals_ += fmt::format("// RoPE frequencies theta^(-2i/{}) for theta {}, as (hi, lo) float pairs.\n"
+                          "__device__ const float {}[{}] = {{{}}};\n",
+                          headDim, theta, name, headDim, values);
+  ropeTables_.emplace(key, name);
+  return name;
 }
 
 std::string ElementCode::chunk(const std::vector<Store> &stores, const ChunkLoop &loop, const std::string &indent) {
@@ -110,15 +106,14 @@ std::string ElementCode::chunk(const std::vector<Store> &stores, const ChunkLoop
   std::function<std::string(const ElementRef &)> value = [&](const ElementRef &expr) -> std::string {
     auto found = names.find(expr.get());
     if (found != names.end()) return found->second;
+    if (expr->kind == ElementExpr::Kind::Load) {
+      auto loaded = loads.find({expr->param, expr->offset.str()});
+      if (loaded != loads.end()) return names[expr.get()] = loaded->second;
+    }
     std::string name = fmt::format("x{}", temporaries++), code;
     switch (expr->kind) {
     case ElementExpr::Kind::Load: {
-      auto [loaded, fresh] = loads.try_emplace({expr->param, expr->offset.str()}, name);
-      if (!fresh) {
-        names[expr.get()] = loaded->second;
-        --temporaries;
-        return loaded->second;
-      }
+      loads[{expr->param, expr->offset.str()}] = name;
       const std::string &param = params_.names.at(size_t(expr->param));
       if (loop.vector > 1 && contiguous(expr->offset, loop)) {
         head += fmt::format("    float {}v[{}];\n    tl_ld8(p.{}, {}, {}v);\n", name, loop.vector, param,

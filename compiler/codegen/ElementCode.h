@@ -38,24 +38,23 @@ public:
   // through `p.`.
   std::string chunk(const std::vector<Store> &stores, const ChunkLoop &loop, const std::string &indent);
 
-  // Global definitions the chunks use (RoPE frequency tables), to put before the Spec.
+  // Global definitions the chunks and ropeTable's callers use (RoPE frequency tables),
+  // to put before the Spec.
   std::string globals() const { return globals_; }
+
+  // The name of a device table of RoPE frequencies theta^(-2i / headDim), one (hi, lo)
+  // float pair per pair i as tl_rope_cos_sin takes them, defined once in globals().
+  std::string ropeTable(double theta, int64_t headDim);
 
   // Whether `offset` moves `loop.vector` consecutive, aligned elements for every chunk.
   static bool contiguous(const IndexExpr &offset, const ChunkLoop &loop);
 
 private:
-  std::string ropeTable(double theta, int64_t headDim);
-
   std::string kernel_;
   ParamNames params_;
   std::string globals_;
   std::map<std::pair<double, int64_t>, std::string> ropeTables_;
 };
-
-// The definition of a device table `name` of RoPE frequencies theta^(-2i / headDim), one
-// (hi, lo) float pair per pair i, as tl_rope_cos_sin takes them.
-std::string ropeFrequencyTable(const std::string &name, double theta, int64_t headDim);
 
 // C source of an index expression; widened to 64 bits where its values may not fit 32.
 std::string indexCode(const IndexExpr &index);

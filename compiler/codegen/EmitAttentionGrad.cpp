@@ -8,7 +8,6 @@
 #include <fmt/ranges.h>
 
 #include <cstdlib>
-#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -65,16 +64,12 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
   out += source.prelude({"attention_grad_mma.cuh", "attention_grad.cuh"});
   out += source.paramsStruct();
   // A pair of columns of a gradient's row: rotated back by RoPE where tl.rope_grad was
-  // folded in (its frequencies in a table, one per head size and theta), then stored.
-  std::string tables;
-  std::map<std::pair<double, int64_t>, std::string> tableNames;
+  // folded in (its frequencies in the element code's table), then stored.
+  ElementCode code(entry, source.names());
   auto store2 = [&](const char *hook, const char *dst, const GradRows &rows) {
     std::string body = fmt::format("tl_st2({}(p, b, h, s), c, v0, v1);", dst);
     if (rows.ropeTheta != 0) {
-      auto [found, fresh] = tableNames.try_emplace({rows.ropeTheta, rows.ropeHeadDim},
-                                                   fmt::format("{}_rope{}", entry, tableNames.size()));
-      const std::string &table = found->second;
-      if (fresh) tables += ropeFrequencyTable(table, rows.ropeTheta, rows.ropeHeadDim);
+      std::string table = code.ropeTable(rows.ropeTheta, f.D);
       body = fmt::format("float co, si;\n    tl_rope_cos_sin((float)s, {0}[c], {0}[c + 1], co, si);\n"
                          "    tl_st2({1}(p, b, h, s), c, tl_rope(v0, v1, false, co, -si), tl_rope(v0, v1, true, co, -si));",
                          table, dst);
@@ -86,7 +81,7 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
   std::string stores = store2("dq_store2", "dq_dst", spec.dqRows);
   stores += store2("dk_store2", "dk_dst", spec.dkRows);
   stores += store2("dv_store2", "dv_dst", spec.dvRows);
-  out += tables;
+  out += code.globals();
   out += fmt::format("struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
   out += fmt::format("  static constexpr int D = {}, DV = {}, B = {}, H = {}, HKV = {}, SQ = {}, SK = {};\n", f.D, f.DV,
                      f.B, f.H, f.HKV, f.SQ, f.SK);

@@ -230,6 +230,29 @@ private:
   std::vector<Index> accumulatorRows_;
 };
 
+// Where the element at `index` of a layout op's operand lands in its result: `index`
+// relabeled through a head split, head merge or transpose. False for other ops.
+bool relabelForward(mlir::Operation *op, Index &index) {
+  if (auto transpose = llvm::dyn_cast<tl::TransposeOp>(op)) {
+    Index out(index.size());
+    for (size_t i = 0; i < index.size(); ++i) out[i] = index[size_t(transpose.getPerm()[i])];
+    index = out;
+  } else if (llvm::isa<tl::SplitHeadsOp>(op)) {
+    int64_t headDim = shapeOf(op->getResult(0)).back();
+    IndexExpr last = index.back();
+    index.back() = last.floorDiv(headDim);
+    index.push_back(last.mod(headDim));
+  } else if (llvm::isa<tl::MergeHeadsOp>(op)) {
+    int64_t headDim = shapeOf(op->getOperand(0)).back();
+    IndexExpr last = index.back();
+    index.pop_back();
+    index.back() = index.back() * headDim + last;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // ---- GEMMs --------------------------------------------------------------------------
 
 // Where the accumulator's element (row m, column c of a group) lands in `value`: the
@@ -335,21 +358,8 @@ private:
         for (unsigned i = 0; i < r; ++i) forward.start += split.getSizes()[i];
         forward.width = split.getSizes()[r];
         index.back() = IndexExpr::variable("c", forward.width);
-      } else if (llvm::isa<tl::SplitHeadsOp>(op)) {
-        int64_t headDim = shapeOf(result).back();
-        IndexExpr last = index.back();
-        index.back() = last.floorDiv(headDim);
-        index.push_back(last.mod(headDim));
-      } else if (llvm::isa<tl::MergeHeadsOp>(op)) {
-        int64_t headDim = index.size() >= 2 ? shapeOf(op->getOperand(0)).back() : 1;
-        IndexExpr d = index.back();
-        index.pop_back();
-        index.back() = index.back() * headDim + d;
-      } else if (auto transpose = llvm::dyn_cast<tl::TransposeOp>(op)) {
-        llvm::ArrayRef<int64_t> perm = transpose.getPerm();
-        Index out(index.size());
-        for (size_t i = 0; i < perm.size(); ++i) out[i] = index[size_t(perm[i])];
-        index = out;
+      } else if (relabelForward(op, index)) {
+        // a head split or merge, a transpose
       } else if (llvm::isa<tl::SplitGradOp>(op)) {
         context_.fail("a concatenation in a GEMM epilogue must be stored, not read");
       } else if (findElementwiseOp(opName(op)) || op->hasTrait<tl::OpTrait::EpilogueFusable>() ||
@@ -617,27 +627,14 @@ GradRows fusedGradRows(KernelContext &context, tl::FusedFlashAttentionGradOp fus
       param = context.requireParam(fused.getResult(use.getOperandNumber()), "result");
       break;
     }
-    if (auto transpose = llvm::dyn_cast<tl::TransposeOp>(user)) {
-      Index out(index.size());
-      for (size_t i = 0; i < index.size(); ++i) out[i] = index[size_t(transpose.getPerm()[i])];
-      index = out;
-    } else if (llvm::isa<tl::SplitHeadsOp>(user)) {
-      int64_t headDim = shapeOf(user->getResult(0)).back();
-      IndexExpr last = index.back();
-      index.back() = last.floorDiv(headDim);
-      index.push_back(last.mod(headDim));
-    } else if (llvm::isa<tl::MergeHeadsOp>(user)) {
-      int64_t headDim = shapeOf(value).back();
-      IndexExpr last = index.back();
-      index.pop_back();
-      index.back() = index.back() * headDim + last;
+    if (relabelForward(user, index)) {
+      // a head split or merge, a transpose
     } else if (auto rope = llvm::dyn_cast<tl::RopeGradOp>(user)) {
       // The pair (2i, 2i+1) of column d at sequence position s: what the store hook rotates.
       if (rows.ropeTheta != 0 || rope.getStyle() != "adjacent" || index.size() != 4 || index[1].str() != "s" ||
           index[3].str() != "d")
         context.fail("a fused attention backward applies RoPE's inverse once, to adjacent pairs of its rows");
       rows.ropeTheta = rope.getThetaAttr().getValueAsDouble();
-      rows.ropeHeadDim = shape[3];
     } else {
       context.fail(fmt::format("'tl.{}' cannot run in a fused attention backward's stores", opName(user)));
     }

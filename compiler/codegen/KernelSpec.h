@@ -59,22 +59,22 @@ struct AttentionSpec {
   double scale = 1;
 };
 
-// The backward of flash attention: dq, dk, dv from q, k, v, the saved output and
-// log-sum-exp, and d output. Each gradient has its operand's shape, so its rows are the
-// forward's: dq and dout at qRow and outRow, dk and dv at kRow and vRow.
 // Where a gradient's rows go: the element offset of row (b, h, s) (its columns follow
 // contiguously), and, where tl.rope_grad was folded into the kernel, the RoPE its pairs
-// (2i, 2i+1) are rotated back by: minus s * theta^(-2i / headDim).
+// (2i, 2i+1) are rotated back by: minus s * theta^(-2i / D).
 struct GradRows {
   IndexExpr row;
   double ropeTheta = 0;  // 0: stored as computed
-  int64_t ropeHeadDim = 0;
 };
 
+// The backward of flash attention: dq, dk, dv from q, k, v, the saved output and
+// log-sum-exp, and d output (its rows at outRow). Each gradient has its operand's shape;
+// unfused its rows are the forward's (qRow, kRow, vRow), fused
+// (tl.fused_flash_attention_grad) wherever the epilogue's layout puts them.
 struct AttentionGradSpec {
   AttentionSpec forward;                      // q, k, v, out (the saved output), lse
   int dout = -1, dq = -1, dk = -1, dv = -1;   // arguments
-  GradRows dqRows, dkRows, dvRows;            // unfused: the forward's qRow, kRow, vRow
+  GradRows dqRows, dkRows, dvRows;
 };
 
 struct RowSpec {

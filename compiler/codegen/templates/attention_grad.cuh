@@ -69,20 +69,19 @@ TL_DEVICE void tl_store_tile_pairs(const float (&acc)[PER], int r0, int rows, St
 }
 
 // A gradient tile's rows leave through the Spec's store2 hook (which may rotate each pair
-// back by RoPE and write where a fused layout puts it), or one column at a time through
-// its row pointer when the head size is odd (no RoPE then).
-#define TL_ATTENTION_GRAD_STORE(acc, COLS, r0, rows, head, store2, dst)                                   \
-  do {                                                                                                   \
-    if constexpr (COLS % 2 == 0)                                                                        \
-      tl_store_tile_pairs<R, COLS>(acc, r0, rows,                                                       \
-                                   [&](int i, int c, float v0, float v1) { S::store2(p, b, head, i, c, v0, v1); }); \
-    else                                                                                                 \
-      tl_store_tile<R, COLS>(acc, r0, rows, [&](int i) { return S::dst(p, b, head, i); });              \
-  } while (0)
+// back by RoPE and write it where a fused layout puts it), or one column at a time
+// through its row pointer `dst` when the head size is odd (no RoPE then).
+template <int R, int COLS, int PER, class Store2, class Dst>
+TL_DEVICE void tl_attention_grad_store(const float (&acc)[PER], int r0, int rows, Store2 store2, Dst dst) {
+  if constexpr (COLS % 2 == 0) tl_store_tile_pairs<R, COLS>(acc, r0, rows, store2);
+  else tl_store_tile<R, COLS>(acc, r0, rows, dst);
+}
 
-// One row's columns summed over the G heads' shares (`share(head)`, fp32) and stored, a
-// pair of columns a thread where the head size is even.
-template <class S, int COLS, int THREADS, class Share, class Store2, class Store1>
+// Rows 0 .. rows-1 of a GQA group's gradient: each column summed over the shares of
+// heads first .. last-1 (`share(head, j)`: row j of a head's share, fp32, read volatile as
+// other blocks wrote it) in head order and stored, a pair of columns a thread where the
+// head size is even (store2), else one (store1). Both attention backward templates use it.
+template <int COLS, int THREADS, class Share, class Store2, class Store1>
 TL_DEVICE void tl_attention_grad_sum_heads(int rows, int first, int last, Share share, Store2 store2, Store1 store1) {
   if constexpr (COLS % 2 == 0) {
     for (int e = threadIdx.x; e < rows * COLS / 2; e += THREADS) {
@@ -180,7 +179,9 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
       }
     }
     
-    TL_ATTENTION_GRAD_STORE(acc, S::D, i0, S::SQ, h, dq_store2, dq_dst);
+    tl_attention_grad_store<R, S::D>(
+        acc, i0, S::SQ, [&](int i, int c, float v0, float v1) { S::dq_store2(p, b, h, i, c, v0, v1); },
+        [&](int i) { return S::dq_dst(p, b, h, i); });
   } else {
     // dK and dV of R keys from query head h's queries; with GQA, each head's share goes to
     // the workspace and the last head of the group to finish adds them in head order.
@@ -224,8 +225,12 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
       }
     }
     if constexpr (G == 1) {
-      TL_ATTENTION_GRAD_STORE(dk, S::D, j0, S::SK, hkv, dk_store2, dk_dst);
-      TL_ATTENTION_GRAD_STORE(dv, S::DV, j0, S::SK, hkv, dv_store2, dv_dst);
+      tl_attention_grad_store<R, S::D>(
+          dk, j0, S::SK, [&](int j, int c, float v0, float v1) { S::dk_store2(p, b, hkv, j, c, v0, v1); },
+          [&](int j) { return S::dk_dst(p, b, hkv, j); });
+      tl_attention_grad_store<R, S::DV>(
+          dv, j0, S::SK, [&](int j, int c, float v0, float v1) { S::dv_store2(p, b, hkv, j, c, v0, v1); },
+          [&](int j) { return S::dv_dst(p, b, hkv, j); });
     } else {
       // This head's share: [B, H, SK, D] of dK, then [B, H, SK, DV] of dV.
       float *shareK = S::partial(p), *shareV = shareK + (long long)S::B * S::H * S::SK * S::D;
@@ -236,11 +241,11 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
       unsigned *counter = S::counter(p) + ((long long)b * S::HKV + hkv) * T::KEY_TILES + kt;
       if (tl_last_block_arrives(counter, G)) {
         const int rows = S::SK - j0 < R ? S::SK - j0 : R;
-        tl_attention_grad_sum_heads<S, S::D, THREADS>(
+        tl_attention_grad_sum_heads<S::D, THREADS>(
             rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowK(head, j0 + j); },
             [&](int j, int d, float v0, float v1) { S::dk_store2(p, b, hkv, j0 + j, d, v0, v1); },
             [&](int j, int d, float v) { tl_st(S::dk_dst(p, b, hkv, j0 + j), d, v); });
-        tl_attention_grad_sum_heads<S, S::DV, THREADS>(
+        tl_attention_grad_sum_heads<S::DV, THREADS>(
             rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowV(head, j0 + j); },
             [&](int j, int d, float v0, float v1) { S::dv_store2(p, b, hkv, j0 + j, d, v0, v1); },
             [&](int j, int d, float v) { tl_st(S::dv_dst(p, b, hkv, j0 + j), d, v); });

@@ -19,7 +19,8 @@
 //   v2  gradients leave through the Spec's dq_store2, dk_store2, dv_store2 (a pair of
 //       columns of a row): where the backward's RoPE inverse and head layout were folded
 //       into the kernel, they rotate the pair back and write it where the QKV GEMM's
-//       dX reads it. With GQA the last head sums a pair of columns a thread.
+//       dX reads it. With GQA the last head sums a pair of columns a thread
+//       (tl_attention_grad_sum_heads, shared with attention_grad.cuh).
 //
 // Spec S: as attention_grad.cuh (D, DV, B, H, HKV, SQ, SK, CAUSAL, SCALE, Params, q_src,
 // k_src, v_src, o_src, do_src, lse_src, dq_store2, dk_store2, dv_store2, partial,
@@ -27,6 +28,7 @@
 // counter(p): B*HKV*ceil(SK/64) zeroed words, left zeroed. Launched with
 // tl_attention_grad_mma_shape<S>::BLOCKS blocks of 128 threads.
 #pragma once
+#include "attention_grad.cuh"  // tl_attention_grad_sum_heads
 #include "attention_tiles.cuh"
 
 #if defined(TL_NVIDIA)
@@ -257,27 +259,14 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
     }
     unsigned *counter = S::counter(p) + ((long long)b * S::HKV + hkv) * T::KEY_TILES + kt;
     if (tl_last_block_arrives(counter, G)) {
-      const int j0 = kt * TILE;
-      for (int e = threadIdx.x; e < TILE * D / 2; e += THREADS) {  // a pair of columns each
-        const int j = e / (D / 2), d = e % (D / 2) * 2;
-        if (j0 + j >= S::SK) continue;
-        float sum0 = 0.0f, sum1 = 0.0f;
-        for (int head = hkv * G; head < (hkv + 1) * G; ++head) {
-          sum0 += ((volatile float *)rowK(head, j0 + j))[d];
-          sum1 += ((volatile float *)rowK(head, j0 + j))[d + 1];
-        }
-        S::dk_store2(p, b, hkv, j0 + j, d, sum0, sum1);
-      }
-      for (int e = threadIdx.x; e < TILE * DV / 2; e += THREADS) {
-        const int j = e / (DV / 2), d = e % (DV / 2) * 2;
-        if (j0 + j >= S::SK) continue;
-        float sum0 = 0.0f, sum1 = 0.0f;
-        for (int head = hkv * G; head < (hkv + 1) * G; ++head) {
-          sum0 += ((volatile float *)rowV(head, j0 + j))[d];
-          sum1 += ((volatile float *)rowV(head, j0 + j))[d + 1];
-        }
-        S::dv_store2(p, b, hkv, j0 + j, d, sum0, sum1);
-      }
+      const int j0 = kt * TILE, rows = S::SK - j0 < TILE ? S::SK - j0 : TILE;
+      auto none = [](int, int, float) {};  // head sizes are even here
+      tl_attention_grad_sum_heads<D, THREADS>(
+          rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowK(head, j0 + j); },
+          [&](int j, int d, float v0, float v1) { S::dk_store2(p, b, hkv, j0 + j, d, v0, v1); }, none);
+      tl_attention_grad_sum_heads<DV, THREADS>(
+          rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowV(head, j0 + j); },
+          [&](int j, int d, float v0, float v1) { S::dv_store2(p, b, hkv, j0 + j, d, v0, v1); }, none);
       if (threadIdx.x == 0) *counter = 0u;
     }
   }
