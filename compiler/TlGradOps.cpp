@@ -129,13 +129,15 @@ LogicalResult ZerosLikeOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   return inferSameAsInput(adaptor.getInput(), inferred);
 }
 
-LogicalResult CrossEntropyGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult CrossEntropyGradOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                                    SmallVectorImpl<Type> &inferred) {
   if (failed(checkLossOperands(loc, "cross_entropy_grad", adaptor.getLogits(), adaptor.getIds()))) return failure();
   int64_t seq = tensorOf(adaptor.getLogits()).getDimSize(1);
   if (!ShapedType::isDynamic(seq) && seq < 2)
     return emitOptionalError(loc, "cross_entropy_grad needs sequences of 2 or more tokens (each predicts the next)");
-  return inferSameAsInput(adaptor.getLogits(), inferred);
+  inferred.push_back(adaptor.getLogits().getType());
+  if (adaptor.getWithLoss()) inferred.push_back(RankedTensorType::get({}, Float32Type::get(context)));
+  return success();
 }
 
 LogicalResult infer::checkAttentionGrad(std::optional<Location> loc, StringRef op, Value query, Value key, Value value,

@@ -107,10 +107,13 @@ def Tl_CrossEntropyGradOp : Tl_InferredOp<"cross_entropy_grad"> {
   let description = [{
     Row s < S-1 of each sequence predicts ids[b, s+1]; the last row predicts nothing
     and gets zeros. The loss is a mean over the B * (S-1) predictions, so each row is
-    divided by their count.
+    divided by their count. With `with_loss` (tl-fuse-loss-grad at O2+) it also
+    returns the loss, tl.cross_entropy of the same logits and ids: the row pass that
+    has each row's max and sum of exponentials for the gradient gives its term of the
+    loss too, so the logits are read once for both.
   }];
-  let arguments = (ins Tl_FloatTensor:$logits, Tl_IdTensor:$ids);
-  let results = (outs Tl_FloatTensor:$result);
+  let arguments = (ins Tl_FloatTensor:$logits, Tl_IdTensor:$ids, UnitAttr:$with_loss);
+  let results = (outs Tl_FloatTensor:$result, Optional<TensorRankOf<[F32], [0]>>:$loss);
 }
 
 def Tl_FlashAttentionGradOp : Tl_InferredOp<"flash_attention_grad"> {

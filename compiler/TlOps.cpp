@@ -435,7 +435,8 @@ LogicalResult CrossEntropyOp::buildVjp(VjpBuilder &vjp) {
   if (int64_t seq = tensorOf(getLogits()).getDimSize(1); !ShapedType::isDynamic(seq) && seq < 2)
     return emitOpError("has nothing to learn from sequences of 1 token: training needs 2 or more (each predicts the "
                        "next)");
-  vjp.addCotangent(getLogits(), create<CrossEntropyGradOp>(vjp, *this, vjp.primal(getLogits()), vjp.primal(getIds())));
+  vjp.addCotangent(getLogits(), create<CrossEntropyGradOp>(vjp, *this, vjp.primal(getLogits()), vjp.primal(getIds()),
+                                                                  UnitAttr()).getResult());
   return success();
 }
 

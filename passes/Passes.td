@@ -100,6 +100,16 @@ def TlFuseNormRecompute : Pass<"tl-fuse-norm-recompute", "mlir::ModuleOp"> {
   let dependentDialects = ["tl::TlDialect"];
 }
 
+def TlFuseLossGrad : Pass<"tl-fuse-loss-grad", "mlir::ModuleOp"> {
+  let summary = "O2+ training: the loss and its gradient from one pass over the logits";
+  let description = [{
+    Runs after tl-autodiff: a tl.cross_entropy and a tl.cross_entropy_grad of the same
+    logits and ids become one tl.cross_entropy_grad with `with_loss`, at the loss's
+    place, so one kernel reads each row of logits once for both.
+  }];
+  let dependentDialects = ["tl::TlDialect"];
+}
+
 def TlAutodiff : Pass<"tl-autodiff", "mlir::ModuleOp"> {
   let summary = "Reverse-mode autodiff: @forward and its loss become @train_step (forward, backward, AdamW)";
   let description = [{

@@ -426,7 +426,9 @@ private:
 
   // cross_entropy(logits[B,S,V], ids[B,S]) -> 0-d: mean over b and s < S-1 of
   // logsumexp(logits[b,s,:]) - logits[b,s,ids[b,s+1]]. NaN when S == 1 (no targets).
-  void crossEntropy() {
+  void crossEntropy() { crossEntropyInto(out(0).data[0]); }
+
+  void crossEntropyInto(float &loss) {
     const Shape &shape = in(0).shape;
     int64_t batch = shape[0], seq = shape[1], vocab = shape[2];
     const float *logits = floats(0);
@@ -442,8 +444,7 @@ private:
     // Summed in order, so the loss does not depend on the thread count.
     double total = 0;
     for (double loss : losses) total += loss;
-    out(0).data[0] = predictions > 0 ? float(total / double(predictions))
-                                     : std::numeric_limits<float>::quiet_NaN();
+    loss = predictions > 0 ? float(total / double(predictions)) : std::numeric_limits<float>::quiet_NaN();
   }
 
   // ---- the backward: each op's VJP (their derivations are in compiler/TlGradOps.td) -
@@ -569,8 +570,10 @@ private:
   }
 
   // cross_entropy_grad(logits[B,S,V], ids[B,S]) -> [B,S,V]: (softmax(row) - onehot(next
-  // id)) / (B * (S-1)) for s < S-1, zeros for the last position (it predicts nothing).
+  // id)) / (B * (S-1)) for s < S-1, zeros for the last position (it predicts nothing);
+  // with_loss: and cross_entropy's loss of the same logits.
   void crossEntropyGrad() {
+    if (results_.size() > 1) crossEntropyInto(out(1).data[0]);
     const Shape &shape = in(0).shape;
     int64_t seq = shape[1], vocab = shape[2];
     const float *logits = floats(0);

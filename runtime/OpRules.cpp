@@ -426,11 +426,15 @@ private:
     return {in_[0]};
   }
 
-  // cross_entropy_grad(logits[B, S, V], ids[B, S]) -> logits' shape; S >= 2 (a target each)
+  // cross_entropy_grad(logits[B, S, V], ids[B, S]) (with_loss) -> logits' shape [, scalar
+  // loss]; S >= 2 (a target each)
   std::vector<Shape> crossEntropyGrad() {
     crossEntropy();
     if (in_[0][1] < 2) fail(fmt::format("a sequence of {} token predicts nothing: it needs 2 or more", in_[0][1]));
-    return {in_[0]};
+    if (!op_.attrs.count("with_loss")) return {in_[0]};
+    expectBool("with_loss");
+    if (op_.intAttr("with_loss") == 0) return {in_[0]};
+    return {in_[0], Shape{}};
   }
 
   // flash_attention_grad(q, k, v, o, lse[B, H, Sq], do) (scale, causal) -> (dq, dk, dv)

@@ -18,6 +18,7 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
   int64_t blocks = std::max<int64_t>(1, (spec.rows + 7) / 8), workspace = 0;
   int vec = spec.cols % 8 == 0 ? 8 : 1;
   int64_t rowsPerBlock = 16;
+  int threads = 256;
   std::string templateFile = "row_ops.cuh";
   // An absent optional operand or result: a null pointer the template never reads.
   auto optional = [&](const char *hook, const char *flag, int param, bool output) {
@@ -79,15 +80,26 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
     call = "tl_softmax_grad_rows";
     templateFile = "row_grad_ops.cuh";
     break;
-  case RowSpec::Kind::CrossEntropyGrad:
+  case RowSpec::Kind::CrossEntropyGrad: {
+    int64_t predictions = spec.batch * std::max<int64_t>(spec.seq - 1, 0);
+    // A block wide enough to hold a row in registers (8 loads a thread) where one can.
+    threads = spec.cols > 256 * 8 * 8 ? 1024 : spec.cols <= 128 * vec ? 128 : 256;
+    bool held = spec.cols <= threads * vec * 8;
     what = fmt::format("cross-entropy backward over {} rows of {} logits: (softmax - onehot(next id)) / {} "
-                       "predictions, zeros at each sequence's last position; one block per row",
-                       spec.rows, spec.cols, spec.batch * std::max<int64_t>(spec.seq - 1, 0));
-    hooks = accessor("logits", spec.x, false) + accessor("ids", spec.ids, false) + accessor("dlogits", spec.y, true);
+                       "predictions, zeros at each sequence's last position{}; one block per row, {}",
+                       spec.rows, spec.cols, predictions,
+                       spec.loss >= 0 ? ", and the loss (the mean taken in order by the last block)" : "",
+                       held ? "the row read once and held in registers" : "the row read twice");
+    hooks = accessor("logits", spec.x, false) + accessor("ids", spec.ids, false) + accessor("dlogits", spec.y, true) +
+            optional("loss", "LOSS", spec.loss, true) +
+            "  TL_DEVICE static float *rowLoss(const Params &p) { return p.ws; }\n"
+            "  TL_DEVICE static unsigned *counter(const Params &p) { return p.sync; }\n";
     call = "tl_cross_entropy_grad_rows";
     templateFile = "row_grad_ops.cuh";
     blocks = std::max<int64_t>(1, std::min<int64_t>(spec.rows, 8192));
+    if (spec.loss >= 0) workspace = std::max<int64_t>(predictions, 1) * 4;
     break;
+  }
   case RowSpec::Kind::EmbeddingGrad:
     what = fmt::format("embedding backward: each of {} table rows of {} sums the rows of d y of the tokens that read "
                        "it, in token order ({} tokens); one block per table row, no atomics",
@@ -103,18 +115,19 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
   out += source.paramsStruct();
   out += fmt::format("struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
   out += fmt::format("  static constexpr tl_i64 ROWS = {}, TOKENS = {};\n  static constexpr int COLS = {}, VEC = {}, BATCH = {}, "
-                     "SEQ = {}, VOCAB = {}, ROWS_PER_BLOCK = {};\n  static constexpr float EPS = {};\n",
-                     spec.rows, spec.tokens, spec.cols, vec, spec.batch, spec.seq, spec.cols, rowsPerBlock,
+                     "SEQ = {}, VOCAB = {}, ROWS_PER_BLOCK = {}, THREADS = {};\n  static constexpr float EPS = {};\n",
+                     spec.rows, spec.tokens, spec.cols, vec, spec.batch, spec.seq, spec.cols, rowsPerBlock, threads,
                      floatLiteral(spec.eps));
   out += hooks + "};\n";
-  out += source.entryOpen("256");
+  out += source.entryOpen(std::to_string(threads));
   out += fmt::format("  {}<{}_spec>(p);\n}}\n", call, entry);
   EmittedKernel emitted;
   emitted.source = std::move(out);
-  emitted.launch["cuda"] = emitted.launch["hip"] = {blocks, 256, 0};
+  emitted.launch["cuda"] = emitted.launch["hip"] = {blocks, threads, 0};
   emitted.workspaceBytes = workspace;
   // The last block finds itself with a counter: cross-entropy's mean, RMSNorm's d gain.
-  if (spec.kind == RowSpec::Kind::CrossEntropy || spec.kind == RowSpec::Kind::RmsNormGrad) emitted.syncWords = 1;
+  if (spec.kind == RowSpec::Kind::CrossEntropy || spec.kind == RowSpec::Kind::RmsNormGrad || spec.loss >= 0)
+    emitted.syncWords = 1;
   return emitted;
 }
 

@@ -713,6 +713,7 @@ RowSpec buildRows(KernelContext &context, mlir::Operation *op) {
     spec.y = context.requireParam(softmax.getInputGrad(), "input gradient");
   } else if (auto loss = llvm::dyn_cast<tl::CrossEntropyGradOp>(op)) {
     crossEntropy(RowSpec::Kind::CrossEntropyGrad, loss);
+    if (loss.getLoss()) spec.loss = context.requireParam(loss.getLoss(), "loss");
   } else if (auto embedding = llvm::dyn_cast<tl::EmbeddingGradOp>(op)) {
     spec.kind = RowSpec::Kind::EmbeddingGrad;
     spec.dy = context.requireParam(embedding.getGrad(), "gradient");

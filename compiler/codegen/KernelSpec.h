@@ -82,12 +82,13 @@ struct RowSpec {
     RmsNorm, Softmax, Embedding, CrossEntropy,
     RmsNormGrad,       // x, gain, dy -> y (d x), gainGrad (d gain), normalized (x r g) if asked
     SoftmaxGrad,       // x (the saved softmax), dy -> y
-    CrossEntropyGrad,  // x logits, ids -> y (d logits)
+    CrossEntropyGrad,  // x logits, ids -> y (d logits), loss (the mean loss) if asked
     EmbeddingGrad,     // dy [tokens, cols], ids -> y [rows, cols] (d table)
   } kind = Kind::RmsNorm;
   int x = -1, gain = -1, y = -1, ids = -1;   // CrossEntropy: x logits, ids tokens, y loss
   int dy = -1, gainGrad = -1, residual = -1;  // RmsNormGrad: residual (-1: none) + d x
   int normalized = -1;                        // RmsNormGrad: x r g (-1: not written)
+  int loss = -1;                              // CrossEntropyGrad: the loss (-1: not written)
   int64_t tokens = 0;                        // EmbeddingGrad: tokens read (rows: the table's)
   int64_t rows = 0, cols = 0;                // CrossEntropy: batch x seq rows of cols logits
   int64_t batch = 0, seq = 0;

@@ -300,3 +300,12 @@ func.func @fused_attention_grad_lse_shape(%q: tensor<1x4x8x8xf32>, %k: tensor<1x
   } {causal = true, scale = 0.5} -> tensor<1x4x8x8xf32>
   return %r : tensor<1x4x8x8xf32>
 }
+
+// -----
+
+func.func @loss_grad_without_its_loss(%logits: tensor<2x8x50xf32>, %ids: tensor<2x8xi32>) {
+  // expected-error@+2 {{inferred type(s) 'tensor<2x8x50xf32>', 'tensor<f32>' are incompatible with return type(s) of operation 'tensor<2x8x50xf32>'}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %grad = tl.cross_entropy_grad %logits, %ids {with_loss} : (tensor<2x8x50xf32>, tensor<2x8xi32>) -> tensor<2x8x50xf32>
+  return
+}

@@ -16,6 +16,10 @@
 //   v4  Embedding backward: the block's threads check the staged ids 4 each and list the
 //       matches in token order by a scan of their counts (v3's every thread compared
 //       every id in turn: 72 µs for the workshop's 1000 rows on an H100); the same sums.
+//   v5  Cross-entropy backward: a row of up to 8 loads a thread is held in registers
+//       from its one read to the write (before, the write read it again); may return the loss too
+//       (tl-fuse-loss-grad: the forward's loss kernel, which read the logits a third
+//       time, goes).
 //
 // Specs: ROWS, COLS, Params and element pointers; see each function.
 #pragma once
@@ -129,31 +133,85 @@ template <class S> TL_DEVICE void tl_softmax_grad_rows(const typename S::Params 
 }
 
 // d logits[b, s, :] = (softmax(logits[b, s, :]) - onehot(ids[b, s+1])) / (BATCH (SEQ-1))
-// for s < SEQ-1, zeros for the last position. S: BATCH, SEQ, VOCAB, logits(p), ids(p),
-// dlogits(p). One block per row; VEC elements a load (the row's max and sum in one pass,
-// tl_row_softmax_stats, then the write).
+// for s < SEQ-1, zeros for the last position; with LOSS also the loss, the mean over the
+// predictions of logsumexp(logits[b, s, :]) - logits[b, s, ids[b, s+1]] (tl.cross_entropy,
+// taken in token order by the last block as there). S: BATCH, SEQ, VOCAB, VEC, THREADS
+// (the block), LOSS, logits(p), ids(p), dlogits(p), loss(p), rowLoss(p) (BATCH*(SEQ-1)
+// floats of workspace), counter(p) (a zeroed word, left zeroed). One block per row; a
+// row of up to THREADS * VEC * 8 logits is held in registers from its one read until
+// its gradient is written, a longer one is read again for the write.
 template <class S> TL_DEVICE void tl_cross_entropy_grad_rows(const typename S::Params &p) {
+  constexpr int V = S::VEC, CHUNK = S::THREADS * V, PER = (S::VOCAB + CHUNK - 1) / CHUNK;
+  constexpr bool HOLD = PER <= 8;
+  constexpr tl_i64 PREDICTIONS = (tl_i64)S::BATCH * (S::SEQ - 1);
   __shared__ float red[1024 / TL_WARP];
-  const float predictions = (float)((tl_i64)S::BATCH * (S::SEQ - 1));
+  const float predictions = (float)PREDICTIONS;
   tl_wait_for_producers();
   for (tl_i64 row = blockIdx.x; row < (tl_i64)S::BATCH * S::SEQ; row += gridDim.x) {
     const tl_i64 b = row / S::SEQ, s = row % S::SEQ;
     const auto *x = S::logits(p) + row * S::VOCAB;
     auto *dx = S::dlogits(p) + row * S::VOCAB;
     if (s == S::SEQ - 1) {
-      for (int c = threadIdx.x; c < S::VOCAB; c += blockDim.x) tl_st(dx, c, 0.0f);
+      float zeros[V] = {};
+      for (int c = threadIdx.x * V; c < S::VOCAB; c += CHUNK) tl_st_vec<V>(dx, c, zeros);
       continue;
     }
+    float v[HOLD ? PER : 1][V];
     float best, sum;
-    tl_row_softmax_stats<S::VOCAB, S::VEC>(x, red, best, sum);
-    const float inverse = 1.0f / sum;
-    const int target = S::ids(p)[b * S::SEQ + s + 1];
-    for (int c = threadIdx.x * S::VEC; c < S::VOCAB; c += blockDim.x * S::VEC) {
-      float v[S::VEC];
-      tl_ld_vec<S::VEC>(x, c, v);
+    if constexpr (HOLD) {  // read once: the max, then exp(x - max) kept for the write
+      float m = -tl_inf();
 #pragma unroll
-      for (int i = 0; i < S::VEC; ++i) v[i] = (expf(v[i] - best) * inverse - (c + i == target ? 1.0f : 0.0f)) / predictions;
-      tl_st_vec<S::VEC>(dx, c, v);
+      for (int i = 0; i < PER; ++i) {
+        const int c = (i * S::THREADS + threadIdx.x) * V;
+        if (c >= S::VOCAB) continue;
+        tl_ld_vec<V>(x, c, v[i]);
+#pragma unroll
+        for (int j = 0; j < V; ++j) m = fmaxf(m, v[i][j]);
+      }
+      best = tl_block_max(m, red);
+      const float base = best == -tl_inf() ? 0.0f : best;
+      float part = 0.0f;
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        if ((i * S::THREADS + threadIdx.x) * V >= S::VOCAB) continue;
+#pragma unroll
+        for (int j = 0; j < V; ++j) part += v[i][j] = expf(v[i][j] - base);
+      }
+      sum = tl_block_sum(part, red);
+      best = base;
+    } else {
+      tl_row_softmax_stats<S::VOCAB, V>(x, red, best, sum);
+    }
+    const int target = S::ids(p)[b * S::SEQ + s + 1];
+    if (S::LOSS && threadIdx.x == 0) S::rowLoss(p)[b * (S::SEQ - 1) + s] = best + logf(sum) - tl_ld(x, target);
+    const float inverse = 1.0f / sum;
+    // e = exp(x - max) at columns c..c+V-1 becomes their gradient, stored.
+    auto store = [&](int c, float(&e)[V]) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) e[j] = (e[j] * inverse - (c + j == target ? 1.0f : 0.0f)) / predictions;
+      tl_st_vec<V>(dx, c, e);
+    };
+    if constexpr (HOLD) {
+#pragma unroll
+      for (int i = 0; i < PER; ++i)
+        if (const int c = (i * S::THREADS + threadIdx.x) * V; c < S::VOCAB) store(c, v[i]);
+    } else {
+      for (int c = threadIdx.x * V; c < S::VOCAB; c += CHUNK) {
+        float e[V];
+        tl_ld_vec<V>(x, c, e);
+#pragma unroll
+        for (int j = 0; j < V; ++j) e[j] = expf(e[j] - best);
+        store(c, e);
+      }
+    }
+  }
+  if constexpr (S::LOSS) {  // the last block to finish adds the row losses in a fixed order, in fp64
+    if (tl_last_block_arrives(S::counter(p))) {
+      const double total = tl_block_sum_in_order(S::rowLoss(p), PREDICTIONS);
+      if (threadIdx.x == 0) {
+        S::loss(p)[0] = (float)(total / (double)PREDICTIONS);
+        *S::counter(p) = 0u;
+      }
     }
   }
   tl_allow_dependents();

@@ -215,6 +215,17 @@ TEST(Codegen, BackwardEpiloguesAreInsideTheirKernels) {
   }
   EXPECT_EQ(swigluKernels, 8);  // one per layer, each a dX GEMM
   EXPECT_EQ(ropeKernels, 8);    // one per layer, each an attention backward
+
+  // The loss and its gradient: one kernel, each row held in registers from its one read,
+  // writing d logits and the loss; no loss kernel of its own.
+  const Kernel &loss = kernelNamed(step, "tl_cross_entropy_grad_bf16_8x128x1000");
+  EXPECT_TRUE(contains(loss.source, "static constexpr bool LOSS = true;"));
+  EXPECT_TRUE(contains(loss.source, "the row read once and held in registers"));
+  ASSERT_EQ(loss.outputs.size(), 2u);
+  EXPECT_EQ(step.value(loss.outputs[1]).shape, (std::vector<int64_t>{}));
+  EXPECT_EQ(loss.syncWords, 1);
+  EXPECT_EQ(loss.workspaceBytes, 8 * 127 * 4);  // a loss per prediction, added in order
+  for (const Kernel &kernel : step.kernels) EXPECT_NE(kernel.name.rfind("tl_cross_entropy_bf16", 0), 0u) << kernel.name;
 }
 
 TEST(Codegen, Fp32UsesFmaTemplates) {

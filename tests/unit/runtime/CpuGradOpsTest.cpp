@@ -186,6 +186,22 @@ TEST(CpuGradOps, CrossEntropyGradGivesTheLossesDerivative) {
     for (int64_t v = 0; v < 9; ++v) EXPECT_EQ(grad[size_t((b * 4 + 3) * 9 + v)], 0.0f);
 }
 
+// tl-fuse-loss-grad's form: the gradient and the loss from one op, each the same as the
+// op that computes it alone.
+TEST(CpuGradOps, CrossEntropyGradWithLossReturnsTheLossToo) {
+  Operand logits = randomOperand({3, 5, 11}, 35, -4, 4), ids = idsOperand({3, 5}, 11, 36);
+  std::vector<std::vector<float>> both =
+      runMany("cross_entropy_grad", {logits, ids}, {{3, 5, 11}, {}}, {{"with_loss", int64_t(1)}});
+  EXPECT_EQ(both[0], run("cross_entropy_grad", {logits, ids}, {3, 5, 11}));
+  std::vector<float> loss = run("cross_entropy", {logits, ids}, {});
+  ASSERT_EQ(both[1].size(), 1u);
+  EXPECT_GT(loss[0], 0.5f);  // random logits over 11 ids: about log 11, far from zero
+  EXPECT_EQ(both[1][0], loss[0]);
+  EXPECT_EQ(inferResultShapes(makeOp("cross_entropy_grad", {0, 1}, {0, 1}, {{"with_loss", int64_t(1)}}),
+                              {{3, 5, 11}, {3, 5}}),
+            (std::vector<Shape>{{3, 5, 11}, {}}));
+}
+
 // GQA (4 query heads on 2 kv heads), causal, more keys than queries: each of dq, dk, dv
 // along a random direction, against the flash forward's change.
 TEST(CpuGradOps, FlashAttentionGradFromTheSavedLogSumExp) {
