@@ -27,6 +27,10 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
                                     "&) {{ return nullptr; }}\n",
                                     flag, output ? "" : "const ", hook);
   };
+  // Cross-entropy's row losses, which the last block to arrive at the counter averages.
+  const std::string lossWorkspace = "  TL_DEVICE static float *rowLoss(const Params &p) { return p.ws; }\n"
+                                    "  TL_DEVICE static unsigned *counter(const Params &p) { return p.sync; }\n";
+  const int64_t predictions = spec.batch * std::max<int64_t>(spec.seq - 1, 0);
   switch (spec.kind) {
   case RowSpec::Kind::RmsNorm:
     what = fmt::format("RMSNorm of {} rows of {}: y = x / sqrt(mean(x^2) + {}){}; one warp per row", spec.rows,
@@ -44,19 +48,16 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
     hooks = accessor("table", spec.x, false) + accessor("ids", spec.ids, false) + accessor("y", spec.y, true);
     call = "tl_embedding_rows";
     break;
-  case RowSpec::Kind::CrossEntropy: {
-    int64_t predictions = spec.batch * std::max<int64_t>(spec.seq - 1, 0);
+  case RowSpec::Kind::CrossEntropy:
     what = fmt::format("cross-entropy of {} next-token predictions over {} logits; one block per prediction, "
                        "the mean taken in order by the last block",
                        predictions, spec.cols);
     hooks = accessor("logits", spec.x, false) + accessor("ids", spec.ids, false) + accessor("loss", spec.y, true) +
-            "  TL_DEVICE static float *rowLoss(const Params &p) { return p.ws; }\n"
-            "  TL_DEVICE static unsigned *counter(const Params &p) { return p.sync; }\n";
+            lossWorkspace;
     call = "tl_cross_entropy_rows";
     blocks = std::max<int64_t>(1, std::min<int64_t>(predictions, 4096));
     workspace = std::max<int64_t>(predictions, 1) * 4;
     break;
-  }
   case RowSpec::Kind::RmsNormGrad: {
     what = fmt::format("RMSNorm backward of {} rows of {}: d x per row (one warp){}{}, d gain summed in each lane's "
                        "registers over its block's {} rows, the blocks' sums added in order by the last block",
@@ -81,7 +82,6 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
     templateFile = "row_grad_ops.cuh";
     break;
   case RowSpec::Kind::CrossEntropyGrad: {
-    int64_t predictions = spec.batch * std::max<int64_t>(spec.seq - 1, 0);
     // A block wide enough to hold a row in registers (8 loads a thread) where one can.
     threads = spec.cols > 256 * 8 * 8 ? 1024 : spec.cols <= 128 * vec ? 128 : 256;
     bool held = spec.cols <= threads * vec * 8;
@@ -92,8 +92,7 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
                        held ? "the row read once and held in registers" : "the row read twice");
     hooks = accessor("logits", spec.x, false) + accessor("ids", spec.ids, false) + accessor("dlogits", spec.y, true) +
             optional("loss", "LOSS", spec.loss, true) +
-            "  TL_DEVICE static float *rowLoss(const Params &p) { return p.ws; }\n"
-            "  TL_DEVICE static unsigned *counter(const Params &p) { return p.sync; }\n";
+            lossWorkspace;
     call = "tl_cross_entropy_grad_rows";
     templateFile = "row_grad_ops.cuh";
     blocks = std::max<int64_t>(1, std::min<int64_t>(spec.rows, 8192));

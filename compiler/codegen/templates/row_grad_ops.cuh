@@ -205,15 +205,7 @@ template <class S> TL_DEVICE void tl_cross_entropy_grad_rows(const typename S::P
       }
     }
   }
-  if constexpr (S::LOSS) {  // the last block to finish adds the row losses in a fixed order, in fp64
-    if (tl_last_block_arrives(S::counter(p))) {
-      const double total = tl_block_sum_in_order(S::rowLoss(p), PREDICTIONS);
-      if (threadIdx.x == 0) {
-        S::loss(p)[0] = (float)(total / (double)PREDICTIONS);
-        *S::counter(p) = 0u;
-      }
-    }
-  }
+  if constexpr (S::LOSS) tl_mean_loss_by_last_block<S>(p, PREDICTIONS);
   tl_allow_dependents();
 }
 

@@ -102,6 +102,19 @@ template <int COLS, int V, class T> TL_DEVICE void tl_row_softmax_stats(const T 
   sum = tl_block_sum(m == -tl_inf() ? 0.0f : s * expf(m - best), red);
 }
 
+// The loss, the mean of the `predictions` row losses every block wrote to rowLoss(p):
+// the last block to finish adds them in a fixed order, in fp64, and leaves counter(p)
+// zeroed. Block-wide; NaN without predictions.
+template <class S> TL_DEVICE void tl_mean_loss_by_last_block(const typename S::Params &p, tl_i64 predictions) {
+  if (tl_last_block_arrives(S::counter(p))) {
+    const double total = tl_block_sum_in_order(S::rowLoss(p), predictions);
+    if (threadIdx.x == 0) {
+      S::loss(p)[0] = predictions > 0 ? (float)(total / (double)predictions) : tl_nan();
+      *S::counter(p) = 0u;
+    }
+  }
+}
+
 // loss = mean over b and s < S-1 of logsumexp(logits[b, s, :]) - logits[b, s, ids[b, s+1]].
 // S: BATCH, SEQ, VOCAB, logits(p), ids(p), loss(p), rowLoss(p) (BATCH*(SEQ-1) floats of
 // workspace), counter(p) (a zeroed word, left zeroed). One block per predicted token.
@@ -116,13 +129,6 @@ template <class S> TL_DEVICE void tl_cross_entropy_rows(const typename S::Params
     tl_row_softmax_stats<S::VOCAB, S::VEC>(x, red, best, sum);
     if (threadIdx.x == 0) S::rowLoss(p)[row] = best + logf(sum) - tl_ld(x, S::ids(p)[b * S::SEQ + s + 1]);
   }
-  // The last block to finish adds the row losses in a fixed order, in fp64.
-  if (tl_last_block_arrives(S::counter(p))) {
-    const double total = tl_block_sum_in_order(S::rowLoss(p), PREDICTIONS);
-    if (threadIdx.x == 0) {
-      S::loss(p)[0] = PREDICTIONS > 0 ? (float)(total / (double)PREDICTIONS) : tl_nan();
-      *S::counter(p) = 0u;
-    }
-  }
+  tl_mean_loss_by_last_block<S>(p, PREDICTIONS);
   tl_allow_dependents();
 }
