@@ -43,6 +43,10 @@ class PerElement : public mlir::OpTrait::TraitBase<ConcreteType, PerElement> {};
 template <typename ConcreteType>
 class EpilogueFusable : public mlir::OpTrait::TraitBase<ConcreteType, EpilogueFusable> {};
 
+// Marks a row reduction a dX GEMM's epilogue can compute whole (TlDialect.td).
+template <typename ConcreteType>
+class RowEpilogueFusable : public mlir::OpTrait::TraitBase<ConcreteType, RowEpilogueFusable> {};
+
 template <typename ConcreteType>
 class BoundedShapes : public mlir::OpTrait::TraitBase<ConcreteType, BoundedShapes> {
 public:

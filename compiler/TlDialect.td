@@ -40,6 +40,14 @@ def Tl_EpilogueFusable : NativeOpTrait<"EpilogueFusable"> {
   let cppNamespace = "::tl::OpTrait";
 }
 
+// A dX GEMM's whole epilogue can be it, though it reduces along the accumulator's rows
+// (RMSNorm's backward needs two sums over each row): the row's column tiles share their
+// partial sums before each finishes its own columns. tl-fuse-norm-grad-gemm moves such
+// an op into the GEMM that computes its gradient operand.
+def Tl_RowEpilogueFusable : NativeOpTrait<"RowEpilogueFusable"> {
+  let cppNamespace = "::tl::OpTrait";
+}
+
 // Every op names its results when printed (see nameResults in TlDialect.cpp):
 // learners read `%rope_3 = tl.rope ...` more easily than `%47 = tl.rope ...`.
 class Tl_Op<string mnemonic, list<Trait> traits = []>

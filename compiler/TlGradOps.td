@@ -14,7 +14,7 @@ def Tl_EmbeddingGradOp : Tl_InferredOp<"embedding_grad"> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_RMSNormGradOp : Tl_InferredOp<"rmsnorm_grad"> {
+def Tl_RMSNormGradOp : Tl_InferredOp<"rmsnorm_grad", [Tl_RowEpilogueFusable]> {
   let summary = "the VJP of tl.rmsnorm: (d input, d gain) from the input, the gain and d result";
   let description = [{
     Recomputes each row's inverse RMS r = 1 / sqrt(mean(x^2) + eps) from the input
@@ -45,7 +45,9 @@ def Tl_FusedLinearGradInputOp : Tl_Op<"fused_linear_grad_input", [Pure, Isolated
     (tl-fuse-grad-epilogue at O2+): the epilogue region receives the accumulator
     (dY · W, [..., K]) and `epilogue_inputs` and yields the op's results, so the
     down projection's dX is never stored: its tiles compute SwiGLU's VJP and write d gate
-    and d up. Only EpilogueFusable ops read the accumulator.
+    and d up. Only EpilogueFusable ops read the accumulator, or the epilogue is one
+    RowEpilogueFusable op on it (tl-fuse-norm-grad-gemm: RMSNorm's backward, whose row
+    sums the tiles of a row share) whose results it yields.
   }];
   let arguments = (ins Tl_FloatTensor:$grad, Tl_FloatTensor:$weight, Variadic<AnyRankedTensor>:$epilogue_inputs);
   let results = (outs Variadic<AnyRankedTensor>:$results);
@@ -57,6 +59,9 @@ def Tl_FusedLinearGradInputOp : Tl_Op<"fused_linear_grad_input", [Pure, Isolated
   let hasRegionVerifier = 1;
   let extraClassDeclaration = [{
     YieldOp epilogueYield();
+    // The epilogue's row reduction (RowEpilogueFusable), or null for per-element ops.
+    ::mlir::Operation *rowEpilogueOp();
+    bool isRowEpilogue() { return rowEpilogueOp() != nullptr; }
   }];
 }
 

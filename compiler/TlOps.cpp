@@ -629,6 +629,28 @@ static LogicalResult checkPerElementBody(Operation *owner, Block &body) {
 
 YieldOp FusedLinearGradInputOp::epilogueYield() { return cast<YieldOp>(getEpilogue().front().getTerminator()); }
 
+Operation *FusedLinearGradInputOp::rowEpilogueOp() {
+  Operation &first = getEpilogue().front().front();
+  return first.hasTrait<tl::OpTrait::RowEpilogueFusable>() ? &first : nullptr;
+}
+
+// An epilogue holding a row reduction (tl-fuse-norm-grad-gemm) holds only it: it reads
+// the accumulator and the epilogue's other arguments, and its results are yielded as
+// they are, so every tile of a row computes the same op on its columns.
+static LogicalResult checkRowEpilogue(FusedLinearGradInputOp fused, Block &body) {
+  bool hasRowOp = llvm::any_of(body.without_terminator(),
+                               [](Operation &op) { return op.hasTrait<tl::OpTrait::RowEpilogueFusable>(); });
+  if (!hasRowOp) return success();
+  Operation *row = fused.rowEpilogueOp();
+  if (!row || &*std::next(body.begin()) != body.getTerminator())
+    return fused.emitOpError("holds a row reduction with other ops: it must be the epilogue's only op");
+  if (!llvm::is_contained(row->getOperands(), body.getArgument(0)))
+    return fused.emitOpError("holds a row reduction that does not read the accumulator");
+  if (!llvm::equal(row->getResults(), body.getTerminator()->getOperands()))
+    return fused.emitOpError("must yield its row reduction's results, in order");
+  return success();
+}
+
 // The epilogue receives dY · W ([..., N] x [N, K] -> [..., K]), then the epilogue inputs.
 LogicalResult FusedLinearGradInputOp::verifyRegions() {
   auto grad = cast<RankedTensorType>(getGrad().getType());
@@ -637,7 +659,9 @@ LogicalResult FusedLinearGradInputOp::verifyRegions() {
       !dimsCompatible(grad.getDimSize(grad.getRank() - 1), weight.getDimSize(0)))
     return emitOpError("grad ") << grad << " does not match the weight " << weight;
   if (getNumResults() == 0) return emitOpError("computes nothing: its epilogue yields at least one value");
-  if (failed(checkPerElementBody(*this, getEpilogue().front()))) return failure();
+  if (failed(checkRowEpilogue(*this, getEpilogue().front())) ||
+      (!isRowEpilogue() && failed(checkPerElementBody(*this, getEpilogue().front()))))
+    return failure();
   SmallVector<int64_t> accShape(grad.getShape());
   accShape.back() = weight.getDimSize(1);
   SmallVector<Type> epilogueArgs{RankedTensorType::get(accShape, grad.getElementType())};

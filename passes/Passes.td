@@ -110,6 +110,18 @@ def TlFuseLossGrad : Pass<"tl-fuse-loss-grad", "mlir::ModuleOp"> {
   let dependentDialects = ["tl::TlDialect"];
 }
 
+def TlFuseNormGradGemm : Pass<"tl-fuse-norm-grad-gemm", "mlir::ModuleOp"> {
+  let summary = "O2+ training: RMSNorm's backward in the epilogue of the dX GEMM that computes its d y";
+  let description = [{
+    Runs after tl-fuse-grad-epilogue: a tl.rmsnorm_grad (any RowEpilogueFusable op)
+    whose gradient operand is a tl.linear_grad_input read by it alone becomes that
+    GEMM's epilogue: one tl.fused_linear_grad_input whose tiles share each row's sums
+    and write d x and d gain (and, at O3, the residual's gradient added and x̂·g), so
+    d y is never stored.
+  }];
+  let dependentDialects = ["tl::TlDialect"];
+}
+
 def TlAutodiff : Pass<"tl-autodiff", "mlir::ModuleOp"> {
   let summary = "Reverse-mode autodiff: @forward and its loss become @train_step (forward, backward, AdamW)";
   let description = [{

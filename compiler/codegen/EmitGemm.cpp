@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <optional>
 
 namespace tlc::codegen {
@@ -19,6 +20,19 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 constexpr int kFixedTile = 64;            // the SIMT and MFMA paths
 constexpr int64_t kSimtSharedBytes = 64 * 72 * 4 + 64 * 4;
+// A row's column tiles in one cluster, at most the portable cluster size (gemm_norm_grad.cuh);
+// TLC_NO_CLUSTERS=1 runs the workspace form instead (to test and time it on a Hopper).
+int maxClusterTiles() { return std::getenv("TLC_NO_CLUSTERS") ? 0 : 8; }
+
+// RMSNorm's backward in the epilogue (gemm_norm_grad.cuh): its shared memory after the
+// accumulator tile and row scales, and the workspace and sync words of the form without
+// clusters (a superset of the clustered form's), for tiles of BM x BN.
+int64_t normGradSharedBytes(int BM, int threads) { return (4 * int64_t(BM) + threads) * 4; }
+int64_t normGradWorkspaceBytes(const GemmSpec &gemm, int BM, int BN) {
+  int64_t tilesM = ceilDiv(gemm.M, BM), tilesN = ceilDiv(gemm.N, BN);
+  return (tilesM * gemm.N + tilesN * 2 * tilesM * BM + gemm.M * gemm.N) * 4;
+}
+int64_t normGradSyncWords(const GemmSpec &gemm, int BM, int BN) { return ceilDiv(gemm.N, BN) + ceilDiv(gemm.M, BM); }
 
 std::vector<int64_t> sampleValues(int64_t extent) {
   std::vector<int64_t> values;
@@ -113,6 +127,10 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   // (also where the last wave's tiles split K; never where every tile does).
   bool normShared = hopper && gemm.rowNorm && hopperSplitTiles < hopperTiles &&
                     hopperTiles > kTunedMultiprocessors * hopper->blocksPerMultiprocessor();
+  // RMSNorm's backward: a row's column tiles as one cluster on NVIDIA's sm_90 (the same
+  // rule as the Spec's CLUSTER_N, for the tile the NVIDIA path runs).
+  int64_t nvidiaColumnTiles = columnTiles(gemm, matrixUnits ? nvidia.BN : kFixedTile);
+  int64_t clusterTiles = gemm.normGrad && nvidiaColumnTiles <= maxClusterTiles() ? nvidiaColumnTiles : 1;
   if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
     throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", entry));
 
@@ -142,6 +160,26 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   spec += fmt::format("  static constexpr float NORM_EPS = {};\n", floatLiteral(gemm.rowNorm ? gemm.eps : 0.0));
   spec += fmt::format("  static constexpr bool NORM_SHARED = {};  // sm_90a: row sums of squares shared by column tiles\n",
                       normShared);
+  spec += fmt::format("  static constexpr bool NORM_GRAD = {};  // the epilogue is RMSNorm's backward (gemm_norm_grad.cuh)\n",
+                      gemm.normGrad.has_value());
+  spec += fmt::format("  static constexpr int CLUSTER_N = NORM_GRAD && TILES_N <= {} ? TILES_N : 1;  // a row's tiles, one "
+                      "cluster where the target has them\n",
+                      maxClusterTiles());
+  if (gemm.normGrad) {
+    const GemmNormGrad &norm = *gemm.normGrad;
+    auto pointer = [&](const char *hook, int param, bool output) {
+      if (param < 0)
+        return fmt::format("  TL_DEVICE static {}float *{}(const Params &) {{ return nullptr; }}\n", output ? "" : "const ", hook);
+      return fmt::format("  TL_DEVICE static {}{} *{}(const Params &p) {{ return p.{}; }}\n", output ? "" : "const ",
+                         source.type(param), hook, source.name(param));
+    };
+    spec += fmt::format("  static constexpr float NORM_GRAD_EPS = {};\n", floatLiteral(norm.eps));
+    spec += fmt::format("  static constexpr bool NORM_GRAD_RESIDUAL = {}, NORM_GRAD_NORMALIZED = {};\n", norm.residual >= 0,
+                        norm.normalized >= 0);
+    spec += pointer("norm_x", norm.x, false) + pointer("norm_gain", norm.gain, false) +
+            pointer("norm_residual", norm.residual, false) + pointer("norm_dx", norm.dx, true) +
+            pointer("norm_dgain", norm.gainGrad, true) + pointer("norm_normalized", norm.normalized, true);
+  }
 
   // Which output columns a column tile computes.
   spec += "  TL_DEVICE static tl_tile_cols tile_cols(int tn) {\n";
@@ -252,6 +290,27 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                                       "columns when the weights were loaded): the inverse RMS scales the "
                                                       "accumulator rows",
                                                       gemm.eps, source.name(gemm.b))));
+  if (gemm.normGrad) {
+    const GemmNormGrad &norm = *gemm.normGrad;
+    details = {fmt::format(
+        "epilogue, RMSNorm's backward (eps {}) on the accumulator d y: {} = r (g dy - x r mean){} with x = {}, g = {}, "
+        "r = 1 / sqrt(mean(x^2) + eps), mean = r sum(g dy x) / {}; {} = sum over rows of dy x r{}",
+        norm.eps, source.name(norm.dx), norm.residual >= 0 ? fmt::format(" + {}", source.name(norm.residual)) : "",
+        source.name(norm.x), source.name(norm.gain), gemm.N, source.name(norm.gainGrad),
+        norm.normalized >= 0 ? fmt::format("; {} = x r g", source.name(norm.normalized)) : "")};
+    details.push_back(
+        clusterTiles > 1
+            ? fmt::format("the row sums span {} column tiles: on sm_90 they are one thread-block cluster, each tile's "
+                          "partial sums read by the others from its shared memory (distributed shared memory), so d y "
+                          "is never stored; elsewhere each tile leaves d y and its sums in the workspace and the "
+                          "row's last tile finishes the row. d gain: each tile's column sums, added in order by the "
+                          "last row tile",
+                          clusterTiles)
+            : fmt::format("the row sums span {} column tiles (more than a portable cluster): each tile leaves d y and "
+                          "its sums in the workspace and the row's last tile finishes the row. d gain: each tile's "
+                          "column sums, added in order by the last row tile",
+                          nvidiaColumnTiles));
+  }
   headerLines.insert(headerLines.end(), details.begin(), details.end());
   if (hopper)
     headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups{}, {} stages{}{}{}",
@@ -301,7 +360,14 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                      "#define {}_BOUNDS 256\n#endif\n",
                      hopperCase, entry, hopper ? hopper->threads() : 0, hopper ? hopper->resident : 1, entry,
                      matrixUnits ? nvidia.threads() : 256, entry);
-  out += source.entryOpen(entry + "_BOUNDS");
+  std::string clusterAttribute;
+  if (clusterTiles > 1) {
+    out += fmt::format("#if TL_HAS_CLUSTERS\n#define {0}_CLUSTER __cluster_dims__({1}, 1, 1)\n#else\n#define {0}_CLUSTER\n"
+                       "#endif\n",
+                       entry, clusterTiles);
+    clusterAttribute = entry + "_CLUSTER";
+  }
+  out += source.entryOpen(entry + "_BOUNDS", {}, clusterAttribute);
   if (matrixUnits && aKM)
     out += fmt::format("#if defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n", nvSpec,
                        fixedSpec);
@@ -315,10 +381,20 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   EmittedKernel emitted;
   emitted.source = std::move(out);
   int64_t fixedTiles = gemm.batch * ceilDiv(gemm.M, kFixedTile) * columnTiles(gemm, kFixedTile);
+  int64_t fixedShared = kSimtSharedBytes + (gemm.normGrad ? normGradSharedBytes(kFixedTile, 256) : 0);
   if (matrixUnits)
     emitted.launch["cuda"] = {gemm.batch * ceilDiv(gemm.M, nvidia.BM) * columnTiles(gemm, nvidia.BN), nvidia.threads(),
-                              nvidia.sharedBytes()};
-  else emitted.launch["cuda"] = {fixedTiles, 256, kSimtSharedBytes};
+                              gemm.normGrad ? std::max(nvidia.sharedBytes(),
+                                                       int64_t(nvidia.BM) * (nvidia.BN + 8) * 4 + nvidia.BM * 4 +
+                                                           normGradSharedBytes(nvidia.BM, nvidia.threads()))
+                                            : nvidia.sharedBytes()};
+  else emitted.launch["cuda"] = {fixedTiles, 256, fixedShared};
+  if (gemm.normGrad) {  // either tile's layout (AMD and SIMT run 64x64 tiles)
+    emitted.workspaceBytes = std::max(normGradWorkspaceBytes(gemm, kFixedTile, kFixedTile),
+                                      matrixUnits ? normGradWorkspaceBytes(gemm, nvidia.BM, nvidia.BN) : 0);
+    emitted.syncWords = std::max(normGradSyncWords(gemm, kFixedTile, kFixedTile),
+                                 matrixUnits ? normGradSyncWords(gemm, nvidia.BM, nvidia.BN) : 0);
+  }
   if (hopper) {
     emitted.launch["cuda:sm_90a"] = {hopperTiles + hopperSplitTiles * (hopper->splits - 1), hopper->threads(),
                                      hopper->sharedBytes()};
@@ -333,7 +409,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
       emitted.syncWords += hopperSplitTiles;
     }
   }
-  emitted.launch["hip"] = {fixedTiles, 256, kSimtSharedBytes};
+  emitted.launch["hip"] = {fixedTiles, 256, fixedShared};
   return emitted;
 }
 

@@ -33,7 +33,8 @@ std::string KernelSource::paramsStruct() const {
   return out;
 }
 
-std::string KernelSource::entryOpen(const std::string &threads, const std::vector<std::string> &extra) const {
+std::string KernelSource::entryOpen(const std::string &threads, const std::vector<std::string> &extra,
+                                    const std::string &attributes) const {
   // TLC_PDL_TRIGGER=start (an experiment): chained kernels let the next one launch at once.
   const char *trigger = std::getenv("TLC_PDL_TRIGGER");
   bool early = spec_.chained && trigger && std::string(trigger) == "start";
@@ -48,8 +49,8 @@ std::string KernelSource::entryOpen(const std::string &threads, const std::vecto
   fields.push_back("ws");
   fields.push_back("sync");
   params.insert(params.end(), extra.begin(), extra.end());
-  return fmt::format("extern \"C\" __global__ void __launch_bounds__({})\n{}({}) {{\n  const {}_params p{{{}}};\n{}",
-                     threads, entry(), fmt::join(params, ", "), entry(), fmt::join(fields, ", "),
+  return fmt::format("extern \"C\" __global__ void {}__launch_bounds__({})\n{}({}) {{\n  const {}_params p{{{}}};\n{}",
+                     attributes.empty() ? "" : attributes + " ", threads, entry(), fmt::join(params, ", "), entry(), fmt::join(fields, ", "),
                      early ? "  tl_allow_dependents_at_start();\n" : "");
 }
 

@@ -28,8 +28,10 @@ public:
   // struct <entry>_params { const tl_bf16 *__restrict__ in0; ...; float *ws; unsigned *sync; };
   std::string paramsStruct() const;
   // extern "C" __global__ void __launch_bounds__(threads) <entry>(...) {\n  const <entry>_params p{...};\n
-  // `extra`: parameters after `sync` that are not Program values (the optimizer's state).
-  std::string entryOpen(const std::string &threads, const std::vector<std::string> &extra = {}) const;
+  // `extra`: parameters after `sync` that are not Program values (the optimizer's state);
+  // `attributes`: more of the kernel's attributes (a macro for its cluster shape).
+  std::string entryOpen(const std::string &threads, const std::vector<std::string> &extra = {},
+                        const std::string &attributes = "") const;
   // The comment every kernel starts with: what it computes and its arguments.
   std::string header(const std::string &what, const std::vector<std::string> &details) const;
   // The vendor block and the named templates.

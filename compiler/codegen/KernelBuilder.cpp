@@ -530,6 +530,23 @@ GemmSpec buildFusedLinearGradInput(KernelContext &context, tl::FusedLinearGradIn
   int64_t K = weight[0], N = weight[1], M = product(lead);
   GemmSpec gemm = gemmKN(context, M, N, K, fused.getGrad(),
                          IndexExpr::variable("m", M) * K + IndexExpr::variable("k", K), fused.getWeight());
+  if (fused.isRowEpilogue()) {
+    auto norm = llvm::dyn_cast<tl::RMSNormGradOp>(fused.rowEpilogueOp());
+    if (!norm) context.fail(fmt::format("'{}' has no GEMM epilogue", fused.rowEpilogueOp()->getName().getStringRef().str()));
+    if (norm.getGrad() != fused.getEpilogue().front().getArgument(0))
+      context.fail("RMSNorm's backward in a GEMM epilogue must take the accumulator as its gradient");
+    GemmNormGrad normGrad;
+    normGrad.x = context.requireParam(norm.getInput(), "normalized input");
+    normGrad.gain = context.requireParam(norm.getGain(), "gain");
+    normGrad.dx = context.requireParam(norm.getInputGrad(), "input gradient");
+    normGrad.gainGrad = context.requireParam(norm.getGainGrad(), "gain gradient");
+    if (norm.getResidual()) normGrad.residual = context.requireParam(norm.getResidual(), "residual");
+    if (norm.getNormalized()) normGrad.normalized = context.requireParam(norm.getNormalized(), "normalized output");
+    normGrad.eps = norm.getEpsAttr().getValueAsDouble();
+    gemm.normGrad = normGrad;
+    gemm.groups = {GemmGroup{N, {0}, {}}};
+    return gemm;
+  }
   GemmBuilder builder(context, fused.getEpilogue().front().getArgument(0), lead);
   for (auto [result, yielded] : llvm::zip(fused.getResults(), fused.epilogueYield().getValues()))
     builder.addOutput(yielded, context.requireParam(result, "result"));

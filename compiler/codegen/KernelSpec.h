@@ -14,6 +14,7 @@
 #include "compiler/codegen/ElementExpr.h"
 #include "runtime/Program.h"
 
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -37,6 +38,16 @@ struct GemmGroup {
   std::vector<Store> stores;    // values at row m, column c, and where they go
 };
 
+// RMSNorm's backward as a dX GEMM's whole epilogue (tl-fuse-norm-grad-gemm): the
+// accumulator is d y [M, N]; x, residual, d x and x r g are [M, N] row-major, gain and d
+// gain [N]. Each row's sums span all its column tiles, which share them (gemm_norm_grad.cuh).
+struct GemmNormGrad {
+  int x = -1, gain = -1, dx = -1, gainGrad = -1;  // arguments
+  int residual = -1;    // the residual stream's gradient d x is added to (-1: none)
+  int normalized = -1;  // x r g, written too (-1: not written)
+  double eps = 0;
+};
+
 struct GemmSpec {
   int64_t batch = 1, M = 0, N = 0, K = 0;  // N: accumulator columns
   int a = -1;                 // A[bt, m, k] is element aOffset of argument a (contiguous along k, or
@@ -48,6 +59,7 @@ struct GemmSpec {
   bool bKN = false;
   IndexExpr bOffset;
   std::vector<GemmGroup> groups;
+  std::optional<GemmNormGrad> normGrad;  // set: the epilogue is RMSNorm's backward (one group, no stores)
 };
 
 struct AttentionSpec {

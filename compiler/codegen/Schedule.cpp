@@ -83,8 +83,13 @@ GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors) {
   // Estimated time: waves of resident tiles, each wave as long as its SMs' work.
   const Candidate *best = nullptr;
   double bestTime = 0;
+  // RMSNorm's backward in the epilogue: a row's tiles should fit one cluster (8 blocks).
+  bool clusterFits = false;
+  for (const Candidate &candidate : candidates())
+    clusterFits |= tileHoldsEpilogue(gemm, candidate.tile.BN) && columnTiles(gemm, candidate.tile.BN) <= 8;
   for (const Candidate &candidate : candidates()) {
     if (!tileHoldsEpilogue(gemm, candidate.tile.BN)) continue;
+    if (gemm.normGrad && clusterFits && columnTiles(gemm, candidate.tile.BN) > 8) continue;
     int64_t tiles = gemm.batch * ceilDiv(gemm.M, candidate.tile.BM) * columnTiles(gemm, candidate.tile.BN);
     int64_t slots = int64_t(multiprocessors) * candidate.blocksPerSM;
     // A wave with fewer tiles than slots still takes a tile's time on the SMs it uses.

@@ -281,6 +281,43 @@ func.func @fused_linear_grad_input_holds_a_gemm(%dy: tensor<2x8x32xf32>, %w: ten
 
 // -----
 
+func.func @fused_linear_grad_input_row_op_and_more(%dy: tensor<8x96xf32>, %w: tensor<96x32xf32>, %x: tensor<8x32xf32>, %g: tensor<32xf32>) -> (tensor<8x32xf32>, tensor<32xf32>) {
+  // expected-error @+1 {{holds a row reduction with other ops}}
+  %y:2 = tl.fused_linear_grad_input grad(%dy : tensor<8x96xf32>) weight(%w : tensor<96x32xf32>) epilogue(%x, %g : tensor<8x32xf32>, tensor<32xf32>) {
+  ^bb0(%acc: tensor<8x32xf32>, %xi: tensor<8x32xf32>, %gi: tensor<32xf32>):
+    %s = tl.silu %acc : (tensor<8x32xf32>) -> tensor<8x32xf32>
+    %dx, %dg = tl.rmsnorm_grad %xi, %gi, %s {eps = 1.0e-06} : (tensor<8x32xf32>, tensor<32xf32>, tensor<8x32xf32>) -> (tensor<8x32xf32>, tensor<32xf32>)
+    tl.yield %dx, %dg : tensor<8x32xf32>, tensor<32xf32>
+  } -> tensor<8x32xf32>, tensor<32xf32>
+  return %y#0, %y#1 : tensor<8x32xf32>, tensor<32xf32>
+}
+
+// -----
+
+func.func @fused_linear_grad_input_row_op_not_on_accumulator(%dy: tensor<8x96xf32>, %w: tensor<96x32xf32>, %x: tensor<8x32xf32>, %g: tensor<32xf32>) -> (tensor<8x32xf32>, tensor<32xf32>) {
+  // expected-error @+1 {{does not read the accumulator}}
+  %y:2 = tl.fused_linear_grad_input grad(%dy : tensor<8x96xf32>) weight(%w : tensor<96x32xf32>) epilogue(%x, %g : tensor<8x32xf32>, tensor<32xf32>) {
+  ^bb0(%acc: tensor<8x32xf32>, %xi: tensor<8x32xf32>, %gi: tensor<32xf32>):
+    %dx, %dg = tl.rmsnorm_grad %xi, %gi, %xi {eps = 1.0e-06} : (tensor<8x32xf32>, tensor<32xf32>, tensor<8x32xf32>) -> (tensor<8x32xf32>, tensor<32xf32>)
+    tl.yield %dx, %dg : tensor<8x32xf32>, tensor<32xf32>
+  } -> tensor<8x32xf32>, tensor<32xf32>
+  return %y#0, %y#1 : tensor<8x32xf32>, tensor<32xf32>
+}
+
+// -----
+
+func.func @fused_linear_grad_input_row_op_results_reordered(%dy: tensor<8x96xf32>, %w: tensor<96x32xf32>, %x: tensor<8x32xf32>, %g: tensor<32xf32>) -> (tensor<32xf32>, tensor<8x32xf32>) {
+  // expected-error @+1 {{must yield its row reduction's results, in order}}
+  %y:2 = tl.fused_linear_grad_input grad(%dy : tensor<8x96xf32>) weight(%w : tensor<96x32xf32>) epilogue(%x, %g : tensor<8x32xf32>, tensor<32xf32>) {
+  ^bb0(%acc: tensor<8x32xf32>, %xi: tensor<8x32xf32>, %gi: tensor<32xf32>):
+    %dx, %dg = tl.rmsnorm_grad %xi, %gi, %acc {eps = 1.0e-06} : (tensor<8x32xf32>, tensor<32xf32>, tensor<8x32xf32>) -> (tensor<8x32xf32>, tensor<32xf32>)
+    tl.yield %dg, %dx : tensor<32xf32>, tensor<8x32xf32>
+  } -> tensor<32xf32>, tensor<8x32xf32>
+  return %y#0, %y#1 : tensor<32xf32>, tensor<8x32xf32>
+}
+
+// -----
+
 func.func @fused_attention_grad_epilogue_types(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>, %o: tensor<1x4x8x8xf32>, %lse: tensor<1x4x8xf32>, %do: tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32> {
   // expected-error @+1 {{epilogue arguments}}
   %r = tl.fused_flash_attention_grad %q, %k, %v, %o, %lse, %do : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8x8xf32> {

@@ -8,7 +8,7 @@
 //
 // Spec hooks: a_src, b_src, gain (as gemm_mma.cuh).
 #pragma once
-#include "gemm_common.cuh"
+#include "gemm_norm_grad.cuh"
 
 #if defined(TL_AMD) && defined(__gfx90a__)
 
@@ -21,8 +21,8 @@ template <class S> TL_DEVICE void tl_gemm_mfma(const typename S::Params &p) {
   extern __shared__ __align__(128) unsigned char tl_smem[];
   tl_bf16 *As = reinterpret_cast<tl_bf16 *>(tl_smem), *Bs = As + BM * LDK;
 
-  const int tile = blockIdx.x;
-  const int tm = tile % S::TILES_M, tn = (tile / S::TILES_M) % S::TILES_N, bt = tile / (S::TILES_M * S::TILES_N);
+  const tl_tile_coords at = tl_tile_of_block<S>();
+  const int tm = at.tm, tn = at.tn, bt = at.bt;
   const tl_tile_cols cols = S::tile_cols(tn);
   const int m0 = tm * BM;
   const int wave = threadIdx.x / 64, lane = threadIdx.x % 64;
@@ -90,7 +90,7 @@ template <class S> TL_DEVICE void tl_gemm_mfma(const typename S::Params &p) {
     tileRows[r * LD + c] = acc[v] * (S::ROW_NORM ? rowScale[r] : 1.0f);
   }
   __syncthreads();
-  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
+  tl_gemm_finish_tile<S, THREADS, LD>(p, cols, at, m0, tileRows);
 }
 
 #endif // TL_AMD && __gfx90a__

@@ -18,7 +18,7 @@
 //
 // The emitter writes a Spec struct per kernel (see gemm_common.cuh for the hooks).
 #pragma once
-#include "gemm_common.cuh"
+#include "gemm_norm_grad.cuh"
 
 #if defined(TL_NVIDIA)
 
@@ -113,8 +113,8 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
   static_assert(S::K_SPLITS == 1, "the mma.sync GEMM does not split K");
   extern __shared__ __align__(128) unsigned char tl_smem[];
 
-  const int tile = blockIdx.x;
-  const int tm = tile % S::TILES_M, tn = (tile / S::TILES_M) % S::TILES_N, bt = tile / (S::TILES_M * S::TILES_N);
+  const tl_tile_coords at = tl_tile_of_block<S>();
+  const int tm = at.tm, tn = at.tn, bt = at.bt;
   const tl_tile_cols cols = S::tile_cols(tn);
   const int m0 = tm * BM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -317,7 +317,7 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
     }
     __syncthreads();
   }
-  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
+  tl_gemm_finish_tile<S, THREADS, LD>(p, cols, at, m0, tileRows);
 }
 
 #endif // TL_NVIDIA

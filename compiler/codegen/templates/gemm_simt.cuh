@@ -10,7 +10,7 @@
 // Spec hooks used here: a_elem(p, bt, m, k), b_elem(p, bt, cols, j, k) (0 outside),
 // gain_elem(p, k).
 #pragma once
-#include "gemm_common.cuh"
+#include "gemm_norm_grad.cuh"
 
 template <class S> TL_DEVICE void tl_gemm_simt(const typename S::Params &p) {
   constexpr int BM = 64, BN = 64, BK = 16, THREADS = 256, LD = BN + 8;
@@ -18,8 +18,8 @@ template <class S> TL_DEVICE void tl_gemm_simt(const typename S::Params &p) {
   extern __shared__ __align__(128) unsigned char tl_smem[];
   float *As = reinterpret_cast<float *>(tl_smem), *Bs = As + BK * (BM + 4);
 
-  const int tile = blockIdx.x;
-  const int tm = tile % S::TILES_M, tn = (tile / S::TILES_M) % S::TILES_N, bt = tile / (S::TILES_M * S::TILES_N);
+  const tl_tile_coords at = tl_tile_of_block<S>();
+  const int tm = at.tm, tn = at.tn, bt = at.bt;
   const tl_tile_cols cols = S::tile_cols(tn);
   const int m0 = tm * BM;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -75,5 +75,5 @@ template <class S> TL_DEVICE void tl_gemm_simt(const typename S::Params &p) {
       tileRows[r * LD + tx * 4 + j] = acc[i][j] * (S::ROW_NORM ? rowScale[r] : 1.0f);
     }
   __syncthreads();
-  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
+  tl_gemm_finish_tile<S, THREADS, LD>(p, cols, at, m0, tileRows);
 }

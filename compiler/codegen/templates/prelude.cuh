@@ -128,6 +128,12 @@ TL_DEVICE float tl_block_max(float v, float *red) {
   return tl_block_reduce(v, red, [](float a, float b) { return fmaxf(a, b); });
 }
 
+// RMSNorm's d x for one element: r (g dy - x r mean), r the row's inverse RMS and mean =
+// r Σ(g dy x) / columns (the row kernel and the GEMM epilogue of its backward share it).
+TL_DEVICE float tl_rmsnorm_input_grad(float x, float g, float dy, float r, float mean) {
+  return r * (g * dy - x * r * mean);
+}
+
 // ---- one launch, then its last block --------------------------------------------------
 // Whether this block is the last of `arrivals` blocks (the grid by default) to arrive at
 // `counter` (a zeroed word); the writes every block made before arriving are visible to

@@ -72,7 +72,7 @@ template <class S> TL_DEVICE void tl_rmsnorm_grad_rows(const typename S::Params 
       tl_ld_vec<V>(S::gain(p), c, g);
       if constexpr (S::RESIDUAL) tl_ld_vec<V>(S::residual(p) + row * S::COLS, c, dx);
       for (int j = 0; j < V; ++j) {
-        const float grad = r * (g[j] * dyv[j] - xv[j] * r * mean);
+        const float grad = tl_rmsnorm_input_grad(xv[j], g[j], dyv[j], r, mean);
         dx[j] = S::RESIDUAL ? dx[j] + grad : grad;
         gainGrad[i][j] = fmaf(dyv[j] * xv[j], r, gainGrad[i][j]);
         xv[j] = xv[j] * r * g[j];

@@ -226,6 +226,25 @@ TEST(Codegen, BackwardEpiloguesAreInsideTheirKernels) {
   EXPECT_EQ(loss.syncWords, 1);
   EXPECT_EQ(loss.workspaceBytes, 8 * 127 * 4);  // a loss per prediction, added in order
   for (const Kernel &kernel : step.kernels) EXPECT_NE(kernel.name.rfind("tl_cross_entropy_bf16", 0), 0u) << kernel.name;
+
+  // RMSNorm's backward is the whole epilogue of the dX GEMM that computes its d y: a
+  // row's 8 column tiles are one cluster on sm_90, and d y is no output of the kernel.
+  const Kernel &norm = kernelNamed(step, "tl_linear_grad_input_rmsnorm_grad_bf16_1024x1024x512");
+  EXPECT_TRUE(contains(norm.source, "tl_gemm_mma<"));
+  EXPECT_TRUE(contains(norm.source, "static constexpr bool NORM_GRAD = true;"));
+  EXPECT_TRUE(contains(norm.source, "__cluster_dims__(8, 1, 1)"));
+  EXPECT_TRUE(contains(norm.source, "out0 = r (g dy - x r mean) with x = in2, g = in3"));
+  ASSERT_EQ(norm.outputs.size(), 2u);
+  EXPECT_EQ(step.value(norm.outputs[0]).shape, (std::vector<int64_t>{8, 128, 512}));
+  EXPECT_EQ(step.value(norm.outputs[1]).shape, (std::vector<int64_t>{512}));
+  EXPECT_GT(norm.syncWords, 0);
+  int normGrads = 0;
+  for (const Kernel &kernel : step.kernels)
+    if (contains(kernel.name, "rmsnorm_grad")) {
+      ++normGrads;
+      EXPECT_EQ(kernel.name.rfind("tl_linear_grad_input_rmsnorm_grad", 0), 0u) << kernel.name;
+    }
+  EXPECT_EQ(normGrads, 17);  // two a layer and the final norm's, none a row kernel
 }
 
 TEST(Codegen, Fp32UsesFmaTemplates) {

@@ -1,0 +1,216 @@
+// gemm_norm_grad.cuh: RMSNorm's backward as the whole epilogue of the dX GEMM that
+// computes its d y (tl-fuse-norm-grad-gemm), and the choice between it and the Spec's
+// own epilogue, for every GEMM mainloop but wgmma's (which never computes a dX).
+//
+//   v1  d x = r (g dy - x r mean), mean = r Σ(g dy x) / H, needs two sums over each whole
+//       row (Σ x² for r, and Σ g dy x) and a row spans TILES_N column tiles. On sm_90 a
+//       row's tiles are one thread-block cluster (CLUSTER_N = TILES_N, at most 8; tn is
+//       the block's rank): each puts its rows' partial sums in shared memory and, after
+//       a cluster barrier, adds all of them through distributed shared memory in rank
+//       order (the same sums in every tile), then finishes its own columns from the
+//       accumulator tile, so d y is never stored. Without clusters (AMD, sm_80, or rows
+//       of more than 8 tiles) each tile leaves its d y tile and partial sums in the
+//       workspace and the last tile of a row to arrive finishes the whole row: there d y
+//       passes through memory. d gain = Σ over rows of dy x r: each tile's column sums
+//       over its rows go to the workspace, and the last row tile of each column tile to
+//       arrive adds them in row-tile order (the same bits on every run).
+//
+// Spec (besides the GEMM's): NORM_GRAD, CLUSTER_N, NORM_GRAD_EPS, NORM_GRAD_RESIDUAL,
+// NORM_GRAD_NORMALIZED; norm_x, norm_gain, norm_dx, norm_dgain, norm_residual,
+// norm_normalized (p) pointers; rows of N elements. Shared memory after the accumulator
+// tile (BM rows of LD floats) and its BM row scales: 4 * BM + THREADS floats.
+#pragma once
+#include "gemm_common.cuh"
+
+#if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 900
+#define TL_HAS_CLUSTERS 1
+// A barrier over the cluster's blocks, in two halves so that work can go between them.
+TL_DEVICE void tl_cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+TL_DEVICE void tl_cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// The float at `local`'s place in the shared memory of the cluster's block `rank`.
+TL_DEVICE float tl_cluster_load(const float *local, unsigned rank) {
+  unsigned address, remote;
+  float v;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(address) : "l"(local));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+#else
+#define TL_HAS_CLUSTERS 0
+#endif
+
+// Whether a row's column tiles run as one cluster here.
+template <class S> TL_DEVICE constexpr bool tl_clustered() { return TL_HAS_CLUSTERS && S::CLUSTER_N > 1; }
+
+// The tile block blockIdx.x computes: row tiles first, then column tiles, then the batch;
+// clustered, a row's column tiles are consecutive blocks (one cluster).
+struct tl_tile_coords {
+  int tm, tn, bt;
+};
+template <class S> TL_DEVICE tl_tile_coords tl_tile_of_block() {
+  const int tile = blockIdx.x, tiles = S::TILES_M * S::TILES_N;
+  if constexpr (tl_clustered<S>()) return {tile / S::TILES_N % S::TILES_M, tile % S::TILES_N, tile / tiles};
+  return {tile % S::TILES_M, tile / S::TILES_M % S::TILES_N, tile / tiles};
+}
+
+// Where the workspace keeps d gain's per-tile column sums ([TILES_M][N]), and without
+// clusters the rows' partial sums ([TILES_N][2][TILES_M * BM]) and d y ([M][N]); the sync
+// words count d gain's arrivals per column tile, then each row's tiles.
+template <class S> struct tl_norm_grad_workspace {
+  using Params = typename S::Params;
+  static constexpr tl_i64 ROWS = (tl_i64)S::TILES_M * S::BM, GAIN = (tl_i64)S::TILES_M * S::N;
+  TL_DEVICE static float *gain_part(const Params &p) { return p.ws; }
+  TL_DEVICE static float *row_part(const Params &p, int tn, int sum) { return p.ws + GAIN + (tn * 2 + sum) * ROWS; }
+  TL_DEVICE static float *dy(const Params &p) { return p.ws + GAIN + S::TILES_N * 2 * ROWS; }
+  TL_DEVICE static unsigned *gain_count(const Params &p, int tn) { return p.sync + tn; }
+  TL_DEVICE static unsigned *row_count(const Params &p, int tm) { return p.sync + S::TILES_N + tm; }
+};
+
+// Each row's Σ x² and Σ g dy x over columns col0 .. col0 + width - 1, a warp per row.
+template <class S, int THREADS, class Dy>
+TL_DEVICE void tl_norm_grad_row_sums(const typename S::Params &p, int m0, int col0, int width, Dy dy, float *squares,
+                                     float *projections) {
+  const int lane = threadIdx.x % TL_WARP;
+  for (int r = threadIdx.x / TL_WARP; r < S::BM; r += THREADS / TL_WARP) {
+    float square = 0.0f, projection = 0.0f;
+    if (m0 + r < S::M) {
+      const auto *x = S::norm_x(p) + (tl_i64)(m0 + r) * S::N + col0;
+      for (int c = lane; c < width; c += TL_WARP) {
+        const float xv = tl_ld(x, c);
+        square = fmaf(xv, xv, square);
+        projection = fmaf(tl_ld(S::norm_gain(p), col0 + c) * dy(r, c), xv, projection);
+      }
+    }
+    square = tl_warp_sum(square);
+    projection = tl_warp_sum(projection);
+    if (lane == 0) {
+      squares[r] = square;
+      projections[r] = projection;
+    }
+  }
+}
+
+// d x (+ the residual's gradient) and x r g for the rows of row tile tm at columns col0 ..
+// col0 + width - 1, a thread per column and THREADS / BN groups of rows; the tile's d gain
+// column sums (rows in order within a group, then the groups in order) to the workspace.
+// factors: each row's r, then its mean.
+template <class S, int THREADS, class Dy>
+TL_DEVICE void tl_norm_grad_columns(const typename S::Params &p, int tm, int m0, int col0, int width, Dy dy,
+                                    const float *factors, float *gainSums) {
+  constexpr int COLS = S::BN < THREADS ? S::BN : THREADS, GROUPS = THREADS / COLS;
+  const int group = threadIdx.x / COLS;
+  for (int c0 = 0; c0 < width; c0 += COLS) {
+    const int c = c0 + threadIdx.x % COLS;
+    float gainSum = 0.0f;
+    if (c < width) {
+      const int n = col0 + c;
+      const float g = tl_ld(S::norm_gain(p), n);
+      for (int r = group; r < S::BM && m0 + r < S::M; r += GROUPS) {
+        const tl_i64 at = (tl_i64)(m0 + r) * S::N + n;
+        const float x = tl_ld(S::norm_x(p), at), d = dy(r, c), inverse = factors[r];
+        float dx = tl_rmsnorm_input_grad(x, g, d, inverse, factors[S::BM + r]);
+        if constexpr (S::NORM_GRAD_RESIDUAL) dx += tl_ld(S::norm_residual(p), at);
+        tl_st(S::norm_dx(p), at, dx);
+        if constexpr (S::NORM_GRAD_NORMALIZED) tl_st(S::norm_normalized(p), at, x * inverse * g);
+        gainSum = fmaf(d * x, inverse, gainSum);
+      }
+    }
+    gainSums[threadIdx.x] = gainSum;
+    __syncthreads();
+    if (threadIdx.x < COLS && c < width) {
+      float sum = 0.0f;
+      for (int k = 0; k < GROUPS; ++k) sum += gainSums[k * COLS + threadIdx.x];
+      tl_norm_grad_workspace<S>::gain_part(p)[(tl_i64)tm * S::N + col0 + c] = sum;
+    }
+    __syncthreads();
+  }
+}
+
+// The last row tile to arrive for column tile tn adds the tiles' d gain sums in order.
+template <class S> TL_DEVICE void tl_norm_grad_gain_total(const typename S::Params &p, int tn) {
+  using W = tl_norm_grad_workspace<S>;
+  if (!tl_last_block_arrives(W::gain_count(p, tn), S::TILES_M)) return;
+  const tl_tile_cols cols = S::tile_cols(tn);
+  const volatile float *part = W::gain_part(p);
+  for (int c = threadIdx.x; c < cols.width; c += blockDim.x) {
+    float sum = 0.0f;
+    for (int t = 0; t < S::TILES_M; ++t) sum += part[(tl_i64)t * S::N + cols.col0 + c];
+    tl_st(S::norm_dgain(p), cols.col0 + c, sum);
+  }
+  if (threadIdx.x == 0) *W::gain_count(p, tn) = 0u;
+}
+
+template <class S, int THREADS, int LD>
+TL_DEVICE void tl_gemm_norm_grad(const typename S::Params &p, const tl_tile_cols &cols, int tm, int tn, int m0,
+                                 float *tileRows) {
+  static_assert(S::BATCH == 1 && S::TILES_N * S::BN >= S::N, "one batch; the rows' columns in one group");
+  using W = tl_norm_grad_workspace<S>;
+  constexpr int BM = S::BM;
+  float *partial = tileRows + BM * LD + BM, *factors = partial + 2 * BM, *gainSums = factors + 2 * BM;
+  auto fromTile = [&](int r, int c) { return tileRows[r * LD + c]; };
+  auto setFactors = [&](int r, float squares, float projection) {
+    const float inverse = rsqrtf(squares / (float)S::N + S::NORM_GRAD_EPS);
+    factors[r] = inverse;
+    factors[BM + r] = projection * inverse / (float)S::N;
+  };
+  tl_norm_grad_row_sums<S, THREADS>(p, m0, cols.col0, cols.width, fromTile, partial, partial + BM);
+#if TL_HAS_CLUSTERS
+  if constexpr (tl_clustered<S>()) {
+    tl_cluster_arrive();  // this tile's sums are in its shared memory; wait for every tile's
+    tl_cluster_wait();
+    for (int r = threadIdx.x; r < BM; r += THREADS) {
+      float squares = 0.0f, projection = 0.0f;
+      for (int rank = 0; rank < S::CLUSTER_N; ++rank) {
+        squares += tl_cluster_load(partial + r, rank);
+        projection += tl_cluster_load(partial + BM + r, rank);
+      }
+      setFactors(r, squares, projection);
+    }
+    tl_cluster_arrive();  // done reading the others' sums: none may exit before all are
+    __syncthreads();
+    tl_norm_grad_columns<S, THREADS>(p, tm, m0, cols.col0, cols.width, fromTile, factors, gainSums);
+    tl_norm_grad_gain_total<S>(p, tn);
+    tl_cluster_wait();
+    return;
+  }
+#endif
+  // No cluster: the sums and d y go to the workspace; the row's last tile finishes it.
+  __syncthreads();
+  for (int r = threadIdx.x; r < BM; r += THREADS) {
+    W::row_part(p, tn, 0)[m0 + r] = partial[r];
+    W::row_part(p, tn, 1)[m0 + r] = partial[BM + r];
+  }
+  float *dy = W::dy(p);
+  for (int q = threadIdx.x; q < BM * cols.width; q += THREADS) {
+    const int r = q / cols.width, c = q % cols.width;
+    if (m0 + r < S::M) dy[(tl_i64)(m0 + r) * S::N + cols.col0 + c] = tileRows[r * LD + c];
+  }
+  if (!tl_last_block_arrives(W::row_count(p, tm), S::TILES_N)) return;
+  if (threadIdx.x == 0) *W::row_count(p, tm) = 0u;
+  for (int r = threadIdx.x; r < BM; r += THREADS) {
+    float squares = 0.0f, projection = 0.0f;
+    for (int t = 0; t < S::TILES_N; ++t) {
+      squares += static_cast<const volatile float *>(W::row_part(p, t, 0))[m0 + r];
+      projection += static_cast<const volatile float *>(W::row_part(p, t, 1))[m0 + r];
+    }
+    setFactors(r, squares, projection);
+  }
+  __syncthreads();
+  const volatile float *dyRows = dy;
+  for (int t = 0; t < S::TILES_N; ++t) {
+    const tl_tile_cols other = S::tile_cols(t);
+    auto fromWorkspace = [&](int r, int c) { return dyRows[(tl_i64)(m0 + r) * S::N + other.col0 + c]; };
+    tl_norm_grad_columns<S, THREADS>(p, tm, m0, other.col0, other.width, fromWorkspace, factors, gainSums);
+    tl_norm_grad_gain_total<S>(p, t);
+  }
+}
+
+// The end of every GEMM tile whose accumulator is in shared memory: RMSNorm's backward,
+// or the Spec's epilogue.
+template <class S, int THREADS, int LD>
+TL_DEVICE void tl_gemm_finish_tile(const typename S::Params &p, const tl_tile_cols &cols, const tl_tile_coords &at,
+                                   int m0, float *tileRows) {
+  if constexpr (S::NORM_GRAD) tl_gemm_norm_grad<S, THREADS, LD>(p, cols, at.tm, at.tn, m0, tileRows);
+  else tl_gemm_epilogue<S, THREADS, LD>(p, cols, at.bt, m0, tileRows);
+}

@@ -1,0 +1,72 @@
+// tl-fuse-norm-grad-gemm (O2+, after tl-fuse-grad-epilogue): RMSNorm's backward becomes
+// the epilogue of the dX GEMM that computes its d y.
+//
+// The projection after a norm (the QKV, gate/up, the output projection at the model's
+// end) has its dX GEMM write d y, which tl.rmsnorm_grad then reads with x to produce d x
+// and d gain. d x needs two sums over each whole row (of x² and of g·dy·x) and a row
+// spans several column tiles of the GEMM; the GEMM's kernel shares those sums between a
+// row's tiles (compiler/codegen/templates/gemm_norm_grad.cuh), so each tile finishes its
+// own columns and d y is never stored. Any op with the RowEpilogueFusable trait whose
+// operand is a dX GEMM's result, read by it alone, moves in the same way.
+#include "passes/Passes.h"
+
+#include "compiler/TlDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/IRMapping.h"
+
+namespace tl {
+#define GEN_PASS_DEF_TLFUSENORMGRADGEMM
+#include "passes/Passes.h.inc"
+
+namespace {
+
+// The dX GEMM among `op`'s operands whose only reader is `op`, and its operand index;
+// none if two operands are such GEMMs (which one the tiles would hold is unclear).
+std::pair<LinearGradInputOp, unsigned> gemmOperand(mlir::Operation *op) {
+  std::pair<LinearGradInputOp, unsigned> found{{}, 0};
+  for (mlir::OpOperand &operand : op->getOpOperands())
+    if (auto grad = operand.get().getDefiningOp<LinearGradInputOp>(); grad && operand.get().hasOneUse()) {
+      if (found.first) return {{}, 0};
+      found = {grad, operand.getOperandNumber()};
+    }
+  return found;
+}
+
+void foldIntoGemm(mlir::Operation *op, LinearGradInputOp grad, unsigned gemmIndex, mlir::OpBuilder &b) {
+  llvm::SmallVector<mlir::Value> inputs;
+  for (auto [i, operand] : llvm::enumerate(op->getOperands()))
+    if (i != gemmIndex) inputs.push_back(operand);
+  b.setInsertionPoint(op);
+  auto fused = b.create<FusedLinearGradInputOp>(op->getLoc(), op->getResultTypes(), grad.getGrad(), grad.getWeight(),
+                                                inputs);
+  // The epilogue: the accumulator, then the other operands; the op itself, yielded.
+  llvm::SmallVector<mlir::Type> types{grad.getType()};
+  for (mlir::Value input : inputs) types.push_back(input.getType());
+  mlir::Block *epilogue = b.createBlock(&fused.getEpilogue(), {}, types,
+                                        llvm::SmallVector<mlir::Location>(types.size(), op->getLoc()));
+  mlir::IRMapping map;
+  map.map(grad.getResult(), epilogue->getArgument(0));
+  for (auto [input, argument] : llvm::zip(inputs, epilogue->getArguments().drop_front())) map.map(input, argument);
+  mlir::Operation *inner = b.clone(*op, map);
+  b.create<YieldOp>(op->getLoc(), inner->getResults());
+  op->replaceAllUsesWith(fused->getResults());
+  op->erase();
+  grad->erase();
+}
+
+struct NormGradGemmFusionPass : impl::TlFuseNormGradGemmBase<NormGradGemmFusionPass> {
+  void runOnOperation() override {
+    mlir::OpBuilder b(&getContext());
+    for (auto func : getOperation().getOps<mlir::func::FuncOp>()) {
+      llvm::SmallVector<mlir::Operation *> rows;
+      for (mlir::Operation &op : func.getBody().front())
+        if (op.hasTrait<OpTrait::RowEpilogueFusable>()) rows.push_back(&op);
+      for (mlir::Operation *op : rows)
+        if (auto [grad, index] = gemmOperand(op); grad) foldIntoGemm(op, grad, index, b);
+    }
+  }
+};
+
+} // namespace
+} // namespace tl

@@ -1,0 +1,43 @@
+// tl-fuse-norm-grad-gemm: an RMSNorm backward whose d y is a dX GEMM read by it alone
+// becomes that GEMM's whole epilogue (the accumulator first, then the norm's other
+// operands, the residual's gradient included); a dX read by another op too, or a d y
+// that no GEMM computes, stays as it is.
+// RUN: tl-opt --tl-fuse-norm-grad-gemm %s -split-input-file | FileCheck %s
+
+// CHECK-LABEL: func.func @folds
+// CHECK-NEXT: %[[F:.*]]:3 = tl.fused_linear_grad_input grad(%arg2 : tensor<2x8x96xf32>) weight(%arg3 : tensor<96x32xf32>) epilogue(%arg0, %arg1, %arg4 : tensor<2x8x32xf32>, tensor<32xf32>, tensor<2x8x32xf32>) {
+// CHECK-NEXT: ^bb0(%[[ACC:[^:]*]]: tensor<2x8x32xf32>, %[[X:[^:]*]]: tensor<2x8x32xf32>, %[[G:[^:]*]]: tensor<32xf32>, %[[R:[^:]*]]: tensor<2x8x32xf32>):
+// CHECK-NEXT: %[[N:.*]]:3 = tl.rmsnorm_grad %[[X]], %[[G]], %[[ACC]], %[[R]] {eps = 1.0e-06, with_normalized}
+// CHECK-NEXT: tl.yield %[[N]]#0, %[[N]]#1, %[[N]]#2 :
+// CHECK-NEXT: } -> tensor<2x8x32xf32>, tensor<32xf32>, tensor<2x8x32xf32>
+// CHECK-NOT: tl.linear_grad_input
+// CHECK: return %[[F]]#0, %[[F]]#1, %[[F]]#2
+func.func @folds(%x: tensor<2x8x32xf32>, %gain: tensor<32xf32>, %dqkv: tensor<2x8x96xf32>, %w: tensor<96x32xf32>,
+                 %residual: tensor<2x8x32xf32>) -> (tensor<2x8x32xf32>, tensor<32xf32>, tensor<2x8x32xf32>) {
+  %dy = tl.linear_grad_input %dqkv, %w : (tensor<2x8x96xf32>, tensor<96x32xf32>) -> tensor<2x8x32xf32>
+  %dx, %dgain, %normalized = tl.rmsnorm_grad %x, %gain, %dy, %residual {eps = 1.0e-06, with_normalized} : (tensor<2x8x32xf32>, tensor<32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> (tensor<2x8x32xf32>, tensor<32xf32>, tensor<2x8x32xf32>)
+  return %dx, %dgain, %normalized : tensor<2x8x32xf32>, tensor<32xf32>, tensor<2x8x32xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @dy_read_twice
+// CHECK-NEXT: %[[DY:.*]] = tl.linear_grad_input %arg2, %arg3
+// CHECK-NEXT: tl.rmsnorm_grad %arg0, %arg1, %[[DY]] {eps
+// CHECK-NOT: tl.fused_linear_grad_input
+func.func @dy_read_twice(%x: tensor<8x32xf32>, %gain: tensor<32xf32>, %dqkv: tensor<8x96xf32>, %w: tensor<96x32xf32>)
+    -> (tensor<8x32xf32>, tensor<32xf32>, tensor<8x32xf32>) {
+  %dy = tl.linear_grad_input %dqkv, %w : (tensor<8x96xf32>, tensor<96x32xf32>) -> tensor<8x32xf32>
+  %dx, %dgain = tl.rmsnorm_grad %x, %gain, %dy {eps = 1.0e-06} : (tensor<8x32xf32>, tensor<32xf32>, tensor<8x32xf32>) -> (tensor<8x32xf32>, tensor<32xf32>)
+  return %dx, %dgain, %dy : tensor<8x32xf32>, tensor<32xf32>, tensor<8x32xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @no_gemm
+// CHECK-NEXT: tl.rmsnorm_grad %arg0, %arg1, %arg2 {eps
+// CHECK-NOT: tl.fused_linear_grad_input
+func.func @no_gemm(%x: tensor<8x32xf32>, %gain: tensor<32xf32>, %dy: tensor<8x32xf32>) -> (tensor<8x32xf32>, tensor<32xf32>) {
+  %dx, %dgain = tl.rmsnorm_grad %x, %gain, %dy {eps = 1.0e-06} : (tensor<8x32xf32>, tensor<32xf32>, tensor<8x32xf32>) -> (tensor<8x32xf32>, tensor<32xf32>)
+  return %dx, %dgain : tensor<8x32xf32>, tensor<32xf32>
+}
