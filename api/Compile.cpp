@@ -45,7 +45,7 @@ static void buildPipeline(mlir::OpPassManager &pm, const CompileOptions &options
     pm.addPass(tl::createTlFuseElementwise());   // the backward's elementwise chains
     pm.addPass(tl::createTlFuseGradEpilogue());  // those reading a dX, in its GEMM's epilogue
     pm.addPass(tl::createTlFuseLossGrad());      // the loss and d logits in one pass over the logits
-    pm.addPass(tl::createTlFuseNormGradGemm());  // the norms' backward in the dX GEMMs' epilogues
+    if (options.fuseNormGrad) pm.addPass(tl::createTlFuseNormGradGemm());  // the norms' backward in the dX GEMMs
   }
 }
 

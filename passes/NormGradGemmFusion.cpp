@@ -8,6 +8,12 @@
 // row's tiles (compiler/codegen/templates/gemm_norm_grad.cuh), so each tile finishes its
 // own columns and d y is never stored. Any op with the RowEpilogueFusable trait whose
 // operand is a dX GEMM's result, read by it alone, moves in the same way.
+//
+// Only rows of at most `max-row` (1024) columns, a multiple of 8: a row's tiles are one
+// cluster of at most 8 blocks, which must all be resident at once. At the 1.1B's 2048
+// columns a row took 8 tiles of 256 columns, one block an SM, and the clusters of the
+// dX GEMMs ran in two waves where the GEMMs alone take one (an H100: 2.0-2.5x the time of
+// the GEMM and the row kernel); those norms keep their row kernel.
 #include "passes/Passes.h"
 
 #include "compiler/TlDialect.h"
@@ -56,14 +62,18 @@ void foldIntoGemm(mlir::Operation *op, LinearGradInputOp grad, unsigned gemmInde
 }
 
 struct NormGradGemmFusionPass : impl::TlFuseNormGradGemmBase<NormGradGemmFusionPass> {
+  using TlFuseNormGradGemmBase::TlFuseNormGradGemmBase;
   void runOnOperation() override {
     mlir::OpBuilder b(&getContext());
     for (auto func : getOperation().getOps<mlir::func::FuncOp>()) {
       llvm::SmallVector<mlir::Operation *> rows;
       for (mlir::Operation &op : func.getBody().front())
         if (op.hasTrait<OpTrait::RowEpilogueFusable>()) rows.push_back(&op);
-      for (mlir::Operation *op : rows)
-        if (auto [grad, index] = gemmOperand(op); grad) foldIntoGemm(op, grad, index, b);
+      for (mlir::Operation *op : rows) {
+        auto [grad, index] = gemmOperand(op);
+        int64_t width = grad ? llvm::cast<mlir::RankedTensorType>(grad.getType()).getShape().back() : 0;
+        if (grad && width % 8 == 0 && width <= maxRow) foldIntoGemm(op, grad, index, b);
+      }
     }
   }
 };

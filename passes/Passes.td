@@ -117,8 +117,13 @@ def TlFuseNormGradGemm : Pass<"tl-fuse-norm-grad-gemm", "mlir::ModuleOp"> {
     whose gradient operand is a tl.linear_grad_input read by it alone becomes that
     GEMM's epilogue: one tl.fused_linear_grad_input whose tiles share each row's sums
     and write d x and d gain (and, at O3, the residual's gradient added and x̂·g), so
-    d y is never stored.
+    d y is never stored. Only rows the kernels can share among a cluster's tiles are
+    folded: a multiple of 8 columns, at most `max-row` of them.
   }];
+  let options = [
+    Option<"maxRow", "max-row", "int64_t", /*default=*/"1024",
+           "the widest row folded: 8 tiles of 128 columns, which fit a cluster at two or more blocks an SM">
+  ];
   let dependentDialects = ["tl::TlDialect"];
 }
 

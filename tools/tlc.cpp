@@ -167,6 +167,10 @@ cl::opt<std::string> chartPath("chart", cl::desc("also draw the table as an SVG 
                                cl::cat(ladderCategory), cl::sub(ladderCommand));
 
 // -- tlc train ------------------------------------------------------------------------
+cl::opt<bool> fuseNormGrad("fuse-norm-grad",
+                           cl::desc("O2+: RMSNorm's backward in the dX GEMM's epilogue (tl-fuse-norm-grad-gemm; "
+                                    "off by default, not faster yet)"),
+                           cl::init(false), cl::cat(trainCategory), cl::sub(trainCommand));
 cl::opt<int64_t> numSteps("num-steps", cl::desc("training steps (default 50)"), cl::init(50), cl::cat(trainCategory),
                           cl::sub(trainCommand));
 cl::opt<double> learningRate("learning-rate", cl::desc("AdamW learning rate (default 3e-4)"), cl::init(3e-4),
@@ -249,7 +253,7 @@ std::string checkTrainFlags() {
 }
 
 // The level, shape and dtype the flags ask for (--seq-len fitted to the model first).
-tlc::CompileOptions compileOptions() { return {optLevel, batchSize, seqLen, dtype}; }
+tlc::CompileOptions compileOptions() { return {optLevel, batchSize, seqLen, dtype, fuseNormGrad}; }
 
 tlc::AdamWOptions adamwOptions() {
   return {learningRate, beta1, beta2, adamEps, weightDecay, clipGradNorm};

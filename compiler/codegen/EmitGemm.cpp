@@ -27,7 +27,7 @@ int maxClusterTiles() { return std::getenv("TLC_NO_CLUSTERS") ? 0 : 8; }
 // RMSNorm's backward in the epilogue (gemm_norm_grad.cuh): its shared memory after the
 // accumulator tile and row scales, and the workspace and sync words of the form without
 // clusters (a superset of the clustered form's), for tiles of BM x BN.
-int64_t normGradSharedBytes(int BM, int threads) { return (4 * int64_t(BM) + threads) * 4; }
+int64_t normGradSharedBytes(int BM, int threads) { return (4 * int64_t(BM) + 8 * int64_t(threads)) * 4; }
 int64_t normGradWorkspaceBytes(const GemmSpec &gemm, int BM, int BN) {
   int64_t tilesM = ceilDiv(gemm.M, BM), tilesN = ceilDiv(gemm.N, BN);
   return (tilesM * gemm.N + tilesN * 2 * tilesM * BM + gemm.M * gemm.N) * 4;

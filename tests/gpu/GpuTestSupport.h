@@ -32,13 +32,13 @@ inline std::unique_ptr<GpuDevice> openDevice() {
 
 // A forward, or with `training` the training step (forward, backward, AdamW).
 inline Program compile(const LlamaConfig &config, int level, int64_t batch, int64_t seq, const std::string &dtype,
-                       const AdamWOptions *training = nullptr) {
+                       const AdamWOptions *training = nullptr, bool fuseNormGrad = false) {
   mlir::DialectRegistry registry;
   registerTlcDialects(registry);
   mlir::MLIRContext context(registry);
   context.loadAllAvailableDialects();
   auto module = buildLlamaModule(context, config);
-  CompileOptions options{level, batch, seq, dtype};
+  CompileOptions options{level, batch, seq, dtype, fuseNormGrad};
   EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, training)));
   auto program = buildProgram(*module, options, training);
   EXPECT_TRUE(mlir::succeeded(program));

@@ -200,5 +200,30 @@ TEST_P(GpuTrainingKernels, EachMatchesTheCpuReference) {
 // and writing the normalized input), so every level runs.
 INSTANTIATE_TEST_SUITE_P(Levels, GpuTrainingKernels, ::testing::ValuesIn(allCases(3)), caseName);
 
+// --fuse-norm-grad: RMSNorm's backward in the dX GEMMs (a row's tiles one cluster on
+// sm_90; TLC_NO_CLUSTERS=1 runs the workspace form), at O2 and O3 (with the residual's
+// gradient and the normalized input), the workshop's widths (the 1.1B's are not folded).
+class GpuNormGradInGemm : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuNormGradInGemm, EachMatchesTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  const Case &c = GetParam();
+  Shape shape = testShape(c.model);
+  AdamWOptions adamw;
+  Program program = compile(shape.config, c.level, shape.batch, shape.seq, c.dtype, &adamw, /*fuseNormGrad=*/true);
+  int fused = 0;
+  for (const Kernel &kernel : program.kernels) fused += kernel.name.rfind("tl_linear_grad_input_rmsnorm_grad", 0) == 0;
+  EXPECT_GT(fused, 0);
+  EXPECT_GT(checkKernels(*device, program, c.dtype,
+                         [](const Kernel &kernel) { return kernel.name.rfind("tl_linear_grad_input_rmsnorm_grad", 0) == 0; }),
+            0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, GpuNormGradInGemm,
+                         ::testing::Values(Case{"workshop", 2, "f32"}, Case{"workshop", 2, "bf16"}, Case{"workshop", 3, "f32"},
+                                           Case{"workshop", 3, "bf16"}),
+                         caseName);
+
 } // namespace
 } // namespace tlc

@@ -17,8 +17,9 @@
 //
 // Spec (besides the GEMM's): NORM_GRAD, CLUSTER_N, NORM_GRAD_EPS, NORM_GRAD_RESIDUAL,
 // NORM_GRAD_NORMALIZED; norm_x, norm_gain, norm_dx, norm_dgain, norm_residual,
-// norm_normalized (p) pointers; rows of N elements. Shared memory after the accumulator
-// tile (BM rows of LD floats) and its BM row scales: 4 * BM + THREADS floats.
+// norm_normalized (p) pointers; rows of N elements, N a multiple of 8. Shared memory after
+// the accumulator tile (BM rows of LD floats) and its BM row scales: 4 * BM + 8 * THREADS
+// floats.
 #pragma once
 #include "gemm_common.cuh"
 
@@ -67,64 +68,97 @@ template <class S> struct tl_norm_grad_workspace {
   TL_DEVICE static unsigned *row_count(const Params &p, int tm) { return p.sync + S::TILES_N + tm; }
 };
 
-// Each row's Σ x² and Σ g dy x over columns col0 .. col0 + width - 1, a warp per row.
+// Thread t takes the 8 columns lc = t % PER_ROW * 8 of rows t / PER_ROW + k * ROW_STEP,
+// k < ROWS: 16-byte loads and stores, and a row's threads are PER_ROW (at most 32)
+// neighbouring lanes of one warp.
+template <class S, int THREADS> struct tl_norm_grad_chunks {
+  static constexpr int PER_ROW = S::BN / 8, ROW_STEP = THREADS / PER_ROW, ROWS = S::BM / ROW_STEP;
+  static_assert(S::N % 8 == 0 && S::BN % 8 == 0 && PER_ROW <= 32 && THREADS % PER_ROW == 0 && S::BM % ROW_STEP == 0,
+                "rows of whole 16-byte chunks, a row's chunks in one warp");
+  TL_DEVICE static int column() { return threadIdx.x % PER_ROW * 8; }
+  TL_DEVICE static int row(int k) { return threadIdx.x / PER_ROW + k * ROW_STEP; }
+};
+
+// Each row's Σ x² and Σ g dy x over columns col0 .. col0 + width - 1; dy(r, c, v) gives
+// the row's d y at tile columns c .. c + 7.
 template <class S, int THREADS, class Dy>
 TL_DEVICE void tl_norm_grad_row_sums(const typename S::Params &p, int m0, int col0, int width, Dy dy, float *squares,
                                      float *projections) {
-  const int lane = threadIdx.x % TL_WARP;
-  for (int r = threadIdx.x / TL_WARP; r < S::BM; r += THREADS / TL_WARP) {
-    float square = 0.0f, projection = 0.0f;
-    if (m0 + r < S::M) {
-      const auto *x = S::norm_x(p) + (tl_i64)(m0 + r) * S::N + col0;
-      for (int c = lane; c < width; c += TL_WARP) {
-        const float xv = tl_ld(x, c);
-        square = fmaf(xv, xv, square);
-        projection = fmaf(tl_ld(S::norm_gain(p), col0 + c) * dy(r, c), xv, projection);
+  using C = tl_norm_grad_chunks<S, THREADS>;
+  const int lc = C::column();
+  float square[C::ROWS], projection[C::ROWS], g[8];
+  if (lc < width) tl_ld8(S::norm_gain(p), col0 + lc, g);
+#pragma unroll
+  for (int k = 0; k < C::ROWS; ++k) {  // every row's loads first, then the sums
+    const int m = m0 + C::row(k);
+    square[k] = projection[k] = 0.0f;
+    if (lc < width && m < S::M) {
+      float x[8], d[8];
+      tl_ld8(S::norm_x(p), (tl_i64)m * S::N + col0 + lc, x);
+      dy(C::row(k), lc, d);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        square[k] = fmaf(x[j], x[j], square[k]);
+        projection[k] = fmaf(g[j] * d[j], x[j], projection[k]);
       }
     }
-    square = tl_warp_sum(square);
-    projection = tl_warp_sum(projection);
-    if (lane == 0) {
-      squares[r] = square;
-      projections[r] = projection;
+  }
+#pragma unroll
+  for (int k = 0; k < C::ROWS; ++k) {
+    for (int lanes = C::PER_ROW / 2; lanes > 0; lanes >>= 1) {
+      square[k] += TL_SHFL_XOR(square[k], lanes);
+      projection[k] += TL_SHFL_XOR(projection[k], lanes);
+    }
+    if (lc == 0) {
+      squares[C::row(k)] = square[k];
+      projections[C::row(k)] = projection[k];
     }
   }
 }
 
 // d x (+ the residual's gradient) and x r g for the rows of row tile tm at columns col0 ..
-// col0 + width - 1, a thread per column and THREADS / BN groups of rows; the tile's d gain
-// column sums (rows in order within a group, then the groups in order) to the workspace.
-// factors: each row's r, then its mean.
+// col0 + width - 1; the tile's d gain column sums (each thread's rows in order, then the
+// threads of a column in row order) to the workspace. factors: each row's r, then its mean.
 template <class S, int THREADS, class Dy>
 TL_DEVICE void tl_norm_grad_columns(const typename S::Params &p, int tm, int m0, int col0, int width, Dy dy,
                                     const float *factors, float *gainSums) {
-  constexpr int COLS = S::BN < THREADS ? S::BN : THREADS, GROUPS = THREADS / COLS;
-  const int group = threadIdx.x / COLS;
-  for (int c0 = 0; c0 < width; c0 += COLS) {
-    const int c = c0 + threadIdx.x % COLS;
-    float gainSum = 0.0f;
-    if (c < width) {
-      const int n = col0 + c;
-      const float g = tl_ld(S::norm_gain(p), n);
-      for (int r = group; r < S::BM && m0 + r < S::M; r += GROUPS) {
-        const tl_i64 at = (tl_i64)(m0 + r) * S::N + n;
-        const float x = tl_ld(S::norm_x(p), at), d = dy(r, c), inverse = factors[r];
-        float dx = tl_rmsnorm_input_grad(x, g, d, inverse, factors[S::BM + r]);
-        if constexpr (S::NORM_GRAD_RESIDUAL) dx += tl_ld(S::norm_residual(p), at);
-        tl_st(S::norm_dx(p), at, dx);
-        if constexpr (S::NORM_GRAD_NORMALIZED) tl_st(S::norm_normalized(p), at, x * inverse * g);
-        gainSum = fmaf(d * x, inverse, gainSum);
+  using C = tl_norm_grad_chunks<S, THREADS>;
+  const int lc = C::column();
+  float gainSum[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  if (lc < width) {
+    float g[8];
+    tl_ld8(S::norm_gain(p), col0 + lc, g);
+#pragma unroll
+    for (int k = 0; k < C::ROWS; ++k) {
+      const int r = C::row(k);
+      if (m0 + r >= S::M) continue;
+      const tl_i64 at = (tl_i64)(m0 + r) * S::N + col0 + lc;
+      float x[8], d[8], dx[8];
+      tl_ld8(S::norm_x(p), at, x);
+      dy(r, lc, d);
+      if constexpr (S::NORM_GRAD_RESIDUAL) tl_ld8(S::norm_residual(p), at, dx);
+      const float inverse = factors[r], mean = factors[S::BM + r];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float grad = tl_rmsnorm_input_grad(x[j], g[j], d[j], inverse, mean);
+        dx[j] = S::NORM_GRAD_RESIDUAL ? dx[j] + grad : grad;
+        gainSum[j] = fmaf(d[j] * x[j], inverse, gainSum[j]);
+        x[j] = x[j] * inverse * g[j];
       }
+      tl_st8(S::norm_dx(p), at, dx);
+      if constexpr (S::NORM_GRAD_NORMALIZED) tl_st8(S::norm_normalized(p), at, x);
     }
-    gainSums[threadIdx.x] = gainSum;
-    __syncthreads();
-    if (threadIdx.x < COLS && c < width) {
-      float sum = 0.0f;
-      for (int k = 0; k < GROUPS; ++k) sum += gainSums[k * COLS + threadIdx.x];
-      tl_norm_grad_workspace<S>::gain_part(p)[(tl_i64)tm * S::N + col0 + c] = sum;
-    }
-    __syncthreads();
   }
+  float *mine = gainSums + (threadIdx.x / C::PER_ROW) * S::BN + lc;  // [ROW_STEP][BN]
+#pragma unroll
+  for (int j = 0; j < 8; ++j) mine[j] = gainSum[j];
+  __syncthreads();
+  for (int c = threadIdx.x; c < width; c += THREADS) {
+    float sum = 0.0f;
+    for (int k = 0; k < C::ROW_STEP; ++k) sum += gainSums[k * S::BN + c];
+    tl_norm_grad_workspace<S>::gain_part(p)[(tl_i64)tm * S::N + col0 + c] = sum;
+  }
+  __syncthreads();
 }
 
 // The last row tile to arrive for column tile tn adds the tiles' d gain sums in order.
@@ -148,7 +182,7 @@ TL_DEVICE void tl_gemm_norm_grad(const typename S::Params &p, const tl_tile_cols
   using W = tl_norm_grad_workspace<S>;
   constexpr int BM = S::BM;
   float *partial = tileRows + BM * LD + BM, *factors = partial + 2 * BM, *gainSums = factors + 2 * BM;
-  auto fromTile = [&](int r, int c) { return tileRows[r * LD + c]; };
+  auto fromTile = [&](int r, int c, float (&v)[8]) { tl_ld8(tileRows + r * LD, c, v); };
   auto setFactors = [&](int r, float squares, float projection) {
     const float inverse = rsqrtf(squares / (float)S::N + S::NORM_GRAD_EPS);
     factors[r] = inverse;
@@ -200,7 +234,9 @@ TL_DEVICE void tl_gemm_norm_grad(const typename S::Params &p, const tl_tile_cols
   const volatile float *dyRows = dy;
   for (int t = 0; t < S::TILES_N; ++t) {
     const tl_tile_cols other = S::tile_cols(t);
-    auto fromWorkspace = [&](int r, int c) { return dyRows[(tl_i64)(m0 + r) * S::N + other.col0 + c]; };
+    auto fromWorkspace = [&](int r, int c, float (&v)[8]) {
+      for (int j = 0; j < 8; ++j) v[j] = dyRows[(tl_i64)(m0 + r) * S::N + other.col0 + c + j];
+    };
     tl_norm_grad_columns<S, THREADS>(p, tm, m0, other.col0, other.width, fromWorkspace, factors, gainSums);
     tl_norm_grad_gain_total<S>(p, t);
   }

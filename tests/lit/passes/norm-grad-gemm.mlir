@@ -1,7 +1,7 @@
 // tl-fuse-norm-grad-gemm: an RMSNorm backward whose d y is a dX GEMM read by it alone
 // becomes that GEMM's whole epilogue (the accumulator first, then the norm's other
 // operands, the residual's gradient included); a dX read by another op too, or a d y
-// that no GEMM computes, stays as it is.
+// that no GEMM computes, or a row wider than max-row, stays as it is.
 // RUN: tl-opt --tl-fuse-norm-grad-gemm %s -split-input-file | FileCheck %s
 
 // CHECK-LABEL: func.func @folds
@@ -40,4 +40,18 @@ func.func @dy_read_twice(%x: tensor<8x32xf32>, %gain: tensor<32xf32>, %dqkv: ten
 func.func @no_gemm(%x: tensor<8x32xf32>, %gain: tensor<32xf32>, %dy: tensor<8x32xf32>) -> (tensor<8x32xf32>, tensor<32xf32>) {
   %dx, %dgain = tl.rmsnorm_grad %x, %gain, %dy {eps = 1.0e-06} : (tensor<8x32xf32>, tensor<32xf32>, tensor<8x32xf32>) -> (tensor<8x32xf32>, tensor<32xf32>)
   return %dx, %dgain : tensor<8x32xf32>, tensor<32xf32>
+}
+
+// -----
+
+// Rows wider than a cluster's tiles hold (max-row, 1024 columns) keep their row kernel.
+// CHECK-LABEL: func.func @row_too_wide
+// CHECK-NEXT: tl.linear_grad_input
+// CHECK-NEXT: tl.rmsnorm_grad
+// CHECK-NOT: tl.fused_linear_grad_input
+func.func @row_too_wide(%x: tensor<8x2048xf32>, %gain: tensor<2048xf32>, %dqkv: tensor<8x96xf32>, %w: tensor<96x2048xf32>)
+    -> (tensor<8x2048xf32>, tensor<2048xf32>) {
+  %dy = tl.linear_grad_input %dqkv, %w : (tensor<8x96xf32>, tensor<96x2048xf32>) -> tensor<8x2048xf32>
+  %dx, %dgain = tl.rmsnorm_grad %x, %gain, %dy {eps = 1.0e-06} : (tensor<8x2048xf32>, tensor<2048xf32>, tensor<8x2048xf32>) -> (tensor<8x2048xf32>, tensor<2048xf32>)
+  return %dx, %dgain : tensor<8x2048xf32>, tensor<2048xf32>
 }

@@ -227,8 +227,17 @@ TEST(Codegen, BackwardEpiloguesAreInsideTheirKernels) {
   EXPECT_EQ(loss.workspaceBytes, 8 * 127 * 4);  // a loss per prediction, added in order
   for (const Kernel &kernel : step.kernels) EXPECT_NE(kernel.name.rfind("tl_cross_entropy_bf16", 0), 0u) << kernel.name;
 
-  // RMSNorm's backward is the whole epilogue of the dX GEMM that computes its d y: a
-  // row's 8 column tiles are one cluster on sm_90, and d y is no output of the kernel.
+  // By default each norm's backward is a row kernel of its own.
+  EXPECT_TRUE(contains(kernelNamed(step, "tl_rmsnorm_grad_bf16_8x128x512").source, "tl_rmsnorm_grad_rows<"));
+}
+
+// With --fuse-norm-grad RMSNorm's backward is the whole epilogue of the dX GEMM that
+// computes its d y: a row's 8 column tiles are one cluster on sm_90, and d y is no output
+// of the kernel.
+TEST(Codegen, NormBackwardInsideTheDxGemmWhenAsked) {
+  CompileOptions options{2, 8, 128, "bf16"};
+  options.fuseNormGrad = true;
+  Program step = compileTrainingStepFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", options, AdamWOptions{});
   const Kernel &norm = kernelNamed(step, "tl_linear_grad_input_rmsnorm_grad_bf16_1024x1024x512");
   EXPECT_TRUE(contains(norm.source, "tl_gemm_mma<"));
   EXPECT_TRUE(contains(norm.source, "static constexpr bool NORM_GRAD = true;"));
