@@ -10,10 +10,10 @@
 // operand is a dX GEMM's result, read by it alone, moves in the same way.
 //
 // Only rows of at most `max-row` (1024) columns, a multiple of 8: a row's tiles are one
-// cluster of at most 8 blocks, which must all be resident at once. At the 1.1B's 2048
-// columns a row took 8 tiles of 256 columns, one block an SM, and the clusters of the
-// dX GEMMs ran in two waves where the GEMMs alone take one (an H100: 2.0-2.5x the time of
-// the GEMM and the row kernel); those norms keep their row kernel.
+// cluster of at most 8 blocks, all resident at once. At the 1.1B's 2048 columns a row was
+// 8 tiles of 128x256, one block an SM, and the clustered dX GEMMs took about twice the
+// time of the GEMM and the row kernel apart (an H100: 1.96-2.10x; see docs/training.md);
+// those norms keep their row kernel.
 #include "passes/Passes.h"
 
 #include "compiler/TlDialect.h"

@@ -230,6 +230,8 @@ std::string checkTrainFlags() {
       return fmt::format("--{} does not apply to tlc train{}", option->ArgStr.str(),
                          option == &tokensPath ? " (train on a token file with --data=FILE)" : "");
   if (numSteps < 1) return fmt::format("--num-steps={} must be at least 1", numSteps.getValue());
+  if (fuseNormGrad && optLevel < 2)
+    return fmt::format("--fuse-norm-grad needs -O2 or -O3 (the levels that fuse the backward), not -O{}", optLevel);
   if (seqLen < 2) return fmt::format("--seq-len={}: training needs 2 or more tokens a sequence (each predicts the next)",
                                      seqLen.getValue());
   struct Bound {

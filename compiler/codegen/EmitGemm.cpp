@@ -20,9 +20,9 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 constexpr int kFixedTile = 64;            // the SIMT and MFMA paths
 constexpr int64_t kSimtSharedBytes = 64 * 72 * 4 + 64 * 4;
-// A row's column tiles in one cluster, at most the portable cluster size (gemm_norm_grad.cuh);
-// TLC_NO_CLUSTERS=1 runs the workspace form instead (to test and time it on a Hopper).
-int maxClusterTiles() { return std::getenv("TLC_NO_CLUSTERS") ? 0 : 8; }
+// A row's column tiles in one cluster (gemm_norm_grad.cuh); TLC_NO_CLUSTERS=1 runs the
+// workspace form instead (to test and time it on a Hopper).
+int maxClusterTiles() { return std::getenv("TLC_NO_CLUSTERS") ? 0 : kMaxClusterTiles; }
 
 // RMSNorm's backward in the epilogue (gemm_norm_grad.cuh): its shared memory after the
 // accumulator tile and row scales, and the workspace and sync words of the form without
@@ -127,8 +127,8 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   // (also where the last wave's tiles split K; never where every tile does).
   bool normShared = hopper && gemm.rowNorm && hopperSplitTiles < hopperTiles &&
                     hopperTiles > kTunedMultiprocessors * hopper->blocksPerMultiprocessor();
-  // RMSNorm's backward: a row's column tiles as one cluster on NVIDIA's sm_90 (the same
-  // rule as the Spec's CLUSTER_N, for the tile the NVIDIA path runs).
+  // RMSNorm's backward: a row's column tiles as one cluster on NVIDIA's sm_90, for the
+  // tile the NVIDIA path runs (the only Spec instantiated there; AMD has no clusters).
   int64_t nvidiaColumnTiles = columnTiles(gemm, matrixUnits ? nvidia.BN : kFixedTile);
   int64_t clusterTiles = gemm.normGrad && nvidiaColumnTiles <= maxClusterTiles() ? nvidiaColumnTiles : 1;
   if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
@@ -162,14 +162,14 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                       normShared);
   spec += fmt::format("  static constexpr bool NORM_GRAD = {};  // the epilogue is RMSNorm's backward (gemm_norm_grad.cuh)\n",
                       gemm.normGrad.has_value());
-  spec += fmt::format("  static constexpr int CLUSTER_N = NORM_GRAD && TILES_N <= {} ? TILES_N : 1;  // a row's tiles, one "
-                      "cluster where the target has them\n",
-                      maxClusterTiles());
+  spec += fmt::format("  static constexpr int CLUSTER_N = {};  // a row's tiles, one cluster where the target has them\n",
+                      clusterTiles);
   if (gemm.normGrad) {
-    const GemmNormGrad &norm = *gemm.normGrad;
+    const RowSpec &norm = *gemm.normGrad;
     auto pointer = [&](const char *hook, int param, bool output) {
       if (param < 0)
-        return fmt::format("  TL_DEVICE static {}float *{}(const Params &) {{ return nullptr; }}\n", output ? "" : "const ", hook);
+        return fmt::format("  TL_DEVICE static {}float *{}(const Params &) {{ return nullptr; }}\n",
+                           output ? "" : "const ", hook);
       return fmt::format("  TL_DEVICE static {}{} *{}(const Params &p) {{ return p.{}; }}\n", output ? "" : "const ",
                          source.type(param), hook, source.name(param));
     };
@@ -177,7 +177,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     spec += fmt::format("  static constexpr bool NORM_GRAD_RESIDUAL = {}, NORM_GRAD_NORMALIZED = {};\n", norm.residual >= 0,
                         norm.normalized >= 0);
     spec += pointer("norm_x", norm.x, false) + pointer("norm_gain", norm.gain, false) +
-            pointer("norm_residual", norm.residual, false) + pointer("norm_dx", norm.dx, true) +
+            pointer("norm_residual", norm.residual, false) + pointer("norm_dx", norm.y, true) +
             pointer("norm_dgain", norm.gainGrad, true) + pointer("norm_normalized", norm.normalized, true);
   }
 
@@ -291,11 +291,11 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                                       "accumulator rows",
                                                       gemm.eps, source.name(gemm.b))));
   if (gemm.normGrad) {
-    const GemmNormGrad &norm = *gemm.normGrad;
+    const RowSpec &norm = *gemm.normGrad;
     details = {fmt::format(
         "epilogue, RMSNorm's backward (eps {}) on the accumulator d y: {} = r (g dy - x r mean){} with x = {}, g = {}, "
         "r = 1 / sqrt(mean(x^2) + eps), mean = r sum(g dy x) / {}; {} = sum over rows of dy x r{}",
-        norm.eps, source.name(norm.dx), norm.residual >= 0 ? fmt::format(" + {}", source.name(norm.residual)) : "",
+        norm.eps, source.name(norm.y), norm.residual >= 0 ? fmt::format(" + {}", source.name(norm.residual)) : "",
         source.name(norm.x), source.name(norm.gain), gemm.N, source.name(norm.gainGrad),
         norm.normalized >= 0 ? fmt::format("; {} = x r g", source.name(norm.normalized)) : "")};
     details.push_back(
@@ -384,10 +384,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   int64_t fixedShared = kSimtSharedBytes + (gemm.normGrad ? normGradSharedBytes(kFixedTile, 256) : 0);
   if (matrixUnits)
     emitted.launch["cuda"] = {gemm.batch * ceilDiv(gemm.M, nvidia.BM) * columnTiles(gemm, nvidia.BN), nvidia.threads(),
-                              gemm.normGrad ? std::max(nvidia.sharedBytes(),
-                                                       int64_t(nvidia.BM) * (nvidia.BN + 8) * 4 + nvidia.BM * 4 +
-                                                           normGradSharedBytes(nvidia.BM, nvidia.threads()))
-                                            : nvidia.sharedBytes()};
+                              nvidia.sharedBytes(gemm.normGrad ? normGradSharedBytes(nvidia.BM, nvidia.threads()) : 0)};
   else emitted.launch["cuda"] = {fixedTiles, 256, fixedShared};
   if (gemm.normGrad) {  // either tile's layout (AMD and SIMT run 64x64 tiles)
     emitted.workspaceBytes = std::max(normGradWorkspaceBytes(gemm, kFixedTile, kFixedTile),

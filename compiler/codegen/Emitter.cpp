@@ -50,8 +50,8 @@ std::string KernelSource::entryOpen(const std::string &threads, const std::vecto
   fields.push_back("sync");
   params.insert(params.end(), extra.begin(), extra.end());
   return fmt::format("extern \"C\" __global__ void {}__launch_bounds__({})\n{}({}) {{\n  const {}_params p{{{}}};\n{}",
-                     attributes.empty() ? "" : attributes + " ", threads, entry(), fmt::join(params, ", "), entry(), fmt::join(fields, ", "),
-                     early ? "  tl_allow_dependents_at_start();\n" : "");
+                     attributes.empty() ? "" : attributes + " ", threads, entry(), fmt::join(params, ", "), entry(),
+                     fmt::join(fields, ", "), early ? "  tl_allow_dependents_at_start();\n" : "");
 }
 
 std::string KernelSource::header(const std::string &what, const std::vector<std::string> &details) const {

@@ -522,6 +522,22 @@ GemmSpec buildLinearGradInput(KernelContext &context, tl::LinearGradInputOp op) 
                      op.getWeight(), op.getResult());
 }
 
+// RMSNorm's backward: its arguments, and d y's unless it is `accumulator` (the GEMM's tile,
+// when the backward is a dX GEMM's epilogue).
+RowSpec normGradRows(KernelContext &context, tl::RMSNormGradOp norm, mlir::Value accumulator = {}) {
+  RowSpec spec;
+  spec.kind = RowSpec::Kind::RmsNormGrad;
+  spec.x = context.requireParam(norm.getInput(), "input");
+  spec.gain = context.requireParam(norm.getGain(), "gain");
+  if (norm.getGrad() != accumulator) spec.dy = context.requireParam(norm.getGrad(), "gradient");
+  spec.y = context.requireParam(norm.getInputGrad(), "input gradient");
+  spec.gainGrad = context.requireParam(norm.getGainGrad(), "gain gradient");
+  if (norm.getResidual()) spec.residual = context.requireParam(norm.getResidual(), "residual");
+  if (norm.getNormalized()) spec.normalized = context.requireParam(norm.getNormalized(), "normalized input");
+  spec.eps = norm.getEpsAttr().getValueAsDouble();
+  return spec;
+}
+
 // The same GEMM with the ops that read dX in its epilogue (tl.fused_linear_grad_input).
 GemmSpec buildFusedLinearGradInput(KernelContext &context, tl::FusedLinearGradInputOp fused) {
   context.addComputed(fused);
@@ -533,17 +549,10 @@ GemmSpec buildFusedLinearGradInput(KernelContext &context, tl::FusedLinearGradIn
   if (fused.isRowEpilogue()) {
     auto norm = llvm::dyn_cast<tl::RMSNormGradOp>(fused.rowEpilogueOp());
     if (!norm) context.fail(fmt::format("'{}' has no GEMM epilogue", fused.rowEpilogueOp()->getName().getStringRef().str()));
-    if (norm.getGrad() != fused.getEpilogue().front().getArgument(0))
+    mlir::Value accumulator = fused.getEpilogue().front().getArgument(0);
+    if (norm.getGrad() != accumulator)
       context.fail("RMSNorm's backward in a GEMM epilogue must take the accumulator as its gradient");
-    GemmNormGrad normGrad;
-    normGrad.x = context.requireParam(norm.getInput(), "normalized input");
-    normGrad.gain = context.requireParam(norm.getGain(), "gain");
-    normGrad.dx = context.requireParam(norm.getInputGrad(), "input gradient");
-    normGrad.gainGrad = context.requireParam(norm.getGainGrad(), "gain gradient");
-    if (norm.getResidual()) normGrad.residual = context.requireParam(norm.getResidual(), "residual");
-    if (norm.getNormalized()) normGrad.normalized = context.requireParam(norm.getNormalized(), "normalized output");
-    normGrad.eps = norm.getEpsAttr().getValueAsDouble();
-    gemm.normGrad = normGrad;
+    gemm.normGrad = normGradRows(context, norm, accumulator);
     gemm.groups = {GemmGroup{N, {0}, {}}};
     return gemm;
   }
@@ -714,15 +723,7 @@ RowSpec buildRows(KernelContext &context, mlir::Operation *op) {
     spec.ids = context.requireParam(embedding.getIds(), "ids");
     spec.y = context.requireParam(embedding.getResult(), "result");
   } else if (auto norm = llvm::dyn_cast<tl::RMSNormGradOp>(op)) {
-    spec.kind = RowSpec::Kind::RmsNormGrad;
-    spec.x = context.requireParam(norm.getInput(), "input");
-    spec.gain = context.requireParam(norm.getGain(), "gain");
-    spec.dy = context.requireParam(norm.getGrad(), "gradient");
-    spec.y = context.requireParam(norm.getInputGrad(), "input gradient");
-    spec.gainGrad = context.requireParam(norm.getGainGrad(), "gain gradient");
-    if (norm.getResidual()) spec.residual = context.requireParam(norm.getResidual(), "residual");
-    if (norm.getNormalized()) spec.normalized = context.requireParam(norm.getNormalized(), "normalized input");
-    spec.eps = norm.getEpsAttr().getValueAsDouble();
+    spec = normGradRows(context, norm);
   } else if (auto softmax = llvm::dyn_cast<tl::SoftmaxGradOp>(op)) {
     spec.kind = RowSpec::Kind::SoftmaxGrad;
     spec.x = context.requireParam(softmax.getResult(), "softmax");

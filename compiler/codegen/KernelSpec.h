@@ -38,13 +38,21 @@ struct GemmGroup {
   std::vector<Store> stores;    // values at row m, column c, and where they go
 };
 
-// RMSNorm's backward as a dX GEMM's whole epilogue (tl-fuse-norm-grad-gemm): the
-// accumulator is d y [M, N]; x, residual, d x and x r g are [M, N] row-major, gain and d
-// gain [N]. Each row's sums span all its column tiles, which share them (gemm_norm_grad.cuh).
-struct GemmNormGrad {
-  int x = -1, gain = -1, dx = -1, gainGrad = -1;  // arguments
-  int residual = -1;    // the residual stream's gradient d x is added to (-1: none)
-  int normalized = -1;  // x r g, written too (-1: not written)
+struct RowSpec {
+  enum class Kind {
+    RmsNorm, Softmax, Embedding, CrossEntropy,
+    RmsNormGrad,       // x, gain, dy -> y (d x), gainGrad (d gain), normalized (x r g) if asked
+    SoftmaxGrad,       // x (the saved softmax), dy -> y
+    CrossEntropyGrad,  // x logits, ids -> y (d logits), loss (the mean loss) if asked
+    EmbeddingGrad,     // dy [tokens, cols], ids -> y [rows, cols] (d table)
+  } kind = Kind::RmsNorm;
+  int x = -1, gain = -1, y = -1, ids = -1;   // CrossEntropy: x logits, ids tokens, y loss
+  int dy = -1, gainGrad = -1, residual = -1;  // RmsNormGrad: residual (-1: none) + d x
+  int normalized = -1;                        // RmsNormGrad: x r g (-1: not written)
+  int loss = -1;                              // CrossEntropyGrad: the loss (-1: not written)
+  int64_t tokens = 0;                        // EmbeddingGrad: tokens read (rows: the table's)
+  int64_t rows = 0, cols = 0;                // CrossEntropy: batch x seq rows of cols logits
+  int64_t batch = 0, seq = 0;
   double eps = 0;
 };
 
@@ -59,7 +67,10 @@ struct GemmSpec {
   bool bKN = false;
   IndexExpr bOffset;
   std::vector<GemmGroup> groups;
-  std::optional<GemmNormGrad> normGrad;  // set: the epilogue is RMSNorm's backward (one group, no stores)
+  // Set: the epilogue is this RMSNorm backward (tl-fuse-norm-grad-gemm; kind RmsNormGrad,
+  // its d y the accumulator, dy unset), one group with no stores. Each row's sums span all
+  // its column tiles, which share them (gemm_norm_grad.cuh).
+  std::optional<RowSpec> normGrad;
 };
 
 struct AttentionSpec {
@@ -89,23 +100,6 @@ struct AttentionGradSpec {
   GradRows dqRows, dkRows, dvRows;
 };
 
-struct RowSpec {
-  enum class Kind {
-    RmsNorm, Softmax, Embedding, CrossEntropy,
-    RmsNormGrad,       // x, gain, dy -> y (d x), gainGrad (d gain), normalized (x r g) if asked
-    SoftmaxGrad,       // x (the saved softmax), dy -> y
-    CrossEntropyGrad,  // x logits, ids -> y (d logits), loss (the mean loss) if asked
-    EmbeddingGrad,     // dy [tokens, cols], ids -> y [rows, cols] (d table)
-  } kind = Kind::RmsNorm;
-  int x = -1, gain = -1, y = -1, ids = -1;   // CrossEntropy: x logits, ids tokens, y loss
-  int dy = -1, gainGrad = -1, residual = -1;  // RmsNormGrad: residual (-1: none) + d x
-  int normalized = -1;                        // RmsNormGrad: x r g (-1: not written)
-  int loss = -1;                              // CrossEntropyGrad: the loss (-1: not written)
-  int64_t tokens = 0;                        // EmbeddingGrad: tokens read (rows: the table's)
-  int64_t rows = 0, cols = 0;                // CrossEntropy: batch x seq rows of cols logits
-  int64_t batch = 0, seq = 0;
-  double eps = 0;
-};
 
 struct ElementwiseSpec {
   int64_t count = 0;          // output elements e = 0 .. count - 1

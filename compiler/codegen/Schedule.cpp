@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -46,9 +47,9 @@ bool gemmOverride(GemmTile &tile) {
 
 } // namespace
 
-int64_t GemmTile::sharedBytes() const {
+int64_t GemmTile::sharedBytes(int64_t afterTile) const {
   int64_t pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 128);  // A, B and a norm gain per stage
-  int64_t epilogue = int64_t(BM) * (BN + 8) * 4 + BM * 4;
+  int64_t epilogue = int64_t(BM) * (BN + 8) * 4 + BM * 4 + afterTile;
   return std::max(pipeline, epilogue);
 }
 
@@ -83,13 +84,14 @@ GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors) {
   // Estimated time: waves of resident tiles, each wave as long as its SMs' work.
   const Candidate *best = nullptr;
   double bestTime = 0;
-  // RMSNorm's backward in the epilogue: a row's tiles should fit one cluster (8 blocks).
-  bool clusterFits = false;
-  for (const Candidate &candidate : candidates())
-    clusterFits |= tileHoldsEpilogue(gemm, candidate.tile.BN) && columnTiles(gemm, candidate.tile.BN) <= 8;
+  // RMSNorm's backward in the epilogue: a row's tiles should fit one cluster.
+  auto clusterFits = [&](const Candidate &candidate) {
+    return tileHoldsEpilogue(gemm, candidate.tile.BN) && columnTiles(gemm, candidate.tile.BN) <= kMaxClusterTiles;
+  };
+  bool someClusterFits = std::any_of(candidates().begin(), candidates().end(), clusterFits);
   for (const Candidate &candidate : candidates()) {
     if (!tileHoldsEpilogue(gemm, candidate.tile.BN)) continue;
-    if (gemm.normGrad && clusterFits && columnTiles(gemm, candidate.tile.BN) > 8) continue;
+    if (gemm.normGrad && someClusterFits && !clusterFits(candidate)) continue;
     int64_t tiles = gemm.batch * ceilDiv(gemm.M, candidate.tile.BM) * columnTiles(gemm, candidate.tile.BN);
     int64_t slots = int64_t(multiprocessors) * candidate.blocksPerSM;
     // A wave with fewer tiles than slots still takes a tile's time on the SMs it uses.

@@ -17,8 +17,14 @@ struct GemmTile {
   int BM = 64, BN = 64, warpsM = 2, warpsN = 2, stages = 4;
   int slices = 1;  // warp groups splitting each stage's k steps
   int threads() const { return warpsM * warpsN * slices * 32; }
-  int64_t sharedBytes() const;  // pipeline stages, or the fp32 accumulator tile, whichever is larger
+  // Pipeline stages, or the fp32 accumulator tile and `afterTile` bytes more (an
+  // epilogue's own), whichever is larger.
+  int64_t sharedBytes(int64_t afterTile = 0) const;
 };
+
+// The most column tiles a row may span when they share its sums as one thread-block
+// cluster (RMSNorm's backward in a GEMM): the portable cluster size.
+constexpr int kMaxClusterTiles = 8;
 
 // Column tiles of the spec's groups for a tile of BN columns (a group of b bands gets
 // BN / b of its own columns per tile).

@@ -50,6 +50,7 @@ struct tl_tile_coords {
   int tm, tn, bt;
 };
 template <class S> TL_DEVICE tl_tile_coords tl_tile_of_block() {
+  static_assert(!tl_clustered<S>() || S::CLUSTER_N == S::TILES_N, "a cluster is one row's column tiles");
   const int tile = blockIdx.x, tiles = S::TILES_M * S::TILES_N;
   if constexpr (tl_clustered<S>()) return {tile / S::TILES_N % S::TILES_M, tile % S::TILES_N, tile / tiles};
   return {tile % S::TILES_M, tile / S::TILES_M % S::TILES_N, tile / tiles};
