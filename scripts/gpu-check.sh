@@ -32,7 +32,7 @@ note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 ldd "$TLC" | grep -Eq 'libLLVM|libMLIR' && note "WARNING: tlc links libLLVM/libMLIR" || note "tlc: self-contained"
 
 if want kernels; then  # every distinct kernel alone against the CPU reference's ops
-  "$TESTS" --gtest_filter='Levels/GpuKernels.*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:GpuAttentionTiles.*' > "$LOGS/kernels.txt" 2>&1
+  "$TESTS" --gtest_filter='Levels/GpuKernels.*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:GpuKernelsFlatTiles.*:GpuAttentionTiles.*' > "$LOGS/kernels.txt" 2>&1
   note "kernels alone: rc=$? $(grep -c '^KERNEL' "$LOGS/kernels.txt") outputs checked," \
        "$(grep '^KERNEL' "$LOGS/kernels.txt" | awk '{split($6,a,"="); if (a[2]+0 > 2e-2 || $7 != "") n++} END {print n+0}') over 2e-2 or non-finite"
 fi
@@ -109,9 +109,10 @@ if want profile; then  # where the time goes, per kernel
 fi
 if want sanitize; then  # small shapes, launches one by one
   # Training: a whole step under both tools; the 1.1B-width training kernels (GQA 32/4)
-  # under memcheck only (racecheck takes over five minutes on them).
+  # and the 1.1B QKV at 2048 tokens (flat 256x160 tiles) under memcheck only (racecheck
+  # takes over five minutes on them).
   for tool in memcheck racecheck; do
-    extra=$([ $tool = memcheck ] && echo ':Levels/GpuTrainingKernels.*tinyllama_1_1b_O1_f32')
+    extra=$([ $tool = memcheck ] && echo ':Levels/GpuTrainingKernels.*tinyllama_1_1b_O1_f32:GpuKernelsFlatTiles.*')
     TLC_GPU_TEST_SMALL=1 timeout 300 "$SAN" --tool $tool --error-exitcode 9 "$TESTS" \
       --gtest_filter="Levels/GpuForward.*workshop_O0_*:Levels/GpuForward.*workshop_O2_*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:Levels/GpuTraining.*workshop_O3_bf16*$extra" > "$LOGS/sanitizer-$tool.txt" 2>&1
     note "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer-$tool.txt" | tail -1)"

@@ -146,13 +146,16 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
           "K_SLICES = K_SLICES_, K_SPLITS = K_SPLITS_, SPLIT_TILES = SPLIT_TILES_;\n";
   spec += fmt::format("  static constexpr int M = {}, N = {}, K = {}, BATCH = {};\n", gemm.M, gemm.N, gemm.K, gemm.batch);
   spec += "  static constexpr int TILES_M = (M + BM - 1) / BM;\n";
+  // Flat tiles run across the groups' columns (Schedule.h's flatColumns).
+  const bool flat = flatColumns(gemm);
   std::vector<std::string> groupTiles;
-  for (size_t g = 0; g < gemm.groups.size(); ++g) {
+  for (size_t g = 0; g < gemm.groups.size() && !flat; ++g) {
     spec += fmt::format("  static constexpr int GROUP{}_TILES = ({} + {} - 1) / {};\n", g, gemm.groups[g].width,
                         bandWidth(gemm.groups[g]), bandWidth(gemm.groups[g]));
     groupTiles.push_back(fmt::format("GROUP{}_TILES", g));
   }
-  spec += fmt::format("  static constexpr int TILES_N = {};\n", fmt::join(groupTiles, " + "));
+  spec += flat ? "  static constexpr int TILES_N = (N + BN - 1) / BN;  // flat: across the groups\n"
+               : fmt::format("  static constexpr int TILES_N = {};\n", fmt::join(groupTiles, " + "));
   spec += fmt::format("  static constexpr bool ROW_NORM = {}, B_KN = {}, A_KM = {}, CHAINED = {};\n", gemm.rowNorm,
                       gemm.bKN, matrixUnits && aKM, source.chained());
   spec += fmt::format("  static constexpr bool NORM_GAIN = {};  // RMSNorm's gain applied to A (not folded into B)\n",
@@ -183,7 +186,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
 
   // Which output columns a column tile computes.
   spec += "  TL_DEVICE static tl_tile_cols tile_cols(int tn) {\n";
-  for (size_t g = 0; g < gemm.groups.size(); ++g) {
+  if (flat)  // accumulator columns; group -1 until the epilogue finds each 8 columns' group
+    spec += "    const int c = tn * BN; return {-1, c, N - c < BN ? N - c : BN};\n";
+  for (size_t g = 0; g < gemm.groups.size() && !flat; ++g) {
     const GemmGroup &group = gemm.groups[g];
     std::string body = fmt::format("const int w = {}, c = tn * w; return {{{}, c, {} - c < w ? {} - c : w}};",
                                    bandWidth(group), g, group.width, group.width);
@@ -215,7 +220,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   }
 
   // B: the accumulator column (weight row) behind tile column j.
-  spec += "  TL_DEVICE static int b_column(const tl_tile_cols &t, int j) {\n    switch (t.group) {\n";
+  spec += "  TL_DEVICE static int b_column(const tl_tile_cols &t, int j) {\n";
+  if (flat) spec += "    if (t.group < 0) { const int n = t.col0 + j; return n < N ? n : -1; }\n";
+  spec += "    switch (t.group) {\n";
   for (size_t g = 0; g < gemm.groups.size(); ++g) {
     const GemmGroup &group = gemm.groups[g];
     std::string start = fmt::format("{}", group.bands[0]);
@@ -271,8 +278,21 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     for (int64_t start : group.bands) bands.push_back(fmt::format("{}..{}", start, start + group.width - 1));
     details.push_back(fmt::format("epilogue, accumulator columns {}: {}", fmt::join(bands, " with "), fmt::join(stores, "; ")));
   }
-  spec += "  TL_DEVICE static void epilogue(const Params &p, const tl_tile_cols &t, int bt, int m, int lc, const float (&v)[8],\n"
-          "                                const float *row) {\n    (void)p; (void)bt; (void)v; (void)row;\n    switch (t.group) {\n";
+  // Flat tiles: these 8 accumulator columns' group, and the tile's start in its columns.
+  std::string groupOfChunk;
+  if (flat) {
+    groupOfChunk = "    const int a = tile.col0 + lc;\n    const tl_tile_cols t = ";
+    for (size_t g = 0; g + 1 < gemm.groups.size(); ++g)
+      groupOfChunk += fmt::format("a < {0} ? tl_tile_cols{{{1}, a - {2} - lc, tile.width}}\n                           : ",
+                                  gemm.groups[g].bands[0] + gemm.groups[g].width, g, gemm.groups[g].bands[0]);
+    groupOfChunk += fmt::format("tl_tile_cols{{{0}, a - {1} - lc, tile.width}};\n", gemm.groups.size() - 1,
+                                gemm.groups.back().bands[0]);
+  }
+  spec += fmt::format("  TL_DEVICE static void epilogue(const Params &p, const tl_tile_cols &{}, int bt, int m, int lc, "
+                      "const float (&v)[8],\n                                const float *row) {{\n",
+                      flat ? "tile" : "t");
+  spec += groupOfChunk;
+  spec += "    (void)p; (void)bt; (void)v; (void)row;\n    switch (t.group) {\n";
   spec += epilogue;
   spec += "    }\n  }\n};\n";
 

@@ -53,13 +53,29 @@ int64_t GemmTile::sharedBytes(int64_t afterTile) const {
   return std::max(pipeline, epilogue);
 }
 
+bool flatColumns(const GemmSpec &gemm) {
+  if (gemm.groups.size() < 2 || gemm.bKN || gemm.normGrad) return false;
+  int64_t start = 0;
+  for (const GemmGroup &group : gemm.groups) {
+    if (group.bands.size() != 1 || group.bands[0] != start || group.width % 8 != 0) return false;
+    for (const Store &store : group.stores)
+      for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator))
+        for (int64_t c = 0; c < group.width; ++c)
+          if (leaf->column.evaluate({{"c", c}, {"m", 0}}) != start + c) return false;
+    start += group.width;
+  }
+  return start == gemm.N;
+}
+
 int64_t columnTiles(const GemmSpec &gemm, int BN) {
+  if (flatColumns(gemm)) return ceilDiv(gemm.N, BN);
   int64_t tiles = 0;
   for (const GemmGroup &group : gemm.groups) tiles += ceilDiv(group.width, BN / int64_t(group.bands.size()));
   return tiles;
 }
 
 bool tileHoldsEpilogue(const GemmSpec &gemm, int BN) {
+  if (flatColumns(gemm)) return BN % 8 == 0;
   for (const GemmGroup &group : gemm.groups) {
     int64_t width = BN / int64_t(group.bands.size());
     if (width % 8 != 0) return false;
@@ -148,21 +164,22 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   bool parsed = text && std::sscanf(text, "%dx%dx%dx%dx%dx%d", &forced.BM, &forced.BN, &forced.stages, &forced.splits,
                                     &forced.resident, &producer) >= 3;
   forced.producer = producer == 1;
-  // The warp-specialized kernel: 128-row tiles, one block per SM, no RMSNorm gain (one
-  // folded into the weight is fine); it splits K only for the tiles of a short last wave.
+  // The warp-specialized kernel: 64- or 128-row tiles, no RMSNorm gain (one folded into
+  // the weight is fine); it splits K only for the 128-row tiles of a short last wave.
   if (forced.producer && forced.splits > 1) forced.splitTiles = tilesOf(forced.BM, forced.BN) % multiprocessors;
-  bool producerFits = producer == 0 || (forced.producer && forced.BM == 128 && forced.resident == 1 &&
-                                        gemm.gain < 0 &&
-                                        (forced.splits == 1 || splitsLastWave(gemm, forced, multiprocessors)));
+  bool producerFits = producer == 0 || (forced.producer && gemm.gain < 0 &&
+                                        (forced.splits == 1 ||
+                                         (forced.BM == 128 && splitsLastWave(gemm, forced, multiprocessors))));
   if (parsed && producerFits && forced.splits >= 1 && forced.splits <= 8 && forced.resident >= 1 && forced.resident <= 4 &&
       forced.resident * (forced.sharedBytes() + kReservedPerBlock) <= kSharedBytesPerSM &&
-      (forced.BM == 64 || forced.BM == 128) && isWgmmaWidth(forced.BN) &&
-      forced.stages >= 3 && forced.stages <= 8 && forced.sharedBytes() <= kSharedBytesPerBlock &&
+      (forced.BM == 64 || forced.BM == 128 || (forced.BM == 256 && !forced.producer && forced.resident == 1)) &&
+      isWgmmaWidth(forced.BN) &&
+      forced.stages >= 3 && forced.stages <= 16 && forced.sharedBytes() <= kSharedBytesPerBlock &&
       tileHoldsEpilogue(gemm, forced.BN))
     return forced;
   // Measured on an H100 (bench/kernels.py --sweep-wgmma): GEMMs of at most two waves of
   // 64x64 tiles run fastest on 64x64 tiles with a deep pipeline, splitting K two ways
-  // when it is 2048 or more and the tiles leave SMs idle; larger ones on 128x128 tiles,
+  // when it is 2048 or more and the tiles leave half the SMs idle; larger ones on 128x128 tiles,
   // three stages, two blocks per SM (so one block's epilogue overlaps the other's
   // mainloop: 8-21 % faster than one 128x256 block at four 1.1B shapes), else the
   // largest tile whose columns hold the epilogue's reads.
@@ -170,9 +187,20 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   int64_t kTiles = ceilDiv(gemm.K, 64);
   if (tileHoldsEpilogue(gemm, 64) && tilesOf(64, 64) <= 2 * multiprocessors) {
     best = WgmmaTile{64, 64, 6};
-    if (kTiles >= 32 && tilesOf(64, 64) <= multiprocessors) best->splits = 2;
+    // K of 2048 or more in one wave: split two ways where the parts still fit one wave,
+    // else a deeper pipeline (the workshop's down projection, 128 tiles: 10.8 µs with 12
+    // stages against 11.7 split two ways and 11.1 with 6 stages unsplit).
+    if (kTiles >= 32 && 2 * tilesOf(64, 64) <= multiprocessors) best->splits = 2;
+    else if (kTiles >= 32 && tilesOf(64, 64) <= multiprocessors) best->stages = 12;
     return best;
   }
+  // 256x160 tiles (four warpgroups, no producer: with one each would have 96 registers,
+  // too few for m64n160) where they fill one wave and 128x256 tiles need more: the 1.1B
+  // QKV's 2048 x 2560 (flat columns) in 128 tiles took 38.0 µs against 51.9 for 128x256
+  // tiles with the split tail.
+  if (gemm.gain < 0 && tileHoldsEpilogue(gemm, 160) && tilesOf(128, 256) > multiprocessors &&
+      tilesOf(256, 160) <= multiprocessors && tilesOf(256, 160) * 10 >= multiprocessors * 9)
+    return WgmmaTile{256, 160, 4};
   // Without an RMSNorm gain to apply to A, 128x256 tiles on the warp-specialized kernel
   // when their waves are nearly full (8-15 % faster than two 128x128 blocks per SM at the
   // 1.1B shapes), or beyond one wave with the tiles of a short last wave split K among

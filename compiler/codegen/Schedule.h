@@ -26,8 +26,15 @@ struct GemmTile {
 // cluster (RMSNorm's backward in a GEMM): the portable cluster size.
 constexpr int kMaxClusterTiles = 8;
 
+// Whether column tiles run across the accumulator's columns regardless of the output
+// groups (each 8 columns then finding their group in the epilogue): several groups of one
+// band each, side by side over [0, N) in multiples of 8, each store reading only its own
+// accumulator column (a QKV projection's q, k and v without RoPE). A tile of any width
+// then holds the epilogue, and no group ends in a partial tile.
+bool flatColumns(const GemmSpec &gemm);
+
 // Column tiles of the spec's groups for a tile of BN columns (a group of b bands gets
-// BN / b of its own columns per tile).
+// BN / b of its own columns per tile; flat columns: N / BN).
 int64_t columnTiles(const GemmSpec &gemm, int BN);
 
 // Whether every accumulator read of every group stays inside its tile with this BN.
@@ -37,7 +44,7 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN);
 // no candidate holds the epilogue's reads.
 GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors);
 
-// The Hopper warpgroup (wgmma) tile: BM 64 or 128, BN 64, 128, 160, 192 or 256; none when no
+// The Hopper warpgroup (wgmma) tile: BM 64, 128 or 256 (not warp-specialized), BN 64, 128, 160, 192 or 256; none when no
 // candidate holds the epilogue's reads. TLC_WGMMA_TILE=BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]
 // overrides; TLC_NO_WGMMA=1 turns the path off.
 struct WgmmaTile {
@@ -46,7 +53,7 @@ struct WgmmaTile {
   // Blocks meant to share an SM (registers capped to fit): one block's epilogue then
   // runs while another's tensor cores work.
   int resident = 1;
-  // Warp-specialized (gemm_wgmma.cuh v4): a producer warpgroup besides the BM / 64 consumers.
+  // Warp-specialized (gemm_wgmma.cuh v4, v8): a producer warpgroup besides the BM / 64 consumers.
   bool producer = false;
   int splitTiles = 0;  // with splits > 1: only the last this many tiles are split (0: all of them)
   int threads() const { return (BM / 64 + (producer ? 1 : 0)) * 128; }

@@ -144,6 +144,19 @@ TEST(GpuKernelsWarpSpecialized, TailSplitWithSharedNormMatchesTheCpuReference) {
             1);
 }
 
+// At 2048 tokens the 1.1B QKV projection runs 128 flat tiles of 256x160 on sm_90a (four
+// warpgroups, no producer): tiles cross from q into k and from k into v, each 8 columns
+// stored to their own output. Two launches.
+TEST(GpuKernelsFlatTiles, AcrossOutputsMatchTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  LlamaConfig config = *presetConfig("tinyllama-1.1b");
+  config.layers = 1;
+  EXPECT_EQ(checkBf16KernelsContaining(*device, compile(config, 1, 1, 2048, "bf16"),
+                                       {"256x160 tiles, 4 warpgroups", "TILES_N = (N + BN - 1) / BN;  // flat"}, 2),
+            1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, GpuKernels, ::testing::ValuesIn(allCases(2)), caseName);  // O3 runs O2s kernels
 
 // Every attention tile shape the schedule may pick (TLC_ATTENTION_TILE forces one), on

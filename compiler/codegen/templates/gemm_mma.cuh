@@ -73,13 +73,18 @@ TL_DEVICE int tl_swizzle(int row, int chunk, int rowBytes) { return row * rowByt
 // t copies 16-byte chunk t % 8 of rows t / 8 + i * THREADS / 8, so it computes each row's
 // offset once (the Spec's a_row / b_row) and moves only along k (a_col / b_col).
 template <int ROWS, int THREADS> struct tl_stage_copies {
-  static constexpr int COPIES = ROWS * 8 / THREADS;
-  static_assert(ROWS * 8 % THREADS == 0 && THREADS % 8 == 0, "whole rows per pass");
+  // The last pass may cover only some threads (160 rows over 512 threads: 2.5 passes).
+  static constexpr int COPIES = (ROWS * 8 + THREADS - 1) / THREADS;
+  static constexpr bool PARTIAL = ROWS * 8 % THREADS != 0;
+  static_assert(THREADS % 8 == 0, "whole rows per pass");
   int offset[COPIES];  // element offset of the row at k = 0, or -1 outside the problem
 
   template <class RowOffset> TL_DEVICE void init(RowOffset rowOffset) {
 #pragma unroll
-    for (int i = 0; i < COPIES; ++i) offset[i] = rowOffset(int(threadIdx.x / 8 + i * (THREADS / 8)));
+    for (int i = 0; i < COPIES; ++i) {
+      const int r = int(threadIdx.x / 8 + i * (THREADS / 8));
+      offset[i] = PARTIAL && r >= ROWS ? -1 : rowOffset(r);
+    }
   }
   // `column`: the element offset of this thread's chunk at the stage's k; `inside`: k < K.
   TL_DEVICE void copy(unsigned char *tile, const tl_bf16 *base, int column, bool inside) const {
@@ -87,6 +92,7 @@ template <int ROWS, int THREADS> struct tl_stage_copies {
 #pragma unroll
     for (int i = 0; i < COPIES; ++i) {
       const int r = threadIdx.x / 8 + i * (THREADS / 8);
+      if (PARTIAL && r >= ROWS) break;  // no row of the tile: nothing to copy
       const bool ok = inside && offset[i] >= 0;
       tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, 128)), ok ? base + offset[i] + column : base, ok ? 16 : 0);
     }
@@ -96,7 +102,9 @@ template <int ROWS, int THREADS> struct tl_stage_copies {
   TL_DEVICE void add_squares(const unsigned char *tile, float (&sum)[COPIES]) const {
     const int c = threadIdx.x % 8;
 #pragma unroll
-    for (int i = 0; i < COPIES; ++i) tl_add_chunk_squares(tile + tl_swizzle(threadIdx.x / 8 + i * (THREADS / 8), c, 128), sum[i]);
+    for (int i = 0; i < COPIES; ++i)
+      if (!PARTIAL || threadIdx.x / 8 + i * (THREADS / 8) < ROWS)
+        tl_add_chunk_squares(tile + tl_swizzle(threadIdx.x / 8 + i * (THREADS / 8), c, 128), sum[i]);
   }
 };
 

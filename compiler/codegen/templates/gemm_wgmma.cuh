@@ -37,8 +37,13 @@
 //       weights' first stages before waiting for the kernel before, as v3 does; n160 and
 //       n192 column tiles (TLC_WGMMA_TILE only: with the QKV's three outputs they cut into
 //       partial tiles and measured slower than the split tail).
+//   v8  v1 with 256 rows (four warpgroups, 512 threads): 256x160 tiles put the 1.1B QKV's
+//       2048 x 2560 outputs in 128 tiles, one wave, where 128x256 tiles take 160 (the
+//       columns run across q, k and v: the Spec's flat tiles); four warpgroups besides a
+//       producer would leave 96 registers a thread, too few for m64n160. v4 with 64 rows
+//       (one consumer warpgroup).
 //
-// Same Spec hooks as gemm_mma.cuh (BM = 64 or 128, BN = 64, 128, 160, 192 or 256).
+// Same Spec hooks as gemm_mma.cuh (BM = 64, 128 or 256; BN = 64, 128, 160, 192 or 256).
 #pragma once
 #include "gemm_mma.cuh"
 
@@ -485,9 +490,9 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES, LD = BN + 8;
   // Copies of k tile i + LAG are in flight while tile i is handed over; consumers hold two stages.
   constexpr int LAG = STAGES - 2;
-  static_assert(BM == 128 && tl_wgmma_width(BN) && !S::B_KN && STAGES >= 3 && !S::NORM_GAIN &&
+  static_assert((BM == 64 || BM == 128) && tl_wgmma_width(BN) && !S::B_KN && STAGES >= 3 && !S::NORM_GAIN &&
                     (S::K_SPLITS == 1 || !S::ROW_NORM || S::NORM_SHARED),
-                "warp-specialized wgmma tiles: 128 rows, 64..256 columns, B stored [N, K], no norm gain, K split "
+                "warp-specialized wgmma tiles: 64 or 128 rows, 64..256 columns, B stored [N, K], no norm gain, K split "
                 "only with the norm's sums shared");
   static_assert(BM * LD * 4 <= STAGES * STAGE_BYTES, "the accumulator tile fits in the stages");
   extern __shared__ __align__(128) unsigned char tl_smem_raw[];

@@ -107,7 +107,16 @@ TEST(Codegen, O2FusionIsInsideTheGemms) {
     if (!loss && !splitK && !shared) EXPECT_EQ(kernel.workspaceBytes, 0) << kernel.name;
     EXPECT_EQ(kernel.syncWords > 0, splitK || shared || loss) << kernel.name;
   }
-  EXPECT_GE(splitKernels, 1);  // the down projection (K = 2048) splits on sm_90a
+  EXPECT_EQ(splitKernels, 0);
+  // The down projection (K = 2048): 128 tiles of 64x64 fill one wave through a 12-stage
+  // pipeline; at 4 sequences its 64 tiles split K two ways on sm_90a.
+  const Kernel &down = kernelNamed(program, "tl_linear_add_bf16_1024x512x2048");
+  EXPECT_TRUE(contains(down.source, "64x64 tiles, 1 warpgroups, 12 stages\n"));
+  Program half = workshop(2, "bf16", 4);
+  const Kernel &halfDown = kernelNamed(half, "tl_linear_add_bf16_512x512x2048");
+  EXPECT_TRUE(contains(halfDown.source, "K split 2 ways (partial tiles in the workspace"));
+  EXPECT_EQ(halfDown.launch.at("cuda:sm_90a").gridBlocks, 64 * 2);
+  EXPECT_EQ(halfDown.workspaceBytes, 64 * 2 * (64 * 64 + 64) * 4);
 }
 
 // On sm_90a, GEMMs with no RMSNorm gain to apply to A whose 128x256 tiles nearly fill
@@ -140,14 +149,25 @@ TEST(Codegen, WideGemmsWithoutAGainOnARunWarpSpecialized) {
 
   Program large = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama-1.1b.tl", {1, 1, 2048, "bf16"});
   EXPECT_TRUE(specialized(kernelNamed(large, "tl_linear_bf16_2048x2048x5632")));
-  // The QKV projection's 160 tiles of 128x256 are 1.2 waves of 132 SMs: 132 whole, then
-  // the last wave's 28 split K four ways (112 blocks), parts in the workspace.
+  // The QKV projection's 160 tiles of 128x256 would be 1.2 waves of 132 SMs; its 2560
+  // columns as flat tiles across q, k and v (each 8 columns finding their output) make
+  // 128 tiles of 256x160, one wave of four-warpgroup blocks, nothing split.
   const Kernel &qkv = kernelNamed(large, "tl_linear_bf16_2048x2560x2048");
-  EXPECT_TRUE(specialized(qkv));
-  EXPECT_TRUE(contains(qkv.source, "the last wave's 28 tiles split K 4 ways"));
-  EXPECT_EQ(qkv.launch.at("cuda:sm_90a").gridBlocks, 132 + 28 * 4);
-  EXPECT_EQ(qkv.workspaceBytes, 28 * 4 * (128 * 256 + 128) * 4);
-  EXPECT_EQ(qkv.syncWords, 28);
+  EXPECT_FALSE(specialized(qkv));
+  EXPECT_TRUE(contains(qkv.source, "256x160 tiles, 4 warpgroups, 4 stages\n"));
+  EXPECT_TRUE(contains(qkv.source, "TILES_N = (N + BN - 1) / BN;  // flat"));
+  EXPECT_EQ(qkv.launch.at("cuda:sm_90a").gridBlocks, 128);
+  EXPECT_EQ(qkv.launch.at("cuda:sm_90a").blockThreads, 512);
+  EXPECT_EQ(qkv.workspaceBytes, 0);
+  // Beyond one wave otherwise, the last wave's tiles split K among the idle SMs: the
+  // workshop's down projection at 68 sequences has 136 tiles of 128x256, 4 split four ways.
+  Program tailProgram = workshop(1, "bf16", 68);
+  const Kernel &tail = kernelNamed(tailProgram, "tl_linear_bf16_8704x512x2048");
+  EXPECT_TRUE(specialized(tail));
+  EXPECT_TRUE(contains(tail.source, "the last wave's 4 tiles split K 4 ways"));
+  EXPECT_EQ(tail.launch.at("cuda:sm_90a").gridBlocks, 132 + 4 * 4);
+  EXPECT_EQ(tail.workspaceBytes, 4 * 4 * (128 * 256 + 128) * 4);
+  EXPECT_EQ(tail.syncWords, 4);
   // With RMSNorm (O2) too, from two waves on and past column tile 0: the gate/up's 704
   // tiles, 44 split three ways. The workspace holds the shared sums of squares (16 row
   // tiles of 128 rows) before the parts, the sync words their flags first. The QKV's 1.2
