@@ -221,9 +221,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
 
   // B: the accumulator column (weight row) behind tile column j.
   spec += "  TL_DEVICE static int b_column(const tl_tile_cols &t, int j) {\n";
-  if (flat) spec += "    if (t.group < 0) { const int n = t.col0 + j; return n < N ? n : -1; }\n";
-  spec += "    switch (t.group) {\n";
-  for (size_t g = 0; g < gemm.groups.size(); ++g) {
+  if (flat) spec += "    const int n = t.col0 + j; return n < N ? n : -1;  // flat: the accumulator column\n  }\n";
+  else spec += "    switch (t.group) {\n";
+  for (size_t g = 0; g < gemm.groups.size() && !flat; ++g) {
     const GemmGroup &group = gemm.groups[g];
     std::string start = fmt::format("{}", group.bands[0]);
     for (size_t band = 1; band < group.bands.size(); ++band)
@@ -231,7 +231,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     spec += fmt::format("    case {}: {{ const int w = {}, band = j / w, c = t.col0 + j % w; return c < {} ? ({}) + c : -1; }}\n",
                         g, bandWidth(group), group.width, start);
   }
-  spec += "    }\n    return -1;\n  }\n";
+  if (!flat) spec += "    }\n    return -1;\n  }\n";
   spec += fmt::format("  TL_DEVICE static const {} *b_base(const Params &p) {{ return {}; }}\n", bType, b);
   spec += fmt::format("  TL_DEVICE static const {0} *b_src(const Params &p, int bt, const tl_tile_cols &t, int j, int k) {{\n"
                       "    (void)bt; const int n = b_column(t, j); return n < 0 ? nullptr : {1} + ({2});\n  }}\n",

@@ -58,10 +58,13 @@ bool flatColumns(const GemmSpec &gemm) {
   int64_t start = 0;
   for (const GemmGroup &group : gemm.groups) {
     if (group.bands.size() != 1 || group.bands[0] != start || group.width % 8 != 0) return false;
+    // Its own column: start + c for every c. Without a division or remainder by c (period
+    // 1) the column is affine in c, so two points decide it.
     for (const Store &store : group.stores)
       for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator))
-        for (int64_t c = 0; c < group.width; ++c)
-          if (leaf->column.evaluate({{"c", c}, {"m", 0}}) != start + c) return false;
+        if (leaf->column.period("c") != 1 || leaf->column.evaluate({{"c", 0}, {"m", 0}}) != start ||
+            leaf->column.evaluate({{"c", 1}, {"m", 0}}) != start + 1)
+          return false;
     start += group.width;
   }
   return start == gemm.N;

@@ -44,8 +44,8 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN);
 // no candidate holds the epilogue's reads.
 GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors);
 
-// The Hopper warpgroup (wgmma) tile: BM 64, 128 or 256 (not warp-specialized), BN 64, 128, 160, 192 or 256; none when no
-// candidate holds the epilogue's reads. TLC_WGMMA_TILE=BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]
+// The Hopper warpgroup (wgmma) tile: BM 64, 128 or 256 (not warp-specialized), BN 64, 128,
+// 160, 192 or 256; none when no candidate holds the epilogue's reads. TLC_WGMMA_TILE=BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]
 // overrides; TLC_NO_WGMMA=1 turns the path off.
 struct WgmmaTile {
   int BM = 128, BN = 128, stages = 4;
@@ -53,7 +53,7 @@ struct WgmmaTile {
   // Blocks meant to share an SM (registers capped to fit): one block's epilogue then
   // runs while another's tensor cores work.
   int resident = 1;
-  // Warp-specialized (gemm_wgmma.cuh v4, v8): a producer warpgroup besides the BM / 64 consumers.
+  // Warp-specialized (gemm_wgmma.cuh v4): a producer warpgroup besides the BM / 64 consumers.
   bool producer = false;
   int splitTiles = 0;  // with splits > 1: only the last this many tiles are split (0: all of them)
   int threads() const { return (BM / 64 + (producer ? 1 : 0)) * 128; }
