@@ -192,7 +192,8 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
     best = WgmmaTile{64, 64, 6};
     // K of 2048 or more in one wave: split two ways where the parts still fit one wave,
     // else a deeper pipeline (the workshop's down projection, 128 tiles: 10.8 µs with 12
-    // stages against 11.7 split two ways and 11.1 with 6 stages unsplit).
+    // stages against 11.7 split two ways and 11.1 with 6 stages unsplit, measured before
+    // gemm_mma.cuh v5's copies; 8.4 µs with them).
     if (kTiles >= 32 && 2 * tilesOf(64, 64) <= multiprocessors) best->splits = 2;
     else if (kTiles >= 32 && tilesOf(64, 64) <= multiprocessors) best->stages = 12;
     return best;

@@ -15,6 +15,8 @@
 //   v4  A_KM: A stored [K, M] (a weight gradient's dYᵀ, read down its columns), its
 //       tiles kept k-major in shared memory and turned into A fragments by
 //       ldmatrix.trans, as B_KN does for B.
+//   v5  the copies keep each row's address and their place in a stage (tl_stage_copies):
+//       v3's offsets were still recomputed from the layout at every stage.
 //
 // The emitter writes a Spec struct per kernel (see gemm_common.cuh for the hooks).
 #pragma once
@@ -70,31 +72,42 @@ TL_DEVICE unsigned tl_mul_bf16x2(unsigned a, unsigned b) {
 TL_DEVICE int tl_swizzle(int row, int chunk, int rowBytes) { return row * rowBytes + ((chunk ^ (row & 7)) << 4); }
 
 // The copies one thread makes into every stage of a tile of ROWS rows of 64 bf16: thread
-// t copies 16-byte chunk t % 8 of rows t / 8 + i * THREADS / 8, so it computes each row's
-// offset once (the Spec's a_row / b_row) and moves only along k (a_col / b_col).
+// t copies 16-byte chunk t % 8 of rows t / 8 + i * THREADS / 8. It keeps each row's
+// address at k = 0 and its first chunk's place in a stage, so a copy is an add and the
+// cp.async (v5: the offsets of v3 were recomputed from the layout every stage).
 template <int ROWS, int THREADS> struct tl_stage_copies {
   // The last pass may cover only some threads (160 rows over 512 threads: 2.5 passes).
   static constexpr int COPIES = (ROWS * 8 + THREADS - 1) / THREADS;
   static constexpr bool PARTIAL = ROWS * 8 % THREADS != 0;
-  static_assert(THREADS % 8 == 0, "whole rows per pass");
-  int offset[COPIES];  // element offset of the row at k = 0, or -1 outside the problem
+  // Rows THREADS / 8 apart share their swizzle when that is a multiple of 8.
+  static constexpr int PASS_BYTES = THREADS % 64 == 0 ? THREADS / 8 * 128 : 0;
+  static_assert(THREADS % 8 == 0 && COPIES <= 32, "whole rows per pass, one valid bit per copy");
+  const tl_bf16 *row[COPIES];  // element k = 0 of the row, or the base outside the problem
+  unsigned valid = 0;          // bit i: copy i's row is inside the problem
+  unsigned first = 0;          // byte offset of copy 0's chunk in a stage
 
-  template <class RowOffset> TL_DEVICE void init(RowOffset rowOffset) {
+  TL_DEVICE static int row_of(int i) { return int(threadIdx.x / 8 + i * (THREADS / 8)); }
+  template <class RowOffset> TL_DEVICE void init(const tl_bf16 *base, RowOffset rowOffset) {
+    first = tl_swizzle(row_of(0), threadIdx.x % 8, 128);
 #pragma unroll
     for (int i = 0; i < COPIES; ++i) {
-      const int r = int(threadIdx.x / 8 + i * (THREADS / 8));
-      offset[i] = PARTIAL && r >= ROWS ? -1 : rowOffset(r);
+      const int offset = PARTIAL && row_of(i) >= ROWS ? -1 : rowOffset(row_of(i));
+      row[i] = offset < 0 ? base : base + offset;
+      valid |= offset < 0 ? 0u : 1u << i;
+      // Opaque from here: the compiler would otherwise recompute the layout inside the loop.
+      asm volatile("" : "+l"(row[i]));
     }
+    asm volatile("" : "+r"(valid), "+r"(first));
   }
-  // `column`: the element offset of this thread's chunk at the stage's k; `inside`: k < K.
-  TL_DEVICE void copy(unsigned char *tile, const tl_bf16 *base, int column, bool inside) const {
-    const int c = threadIdx.x % 8;
+  // `tile`: the stage's shared address; `column`: the element offset of this thread's
+  // chunk at the stage's k; `inside`: k < K.
+  TL_DEVICE void copy(unsigned tile, int column, bool inside) const {
 #pragma unroll
     for (int i = 0; i < COPIES; ++i) {
-      const int r = threadIdx.x / 8 + i * (THREADS / 8);
-      if (PARTIAL && r >= ROWS) break;  // no row of the tile: nothing to copy
-      const bool ok = inside && offset[i] >= 0;
-      tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, 128)), ok ? base + offset[i] + column : base, ok ? 16 : 0);
+      if (PARTIAL && row_of(i) >= ROWS) break;  // no row of the tile: nothing to copy
+      const bool ok = inside && (valid >> i & 1u);
+      const unsigned dst = PASS_BYTES ? tile + first + i * PASS_BYTES : tile + tl_swizzle(row_of(i), threadIdx.x % 8, 128);
+      tl_cp_async16(dst, ok ? row[i] + column : row[i], ok ? 16 : 0);
     }
   }
   // Adds the squares of this thread's own copies in `tile` to sum[i] (row threadIdx.x / 8
@@ -103,8 +116,7 @@ template <int ROWS, int THREADS> struct tl_stage_copies {
     const int c = threadIdx.x % 8;
 #pragma unroll
     for (int i = 0; i < COPIES; ++i)
-      if (!PARTIAL || threadIdx.x / 8 + i * (THREADS / 8) < ROWS)
-        tl_add_chunk_squares(tile + tl_swizzle(threadIdx.x / 8 + i * (THREADS / 8), c, 128), sum[i]);
+      if (!PARTIAL || row_of(i) < ROWS) tl_add_chunk_squares(tile + tl_swizzle(row_of(i), c, 128), sum[i]);
   }
 };
 
@@ -133,15 +145,15 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
   // Weights never depend on the kernel before: with a chained launch they are fetched
   // while the producer of A is still finishing.
   tl_stage_copies<BM, THREADS> aCopies;
-  if constexpr (!S::A_KM) aCopies.init([&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+  if constexpr (!S::A_KM) aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
   tl_stage_copies<BN, THREADS> bCopies;
-  if constexpr (!S::B_KN) bCopies.init([&](int r) { return S::b_row(bt, cols, r); });
+  if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
   auto loadB = [&](int stage, int kt) {
     unsigned char *sB = tl_smem + stage * STAGE_BYTES + A_BYTES;
     const int k0 = kt * BK;
     if constexpr (!S::B_KN) {
       const int k = k0 + (threadIdx.x % 8) * 8;
-      bCopies.copy(sB, S::b_base(p), S::b_col(k), k < S::K);
+      bCopies.copy(tl_smem_addr(sB), S::b_col(k), S::K % BK == 0 || k < S::K);
     } else {
 #pragma unroll
       for (int i = threadIdx.x; i < BK * (BN / 8); i += THREADS) {
@@ -164,7 +176,7 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
       }
     } else {
       const int k = kt * BK + (threadIdx.x % 8) * 8;
-      aCopies.copy(tl_smem + stage * STAGE_BYTES, S::a_base(p), S::a_col(k), k < S::K);
+      aCopies.copy(tl_smem_addr(tl_smem + stage * STAGE_BYTES), S::a_col(k), S::K % BK == 0 || k < S::K);
     }
     const int k = kt * BK + (threadIdx.x % 8) * 8;
     if (S::NORM_GAIN && threadIdx.x < 8)

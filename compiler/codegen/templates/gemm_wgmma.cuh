@@ -43,6 +43,9 @@
 //       producer would leave 96 registers a thread, too few for m64n160. v4 with 64 rows
 //       (one consumer warpgroup) for TLC_WGMMA_TILE only: the schedule never picks it
 //       (the workshop's down projection ran 11.5-12.2 µs on it, 10.8 on v1).
+//   v9  the copies keep their rows' addresses (gemm_mma.cuh v5) and a stage's four k slices
+//       share one descriptor encoding: the one-warpgroup down projection was issue-bound
+//       on index arithmetic (10.8 -> 8.4 µs).
 //
 // Same Spec hooks as gemm_mma.cuh (BM = 64, 128 or 256; BN = 64, 128, 160, 192 or 256).
 #pragma once
@@ -61,10 +64,13 @@ template <int N> TL_DEVICE void tl_wgmma_pin(float (&d)[N]) {
 
 // A K-major tile of rows of 64 bf16 (128 bytes), 128-byte swizzled, 1024-byte aligned:
 // the descriptor of the 16-wide k slice starting at byte `offset` of each row.
+// The offset (a multiple of 16) is added to the start field after the address is encoded,
+// so the k slices of one stage share its encoding (shared addresses stay below 256 KiB: no
+// carry out of the field).
 TL_DEVICE unsigned long long tl_wgmma_descriptor(unsigned address, int offset) {
-  const unsigned long long start = ((address + offset) & 0x3FFFF) >> 4;
-  return start | (1ull << 16) /* leading offset, unused when swizzled */ | (64ull << 32) /* 1024-byte row groups */ |
-         (1ull << 62) /* 128-byte swizzle */;
+  const unsigned long long start = (address & 0x3FFFF) >> 4;
+  return (start | (1ull << 16) /* leading offset, unused when swizzled */ | (64ull << 32) /* 1024-byte row groups */ |
+          (1ull << 62) /* 128-byte swizzle */) + (offset >> 4);
 }
 
 // wgmma m64nNk16 with A in registers and B by descriptor, for N = 64, 128, 160, 192, 256: the same
@@ -333,6 +339,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   extern __shared__ __align__(128) unsigned char tl_smem_raw[];
   // Swizzled stages must start on 1024 bytes (the launch asks for 1 KiB more).
   unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
+  const unsigned smem = tl_smem_addr(tl_smem);  // the stages' shared address, for the copies
 
   constexpr int SPLITS = S::K_SPLITS;
   const tl_tile_work work = tl_block_work<S, KT>();
@@ -352,18 +359,18 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   unsigned *normFlag = tl_norm_flag<S>(p, rowTile);  // published, readers
 
   tl_stage_copies<BM, THREADS> aCopies;
-  aCopies.init([&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+  aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
   tl_stage_copies<BN, THREADS> bCopies;
-  bCopies.init([&](int r) { return S::b_row(bt, cols, r); });
+  bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
   auto loadB = [&](int stage, int kt) {
     const int k = kt * BK + (threadIdx.x % 8) * 8;
-    bCopies.copy(tl_smem + stage * STAGE_BYTES + A_BYTES, S::b_base(p), S::b_col(k), k < S::K);
+    bCopies.copy(smem + stage * STAGE_BYTES + A_BYTES, S::b_col(k), S::K % BK == 0 || k < S::K);
   };
   // RMSNorm's gain for the stage's 64 k: 128 bytes after all the stages.
   unsigned char *sGain = tl_smem + STAGES * STAGE_BYTES;
   auto loadA = [&](int stage, int kt) {
     const int k = kt * BK + (threadIdx.x % 8) * 8;
-    aCopies.copy(tl_smem + stage * STAGE_BYTES, S::a_base(p), S::a_col(k), k < S::K);
+    aCopies.copy(smem + stage * STAGE_BYTES, S::a_col(k), S::K % BK == 0 || k < S::K);
     if (S::NORM_GAIN && threadIdx.x < 8)
       tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
   };
@@ -498,6 +505,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   static_assert(BM * LD * 4 <= STAGES * STAGE_BYTES, "the accumulator tile fits in the stages");
   extern __shared__ __align__(128) unsigned char tl_smem_raw[];
   unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
+  const unsigned smem = tl_smem_addr(tl_smem);  // the stages' shared address, for the copies
   const unsigned fullBar = tl_smem_addr(tl_smem + STAGES * STAGE_BYTES), emptyBar = fullBar + STAGES * 8;
   float *rowScale = reinterpret_cast<float *>(tl_smem + STAGES * STAGE_BYTES + STAGES * 16);
 
@@ -532,13 +540,13 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   if (group == 0) {
     // Producer: thread t copies chunk t % 8 of rows t / 8 + 16 j of A and B.
     tl_stage_copies<BM, 128> aCopies;
-    aCopies.init([&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+    aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
     tl_stage_copies<BN, 128> bCopies;
-    bCopies.init([&](int r) { return S::b_row(bt, cols, r); });
+    bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
     // Use j of the stages holds k tile kBegin + j.
     auto copyB = [&](int j) {
       const int k = (kBegin + j) * BK + (threadIdx.x % 8) * 8;
-      bCopies.copy(tl_smem + (j % STAGES) * STAGE_BYTES + A_BYTES, S::b_base(p), S::b_col(k), k < S::K);
+      bCopies.copy(smem + (j % STAGES) * STAGE_BYTES + A_BYTES, S::b_col(k), S::K % BK == 0 || k < S::K);
     };
     // v7: chained, the weights' first stages are on their way while the kernel before
     // finishes (as v3 does); only A waits for it. They join the first copy group.
@@ -553,7 +561,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
         const int stage = j % STAGES;
         if (j >= STAGES) tl_mbarrier_wait(emptyBar + stage * 8, (j / STAGES + 1) & 1);
         const int k = (kBegin + j) * BK + (threadIdx.x % 8) * 8;
-        aCopies.copy(tl_smem + stage * STAGE_BYTES, S::a_base(p), S::a_col(k), k < S::K);
+        aCopies.copy(smem + stage * STAGE_BYTES, S::a_col(k), S::K % BK == 0 || k < S::K);
         if (j >= earlyB) copyB(j);
       }
       tl_cp_async_commit();
