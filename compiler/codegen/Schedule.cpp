@@ -191,11 +191,11 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   if (tileHoldsEpilogue(gemm, 64) && tilesOf(64, 64) <= 2 * multiprocessors) {
     best = WgmmaTile{64, 64, 6};
     // K of 2048 or more in one wave: split two ways where the parts still fit one wave,
-    // else a deeper pipeline (the workshop's down projection, 128 tiles: 10.8 µs with 12
-    // stages against 11.7 split two ways and 11.1 with 6 stages unsplit, measured before
-    // gemm_mma.cuh v5's copies; 8.4 µs with them).
+    // else a deeper pipeline (the workshop's down projection, 128 tiles, with gemm_mma.cuh
+    // v5's copies: 8.1 µs with 8 stages against 8.2 with 6, 8.4 with 10-16, 10.8 split
+    // two ways and 10.1 warp-specialized).
     if (kTiles >= 32 && 2 * tilesOf(64, 64) <= multiprocessors) best->splits = 2;
-    else if (kTiles >= 32 && tilesOf(64, 64) <= multiprocessors) best->stages = 12;
+    else if (kTiles >= 32 && tilesOf(64, 64) <= multiprocessors) best->stages = 8;
     return best;
   }
   // 256x160 tiles (four warpgroups, no producer: with one each would have 96 registers,

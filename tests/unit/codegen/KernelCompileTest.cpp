@@ -17,7 +17,7 @@ namespace {
 
 // Small batch and sequence keep the Programs quick to build; the tiles the schedule picks
 // only at full size come from the benchmarks' shapes (the 1.1B QKV's 256x160 flat tiles,
-// the workshop down projection's 12-stage pipeline).
+// the workshop down projection's 8-stage pipeline).
 std::vector<JitSource> allKernelSources() {
   std::map<std::string, std::string> entryOf;  // distinct source -> its entry
   for (const char *model : {"tinyllama.tl", "tinyllama-1.1b.tl"})
