@@ -146,16 +146,39 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
           "K_SLICES = K_SLICES_, K_SPLITS = K_SPLITS_, SPLIT_TILES = SPLIT_TILES_;\n";
   spec += fmt::format("  static constexpr int M = {}, N = {}, K = {}, BATCH = {};\n", gemm.M, gemm.N, gemm.K, gemm.batch);
   spec += "  static constexpr int TILES_M = (M + BM - 1) / BM;\n";
-  // Flat tiles run across the groups' columns (Schedule.h's flatColumns).
+  // Which accumulator columns a column tile computes (tile_cols) and the weight row behind
+  // tile column j (b_column): flat tiles run across the groups' columns (Schedule.h's
+  // flatColumns), the group of each 8 columns found in the epilogue; otherwise each group
+  // has tiles of its own, a band of BN / bands columns each.
   const bool flat = flatColumns(gemm);
-  std::vector<std::string> groupTiles;
-  for (size_t g = 0; g < gemm.groups.size() && !flat; ++g) {
-    spec += fmt::format("  static constexpr int GROUP{}_TILES = ({} + {} - 1) / {};\n", g, gemm.groups[g].width,
-                        bandWidth(gemm.groups[g]), bandWidth(gemm.groups[g]));
-    groupTiles.push_back(fmt::format("GROUP{}_TILES", g));
+  std::string tilesN, tileCols, bColumn;
+  if (flat) {
+    tilesN = "(N + BN - 1) / BN;  // flat: across the groups";
+    tileCols = "    const int c = tn * BN; return {-1, c, N - c < BN ? N - c : BN};\n";
+    bColumn = "    const int n = t.col0 + j; return n < N ? n : -1;  // flat: the accumulator column\n";
+  } else {
+    std::vector<std::string> groupTiles;
+    bColumn = "    switch (t.group) {\n";
+    for (size_t g = 0; g < gemm.groups.size(); ++g) {
+      const GemmGroup &group = gemm.groups[g];
+      spec += fmt::format("  static constexpr int GROUP{}_TILES = ({} + {} - 1) / {};\n", g, group.width,
+                          bandWidth(group), bandWidth(group));
+      groupTiles.push_back(fmt::format("GROUP{}_TILES", g));
+      std::string body = fmt::format("const int w = {}, c = tn * w; return {{{}, c, {} - c < w ? {} - c : w}};",
+                                     bandWidth(group), g, group.width, group.width);
+      if (g + 1 < gemm.groups.size())
+        tileCols += fmt::format("    if (tn < GROUP{}_TILES) {{ {} }}\n    tn -= GROUP{}_TILES;\n", g, body, g);
+      else tileCols += fmt::format("    {{ {} }}\n", body);
+      std::string start = fmt::format("{}", group.bands[0]);
+      for (size_t band = 1; band < group.bands.size(); ++band)
+        start = fmt::format("band == {} ? {} : {}", band, group.bands[band], start);
+      bColumn += fmt::format("    case {}: {{ const int w = {}, band = j / w, c = t.col0 + j % w; return c < {} ? ({}) + c : -1; }}\n",
+                             g, bandWidth(group), group.width, start);
+    }
+    tilesN = fmt::format("{};", fmt::join(groupTiles, " + "));
+    bColumn += "    }\n    return -1;\n";
   }
-  spec += flat ? "  static constexpr int TILES_N = (N + BN - 1) / BN;  // flat: across the groups\n"
-               : fmt::format("  static constexpr int TILES_N = {};\n", fmt::join(groupTiles, " + "));
+  spec += fmt::format("  static constexpr int TILES_N = {}\n", tilesN);
   spec += fmt::format("  static constexpr bool ROW_NORM = {}, B_KN = {}, A_KM = {}, CHAINED = {};\n", gemm.rowNorm,
                       gemm.bKN, matrixUnits && aKM, source.chained());
   spec += fmt::format("  static constexpr bool NORM_GAIN = {};  // RMSNorm's gain applied to A (not folded into B)\n",
@@ -184,19 +207,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
             pointer("norm_dgain", norm.gainGrad, true) + pointer("norm_normalized", norm.normalized, true);
   }
 
-  // Which output columns a column tile computes.
-  spec += "  TL_DEVICE static tl_tile_cols tile_cols(int tn) {\n";
-  if (flat)  // accumulator columns; group -1 until the epilogue finds each 8 columns' group
-    spec += "    const int c = tn * BN; return {-1, c, N - c < BN ? N - c : BN};\n";
-  for (size_t g = 0; g < gemm.groups.size() && !flat; ++g) {
-    const GemmGroup &group = gemm.groups[g];
-    std::string body = fmt::format("const int w = {}, c = tn * w; return {{{}, c, {} - c < w ? {} - c : w}};",
-                                   bandWidth(group), g, group.width, group.width);
-    if (g + 1 < gemm.groups.size())
-      spec += fmt::format("    if (tn < GROUP{}_TILES) {{ {} }}\n    tn -= GROUP{}_TILES;\n", g, body, g);
-    else spec += fmt::format("    {{ {} }}\n", body);
-  }
-  spec += "  }\n";
+  spec += "  TL_DEVICE static tl_tile_cols tile_cols(int tn) {\n" + tileCols + "  }\n";
 
   // A: where element [m, k] (after the prologue's layout changes) is; RMSNorm's gain.
   spec += fmt::format("  TL_DEVICE static const {} *a_base(const Params &p) {{ return {}; }}\n", aType, a);
@@ -219,19 +230,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     spec += "  TL_DEVICE static float gain_elem(const Params &, int) { return 1.0f; }\n";
   }
 
-  // B: the accumulator column (weight row) behind tile column j.
-  spec += "  TL_DEVICE static int b_column(const tl_tile_cols &t, int j) {\n";
-  if (flat) spec += "    const int n = t.col0 + j; return n < N ? n : -1;  // flat: the accumulator column\n  }\n";
-  else spec += "    switch (t.group) {\n";
-  for (size_t g = 0; g < gemm.groups.size() && !flat; ++g) {
-    const GemmGroup &group = gemm.groups[g];
-    std::string start = fmt::format("{}", group.bands[0]);
-    for (size_t band = 1; band < group.bands.size(); ++band)
-      start = fmt::format("band == {} ? {} : {}", band, group.bands[band], start);
-    spec += fmt::format("    case {}: {{ const int w = {}, band = j / w, c = t.col0 + j % w; return c < {} ? ({}) + c : -1; }}\n",
-                        g, bandWidth(group), group.width, start);
-  }
-  if (!flat) spec += "    }\n    return -1;\n  }\n";
+  spec += "  TL_DEVICE static int b_column(const tl_tile_cols &t, int j) {\n" + bColumn + "  }\n";
   spec += fmt::format("  TL_DEVICE static const {} *b_base(const Params &p) {{ return {}; }}\n", bType, b);
   spec += fmt::format("  TL_DEVICE static const {0} *b_src(const Params &p, int bt, const tl_tile_cols &t, int j, int k) {{\n"
                       "    (void)bt; const int n = b_column(t, j); return n < 0 ? nullptr : {1} + ({2});\n  }}\n",

@@ -18,6 +18,13 @@ namespace {
 
 using namespace gputest;
 
+// One layer of a preset model: every kernel of a layer at a fraction of the model's cost.
+LlamaConfig oneLayerOf(const char *model) {
+  LlamaConfig config = *presetConfig(model);
+  config.layers = 1;
+  return config;
+}
+
 // Checks each distinct kernel of `program` that `wanted` accepts, after `launches` runs on
 // the same inputs (the workspace poisoned before each), and that it left its counters
 // zeroed for the next launch; returns how many.
@@ -137,9 +144,7 @@ TEST(GpuKernelsWarpSpecialized, TailSplitMatchesTheCpuReference) {
 TEST(GpuKernelsWarpSpecialized, TailSplitWithSharedNormMatchesTheCpuReference) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);
-  LlamaConfig config = *presetConfig("tinyllama-1.1b");
-  config.layers = 1;
-  EXPECT_EQ(checkBf16KernelsContaining(*device, compile(config, 2, 27, 128, "bf16"),
+  EXPECT_EQ(checkBf16KernelsContaining(*device, compile(oneLayerOf("tinyllama-1.1b"), 2, 27, 128, "bf16"),
                                        {"the last wave's 6 tiles split K 4 ways", "NORM_SHARED = true"}, 3),
             1);
 }
@@ -150,9 +155,7 @@ TEST(GpuKernelsWarpSpecialized, TailSplitWithSharedNormMatchesTheCpuReference) {
 TEST(GpuKernelsFlatTiles, AcrossOutputsMatchTheCpuReference) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);
-  LlamaConfig config = *presetConfig("tinyllama-1.1b");
-  config.layers = 1;
-  EXPECT_EQ(checkBf16KernelsContaining(*device, compile(config, 1, 1, 2048, "bf16"),
+  EXPECT_EQ(checkBf16KernelsContaining(*device, compile(oneLayerOf("tinyllama-1.1b"), 1, 1, 2048, "bf16"),
                                        {"256x160 tiles, 4 warpgroups", "TILES_N = (N + BN - 1) / BN;  // flat"}, 2),
             1);
 }
@@ -172,8 +175,7 @@ TEST(GpuAttentionTiles, EveryTileMatchesTheCpuReference) {
   };
   for (const Tiles &each : {Tiles{"workshop", {"64x1x1", "16x2x1", "128x1x2", "64x1x2", "32x2x2", "64x2x2"}},
                             Tiles{"tinyllama-1.1b", {"16x8x1", "32x8x2", "32x4x2", "64x2x2"}}}) {
-    LlamaConfig config = *presetConfig(each.model);
-    config.layers = 1;
+    LlamaConfig config = oneLayerOf(each.model);
     for (const char *tile : each.tiles) {
       ::setenv("TLC_ATTENTION_TILE", tile, 1);
       std::string spec = "_spec<" + std::string(tile) + ">>";  // 32x8x2 -> _spec<32, 8, 2>>

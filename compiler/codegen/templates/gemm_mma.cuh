@@ -71,6 +71,10 @@ TL_DEVICE unsigned tl_mul_bf16x2(unsigned a, unsigned b) {
 // column, and the chunks cp.async writes, fall in 8 different bank groups.
 TL_DEVICE int tl_swizzle(int row, int chunk, int rowBytes) { return row * rowBytes + ((chunk ^ (row & 7)) << 4); }
 
+// Whether the chunk at k lies inside K: always where K is a whole number of 64-wide k tiles
+// (then the copies need no test).
+template <class S> TL_DEVICE bool tl_k_inside(int k) { return S::K % 64 == 0 || k < S::K; }
+
 // The copies one thread makes into every stage of a tile of ROWS rows of 64 bf16: thread
 // t copies 16-byte chunk t % 8 of rows t / 8 + i * THREADS / 8. It keeps each row's
 // address at k = 0 and its first chunk's place in a stage, so a copy is an add and the
@@ -153,7 +157,7 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
     const int k0 = kt * BK;
     if constexpr (!S::B_KN) {
       const int k = k0 + (threadIdx.x % 8) * 8;
-      bCopies.copy(tl_smem_addr(sB), S::b_col(k), S::K % BK == 0 || k < S::K);
+      bCopies.copy(tl_smem_addr(sB), S::b_col(k), tl_k_inside<S>(k));
     } else {
 #pragma unroll
       for (int i = threadIdx.x; i < BK * (BN / 8); i += THREADS) {
@@ -176,7 +180,7 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
       }
     } else {
       const int k = kt * BK + (threadIdx.x % 8) * 8;
-      aCopies.copy(tl_smem_addr(tl_smem + stage * STAGE_BYTES), S::a_col(k), S::K % BK == 0 || k < S::K);
+      aCopies.copy(tl_smem_addr(tl_smem + stage * STAGE_BYTES), S::a_col(k), tl_k_inside<S>(k));
     }
     const int k = kt * BK + (threadIdx.x % 8) * 8;
     if (S::NORM_GAIN && threadIdx.x < 8)

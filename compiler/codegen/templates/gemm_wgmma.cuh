@@ -364,13 +364,13 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
   auto loadB = [&](int stage, int kt) {
     const int k = kt * BK + (threadIdx.x % 8) * 8;
-    bCopies.copy(smem + stage * STAGE_BYTES + A_BYTES, S::b_col(k), S::K % BK == 0 || k < S::K);
+    bCopies.copy(smem + stage * STAGE_BYTES + A_BYTES, S::b_col(k), tl_k_inside<S>(k));
   };
   // RMSNorm's gain for the stage's 64 k: 128 bytes after all the stages.
   unsigned char *sGain = tl_smem + STAGES * STAGE_BYTES;
   auto loadA = [&](int stage, int kt) {
     const int k = kt * BK + (threadIdx.x % 8) * 8;
-    aCopies.copy(smem + stage * STAGE_BYTES, S::a_col(k), S::K % BK == 0 || k < S::K);
+    aCopies.copy(smem + stage * STAGE_BYTES, S::a_col(k), tl_k_inside<S>(k));
     if (S::NORM_GAIN && threadIdx.x < 8)
       tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
   };
@@ -546,7 +546,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
     // Use j of the stages holds k tile kBegin + j.
     auto copyB = [&](int j) {
       const int k = (kBegin + j) * BK + (threadIdx.x % 8) * 8;
-      bCopies.copy(smem + (j % STAGES) * STAGE_BYTES + A_BYTES, S::b_col(k), S::K % BK == 0 || k < S::K);
+      bCopies.copy(smem + (j % STAGES) * STAGE_BYTES + A_BYTES, S::b_col(k), tl_k_inside<S>(k));
     };
     // v7: chained, the weights' first stages are on their way while the kernel before
     // finishes (as v3 does); only A waits for it. They join the first copy group.
@@ -561,7 +561,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
         const int stage = j % STAGES;
         if (j >= STAGES) tl_mbarrier_wait(emptyBar + stage * 8, (j / STAGES + 1) & 1);
         const int k = (kBegin + j) * BK + (threadIdx.x % 8) * 8;
-        aCopies.copy(smem + stage * STAGE_BYTES, S::a_col(k), S::K % BK == 0 || k < S::K);
+        aCopies.copy(smem + stage * STAGE_BYTES, S::a_col(k), tl_k_inside<S>(k));
         if (j >= earlyB) copyB(j);
       }
       tl_cp_async_commit();
