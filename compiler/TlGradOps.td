@@ -141,7 +141,7 @@ def Tl_FusedFlashAttentionGradOp : Tl_Op<"fused_flash_attention_grad", [Pure, Is
   let description = [{
     tl.flash_attention_grad whose d q, d k, d v (the epilogue's arguments) go through the
     epilogue's ops before they are stored (tl-fuse-grad-epilogue at O2+): the heads'
-    transposes back, RoPE's inverse on adjacent pairs and the q, k, v concatenation, so
+    transposes back, RoPE's inverse (either style) and the q, k, v concatenation, so
     the kernel writes the QKV projection's d output, [B, S, (H + 2 Hkv) D], and nothing in
     between. Only layout ops and tl.rope_grad read the gradients.
   }];

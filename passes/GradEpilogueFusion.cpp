@@ -74,7 +74,7 @@ bool foldIntoGemm(FusedElementwiseOp chain, unsigned index, mlir::OpBuilder &b) 
 
 // Whether the stores of a flash attention backward can compute `chain`'s ops on the
 // gradient `grad` (one of its block arguments, [B, H, S, D]): one reader after another,
-// each a layout op or one tl.rope_grad on adjacent pairs of rows indexed [B, S, H, D]
+// each a layout op or one tl.rope_grad (either style) on rows indexed [B, S, H, D]
 // (the sequence position second, the head's columns last and whole), ending in the
 // yield or in a yielded concatenation.
 bool storesCanApply(mlir::BlockArgument grad) {
@@ -93,7 +93,10 @@ bool storesCanApply(mlir::BlockArgument grad) {
     } else if (llvm::isa<SplitHeadsOp, MergeHeadsOp>(user)) {
       columnsWhole = false;
     } else if (auto rope = llvm::dyn_cast<RopeGradOp>(user)) {
-      if (rotated || !columnsWhole || position != 1 || rope.getStyle() != "adjacent") return false;
+      // The stores take columns c, c+1, c + D/2, c + D/2 + 1 of a row at once, so both
+      // styles' pairs are in hand when the head size is a multiple of 4.
+      int64_t headDim = llvm::cast<mlir::RankedTensorType>(rope->getResult(0).getType()).getShape().back();
+      if (rotated || !columnsWhole || position != 1 || headDim <= 0 || headDim % 4 != 0) return false;
       rotated = true;
     } else {
       return false;

@@ -73,8 +73,8 @@ def TlFuseGradEpilogue : Pass<"tl-fuse-grad-epilogue", "mlir::ModuleOp"> {
     d gate and d up (SwiGLU's VJP), the output projection's writes d attention output
     in the heads' layout, and neither dX is stored. A tl.fused_elementwise reading all
     three gradients of a tl.flash_attention_grad through layout ops and RoPE's inverse
-    on adjacent pairs becomes one tl.fused_flash_attention_grad, which writes the QKV
-    projection's d output as it stores.
+    (adjacent pairs or halves) becomes one tl.fused_flash_attention_grad, which writes
+    the QKV projection's d output as it stores.
   }];
   let dependentDialects = ["tl::TlDialect"];
 }

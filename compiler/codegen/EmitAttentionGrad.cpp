@@ -20,8 +20,9 @@ static std::string storesLine(const AttentionGradSpec &spec, const KernelSource 
   std::vector<std::string> parts;
   for (auto [name, param, rows] : {std::tuple{"dq", spec.dq, &spec.dqRows}, std::tuple{"dk", spec.dk, &spec.dkRows},
                                    std::tuple{"dv", spec.dv, &spec.dvRows}})
-    parts.push_back(fmt::format("{}{} -> {}[{}]", rows->ropeTheta != 0 ? "rope_grad " : "", name, source.name(param),
-                                rows->row.str()));
+    parts.push_back(fmt::format("{}{} -> {}[{}]",
+                                rows->ropeTheta == 0 ? "" : rows->ropeHalves ? "rope_grad (halves) " : "rope_grad ",
+                                name, source.name(param), rows->row.str()));
   return fmt::format("stores, row (b, h, s) of each: {}", fmt::join(parts, "; "));
 }
 
@@ -63,24 +64,50 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
                    : fmt::format("tiles of {} rows staged in shared memory, fp32 FMAs (attention_grad.cuh)", rows)});
   out += source.prelude({"attention_grad_mma.cuh", "attention_grad.cuh"});
   out += source.paramsStruct();
-  // A pair of columns of a gradient's row: rotated back by RoPE where tl.rope_grad was
-  // folded in (its frequencies in the element code's table), then stored.
+  // Columns c, c+1 and c + COLS/2, c + COLS/2 + 1 of a gradient's row (c even, below
+  // COLS/2), which hold both styles' RoPE pairs: rotated back where tl.rope_grad was
+  // folded in (its frequencies in the element code's table), then stored two at a time.
+  // Only for head sizes a multiple of 4; the templates store other rows a column at a
+  // time through dq_dst and the like (no RoPE folded in then).
   ElementCode code(entry, source.names());
-  auto store2 = [&](const char *hook, const char *dst, const GradRows &rows) {
-    std::string body = fmt::format("tl_st2({}(p, b, h, s), c, v0, v1);", dst);
-    if (rows.ropeTheta != 0) {
-      std::string table = code.ropeTable(rows.ropeTheta, f.D);
-      body = fmt::format("float co, si;\n    tl_rope_cos_sin((float)s, {0}[c], {0}[c + 1], co, si);\n"
-                         "    tl_st2({1}(p, b, h, s), c, tl_rope(v0, v1, false, co, -si), tl_rope(v0, v1, true, co, -si));",
-                         table, dst);
+  auto store4 = [&](const char *hook, const char *dst, const GradRows &rows, int64_t cols) {
+    if (cols % 4 != 0) return std::string();
+    std::string body;
+    if (rows.ropeTheta == 0) {
+      body = fmt::format("auto *row = {}(p, b, h, s);\n    tl_st2(row, c, lo0, lo1);\n    tl_st2(row, c + {}, hi0, hi1);",
+                         dst, cols / 2);
+    } else {
+      // Two pairs, each rotated back by its frequency (pair i's at [2i] of the table): by
+      // halves (c, c + COLS/2) and (c+1, c+1 + COLS/2), else (c, c+1) and (c + COLS/2, +1).
+      // stored[j]: the pair and the element of it that column c, c+1, c + COLS/2, +1 takes.
+      std::string table = code.ropeTable(rows.ropeTheta, f.D), half = std::to_string(cols / 2);
+      const char *pairs[2][2] = {{"lo0", "hi0"}, {"lo1", "hi1"}};
+      std::string frequency[2] = {"2 * c", "2 * c + 2"};
+      std::pair<int, bool> stored[4] = {{0, false}, {1, false}, {0, true}, {1, true}};
+      if (!rows.ropeHalves) {
+        pairs[0][1] = "lo1", pairs[1][0] = "hi0";
+        frequency[0] = "c", frequency[1] = "c + " + half;
+        stored[1] = {0, true}, stored[2] = {1, false};
+      }
+      auto value = [&](int j) {
+        auto [pair, second] = stored[j];
+        return fmt::format("tl_rope({}, {}, {}, c{}, -s{})", pairs[pair][0], pairs[pair][1], second, pair, pair);
+      };
+      body = fmt::format("float c0, s0, c1, s1;\n"
+                         "    tl_rope_cos_sin((float)s, {0}[{1}], {0}[{1} + 1], c0, s0);\n"
+                         "    tl_rope_cos_sin((float)s, {0}[{2}], {0}[{2} + 1], c1, s1);\n"
+                         "    auto *row = {3}(p, b, h, s);\n"
+                         "    tl_st2(row, c, {4}, {5});\n    tl_st2(row, c + {6}, {7}, {8});",
+                         table, frequency[0], frequency[1], dst, value(0), value(1), half, value(2), value(3));
     }
-    return fmt::format("  TL_DEVICE static void {}(const Params &p, int b, int h, int s, int c, float v0, float v1) {{\n"
+    return fmt::format("  TL_DEVICE static void {}(const Params &p, int b, int h, int s, int c, float lo0, float lo1, "
+                       "float hi0, float hi1) {{\n"
                        "    {}\n  }}\n",
                        hook, body);
   };
-  std::string stores = store2("dq_store2", "dq_dst", spec.dqRows);
-  stores += store2("dk_store2", "dk_dst", spec.dkRows);
-  stores += store2("dv_store2", "dv_dst", spec.dvRows);
+  std::string stores = store4("dq_store4", "dq_dst", spec.dqRows, f.D);
+  stores += store4("dk_store4", "dk_dst", spec.dkRows, f.D);
+  stores += store4("dv_store4", "dv_dst", spec.dvRows, f.DV);
   out += code.globals();
   out += fmt::format("struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
   out += fmt::format("  static constexpr int D = {}, DV = {}, B = {}, H = {}, HKV = {}, SQ = {}, SK = {};\n", f.D, f.DV,

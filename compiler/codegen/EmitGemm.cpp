@@ -116,7 +116,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                      ElementCode::contiguous(gemm.bOffset, gemm.bKN ? alongN : alongK) &&
                      (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile) && bParts;
   GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, kTunedMultiprocessors) : GemmTile{64, 64, 2, 2, 1, 1};
-  std::optional<WgmmaTile> hopper = matrixUnits && !aKM ? chooseWgmmaTile(gemm, kTunedMultiprocessors) : std::nullopt;
+  std::optional<WgmmaTile> hopper = matrixUnits ? chooseWgmmaTile(gemm, kTunedMultiprocessors, aKM) : std::nullopt;
   int64_t hopperRowTiles = hopper ? gemm.batch * ceilDiv(gemm.M, hopper->BM) : 0;
   int64_t hopperTiles = hopper ? hopperRowTiles * columnTiles(gemm, hopper->BN) : 0;
   // Split-K: every tile, or only those of a short last wave.
@@ -388,8 +388,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   }
   out += source.entryOpen(entry + "_BOUNDS", {}, clusterAttribute);
   if (matrixUnits && aKM)
-    out += fmt::format("#if defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n", nvSpec,
-                       fixedSpec);
+    out += fmt::format("#if {}\n  tl_gemm_wgmma<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n#else\n"
+                       "  tl_gemm_simt<{}>(p);\n#endif\n}}\n",
+                       hopperCase, hopper ? hopperSpec : nvSpec, nvSpec, fixedSpec);
   else if (matrixUnits)
     out += fmt::format("#if {}\n  tl_gemm_wgmma{}<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n"
                        "#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n",

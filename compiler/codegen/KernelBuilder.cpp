@@ -626,8 +626,8 @@ AttentionGradSpec buildAttentionGrad(KernelContext &context, tl::FlashAttentionG
 }
 
 // Where a fused attention backward stores the gradient `grad` (an epilogue argument,
-// [B, heads, S, D]): its one chain of readers (layout ops, at most one tl.rope_grad on
-// adjacent pairs by sequence position) to a yielded value or a piece of a yielded
+// [B, heads, S, D]): its one chain of readers (layout ops, at most one tl.rope_grad by
+// sequence position) to a yielded value or a piece of a yielded
 // concatenation, as the output argument (`param`) and the offset of row (b, h, s), its
 // D columns contiguous after it.
 GradRows fusedGradRows(KernelContext &context, tl::FusedFlashAttentionGradOp fused, mlir::BlockArgument grad,
@@ -656,11 +656,14 @@ GradRows fusedGradRows(KernelContext &context, tl::FusedFlashAttentionGradOp fus
     if (relabelForward(user, index)) {
       // a head split or merge, a transpose
     } else if (auto rope = llvm::dyn_cast<tl::RopeGradOp>(user)) {
-      // The pair (2i, 2i+1) of column d at sequence position s: what the store hook rotates.
-      if (rows.ropeTheta != 0 || rope.getStyle() != "adjacent" || index.size() != 4 || index[1].str() != "s" ||
-          index[3].str() != "d")
-        context.fail("a fused attention backward applies RoPE's inverse once, to adjacent pairs of its rows");
+      // The pairs of column d at sequence position s, (2i, 2i+1) or (i, i + D/2): what the
+      // store hook rotates, given columns c, c+1, c + D/2, c + D/2 + 1 together.
+      if (rows.ropeTheta != 0 || index.size() != 4 || index[1].str() != "s" || index[3].str() != "d" ||
+          shape[3] % 4 != 0)
+        context.fail("a fused attention backward applies RoPE's inverse once, to pairs of its rows' columns (head "
+                     "size a multiple of 4)");
       rows.ropeTheta = rope.getThetaAttr().getValueAsDouble();
+      rows.ropeHalves = rope.getStyle() == "half";
     } else {
       context.fail(fmt::format("'tl.{}' cannot run in a fused attention backward's stores", opName(user)));
     }

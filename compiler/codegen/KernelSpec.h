@@ -84,10 +84,12 @@ struct AttentionSpec {
 
 // Where a gradient's rows go: the element offset of row (b, h, s) (its columns follow
 // contiguously), and, where tl.rope_grad was folded into the kernel, the RoPE its pairs
-// (2i, 2i+1) are rotated back by: minus s * theta^(-2i / D).
+// are rotated back by: minus s * theta^(-2i / D), pair i the columns (2i, 2i+1) or, by
+// halves, (i, i + D/2).
 struct GradRows {
   IndexExpr row;
-  double ropeTheta = 0;  // 0: stored as computed
+  double ropeTheta = 0;      // 0: stored as computed
+  bool ropeHalves = false;   // pairs (i, i + D/2) rather than (2i, 2i+1)
 };
 
 // The backward of flash attention: dq, dk, dv from q, k, v, the saved output and

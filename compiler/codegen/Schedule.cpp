@@ -156,9 +156,16 @@ bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, int multiproces
          (gemm.batch == 1 && tile.splitTiles <= tiles - rowTiles && tiles >= 2 * int64_t(multiprocessors));
 }
 
-std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors) {
+std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors, bool aKM) {
   // TLC_NO_WGMMA=1: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
-  if (gemm.bKN || std::getenv("TLC_NO_WGMMA")) return std::nullopt;
+  if (std::getenv("TLC_NO_WGMMA")) return std::nullopt;
+  // A stored [K, M] or B stored [K, N] (the backward's GEMMs): only gemm_wgmma.cuh's v1
+  // kernel reads them (64-column panels, wgmma's transposes), so no producer warpgroup
+  // and no 160-column tiles.
+  const bool transposed = aKM || gemm.bKN;
+  // RMSNorm's backward in the epilogue (gemm_norm_grad.cuh) runs on the mma.sync tiles.
+  if (gemm.normGrad) return std::nullopt;
+  auto transposable = [&](const WgmmaTile &tile) { return !transposed || (!tile.producer && tile.BN % 64 == 0); };
   static const WgmmaTile candidates[] = {{128, 128, 3, 1, 2}, {128, 256, 4}, {128, 128, 4}, {64, 128, 4}, {64, 64, 6}};
   auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
   const char *text = std::getenv("TLC_WGMMA_TILE");
@@ -178,7 +185,7 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
       (forced.BM == 64 || forced.BM == 128 || (forced.BM == 256 && !forced.producer && forced.resident == 1)) &&
       isWgmmaWidth(forced.BN) &&
       forced.stages >= 3 && forced.stages <= 16 && forced.sharedBytes() <= kSharedBytesPerBlock &&
-      tileHoldsEpilogue(gemm, forced.BN))
+      tileHoldsEpilogue(gemm, forced.BN) && transposable(forced))
     return forced;
   // Measured on an H100 (bench/kernels.py --sweep-wgmma): GEMMs of at most two waves of
   // 64x64 tiles run fastest on 64x64 tiles with a deep pipeline, splitting K two ways
@@ -188,6 +195,20 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   // largest tile whose columns hold the epilogue's reads.
   std::optional<WgmmaTile> best;
   int64_t kTiles = ceilDiv(gemm.K, 64);
+  // The backward's GEMMs of at most two waves of 128x64 tiles (the workshop's): 128x64
+  // tiles, four stages, K split two ways where the tiles fill at most half the SMs and K
+  // is 1024 or more (H100 sweep, bench/RESULTS.md: the gate/up's dX 36.1 µs on 64x64
+  // tiles, 29.9 on 128x64, 20.3 split; its dW 18.4 -> 17.1; the head-layout dX, K 512,
+  // slower split: 5.7 -> 7.9).
+  if (transposed && tileHoldsEpilogue(gemm, 64) && tilesOf(128, 64) <= 2 * multiprocessors) {
+    WgmmaTile tile{128, 64, 4};
+    if (kTiles >= 16 && 2 * tilesOf(128, 64) <= multiprocessors) tile.splits = 2;
+    return tile;
+  }
+  // Larger ones (the 1.1B's) on 256x128 tiles, four warpgroups, three stages: 12 % less
+  // time over its ten backward GEMMs than two 128x128 blocks an SM (the dX of the logits
+  // 680 -> 530 µs, the down projection's 231 -> 182), slower only at the QKV's dW (80 -> 82).
+  if (transposed && tileHoldsEpilogue(gemm, 128)) return WgmmaTile{256, 128, 3};
   if (tileHoldsEpilogue(gemm, 64) && tilesOf(64, 64) <= 2 * multiprocessors) {
     best = WgmmaTile{64, 64, 6};
     // K of 2048 or more in one wave: split two ways where the parts still fit one wave,
@@ -202,7 +223,7 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   // too few for m64n160) where they fill one wave and 128x256 tiles need more: the 1.1B
   // QKV's 2048 x 2560 (flat columns) in 128 tiles took 38.0 µs against 51.9 for 128x256
   // tiles with the split tail.
-  if (gemm.gain < 0 && tileHoldsEpilogue(gemm, 160) && tilesOf(128, 256) > multiprocessors &&
+  if (!transposed && gemm.gain < 0 && tileHoldsEpilogue(gemm, 160) && tilesOf(128, 256) > multiprocessors &&
       tilesOf(256, 160) <= multiprocessors && tilesOf(256, 160) * 10 >= multiprocessors * 9)
     return WgmmaTile{256, 160, 4};
   // Without an RMSNorm gain to apply to A, 128x256 tiles on the warp-specialized kernel
@@ -211,7 +232,7 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   // the SMs the full waves leave idle (the 1.1B QKV's 160 tiles: 132 whole, then 28 in
   // four parts, where whole tiles took two waves).
   int64_t wide = tilesOf(128, 256), tail = wide % multiprocessors;
-  if (gemm.gain < 0 && tileHoldsEpilogue(gemm, 256)) {
+  if (!transposed && gemm.gain < 0 && tileHoldsEpilogue(gemm, 256)) {
     WgmmaTile tile{128, 256, 4, 1, 1, true};
     WgmmaTile split = tile;
     split.splits = int(tail ? std::min<int64_t>({multiprocessors / tail, kTiles / 8, 8}) : 1);
@@ -220,7 +241,7 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
     if (wide * 10 >= ceilDiv(wide, multiprocessors) * multiprocessors * 8) return tile;
   }
   for (const WgmmaTile &candidate : candidates)
-    if (tileHoldsEpilogue(gemm, candidate.BN)) return candidate;
+    if (tileHoldsEpilogue(gemm, candidate.BN) && transposable(candidate)) return candidate;
   return best;
 }
 

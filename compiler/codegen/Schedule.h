@@ -60,7 +60,8 @@ struct WgmmaTile {
   int64_t sharedBytes() const;  // stages or the accumulator tile, plus 1 KiB for alignment
   int blocksPerMultiprocessor() const;  // that fit at once: shared memory, threads, `resident`
 };
-std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors);
+// `aKM`: A is stored [K, M] (a weight gradient's dYᵀ); gemm.bKN says the same of B.
+std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors, bool aKM = false);
 // Whether the warp-specialized `tile` may split the K of its last wave's tiles: beyond one
 // wave, and with RMSNorm from two waves on and only past column tile 0 (whose whole tiles
 // share the sums).

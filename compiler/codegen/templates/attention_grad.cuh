@@ -17,12 +17,16 @@
 //   v3  gradients leave a pair of columns at a time through the Spec's store hooks
 //       (where the backward's RoPE inverse and head layout were folded into the kernel
 //       they rotate the pair back and write it where the QKV GEMM's dX reads it).
+//   v4  four columns at a time, c, c+1, c + D/2, c + D/2 + 1 (store4), so RoPE's pairs
+//       by halves (Hugging Face's style) are in hand as well as adjacent ones; the tile
+//       goes through shared memory to group them (they were other threads' registers).
 //
 // Spec S: D, DV, B, H, HKV, SQ, SK, CAUSAL, SCALE, ROWS (rows per tile, dividing 256),
 // Params, partial(p) (B*H*SK*(D+DV) floats of workspace when H > HKV), counter(p)
 // (B*HKV*ceil(SK/ROWS) zeroed words, left zeroed); element pointers q_src,
 // k_src, v_src, o_src, do_src (rows), lse_src (one float), dq_dst, dk_dst, dv_dst (rows,
-// for odd head sizes) and dq_store2, dk_store2, dv_store2 (a pair of columns of a row).
+// for head sizes not a multiple of 4) and dq_store4, dk_store4, dv_store4 (columns c, c+1,
+// c + D/2, c + D/2 + 1 of a row).
 // Launched with tl_attention_grad_shape<S>::BLOCKS blocks of 256 threads.
 #pragma once
 #include "prelude.cuh"
@@ -55,43 +59,54 @@ TL_DEVICE void tl_store_tile(const float (&acc)[PER], int r0, int rows, Row row)
   }
 }
 
-// The same two columns at a time, through store2(row, c, v0, v1) (COLS even): the
-// thread of each even column takes its neighbour's element with a shuffle.
-template <int R, int COLS, int PER, class Store2>
-TL_DEVICE void tl_store_tile_pairs(const float (&acc)[PER], int r0, int rows, Store2 store2) {
-  static_assert(COLS % 2 == 0, "pairs of columns");
+// A gradient tile's rows leave through the Spec's store4 hook when the head size is a
+// multiple of 4: columns c, c+1 and c + COLS/2, c + COLS/2 + 1 of a row together (both
+// RoPE styles' pairs, which the hook may rotate back before it writes them where a fused
+// layout puts them). Those columns sit in other threads' registers, so the tile goes
+// through `scratch` (R * COLS floats of shared memory no thread reads any more). Other
+// head sizes are stored a column at a time through the row pointer `dst` (no RoPE then).
+// Block-wide: every thread calls it.
+template <int R, int COLS, int PER, class Store4, class Dst>
+TL_DEVICE void tl_attention_grad_store(const float (&acc)[PER], int r0, int rows, float *scratch, Store4 store4,
+                                       Dst dst) {
+  if constexpr (COLS % 4 == 0) {
+    __syncthreads();  // every thread is done reading what scratch held
 #pragma unroll
-  for (int u = 0; u < PER; ++u) {
-    const int e = threadIdx.x + u * 256, r = e / COLS, c = e % COLS;
-    const float next = TL_SHFL_XOR(acc[u], 1);
-    if (c % 2 == 0 && e < R * COLS && r0 + r < rows) store2(r0 + r, c, acc[u], next);
+    for (int u = 0; u < PER; ++u) {
+      const int e = threadIdx.x + u * 256;
+      if (e < R * COLS) scratch[e] = acc[u];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < R * COLS / 4; e += 256) {
+      const int r = e / (COLS / 4), c = e % (COLS / 4) * 2;
+      const float *row = scratch + r * COLS;
+      if (r0 + r < rows) store4(r0 + r, c, row[c], row[c + 1], row[c + COLS / 2], row[c + COLS / 2 + 1]);
+    }
+  } else {
+    tl_store_tile<R, COLS>(acc, r0, rows, dst);
   }
-}
-
-// A gradient tile's rows leave through the Spec's store2 hook (which may rotate each pair
-// back by RoPE and write it where a fused layout puts it), or one column at a time
-// through its row pointer `dst` when the head size is odd (no RoPE then).
-template <int R, int COLS, int PER, class Store2, class Dst>
-TL_DEVICE void tl_attention_grad_store(const float (&acc)[PER], int r0, int rows, Store2 store2, Dst dst) {
-  if constexpr (COLS % 2 == 0) tl_store_tile_pairs<R, COLS>(acc, r0, rows, store2);
-  else tl_store_tile<R, COLS>(acc, r0, rows, dst);
 }
 
 // Rows 0 .. rows-1 of a GQA group's gradient: each column summed over the shares of
 // heads first .. last-1 (`share(head, j)`: row j of a head's share, fp32, read volatile as
-// other blocks wrote it) in head order and stored, a pair of columns a thread where the
-// head size is even (store2), else one (store1). Both attention backward templates use it.
-template <int COLS, int THREADS, class Share, class Store2, class Store1>
-TL_DEVICE void tl_attention_grad_sum_heads(int rows, int first, int last, Share share, Store2 store2, Store1 store1) {
-  if constexpr (COLS % 2 == 0) {
-    for (int e = threadIdx.x; e < rows * COLS / 2; e += THREADS) {
-      const int j = e / (COLS / 2), d = e % (COLS / 2) * 2;
-      float sum0 = 0.0f, sum1 = 0.0f;
+// other blocks wrote it) in head order and stored, four columns a thread as
+// tl_attention_grad_store groups them where the head size is a multiple of 4 (store4),
+// else one (store1). Both attention backward templates use it.
+template <int COLS, int THREADS, class Share, class Store4, class Store1>
+TL_DEVICE void tl_attention_grad_sum_heads(int rows, int first, int last, Share share, Store4 store4, Store1 store1) {
+  if constexpr (COLS % 4 == 0) {
+    constexpr int HALF = COLS / 2;
+    for (int e = threadIdx.x; e < rows * COLS / 4; e += THREADS) {
+      const int j = e / (COLS / 4), d = e % (COLS / 4) * 2;
+      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (int head = first; head < last; ++head) {
-        sum0 += ((volatile float *)share(head, j))[d];
-        sum1 += ((volatile float *)share(head, j))[d + 1];
+        const volatile float *row = share(head, j);
+        sum[0] += row[d];
+        sum[1] += row[d + 1];
+        sum[2] += row[d + HALF];
+        sum[3] += row[d + HALF + 1];
       }
-      store2(j, d, sum0, sum1);
+      store4(j, d, sum[0], sum[1], sum[2], sum[3]);
     }
   } else {
     for (int e = threadIdx.x; e < rows * COLS; e += THREADS) {
@@ -180,7 +195,8 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
     }
     
     tl_attention_grad_store<R, S::D>(
-        acc, i0, S::SQ, [&](int i, int c, float v0, float v1) { S::dq_store2(p, b, h, i, c, v0, v1); },
+        acc, i0, S::SQ, qs,
+        [&](int i, int c, float a0, float a1, float b0, float b1) { S::dq_store4(p, b, h, i, c, a0, a1, b0, b1); },
         [&](int i) { return S::dq_dst(p, b, h, i); });
   } else {
     // dK and dV of R keys from query head h's queries; with GQA, each head's share goes to
@@ -226,10 +242,12 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
     }
     if constexpr (G == 1) {
       tl_attention_grad_store<R, S::D>(
-          dk, j0, S::SK, [&](int j, int c, float v0, float v1) { S::dk_store2(p, b, hkv, j, c, v0, v1); },
+          dk, j0, S::SK, qs,
+          [&](int j, int c, float a0, float a1, float b0, float b1) { S::dk_store4(p, b, hkv, j, c, a0, a1, b0, b1); },
           [&](int j) { return S::dk_dst(p, b, hkv, j); });
       tl_attention_grad_store<R, S::DV>(
-          dv, j0, S::SK, [&](int j, int c, float v0, float v1) { S::dv_store2(p, b, hkv, j, c, v0, v1); },
+          dv, j0, S::SK, dos,
+          [&](int j, int c, float a0, float a1, float b0, float b1) { S::dv_store4(p, b, hkv, j, c, a0, a1, b0, b1); },
           [&](int j) { return S::dv_dst(p, b, hkv, j); });
     } else {
       // This head's share: [B, H, SK, D] of dK, then [B, H, SK, DV] of dV.
@@ -243,11 +261,15 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
         const int rows = S::SK - j0 < R ? S::SK - j0 : R;
         tl_attention_grad_sum_heads<S::D, THREADS>(
             rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowK(head, j0 + j); },
-            [&](int j, int d, float v0, float v1) { S::dk_store2(p, b, hkv, j0 + j, d, v0, v1); },
+            [&](int j, int d, float a0, float a1, float b0, float b1) {
+              S::dk_store4(p, b, hkv, j0 + j, d, a0, a1, b0, b1);
+            },
             [&](int j, int d, float v) { tl_st(S::dk_dst(p, b, hkv, j0 + j), d, v); });
         tl_attention_grad_sum_heads<S::DV, THREADS>(
             rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowV(head, j0 + j); },
-            [&](int j, int d, float v0, float v1) { S::dv_store2(p, b, hkv, j0 + j, d, v0, v1); },
+            [&](int j, int d, float a0, float a1, float b0, float b1) {
+              S::dv_store4(p, b, hkv, j0 + j, d, a0, a1, b0, b1);
+            },
             [&](int j, int d, float v) { tl_st(S::dv_dst(p, b, hkv, j0 + j), d, v); });
         if (threadIdx.x == 0) *counter = 0u;
       }

@@ -21,9 +21,12 @@
 //       into the kernel, they rotate the pair back and write it where the QKV GEMM's
 //       dX reads it. With GQA the last head sums a pair of columns a thread
 //       (tl_attention_grad_sum_heads, shared with attention_grad.cuh).
+//   v3  four columns at a time through dq_store4, dk_store4, dv_store4: c, c+1 and
+//       c + D/2, c + D/2 + 1, which a thread holds in fragments j and j + D/16, so RoPE's
+//       pairs by halves are rotated back in the stores as well as adjacent ones.
 //
 // Spec S: as attention_grad.cuh (D, DV, B, H, HKV, SQ, SK, CAUSAL, SCALE, Params, q_src,
-// k_src, v_src, o_src, do_src, lse_src, dq_store2, dk_store2, dv_store2, partial,
+// k_src, v_src, o_src, do_src, lse_src, dq_store4, dk_store4, dv_store4, partial,
 // counter), every row bf16 and 16-byte aligned. partial(p): B*H*SK*(D+DV) floats when H > HKV;
 // counter(p): B*HKV*ceil(SK/64) zeroed words, left zeroed. Launched with
 // tl_attention_grad_mma_shape<S>::BLOCKS blocks of 128 threads.
@@ -154,8 +157,9 @@ TL_DEVICE void tl_attention_grad_mma_queries(const typename S::Params &p, int b,
     const int query = q0 + g + r * 8;
     if (query >= S::SQ) continue;
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j)
-      S::dq_store2(p, b, h, query, j * 8 + tig * 2, dq[j][2 * r] * S::SCALE, dq[j][2 * r + 1] * S::SCALE);
+    for (int j = 0; j < D / 16; ++j)
+      S::dq_store4(p, b, h, query, j * 8 + tig * 2, dq[j][2 * r] * S::SCALE, dq[j][2 * r + 1] * S::SCALE,
+                   dq[j + D / 16][2 * r] * S::SCALE, dq[j + D / 16][2 * r + 1] * S::SCALE);
   }
 }
 
@@ -230,10 +234,13 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
       const int key = k0 + g + r * 8;
       if (key >= S::SK) continue;
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j)
-        S::dk_store2(p, b, hkv, key, j * 8 + tig * 2, dk[j][2 * r] * S::SCALE, dk[j][2 * r + 1] * S::SCALE);
+      for (int j = 0; j < D / 16; ++j)
+        S::dk_store4(p, b, hkv, key, j * 8 + tig * 2, dk[j][2 * r] * S::SCALE, dk[j][2 * r + 1] * S::SCALE,
+                     dk[j + D / 16][2 * r] * S::SCALE, dk[j + D / 16][2 * r + 1] * S::SCALE);
 #pragma unroll
-      for (int j = 0; j < DV / 8; ++j) S::dv_store2(p, b, hkv, key, j * 8 + tig * 2, dv[j][2 * r], dv[j][2 * r + 1]);
+      for (int j = 0; j < DV / 16; ++j)
+        S::dv_store4(p, b, hkv, key, j * 8 + tig * 2, dv[j][2 * r], dv[j][2 * r + 1], dv[j + DV / 16][2 * r],
+                     dv[j + DV / 16][2 * r + 1]);
     }
   } else {
     // This head's share: [B, H, SK, D] of dK, then [B, H, SK, DV] of dV, in fp32.
@@ -260,13 +267,15 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
     unsigned *counter = S::counter(p) + ((long long)b * S::HKV + hkv) * T::KEY_TILES + kt;
     if (tl_last_block_arrives(counter, G)) {
       const int j0 = kt * TILE, rows = S::SK - j0 < TILE ? S::SK - j0 : TILE;
-      auto none = [](int, int, float) {};  // head sizes are even here
+      auto none = [](int, int, float) {};  // head sizes are multiples of 4 here
       tl_attention_grad_sum_heads<D, THREADS>(
           rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowK(head, j0 + j); },
-          [&](int j, int d, float v0, float v1) { S::dk_store2(p, b, hkv, j0 + j, d, v0, v1); }, none);
+          [&](int j, int d, float a0, float a1, float b0, float b1) { S::dk_store4(p, b, hkv, j0 + j, d, a0, a1, b0, b1); },
+          none);
       tl_attention_grad_sum_heads<DV, THREADS>(
           rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowV(head, j0 + j); },
-          [&](int j, int d, float v0, float v1) { S::dv_store2(p, b, hkv, j0 + j, d, v0, v1); }, none);
+          [&](int j, int d, float a0, float a1, float b0, float b1) { S::dv_store4(p, b, hkv, j0 + j, d, a0, a1, b0, b1); },
+          none);
       if (threadIdx.x == 0) *counter = 0u;
     }
   }

@@ -125,12 +125,16 @@ func.func @attention_grad_stores(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32
 
 // -----
 
-// RoPE's "half" pairs (i, i + D/2) are not a store's adjacent pair: the chain stays.
-// CHECK-LABEL: func.func @half_rope_stays
-// CHECK: tl.flash_attention_grad
-// CHECK: tl.fused_elementwise
-// CHECK-NOT: tl.fused_flash_attention_grad
-func.func @half_rope_stays(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>, %o: tensor<1x4x8x8xf32>, %lse: tensor<1x4x8xf32>, %do: tensor<1x4x8x8xf32>) -> tensor<1x8x64xf32> {
+// RoPE's pairs by halves (i, i + D/2) fold in too: the stores take columns c, c+1,
+// c + D/2, c + D/2 + 1 of a row together.
+// CHECK-LABEL: func.func @half_rope_stores
+// CHECK-NOT: tl.flash_attention_grad
+// CHECK: %[[F:.*]] = tl.fused_flash_attention_grad
+// CHECK: tl.rope_grad %{{.*}} {style = "half", theta = 10000.0}
+// CHECK: tl.split_grad
+// CHECK-NOT: tl.fused_elementwise
+// CHECK: return %[[F]]
+func.func @half_rope_stores(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>, %o: tensor<1x4x8x8xf32>, %lse: tensor<1x4x8xf32>, %do: tensor<1x4x8x8xf32>) -> tensor<1x8x64xf32> {
   %g:3 = tl.flash_attention_grad %q, %k, %v, %o, %lse, %do {causal = true, scale = 0.35355339059327373} : (tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8x8xf32>) -> (tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>)
   %r = tl.fused_elementwise(%g#0, %g#1, %g#2 : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) {
   ^bb0(%dq: tensor<1x4x8x8xf32>, %dk: tensor<1x2x8x8xf32>, %dv: tensor<1x2x8x8xf32>):
@@ -145,4 +149,29 @@ func.func @half_rope_stays(%q: tensor<1x4x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v:
     tl.yield %c : tensor<1x8x64xf32>
   } -> tensor<1x8x64xf32>
   return %r : tensor<1x8x64xf32>
+}
+
+// -----
+
+// A head size of 6 is not a multiple of 4: a row's columns c, c+1, c + 3, c + 4 are not
+// two whole pairs of either style, so a chain with RoPE stays.
+// CHECK-LABEL: func.func @rope_head_size_6_stays
+// CHECK: tl.flash_attention_grad
+// CHECK: tl.fused_elementwise
+// CHECK-NOT: tl.fused_flash_attention_grad
+func.func @rope_head_size_6_stays(%q: tensor<1x2x8x6xf32>, %k: tensor<1x2x8x6xf32>, %v: tensor<1x2x8x6xf32>, %o: tensor<1x2x8x6xf32>, %lse: tensor<1x2x8xf32>, %do: tensor<1x2x8x6xf32>) -> tensor<1x8x36xf32> {
+  %g:3 = tl.flash_attention_grad %q, %k, %v, %o, %lse, %do {causal = true, scale = 0.4082482904638631} : (tensor<1x2x8x6xf32>, tensor<1x2x8x6xf32>, tensor<1x2x8x6xf32>, tensor<1x2x8x6xf32>, tensor<1x2x8xf32>, tensor<1x2x8x6xf32>) -> (tensor<1x2x8x6xf32>, tensor<1x2x8x6xf32>, tensor<1x2x8x6xf32>)
+  %r = tl.fused_elementwise(%g#0, %g#1, %g#2 : tensor<1x2x8x6xf32>, tensor<1x2x8x6xf32>, tensor<1x2x8x6xf32>) {
+  ^bb0(%dq: tensor<1x2x8x6xf32>, %dk: tensor<1x2x8x6xf32>, %dv: tensor<1x2x8x6xf32>):
+    %tq = tl.transpose %dq {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x8x6xf32>) -> tensor<1x8x2x6xf32>
+    %tk = tl.transpose %dk {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x8x6xf32>) -> tensor<1x8x2x6xf32>
+    %tv = tl.transpose %dv {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x8x6xf32>) -> tensor<1x8x2x6xf32>
+    %rq = tl.rope_grad %tq {style = "adjacent", theta = 10000.0} : (tensor<1x8x2x6xf32>) -> tensor<1x8x2x6xf32>
+    %mq = tl.merge_heads %rq : (tensor<1x8x2x6xf32>) -> tensor<1x8x12xf32>
+    %mk = tl.merge_heads %tk : (tensor<1x8x2x6xf32>) -> tensor<1x8x12xf32>
+    %mv = tl.merge_heads %tv : (tensor<1x8x2x6xf32>) -> tensor<1x8x12xf32>
+    %c = tl.split_grad %mq, %mk, %mv : (tensor<1x8x12xf32>, tensor<1x8x12xf32>, tensor<1x8x12xf32>) -> tensor<1x8x36xf32>
+    tl.yield %c : tensor<1x8x36xf32>
+  } -> tensor<1x8x36xf32>
+  return %r : tensor<1x8x36xf32>
 }

@@ -202,6 +202,13 @@ TEST(Codegen, BackwardEpiloguesAreInsideTheirKernels) {
   const Kernel &swiglu = kernelNamed(step, "tl_linear_grad_input_silu_mul_silu_grad_split_grad_bf16_1024x512x2048");
   EXPECT_TRUE(contains(swiglu.source, "tl_gemm_mma<"));
   EXPECT_TRUE(contains(swiglu.source, "B_KN = true"));
+  // On sm_90a the same GEMM runs on wgmma, B read N-major (its transpose bit).
+  EXPECT_TRUE(contains(swiglu.source, "tl_gemm_wgmma<tl_linear_grad_input_silu_mul_silu_grad_split_grad_bf16_1024x512x2048_spec<128, 64,"));
+  // A weight gradient reads both operands transposed, on wgmma too (A = dYᵀ M-major).
+  const Kernel &dW = kernelNamed(step, "tl_linear_grad_weight_bf16_4096x512");
+  EXPECT_TRUE(contains(dW.source, "A_KM = true"));
+  EXPECT_TRUE(contains(dW.source, "tl_gemm_wgmma<tl_linear_grad_weight_bf16_4096x512_spec<128, 64,"));
+  EXPECT_TRUE(contains(dW.source, "tl_gemm_mma<"));  // other NVIDIA GPUs
   EXPECT_TRUE(contains(swiglu.source, "tl_silu_grad<float>("));
   EXPECT_TRUE(contains(swiglu.source, "out0[.., c] = silu_grad(in2, mul(acc, in3)); out0[.., 2048 + c] = mul(acc, silu(in2))"));
   // The saved gate is loaded once for both pieces, each stored 16 bytes at a time.
@@ -223,7 +230,9 @@ TEST(Codegen, BackwardEpiloguesAreInsideTheirKernels) {
   EXPECT_TRUE(contains(attention.source, "tl_attention_grad_mma<"));
   EXPECT_TRUE(contains(attention.source, "rope_grad dq -> out0[b * 131072 + s * 1024 + h * 64]; rope_grad dk -> "
                                          "out0[b * 131072 + s * 1024 + h * 64 + 512]; dv -> out0[b * 131072 + s * 1024 + h * 64 + 768]"));
-  EXPECT_TRUE(contains(attention.source, "tl_rope(v0, v1, true, co, -si)"));
+  // Adjacent pairs: (c, c+1) and (c + 32, c + 33) of the four columns a store takes.
+  EXPECT_TRUE(contains(attention.source, "tl_rope(lo0, lo1, true, c0, -s0)"));
+  EXPECT_TRUE(contains(attention.source, "tl_rope(hi0, hi1, true, c1, -s1)"));
   ASSERT_EQ(attention.outputs.size(), 1u);
   EXPECT_EQ(step.value(attention.outputs[0]).shape, (std::vector<int64_t>{8, 128, 1024}));
 
@@ -235,6 +244,22 @@ TEST(Codegen, BackwardEpiloguesAreInsideTheirKernels) {
   }
   EXPECT_EQ(swigluKernels, 8);  // one per layer, each a dX GEMM
   EXPECT_EQ(ropeKernels, 8);    // one per layer, each an attention backward
+
+  // The 1.1B model file pairs RoPE's halves (c, c + 32): rotated back in the same stores.
+  Program halves = compileTrainingStepFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama-1.1b.tl",
+                                           {2, 1, 64, "bf16"}, adamw);
+  const Kernel &byHalves = kernelNamed(halves, "tl_flash_attention_grad_transpose_rope_grad_split_grad_bf16_1x32x64x64");
+  EXPECT_TRUE(contains(byHalves.source, "rope_grad (halves) dq -> out0[b * 163840 + s * 2560 + h * 64]; rope_grad "
+                                        "(halves) dk -> out0[b * 163840 + s * 2560 + h * 64 + 2048]; dv -> "
+                                        "out0[b * 163840 + s * 2560 + h * 64 + 2304]"));
+  EXPECT_TRUE(contains(byHalves.source, "tl_st2(row, c + 32, tl_rope(lo0, hi0, true, c0, -s0), tl_rope(lo1, hi1, true, c1, -s1))"));
+  int halvesRopeKernels = 0;
+  for (const Kernel &kernel : halves.kernels) {
+    halvesRopeKernels += contains(kernel.name, "rope_grad");
+    EXPECT_TRUE(!contains(kernel.name, "rope_grad") || kernel.name.rfind("tl_flash_attention_grad", 0) == 0)
+        << kernel.name << ": RoPE's inverse outside attention's backward";
+  }
+  EXPECT_EQ(halvesRopeKernels, 22);  // one per layer
 
   // The loss and its gradient: one kernel, each row held in registers from its one read,
   // writing d logits and the loss; no loss kernel of its own.
