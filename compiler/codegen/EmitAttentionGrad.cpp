@@ -77,28 +77,27 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
       body = fmt::format("auto *row = {}(p, b, h, s);\n    tl_st2(row, c, lo0, lo1);\n    tl_st2(row, c + {}, hi0, hi1);",
                          dst, cols / 2);
     } else {
-      // Two pairs, each rotated back by its frequency (pair i's at [2i] of the table): by
-      // halves (c, c + COLS/2) and (c+1, c+1 + COLS/2), else (c, c+1) and (c + COLS/2, +1).
-      // stored[j]: the pair and the element of it that column c, c+1, c + COLS/2, +1 takes.
-      std::string table = code.ropeTable(rows.ropeTheta, f.D), half = std::to_string(cols / 2);
-      const char *pairs[2][2] = {{"lo0", "hi0"}, {"lo1", "hi1"}};
-      std::string frequency[2] = {"2 * c", "2 * c + 2"};
-      std::pair<int, bool> stored[4] = {{0, false}, {1, false}, {0, true}, {1, true}};
-      if (!rows.ropeHalves) {
-        pairs[0][1] = "lo1", pairs[1][0] = "hi0";
-        frequency[0] = "c", frequency[1] = "c + " + half;
-        stored[1] = {0, true}, stored[2] = {1, false};
-      }
-      auto value = [&](int j) {
-        auto [pair, second] = stored[j];
-        return fmt::format("tl_rope({}, {}, {}, c{}, -s{})", pairs[pair][0], pairs[pair][1], second, pair, pair);
+      // Two pairs, k = 0 and 1, each rotated back by minus its angle (pair i's frequency is
+      // the (hi, lo) floats at [2i] and [2i + 1] of the table): by halves (lo0, hi0) and
+      // (lo1, hi1), pairs c and c+1; adjacent (lo0, lo1) and (hi0, hi1), pairs c/2 and
+      // (c + COLS/2)/2. pair() returns the pair's first and second element rotated.
+      std::string table = code.ropeTable(rows.ropeTheta, f.D), lines = "float c0, s0, c1, s1;";
+      auto pair = [&](int k, const std::string &hi, const std::string &lo, const char *first, const char *second) {
+        lines += fmt::format("\n    tl_rope_cos_sin((float)s, {0}[{1}], {0}[{2}], c{3}, s{3});", table, hi, lo, k);
+        return std::pair{fmt::format("tl_rope({}, {}, false, c{}, -s{})", first, second, k, k),
+                         fmt::format("tl_rope({}, {}, true, c{}, -s{})", first, second, k, k)};
       };
-      body = fmt::format("float c0, s0, c1, s1;\n"
-                         "    tl_rope_cos_sin((float)s, {0}[{1}], {0}[{1} + 1], c0, s0);\n"
-                         "    tl_rope_cos_sin((float)s, {0}[{2}], {0}[{2} + 1], c1, s1);\n"
-                         "    auto *row = {3}(p, b, h, s);\n"
-                         "    tl_st2(row, c, {4}, {5});\n    tl_st2(row, c + {6}, {7}, {8});",
-                         table, frequency[0], frequency[1], dst, value(0), value(1), half, value(2), value(3));
+      std::string low[2], high[2];  // columns c, c+1 and c + COLS/2, c + COLS/2 + 1
+      if (rows.ropeHalves) {
+        std::tie(low[0], high[0]) = pair(0, "2 * c", "2 * c + 1", "lo0", "hi0");
+        std::tie(low[1], high[1]) = pair(1, "2 * c + 2", "2 * c + 3", "lo1", "hi1");
+      } else {
+        std::tie(low[0], low[1]) = pair(0, "c", "c + 1", "lo0", "lo1");
+        std::tie(high[0], high[1]) =
+            pair(1, fmt::format("c + {}", cols / 2), fmt::format("c + {} + 1", cols / 2), "hi0", "hi1");
+      }
+      body = fmt::format("{}\n    auto *row = {}(p, b, h, s);\n    tl_st2(row, c, {}, {});\n    tl_st2(row, c + {}, {}, {});",
+                         lines, dst, low[0], low[1], cols / 2, high[0], high[1]);
     }
     return fmt::format("  TL_DEVICE static void {}(const Params &p, int b, int h, int s, int c, float lo0, float lo1, "
                        "float hi0, float hi1) {{\n"

@@ -387,14 +387,11 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     clusterAttribute = entry + "_CLUSTER";
   }
   out += source.entryOpen(entry + "_BOUNDS", {}, clusterAttribute);
-  if (matrixUnits && aKM)
-    out += fmt::format("#if {}\n  tl_gemm_wgmma<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n#else\n"
-                       "  tl_gemm_simt<{}>(p);\n#endif\n}}\n",
-                       hopperCase, hopper ? hopperSpec : nvSpec, nvSpec, fixedSpec);
-  else if (matrixUnits)
+  if (matrixUnits)  // AMD's MFMA path reads A along k only: A stored [K, M] runs on FMAs there
     out += fmt::format("#if {}\n  tl_gemm_wgmma{}<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n"
-                       "#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n",
-                       hopperCase, hopper && hopper->producer ? "_ws" : "", hopperSpec, nvSpec, fixedSpec, fixedSpec);
+                       "{}#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n",
+                       hopperCase, hopper && hopper->producer ? "_ws" : "", hopperSpec, nvSpec,
+                       aKM ? "" : fmt::format("#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n", fixedSpec), fixedSpec);
   else
     out += fmt::format("  tl_gemm_simt<{}>(p);\n}}\n", fixedSpec);
 

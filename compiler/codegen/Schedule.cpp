@@ -158,13 +158,12 @@ bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, int multiproces
 
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors, bool aKM) {
   // TLC_NO_WGMMA=1: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
-  if (std::getenv("TLC_NO_WGMMA")) return std::nullopt;
+  // RMSNorm's backward in the epilogue (gemm_norm_grad.cuh) runs on the mma.sync tiles.
+  if (std::getenv("TLC_NO_WGMMA") || gemm.normGrad) return std::nullopt;
   // A stored [K, M] or B stored [K, N] (the backward's GEMMs): only gemm_wgmma.cuh's v1
   // kernel reads them (64-column panels, wgmma's transposes), so no producer warpgroup
   // and no 160-column tiles.
   const bool transposed = aKM || gemm.bKN;
-  // RMSNorm's backward in the epilogue (gemm_norm_grad.cuh) runs on the mma.sync tiles.
-  if (gemm.normGrad) return std::nullopt;
   auto transposable = [&](const WgmmaTile &tile) { return !transposed || (!tile.producer && tile.BN % 64 == 0); };
   static const WgmmaTile candidates[] = {{128, 128, 3, 1, 2}, {128, 256, 4}, {128, 128, 4}, {64, 128, 4}, {64, 64, 6}};
   auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
@@ -206,8 +205,9 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
     return tile;
   }
   // Larger ones (the 1.1B's) on 256x128 tiles, four warpgroups, three stages: 12 % less
-  // time over its ten backward GEMMs than two 128x128 blocks an SM (the dX of the logits
-  // 680 -> 530 µs, the down projection's 231 -> 182), slower only at the QKV's dW (80 -> 82).
+  // time summed over its ten distinct backward GEMMs than two 128x128 blocks an SM (the
+  // logits' dX 680 -> 530 µs, the gate/up's dX 231 -> 182), slower only at the QKV's dW
+  // (80 -> 82).
   if (transposed && tileHoldsEpilogue(gemm, 128)) return WgmmaTile{256, 128, 3};
   if (tileHoldsEpilogue(gemm, 64) && tilesOf(64, 64) <= 2 * multiprocessors) {
     best = WgmmaTile{64, 64, 6};

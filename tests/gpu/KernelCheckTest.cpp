@@ -160,6 +160,23 @@ TEST(GpuKernelsFlatTiles, AcrossOutputsMatchTheCpuReference) {
             1);
 }
 
+// The backward's GEMMs on sm_90a read A stored [K, M] or B stored [K, N] (gemm_wgmma.cuh
+// v10). At 9 sequences of 128 (1152 tokens, 4.5 row tiles of 256) the 1.1B's widths
+// give more than two waves of 128x64 tiles, so dX and dW take 256x128 tiles with a
+// partial last row tile, and the logits' dX a K of 1000 (not whole 64-wide k tiles).
+// A smaller MLP and vocabulary keep the CPU reference quick. Two launches.
+TEST(GpuKernelsTransposed, WideBackwardTilesMatchTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  LlamaConfig config = oneLayerOf("tinyllama-1.1b");
+  config.ffn = 1024;
+  config.vocab = 1000;
+  AdamWOptions adamw;
+  Program program = compile(config, 2, 9, 128, "bf16", &adamw);
+  EXPECT_GE(checkBf16KernelsContaining(*device, program, {"256x128 tiles", "B_KN = true, A_KM = false"}, 2), 3);
+  EXPECT_GE(checkBf16KernelsContaining(*device, program, {"256x128 tiles", "B_KN = true, A_KM = true"}, 2), 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, GpuKernels, ::testing::ValuesIn(allCases(2)), caseName);  // O3 runs O2s kernels
 
 // Every attention tile shape the schedule may pick (TLC_ATTENTION_TILE forces one), on
