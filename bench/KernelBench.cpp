@@ -39,6 +39,8 @@ cl::opt<std::string> only("only", cl::desc("gemm, attention, all (both) or every
                           cl::init("all"), cl::cat(category));
 cl::opt<bool> training("training", cl::desc("the training step's kernels (forward, backward) instead of the forward's"),
                        cl::cat(category));
+cl::opt<bool> fuseNormGrad("fuse-norm-grad", cl::desc("with --training at O2+: RMSNorm's backward in the dX GEMMs"),
+                           cl::cat(category));
 
 std::string shapeJson(const std::vector<int64_t> &shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
@@ -66,7 +68,7 @@ int main(int argc, char **argv) {
     mlir::MLIRContext context(registry);
     context.loadAllAvailableDialects();
     auto module = tlc::buildLlamaModule(context, *config);
-    tlc::CompileOptions options{level, batch, seq, dtype};
+    tlc::CompileOptions options{level, batch, seq, dtype, fuseNormGrad};
     tlc::AdamWOptions adamw;
     const tlc::AdamWOptions *step = training ? &adamw : nullptr;
     if (mlir::failed(tlc::optimizeModule(*module, options, {}, step))) return 1;

@@ -13,7 +13,10 @@
 // cluster of at most 8 blocks, all resident at once. At the 1.1B's 2048 columns a row was
 // 8 tiles of 128x256, one block an SM, and the clustered dX GEMMs took about twice the
 // time of the GEMM and the row kernel apart (an H100: 1.96-2.10x; see docs/training.md);
-// those norms keep their row kernel.
+// those norms keep their row kernel. And only GEMMs reducing over at most `max-k` (1024)
+// columns of the gradient: the workshop's QKV (K 1024) and output projection (K 1000)
+// fold faster than apart, its gate/up (K 4096, which the unfused GEMM splits over idle
+// SMs) slower.
 #include "passes/Passes.h"
 
 #include "compiler/TlDialect.h"
@@ -71,8 +74,10 @@ struct NormGradGemmFusionPass : impl::TlFuseNormGradGemmBase<NormGradGemmFusionP
         if (op.hasTrait<OpTrait::RowEpilogueFusable>()) rows.push_back(&op);
       for (mlir::Operation *op : rows) {
         auto [grad, index] = gemmOperand(op);
-        int64_t width = grad ? llvm::cast<mlir::RankedTensorType>(grad.getType()).getShape().back() : 0;
-        if (grad && width % 8 == 0 && width <= maxRow) foldIntoGemm(op, grad, index, b);
+        if (!grad) continue;
+        int64_t width = llvm::cast<mlir::RankedTensorType>(grad.getType()).getShape().back();
+        int64_t reduction = llvm::cast<mlir::RankedTensorType>(grad.getGrad().getType()).getShape().back();
+        if (width % 8 == 0 && width <= maxRow && reduction <= maxK) foldIntoGemm(op, grad, index, b);
       }
     }
   }

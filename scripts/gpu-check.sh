@@ -41,9 +41,10 @@ if want forward; then  # every level's forward against the CPU reference
   note "forward: rc=$? $(grep -c '^\[       OK' "$LOGS/forward.txt") passed, $(grep -c '^\[  FAILED  \] Levels' "$LOGS/forward.txt") failed"
 fi
 if want train; then  # training steps: each kernel alone, then gradients and updates against the CPU reference
-  # (with --fuse-norm-grad's GEMMs too, with and without clusters: GpuNormGradInGemm)
+  # (the norms' backward in the dX GEMMs also on mma.sync, with and without clusters: GpuNormGradInGemm)
   { "$TESTS" --gtest_filter='Levels/GpuTrainingKernels.*:Levels/GpuNormGradInGemm.*' &&
-    TLC_NO_CLUSTERS=1 "$TESTS" --gtest_filter='Levels/GpuNormGradInGemm.*'; } > "$LOGS/train-kernels.txt" 2>&1
+    TLC_NO_CLUSTERS=1 "$TESTS" --gtest_filter='Levels/GpuNormGradInGemm.*' &&
+    TLC_NO_WGMMA=1 "$TESTS" --gtest_filter='Levels/GpuNormGradInGemm.*'; } > "$LOGS/train-kernels.txt" 2>&1
   note "training kernels alone: rc=$? $(grep -c '^KERNEL' "$LOGS/train-kernels.txt") outputs checked," \
        "$(grep '^KERNEL' "$LOGS/train-kernels.txt" | awk '{split($6,a,"="); if (a[2]+0 > 2e-2 || $7 != "") n++} END {print n+0}') over 2e-2 or non-finite"
   "$TESTS" --gtest_filter='Levels/GpuTraining.*' > "$LOGS/train.txt" 2>&1

@@ -168,9 +168,9 @@ cl::opt<std::string> chartPath("chart", cl::desc("also draw the table as an SVG 
 
 // -- tlc train ------------------------------------------------------------------------
 cl::opt<bool> fuseNormGrad("fuse-norm-grad",
-                           cl::desc("O2+: RMSNorm's backward in the dX GEMM's epilogue (tl-fuse-norm-grad-gemm; "
-                                    "off by default, not faster yet)"),
-                           cl::init(false), cl::cat(trainCategory), cl::sub(trainCommand));
+                           cl::desc("O2+: RMSNorm's backward in the epilogue of the dX GEMM before it, where that "
+                                    "is faster (tl-fuse-norm-grad-gemm; default on, =false keeps the row kernels)"),
+                           cl::init(true), cl::cat(trainCategory), cl::sub(trainCommand));
 cl::opt<int64_t> numSteps("num-steps", cl::desc("training steps (default 50)"), cl::init(50), cl::cat(trainCategory),
                           cl::sub(trainCommand));
 cl::opt<double> learningRate("learning-rate", cl::desc("AdamW learning rate (default 3e-4)"), cl::init(3e-4),
@@ -230,7 +230,7 @@ std::string checkTrainFlags() {
       return fmt::format("--{} does not apply to tlc train{}", option->ArgStr.str(),
                          option == &tokensPath ? " (train on a token file with --data=FILE)" : "");
   if (numSteps < 1) return fmt::format("--num-steps={} must be at least 1", numSteps.getValue());
-  if (fuseNormGrad && optLevel < 2)
+  if (fuseNormGrad.getNumOccurrences() && fuseNormGrad && optLevel < 2)
     return fmt::format("--fuse-norm-grad needs -O2 or -O3 (the levels that fuse the backward), not -O{}", optLevel);
   if (seqLen < 2) return fmt::format("--seq-len={}: training needs 2 or more tokens a sequence (each predicts the next)",
                                      seqLen.getValue());
@@ -255,7 +255,7 @@ std::string checkTrainFlags() {
 }
 
 // The level, shape and dtype the flags ask for (--seq-len fitted to the model first).
-tlc::CompileOptions compileOptions() { return {optLevel, batchSize, seqLen, dtype, fuseNormGrad}; }
+tlc::CompileOptions compileOptions() { return {optLevel, batchSize, seqLen, dtype, fuseNormGrad && optLevel >= 2}; }
 
 tlc::AdamWOptions adamwOptions() {
   return {learningRate, beta1, beta2, adamEps, weightDecay, clipGradNorm};

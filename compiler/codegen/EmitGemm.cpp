@@ -116,7 +116,10 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                      ElementCode::contiguous(gemm.bOffset, gemm.bKN ? alongN : alongK) &&
                      (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile) && bParts;
   GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, kTunedMultiprocessors) : GemmTile{64, 64, 2, 2, 1, 1};
-  std::optional<WgmmaTile> hopper = matrixUnits ? chooseWgmmaTile(gemm, kTunedMultiprocessors, aKM) : std::nullopt;
+  // RMSNorm's backward runs on wgmma clustered only (TLC_NO_CLUSTERS=1: the mma.sync path's workspace form).
+  std::optional<WgmmaTile> hopper = matrixUnits && (!gemm.normGrad || maxClusterTiles() > 0)
+                                        ? chooseWgmmaTile(gemm, kTunedMultiprocessors, aKM)
+                                        : std::nullopt;
   int64_t hopperRowTiles = hopper ? gemm.batch * ceilDiv(gemm.M, hopper->BM) : 0;
   int64_t hopperTiles = hopper ? hopperRowTiles * columnTiles(gemm, hopper->BN) : 0;
   // Split-K: every tile, or only those of a short last wave.
@@ -128,9 +131,11 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   bool normShared = hopper && gemm.rowNorm && hopperSplitTiles < hopperTiles &&
                     hopperTiles > kTunedMultiprocessors * hopper->blocksPerMultiprocessor();
   // RMSNorm's backward: a row's column tiles as one cluster on NVIDIA's sm_90, for the
-  // tile the NVIDIA path runs (the only Spec instantiated there; AMD has no clusters).
+  // tile the NVIDIA path runs (AMD has no clusters); on sm_90a for wgmma's tile.
   int64_t nvidiaColumnTiles = columnTiles(gemm, matrixUnits ? nvidia.BN : kFixedTile);
   int64_t clusterTiles = gemm.normGrad && nvidiaColumnTiles <= maxClusterTiles() ? nvidiaColumnTiles : 1;
+  int64_t hopperColumnTiles = hopper ? columnTiles(gemm, hopper->BN) : 0;
+  int64_t hopperCluster = hopper && gemm.normGrad ? hopperColumnTiles : 1;
   if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
     throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", entry));
 
@@ -188,8 +193,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                       normShared);
   spec += fmt::format("  static constexpr bool NORM_GRAD = {};  // the epilogue is RMSNorm's backward (gemm_norm_grad.cuh)\n",
                       gemm.normGrad.has_value());
-  spec += fmt::format("  static constexpr int CLUSTER_N = {};  // a row's tiles, one cluster where the target has them\n",
-                      clusterTiles);
+  spec += fmt::format("  static constexpr int CLUSTER_N = {} && TILES_N <= {} ? TILES_N : 1;  // a row's tiles, one "
+                      "cluster where the target has them\n",
+                      gemm.normGrad && maxClusterTiles() > 0, kMaxClusterTiles);
   if (gemm.normGrad) {
     const RowSpec &norm = *gemm.normGrad;
     auto pointer = [&](const char *hook, int param, bool output) {
@@ -318,13 +324,18 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
         source.name(norm.x), source.name(norm.gain), gemm.N, source.name(norm.gainGrad),
         norm.normalized >= 0 ? fmt::format("; {} = x r g", source.name(norm.normalized)) : "")};
     details.push_back(
-        clusterTiles > 1
-            ? fmt::format("the row sums span {} column tiles: on sm_90 they are one thread-block cluster, each tile's "
-                          "partial sums read by the others from its shared memory (distributed shared memory), so d y "
-                          "is never stored; elsewhere each tile leaves d y and its sums in the workspace and the "
-                          "row's last tile finishes the row. d gain: each tile's column sums, added in order by the "
-                          "last row tile",
-                          clusterTiles)
+        clusterTiles > 1 || hopperCluster > 1
+            ? fmt::format("the row sums span {} column tiles{}: on sm_90 they are one thread-block cluster, each "
+                          "tile's partial sums read by the others from its shared memory (distributed shared "
+                          "memory), so d y is never stored; elsewhere each tile leaves d y and its sums in the "
+                          "workspace and the row's last tile finishes the row. d gain: each tile's column sums, "
+                          "added in order by the last row tile",
+                          nvidiaColumnTiles,
+                          hopper && hopperColumnTiles != nvidiaColumnTiles ? fmt::format(" ({} on sm_90a)", hopperColumnTiles)
+                                                                          : "")
+        : nvidiaColumnTiles == 1
+            ? std::string("a row is one column tile: it leaves d y and its sums in the workspace and finishes the row "
+                          "from there. d gain: each tile's column sums, added in order by the last row tile")
             : fmt::format("the row sums span {} column tiles (more than a portable cluster): each tile leaves d y and "
                           "its sums in the workspace and the row's last tile finishes the row. d gain: each tile's "
                           "column sums, added in order by the last row tile",
@@ -380,10 +391,11 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                      hopperCase, entry, hopper ? hopper->threads() : 0, hopper ? hopper->resident : 1, entry,
                      matrixUnits ? nvidia.threads() : 256, entry);
   std::string clusterAttribute;
-  if (clusterTiles > 1) {
-    out += fmt::format("#if TL_HAS_CLUSTERS\n#define {0}_CLUSTER __cluster_dims__({1}, 1, 1)\n#else\n#define {0}_CLUSTER\n"
-                       "#endif\n",
-                       entry, clusterTiles);
+  if (clusterTiles > 1 || hopperCluster > 1) {
+    auto dims = [](int64_t blocks) { return blocks > 1 ? fmt::format("__cluster_dims__({}, 1, 1)", blocks) : ""; };
+    out += fmt::format("#if {1}\n#define {0}_CLUSTER {2}\n#elif TL_HAS_CLUSTERS\n#define {0}_CLUSTER {3}\n#else\n"
+                       "#define {0}_CLUSTER\n#endif\n",
+                       entry, hopperCase, dims(hopperCluster), dims(clusterTiles));
     clusterAttribute = entry + "_CLUSTER";
   }
   out += source.entryOpen(entry + "_BOUNDS", {}, clusterAttribute);
@@ -411,14 +423,17 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   }
   if (hopper) {
     emitted.launch["cuda:sm_90a"] = {hopperTiles + hopperSplitTiles * (hopper->splits - 1), hopper->threads(),
-                                     hopper->sharedBytes()};
+                                     hopper->sharedBytes(gemm.normGrad ? normGradSharedBytes(hopper->BM, hopper->threads()) : 0)};
     // The rows' sums of squares and a flag and a reader count per row tile, then the split
     // tiles' parts (with the rows' partial sums) and arrivals (gemm_wgmma.cuh's order).
     if (normShared) {
       emitted.workspaceBytes = hopperRowTiles * hopper->BM * 4;
       emitted.syncWords = 2 * hopperRowTiles;
     }
-    if (hopper->splits > 1) {
+    if (gemm.normGrad) {  // d gain's column sums and counts (never split)
+      emitted.workspaceBytes = std::max(emitted.workspaceBytes, normGradWorkspaceBytes(gemm, hopper->BM, hopper->BN));
+      emitted.syncWords = std::max(emitted.syncWords, normGradSyncWords(gemm, hopper->BM, hopper->BN));
+    } else if (hopper->splits > 1) {
       emitted.workspaceBytes += hopperSplitTiles * hopper->splits * (hopper->BM * hopper->BN + hopper->BM) * 4;
       emitted.syncWords += hopperSplitTiles;
     }

@@ -126,9 +126,9 @@ GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors) {
   return best->tile;
 }
 
-int64_t WgmmaTile::sharedBytes() const {
+int64_t WgmmaTile::sharedBytes(int64_t afterTile) const {
   int64_t pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 128);  // A, B and a norm gain per stage
-  int64_t epilogue = int64_t(BM) * (BN + 8) * 4 + BM * 4;
+  int64_t epilogue = int64_t(BM) * (BN + 8) * 4 + BM * 4 + afterTile;
   if (producer) {  // two mbarriers per stage after the stages, then the rows' inverse RMS; no gain
     pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 16) + BM * 4;
     epilogue -= BM * 4;
@@ -158,13 +158,18 @@ bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, int multiproces
 
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors, bool aKM) {
   // TLC_NO_WGMMA=1: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
-  // RMSNorm's backward in the epilogue (gemm_norm_grad.cuh) runs on the mma.sync tiles.
-  if (std::getenv("TLC_NO_WGMMA") || gemm.normGrad) return std::nullopt;
+  if (std::getenv("TLC_NO_WGMMA")) return std::nullopt;
   // A stored [K, M] or B stored [K, N] (the backward's GEMMs): only gemm_wgmma.cuh's v1
   // kernel reads them (64-column panels, wgmma's transposes), so no producer warpgroup
   // and no 160-column tiles.
   const bool transposed = aKM || gemm.bKN;
   auto transposable = [&](const WgmmaTile &tile) { return !transposed || (!tile.producer && tile.BN % 64 == 0); };
+  // RMSNorm's backward in the epilogue (gemm_wgmma.cuh v11): v1's kernel, a row's column
+  // tiles one cluster, K unsplit.
+  auto clusterFits = [&](const WgmmaTile &tile) {
+    return !gemm.normGrad || (gemm.batch == 1 && !tile.producer && tile.BN % 64 == 0 && tile.splits == 1 &&
+                              columnTiles(gemm, tile.BN) <= kMaxClusterTiles);
+  };
   static const WgmmaTile candidates[] = {{128, 128, 3, 1, 2}, {128, 256, 4}, {128, 128, 4}, {64, 128, 4}, {64, 64, 6}};
   auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
   const char *text = std::getenv("TLC_WGMMA_TILE");
@@ -184,8 +189,16 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
       (forced.BM == 64 || forced.BM == 128 || (forced.BM == 256 && !forced.producer && forced.resident == 1)) &&
       isWgmmaWidth(forced.BN) &&
       forced.stages >= 3 && forced.stages <= 16 && forced.sharedBytes() <= kSharedBytesPerBlock &&
-      tileHoldsEpilogue(gemm, forced.BN) && transposable(forced))
+      tileHoldsEpilogue(gemm, forced.BN) && transposable(forced) && clusterFits(forced))
     return forced;
+  // RMSNorm's backward: 128-row tiles of the narrowest width whose row fits one cluster
+  // (H100, the workshop's QKV dX with its norm, 1024x512, K 1024: 14.2 µs on 128x64
+  // tiles, 17.5 on 64x64, 23.8 on 64x128, before the registers were prefetched; 13.3 after).
+  if (gemm.normGrad) {
+    for (int BN : {64, 128, 256})
+      if (tileHoldsEpilogue(gemm, BN) && clusterFits(WgmmaTile{128, BN, 4})) return WgmmaTile{128, BN, 4};
+    return std::nullopt;
+  }
   // Measured on an H100 (bench/kernels.py --sweep-wgmma): GEMMs of at most two waves of
   // 64x64 tiles run fastest on 64x64 tiles with a deep pipeline, splitting K two ways
   // when it is 2048 or more and the tiles leave half the SMs idle; larger ones on 128x128 tiles,

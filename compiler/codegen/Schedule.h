@@ -57,10 +57,14 @@ struct WgmmaTile {
   bool producer = false;
   int splitTiles = 0;  // with splits > 1: only the last this many tiles are split (0: all of them)
   int threads() const { return (BM / 64 + (producer ? 1 : 0)) * 128; }
-  int64_t sharedBytes() const;  // stages or the accumulator tile, plus 1 KiB for alignment
+  // Stages, or the accumulator tile and `afterTile` bytes more (an epilogue's own), plus
+  // 1 KiB for alignment.
+  int64_t sharedBytes(int64_t afterTile = 0) const;
   int blocksPerMultiprocessor() const;  // that fit at once: shared memory, threads, `resident`
 };
 // `aKM`: A is stored [K, M] (a weight gradient's dYᵀ); gemm.bKN says the same of B.
+// RMSNorm's backward in the epilogue (gemm.normGrad) takes a tile only where a row's
+// column tiles fit one cluster (kMaxClusterTiles), K unsplit.
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors, bool aKM = false);
 // Whether the warp-specialized `tile` may split the K of its last wave's tiles: beyond one
 // wave, and with RMSNorm from two waves on and only past column tile 0 (whose whole tiles

@@ -16,9 +16,9 @@ struct CompileOptions {
   int64_t seqLen = 128;
   std::string dtype = "f32";  // storage dtype: f32 or bf16
   // Training at O2+: RMSNorm's backward in the epilogue of the dX GEMM before it
-  // (tl-fuse-norm-grad-gemm). Off by default: on an H100 the workshop's fused kernels took
-  // 17.4-49.3 µs against 17.0-42.0 for the GEMM and the row kernel apart (docs/training.md).
-  bool fuseNormGrad = false;
+  // (tl-fuse-norm-grad-gemm), for rows of at most 1024 columns and GEMMs reducing over at
+  // most 1024 (where it measured faster on an H100: docs/training.md).
+  bool fuseNormGrad = true;
 };
 
 // Parses and verifies a .tl file, specializes batch/sequence/dtype, runs the level's

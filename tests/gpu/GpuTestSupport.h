@@ -32,7 +32,7 @@ inline std::unique_ptr<GpuDevice> openDevice() {
 
 // A forward, or with `training` the training step (forward, backward, AdamW).
 inline Program compile(const LlamaConfig &config, int level, int64_t batch, int64_t seq, const std::string &dtype,
-                       const AdamWOptions *training = nullptr, bool fuseNormGrad = false) {
+                       const AdamWOptions *training = nullptr, bool fuseNormGrad = true) {
   mlir::DialectRegistry registry;
   registerTlcDialects(registry);
   mlir::MLIRContext context(registry);

@@ -232,9 +232,10 @@ TEST_P(GpuTrainingKernels, EachMatchesTheCpuReference) {
 // and writing the normalized input), so every level runs.
 INSTANTIATE_TEST_SUITE_P(Levels, GpuTrainingKernels, ::testing::ValuesIn(allCases(3)), caseName);
 
-// --fuse-norm-grad: RMSNorm's backward in the dX GEMMs (a row's tiles one cluster on
-// sm_90; TLC_NO_CLUSTERS=1 runs the workspace form), at O2 and O3 (with the residual's
-// gradient and the normalized input), the workshop's widths (the 1.1B's are not folded).
+// RMSNorm's backward in the dX GEMMs (tl-fuse-norm-grad-gemm, on by default: a row's tiles
+// one cluster on sm_90, wgmma's on sm_90a; TLC_NO_CLUSTERS=1 runs the workspace form,
+// TLC_NO_WGMMA=1 the mma.sync clusters), at O2 and O3 (with the residual's gradient and
+// the normalized input), the workshop's widths (the 1.1B's are not folded).
 class GpuNormGradInGemm : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GpuNormGradInGemm, EachMatchesTheCpuReference) {

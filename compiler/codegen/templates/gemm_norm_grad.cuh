@@ -1,6 +1,7 @@
 // gemm_norm_grad.cuh: RMSNorm's backward as the whole epilogue of the dX GEMM that
 // computes its d y (tl-fuse-norm-grad-gemm), and the choice between it and the Spec's
-// own epilogue, for every GEMM mainloop but wgmma's (which never computes a dX).
+// own epilogue (tl_gemm_finish_tile) for the mma.sync, MFMA and SIMT mainloops; wgmma's
+// calls tl_gemm_norm_grad itself, clustered only.
 //
 //   v1  d x = r (g dy - x r mean), mean = r Σ(g dy x) / H, needs two sums over each whole
 //       row (Σ x² for r, and Σ g dy x) and a row spans TILES_N column tiles. On sm_90 a
@@ -14,6 +15,9 @@
 //       passes through memory. d gain = Σ over rows of dy x r: each tile's column sums
 //       over its rows go to the workspace, and the last row tile of each column tile to
 //       arrive adds them in row-tile order (the same bits on every run).
+//   v2  the wgmma kernel (gemm_wgmma.cuh v11) loads its tile's x, residual and gain into
+//       registers before its mainloop (tl_norm_grad_prefetch), so the epilogue's only
+//       waits are the cluster's: the workshop's QKV dX with its norm 14.2 -> 13.3 µs.
 //
 // Spec (besides the GEMM's): NORM_GRAD, CLUSTER_N, NORM_GRAD_EPS, NORM_GRAD_RESIDUAL,
 // NORM_GRAD_NORMALIZED; norm_x, norm_gain, norm_dx, norm_dgain, norm_residual,
@@ -80,22 +84,93 @@ template <class S, int THREADS> struct tl_norm_grad_chunks {
   TL_DEVICE static int row(int k) { return threadIdx.x / PER_ROW + k * ROW_STEP; }
 };
 
+// Where the epilogue reads x, the residual and the gain: memory as it goes (the workspace
+// form finishes other tiles' columns too), or registers filled before the mainloop
+// (tl_norm_grad_prefetch). k: the thread's row k (tl_norm_grad_chunks), at: its element.
+template <class S> struct tl_norm_grad_loads {
+  const typename S::Params &p;
+  TL_DEVICE void gain(int col, float (&v)[8]) const { tl_ld8(S::norm_gain(p), col, v); }
+  TL_DEVICE void x(int, tl_i64 at, float (&v)[8]) const { tl_ld8(S::norm_x(p), at, v); }
+  TL_DEVICE void residual(int, tl_i64 at, float (&v)[8]) const { tl_ld8(S::norm_residual(p), at, v); }
+};
+
+// 8 elements of T as one or two 16-byte loads left them, unconverted (bf16: 4 registers).
+template <class T> struct tl_raw8 {
+  tl_u32x4 w[sizeof(T) / 2];
+};
+template <class T> TL_DEVICE void tl_ld8_raw(const T *p, tl_i64 i, tl_raw8<T> &r) {
+#pragma unroll
+  for (int q = 0; q < int(sizeof(T)) / 2; ++q) r.w[q] = *reinterpret_cast<const tl_u32x4 *>(p + i + q * (16 / sizeof(T)));
+}
+template <class T> TL_DEVICE void tl_unpack8(const tl_raw8<T> &r, float (&v)[8]) {
+#pragma unroll
+  for (int q = 0; q < int(sizeof(T)) / 2; ++q) {
+    const unsigned w[4] = {r.w[q].x, r.w[q].y, r.w[q].z, r.w[q].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (sizeof(T) == 2) {
+        v[2 * j] = tl_bf16_lo(w[j]);
+        v[2 * j + 1] = tl_bf16_hi(w[j]);
+      } else {
+        v[q * 4 + j] = __uint_as_float(w[j]);
+      }
+    }
+  }
+}
+
+// v2: this thread's chunks of x and the residual (zero outside the rows or columns) and
+// its gain columns, loaded while the mainloop runs: the epilogue then waits on no load.
+template <class S, int THREADS, class TX, class TR, class TG> struct tl_norm_grad_registers {
+  using C = tl_norm_grad_chunks<S, THREADS>;
+  tl_raw8<TX> xs[C::ROWS];
+  tl_raw8<TR> residuals[S::NORM_GRAD_RESIDUAL ? C::ROWS : 1];
+  tl_raw8<TG> gains;
+  TL_DEVICE void gain(int, float (&v)[8]) const { tl_unpack8(gains, v); }
+  TL_DEVICE void x(int k, tl_i64, float (&v)[8]) const { tl_unpack8(xs[k], v); }
+  TL_DEVICE void residual(int k, tl_i64, float (&v)[8]) const { tl_unpack8(residuals[S::NORM_GRAD_RESIDUAL ? k : 0], v); }
+};
+template <class S, int THREADS, class TX, class TR, class TG>
+TL_DEVICE tl_norm_grad_registers<S, THREADS, TX, TR, TG> tl_norm_grad_fetch(const TX *x, const TR *residual, const TG *gain,
+                                                                             int m0, int col0, int width) {
+  using C = tl_norm_grad_chunks<S, THREADS>;
+  tl_norm_grad_registers<S, THREADS, TX, TR, TG> in;
+  const int lc = C::column();
+  in.gains = {};
+  if (lc < width) tl_ld8_raw(gain, col0 + lc, in.gains);
+#pragma unroll
+  for (int k = 0; k < C::ROWS; ++k) {
+    const int m = m0 + C::row(k);
+    const tl_i64 at = (tl_i64)m * S::N + col0 + lc;
+    in.xs[k] = {};
+    if (lc < width && m < S::M) tl_ld8_raw(x, at, in.xs[k]);
+    if constexpr (S::NORM_GRAD_RESIDUAL) {
+      in.residuals[k] = {};
+      if (lc < width && m < S::M) tl_ld8_raw(residual, at, in.residuals[k]);
+    }
+  }
+  return in;
+}
+template <class S, int THREADS>
+TL_DEVICE auto tl_norm_grad_prefetch(const typename S::Params &p, int m0, int col0, int width) {
+  return tl_norm_grad_fetch<S, THREADS>(S::norm_x(p), S::norm_residual(p), S::norm_gain(p), m0, col0, width);
+}
+
 // Each row's Σ x² and Σ g dy x over columns col0 .. col0 + width - 1; dy(r, c, v) gives
 // the row's d y at tile columns c .. c + 7.
-template <class S, int THREADS, class Dy>
-TL_DEVICE void tl_norm_grad_row_sums(const typename S::Params &p, int m0, int col0, int width, Dy dy, float *squares,
+template <class S, int THREADS, class In, class Dy>
+TL_DEVICE void tl_norm_grad_row_sums(const In &in, int m0, int col0, int width, Dy dy, float *squares,
                                      float *projections) {
   using C = tl_norm_grad_chunks<S, THREADS>;
   const int lc = C::column();
   float square[C::ROWS], projection[C::ROWS], g[8];
-  if (lc < width) tl_ld8(S::norm_gain(p), col0 + lc, g);
+  if (lc < width) in.gain(col0 + lc, g);
 #pragma unroll
   for (int k = 0; k < C::ROWS; ++k) {  // every row's loads first, then the sums
     const int m = m0 + C::row(k);
     square[k] = projection[k] = 0.0f;
     if (lc < width && m < S::M) {
       float x[8], d[8];
-      tl_ld8(S::norm_x(p), (tl_i64)m * S::N + col0 + lc, x);
+      in.x(k, (tl_i64)m * S::N + col0 + lc, x);
       dy(C::row(k), lc, d);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -120,24 +195,24 @@ TL_DEVICE void tl_norm_grad_row_sums(const typename S::Params &p, int m0, int co
 // d x (+ the residual's gradient) and x r g for the rows of row tile tm at columns col0 ..
 // col0 + width - 1; the tile's d gain column sums (each thread's rows in order, then the
 // threads of a column in row order) to the workspace. factors: each row's r, then its mean.
-template <class S, int THREADS, class Dy>
-TL_DEVICE void tl_norm_grad_columns(const typename S::Params &p, int tm, int m0, int col0, int width, Dy dy,
-                                    const float *factors, float *gainSums) {
+template <class S, int THREADS, class In, class Dy>
+TL_DEVICE void tl_norm_grad_columns(const typename S::Params &p, const In &in, int tm, int m0, int col0, int width,
+                                    Dy dy, const float *factors, float *gainSums) {
   using C = tl_norm_grad_chunks<S, THREADS>;
   const int lc = C::column();
   float gainSum[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
   if (lc < width) {
     float g[8];
-    tl_ld8(S::norm_gain(p), col0 + lc, g);
+    in.gain(col0 + lc, g);
 #pragma unroll
     for (int k = 0; k < C::ROWS; ++k) {
       const int r = C::row(k);
       if (m0 + r >= S::M) continue;
       const tl_i64 at = (tl_i64)(m0 + r) * S::N + col0 + lc;
       float x[8], d[8], dx[8];
-      tl_ld8(S::norm_x(p), at, x);
+      in.x(k, at, x);
       dy(r, lc, d);
-      if constexpr (S::NORM_GRAD_RESIDUAL) tl_ld8(S::norm_residual(p), at, dx);
+      if constexpr (S::NORM_GRAD_RESIDUAL) in.residual(k, at, dx);
       const float inverse = factors[r], mean = factors[S::BM + r];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -176,9 +251,12 @@ template <class S> TL_DEVICE void tl_norm_grad_gain_total(const typename S::Para
   if (threadIdx.x == 0) *W::gain_count(p, tn) = 0u;
 }
 
-template <class S, int THREADS, int LD>
+// The tile's accumulator d y is in tileRows (every thread's part written: after a
+// barrier); in: where x, the residual and the gain come from (tl_norm_grad_loads, or this
+// tile's tl_norm_grad_prefetch, clustered only).
+template <class S, int THREADS, int LD, class In>
 TL_DEVICE void tl_gemm_norm_grad(const typename S::Params &p, const tl_tile_cols &cols, int tm, int tn, int m0,
-                                 float *tileRows) {
+                                 float *tileRows, const In &in) {
   static_assert(S::BATCH == 1 && S::TILES_N * S::BN >= S::N, "one batch; the rows' columns in one group");
   using W = tl_norm_grad_workspace<S>;
   constexpr int BM = S::BM;
@@ -189,9 +267,9 @@ TL_DEVICE void tl_gemm_norm_grad(const typename S::Params &p, const tl_tile_cols
     factors[r] = inverse;
     factors[BM + r] = projection * inverse / (float)S::N;
   };
-  tl_norm_grad_row_sums<S, THREADS>(p, m0, cols.col0, cols.width, fromTile, partial, partial + BM);
 #if TL_HAS_CLUSTERS
   if constexpr (tl_clustered<S>()) {
+    tl_norm_grad_row_sums<S, THREADS>(in, m0, cols.col0, cols.width, fromTile, partial, partial + BM);
     tl_cluster_arrive();  // this tile's sums are in its shared memory; wait for every tile's
     tl_cluster_wait();
     for (int r = threadIdx.x; r < BM; r += THREADS) {
@@ -204,12 +282,14 @@ TL_DEVICE void tl_gemm_norm_grad(const typename S::Params &p, const tl_tile_cols
     }
     tl_cluster_arrive();  // done reading the others' sums: none may exit before all are
     __syncthreads();
-    tl_norm_grad_columns<S, THREADS>(p, tm, m0, cols.col0, cols.width, fromTile, factors, gainSums);
+    tl_norm_grad_columns<S, THREADS>(p, in, tm, m0, cols.col0, cols.width, fromTile, factors, gainSums);
     tl_norm_grad_gain_total<S>(p, tn);
     tl_cluster_wait();
     return;
   }
 #endif
+  const tl_norm_grad_loads<S> loads{p};  // the row's last tile finishes other tiles' columns too
+  tl_norm_grad_row_sums<S, THREADS>(loads, m0, cols.col0, cols.width, fromTile, partial, partial + BM);
   // No cluster: the sums and d y go to the workspace; the row's last tile finishes it.
   __syncthreads();
   for (int r = threadIdx.x; r < BM; r += THREADS) {
@@ -238,7 +318,7 @@ TL_DEVICE void tl_gemm_norm_grad(const typename S::Params &p, const tl_tile_cols
     auto fromWorkspace = [&](int r, int c, float (&v)[8]) {
       for (int j = 0; j < 8; ++j) v[j] = dyRows[(tl_i64)(m0 + r) * S::N + other.col0 + c + j];
     };
-    tl_norm_grad_columns<S, THREADS>(p, tm, m0, other.col0, other.width, fromWorkspace, factors, gainSums);
+    tl_norm_grad_columns<S, THREADS>(p, loads, tm, m0, other.col0, other.width, fromWorkspace, factors, gainSums);
     tl_norm_grad_gain_total<S>(p, t);
   }
 }
@@ -248,6 +328,6 @@ TL_DEVICE void tl_gemm_norm_grad(const typename S::Params &p, const tl_tile_cols
 template <class S, int THREADS, int LD>
 TL_DEVICE void tl_gemm_finish_tile(const typename S::Params &p, const tl_tile_cols &cols, const tl_tile_coords &at,
                                    int m0, float *tileRows) {
-  if constexpr (S::NORM_GRAD) tl_gemm_norm_grad<S, THREADS, LD>(p, cols, at.tm, at.tn, m0, tileRows);
+  if constexpr (S::NORM_GRAD) tl_gemm_norm_grad<S, THREADS, LD>(p, cols, at.tm, at.tn, m0, tileRows, tl_norm_grad_loads<S>{p});
   else tl_gemm_epilogue<S, THREADS, LD>(p, cols, at.bt, m0, tileRows);
 }

@@ -51,6 +51,9 @@
 //       copied as panels of 64 columns (BK rows of 128 bytes each, swizzled) and read by an
 //       M- or N-major descriptor with wgmma's transpose bits; before, these GEMMs ran on
 //       mma.sync (the 1.1B training step 77 -> 61 ms on an H100).
+//   v11 RMSNorm's backward as v1's epilogue (NORM_GRAD, gemm_norm_grad.cuh): a row's
+//       column tiles are one cluster, K unsplit; x, the residual and the gain are loaded
+//       into registers while the mainloop runs. Before, these GEMMs ran on mma.sync.
 //
 // Same Spec hooks as gemm_mma.cuh (BM = 64, 128 or 256; BN = 64, 128, 160, 192 or 256;
 // with A_KM or B_KN, v1 only and BN a multiple of 64).
@@ -286,6 +289,14 @@ template <class S, int KT> TL_DEVICE tl_tile_work tl_block_work() {
   return {WHOLE + u % S::SPLIT_TILES, split, S::K_SPLITS, kBegin, (split + 1) * KT / S::K_SPLITS - kBegin};
 }
 
+// v11, RMSNorm's backward in the epilogue: cluster c is row tile c, its block of rank tn
+// column tile tn (a row of one tile needs no cluster).
+template <class S, int KT> TL_DEVICE tl_tile_work tl_norm_grad_block_work() {
+  static_assert(S::CLUSTER_N == S::TILES_N && S::K_SPLITS == 1 && S::BATCH == 1,
+                "wgmma's RMSNorm backward: a row's tiles are one cluster, K unsplit");
+  return {blockIdx.x % S::TILES_N * S::TILES_M + blockIdx.x / S::TILES_N, 0, 1, 0, KT};
+}
+
 // The workspace of a GEMM with NORM_SHARED starts with the rows' sums of squares
 // ([row tile][BM] floats) and its sync words with a flag and a reader count per row tile
 // (tl_share_row_norm's `sums` and `flag`); split tiles' parts and arrivals come after them.
@@ -367,7 +378,10 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   const unsigned smem = tl_smem_addr(tl_smem);  // the stages' shared address, for the copies
 
   constexpr int SPLITS = S::K_SPLITS;
-  const tl_tile_work work = tl_block_work<S, KT>();
+  const tl_tile_work work = [] {
+    if constexpr (S::NORM_GRAD) return tl_norm_grad_block_work<S, KT>();
+    else return tl_block_work<S, KT>();
+  }();
   const int tile = work.tile, kBegin = work.kBegin, kCount = work.kCount;
   const bool splitTile = work.splits > 1;
   const int tm = tile % S::TILES_M, tn = (tile / S::TILES_M) % S::TILES_N, bt = tile / (S::TILES_M * S::TILES_N);
@@ -436,6 +450,12 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
     }
     tl_cp_async_commit();
   }
+  // RMSNorm's backward: its x, residual and gain on their way into registers while the
+  // mainloop runs (gemm_norm_grad.cuh v2).
+  const auto normInputs = [&] {
+    if constexpr (S::NORM_GRAD) return tl_norm_grad_prefetch<S, THREADS>(p, m0, cols.col0, cols.width);
+    else return 0;
+  }();
 
   float acc[BN / 2];
 #pragma unroll
@@ -531,6 +551,12 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   }
   // Unsplit, rows are scaled by the inverse RMS on the way; split, after the parts are added.
   const int r = warp * 16 + lane / 4;
+  if constexpr (S::NORM_GRAD) {
+    tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, 1.0f, 1.0f);
+    __syncthreads();
+    tl_gemm_norm_grad<S, THREADS, LD>(p, cols, tm, tn, m0, tileRows, normInputs);
+    return;
+  }
   const bool scaleRows = S::ROW_NORM && !splitTile;
   tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, scaleRows ? rowScale[r] : 1.0f, scaleRows ? rowScale[r + 8] : 1.0f);
   if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, NORM_THREADS_PER_ROW>(p, work, tileRows, rowScale, rowSum))

@@ -1,8 +1,15 @@
 // tl-fuse-norm-grad-gemm: an RMSNorm backward whose d y is a dX GEMM read by it alone
 // becomes that GEMM's whole epilogue (the accumulator first, then the norm's other
 // operands, the residual's gradient included); a dX read by another op too, or a d y
-// that no GEMM computes, or a row wider than max-row, stays as it is.
+// that no GEMM computes, or a row wider than max-row, or a GEMM reducing over more than
+// max-k columns, stays as it is.
 // RUN: tl-opt --tl-fuse-norm-grad-gemm %s -split-input-file | FileCheck %s
+// RUN: tl-opt --tl-fuse-norm-grad-gemm='max-k=64' %s -split-input-file | FileCheck %s --check-prefix=SHORTK
+// SHORTK-LABEL: func.func @folds
+// SHORTK-NEXT: tl.linear_grad_input %arg2, %arg3 : (tensor<2x8x96xf32>
+// SHORTK-NEXT: tl.rmsnorm_grad
+// SHORTK-NOT: tl.fused_linear_grad_input
+// SHORTK-LABEL: func.func @dy_read_twice
 
 // CHECK-LABEL: func.func @folds
 // CHECK-NEXT: %[[F:.*]]:3 = tl.fused_linear_grad_input grad(%arg2 : tensor<2x8x96xf32>) weight(%arg3 : tensor<96x32xf32>) epilogue(%arg0, %arg1, %arg4 : tensor<2x8x32xf32>, tensor<32xf32>, tensor<2x8x32xf32>) {
@@ -54,4 +61,19 @@ func.func @row_too_wide(%x: tensor<8x2048xf32>, %gain: tensor<2048xf32>, %dqkv: 
   %dy = tl.linear_grad_input %dqkv, %w : (tensor<8x96xf32>, tensor<96x2048xf32>) -> tensor<8x2048xf32>
   %dx, %dgain = tl.rmsnorm_grad %x, %gain, %dy {eps = 1.0e-06} : (tensor<8x2048xf32>, tensor<2048xf32>, tensor<8x2048xf32>) -> (tensor<8x2048xf32>, tensor<2048xf32>)
   return %dx, %dgain : tensor<8x2048xf32>, tensor<2048xf32>
+}
+
+// -----
+
+// A GEMM reducing over more than max-k (1024) columns keeps its norm's row kernel: the
+// GEMM alone splits K over the SMs its tiles leave idle.
+// CHECK-LABEL: func.func @reduction_too_long
+// CHECK-NEXT: tl.linear_grad_input
+// CHECK-NEXT: tl.rmsnorm_grad
+// CHECK-NOT: tl.fused_linear_grad_input
+func.func @reduction_too_long(%x: tensor<8x32xf32>, %gain: tensor<32xf32>, %dgateup: tensor<8x2048xf32>, %w: tensor<2048x32xf32>)
+    -> (tensor<8x32xf32>, tensor<32xf32>) {
+  %dy = tl.linear_grad_input %dgateup, %w : (tensor<8x2048xf32>, tensor<2048x32xf32>) -> tensor<8x32xf32>
+  %dx, %dgain = tl.rmsnorm_grad %x, %gain, %dy {eps = 1.0e-06} : (tensor<8x32xf32>, tensor<32xf32>, tensor<8x32xf32>) -> (tensor<8x32xf32>, tensor<32xf32>)
+  return %dx, %dgain : tensor<8x32xf32>, tensor<32xf32>
 }

@@ -272,33 +272,40 @@ TEST(Codegen, BackwardEpiloguesAreInsideTheirKernels) {
   EXPECT_EQ(loss.workspaceBytes, 8 * 127 * 4);  // a loss per prediction, added in order
   for (const Kernel &kernel : step.kernels) EXPECT_NE(kernel.name.rfind("tl_cross_entropy_bf16", 0), 0u) << kernel.name;
 
-  // By default each norm's backward is a row kernel of its own.
+  // The post-attention norm's backward, under the gate/up's dX (K 4096), stays a row kernel.
   EXPECT_TRUE(contains(kernelNamed(step, "tl_rmsnorm_grad_bf16_8x128x512").source, "tl_rmsnorm_grad_rows<"));
 }
 
-// With --fuse-norm-grad RMSNorm's backward is the whole epilogue of the dX GEMM that
-// computes its d y: a row's 8 column tiles are one cluster on sm_90, and d y is no output
-// of the kernel.
-TEST(Codegen, NormBackwardInsideTheDxGemmWhenAsked) {
+// At O2 RMSNorm's backward is the whole epilogue of the dX GEMM that computes its d y
+// where that GEMM reduces over at most 1024 columns (the QKV's and the output
+// projection's): a row's 8 column tiles are one cluster on sm_90 (wgmma's 128x64 tiles on
+// sm_90a), and d y is no output of the kernel. The gate/up's dX (K 4096) keeps its
+// norm's row kernel; --fuse-norm-grad=false keeps them all.
+TEST(Codegen, NormBackwardInsideTheDxGemm) {
   CompileOptions options{2, 8, 128, "bf16"};
-  options.fuseNormGrad = true;
   Program step = compileTrainingStepFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", options, AdamWOptions{});
   const Kernel &norm = kernelNamed(step, "tl_linear_grad_input_rmsnorm_grad_bf16_1024x1024x512");
   EXPECT_TRUE(contains(norm.source, "tl_gemm_mma<"));
+  EXPECT_TRUE(contains(norm.source, "tl_gemm_wgmma<tl_linear_grad_input_rmsnorm_grad_bf16_1024x1024x512_spec<128, 64,"));
   EXPECT_TRUE(contains(norm.source, "static constexpr bool NORM_GRAD = true;"));
-  EXPECT_TRUE(contains(norm.source, "__cluster_dims__(8, 1, 1)"));
+  EXPECT_TRUE(contains(norm.source, "#if defined(TL_NVIDIA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
+                                    "#define tl_linear_grad_input_rmsnorm_grad_bf16_1024x1024x512_CLUSTER __cluster_dims__(8, 1, 1)"));
   EXPECT_TRUE(contains(norm.source, "out0 = r (g dy - x r mean) with x = in2, g = in3"));
   ASSERT_EQ(norm.outputs.size(), 2u);
   EXPECT_EQ(step.value(norm.outputs[0]).shape, (std::vector<int64_t>{8, 128, 512}));
   EXPECT_EQ(step.value(norm.outputs[1]).shape, (std::vector<int64_t>{512}));
   EXPECT_GT(norm.syncWords, 0);
-  int normGrads = 0;
-  for (const Kernel &kernel : step.kernels)
-    if (contains(kernel.name, "rmsnorm_grad")) {
-      ++normGrads;
-      EXPECT_EQ(kernel.name.rfind("tl_linear_grad_input_rmsnorm_grad", 0), 0u) << kernel.name;
-    }
-  EXPECT_EQ(normGrads, 17);  // two a layer and the final norm's, none a row kernel
+  auto count = [](const Program &program, const char *prefix) {
+    int n = 0;
+    for (const Kernel &kernel : program.kernels) n += kernel.name.rfind(prefix, 0) == 0;
+    return n;
+  };
+  EXPECT_EQ(count(step, "tl_linear_grad_input_rmsnorm_grad"), 9);  // each layer's input norm and the final norm
+  EXPECT_EQ(count(step, "tl_rmsnorm_grad"), 8);                      // each layer's post-attention norm
+  options.fuseNormGrad = false;
+  Program apart = compileTrainingStepFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", options, AdamWOptions{});
+  EXPECT_EQ(count(apart, "tl_linear_grad_input_rmsnorm_grad"), 0);
+  EXPECT_EQ(count(apart, "tl_rmsnorm_grad"), 17);
 }
 
 TEST(Codegen, Fp32UsesFmaTemplates) {

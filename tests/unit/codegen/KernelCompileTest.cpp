@@ -27,8 +27,8 @@ std::vector<JitSource> allKernelSources() {
         std::string path = std::string(TLC_SOURCE_DIR) + "/models/" + model;
         for (const Program &program : {compileModelFile(path, options), compileTrainingStepFile(path, options)})
           for (const Kernel &kernel : program.kernels) entryOf.emplace(kernel.source, kernel.entry);
-        if (level >= 2) {  // RMSNorm's backward in the dX GEMMs (--fuse-norm-grad), where rows are folded
-          options.fuseNormGrad = true;
+        if (level >= 2) {  // every norm's backward a row kernel (--fuse-norm-grad=false)
+          options.fuseNormGrad = false;
           for (const Kernel &kernel : compileTrainingStepFile(path, options).kernels)
             entryOf.emplace(kernel.source, kernel.entry);
         }
