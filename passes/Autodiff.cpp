@@ -6,7 +6,7 @@
 // What the backward reads of the forward is decided here, once, for every op:
 //  - a value the forward writes to memory (a kernel's result) is saved: it stays alive
 //    until its last backward use (`tl.saved` on the op that makes it);
-//  - a value a fused GEMM computes in its prologue (RMSNorm, SwiGLU before the GEMM)
+//  - a value a fused GEMM computes in its prologue (RMSNorm, elementwise ops before the GEMM)
 //    never reaches memory and is cheap to make again: the backward recomputes it from
 //    the prologue's inputs (a copy marked `tl.recomputed`);
 //  - a value made from a fused GEMM's accumulator (in its epilogue), or passed between

@@ -34,7 +34,7 @@ def TlAttentionToFlash : Pass<"tl-attention-to-flash", "mlir::ModuleOp"> {
 }
 
 def TlFusePrologueEpilogue : Pass<"tl-fuse-prologue-epilogue", "mlir::ModuleOp"> {
-  let summary = "O2: RMSNorm, RoPE, SwiGLU and residual adds move into the GEMMs' prologues and epilogues";
+  let summary = "O2: RMSNorm, RoPE, SwiGLU, residual adds and other elementwise ops move into the GEMMs' prologues and epilogues";
   let dependentDialects = ["tl::TlDialect"];
 }
 

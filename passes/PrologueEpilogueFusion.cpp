@@ -7,11 +7,13 @@
 //    epilogue region, so the GEMM writes the finished value, once;
 //  - prologue: an op whose result only feeds the GEMM's A operand (RMSNorm, head
 //    merges, elementwise ops) moves into the prologue region, so A is computed while
-//    it is loaded and never written.
-// The regions hold ordinary tl ops: the code generator emits any such chain.
+//    it is loaded and never written; the code generator says which ops it can compute
+//    there (codegen::fitsGemmPrologue).
+// The regions hold ordinary tl ops.
 #include "passes/Passes.h"
 
 #include "compiler/TlDialect.h"
+#include "compiler/codegen/KernelBuilder.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
@@ -29,11 +31,6 @@ bool fitsInEpilogue(mlir::Operation *op) {
   return op->hasTrait<OpTrait::EpilogueFusable>() && !llvm::isa<SplitGradOp>(op);
 }
 
-// Per row of A (RMSNorm needs the whole row, which the GEMM reads anyway) or per
-// element: fits before the GEMM.
-bool fitsInPrologue(mlir::Operation *op) {
-  return llvm::isa<RMSNormOp, AddOp, MulOp, ScaleOp, SiluOp, SwigluOp, SplitHeadsOp, MergeHeadsOp, TransposeOp>(op);
-}
 
 bool onlyUsedBy(mlir::Value value, mlir::Operation *user) {
   return llvm::all_of(value.getUsers(), [&](mlir::Operation *u) { return u == user; });
@@ -138,7 +135,10 @@ bool absorbProducer(FusedLinearOp fused, mlir::OpBuilder &b) {
   mlir::Block &prologue = fused.getPrologue().front();
   for (auto [index, input] : llvm::enumerate(fused.getPrologueInputs())) {
     mlir::Operation *producer = input.getDefiningOp();
-    if (!producer || producer->getNumResults() != 1 || !fitsInPrologue(producer) ||
+    // The code generator decides what a prologue can hold: per element ops anywhere, a
+    // row norm (RMSNorm needs the whole row, which the GEMM reads anyway) only as A itself.
+    bool yieldsA = llvm::is_contained(fused.prologueYield()->getOperands(), prologue.getArgument(index));
+    if (!producer || producer->getNumResults() != 1 || !tlc::codegen::fitsGemmPrologue(producer, yieldsA) ||
         producer->getBlock() != fused->getBlock() || !onlyUsedBy(input, fused) ||
         llvm::count(fused->getOperands(), input) != 1)
       continue;

@@ -93,6 +93,16 @@ std::string ElementCode::ropeTable(double theta, int64_t headDim) {
 }
 
 std::string ElementCode::chunk(const std::vector<Store> &stores, const ChunkLoop &loop, const std::string &indent) {
+  return code(stores, {}, loop, indent);
+}
+
+std::string ElementCode::values(const ElementRef &value, const std::string &out, const ChunkLoop &loop,
+                                const std::string &indent) {
+  return code({}, {value, out}, loop, indent);
+}
+
+std::string ElementCode::code(const std::vector<Store> &stores, const Into &into, const ChunkLoop &loop,
+                              const std::string &indent) {
   std::string head, body, tail;
   std::map<const ElementExpr *, std::string> names;
   std::map<std::pair<int, std::string>, std::string> loads;  // each element read once, whichever store asks
@@ -158,6 +168,7 @@ std::string ElementCode::chunk(const std::vector<Store> &stores, const ChunkLoop
 
   std::vector<std::string> results;
   for (const Store &store : stores) results.push_back(value(store.value));
+  std::string intoResult = into.value ? value(into.value) : "";
 
   // The chunk starts on a multiple of its width: lets the compiler see that neighbours
   // share a RoPE pair (one sine and cosine for both).
@@ -167,6 +178,7 @@ std::string ElementCode::chunk(const std::vector<Store> &stores, const ChunkLoop
                      loop.vector, var, loop.base, var);
   out += body;
   for (size_t s = 0; s < stores.size(); ++s) out += fmt::format("      r{}[i] = {};\n", s, results[s]);
+  if (into.value) out += fmt::format("      {}[i] = {};\n", into.array, intoResult);
   out += "    }\n";
   for (size_t s = 0; s < stores.size(); ++s) {
     const Store &store = stores[s];

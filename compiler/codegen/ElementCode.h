@@ -38,6 +38,10 @@ public:
   // through `p.`.
   std::string chunk(const std::vector<Store> &stores, const ChunkLoop &loop, const std::string &indent);
 
+  // The statements that set `out[i]` to `value` for the chunk's values (a GEMM prologue's
+  // A elements, computed as they are loaded), `out` a float array the caller declares.
+  std::string values(const ElementRef &value, const std::string &out, const ChunkLoop &loop, const std::string &indent);
+
   // Global definitions the chunks and ropeTable's callers use (RoPE frequency tables),
   // to put before the Spec.
   std::string globals() const { return globals_; }
@@ -50,6 +54,12 @@ public:
   static bool contiguous(const IndexExpr &offset, const ChunkLoop &loop);
 
 private:
+  struct Into {
+    ElementRef value;
+    std::string array;
+  };
+  std::string code(const std::vector<Store> &stores, const Into &into, const ChunkLoop &loop, const std::string &indent);
+
   std::string kernel_;
   ParamNames params_;
   std::string globals_;

@@ -86,6 +86,38 @@ std::optional<Separated> separate(const IndexExpr &offset, const std::string &ro
   return parts;
 }
 
+// The hooks of a plain A: where element [m, k] (after the prologue's layout changes) is.
+std::string operandA(const KernelSource &source, const GemmSpec &gemm, const std::optional<Separated> &parts) {
+  const std::string &type = source.type(gemm.a);
+  const std::string a = "p." + source.name(gemm.a), offset = indexCode(gemm.aOffset);
+  std::string hooks = fmt::format("  TL_DEVICE static const {} *a_base(const Params &p) {{ return {}; }}\n", type, a);
+  hooks += fmt::format("  TL_DEVICE static const {} *a_src(const Params &p, int bt, int m, int k) {{ (void)bt; return {} + "
+                       "({}); }}\n",
+                       type, a, offset);
+  hooks += fmt::format("  TL_DEVICE static float a_elem(const Params &p, int bt, int m, int k) {{ (void)bt; return "
+                       "tl_ld({}, {}); }}\n",
+                       a, offset);
+  if (parts) {  // a_src = a_base + a_row + a_col
+    hooks += fmt::format("  TL_DEVICE static int a_row(int bt, int m) {{ (void)bt; return {}; }}\n", indexCode(parts->row));
+    hooks += fmt::format("  TL_DEVICE static int a_col(int k) {{ return {}; }}\n", indexCode(parts->column));
+  }
+  return hooks;
+}
+
+// The hooks of an A computed as it is loaded: 8 consecutive k of row m (the tensor-core
+// paths store them to shared memory in bf16), or one element (the FMA path).
+std::string operandAComputed(const GemmSpec &gemm, ElementCode &code,
+                             const std::map<std::string, std::vector<int64_t>> &samples) {
+  ChunkLoop chunk{"k", "k0", 8, gemm.K, samples, {}}, single{"k", "k0", 1, gemm.K, samples, {}};
+  return "  TL_DEVICE static void a_chunk(const Params &p, int bt, int m, int k0, float (&v)[8]) {\n"
+         "    (void)bt; (void)m;\n" +
+         code.values(gemm.aValue, "v", chunk, "    ") +
+         "  }\n"
+         "  TL_DEVICE static float a_elem(const Params &p, int bt, int m, int k0) {\n"
+         "    (void)bt; (void)m;\n    float v[1];\n" +
+         code.values(gemm.aValue, "v", single, "    ") + "    return v[0];\n  }\n";
+}
+
 } // namespace
 
 EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
@@ -101,18 +133,27 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   ChunkLoop alongN{"n", "n", 8, gemm.N, samples(true), {}};
   ChunkLoop alongM{"m", "m", 8, gemm.M, {{"bt", sampleValues(gemm.batch)}, {"k", sampleValues(gemm.K)}}, {}};
   alongK.samples["n"] = sampleValues(gemm.N);
-  bool bf16 = source.dtype(gemm.a) == DType::BF16 && source.dtype(gemm.b) == DType::BF16 &&
-              (gemm.gain < 0 || source.dtype(gemm.gain) == DType::BF16);
-  std::optional<Separated> aParts = separate(gemm.aOffset, "m", gemm.M, gemm.batch, gemm.K);
+  // A computed as it is loaded (a prologue of elementwise ops) goes to the tensor cores in
+  // bf16 where its inputs are bf16, as an elementwise kernel would have stored it.
+  const bool computedA = gemm.aValue != nullptr;
+  bool aBf16 = !computedA && source.dtype(gemm.a) == DType::BF16;
+  if (computedA) {
+    std::vector<const ElementExpr *> loads = leaves(gemm.aValue, ElementExpr::Kind::Load);
+    aBf16 = std::all_of(loads.begin(), loads.end(), [&](const ElementExpr *load) { return source.dtype(load->param) == DType::BF16; });
+  }
+  bool bf16 = aBf16 && source.dtype(gemm.b) == DType::BF16 && (gemm.gain < 0 || source.dtype(gemm.gain) == DType::BF16);
+  std::optional<Separated> aParts =
+      computedA ? std::nullopt : separate(gemm.aOffset, "m", gemm.M, gemm.batch, gemm.K);
   if (aParts && aParts->row.maxValue() > INT32_MAX) aParts.reset();  // row offsets are 32-bit
   std::optional<Separated> bParts =
       gemm.bKN ? std::optional<Separated>(Separated{}) : separate(gemm.bOffset, "n", gemm.N, gemm.batch, gemm.K);
   if (bParts && !gemm.bKN && bParts->row.maxValue() > INT32_MAX) bParts.reset();
   // A stored [K, M] (read down its columns): NVIDIA's mma.sync path transposes it as it
   // loads; the other paths read A along k.
-  bool aKM = bf16 && !gemm.rowNorm && !ElementCode::contiguous(gemm.aOffset, alongK) &&
+  bool aKM = bf16 && !computedA && !gemm.rowNorm && !ElementCode::contiguous(gemm.aOffset, alongK) &&
              ElementCode::contiguous(gemm.aOffset, alongM);
-  bool matrixUnits = bf16 && gemm.K % 8 == 0 && (aKM || (ElementCode::contiguous(gemm.aOffset, alongK) && aParts)) &&
+  bool matrixUnits = bf16 && gemm.K % 8 == 0 &&
+                     (computedA || aKM || (ElementCode::contiguous(gemm.aOffset, alongK) && aParts)) &&
                      ElementCode::contiguous(gemm.bOffset, gemm.bKN ? alongN : alongK) &&
                      (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile) && bParts;
   GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, kTunedMultiprocessors) : GemmTile{64, 64, 2, 2, 1, 1};
@@ -139,8 +180,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
     throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", entry));
 
-  const std::string &aType = source.type(gemm.a), &bType = source.type(gemm.b);
-  const std::string a = "p." + source.name(gemm.a), b = "p." + source.name(gemm.b);
+  const std::string &bType = source.type(gemm.b);
+  const std::string b = "p." + source.name(gemm.b);
+  ElementCode code(entry, source.names());
   std::string spec;
   spec += fmt::format("template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int K_SLICES_, int K_SPLITS_, "
                       "int SPLIT_TILES_>\n"
@@ -186,6 +228,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   spec += fmt::format("  static constexpr int TILES_N = {}\n", tilesN);
   spec += fmt::format("  static constexpr bool ROW_NORM = {}, B_KN = {}, A_KM = {}, CHAINED = {};\n", gemm.rowNorm,
                       gemm.bKN, matrixUnits && aKM, source.chained());
+  spec += fmt::format("  static constexpr bool A_COMPUTED = {};  // A's elements computed as they are loaded\n", computedA);
   spec += fmt::format("  static constexpr bool NORM_GAIN = {};  // RMSNorm's gain applied to A (not folded into B)\n",
                       gemm.gain >= 0);
   spec += fmt::format("  static constexpr float NORM_EPS = {};\n", floatLiteral(gemm.rowNorm ? gemm.eps : 0.0));
@@ -215,24 +258,13 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
 
   spec += "  TL_DEVICE static tl_tile_cols tile_cols(int tn) {\n" + tileCols + "  }\n";
 
-  // A: where element [m, k] (after the prologue's layout changes) is; RMSNorm's gain.
-  spec += fmt::format("  TL_DEVICE static const {} *a_base(const Params &p) {{ return {}; }}\n", aType, a);
-  spec += fmt::format("  TL_DEVICE static const {} *a_src(const Params &p, int bt, int m, int k) {{ (void)bt; return {} + "
-                      "({}); }}\n",
-                      aType, a, indexCode(gemm.aOffset));
-  spec += fmt::format("  TL_DEVICE static float a_elem(const Params &p, int bt, int m, int k) {{ (void)bt; return "
-                      "tl_ld({}, {}); }}\n",
-                      a, indexCode(gemm.aOffset));
-  if (aParts) {  // a_src = a_base + a_row + a_col
-    spec += fmt::format("  TL_DEVICE static int a_row(int bt, int m) {{ (void)bt; return {}; }}\n", indexCode(aParts->row));
-    spec += fmt::format("  TL_DEVICE static int a_col(int k) {{ return {}; }}\n", indexCode(aParts->column));
-  }
+  spec += computedA ? operandAComputed(gemm, code, samples(false)) : operandA(source, gemm, aParts);
   if (gemm.gain >= 0) {
     std::string gain = "p." + source.name(gemm.gain);
     spec += fmt::format("  TL_DEVICE static const {} *gain(const Params &p) {{ return {}; }}\n", source.type(gemm.gain), gain);
     spec += fmt::format("  TL_DEVICE static float gain_elem(const Params &p, int k) {{ return tl_ld({}, k); }}\n", gain);
   } else {
-    spec += fmt::format("  TL_DEVICE static const {} *gain(const Params &) {{ return nullptr; }}\n", aType);
+    spec += fmt::format("  TL_DEVICE static const {} *gain(const Params &) {{ return nullptr; }}\n", bType);
     spec += "  TL_DEVICE static float gain_elem(const Params &, int) { return 1.0f; }\n";
   }
 
@@ -252,7 +284,6 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                       b, indexCode(gemm.bOffset));
 
   // The epilogue: each group's stores for 8 columns c0 .. c0 + 7 of row m.
-  ElementCode code(entry, source.names());
   std::string epilogue;
   std::vector<std::string> details;
   for (size_t g = 0; g < gemm.groups.size(); ++g) {
@@ -305,7 +336,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   headerLines.push_back(fmt::format("GEMM [batch {}] M {} x N {} x K {}: acc = A · B{} in fp32{}", gemm.batch, gemm.M,
                                     gemm.N, gemm.K, gemm.bKN ? " (B stored [K, N])" : "ᵀ",
                                     aKM ? " (A stored [K, M])" : ""));
-  headerLines.push_back(fmt::format("prologue: A = {}{}", source.name(gemm.a),
+  headerLines.push_back(fmt::format("prologue: A = {}{}",
+                                    computedA ? describe(gemm.aValue, source.names()) + " computed as it is loaded"
+                                              : source.name(gemm.a),
                                     !gemm.rowNorm ? ""
                                     : gemm.gain >= 0
                                         ? fmt::format(" normalized per row (rmsnorm, gain {}, eps {}): the gain scales A as it "

@@ -392,7 +392,8 @@ private:
 };
 
 // A's element [m, k] (after the prologue): an RMSNorm over A's rows is kept apart so
-// the GEMM can apply it on the fly; what remains must be a plain read.
+// the GEMM can apply it on the fly; what remains is a plain read, or elementwise ops the
+// GEMM computes as it loads A.
 void buildOperandA(KernelContext &context, GemmSpec &gemm, mlir::Value a, const Shape &leadShape) {
   Index index = delinearize(IndexExpr::variable("m", gemm.M), leadShape);
   index.push_back(IndexExpr::variable("k", gemm.K));
@@ -411,11 +412,22 @@ void buildOperandA(KernelContext &context, GemmSpec &gemm, mlir::Value a, const 
   }
   ElementPuller puller(context);
   ElementRef element = puller.at(source, index);
-  if (element->kind != ElementExpr::Kind::Load)
-    context.fail("a GEMM prologue may change A's layout and normalize its rows, not compute other values");
+  if (element->kind != ElementExpr::Kind::Load) {
+    gemm.aValue = element;
+    return;
+  }
   gemm.a = element->param;
   gemm.aOffset = element->offset;
 }
+
+} // namespace
+
+bool fitsGemmPrologue(mlir::Operation *op, bool yieldsA) {
+  if (llvm::isa<tl::RMSNormOp>(op)) return yieldsA;
+  return op->getNumResults() == 1 && op->hasTrait<tl::OpTrait::PerElement>();
+}
+
+namespace {
 
 GemmSpec buildLinear(KernelContext &context, tl::LinearOp linear, mlir::Operation *foldedSplit) {
   GemmSpec gemm;

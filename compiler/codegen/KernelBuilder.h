@@ -24,6 +24,12 @@ struct KernelRoot {
 // The Program value id of an IR value (region arguments map to the values passed in).
 using ValueIds = std::function<int(mlir::Value)>;
 
+// Whether the GEMM generator computes `op` inside a fused linear's prologue, as A is
+// loaded: any per-element op (elementwise math, layout changes) anywhere in the chain that
+// computes A; an RMSNorm only as the chain's last op (`yieldsA`), since its rows' scale is
+// applied to the accumulator. Fusion passes ask this before moving an op into a prologue.
+bool fitsGemmPrologue(mlir::Operation *op, bool yieldsA);
+
 // Throws tlc::Error naming the kernel when its structure has no generator (an op in a
 // fused region that is not elementwise or a layout change, a reduction mixing rows).
 KernelSpec buildKernelSpec(const Program &program, const Kernel &kernel, const KernelRoot &root,

@@ -60,6 +60,9 @@ struct GemmSpec {
   int64_t batch = 1, M = 0, N = 0, K = 0;  // N: accumulator columns
   int a = -1;                 // A[bt, m, k] is element aOffset of argument a (contiguous along k, or
   IndexExpr aOffset;          // along m: A stored [K, M], a weight gradient's dYᵀ)
+  // Or A is computed as it is loaded (a prologue of elementwise ops): A[bt, m, k] is this
+  // expression of loads over bt, m and k, and `a` is -1.
+  ElementRef aValue;
   bool rowNorm = false;       // A is rmsnorm(x): x from a, gain from argument gain
   int gain = -1;
   double eps = 0;

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <functional>
 #include <chrono>
 #include <random>
 #include <cstdio>
@@ -31,13 +32,16 @@ inline std::unique_ptr<GpuDevice> openDevice() {
 }
 
 // A forward, or with `training` the training step (forward, backward, AdamW).
+// `edit` changes the built model first (tests/support/ModelVariants.h).
 inline Program compile(const LlamaConfig &config, int level, int64_t batch, int64_t seq, const std::string &dtype,
-                       const AdamWOptions *training = nullptr, bool fuseNormGrad = true) {
+                       const AdamWOptions *training = nullptr, bool fuseNormGrad = true,
+                       const std::function<void(mlir::ModuleOp)> &edit = {}) {
   mlir::DialectRegistry registry;
   registerTlcDialects(registry);
   mlir::MLIRContext context(registry);
   context.loadAllAvailableDialects();
   auto module = buildLlamaModule(context, config);
+  if (edit) edit(*module);
   CompileOptions options{level, batch, seq, dtype, fuseNormGrad};
   EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, training)));
   auto program = buildProgram(*module, options, training);

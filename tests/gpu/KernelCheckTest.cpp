@@ -2,6 +2,7 @@
 // against the CPU reference's ops on the same random inputs (the seed is printed). Where the forward test says the
 // logits are off, this says which kernel and which output.
 #include "tests/gpu/GpuTestSupport.h"
+#include "tests/support/ModelVariants.h"
 
 #include "runtime/KernelRunner.h"
 #include "runtime/Tensor.h"
@@ -175,6 +176,28 @@ TEST(GpuKernelsTransposed, WideBackwardTilesMatchTheCpuReference) {
   Program program = compile(config, 2, 9, 128, "bf16", &adamw);
   EXPECT_GE(checkBf16KernelsContaining(*device, program, {"256x128 tiles", "B_KN = true, A_KM = false"}, 2), 3);
   EXPECT_GE(checkBf16KernelsContaining(*device, program, {"256x128 tiles", "B_KN = true, A_KM = true"}, 2), 2);
+}
+
+// Elementwise ops before a projection run in its GEMM's prologue, on A as it is loaded
+// (gemm_mma.cuh v6, gemm_wgmma.cuh v12): the workshop with a scale before the output
+// projection and a SiLU under the post-attention norm. At 64 sequences the gate/up
+// projection (SiLU, then the norm) runs the warp-specialized kernel, its producer
+// computing A. Two launches each, f32 (FMAs) and bf16.
+TEST(GpuKernelsComputedPrologue, MatchTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  for (const support::ModelVariant &variant : support::prologueVariants())
+    for (int64_t batch : {8, 64}) {
+      SCOPED_TRACE(variant.name + " batch " + std::to_string(batch));
+      Program bf16 = compile(oneLayerOf("workshop"), 2, batch, 128, "bf16", nullptr, true, variant.apply);
+      EXPECT_GE(checkBf16KernelsContaining(*device, bf16, {"A_COMPUTED = true"}, 2), 1);
+      if (batch == 64 && variant.name == "silu_before_norm")
+        EXPECT_EQ(checkBf16KernelsContaining(*device, bf16, {"A_COMPUTED = true", "tl_gemm_wgmma_ws<"}, 1), 1);
+      Program f32 = compile(oneLayerOf("workshop"), 2, batch, 128, "f32", nullptr, true, variant.apply);
+      EXPECT_GE(checkKernels(*device, f32, "f32",
+                             [](const Kernel &kernel) { return kernel.source.find("A_COMPUTED = true") != std::string::npos; }),
+                1);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, GpuKernels, ::testing::ValuesIn(allCases(2)), caseName);  // O3 runs O2s kernels

@@ -13,6 +13,8 @@
 //   Params                               the kernel's pointers
 //   tile_cols(tn)                        which output columns column-tile tn computes
 //   a_src / b_src / gain                 where operand elements live (prologue layouts);
+//   A_COMPUTED, a_chunk(p, bt, m, k, v)  or A computed as it is loaded: 8 k of row m (a
+//                                        prologue of elementwise ops)
 //                                        b_src(p, bt, cols, j, k) is B's column j of the tile
 //   epilogue(p, cols, bt, m, lc, v, row) the fused ops on 8 accumulator values
 #pragma once

@@ -37,7 +37,8 @@ template <class S> TL_DEVICE void tl_gemm_mfma(const typename S::Params &p) {
       const int r = threadIdx.x / 4, c = threadIdx.x % 4, m = m0 + r, k = k0 + c * 8;
       float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       if (m < S::M && k < S::K) {
-        tl_ld8(S::a_src(p, bt, m, k), 0, v);
+        if constexpr (S::A_COMPUTED) S::a_chunk(p, bt, m, k, v);
+        else tl_ld8(S::a_src(p, bt, m, k), 0, v);
         if constexpr (S::ROW_NORM) {
           float gain[8] = {1, 1, 1, 1, 1, 1, 1, 1};
           if constexpr (S::NORM_GAIN) tl_ld8(S::gain(p), k, gain);

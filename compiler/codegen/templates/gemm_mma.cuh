@@ -17,6 +17,9 @@
 //       ldmatrix.trans, as B_KN does for B.
 //   v5  the copies keep each row's address and their place in a stage (tl_stage_copies):
 //       v3's offsets were still recomputed from the layout at every stage.
+//   v6  A_COMPUTED: a prologue of elementwise ops (a scale, a SiLU before a norm) runs on A
+//       as it is loaded, through registers into the stage (tl_a_stage_copies), instead of
+//       being refused.
 //
 // The emitter writes a Spec struct per kernel (see gemm_common.cuh for the hooks).
 #pragma once
@@ -124,6 +127,42 @@ template <int ROWS, int THREADS> struct tl_stage_copies {
   }
 };
 
+// A's copies into a stage, as the Spec reads A: straight from memory by cp.async
+// (tl_stage_copies), or, A_COMPUTED (v6), computed as it is loaded: a thread computes the
+// 8 k of its chunk through registers (the prologue's elementwise ops, Spec::a_chunk) and
+// stores them in bf16 where cp.async would have put them.
+template <class S, int ROWS, int THREADS, bool COMPUTED = S::A_COMPUTED>
+struct tl_a_stage_copies : tl_stage_copies<ROWS, THREADS> {
+  TL_DEVICE void init(const typename S::Params &p, int bt, int m0) {
+    tl_stage_copies<ROWS, THREADS>::init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+  }
+  TL_DEVICE void copy_k(const typename S::Params &, unsigned tile, int k) const {
+    this->copy(tile, S::a_col(k), tl_k_inside<S>(k));
+  }
+};
+template <class S, int ROWS, int THREADS>
+struct tl_a_stage_copies<S, ROWS, THREADS, true> : tl_stage_copies<ROWS, THREADS> {
+  using Rows = tl_stage_copies<ROWS, THREADS>;
+  int bt = 0, m0 = 0;
+  TL_DEVICE void init(const typename S::Params &, int tileBatch, int tileRow) {
+    bt = tileBatch;
+    m0 = tileRow;
+  }
+  TL_DEVICE void copy_k(const typename S::Params &p, unsigned tile, int k) const {
+#pragma unroll
+    for (int i = 0; i < Rows::COPIES; ++i) {
+      const int r = Rows::row_of(i);
+      if (Rows::PARTIAL && r >= ROWS) break;
+      float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+      if (tl_k_inside<S>(k) && m0 + r < S::M) S::a_chunk(p, bt, m0 + r, k, v);
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(tile + tl_swizzle(r, threadIdx.x % 8, 128)),
+                   "r"(tl_pack_bf16(v[0], v[1])), "r"(tl_pack_bf16(v[2], v[3])), "r"(tl_pack_bf16(v[4], v[5])),
+                   "r"(tl_pack_bf16(v[6], v[7]))
+                   : "memory");
+    }
+  }
+};
+
 template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 64, SLICES = S::K_SLICES;
   constexpr int WARPS = S::WARPS_M * S::WARPS_N * SLICES, THREADS = WARPS * 32;
@@ -148,8 +187,8 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
 
   // Weights never depend on the kernel before: with a chained launch they are fetched
   // while the producer of A is still finishing.
-  tl_stage_copies<BM, THREADS> aCopies;
-  if constexpr (!S::A_KM) aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+  tl_a_stage_copies<S, BM, THREADS> aCopies;
+  if constexpr (!S::A_KM) aCopies.init(p, bt, m0);
   tl_stage_copies<BN, THREADS> bCopies;
   if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
   auto loadB = [&](int stage, int kt) {
@@ -180,7 +219,7 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
       }
     } else {
       const int k = kt * BK + (threadIdx.x % 8) * 8;
-      aCopies.copy(tl_smem_addr(tl_smem + stage * STAGE_BYTES), S::a_col(k), tl_k_inside<S>(k));
+      aCopies.copy_k(p, tl_smem_addr(tl_smem + stage * STAGE_BYTES), k);
     }
     const int k = kt * BK + (threadIdx.x % 8) * 8;
     if (S::NORM_GAIN && threadIdx.x < 8)

@@ -54,6 +54,9 @@
 //   v11 RMSNorm's backward as v1's epilogue (NORM_GRAD, gemm_norm_grad.cuh): a row's
 //       column tiles are one cluster, K unsplit; x, the residual and the gain are loaded
 //       into registers while the mainloop runs. Before, these GEMMs ran on mma.sync.
+//   v12 A_COMPUTED (gemm_mma.cuh v6) in v1 and v4: a prologue's elementwise ops run as A
+//       is copied into a stage; the proxy fence before a stage is read covers these stores
+//       as it covers cp.async's.
 //
 // Same Spec hooks as gemm_mma.cuh (BM = 64, 128 or 256; BN = 64, 128, 160, 192 or 256;
 // with A_KM or B_KN, v1 only and BN a multiple of 64).
@@ -397,8 +400,8 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   float *rowSquares = tl_norm_sums<S>(p, rowTile);
   unsigned *normFlag = tl_norm_flag<S>(p, rowTile);  // published, readers
 
-  tl_stage_copies<BM, THREADS> aCopies;
-  if constexpr (!S::A_KM) aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+  tl_a_stage_copies<S, BM, THREADS> aCopies;
+  if constexpr (!S::A_KM) aCopies.init(p, bt, m0);
   tl_stage_copies<BN, THREADS> bCopies;
   if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
   // An M- or N-major operand's stage: k row r of chunk c (8 columns) into panel c / 8.
@@ -430,7 +433,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
                       inside ? 16 : 0);
       }
     } else {
-      aCopies.copy(smem + stage * STAGE_BYTES, S::a_col(k), tl_k_inside<S>(k));
+      aCopies.copy_k(p, smem + stage * STAGE_BYTES, k);
     }
     if (S::NORM_GAIN && threadIdx.x < 8)
       tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
@@ -618,8 +621,8 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   // consumers store their accumulators: no accumulator register outlives its role.
   if (group == 0) {
     // Producer: thread t copies chunk t % 8 of rows t / 8 + 16 j of A and B.
-    tl_stage_copies<BM, 128> aCopies;
-    aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+    tl_a_stage_copies<S, BM, 128> aCopies;
+    aCopies.init(p, bt, m0);
     tl_stage_copies<BN, 128> bCopies;
     bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
     // Use j of the stages holds k tile kBegin + j.
@@ -640,7 +643,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
         const int stage = j % STAGES;
         if (j >= STAGES) tl_mbarrier_wait(emptyBar + stage * 8, (j / STAGES + 1) & 1);
         const int k = (kBegin + j) * BK + (threadIdx.x % 8) * 8;
-        aCopies.copy(smem + stage * STAGE_BYTES, S::a_col(k), tl_k_inside<S>(k));
+        aCopies.copy_k(p, smem + stage * STAGE_BYTES, k);
         if (j >= earlyB) copyB(j);
       }
       tl_cp_async_commit();

@@ -1,4 +1,4 @@
-// tl-fuse-prologue-epilogue: RMSNorm moves into the GEMM prologue, a residual add
+// tl-fuse-prologue-epilogue: RMSNorm and elementwise ops move into the GEMM prologue, a residual add
 // into its epilogue; a norm whose result is read twice stays a kernel of its own.
 // RUN: tl-opt --tl-fuse-prologue-epilogue --canonicalize %s -split-input-file | FileCheck %s
 
@@ -85,4 +85,49 @@ func.func @qkv_in_order(%x: tensor<2x8x32xf32>) -> tensor<2x4x8x8xf32> {
   %kt = tl.transpose %kr {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x2x8xf32>) -> tensor<2x2x8x8xf32>
   %o = tl.flash_attention %qt, %kt, %vt {causal = true, scale = 0.35355339059327373} : (tensor<2x4x8x8xf32>, tensor<2x2x8x8xf32>, tensor<2x2x8x8xf32>) -> tensor<2x4x8x8xf32>
   return %o : tensor<2x4x8x8xf32>
+}
+
+// -----
+
+// Elementwise ops before a projection run in its prologue, as A is loaded: a scale of
+// the attention output, and a SiLU on the residual under an RMSNorm.
+// CHECK-LABEL: func.func @elementwise_prologue
+// CHECK: tl.fused_linear weight(%{{.*}} : tensor<32x32xf32>) prologue(%arg0 : tensor<2x8x32xf32>) {
+// CHECK-NEXT: ^bb0(%[[A:.*]]: tensor<2x8x32xf32>):
+// CHECK-NEXT: %[[S:.*]] = tl.scale %[[A]] {factor = 0.5}
+// CHECK-NEXT: tl.yield %[[S]]
+// CHECK: tl.fused_linear weight(%{{.*}} : tensor<32x32xf32>) prologue(%{{.*}}, %arg0 : tensor<32xf32>, tensor<2x8x32xf32>) {
+// CHECK-NEXT: ^bb0(%[[G:.*]]: tensor<32xf32>, %[[X:.*]]: tensor<2x8x32xf32>):
+// CHECK-NEXT: %[[ACT:.*]] = tl.silu %[[X]]
+// CHECK-NEXT: %[[N:.*]] = tl.rmsnorm %[[ACT]], %[[G]]
+// CHECK-NEXT: tl.yield %[[N]]
+func.func @elementwise_prologue(%x: tensor<2x8x32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>) {
+  %s = tl.scale %x {factor = 0.5 : f64} : (tensor<2x8x32xf32>) -> tensor<2x8x32xf32>
+  %wo = tl.weight "o" : tensor<32x32xf32>
+  %o = tl.linear %s, %wo : (tensor<2x8x32xf32>, tensor<32x32xf32>) -> tensor<2x8x32xf32>
+  %act = tl.silu %x : (tensor<2x8x32xf32>) -> tensor<2x8x32xf32>
+  %g = tl.weight "norm" : tensor<32xf32>
+  %h = tl.rmsnorm %act, %g {eps = 1.0e-05 : f64} : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+  %wu = tl.weight "up" : tensor<32x32xf32>
+  %u = tl.linear %h, %wu : (tensor<2x8x32xf32>, tensor<32x32xf32>) -> tensor<2x8x32xf32>
+  return %o, %u : tensor<2x8x32xf32>, tensor<2x8x32xf32>
+}
+
+// -----
+
+// An RMSNorm under an elementwise op is not A itself: its rows' scale could not be
+// applied to the accumulator, so it stays a kernel and the scale alone moves in.
+// CHECK-LABEL: func.func @norm_under_a_scale
+// CHECK: %[[N:.*]] = tl.rmsnorm %arg0
+// CHECK: tl.fused_linear weight(%{{.*}} : tensor<32x32xf32>) prologue(%[[N]] : tensor<2x8x32xf32>) {
+// CHECK-NEXT: ^bb0(%[[A:.*]]: tensor<2x8x32xf32>):
+// CHECK-NEXT: %[[S:.*]] = tl.scale %[[A]]
+// CHECK-NEXT: tl.yield %[[S]]
+func.func @norm_under_a_scale(%x: tensor<2x8x32xf32>) -> tensor<2x8x32xf32> {
+  %g = tl.weight "norm" : tensor<32xf32>
+  %h = tl.rmsnorm %x, %g {eps = 1.0e-05 : f64} : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+  %s = tl.scale %h {factor = 0.5 : f64} : (tensor<2x8x32xf32>) -> tensor<2x8x32xf32>
+  %w = tl.weight "proj" : tensor<32x32xf32>
+  %y = tl.linear %s, %w : (tensor<2x8x32xf32>, tensor<32x32xf32>) -> tensor<2x8x32xf32>
+  return %y : tensor<2x8x32xf32>
 }

@@ -5,6 +5,11 @@
 #include "runtime/CallerBuffers.h"
 #include "runtime/Jit.h"
 #include "tools/Compile.h"
+#include "compiler/ModelIO.h"
+#include "models/ModelBuilder.h"
+#include "tests/support/ModelVariants.h"
+
+#include "mlir/IR/MLIRContext.h"
 
 #include <gtest/gtest.h>
 
@@ -32,6 +37,23 @@ std::vector<JitSource> allKernelSources() {
           for (const Kernel &kernel : compileTrainingStepFile(path, options).kernels)
             entryOf.emplace(kernel.source, kernel.entry);
         }
+      }
+  // Models off the builder's path: elementwise GEMM prologues (A computed as it loads).
+  for (const support::ModelVariant &variant : support::prologueVariants())
+    for (const char *dtype : {"f32", "bf16"})
+      for (int level : {2, 3}) {
+        mlir::DialectRegistry registry;
+        registerTlcDialects(registry);
+        mlir::MLIRContext context(registry);
+        context.loadAllAvailableDialects();
+        CompileOptions options{level, 8, 128, dtype};
+        auto module = buildLlamaModule(context, *presetConfig("workshop"));
+        variant.apply(*module);
+        EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options))) << variant.name;
+        auto program = buildProgram(*module, options);
+        EXPECT_TRUE(mlir::succeeded(program)) << variant.name;
+        if (mlir::succeeded(program))
+          for (const Kernel &kernel : program->kernels) entryOf.emplace(kernel.source, kernel.entry);
       }
   for (auto [model, batch, seq] : {std::tuple{"tinyllama.tl", 8, 128}, std::tuple{"tinyllama-1.1b.tl", 1, 2048}})
     for (int level : {1, 2})

@@ -1,5 +1,6 @@
 // Every optimization level computes the same forward, and fusion only removes kernels.
 #include "TestSupport.h"
+#include "tests/support/ModelVariants.h"
 
 #include "runtime/Backend.h"
 
@@ -27,23 +28,36 @@ struct LevelCase {
 
 std::ostream &operator<<(std::ostream &os, const LevelCase &c) { return os << c.name; }
 
+// Every level's Program (O0 first) and its CPU forward, on the same random weights and
+// tokens; `edit` changes the built model first.
+struct LevelRuns {
+  std::vector<Program> programs;
+  std::vector<ForwardResult> results;
+};
+LevelRuns runEveryLevel(const LlamaConfig &config, const std::string &dtype, uint64_t seed,
+                        const std::function<void(mlir::ModuleOp)> &edit = {}) {
+  const int64_t batch = 2, seq = 16;
+  LevelRuns runs;
+  for (int level = 0; level <= 3; ++level)
+    runs.programs.push_back(support::compileConfig(config, {level, batch, seq, dtype}, nullptr, edit));
+  Weights weights = Weights::random(runs.programs[0].parameters, seed);
+  std::vector<int32_t> tokens = randomTokenIds(runs.programs[0], seed);
+  auto backend = createCpuBackend(2);
+  for (const Program &program : runs.programs) {
+    backend->load(program, weights);
+    runs.results.push_back(backend->forward(tokens));
+  }
+  return runs;
+}
+
 class LevelsAgree : public ::testing::TestWithParam<LevelCase> {};
 
 TEST_P(LevelsAgree, LogitsMatchO0) {
   const LevelCase &c = GetParam();
-  const int64_t batch = 2, seq = 16;
-  uint64_t seed = ::testing::UnitTest::GetInstance()->random_seed() + 11;
-  Program reference = support::compileConfig(c.config, {0, batch, seq, c.dtype});
-  Weights weights = Weights::random(reference.parameters, seed);
-  std::vector<int32_t> tokens = randomTokenIds(reference, seed);
-  auto backend = createCpuBackend(2);
-  backend->load(reference, weights);
-  ForwardResult expected = backend->forward(tokens);
-
+  LevelRuns runs = runEveryLevel(c.config, c.dtype, ::testing::UnitTest::GetInstance()->random_seed() + 11);
+  const ForwardResult &expected = runs.results[0];
   for (int level = 1; level <= 3; ++level) {
-    Program program = support::compileConfig(c.config, {level, batch, seq, c.dtype});
-    backend->load(program, weights);
-    ForwardResult result = backend->forward(tokens);
+    const ForwardResult &result = runs.results[size_t(level)];
     double error = relativeError(result.logits.data, expected.logits.data);
     EXPECT_LE(error, c.tolerance) << "O" << level << " vs O0";
     EXPECT_NEAR(result.loss, expected.loss, 10 * c.tolerance * expected.loss) << "O" << level;
@@ -55,6 +69,38 @@ INSTANTIATE_TEST_SUITE_P(Configs, LevelsAgree,
                                            LevelCase{"tinyllama_narrow_f32", narrowTinyLlama(), "f32", 1e-5},
                                            LevelCase{"workshop_bf16", *presetConfig("workshop"), "bf16", 2e-2}),
                          [](const auto &info) { return info.param.name; });
+
+// Models a little off the builder's path (an elementwise op before a projection or a
+// norm) compile at every level, give O0's logits, and at O2 the inserted op runs inside
+// the GEMM that reads it (its prologue), not as a kernel of its own.
+TEST(Levels, PrologueVariantsMatchO0AndFuseIntoTheirGemm) {
+  LlamaConfig config = support::smallConfig("workshop");
+  for (const support::ModelVariant &variant : support::prologueVariants())
+    for (const char *dtype : {"f32", "bf16"}) {
+      SCOPED_TRACE(variant.name + " " + dtype);
+      LevelRuns runs =
+          runEveryLevel(config, dtype, ::testing::UnitTest::GetInstance()->random_seed() + 17, variant.apply);
+      for (int level = 1; level <= 3; ++level) {
+        EXPECT_LE(relativeError(runs.results[size_t(level)].logits.data, runs.results[0].logits.data),
+                  std::string(dtype) == "f32" ? 1e-5 : 2e-2)
+            << "O" << level;
+        if (level < 2) continue;
+        const std::string inserted = variant.name.rfind("scale", 0) == 0 ? "scale" : "silu";
+        int fused = 0;
+        for (const Kernel &kernel : runs.programs[size_t(level)].kernels) {
+          bool hasInserted = false, hasLinear = false;
+          for (const OpRecord &op : kernel.ops) {
+            hasInserted |= op.op == inserted;
+            hasLinear |= op.op == "linear" || op.op == "fused_linear";
+          }
+          if (hasInserted) EXPECT_TRUE(hasLinear) << "O" << level << ": " << kernel.name << " computes the " << inserted
+                                                  << " apart from the GEMM that reads it";
+          fused += hasInserted && hasLinear;
+        }
+        EXPECT_EQ(fused, config.layers) << "O" << level << ": one GEMM a block computes the " << inserted;
+      }
+    }
+}
 
 std::vector<Program> allLevels(const LlamaConfig &config) {
   std::vector<Program> programs;

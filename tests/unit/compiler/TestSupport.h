@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 namespace tlc::support {
 
 inline std::unique_ptr<mlir::MLIRContext> makeContext() {
@@ -33,11 +35,13 @@ struct LastDiagnostic {
 };
 
 // Builds, optimizes and lowers a config in memory: its forward, or with `training` its
-// training step.
+// training step; `edit` changes the built model first (a variant of it).
 inline Program compileConfig(const LlamaConfig &config, const CompileOptions &options,
-                             const AdamWOptions *training = nullptr) {
+                             const AdamWOptions *training = nullptr,
+                             const std::function<void(mlir::ModuleOp)> &edit = {}) {
   auto context = makeContext();
   auto module = buildLlamaModule(*context, config);
+  if (edit) edit(*module);
   EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, training)));
   auto program = buildProgram(*module, options, training);
   EXPECT_TRUE(mlir::succeeded(program));

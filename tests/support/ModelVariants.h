@@ -1,0 +1,74 @@
+// Models that differ a little from the ones the builder writes: a per-element op inserted
+// on an operand of some of its ops (a scale before the output projection, a SiLU on the
+// residual under the post-attention norm). Every level must compile and run them with
+// O0's results; the GEMM prologue then computes the inserted op as it loads A.
+#pragma once
+
+#include "compiler/TlDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tlc::support {
+
+struct ModelVariant {
+  std::string name;
+  std::function<void(mlir::ModuleOp)> apply;
+};
+
+// The weight `op` reads as its operand `index`, by its checkpoint key ("" if none).
+inline std::string weightKeyOf(mlir::Operation *op, unsigned index) {
+  if (index >= op->getNumOperands()) return "";
+  auto weight = op->getOperand(index).getDefiningOp<tl::WeightOp>();
+  return weight ? weight.getKey().str() : "";
+}
+
+// Inserts `opName` (tl.scale by `factor`, or any one-operand per-element op) on operand 0
+// of every op that `where` accepts.
+inline void insertOnInput(mlir::ModuleOp module, const std::function<bool(mlir::Operation *)> &where,
+                          const std::string &opName, double factor = 0.0) {
+  std::vector<mlir::Operation *> targets;
+  module.walk([&](mlir::Operation *op) {
+    if (where(op)) targets.push_back(op);
+  });
+  mlir::OpBuilder builder(module.getContext());
+  for (mlir::Operation *op : targets) {
+    builder.setInsertionPoint(op);
+    mlir::Value input = op->getOperand(0);
+    mlir::OperationState state(op->getLoc(), opName);
+    state.addOperands(input);
+    state.addTypes(input.getType());
+    if (opName == "tl.scale") state.addAttribute("factor", builder.getF64FloatAttr(factor));
+    op->setOperand(0, builder.create(state)->getResult(0));
+  }
+}
+
+inline std::vector<ModelVariant> prologueVariants() {
+  return {
+      {"scale_before_o_proj",
+       [](mlir::ModuleOp module) {
+         insertOnInput(
+             module,
+             [](mlir::Operation *op) {
+               return llvm::isa<tl::LinearOp>(op) && llvm::StringRef(weightKeyOf(op, 1)).ends_with("o_proj.weight");
+             },
+             "tl.scale", 0.5);
+       }},
+      {"silu_before_norm",
+       [](mlir::ModuleOp module) {
+         insertOnInput(
+             module,
+             [](mlir::Operation *op) {
+               return llvm::isa<tl::RMSNormOp>(op) &&
+                      llvm::StringRef(weightKeyOf(op, 1)).ends_with("post_attention_layernorm.weight");
+             },
+             "tl.silu");
+       }},
+  };
+}
+
+} // namespace tlc::support
