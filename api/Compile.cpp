@@ -2,6 +2,7 @@
 
 #include "api/CapturedDiagnostics.h"
 #include "compiler/CostModel.h"
+#include "compiler/Targets.h"
 #include "compiler/codegen/Emitter.h"
 #include "compiler/ModelIO.h"
 #include "compiler/ProgramLowering.h"
@@ -18,7 +19,47 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 namespace tlc {
+
+namespace {
+
+// The TLC_* variables (docs/codegen.md) fill the overrides the options leave unset: a
+// way to force a schedule's choice in an experiment without changing the command.
+ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
+  auto text = [](const char *name, std::string &field) {
+    if (const char *value = std::getenv(name); value && field.empty()) field = value;
+  };
+  auto flag = [](const char *name, bool &field) { field = field || std::getenv(name) != nullptr; };
+  text("TLC_GEMM_TILE", overrides.gemmTile);
+  text("TLC_WGMMA_TILE", overrides.wgmmaTile);
+  text("TLC_ATTENTION_TILE", overrides.attentionTile);
+  if (const char *rows = std::getenv("TLC_ATTENTION_GRAD_ROWS"); rows && overrides.attentionGradRows == 0)
+    overrides.attentionGradRows = std::atoi(rows);
+  flag("TLC_NO_WGMMA", overrides.noWgmma);
+  flag("TLC_NO_CLUSTERS", overrides.noClusters);
+  if (const char *trigger = std::getenv("TLC_PDL_TRIGGER"); trigger && std::string(trigger) == "start")
+    overrides.dependentsAtStart = true;
+  return overrides;
+}
+
+// The overrides in force, as tlc's flags spell them ("" for none).
+std::string describeOverrides(const ScheduleOverrides &overrides) {
+  std::vector<std::string> parts;
+  if (!overrides.gemmTile.empty()) parts.push_back("gemm-tile=" + overrides.gemmTile);
+  if (!overrides.wgmmaTile.empty()) parts.push_back("wgmma-tile=" + overrides.wgmmaTile);
+  if (!overrides.attentionTile.empty()) parts.push_back("attention-tile=" + overrides.attentionTile);
+  if (overrides.attentionGradRows) parts.push_back(fmt::format("attention-grad-rows={}", overrides.attentionGradRows));
+  if (overrides.noWgmma) parts.push_back("no-wgmma");
+  if (overrides.noClusters) parts.push_back("no-clusters");
+  if (overrides.dependentsAtStart) parts.push_back("dependents-at-start");
+  std::string text;
+  for (const std::string &part : parts) text += (text.empty() ? "" : ", ") + part;
+  return text;
+}
+
+} // namespace
 
 static void buildPipeline(mlir::OpPassManager &pm, const CompileOptions &options, const AdamWOptions *training) {
   tl::TlSpecializeOptions specialize;
@@ -102,7 +143,17 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
   auto program = lowerToProgram(module, {options.optLevel, pipelineText(options, training)}, &specs);
   if (mlir::failed(program)) return mlir::failure();
   planMemory(*program);
-  emitHipKernels(*program, specs);
+  TargetDesc target;
+  try {
+    target = targetFor(options.targetArch, options.multiprocessors);
+  } catch (const Error &error) {
+    return module.emitError(error.what());
+  }
+  ScheduleOverrides overrides = withEnvironment(options.overrides);
+  program->targetArch = target.name;
+  program->targetMultiprocessors = target.multiprocessors;
+  program->scheduleOverrides = describeOverrides(overrides);
+  emitHipKernels(*program, specs, codegen::machineFor(target, overrides));
   // What tlc writes, the runtime accepts: a model the verifier passed may still break
   // the runtime's contract (say, logits narrower than the embedding's vocabulary).
   try {
@@ -125,6 +176,13 @@ static Program compileFile(const std::string &path, const CompileOptions &option
   auto program = buildProgram(*module, options, training);
   if (mlir::failed(program)) diagnostics.fail();
   return std::move(*program);
+}
+
+void tuneForDevice(CompileOptions &options, const DeviceInfo &device) {
+  if (!options.targetArch.empty() || device.arch.empty()) return;
+  TargetDesc target = targetForDevice(device.arch, device.multiprocessors);
+  options.targetArch = target.name;
+  options.multiprocessors = target.multiprocessors;
 }
 
 Program compileModelFile(const std::string &path, const CompileOptions &options) {

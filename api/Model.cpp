@@ -70,7 +70,11 @@ struct Model::Impl {
   }
 
   Loaded compile(int64_t batch, int64_t seqLen) {
+    // The backend first: the kernels are tuned for its device.
+    Loaded loaded;
+    loaded.backend = createBackend(options.backend);
     CompileOptions compileOptions{options.optLevel, batch, seqLen, options.dtype};
+    tuneForDevice(compileOptions, loaded.backend->deviceInfo());
     CapturedDiagnostics diagnostics(context, sourceMgr);
     mlir::OwningOpRef<mlir::ModuleOp> copy(module->clone());
     if (mlir::failed(optimizeModule(*copy, compileOptions))) diagnostics.fail();
@@ -85,9 +89,7 @@ struct Model::Impl {
       weights = loadWeights(inputs, *program);
       weightsReady = true;
     }
-    Loaded loaded;
     loaded.program = std::move(*program);
-    loaded.backend = createBackend(options.backend);
     loaded.backend->load(loaded.program, weights);
     return loaded;
   }

@@ -69,6 +69,10 @@ int main(int argc, char **argv) {
     context.loadAllAvailableDialects();
     auto module = tlc::buildLlamaModule(context, *config);
     tlc::CompileOptions options{level, batch, seq, dtype, fuseNormGrad};
+    tlc::DeviceInfo info;
+    info.arch = device->arch();
+    info.multiprocessors = device->multiprocessors();
+    tlc::tuneForDevice(options, info);
     tlc::AdamWOptions adamw;
     const tlc::AdamWOptions *step = training ? &adamw : nullptr;
     if (mlir::failed(tlc::optimizeModule(*module, options, {}, step))) return 1;

@@ -262,6 +262,7 @@ public:
     info.backend = device_->vendor();
     info.name = device_->name();
     info.arch = device_->arch();
+    info.multiprocessors = device_->multiprocessors();
     info.ordinal = device_->ordinal();
     info.context = device_->context();
     info.stream.handle = device_->stream();

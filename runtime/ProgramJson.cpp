@@ -390,6 +390,9 @@ std::string programToJson(const Program &program) {
               {"inputs", program.inputs},     {"outputs", program.outputs}};
   // A forward is what a Program is unless it says otherwise: its files stay as they were.
   if (program.kind != ProgramKind::Forward) header["kind"] = programKindName(program.kind);
+  if (!program.targetArch.empty())
+    header["target"] = Json{{"arch", program.targetArch}, {"multiprocessors", program.targetMultiprocessors}};
+  if (!program.scheduleOverrides.empty()) header["schedule_overrides"] = program.scheduleOverrides;
   for (const auto &item : header.items())
     out << "  " << Json(item.key()).dump() << ": " << inlineJson(item.value()) << ",\n";
   writeList(out, "parameters", program.parameters,
@@ -440,6 +443,15 @@ Program programFromJson(const std::string &text, const std::string &origin) {
     program.kind = reader.located("kind", [&] { return parseProgramKind(kind); });
   }
   program.optLevel = reader.intField(root, "opt_level", "");
+  if (const nlohmann::json *target = reader.optionalField(root, "target")) {
+    program.targetArch = reader.string(*target, "arch", "target");
+    int64_t multiprocessors = reader.integer(*target, "multiprocessors", "target");
+    if (multiprocessors < 1 || multiprocessors > 65536)
+      reader.fail("target.multiprocessors", fmt::format("expected a count of 1 to 65536, got {}", multiprocessors));
+    program.targetMultiprocessors = int(multiprocessors);
+  }
+  if (reader.optionalField(root, "schedule_overrides"))
+    program.scheduleOverrides = reader.string(root, "schedule_overrides", "");
   program.pipeline = reader.string(root, "pipeline", "");
   std::string dtype = reader.string(root, "dtype", "");
   program.dtype = reader.located("dtype", [&] { return parseDType(dtype); });

@@ -80,6 +80,8 @@ std::string formatRunSummary(const RunSummary &summary) {
     out += fmt::format("  device    {} ({}), peak device memory {} (arena {}, weights {}, workspace {})\n", gpu->device,
                        gpu->arch, mib(gpu->peakDeviceBytes), mib(gpu->arenaBytes), mib(gpu->weightBytes),
                        mib(gpu->workspaceBytes));
+    out += fmt::format("  tuned     for {} ({} SMs){}\n", program.targetArch, program.targetMultiprocessors,
+                       program.scheduleOverrides.empty() ? "" : "; forced by options: " + program.scheduleOverrides);
     out += fmt::format("  jit       {}: {} kernels compiled, {} from cache, {:.2f} s\n", gpu->compiler,
                        gpu->jit.compiled, gpu->jit.cached, gpu->jit.seconds);
     out += fmt::format("  forward   {:.3f} ms on the GPU ({}, {})\n", result.milliseconds,

@@ -57,6 +57,9 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
   std::vector<float> reference;
   for (int level = 0; level <= kMaxOptLevel; ++level) {
     CompileOptions compile{level, options.batch, options.seqLen, options.dtype};
+    compile.targetArch = options.targetArch;
+    compile.overrides = options.overrides;
+    tuneForDevice(compile, backend->deviceInfo());
     mlir::FailureOr<Program> program = mlir::failure();
     {
       ProgressLine progress(fmt::format("O{}: compiling", level));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <tlc/Backend.h>
+#include <tlc/Compile.h>
 
 #include "runtime/RunInputs.h"
 
@@ -18,6 +19,8 @@ namespace tlc {
 struct LadderOptions {
   int64_t batch = 1, seqLen = 128;
   std::string dtype = "f32";
+  std::string targetArch;        // empty: the GPU it runs on, or sm_90a on the CPU
+  ScheduleOverrides overrides;
   BackendOptions backend;
   RunInputs inputs;
   int iterations = 3;  // timed forwards per level after a warm-up (the median is shown)

@@ -96,8 +96,32 @@ cl::opt<Emit> emit("emit", cl::desc("what to write, to -o (default none)"), cl::
                    cl::cat(compileCategory), cl::sub(everywhere));
 cl::opt<std::string> outputPath("o", cl::desc("output file or directory (default -: stdout)"), cl::value_desc("path"),
                                 cl::init("-"), cl::cat(compileCategory), cl::sub(everywhere));
+cl::opt<std::string> targetArch("target-arch",
+                                cl::desc("the GPU to tune the kernels for when compiling ahead: sm_90a (an H100, "
+                                         "the default), sm_90, sm_80, gfx90a or gfx942; a run on a GPU tunes for "
+                                         "that GPU"),
+                                cl::value_desc("arch"), cl::cat(compileCategory), cl::sub(everywhere));
 cl::opt<bool> printKernels("print-kernels", cl::desc("list every kernel of the forward: name, block, FLOPs, bytes"),
                            cl::cat(compileCategory));
+
+// -- Forcing the schedule's choices (hidden: experiments) -------------------------------
+cl::OptionCategory scheduleCategory("Forcing the schedule's choices, to measure alternatives (also the TLC_* "
+                                    "variables of docs/codegen.md)");
+cl::opt<std::string> gemmTile("gemm-tile", cl::desc("mma.sync GEMM tile BMxBNxWARPS_MxWARPS_NxSLICESxSTAGES"),
+                              cl::value_desc("tile"), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<std::string> wgmmaTile("wgmma-tile", cl::desc("sm_90a GEMM tile BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]"),
+                               cl::value_desc("tile"), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<std::string> attentionTile("attention-tile", cl::desc("flash attention tile QTxHB[xMT[xRESIDENT]]"),
+                                   cl::value_desc("tile"), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<int> attentionGradRows("attention-grad-rows", cl::desc("attention backward: query rows a block, 8, 16 or 32"),
+                               cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<bool> noWgmma("no-wgmma", cl::desc("sm_90a runs the mma.sync GEMMs"), cl::Hidden, cl::cat(scheduleCategory),
+                      cl::sub(everywhere));
+cl::opt<bool> noClusters("no-clusters", cl::desc("no thread-block clusters (RMSNorm's backward through the workspace)"),
+                         cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<bool> dependentsAtStart("dependents-at-start",
+                                cl::desc("chained kernels let the next one launch at their start"), cl::Hidden,
+                                cl::cat(scheduleCategory), cl::sub(everywhere));
 
 // -- Reading the IR ------------------------------------------------------------------
 cl::opt<bool> printIrAfterAll("print-ir-after-all", cl::desc("print the IR after every pass"), cl::cat(irCategory), cl::sub(oneLevel));
@@ -254,8 +278,30 @@ std::string checkTrainFlags() {
   return "";
 }
 
-// The level, shape and dtype the flags ask for (--seq-len fitted to the model first).
-tlc::CompileOptions compileOptions() { return {optLevel, batchSize, seqLen, dtype, fuseNormGrad && optLevel >= 2}; }
+// The GPU a run goes to, once its backend is made: what the kernels are tuned for.
+std::optional<tlc::DeviceInfo> runDevice;
+
+tlc::ScheduleOverrides scheduleOverrides() {
+  tlc::ScheduleOverrides overrides;
+  overrides.gemmTile = gemmTile;
+  overrides.wgmmaTile = wgmmaTile;
+  overrides.attentionTile = attentionTile;
+  overrides.attentionGradRows = attentionGradRows;
+  overrides.noWgmma = noWgmma;
+  overrides.noClusters = noClusters;
+  overrides.dependentsAtStart = dependentsAtStart;
+  return overrides;
+}
+
+// The level, shape and dtype the flags ask for (--seq-len fitted to the model first),
+// tuned for --target-arch or the GPU the run goes to.
+tlc::CompileOptions compileOptions() {
+  tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype, fuseNormGrad && optLevel >= 2};
+  options.targetArch = targetArch;
+  options.overrides = scheduleOverrides();
+  if (runDevice) tlc::tuneForDevice(options, *runDevice);
+  return options;
+}
 
 tlc::AdamWOptions adamwOptions() {
   return {learningRate, beta1, beta2, adamEps, weightDecay, clipGradNorm};
@@ -344,6 +390,15 @@ std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &
         return fmt::format("--print-ir-after={}: no pass of that name runs at -O{} (it runs: {})", name, optLevel,
                            fmt::join(std::set<std::string>(passes.begin(), passes.end()), ", "));
   }
+  if (!targetArch.empty()) {
+    try {
+      tlc::findTarget(targetArch);
+    } catch (const tlc::Error &error) {
+      return fmt::format("--target-arch: {}", error.what());
+    }
+  }
+  if (attentionGradRows != 0 && attentionGradRows != 8 && attentionGradRows != 16 && attentionGradRows != 32)
+    return fmt::format("--attention-grad-rows={} must be 8, 16 or 32", attentionGradRows.getValue());
   if (!dumpIrDir.empty()) {
     if (std::error_code error = llvm::sys::fs::create_directories(dumpIrDir))
       return fmt::format("--dump-ir-dir: cannot create '{}': {}", dumpIrDir.getValue(), error.message());
@@ -544,6 +599,7 @@ mlir::OwningOpRef<mlir::ModuleOp> parseAndOptimize(mlir::MLIRContext &context, l
 int compileAndRun(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   // The device first: a missing GPU is said before any compiling.
   std::unique_ptr<tlc::Backend> backend = run ? tlc::createBackend(backendOptions()) : nullptr;
+  if (backend) runDevice = backend->deviceInfo();
   mlir::OwningOpRef<mlir::ModuleOp> module = parseAndOptimize(context, sourceMgr, nullptr);
   if (!module) return 1;
   return emitOutputs(*module, compileOptions(), backend.get());
@@ -555,6 +611,7 @@ int compileAndRun(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
 int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   // The device first (a missing GPU is said before any compiling), unless only emitting.
   std::unique_ptr<tlc::Backend> backend = emit == Emit::None ? tlc::createBackend(backendOptions()) : nullptr;
+  if (backend) runDevice = backend->deviceInfo();
   tlc::AdamWOptions adamw = adamwOptions();
   mlir::OwningOpRef<mlir::ModuleOp> module = parseAndOptimize(context, sourceMgr, &adamw);
   if (!module) return 1;
@@ -588,6 +645,8 @@ int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   options.batch = batchSize;
   options.seqLen = seqLen;
   options.dtype = dtype;
+  options.targetArch = targetArch;
+  options.overrides = scheduleOverrides();
   options.backend = backendOptions();
   options.inputs = runInputs();
   options.iterations = iterations.getNumOccurrences() ? int(iterations) : 3;

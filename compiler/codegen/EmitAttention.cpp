@@ -21,7 +21,7 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
   bool bf16 = source.dtype(spec.q) == DType::BF16 && source.dtype(spec.k) == DType::BF16 &&
               source.dtype(spec.v) == DType::BF16 && source.dtype(spec.out) == DType::BF16;
   bool matrixUnits = bf16 && (spec.D == 64 || spec.D == 128) && (spec.DV == 64 || spec.DV == 128);
-  AttentionTile tile = matrixUnits ? chooseAttentionTile(spec, kTunedMultiprocessors) : AttentionTile{16, 1};
+  AttentionTile tile = matrixUnits ? chooseAttentionTile(spec, source.machine()) : AttentionTile{16, 1};
 
   auto row = [&](int param, const IndexExpr &offset) {
     return fmt::format("TL_DEVICE static {0}{1} *{2}(const Params &p, int b, int h, int s) {{ return p.{3} + ({4}); }}",

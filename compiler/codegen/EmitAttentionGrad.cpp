@@ -35,12 +35,9 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
   if (f.D > 256 || f.DV > 256)
     throw Error(fmt::format("code generation: kernel '{}': head sizes {} and {} must be at most 256", entry, f.D, f.DV));
   // Rows per tile: 16 measured faster than 32 on an H100 (more blocks, shorter walks).
-  // TLC_ATTENTION_GRAD_ROWS=8|16|32 overrides, for measuring alternatives.
+  // overrides.attentionGradRows = 8, 16 or 32 forces it, for measuring alternatives.
   int64_t rows = 16;
-  if (const char *forced = std::getenv("TLC_ATTENTION_GRAD_ROWS")) {
-    int64_t asked = std::atoi(forced);
-    if (asked == 8 || asked == 16 || asked == 32) rows = asked;
-  }
+  if (int asked = source.machine().overrides.attentionGradRows; asked == 8 || asked == 16 || asked == 32) rows = asked;
   bool bf16 = true;
   for (int param : {f.q, f.k, f.v, f.out, spec.dout, spec.dq, spec.dk, spec.dv})
     bf16 = bf16 && source.dtype(param) == DType::BF16;

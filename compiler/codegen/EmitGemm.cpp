@@ -20,9 +20,6 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 constexpr int kFixedTile = 64;            // the SIMT and MFMA paths
 constexpr int64_t kSimtSharedBytes = 64 * 72 * 4 + 64 * 4;
-// A row's column tiles in one cluster (gemm_norm_grad.cuh); TLC_NO_CLUSTERS=1 runs the
-// workspace form instead (to test and time it on a Hopper).
-int maxClusterTiles() { return std::getenv("TLC_NO_CLUSTERS") ? 0 : kMaxClusterTiles; }
 
 // RMSNorm's backward in the epilogue (gemm_norm_grad.cuh): its shared memory after the
 // accumulator tile and row scales, and the workspace and sync words of the form without
@@ -156,10 +153,11 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                      (computedA || aKM || (ElementCode::contiguous(gemm.aOffset, alongK) && aParts)) &&
                      ElementCode::contiguous(gemm.bOffset, gemm.bKN ? alongN : alongK) &&
                      (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile) && bParts;
-  GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, kTunedMultiprocessors) : GemmTile{64, 64, 2, 2, 1, 1};
-  // RMSNorm's backward runs on wgmma clustered only (TLC_NO_CLUSTERS=1: the mma.sync path's workspace form).
-  std::optional<WgmmaTile> hopper = matrixUnits && (!gemm.normGrad || maxClusterTiles() > 0)
-                                        ? chooseWgmmaTile(gemm, kTunedMultiprocessors, aKM)
+  const Machine &machine = source.machine();
+  GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, machine) : GemmTile{64, 64, 2, 2, 1, 1};
+  // RMSNorm's backward runs on wgmma clustered only (without clusters: the mma.sync path's workspace form).
+  std::optional<WgmmaTile> hopper = matrixUnits && (!gemm.normGrad || maxClusterTiles(machine) > 0)
+                                        ? chooseWgmmaTile(gemm, machine, aKM)
                                         : std::nullopt;
   int64_t hopperRowTiles = hopper ? gemm.batch * ceilDiv(gemm.M, hopper->BM) : 0;
   int64_t hopperTiles = hopper ? hopperRowTiles * columnTiles(gemm, hopper->BN) : 0;
@@ -170,11 +168,11 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   // Beyond one wave, RMSNorm's sums of squares are computed by column tile 0 only and shared
   // (also where the last wave's tiles split K; never where every tile does).
   bool normShared = hopper && gemm.rowNorm && hopperSplitTiles < hopperTiles &&
-                    hopperTiles > kTunedMultiprocessors * hopper->blocksPerMultiprocessor();
+                    hopperTiles > machine.multiprocessors * hopper->blocksPerMultiprocessor(machine);
   // RMSNorm's backward: a row's column tiles as one cluster on NVIDIA's sm_90, for the
   // tile the NVIDIA path runs (AMD has no clusters); on sm_90a for wgmma's tile.
   int64_t nvidiaColumnTiles = columnTiles(gemm, matrixUnits ? nvidia.BN : kFixedTile);
-  int64_t clusterTiles = gemm.normGrad && nvidiaColumnTiles <= maxClusterTiles() ? nvidiaColumnTiles : 1;
+  int64_t clusterTiles = gemm.normGrad && nvidiaColumnTiles <= maxClusterTiles(machine) ? nvidiaColumnTiles : 1;
   int64_t hopperColumnTiles = hopper ? columnTiles(gemm, hopper->BN) : 0;
   int64_t hopperCluster = hopper && gemm.normGrad ? hopperColumnTiles : 1;
   if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
@@ -238,7 +236,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                       gemm.normGrad.has_value());
   spec += fmt::format("  static constexpr int CLUSTER_N = {} && TILES_N <= {} ? TILES_N : 1;  // a row's tiles, one "
                       "cluster where the target has them\n",
-                      gemm.normGrad && maxClusterTiles() > 0, kMaxClusterTiles);
+                      gemm.normGrad && maxClusterTiles(machine) > 0, kMaxClusterTiles);
   if (gemm.normGrad) {
     const RowSpec &norm = *gemm.normGrad;
     auto pointer = [&](const char *hook, int param, bool output) {

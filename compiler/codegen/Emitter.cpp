@@ -16,7 +16,8 @@
 
 namespace tlc::codegen {
 
-KernelSource::KernelSource(const Program &program, const KernelSpec &spec) : program_(program), spec_(spec) {
+KernelSource::KernelSource(const Program &program, const KernelSpec &spec, const Machine &machine)
+    : program_(program), spec_(spec), machine_(machine) {
   int inputs = 0, outputs = 0;
   for (const KernelParam &param : spec.params) {
     names_.names.push_back(param.output ? fmt::format("out{}", outputs++) : fmt::format("in{}", inputs++));
@@ -35,9 +36,8 @@ std::string KernelSource::paramsStruct() const {
 
 std::string KernelSource::entryOpen(const std::string &threads, const std::vector<std::string> &extra,
                                     const std::string &attributes) const {
-  // TLC_PDL_TRIGGER=start (an experiment): chained kernels let the next one launch at once.
-  const char *trigger = std::getenv("TLC_PDL_TRIGGER");
-  bool early = spec_.chained && trigger && std::string(trigger) == "start";
+  // overrides.dependentsAtStart (an experiment): chained kernels let the next one launch at once.
+  bool early = spec_.chained && machine_.overrides.dependentsAtStart;
   std::vector<std::string> params, fields;
   for (size_t i = 0; i < spec_.params.size(); ++i) {
     params.push_back(fmt::format("{}{} *{}{}", spec_.params[i].output ? "" : "const ", names_.types[i],
@@ -72,8 +72,7 @@ std::string KernelSource::header(const std::string &what, const std::vector<std:
 std::string KernelSource::prelude(const std::vector<std::string> &templates) const {
   std::vector<std::string> all = {"prelude.cuh", "elementwise_ops.cuh"};
   all.insert(all.end(), templates.begin(), templates.end());
-  const char *trigger = std::getenv("TLC_PDL_TRIGGER");
-  std::string early = spec_.chained && trigger && std::string(trigger) == "start" ? "#define TL_DEPENDENTS_AT_START 1\n" : "";
+  std::string early = spec_.chained && machine_.overrides.dependentsAtStart ? "#define TL_DEPENDENTS_AT_START 1\n" : "";
   return vendorPrelude() + early + assembleTemplates(all) + "// ---- end of templates ----\n\n";
 }
 
@@ -94,8 +93,8 @@ std::string describe(const ElementRef &expr, const ParamNames &names) {
   return "?";
 }
 
-EmittedKernel emitKernel(const Program &program, const KernelSpec &spec) {
-  KernelSource source(program, spec);
+EmittedKernel emitKernel(const Program &program, const KernelSpec &spec, const Machine &machine) {
+  KernelSource source(program, spec, machine);
   return std::visit(
       [&](const auto &body) -> EmittedKernel {
         using T = std::decay_t<decltype(body)>;
@@ -122,7 +121,7 @@ uint32_t fnv1a(const std::string &text) {
 
 } // namespace
 
-void emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &specs) {
+void emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &specs, const codegen::Machine &machine) {
   if (specs.size() != program.kernels.size())
     throw Error(fmt::format("code generation: {} kernel specs for {} kernels", specs.size(), program.kernels.size()));
   std::map<std::string, std::string> sourceOf;  // entry -> source
@@ -130,12 +129,12 @@ void emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &sp
   for (size_t k = 0; k < specs.size(); ++k) {
     Kernel &kernel = program.kernels[k];
     codegen::KernelSpec spec = specs[k];
-    codegen::EmittedKernel emitted = codegen::emitKernel(program, spec);
+    codegen::EmittedKernel emitted = codegen::emitKernel(program, spec, machine);
     auto found = sourceOf.find(spec.entry);
     if (found != sourceOf.end() && found->second != emitted.source) {
       // Same name, different code: keep names unique per distinct computation.
       spec.entry = fmt::format("{}_{:08x}", spec.entry, fnv1a(emitted.source));
-      emitted = codegen::emitKernel(program, spec);
+      emitted = codegen::emitKernel(program, spec, machine);
     }
     sourceOf.emplace(spec.entry, emitted.source);
     kernel.entry = spec.entry;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "compiler/codegen/KernelSpec.h"
+#include "compiler/codegen/Schedule.h"
 #include "runtime/Program.h"
 
 #include <map>
@@ -21,8 +22,9 @@ struct EmittedKernel {
   int64_t syncWords = 0;  // zeroed counters it uses (and leaves zeroed)
 };
 
-// Throws tlc::Error naming the kernel when its spec has no generator.
-EmittedKernel emitKernel(const Program &program, const KernelSpec &spec);
+// Throws tlc::Error naming the kernel when its spec has no generator. NVIDIA launch shapes
+// are chosen for `machine`.
+EmittedKernel emitKernel(const Program &program, const KernelSpec &spec, const Machine &machine);
 
 } // namespace tlc::codegen
 
@@ -31,7 +33,7 @@ namespace tlc {
 // Fills Kernel::entry/source/launch/workspaceBytes of every kernel from its spec (one per
 // kernel, in order) and Program::workspaceBytes. Kernels of one name share one source;
 // when two would differ, the later gets a suffixed entry.
-void emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &specs);
+void emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &specs, const codegen::Machine &machine);
 
 // Writes each distinct source to `directory`/<entry>.hip; returns how many files.
 int writeHipSources(const Program &program, const std::string &directory);

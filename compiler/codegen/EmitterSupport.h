@@ -5,17 +5,15 @@
 
 #include "compiler/codegen/ElementCode.h"
 #include "compiler/codegen/Emitter.h"
+#include "compiler/codegen/Schedule.h"
 
 #include <string>
 
 namespace tlc::codegen {
 
-// The sm_90 (H100/H200) SM count the NVIDIA launch shapes are chosen for.
-constexpr int kTunedMultiprocessors = 132;
-
 class KernelSource {
 public:
-  KernelSource(const Program &program, const KernelSpec &spec);
+  KernelSource(const Program &program, const KernelSpec &spec, const Machine &machine);
 
   const std::string &entry() const { return spec_.entry; }
   const ParamNames &names() const { return names_; }
@@ -24,6 +22,8 @@ public:
   DType dtype(int param) const { return spec_.params.at(size_t(param)).dtype; }
   const Value &value(int param) const { return program_.value(spec_.params.at(size_t(param)).value); }
   bool chained() const { return spec_.chained; }
+  // What the NVIDIA launch shapes are chosen for, and the compile options' overrides.
+  const Machine &machine() const { return machine_; }
 
   // struct <entry>_params { const tl_bf16 *__restrict__ in0; ...; float *ws; unsigned *sync; };
   std::string paramsStruct() const;
@@ -40,6 +40,7 @@ public:
 private:
   const Program &program_;
   const KernelSpec &spec_;
+  const Machine &machine_;
   ParamNames names_;
 };
 

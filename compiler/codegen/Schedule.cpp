@@ -14,10 +14,6 @@ namespace {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// An H100/H200 SM: 228 KiB of shared memory, of which a block may take 227 KiB and each
-// resident block costs 1 KiB more; 2048 threads; 64 Ki registers, at most 255 per thread.
-constexpr int64_t kSharedBytesPerSM = 228 << 10, kSharedBytesPerBlock = 227 << 10, kReservedPerBlock = 1 << 10;
-
 struct Candidate {
   GemmTile tile;
   int blocksPerSM;   // resident at once (shared memory and registers)
@@ -34,18 +30,34 @@ const std::vector<Candidate> &candidates() {
   return all;
 }
 
-// TLC_GEMM_TILE=BMxBNxWARPS_MxWARPS_NxSLICESxSTAGES, e.g. 64x128x2x2x2x4.
-bool gemmOverride(GemmTile &tile) {
-  const char *text = std::getenv("TLC_GEMM_TILE");
+// overrides.gemmTile: BMxBNxWARPS_MxWARPS_NxSLICESxSTAGES, e.g. 64x128x2x2x2x4.
+bool gemmOverride(const Machine &machine, GemmTile &tile) {
+  const std::string &text = machine.overrides.gemmTile;
   int bm = 0, bn = 0, wm = 0, wn = 0, slices = 0, stages = 0;
-  if (!text || std::sscanf(text, "%dx%dx%dx%dx%dx%d", &bm, &bn, &wm, &wn, &slices, &stages) != 6) return false;
+  if (text.empty() || std::sscanf(text.c_str(), "%dx%dx%dx%dx%dx%d", &bm, &bn, &wm, &wn, &slices, &stages) != 6)
+    return false;
   tile = {bm, bn, wm, wn, stages, slices};
   bool valid = wm > 0 && wn > 0 && bm % (16 * wm) == 0 && bn % (16 * wn) == 0 && (slices == 1 || slices == 2) &&
                stages >= 2 && stages <= 8;
-  return valid && tile.sharedBytes() <= kSharedBytesPerBlock && tile.threads() <= 1024;
+  return valid && tile.sharedBytes() <= machine.sharedBytesPerBlock && tile.threads() <= 1024;
 }
 
 } // namespace
+
+Machine machineFor(const TargetDesc &target, const ScheduleOverrides &overrides) {
+  const TargetDesc &nvidia = target.vendor == Vendor::NVIDIA ? target : findTarget(kDefaultTarget);
+  Machine machine;
+  machine.multiprocessors = nvidia.multiprocessors;
+  machine.sharedBytesPerSM = nvidia.sharedBytesPerSM;
+  machine.sharedBytesPerBlock = nvidia.sharedBytesPerBlock;
+  machine.reservedPerBlock = nvidia.reservedSharedPerBlock;
+  machine.maxThreadsPerSM = nvidia.maxThreadsPerSM;
+  machine.registersPerSM = nvidia.registersPerSM;
+  machine.wgmma = nvidia.matrixUnits == MatrixUnits::Wgmma && !overrides.noWgmma;
+  machine.clusters = nvidia.clusters && !overrides.noClusters;
+  machine.overrides = overrides;
+  return machine;
+}
 
 int64_t GemmTile::sharedBytes(int64_t afterTile) const {
   int64_t pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 128);  // A, B and a norm gain per stage
@@ -97,15 +109,16 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN) {
   return true;
 }
 
-GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors) {
+GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine) {
+  const int multiprocessors = machine.multiprocessors;
   GemmTile forced;
-  if (gemmOverride(forced) && tileHoldsEpilogue(gemm, forced.BN)) return forced;
+  if (gemmOverride(machine, forced) && tileHoldsEpilogue(gemm, forced.BN)) return forced;
   // Estimated time: waves of resident tiles, each wave as long as its SMs' work.
   const Candidate *best = nullptr;
   double bestTime = 0;
   // RMSNorm's backward in the epilogue: a row's tiles should fit one cluster.
   auto clusterFits = [&](const Candidate &candidate) {
-    return tileHoldsEpilogue(gemm, candidate.tile.BN) && columnTiles(gemm, candidate.tile.BN) <= kMaxClusterTiles;
+    return tileHoldsEpilogue(gemm, candidate.tile.BN) && columnTiles(gemm, candidate.tile.BN) <= maxClusterTiles(machine);
   };
   bool someClusterFits = std::any_of(candidates().begin(), candidates().end(), clusterFits);
   for (const Candidate &candidate : candidates()) {
@@ -136,17 +149,18 @@ int64_t WgmmaTile::sharedBytes(int64_t afterTile) const {
   return std::max(pipeline, epilogue) + 1024;
 }
 
-int WgmmaTile::blocksPerMultiprocessor() const {
+int WgmmaTile::blocksPerMultiprocessor(const Machine &machine) const {
   // Registers: 255 per thread unless `resident` caps them.
-  int64_t bySharedMemory = kSharedBytesPerSM / (sharedBytes() + kReservedPerBlock);
-  int64_t byRegisters = std::max<int64_t>(resident, 65536 / (int64_t(threads()) * 255));
-  return int(std::max<int64_t>(1, std::min({bySharedMemory, byRegisters, int64_t(2048 / threads())})));
+  int64_t bySharedMemory = machine.sharedBytesPerSM / (sharedBytes() + machine.reservedPerBlock);
+  int64_t byRegisters = std::max<int64_t>(resident, machine.registersPerSM / (int64_t(threads()) * 255));
+  return int(std::max<int64_t>(1, std::min({bySharedMemory, byRegisters, int64_t(machine.maxThreadsPerSM / threads())})));
 }
 
 // The n of gemm_wgmma.cuh's wgmma shapes (its tl_wgmma_width).
 static bool isWgmmaWidth(int n) { return n == 64 || n == 128 || n == 160 || n == 192 || n == 256; }
 
-bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, int multiprocessors) {
+bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, const Machine &machine) {
+  const int multiprocessors = machine.multiprocessors;
   int64_t rowTiles = ceilDiv(gemm.M, tile.BM), tiles = gemm.batch * rowTiles * columnTiles(gemm, tile.BN);
   if (!tile.producer || tile.splits < 2 || tile.splitTiles < 1 || tiles <= multiprocessors) return false;
   // With RMSNorm the sums are shared from column tile 0 (beyond one wave), which must be
@@ -156,9 +170,10 @@ bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, int multiproces
          (gemm.batch == 1 && tile.splitTiles <= tiles - rowTiles && tiles >= 2 * int64_t(multiprocessors));
 }
 
-std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors, bool aKM) {
-  // TLC_NO_WGMMA=1: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
-  if (std::getenv("TLC_NO_WGMMA")) return std::nullopt;
+std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, const Machine &machine, bool aKM) {
+  // overrides.noWgmma: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
+  if (!machine.wgmma) return std::nullopt;
+  const int multiprocessors = machine.multiprocessors;
   // A stored [K, M] or B stored [K, N] (the backward's GEMMs): only gemm_wgmma.cuh's v1
   // kernel reads them (64-column panels, wgmma's transposes), so no producer warpgroup
   // and no 160-column tiles.
@@ -168,27 +183,27 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
   // tiles one cluster, K unsplit.
   auto clusterFits = [&](const WgmmaTile &tile) {
     return !gemm.normGrad || (gemm.batch == 1 && !tile.producer && tile.BN % 64 == 0 && tile.splits == 1 &&
-                              columnTiles(gemm, tile.BN) <= kMaxClusterTiles);
+                              columnTiles(gemm, tile.BN) <= maxClusterTiles(machine));
   };
   static const WgmmaTile candidates[] = {{128, 128, 3, 1, 2}, {128, 256, 4}, {128, 128, 4}, {64, 128, 4}, {64, 64, 6}};
   auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
-  const char *text = std::getenv("TLC_WGMMA_TILE");
+  const std::string &text = machine.overrides.wgmmaTile;
   WgmmaTile forced;
   int producer = 0;
-  bool parsed = text && std::sscanf(text, "%dx%dx%dx%dx%dx%d", &forced.BM, &forced.BN, &forced.stages, &forced.splits,
-                                    &forced.resident, &producer) >= 3;
+  bool parsed = !text.empty() && std::sscanf(text.c_str(), "%dx%dx%dx%dx%dx%d", &forced.BM, &forced.BN, &forced.stages,
+                                             &forced.splits, &forced.resident, &producer) >= 3;
   forced.producer = producer == 1;
   // The warp-specialized kernel: 64- or 128-row tiles, no RMSNorm gain (one folded into
   // the weight is fine); it splits K only for the 128-row tiles of a short last wave.
   if (forced.producer && forced.splits > 1) forced.splitTiles = tilesOf(forced.BM, forced.BN) % multiprocessors;
   bool producerFits = producer == 0 || (forced.producer && gemm.gain < 0 &&
                                         (forced.splits == 1 ||
-                                         (forced.BM == 128 && splitsLastWave(gemm, forced, multiprocessors))));
+                                         (forced.BM == 128 && splitsLastWave(gemm, forced, machine))));
   if (parsed && producerFits && forced.splits >= 1 && forced.splits <= 8 && forced.resident >= 1 && forced.resident <= 4 &&
-      forced.resident * (forced.sharedBytes() + kReservedPerBlock) <= kSharedBytesPerSM &&
+      forced.resident * (forced.sharedBytes() + machine.reservedPerBlock) <= machine.sharedBytesPerSM &&
       (forced.BM == 64 || forced.BM == 128 || (forced.BM == 256 && !forced.producer && forced.resident == 1)) &&
       isWgmmaWidth(forced.BN) &&
-      forced.stages >= 3 && forced.stages <= 16 && forced.sharedBytes() <= kSharedBytesPerBlock &&
+      forced.stages >= 3 && forced.stages <= 16 && forced.sharedBytes() <= machine.sharedBytesPerBlock &&
       tileHoldsEpilogue(gemm, forced.BN) && transposable(forced) && clusterFits(forced))
     return forced;
   // RMSNorm's backward: 128-row tiles of the narrowest width whose row fits one cluster
@@ -250,7 +265,7 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocesso
     WgmmaTile split = tile;
     split.splits = int(tail ? std::min<int64_t>({multiprocessors / tail, kTiles / 8, 8}) : 1);
     split.splitTiles = int(tail);
-    if (split.splits >= 2 && splitsLastWave(gemm, split, multiprocessors)) return split;
+    if (split.splits >= 2 && splitsLastWave(gemm, split, machine)) return split;
     if (wide * 10 >= ceilDiv(wide, multiprocessors) * multiprocessors * 8) return tile;
   }
   for (const WgmmaTile &candidate : candidates)
@@ -266,14 +281,16 @@ int64_t AttentionTile::sharedBytes(const AttentionSpec &spec) const {
   return int64_t(heads) * queries * spec.D * 2 + 2 * 64 * (spec.D + spec.DV) * 2;
 }
 
-AttentionTile chooseAttentionTile(const AttentionSpec &spec, int multiprocessors) {
+AttentionTile chooseAttentionTile(const AttentionSpec &spec, const Machine &machine) {
+  const int multiprocessors = machine.multiprocessors;
   int group = int(spec.H / spec.HKV);
   // Two m16 tiles a warp hold 32 query rows of scores and outputs: registers allow it at head size 64.
   int maxMTiles = spec.D <= 64 && spec.DV <= 64 ? 2 : 1;
-  // TLC_ATTENTION_TILE=QTxHB[xMT[xRESIDENT]].
-  if (const char *text = std::getenv("TLC_ATTENTION_TILE")) {
+  // overrides.attentionTile: QTxHB[xMT[xRESIDENT]].
+  if (const std::string &text = machine.overrides.attentionTile; !text.empty()) {
     AttentionTile forced;
-    int fields = std::sscanf(text, "%dx%dx%dx%d", &forced.queries, &forced.heads, &forced.mTiles, &forced.resident);
+    int fields =
+        std::sscanf(text.c_str(), "%dx%dx%dx%d", &forced.queries, &forced.heads, &forced.mTiles, &forced.resident);
     if (fields >= 2 && forced.mTiles >= 1 && forced.mTiles <= maxMTiles && forced.queries > 0 &&
         forced.resident >= 1 && forced.resident <= 8 &&
         forced.queries % (16 * forced.mTiles) == 0 &&

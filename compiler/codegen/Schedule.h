@@ -1,17 +1,35 @@
 // Launch shapes chosen per problem: GEMM tiles that fill the device (at M = 1024 a
 // 128x128 tile leaves most of an H100's 132 SMs idle), attention query tiles and heads
-// per block. Chosen for the NVIDIA tensor-core path on the sm_90 target description;
-// the AMD and SIMT paths run fixed 64x64 tiles. TLC_GEMM_TILE=BMxBNxWARPS_MxWARPS_NxSLICESx
-// STAGES (e.g. 64x128x2x2x2x4) and TLC_ATTENTION_TILE=QTxHB[xMT[xRESIDENT]] override the choice, for
-// measuring alternatives.
+// per block. Chosen for the NVIDIA tensor-core paths on the Machine a Program is tuned for
+// (its target description, with a device's own SM count); the AMD and SIMT paths run
+// fixed 64x64 tiles. The compile options' ScheduleOverrides force a choice, for measuring
+// alternatives.
 #pragma once
 
+#include "compiler/Targets.h"
 #include "compiler/codegen/KernelSpec.h"
+
+#include <tlc/Compile.h>
 
 #include <optional>
 #include <string>
 
 namespace tlc::codegen {
+
+// What the NVIDIA schedules are chosen for: the SMs and their limits, which instructions
+// exist (wgmma, clusters), and the overrides.
+struct Machine {
+  int multiprocessors = 132;
+  int64_t sharedBytesPerSM = 228 << 10, sharedBytesPerBlock = 227 << 10, reservedPerBlock = 1 << 10;
+  int maxThreadsPerSM = 2048, registersPerSM = 65536;
+  bool wgmma = true;     // the sm_90a path (gemm_wgmma.cuh) is generated
+  bool clusters = true;  // thread-block clusters (RMSNorm's backward in a GEMM)
+  ScheduleOverrides overrides;
+};
+
+// The machine of `target` (an AMD target's sources still carry the NVIDIA paths: they are
+// tuned for kDefaultTarget's), less what the overrides turn off.
+Machine machineFor(const TargetDesc &target, const ScheduleOverrides &overrides);
 
 struct GemmTile {
   int BM = 64, BN = 64, warpsM = 2, warpsN = 2, stages = 4;
@@ -25,6 +43,8 @@ struct GemmTile {
 // The most column tiles a row may span when they share its sums as one thread-block
 // cluster (RMSNorm's backward in a GEMM): the portable cluster size.
 constexpr int kMaxClusterTiles = 8;
+// That, or 0 where the machine runs no clusters.
+inline int maxClusterTiles(const Machine &machine) { return machine.clusters ? kMaxClusterTiles : 0; }
 
 // Whether column tiles run across the accumulator's columns regardless of the output
 // groups (each 8 columns then finding their group in the epilogue): several groups of one
@@ -40,13 +60,13 @@ int64_t columnTiles(const GemmSpec &gemm, int BN);
 // Whether every accumulator read of every group stays inside its tile with this BN.
 bool tileHoldsEpilogue(const GemmSpec &gemm, int BN);
 
-// The tensor-core tile for this GEMM on a device of `multiprocessors` SMs; throws when
-// no candidate holds the epilogue's reads.
-GemmTile chooseGemmTile(const GemmSpec &gemm, int multiprocessors);
+// The tensor-core (mma.sync) tile for this GEMM on `machine` (overrides.gemmTile forces
+// one); throws when no candidate holds the epilogue's reads.
+GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine);
 
 // The Hopper warpgroup (wgmma) tile: BM 64, 128 or 256 (not warp-specialized), BN 64, 128,
-// 160, 192 or 256; none when no candidate holds the epilogue's reads. TLC_WGMMA_TILE=BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]
-// overrides; TLC_NO_WGMMA=1 turns the path off.
+// 160, 192 or 256; none when no candidate holds the epilogue's reads or the machine runs
+// no wgmma. overrides.wgmmaTile forces one.
 struct WgmmaTile {
   int BM = 128, BN = 128, stages = 4;
   int splits = 1;  // K split across this many blocks per tile
@@ -60,16 +80,16 @@ struct WgmmaTile {
   // Stages, or the accumulator tile and `afterTile` bytes more (an epilogue's own), plus
   // 1 KiB for alignment.
   int64_t sharedBytes(int64_t afterTile = 0) const;
-  int blocksPerMultiprocessor() const;  // that fit at once: shared memory, threads, `resident`
+  int blocksPerMultiprocessor(const Machine &machine) const;  // that fit at once: shared memory, threads, `resident`
 };
 // `aKM`: A is stored [K, M] (a weight gradient's dYᵀ); gemm.bKN says the same of B.
 // RMSNorm's backward in the epilogue (gemm.normGrad) takes a tile only where a row's
 // column tiles fit one cluster (kMaxClusterTiles), K unsplit.
-std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, int multiprocessors, bool aKM = false);
+std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, const Machine &machine, bool aKM = false);
 // Whether the warp-specialized `tile` may split the K of its last wave's tiles: beyond one
 // wave, and with RMSNorm from two waves on and only past column tile 0 (whose whole tiles
 // share the sums).
-bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, int multiprocessors);
+bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, const Machine &machine);
 
 struct AttentionTile {
   int queries = 64;  // QT: queries per head per block
@@ -81,6 +101,7 @@ struct AttentionTile {
   int64_t sharedBytes(const AttentionSpec &spec) const;
 };
 
-AttentionTile chooseAttentionTile(const AttentionSpec &spec, int multiprocessors);
+// overrides.attentionTile forces one.
+AttentionTile chooseAttentionTile(const AttentionSpec &spec, const Machine &machine);
 
 } // namespace tlc::codegen

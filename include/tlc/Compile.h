@@ -2,6 +2,7 @@
 // lower to a Program (kernels, memory plan, GPU sources) that a Backend runs.
 #pragma once
 
+#include <tlc/Device.h>
 #include <tlc/Export.h>
 #include <tlc/Program.h>
 
@@ -9,6 +10,24 @@
 #include <string>
 
 namespace tlc {
+
+// Choices the schedule makes, forced: for measuring alternatives (tlc's hidden flags
+// --gemm-tile and the rest; the TLC_* environment variables named in docs/codegen.md set
+// them too, where the options leave them unset). Each changes the generated source.
+struct ScheduleOverrides {
+  std::string gemmTile;       // mma.sync: BMxBNxWARPS_MxWARPS_NxSLICESxSTAGES, e.g. 64x128x2x2x2x4
+  std::string wgmmaTile;      // sm_90a: BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]
+  std::string attentionTile;  // flash attention on tensor cores: QTxHB[xMT[xRESIDENT]]
+  int attentionGradRows = 0;  // attention's backward: query rows a block (0: the schedule's)
+  bool noWgmma = false;       // sm_90a runs the mma.sync path
+  bool noClusters = false;    // no thread-block clusters (RMSNorm's backward through the workspace)
+  bool dependentsAtStart = false;  // chained kernels let the next one launch at their start
+
+  bool empty() const {
+    return gemmTile.empty() && wgmmaTile.empty() && attentionTile.empty() && attentionGradRows == 0 && !noWgmma &&
+           !noClusters && !dependentsAtStart;
+  }
+};
 
 struct CompileOptions {
   int optLevel = 0;           // 0..3: the workshop's V1..V4
@@ -19,7 +38,16 @@ struct CompileOptions {
   // (tl-fuse-norm-grad-gemm), for rows of at most 1024 columns and GEMMs reducing over at
   // most 1024 (where it measured faster on an H100: docs/training.md).
   bool fuseNormGrad = true;
+  // The GPU the kernels are tuned for (compiler/Targets.h): sm_90a, sm_90, sm_80, gfx90a or
+  // gfx942; empty: sm_90a (an H100). tlc takes the device's own when it runs the model.
+  std::string targetArch;
+  int multiprocessors = 0;    // the device's SM (CU) count; 0: the target's usual one
+  ScheduleOverrides overrides;
 };
+
+// Tunes `options` for the GPU `device` runs on (its arch's target description and its own
+// SM count), unless options.targetArch already names one; nothing for the CPU.
+TLC_API void tuneForDevice(CompileOptions &options, const DeviceInfo &device);
 
 // Parses and verifies a .tl file, specializes batch/sequence/dtype, runs the level's
 // passes, lowers to a Program with a memory plan and HIP kernel sources. Throws

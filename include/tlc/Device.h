@@ -39,6 +39,7 @@ struct DeviceInfo {
   std::string backend;      // "cuda", "hip" or "cpu"
   std::string name;         // "NVIDIA H100 80GB HBM3"; "cpu" for the CPU
   std::string arch;         // "sm_90a", "gfx90a"; empty for the CPU
+  int multiprocessors = 0;  // SMs (CUs); 0 for the CPU
   int ordinal = -1;         // the device's number in the vendor API (cudaSetDevice, hipSetDevice); -1: the CPU
   void *context = nullptr;  // CUDA: the device's primary context (CUcontext), the one the CUDA runtime API uses
                             // too, so the host's allocations and streams are tlc's; HIP and the CPU: null

@@ -137,6 +137,11 @@ struct Program {
   std::vector<int> outputs;   // in order: logits, loss
   int64_t arenaBytes = 0;     // set by the memory planner
   int64_t workspaceBytes = 0; // the largest Kernel::workspaceBytes (one workspace, reused)
+  // The GPU the launch shapes were chosen for (its arch and SM count; the sources also run
+  // elsewhere, tuned for that), and the schedule choices forced by options ("" for none).
+  std::string targetArch;
+  int targetMultiprocessors = 0;
+  std::string scheduleOverrides;
 
   const Value &value(int id) const { return values.at(id); }
   // The value owning `id`'s bytes (follows views).

@@ -363,7 +363,7 @@ TEST(Codegen, AnOpWithoutAFormulaIsAClearError) {
   body.stores.push_back({1, e, codegen::ElementExpr::apply("frobnicate", {codegen::ElementExpr::load(0, e)}, 0)});
   spec.body = body;
   try {
-    codegen::emitKernel(program, spec);
+    codegen::emitKernel(program, spec, codegen::machineFor(findTarget(kDefaultTarget), {}));
     FAIL() << "expected an error";
   } catch (const Error &error) {
     EXPECT_TRUE(contains(error.what(), "'frobnicate' is not an elementwise op")) << error.what();
@@ -371,12 +371,56 @@ TEST(Codegen, AnOpWithoutAFormulaIsAClearError) {
   }
 }
 
-TEST(Targets, DescribeTheFourChips) {
+TEST(Targets, DescribeTheChips) {
   EXPECT_EQ(findTarget("gfx90a").warpSize, 64);
   EXPECT_EQ(findTarget("gfx942").warpSize, 64);
   EXPECT_EQ(findTarget("sm_80").warpSize, 32);
   EXPECT_EQ(findTarget("sm_90").warpSize, 32);
+  EXPECT_EQ(findTarget("sm_90a").matrixUnits, MatrixUnits::Wgmma);
+  EXPECT_EQ(findTarget("sm_90").matrixUnits, MatrixUnits::MmaSync);
+  EXPECT_FALSE(findTarget("sm_80").clusters);
   EXPECT_THROW(findTarget("gfx1100"), Error);
+  EXPECT_EQ(targetFor("").name, kDefaultTarget);
+  EXPECT_EQ(targetFor("sm_80").multiprocessors, 108);
+  EXPECT_EQ(targetFor("sm_90a", 114).multiprocessors, 114);  // an H100 PCIe
+  EXPECT_THROW(targetFor("sm_90a", -1), Error);
+}
+
+// The target drives code generation: the schedule takes its SM count and limits, and
+// only a target with wgmma gets the sm_90a path; the Program says what it was tuned for.
+TEST(Targets, TheScheduleFollowsTheTarget) {
+  auto compileFor = [](const std::string &arch, int multiprocessors) {
+    CompileOptions options{2, 8, 128, "bf16"};
+    options.targetArch = arch;
+    options.multiprocessors = multiprocessors;
+    return compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", options);
+  };
+  Program h100 = compileFor("", 0), a100 = compileFor("sm_80", 0), halfH100 = compileFor("sm_90a", 66);
+  EXPECT_EQ(h100.targetArch, "sm_90a");
+  EXPECT_EQ(h100.targetMultiprocessors, 132);
+  EXPECT_EQ(a100.targetMultiprocessors, 108);
+  const Kernel &down = kernelNamed(h100, "tl_linear_add_bf16_1024x512x2048");
+  EXPECT_TRUE(down.launch.count("cuda:sm_90a"));
+  EXPECT_TRUE(contains(down.source, "tl_gemm_wgmma"));
+  const Kernel &a100Down = kernelNamed(a100, "tl_linear_add_bf16_1024x512x2048");
+  EXPECT_FALSE(a100Down.launch.count("cuda:sm_90a")) << "sm_80 has no wgmma";
+  // Fewer SMs: the same GEMM in fewer, larger tiles (or the same tiles in more waves),
+  // never a grid made for 132.
+  bool differs = false;
+  for (size_t k = 0; k < h100.kernels.size(); ++k)
+    differs |= h100.kernels[k].source != halfH100.kernels[k].source;
+  EXPECT_TRUE(differs) << "a 66-SM H100 got the 132-SM schedule";
+  Program back = programFromJson(programToJson(halfH100));
+  EXPECT_EQ(back.targetArch, "sm_90a");
+  EXPECT_EQ(back.targetMultiprocessors, 66);
+  CompileOptions unknown{2, 8, 128, "bf16"};
+  unknown.targetArch = "sm_75";
+  try {
+    compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", unknown);
+    FAIL() << "an unknown target compiled";
+  } catch (const Error &error) {
+    EXPECT_TRUE(contains(error.what(), "unknown GPU target 'sm_75'")) << error.what();
+  }
 }
 
 } // namespace

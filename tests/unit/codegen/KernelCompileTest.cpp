@@ -1,6 +1,6 @@
 // Every generated kernel of every level, dtype and model file (forwards and training
-// steps) compiles with NVRTC for
-// sm_90 and sm_90a and hipRTC for gfx90a. Identical kernels are compiled once; compiles run in
+// steps) compiles with NVRTC for sm_80, sm_90 and sm_90a and hipRTC for gfx90a (Debian's
+// hipRTC aborts on gfx942, so no test here compiles for it). Identical kernels are compiled once; compiles run in
 // parallel; the cache is off so the compilers really run.
 #include "runtime/CallerBuffers.h"
 #include "runtime/Jit.h"
@@ -89,6 +89,13 @@ TEST(KernelCompile, EveryKernelCompilesWithNvrtcForSm90) {
   std::unique_ptr<JitCompiler> nvrtc;
   ASSERT_NO_THROW(nvrtc = createNvrtcCompiler()) << "NVRTC must be installed where the tests run";
   compileAll(*nvrtc, "sm_90");
+}
+
+// sm_80 (an A100) compiles the mma.sync paths without Hopper's clusters and griddepcontrol.
+TEST(KernelCompile, EveryKernelCompilesWithNvrtcForSm80) {
+  std::unique_ptr<JitCompiler> nvrtc;
+  ASSERT_NO_THROW(nvrtc = createNvrtcCompiler()) << "NVRTC must be installed where the tests run";
+  compileAll(*nvrtc, "sm_80");
 }
 
 // sm_90a compiles the Hopper-only paths (wgmma) the H100 and H200 run.
