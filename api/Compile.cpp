@@ -4,6 +4,7 @@
 #include "compiler/CostModel.h"
 #include "compiler/Targets.h"
 #include "compiler/codegen/Emitter.h"
+#include "compiler/codegen/Persistent.h"
 #include "compiler/ModelIO.h"
 #include "compiler/ProgramLowering.h"
 #include "passes/Passes.h"
@@ -153,7 +154,14 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
   program->targetArch = target.name;
   program->targetMultiprocessors = target.multiprocessors;
   program->scheduleOverrides = describeOverrides(overrides);
-  emitHipKernels(*program, specs, codegen::machineFor(target, overrides));
+  codegen::Machine machine = codegen::machineFor(target, overrides);
+  // O3's forward runs as one persistent kernel (the training step keeps O2's launches).
+  machine.persistent = options.optLevel >= 3 && !training;
+  std::vector<codegen::TaskPlan> plans = emitHipKernels(*program, specs, machine);
+  if (machine.persistent) {
+    std::string why = codegen::formPersistentKernel(*program, plans, machine);
+    if (!why.empty()) program->persistentFallback = why;
+  }
   // What tlc writes, the runtime accepts: a model the verifier passed may still break
   // the runtime's contract (say, logits narrower than the embedding's vocabulary).
   try {

@@ -31,7 +31,7 @@ std::unique_ptr<Backend> createBackend(const BackendOptions &options) {
     throw Error(fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", wanted));
   if (wanted == "cpu" && options.stream.handle)
     throw Error("a stream was given (BackendOptions::stream), but target cpu runs no GPU stream");
-  if (wanted == "cpu") return createCpuBackend(options.cpuThreads);
+  if (wanted == "cpu") return createCpuBackend(options.cpuThreads, options.cpuSchedule);
   GpuOptions gpu;
   gpu.useCache = options.useCache;
   gpu.graph = options.graph && !options.profile;
@@ -44,7 +44,7 @@ std::unique_ptr<Backend> createBackend(const BackendOptions &options) {
   if (!device && (wanted == "hip" || wanted == "auto")) device = openHipDevice(&whyHip, selection);
   if (device) return createGpuBackend(std::move(device), gpu);
   // A caller's stream is a GPU's: running on the CPU instead would ignore it.
-  if (wanted == "auto" && !options.stream.handle) return createCpuBackend(options.cpuThreads);
+  if (wanted == "auto" && !options.stream.handle) return createCpuBackend(options.cpuThreads, options.cpuSchedule);
   if (wanted == "auto")
     throw Error(fmt::format("a stream was given (BackendOptions::stream) but no GPU answers: {}; {}", whyCuda, whyHip));
   throw Error(fmt::format("--target={}: no device: {}", wanted, wanted == "cuda" ? whyCuda : whyHip));

@@ -28,6 +28,7 @@
 #include "runtime/MasterWeights.h"
 #include "runtime/MemoryBudget.h"
 #include "runtime/MemoryPlanner.h"
+#include "runtime/PersistentRun.h"
 #include "runtime/ThreadPool.h"
 #include "runtime/WeightContents.h"
 
@@ -41,7 +42,7 @@ double millisecondsSince(std::chrono::steady_clock::time_point start) {
 
 class CpuBackend : public Backend {
 public:
-  explicit CpuBackend(int threads) : pool_(threads) {}
+  CpuBackend(int threads, const PersistentSchedule &schedule) : pool_(threads), schedule_(schedule) {}
 
   std::string name() const override { return "cpu"; }
 
@@ -172,13 +173,24 @@ private:
       if (value.storage == Storage::Weight && !readsMasterInPlace(program, value) &&
           weightKeys.insert(weightContents(value)).second)
         weightFloats = add(weightFloats, value.numElements());
-    for (const Kernel &kernel : program.kernels) {
+    auto scratchOf = [&](const Kernel &kernel) {
       int64_t floats = 0;
       for (const OpRecord &op : kernel.ops)
         for (const std::vector<int> *ids : {&op.operands, &op.results})
           for (int id : *ids) floats = add(floats, program.value(id).numElements());
       kernelFloats = std::max(kernelFloats, floats);
+    };
+    for (const Kernel &kernel : program.kernels) {
+      if (kernel.parts.empty()) scratchOf(kernel);
+      for (const Kernel &part : kernel.parts) scratchOf(part);  // a part at a time, and its outputs saved
     }
+    int64_t savedBytes = 0;
+    for (const Kernel &kernel : program.kernels)
+      for (const Kernel &part : kernel.parts) {
+        int64_t bytes = 0;
+        for (int id : part.outputs) bytes = add(bytes, program.value(id).bytes());
+        savedBytes = std::max(savedBytes, bytes);
+      }
     MemoryBudget("cpu backend")
         .need("arena", program.arenaBytes)
         .need("weights", weightFloats, 4)
@@ -186,6 +198,7 @@ private:
         .need("token ids", program.batch * program.seqLen, 4)
         .need("logits", 2 * program.value(program.outputs[0]).numElements(), 4)
         .need("kernel scratch", kernelFloats, 4)
+        .need("a persistent kernel's outputs, saved around a task", savedBytes)
         .check();
   }
 
@@ -340,7 +353,40 @@ private:
     }
   }
 
+  // A persistent kernel (O3): its parts in order, or, checking its schedule, its tasks as
+  // its workers would run them (tasks.h).
+  void runPersistent(const Kernel &kernel) {
+    if (schedule_.order == PersistentOnCpu::Parts) {
+      for (const Kernel &part : kernel.parts) runKernel(part);
+      return;
+    }
+    PersistentRun run(kernel, schedule_);
+    std::vector<std::byte> saved;
+    while (const Task *task = run.next()) {
+      // The whole part on the arena as it is now; only the task's bytes kept (a task run
+      // before one it reads from keeps wrong values).
+      const Kernel &part = kernel.parts[size_t(task->part)];
+      saved.clear();
+      for (int id : part.outputs) {
+        const Value &base = program_.storageOf(id);
+        saved.insert(saved.end(), arenaBytesOf(base), arenaBytesOf(base) + base.bytes());
+      }
+      runKernel(part);
+      std::vector<std::vector<std::byte>> kept;
+      for (const auto &[begin, end] : task->writes) kept.emplace_back(arena_.begin() + begin, arena_.begin() + end);
+      size_t at = 0;
+      for (int id : part.outputs) {
+        const Value &base = program_.storageOf(id);
+        std::copy(saved.begin() + ptrdiff_t(at), saved.begin() + ptrdiff_t(at + size_t(base.bytes())), arenaBytesOf(base));
+        at += size_t(base.bytes());
+      }
+      for (size_t w = 0; w < task->writes.size(); ++w)
+        std::copy(kept[w].begin(), kept[w].end(), arena_.begin() + task->writes[w].first);
+    }
+  }
+
   void runKernel(const Kernel &kernel) {
+    if (!kernel.parts.empty()) return runPersistent(kernel);
     currentKernel_ = &kernel;
     locals_.clear();
     for (const OpRecord &op : kernel.ops) {
@@ -366,6 +412,7 @@ private:
 
   mutable std::mutex mutex_; // load and forward share the arena: calls serialize
   ThreadPool pool_;
+  PersistentSchedule schedule_;
   Program program_;
   bool loaded_ = false;
   std::vector<std::byte> arena_;
@@ -384,9 +431,9 @@ private:
 
 } // namespace
 
-std::unique_ptr<Backend> createCpuBackend(int threads) {
+std::unique_ptr<Backend> createCpuBackend(int threads, const PersistentSchedule &schedule) {
   try {
-    return std::make_unique<CpuBackend>(threads);
+    return std::make_unique<CpuBackend>(threads, schedule);
   } catch (const Error &error) {
     throw Error(fmt::format("cpu backend (--cpu-threads={}): {}", threads, error.what()));
   }

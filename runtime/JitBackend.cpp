@@ -26,6 +26,10 @@ namespace {
 
 int64_t alignUp(int64_t bytes, int64_t alignment = 256) { return (bytes + alignment - 1) / alignment * alignment; }
 
+// How long a persistent kernel's worker waits for another's task before it reports the
+// wait and stops the kernel, rather than hang: far beyond any task's time.
+constexpr unsigned long long kPersistentTimeoutNanoseconds = 5'000'000'000ull;
+
 class GpuBackend : public Backend {
 public:
   GpuBackend(std::unique_ptr<GpuDevice> device, const GpuOptions &options)
@@ -64,8 +68,17 @@ public:
     report_.compiler = compiler->version();
     std::vector<JitSource> sources;
     std::map<std::string, size_t> indexOfEntry;
-    for (const Kernel &kernel : program_.kernels)
+    // A persistent kernel runs as one launch where its tasks were made for this device's
+    // code path; elsewhere its parts run as launches of their own.
+    auto compile = [&](const Kernel &kernel) {
       if (indexOfEntry.emplace(kernel.entry, sources.size()).second) sources.push_back({kernel.entry, kernel.source});
+    };
+    report_.persistentNote.clear();
+    for (const Kernel &kernel : program_.kernels) {
+      if (kernel.parts.empty() || persistentRunsHere(kernel)) compile(kernel);
+      else
+        for (const Kernel &part : kernel.parts) compile(part);
+    }
     JitOptions jit;
     jit.arch = device_->arch();
     jit.useCache = options_.useCache;
@@ -97,37 +110,21 @@ public:
     // Launches, in the shape the source's code path for this vendor wants.
     launches_.clear();
     for (const Kernel &kernel : program_.kernels) {
-      const KernelLaunch *shape = findLaunch(kernel, device_->vendor(), device_->arch());
-      if (!shape || shape->gridBlocks < 1 || shape->blockThreads < 1)
-        throw Error(fmt::format("{} backend: kernel '{}' has no launch shape for {} ({})", device_->vendor(),
-                                kernel.entry, device_->vendor(), device_->arch()));
-      Launch launch;
-      launch.entry = kernel.entry;
-      launch.function = functions[kernel.entry];
-      for (int id : kernel.inputs) launch.pointers.push_back(pointerOf(id));
-      for (int id : kernel.outputs) launch.pointers.push_back(pointerOf(id));
-      launch.pointers.push_back(workspace_);
-      launch.pointers.push_back(sync_);
-      launch.updates = !kernel.ops.empty() && kernel.ops.front().op == "adamw";
-      if (launch.updates) {  // the optimizer's state, after sync (optimizer.cuh)
-        if (!parameters_)
-          throw Error(fmt::format("{} backend: kernel '{}' updates parameters, which only a training step does",
-                                  device_->vendor(), kernel.name));
-        launch.pointers.push_back(parameters_->buildTable(kernel, weightPointer_));
+      if (!kernel.parts.empty() && persistentRunsHere(kernel)) {
+        launches_.push_back(persistentLaunch(kernel, functions.at(kernel.entry)));
+        continue;
       }
-      launch.blocks = shape->gridBlocks;
-      launch.threads = shape->blockThreads;
-      launch.sharedBytes = shape->sharedBytes;
-      launch.chained = kernel.chained && device_->dependentLaunch();
-      device_->allowSharedMemory(launch.function, launch.sharedBytes);
-      if (device_->blocksPerMultiprocessor(launch.function, launch.threads, launch.sharedBytes) < 1)
-        throw Error(fmt::format("{} backend: kernel '{}' cannot run a block of {} threads with {} bytes of shared "
-                                "memory on {}",
-                                device_->vendor(), kernel.entry, launch.threads, launch.sharedBytes, device_->name()));
-      launches_.push_back(std::move(launch));
+      if (!kernel.parts.empty()) {
+        for (size_t p = 0; p < kernel.parts.size(); ++p)
+          launches_.push_back(kernelLaunch(kernel.parts[p], functions.at(kernel.parts[p].entry),
+                                           kernel.partWorkspaceOffsets[p], kernel.partSyncOffsets[p]));
+        continue;
+      }
+      launches_.push_back(kernelLaunch(kernel, functions.at(kernel.entry), 0, 0));
     }
     for (Launch &launch : launches_)
-      for (void *&pointer : launch.pointers) launch.args.push_back(&pointer);
+      if (launch.args.empty())
+        for (void *&pointer : launch.pointers) launch.args.push_back(&pointer);
     start_ = device_->createEvent();
     end_ = device_->createEvent();
     if (!callerReady_) {  // kept across loads
@@ -285,12 +282,128 @@ private:
     std::string entry;
     GpuDevice::Function function = nullptr;
     std::vector<void *> pointers;
+    std::vector<unsigned char> byValue;  // an argument passed by value (a persistent kernel's tables)
     std::vector<void *> args;
     int64_t blocks = 1, sharedBytes = 0;
     int threads = 256;
     bool chained = false;
     bool updates = false;  // the optimizer: skipped by a training step that only wants gradients
   };
+
+  // A kernel's launch, its workspace and counters `workspaceOffset` bytes and `syncOffset`
+  // words in (a persistent kernel's part run on its own).
+  Launch kernelLaunch(const Kernel &kernel, GpuDevice::Function function, int64_t workspaceOffset, int64_t syncOffset) {
+    const KernelLaunch *shape = findLaunch(kernel, device_->vendor(), device_->arch());
+    if (!shape || shape->gridBlocks < 1 || shape->blockThreads < 1)
+      throw Error(fmt::format("{} backend: kernel '{}' has no launch shape for {} ({})", device_->vendor(), kernel.entry,
+                              device_->vendor(), device_->arch()));
+    Launch launch;
+    launch.entry = kernel.entry;
+    launch.function = function;
+    for (int id : kernel.inputs) launch.pointers.push_back(pointerOf(id));
+    for (int id : kernel.outputs) launch.pointers.push_back(pointerOf(id));
+    launch.pointers.push_back(workspace_ + workspaceOffset);
+    launch.pointers.push_back(sync_ + syncOffset * 4);
+    launch.updates = !kernel.ops.empty() && kernel.ops.front().op == "adamw";
+    if (launch.updates) {  // the optimizer's state, after sync (optimizer.cuh)
+      if (!parameters_)
+        throw Error(fmt::format("{} backend: kernel '{}' updates parameters, which only a training step does",
+                                device_->vendor(), kernel.name));
+      launch.pointers.push_back(parameters_->buildTable(kernel, weightPointer_));
+    }
+    launch.blocks = shape->gridBlocks;
+    launch.threads = shape->blockThreads;
+    launch.sharedBytes = shape->sharedBytes;
+    launch.chained = kernel.chained && device_->dependentLaunch();
+    device_->allowSharedMemory(launch.function, launch.sharedBytes);
+    if (device_->blocksPerMultiprocessor(launch.function, launch.threads, launch.sharedBytes) < 1)
+      throw Error(fmt::format("{} backend: kernel '{}' cannot run a block of {} threads with {} bytes of shared "
+                              "memory on {}",
+                              device_->vendor(), kernel.entry, launch.threads, launch.sharedBytes, device_->name()));
+    return launch;
+  }
+
+  // Whether a persistent kernel runs as one launch here: its tasks were made for this
+  // device's code path and every worker fits on the device at once (they wait for each
+  // other, so all must be resident). Otherwise report_.persistentNote says why not.
+  bool persistentRunsHere(const Kernel &kernel) {
+    const KernelLaunch *shape = findLaunch(kernel, device_->vendor(), device_->arch());
+    if (!shape) {
+      report_.persistentNote = fmt::format("its tasks are blocks of the {} code path, and this device runs {} {}",
+                                           kernel.taskPath, device_->vendor(), device_->arch());
+      return false;
+    }
+    if (shape->gridBlocks > device_->multiprocessors()) {
+      report_.persistentNote = fmt::format("it has {} workers, for {} multiprocessors; this device has {}",
+                                           shape->gridBlocks, shape->gridBlocks, device_->multiprocessors());
+      return false;
+    }
+    return true;
+  }
+
+  // The persistent kernel's one launch: each part's pointers at its offset in one block of
+  // device memory, the task table, the done and control words after the parts' counters.
+  Launch persistentLaunch(const Kernel &kernel, GpuDevice::Function function) {
+    const KernelLaunch &shape = *findLaunch(kernel, device_->vendor(), device_->arch());
+    std::vector<void *> params;
+    int64_t partSync = 0;
+    for (size_t p = 0; p < kernel.parts.size(); ++p) {
+      const Kernel &part = kernel.parts[p];
+      for (int id : part.inputs) params.push_back(pointerOf(id));
+      for (int id : part.outputs) params.push_back(pointerOf(id));
+      params.push_back(workspace_ + kernel.partWorkspaceOffsets[p]);
+      params.push_back(sync_ + kernel.partSyncOffsets[p] * 4);
+      partSync = std::max(partSync, kernel.partSyncOffsets[p] + part.syncWords);
+    }
+    struct TaskEntry {
+      int part, block, grid, threads, waitBegin, waitEnd;
+    };
+    std::vector<TaskEntry> tasks;
+    std::vector<int> waits, workerBegin{0}, workerTasks;
+    for (const Task &task : kernel.tasks) {
+      const KernelLaunch &part = *findLaunch(kernel.parts[size_t(task.part)], device_->vendor(), device_->arch());
+      tasks.push_back({task.part, int(task.block), int(part.gridBlocks), part.blockThreads, int(waits.size()),
+                       int(waits.size() + task.waits.size())});
+      waits.insert(waits.end(), task.waits.begin(), task.waits.end());
+    }
+    for (const std::vector<int> &worker : kernel.workers) {
+      workerTasks.insert(workerTasks.end(), worker.begin(), worker.end());
+      workerBegin.push_back(int(workerTasks.size()));
+    }
+    auto upload = [&](const void *data, size_t bytes) {
+      void *pointer = device_->allocate(std::max<size_t>(bytes, 4));
+      if (bytes) device_->copyToDevice(pointer, data, bytes);
+      persistentBuffers_.push_back(pointer);
+      return pointer;
+    };
+    // tl_persistent_tables (persistent.cuh), passed by value.
+    struct Tables {
+      const void *tasks, *waits, *workerBegin, *workerTasks;
+      void *done, *control, *status;
+      unsigned long long timeout;
+    } tables{upload(tasks.data(), tasks.size() * sizeof(TaskEntry)), upload(waits.data(), waits.size() * 4),
+             upload(workerBegin.data(), workerBegin.size() * 4), upload(workerTasks.data(), workerTasks.size() * 4),
+             sync_ + partSync * 4, sync_ + (partSync + int64_t(kernel.tasks.size())) * 4, nullptr,
+             kPersistentTimeoutNanoseconds};
+    Launch launch;
+    launch.entry = kernel.entry;
+    launch.function = function;
+    launch.pointers = {upload(params.data(), params.size() * sizeof(void *))};
+    launch.byValue.assign(reinterpret_cast<const unsigned char *>(&tables),
+                          reinterpret_cast<const unsigned char *>(&tables) + sizeof tables);
+    launch.args = {&launch.pointers[0], launch.byValue.data()};
+    launch.blocks = shape.gridBlocks;
+    launch.threads = shape.blockThreads;
+    launch.sharedBytes = shape.sharedBytes;
+    device_->allowSharedMemory(function, launch.sharedBytes);
+    int resident = device_->blocksPerMultiprocessor(function, launch.threads, launch.sharedBytes);
+    if (int64_t(resident) * device_->multiprocessors() < launch.blocks)
+      throw Error(fmt::format("{} backend: persistent kernel '{}' needs its {} workers resident at once, and {} of "
+                              "{} threads with {} bytes of shared memory fit each of the {} multiprocessors",
+                              device_->vendor(), kernel.entry, launch.blocks, resident, launch.threads,
+                              launch.sharedBytes, device_->multiprocessors()));
+    return launch;
+  }
 
   // Before a run's launches: the buffers poisoned, the token ids in place.
   void startRun(const std::vector<int32_t> &tokenIds) {
@@ -440,6 +553,8 @@ private:
     device_->release(workspace_);
     device_->release(sync_);
     device_->release(weights_);
+    for (void *buffer : persistentBuffers_) device_->release(buffer);
+    persistentBuffers_.clear();
     arena_ = workspace_ = sync_ = weights_ = nullptr;
     weightPointer_.clear();
     loaded_ = false;
@@ -453,6 +568,7 @@ private:
   char *arena_ = nullptr, *workspace_ = nullptr, *sync_ = nullptr, *weights_ = nullptr;
   std::map<int, void *> weightPointer_;
   std::vector<Launch> launches_;
+  std::vector<void *> persistentBuffers_;  // a persistent kernel's tables and parameters
   void *start_ = nullptr, *end_ = nullptr, *graph_ = nullptr;
   void *callerReady_ = nullptr, *forwardDone_ = nullptr;  // joins with a caller's stream
   std::unique_ptr<CallerBuffers> callerBuffers_;          // made by the first forwardOnDevice

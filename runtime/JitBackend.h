@@ -122,6 +122,7 @@ std::unique_ptr<Backend> createGpuBackend(std::unique_ptr<GpuDevice> device, con
 // What the GPU backend reports besides the Backend interface.
 struct GpuReport {
   std::string device, arch, compiler;
+  std::string persistentNote;  // why a persistent kernel runs as its parts' launches here ("" if it does not)
   JitStats jit;
   int64_t arenaBytes = 0, weightBytes = 0, workspaceBytes = 0;
   int64_t peakDeviceBytes = 0;  // device memory in use at the end of load, above what was in use before

@@ -35,8 +35,12 @@ std::vector<Lifetime> computeLifetimes(const Program &program) {
   auto touch = [&](int id, int kernel) {
     lifetimes[size_t(program.storageOf(id).id)].extend(kernel);
   };
-  for (size_t k = 0; k < program.kernels.size(); ++k) {
-    const Kernel &kernel = program.kernels[k];
+  // Steps in order: each kernel, or each part of a persistent kernel (whose tasks wait for
+  // every earlier part's tasks that read or write the bytes they write: a reuse of bytes
+  // between its parts is as safe as between kernels).
+  std::vector<const Kernel *> steps = computeKernels(program);
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const Kernel &kernel = *steps[k];
     for (int id : kernel.inputs) touch(id, int(k));
     for (int id : kernel.outputs) touch(id, int(k));
     for (const OpRecord &op : kernel.ops) {
@@ -44,7 +48,7 @@ std::vector<Lifetime> computeLifetimes(const Program &program) {
       for (int id : op.results) touch(id, int(k));
     }
   }
-  int lastKernel = std::max<int>(0, int(program.kernels.size()) - 1);
+  int lastKernel = std::max<int>(0, int(steps.size()) - 1);
   for (const Value &value : program.values) {
     if (!isPlanned(value)) continue;
     Lifetime &lifetime = lifetimes[size_t(value.id)];

@@ -360,6 +360,7 @@ private:
       }
       for (size_t o = 0; o < kernel.ops.size(); ++o)
         checkOp(kernel, fmt::format("{}.ops[{}]", path, o), kernel.ops[o], int(k), localOwner);
+      if (!kernel.parts.empty() || !kernel.tasks.empty()) checkPersistent(kernel, path + ".persistent");
       for (size_t i = 0; i < kernel.outputs.size(); ++i) {
         int outputBase = base(kernel.outputs[i]).id;
         bool written = std::any_of(kernel.ops.begin(), kernel.ops.end(), [&](const OpRecord &op) {
@@ -370,6 +371,55 @@ private:
           fail(fmt::format("{}.outputs[{}]", path, i),
                fmt::format("no op of the kernel writes {}", describe(kernel.outputs[i])));
       }
+    }
+  }
+
+  // A persistent kernel: its parts' buffers are its own, each task is a block of a part
+  // that waits only for earlier tasks and writes inside the arena, and the workers run
+  // every task once, in order.
+  void checkPersistent(const Kernel &kernel, const std::string &path) const {
+    if (kernel.parts.empty()) fail(path + ".parts", "a persistent kernel needs at least one part");
+    if (kernel.partWorkspaceOffsets.size() != kernel.parts.size() || kernel.partSyncOffsets.size() != kernel.parts.size())
+      fail(path, "one workspace and one counter offset per part");
+    for (size_t p = 0; p < kernel.parts.size(); ++p) {
+      const Kernel &part = kernel.parts[p];
+      std::string where = fmt::format("{}.parts[{}]", path, p);
+      checkText(part.name, where + ".name");
+      checkKernelFields(part, where);
+      if (!part.parts.empty()) fail(where, "a part of a persistent kernel is not persistent itself");
+      for (const std::vector<int> *list : {&part.inputs, &part.outputs})
+        for (int id : *list) {
+          checkId(id, where);
+          if (!isKernelBuffer(kernel, id)) fail(where, fmt::format("{} is not among the kernel's buffers", describe(id)));
+        }
+      checkFields({{"workspace_offset", kernel.partWorkspaceOffsets[p], 0, kernel.workspaceBytes - part.workspaceBytes},
+                   {"sync_offset", kernel.partSyncOffsets[p], 0, kernel.syncWords - part.syncWords}},
+                  where);
+    }
+    std::vector<int> runs(kernel.tasks.size(), 0);
+    for (size_t w = 0; w < kernel.workers.size(); ++w)
+      for (size_t i = 0; i < kernel.workers[w].size(); ++i) {
+        int task = kernel.workers[w][i];
+        std::string where = fmt::format("{}.workers[{}][{}]", path, w, i);
+        if (task < 0 || size_t(task) >= kernel.tasks.size()) fail(where, fmt::format("no task {}", task));
+        if (i > 0 && task <= kernel.workers[w][i - 1]) fail(where, "a worker runs its tasks in their order");
+        ++runs[size_t(task)];
+      }
+    for (size_t t = 0; t < kernel.tasks.size(); ++t) {
+      const Task &task = kernel.tasks[t];
+      std::string where = fmt::format("{}.tasks[{}]", path, t);
+      if (runs[t] != 1) fail(where, fmt::format("runs on {} workers, not one", runs[t]));
+      if (task.part < 0 || size_t(task.part) >= kernel.parts.size()) fail(where + ".part", fmt::format("no part {}", task.part));
+      size_t colon = kernel.taskPath.find(':');
+      const KernelLaunch *launch = findLaunch(kernel.parts[size_t(task.part)], kernel.taskPath.substr(0, colon),
+                                              colon == std::string::npos ? "" : kernel.taskPath.substr(colon + 1));
+      if (!launch) fail(where, fmt::format("its part has no launch on '{}'", kernel.taskPath));
+      checkFields({{"block", task.block, 0, launch->gridBlocks - 1}}, where);
+      for (int wait : task.waits)
+        if (wait < 0 || size_t(wait) >= t) fail(where + ".waits", fmt::format("waits for task {}, not an earlier one", wait));
+      for (const auto &[begin, end] : task.writes)
+        if (begin < 0 || begin >= end || end > program_.arenaBytes)
+          fail(where + ".writes", fmt::format("bytes [{}, {}) are not inside the arena of {}", begin, end, program_.arenaBytes));
     }
   }
 
@@ -574,6 +624,15 @@ private:
 } // namespace
 
 void validateProgram(const Program &program) { ProgramValidator(program).run(); }
+
+std::vector<const Kernel *> computeKernels(const Program &program) {
+  std::vector<const Kernel *> kernels;
+  for (const Kernel &kernel : program.kernels) {
+    if (kernel.parts.empty()) kernels.push_back(&kernel);
+    for (const Kernel &part : kernel.parts) kernels.push_back(&part);
+  }
+  return kernels;
+}
 
 const KernelLaunch *findLaunch(const Kernel &kernel, const std::string &backend, const std::string &arch) {
   for (const std::string &key : {backend + ":" + arch, backend}) {

@@ -106,7 +106,34 @@ Json opToJson(const OpRecord &op) {
 }
 
 // Kernel header fields on one line, then its ops one per line.
-void writeKernel(std::ostringstream &out, const Kernel &kernel) {
+Json kernelHeader(const Kernel &kernel);
+
+// A persistent kernel's parts (each with its ops), tasks and workers.
+Json persistentToJson(const Kernel &kernel) {
+  Json parts = Json::array();
+  for (const Kernel &part : kernel.parts) {
+    Json json = kernelHeader(part);
+    Json ops = Json::array();
+    for (const OpRecord &op : part.ops) ops.push_back(opToJson(op));
+    json["ops"] = ops;
+    parts.push_back(json);
+  }
+  Json tasks = Json::array();
+  for (const Task &task : kernel.tasks) {
+    Json writes = Json::array();
+    for (const auto &[begin, end] : task.writes) writes.push_back(Json::array({begin, end}));
+    tasks.push_back(Json{{"part", task.part}, {"block", task.block}, {"waits", task.waits}, {"writes", writes},
+                         {"cost", task.cost}});
+  }
+  return Json{{"task_path", kernel.taskPath},
+              {"parts", parts},
+              {"tasks", tasks},
+              {"workers", kernel.workers},
+              {"part_workspace_offsets", kernel.partWorkspaceOffsets},
+              {"part_sync_offsets", kernel.partSyncOffsets}};
+}
+
+Json kernelHeader(const Kernel &kernel) {
   Json header{{"name", kernel.name},     {"layer", kernel.layer},
               {"flops", kernel.flops},   {"min_bytes", kernel.minBytes},
               {"inputs", kernel.inputs}, {"outputs", kernel.outputs}};
@@ -122,7 +149,12 @@ void writeKernel(std::ostringstream &out, const Kernel &kernel) {
     header["workspace_bytes"] = kernel.workspaceBytes;
     header["sync_words"] = kernel.syncWords;
   }
-  std::string headerText = inlineJson(header);
+  if (!kernel.parts.empty()) header["persistent"] = persistentToJson(kernel);
+  return header;
+}
+
+void writeKernel(std::ostringstream &out, const Kernel &kernel) {
+  std::string headerText = inlineJson(kernelHeader(kernel));
   headerText.pop_back(); // reopen the object to append "ops"
   out << "    " << headerText << ", \"ops\": [\n";
   for (size_t i = 0; i < kernel.ops.size(); ++i)
@@ -238,10 +270,13 @@ public:
 
   std::vector<int> ids(const nlohmann::json &object, const char *key,
                        const std::string &where) const {
+    return ids(field(object, key, where), join(where, key));
+  }
+
+  std::vector<int> ids(const nlohmann::json &json, const std::string &where) const {
     std::vector<int> result;
-    std::vector<int64_t> values = integers(object, key, where);
-    for (size_t i = 0; i < values.size(); ++i)
-      result.push_back(narrow(values[i], fmt::format("{}[{}]", join(where, key), i)));
+    std::vector<int64_t> values = integers(json, where);
+    for (size_t i = 0; i < values.size(); ++i) result.push_back(narrow(values[i], fmt::format("{}[{}]", where, i)));
     return result;
   }
 
@@ -332,6 +367,9 @@ OpRecord opFromJson(const JsonReader &reader, const nlohmann::json &json,
   return op;
 }
 
+void persistentFromJson(const JsonReader &reader, const nlohmann::json &json, const std::string &where,
+                        Kernel &kernel);
+
 Kernel kernelFromJson(const JsonReader &reader, const nlohmann::json &json,
                       const std::string &where) {
   Kernel kernel;
@@ -364,7 +402,40 @@ Kernel kernelFromJson(const JsonReader &reader, const nlohmann::json &json,
   const nlohmann::json &ops = reader.array(json, "ops", where);
   for (size_t i = 0; i < ops.size(); ++i)
     kernel.ops.push_back(opFromJson(reader, ops[i], fmt::format("{}.ops[{}]", where, i)));
+  if (const nlohmann::json *persistent = reader.optionalField(json, "persistent"))
+    persistentFromJson(reader, *persistent, JsonReader::join(where, "persistent"), kernel);
   return kernel;
+}
+
+void persistentFromJson(const JsonReader &reader, const nlohmann::json &json, const std::string &where,
+                        Kernel &kernel) {
+  kernel.taskPath = reader.string(json, "task_path", where);
+  const nlohmann::json &parts = reader.array(json, "parts", where);
+  for (size_t i = 0; i < parts.size(); ++i)
+    kernel.parts.push_back(kernelFromJson(reader, parts[i], fmt::format("{}.parts[{}]", where, i)));
+  const nlohmann::json &tasks = reader.array(json, "tasks", where);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    std::string at = fmt::format("{}.tasks[{}]", where, i);
+    Task task;
+    task.part = reader.intField(tasks[i], "part", at);
+    task.block = reader.integer(tasks[i], "block", at);
+    task.waits = reader.ids(tasks[i], "waits", at);
+    const nlohmann::json &writes = reader.array(tasks[i], "writes", at);
+    for (size_t w = 0; w < writes.size(); ++w) {
+      std::vector<int64_t> range = reader.integers(writes[w], fmt::format("{}.writes[{}]", at, w));
+      if (range.size() != 2) reader.fail(fmt::format("{}.writes[{}]", at, w), "expected [begin, end]");
+      task.writes.push_back({range[0], range[1]});
+    }
+    task.cost = reader.number(reader.field(tasks[i], "cost", at), JsonReader::join(at, "cost"));
+    kernel.tasks.push_back(std::move(task));
+  }
+  const nlohmann::json &workers = reader.array(json, "workers", where);
+  for (size_t w = 0; w < workers.size(); ++w)
+    kernel.workers.push_back(reader.ids(workers[w], fmt::format("{}.workers[{}]", where, w)));
+  kernel.partWorkspaceOffsets = reader.integers(reader.field(json, "part_workspace_offsets", where),
+                                                JsonReader::join(where, "part_workspace_offsets"));
+  kernel.partSyncOffsets =
+      reader.integers(reader.field(json, "part_sync_offsets", where), JsonReader::join(where, "part_sync_offsets"));
 }
 
 template <typename T, typename Parse>
@@ -393,6 +464,7 @@ std::string programToJson(const Program &program) {
   if (!program.targetArch.empty())
     header["target"] = Json{{"arch", program.targetArch}, {"multiprocessors", program.targetMultiprocessors}};
   if (!program.scheduleOverrides.empty()) header["schedule_overrides"] = program.scheduleOverrides;
+  if (!program.persistentFallback.empty()) header["persistent_fallback"] = program.persistentFallback;
   for (const auto &item : header.items())
     out << "  " << Json(item.key()).dump() << ": " << inlineJson(item.value()) << ",\n";
   writeList(out, "parameters", program.parameters,
@@ -401,8 +473,11 @@ std::string programToJson(const Program &program) {
             [&](const Value &v) { out << "    " << inlineJson(valueToJson(v)); });
   // GPU sources once per entry (kernels with one name share one source).
   Json sources = Json::object();
-  for (const Kernel &kernel : program.kernels)
+  for (const Kernel &kernel : program.kernels) {
     if (!kernel.entry.empty()) sources[kernel.entry] = kernel.source;
+    for (const Kernel &part : kernel.parts)
+      if (!part.entry.empty()) sources[part.entry] = part.source;
+  }
   writeList(
       out, "kernels", program.kernels, [&](const Kernel &k) { writeKernel(out, k); },
       /*last=*/sources.empty());
@@ -452,6 +527,8 @@ Program programFromJson(const std::string &text, const std::string &origin) {
   }
   if (reader.optionalField(root, "schedule_overrides"))
     program.scheduleOverrides = reader.string(root, "schedule_overrides", "");
+  if (reader.optionalField(root, "persistent_fallback"))
+    program.persistentFallback = reader.string(root, "persistent_fallback", "");
   program.pipeline = reader.string(root, "pipeline", "");
   std::string dtype = reader.string(root, "dtype", "");
   program.dtype = reader.located("dtype", [&] { return parseDType(dtype); });
@@ -467,13 +544,17 @@ Program programFromJson(const std::string &text, const std::string &origin) {
   if (reader.optionalField(root, "workspace_bytes"))
     program.workspaceBytes = reader.integer(root, "workspace_bytes", "");
   if (const nlohmann::json *sources = reader.optionalField(root, "sources")) {
+    auto sourceOf = [&](Kernel &kernel, const std::string &where) {
+      if (kernel.entry.empty()) return;
+      if (!sources->is_object() || !sources->contains(kernel.entry))
+        reader.fail(where, fmt::format("no source for entry '{}' under \"sources\"", kernel.entry));
+      kernel.source = reader.string((*sources)[kernel.entry], "sources." + kernel.entry);
+    };
     for (size_t k = 0; k < program.kernels.size(); ++k) {
       Kernel &kernel = program.kernels[k];
-      if (kernel.entry.empty()) continue;
-      if (!sources->is_object() || !sources->contains(kernel.entry))
-        reader.fail(fmt::format("kernels[{}].entry", k),
-                    fmt::format("no source for entry '{}' under \"sources\"", kernel.entry));
-      kernel.source = reader.string((*sources)[kernel.entry], "sources." + kernel.entry);
+      sourceOf(kernel, fmt::format("kernels[{}].entry", k));
+      for (size_t p = 0; p < kernel.parts.size(); ++p)
+        sourceOf(kernel.parts[p], fmt::format("kernels[{}].persistent.parts[{}].entry", k, p));
     }
   }
   reader.located("", [&] {

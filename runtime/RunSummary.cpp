@@ -33,24 +33,39 @@ int64_t programWeightBytes(const Program &program) {
 }
 
 std::string kernelCountLines(const Program &program) {
+  // A persistent kernel counts its parts: the kernels it runs as tasks.
+  std::vector<const Kernel *> kernels = computeKernels(program);
+  const Kernel *persistent = nullptr;
+  for (const Kernel &kernel : program.kernels)
+    if (!kernel.parts.empty()) persistent = &kernel;
   std::set<int> layers;
   int64_t blockKernels = 0, flops = 0, bytes = 0;
-  for (const Kernel &kernel : program.kernels) {
-    if (kernel.layer >= 0) {
-      layers.insert(kernel.layer);
+  for (const Kernel *kernel : kernels) {
+    if (kernel->layer >= 0) {
+      layers.insert(kernel->layer);
       ++blockKernels;
     }
-    flops += kernel.flops;
-    bytes += kernel.minBytes;
+    flops += kernel->flops;
+    bytes += kernel->minBytes;
   }
   int64_t perBlock = layers.empty() ? 0 : blockKernels / int64_t(layers.size());
   bool chained = std::any_of(program.kernels.begin(), program.kernels.end(),
                              [](const Kernel &kernel) { return kernel.chained; });
-  return fmt::format("  kernels   {} per forward: {} per block x {} block{}{} + {} outside the blocks\n"
+  std::string launches =
+      persistent ? fmt::format("one persistent kernel: {} parts ({} per block x {} block{} + {} outside the blocks) as "
+                               "{} tasks on {} workers",
+                               kernels.size(), perBlock, layers.size(), layers.size() == 1 ? "" : "s",
+                               kernels.size() - size_t(blockKernels), persistent->tasks.size(), persistent->workers.size())
+                 : fmt::format("{} per forward: {} per block x {} block{}{} + {} outside the blocks", kernels.size(),
+                               perBlock, layers.size(), layers.size() == 1 ? "" : "s",
+                               chained ? " (each block one chained launch sequence)" : "",
+                               kernels.size() - size_t(blockKernels));
+  std::string fallback = program.persistentFallback.empty()
+                             ? ""
+                             : "  o3        launches, not one persistent kernel: " + program.persistentFallback + "\n";
+  return fmt::format("  kernels   {}\n{}"
                      "  work      {:.2f} GFLOP, {} moved at least (every kernel's inputs, of an embedding table the rows gathered, and outputs)\n",
-                     program.kernels.size(), perBlock, layers.size(), layers.size() == 1 ? "" : "s",
-                     chained ? " (each block one chained launch sequence)" : "", program.kernels.size() - blockKernels,
-                     double(flops) / 1e9, mib(bytes));
+                     launches, fallback, double(flops) / 1e9, mib(bytes));
 }
 
 static std::string howTimed(const TimedForward &run) {
@@ -80,6 +95,8 @@ std::string formatRunSummary(const RunSummary &summary) {
     out += fmt::format("  device    {} ({}), peak device memory {} (arena {}, weights {}, workspace {})\n", gpu->device,
                        gpu->arch, mib(gpu->peakDeviceBytes), mib(gpu->arenaBytes), mib(gpu->weightBytes),
                        mib(gpu->workspaceBytes));
+    if (!gpu->persistentNote.empty())
+      out += fmt::format("  o3        the persistent kernel runs as its parts' launches here: {}\n", gpu->persistentNote);
     out += fmt::format("  tuned     for {} ({} SMs){}\n", program.targetArch, program.targetMultiprocessors,
                        program.scheduleOverrides.empty() ? "" : "; forced by options: " + program.scheduleOverrides);
     out += fmt::format("  jit       {}: {} kernels compiled, {} from cache, {:.2f} s\n", gpu->compiler,

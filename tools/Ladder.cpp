@@ -27,14 +27,22 @@ static LadderRung countKernels(const Program &program) {
   std::set<int> blocks;
   int inBlocks = 0;
   int64_t flops = 0;
+  // A persistent kernel is one launch; its parts are the kernels counted per block.
+  std::vector<const Kernel *> kernels = computeKernels(program);
   for (const Kernel &kernel : program.kernels) {
+    rung.parts += int(kernel.parts.size());
+    rung.chained |= kernel.chained;
+    rung.tasks += int(kernel.tasks.size());
+    rung.workers += int(kernel.workers.size());
+  }
+  for (const Kernel *part : kernels) {
+    const Kernel &kernel = *part;
     if (kernel.layer >= 0) {
       blocks.insert(kernel.layer);
       ++inBlocks;
     }
     flops += kernel.flops;
     rung.minBytes += kernel.minBytes;
-    rung.chained |= kernel.chained;
   }
   rung.kernelsPerBlock = blocks.empty() ? 0 : inBlocks / int(blocks.size());
   rung.gflop = double(flops) / 1e9;
@@ -104,16 +112,21 @@ std::string ladderTable(const Ladder &ladder) {
                      "kernels", "per block", "GFLOP", "MiB moved", "time ms", "speedup", "max |dlogit|", "loss");
   const LadderRung &base = ladder.rungs.front();
   bool anyChained = false;
+  std::string persistent;
   for (const LadderRung &rung : ladder.rungs) {
     std::string difference = rung.level == 0 ? "-" : fmt::format("{:.2e}", rung.maxLogitDiff);
-    std::string kernels = std::to_string(rung.kernels) + (rung.chained ? "*" : "");
+    std::string kernels = std::to_string(rung.kernels) + (rung.chained ? "*" : rung.parts ? "**" : "");
     anyChained |= rung.chained;
+    if (rung.parts)
+      persistent = fmt::format("** one persistent kernel: {} parts (per block: its parts) as {} tasks on {} workers\n",
+                               rung.parts, rung.tasks, rung.workers);
     out += fmt::format("O{:<4} {:<18} {:>7} {:>9} {:>7.2f} {:>10.1f} {:>10.2f} {:>7.2f}x {:>12} {:>8.4f}\n", rung.level,
                        optLevelInfo(rung.level).workshopVersion, kernels, rung.kernelsPerBlock, rung.gflop,
                        double(rung.minBytes) / (1 << 20), rung.milliseconds,
                        rung.milliseconds > 0 ? base.milliseconds / rung.milliseconds : 0.0, difference, rung.loss);
   }
   if (anyChained) out += "* each block's kernels start as one chained launch sequence (programmatic dependent launch)\n";
+  out += persistent;
   return out;
 }
 

@@ -30,6 +30,7 @@ struct LadderRung {
   int level = 0;
   int kernels = 0, kernelsPerBlock = 0;
   bool chained = false;      // a block's kernels start as one dependent launch sequence
+  int parts = 0, tasks = 0, workers = 0;  // one persistent kernel (O3): its parts, tasks and workers
   double gflop = 0;
   int64_t minBytes = 0;      // Kernel::minBytes summed: the least the kernels must move
   double milliseconds = 0;   // median forward

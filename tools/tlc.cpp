@@ -10,6 +10,7 @@
 #include "api/Compile.h"
 #include "compiler/BlockView.h"
 #include "compiler/codegen/Emitter.h"
+#include "compiler/codegen/Persistent.h"
 #include "compiler/ModelIO.h"
 #include "passes/Pipelines.h"
 #include "runtime/Checked.h"
@@ -87,12 +88,15 @@ cl::opt<int64_t> seqLen("seq-len",
 cl::opt<std::string> dtype("dtype", cl::desc("storage dtype of weights and activations: f32 or bf16 (default f32)"),
                            cl::init("f32"), cl::cat(compileCategory), cl::sub(everywhere));
 
-enum class Emit { None, IR, Program, Hip };
+enum class Emit { None, IR, Program, Hip, Schedule };
 cl::opt<Emit> emit("emit", cl::desc("what to write, to -o (default none)"), cl::init(Emit::None),
                    cl::values(clEnumValN(Emit::None, "none", "nothing"),
                               clEnumValN(Emit::IR, "ir", "the tl IR after the pipeline"),
                               clEnumValN(Emit::Program, "program", "the Program as JSON (-o dir/ writes dir/program.json)"),
-                              clEnumValN(Emit::Hip, "hip", "one <kernel>.hip per distinct kernel and program.json (-o dir/)")),
+                              clEnumValN(Emit::Hip, "hip", "one <kernel>.hip per distinct kernel and program.json (-o dir/)"),
+                              clEnumValN(Emit::Schedule, "schedule",
+                                         "O3: the persistent kernel's workers, their tasks and what each waits for "
+                                         "(--ir-block=N: one transformer block's)")),
                    cl::cat(compileCategory), cl::sub(everywhere));
 cl::opt<std::string> outputPath("o", cl::desc("output file or directory (default -: stdout)"), cl::value_desc("path"),
                                 cl::init("-"), cl::cat(compileCategory), cl::sub(everywhere));
@@ -168,6 +172,16 @@ cl::opt<std::string> tokensPath("tokens",
                                 cl::value_desc("file"), cl::cat(runCategory), cl::sub(everywhere));
 cl::opt<int> threads("cpu-threads", cl::desc("CPU backend threads (default 0: every core)"), cl::init(0),
                      cl::cat(runCategory), cl::sub(everywhere));
+cl::opt<tlc::PersistentOnCpu> cpuSchedule(
+    "cpu-schedule",
+    cl::desc("CPU: how O3's persistent kernel runs (default parts: each part whole, in order)"),
+    cl::init(tlc::PersistentOnCpu::Parts),
+    cl::values(clEnumValN(tlc::PersistentOnCpu::Parts, "parts", "each part whole, in order"),
+               clEnumValN(tlc::PersistentOnCpu::Workers, "workers",
+                          "task by task as the workers take turns, each when its waits are done (checks the schedule)"),
+               clEnumValN(tlc::PersistentOnCpu::Random, "random",
+                          "task by task, a ready worker at random (seeded by --seed)")),
+    cl::Hidden, cl::cat(runCategory), cl::sub(everywhere));
 cl::opt<bool> noCache("no-cache", cl::desc("GPU: JIT-compile every kernel, ignoring the disk cache"),
                       cl::cat(runCategory), cl::sub(everywhere));
 cl::opt<bool> graph("graph", cl::desc("GPU: replay the forward as one captured graph (default on)"), cl::init(true),
@@ -353,8 +367,8 @@ std::string checkFlags() {
       {graph, runs, "--graph needs --run"},
       {printIrAfterChange, wantsIrPrinting,
        "--print-ir-after-change needs --print-ir-after-all, --print-ir-after=<pass> or --dump-ir-dir"},
-      {irBlock, [] { return wantsIrPrinting() || emit == Emit::IR; },
-       "--ir-block needs --emit=ir, a --print-ir-* flag or --dump-ir-dir"},
+      {irBlock, [] { return wantsIrPrinting() || emit == Emit::IR || emit == Emit::Schedule; },
+       "--ir-block needs --emit=ir, --emit=schedule, a --print-ir-* flag or --dump-ir-dir"},
   };
   if (std::string unmet = tlc::cli::firstUnmet(requirements); !unmet.empty()) return unmet;
   if (!weightsPath.empty() && !readable(weightsPath))
@@ -441,6 +455,7 @@ tlc::BackendOptions backendOptions() {
   tlc::BackendOptions options;
   options.target = target;
   options.cpuThreads = threads;
+  options.cpuSchedule = {cpuSchedule, seed};
   options.useCache = !noCache;
   options.graph = graph;
   options.profile = profile;
@@ -459,8 +474,9 @@ tlc::RunInputs runInputs() {
 
 void printKernelTable(const tlc::Program &program) {
   fmt::print("{:>4}  {:<64} {:>5} {:>10} {:>10}\n", "#", "kernel", "block", "MFLOP", "KiB moved");
-  for (size_t i = 0; i < program.kernels.size(); ++i) {
-    const tlc::Kernel &k = program.kernels[i];
+  std::vector<const tlc::Kernel *> kernels = tlc::computeKernels(program);  // a persistent kernel's parts
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const tlc::Kernel &k = *kernels[i];
     fmt::print("{:>4}  {:<64} {:>5} {:>10.2f} {:>10.1f}\n", i, k.name,
                k.layer < 0 ? std::string("-") : std::to_string(k.layer), double(k.flops) / 1e6,
                double(k.minBytes) / 1024);
@@ -538,7 +554,7 @@ int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::
   if (emit == Emit::IR && !writeIr(module)) return 1;
   if (emit == Emit::None && !run && outputPath != "-")  // `-o dir/` alone writes the Program
     emit = Emit::Program;
-  if (emit != Emit::Program && emit != Emit::Hip && !run && !printKernels) return 0;
+  if (emit != Emit::Program && emit != Emit::Hip && emit != Emit::Schedule && !run && !printKernels) return 0;
 
   mlir::FailureOr<tlc::Program> program = mlir::failure();
   {
@@ -552,8 +568,16 @@ int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::
   return 0;
 }
 
-// --emit=program or hip of a built Program (a forward or a training step).
+// --emit=program, hip or schedule of a built Program (a forward or a training step).
 int writeProgram(const tlc::Program &program) {
+  if (emit == Emit::Schedule) {
+    std::string schedule = tlc::codegen::describeSchedule(program, irBlock);
+    if (schedule.empty())
+      return fail(fmt::format("--emit=schedule: -O{} runs no persistent kernel{}", program.optLevel,
+                              program.persistentFallback.empty() ? " (O3's forward does)"
+                                                                 : ": " + program.persistentFallback));
+    return writeOutput(outputPath, schedule) ? 0 : 1;
+  }
   if (emit == Emit::Hip) {
     if (outputPath == "-") return fail("--emit=hip writes a directory: give -o dir/");
     if (std::error_code error = llvm::sys::fs::create_directories(outputPath))

@@ -77,7 +77,7 @@ std::string ElementCode::ropeTable(double theta, int64_t headDim) {
   auto key = std::make_pair(theta, headDim);
   auto found = ropeTables_.find(key);
   if (found != ropeTables_.end()) return found->second;
-  std::string name = fmt::format("tl_rope_frequencies{}", ropeTables_.size());
+  std::string name = fmt::format("{}_rope{}", kernel_, ropeTables_.size());  // unique in a persistent kernel
   // theta^(-2i / D) per pair i, as a float and the float of what that float misses.
   std::string values;
   for (int64_t i = 0; i < headDim / 2; ++i) {

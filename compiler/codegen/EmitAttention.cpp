@@ -61,18 +61,26 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
   // Launch bounds: threads per block, and blocks meant to share an SM.
   out += fmt::format("#if defined(TL_NVIDIA)\n#define {}_BOUNDS {}, {}\n#else\n#define {}_BOUNDS 256\n#endif\n", entry,
                      matrixUnits ? tile.threads() : 256, matrixUnits ? tile.resident : 1, entry);
-  out += source.entryOpen(entry + "_BOUNDS");
   std::string rows = fmt::format("tl_attention_rows<{}_spec<16, 1, 1>>(p);", entry);
-  if (matrixUnits)
-    out += fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_mma<{}_spec<{}, {}, {}>>(p);\n#else\n  {}\n#endif\n}}\n",
-                       entry, tile.queries, tile.heads, tile.mTiles, rows);
-  else out += "  " + rows + "\n}\n";
+  out += source.entryPoint(entry + "_BOUNDS",
+                           matrixUnits ? fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_mma<{}_spec<{}, {}, {}>>(p);\n"
+                                                     "#else\n  {}\n#endif\n",
+                                                     entry, tile.queries, tile.heads, tile.mTiles, rows)
+                                       : "  " + rows + "\n");
 
   EmittedKernel emitted;
   emitted.source = std::move(out);
   KernelLaunch perRow{spec.B * spec.H * spec.SQ, 256, 0};
   emitted.launch["cuda"] = matrixUnits ? KernelLaunch{tile.blocks(spec), tile.threads(), tile.sharedBytes(spec)} : perRow;
   emitted.launch["hip"] = perRow;
+  // As tasks of a persistent kernel: the tensor-core path's blocks, or a query row a task
+  // on the FMA path where that is not too many tasks.
+  if (matrixUnits)
+    emitted.tasks = {tile.blocks(spec), tile.threads(), tile.sharedBytes(spec),
+                     [spec, tile](int64_t block) { return attentionBlockAccess(spec, tile.queries, tile.heads, block); }};
+  else if (perRow.gridBlocks <= 8192)
+    emitted.tasks = {perRow.gridBlocks, perRow.blockThreads, 0,
+                     [spec](int64_t block) { return attentionRowBlockAccess(spec, block); }};
   return emitted;
 }
 

@@ -122,11 +122,12 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
   out += "};\n";
   out += fmt::format("#if defined(TL_NVIDIA)\n#define {}_THREADS {}\n#else\n#define {}_THREADS 256\n#endif\n", entry,
                      matrixUnits ? 128 : 256, entry);
-  out += source.entryOpen(entry + "_THREADS");
   std::string fma = fmt::format("tl_attention_grad_rows<{}_spec>(p);", entry);
-  if (matrixUnits)
-    out += fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_grad_mma<{}_spec>(p);\n#else\n  {}\n#endif\n}}\n", entry, fma);
-  else out += "  " + fma + "\n}\n";
+  out += source.entryPoint(entry + "_THREADS",
+                           matrixUnits ? fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_grad_mma<{}_spec>(p);\n#else\n  "
+                                                     "{}\n#endif\n",
+                                                     entry, fma)
+                                       : "  " + fma + "\n");
   EmittedKernel emitted;
   emitted.source = std::move(out);
   int64_t keyTiles = (f.SK + rows - 1) / rows;

@@ -47,12 +47,16 @@ EmittedKernel emitElementwise(const KernelSource &source, const ElementwiseSpec 
                      "  static constexpr int VEC = {};\n  TL_DEVICE static void compute(const Params &p, tl_i64 e0) {{\n",
                      entry, entry, spec.count, vec);
   out += body + "  }\n};\n";
-  out += source.entryOpen("256");
-  out += fmt::format("  tl_elementwise<{}_spec>(p);\n}}\n", entry);
+  out += source.entryPoint("256", fmt::format("  tl_elementwise<{}_spec>(p);\n", entry));
   EmittedKernel emitted;
   emitted.source = std::move(out);
   int64_t steps = (spec.count + vec - 1) / vec;
   emitted.launch["cuda"] = emitted.launch["hip"] = {std::max<int64_t>(1, std::min<int64_t>((steps + 255) / 256, 4096)), 256, 0};
+  // As tasks of a persistent kernel, where one pass of the grid covers the output.
+  const KernelLaunch &launch = emitted.launch.at("cuda");
+  if (launch.gridBlocks * 256 >= steps)
+    emitted.tasks = {launch.gridBlocks, 256, 0,
+                     [spec, vec](int64_t block) { return elementwiseBlockAccess(spec, 256 * int64_t(vec), block); }};
   return emitted;
 }
 

@@ -429,14 +429,15 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                        entry, hopperCase, dims(hopperCluster), dims(clusterTiles));
     clusterAttribute = entry + "_CLUSTER";
   }
-  out += source.entryOpen(entry + "_BOUNDS", {}, clusterAttribute);
-  if (matrixUnits)  // AMD's MFMA path reads A along k only: A stored [K, M] runs on FMAs there
-    out += fmt::format("#if {}\n  tl_gemm_wgmma{}<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n"
-                       "{}#else\n  tl_gemm_simt<{}>(p);\n#endif\n}}\n",
-                       hopperCase, hopper && hopper->producer ? "_ws" : "", hopperSpec, nvSpec,
-                       aKM ? "" : fmt::format("#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n", fixedSpec), fixedSpec);
-  else
-    out += fmt::format("  tl_gemm_simt<{}>(p);\n}}\n", fixedSpec);
+  // AMD's MFMA path reads A along k only: A stored [K, M] runs on FMAs there.
+  std::string body =
+      matrixUnits
+          ? fmt::format("#if {}\n  tl_gemm_wgmma{}<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n"
+                        "{}#else\n  tl_gemm_simt<{}>(p);\n#endif\n",
+                        hopperCase, hopper && hopper->producer ? "_ws" : "", hopperSpec, nvSpec,
+                        aKM ? "" : fmt::format("#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n", fixedSpec), fixedSpec)
+          : fmt::format("  tl_gemm_simt<{}>(p);\n", fixedSpec);
+  out += source.entryPoint(entry + "_BOUNDS", body, {}, clusterAttribute);
 
   EmittedKernel emitted;
   emitted.source = std::move(out);
@@ -470,6 +471,15 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     }
   }
   emitted.launch["hip"] = {fixedTiles, 256, fixedShared};
+  // As tasks of a persistent kernel: the machine's path, unsplit (RMSNorm's backward, in
+  // clusters, has no such form).
+  if (!gemm.normGrad && (!hopper || hopper->splits == 1)) {
+    const KernelLaunch &launch = hopper ? emitted.launch.at("cuda:sm_90a") : emitted.launch.at("cuda");
+    GemmTileShape shape{hopper ? hopper->BM : matrixUnits ? nvidia.BM : kFixedTile,
+                        hopper ? hopper->BN : matrixUnits ? nvidia.BN : kFixedTile, flat};
+    emitted.tasks = {launch.gridBlocks, launch.blockThreads, launch.sharedBytes,
+                     [gemm, shape](int64_t block) { return gemmBlockAccess(gemm, shape, block); }};
+  }
   return emitted;
 }
 

@@ -45,29 +45,29 @@ EmittedKernel emitOptimizer(const KernelSource &source, const OptimizerSpec &spe
            "  TL_DEVICE static unsigned *counter(const Params &p) { return p.sync; }\n" +
            fmt::format("  TL_DEVICE static float *norm(const Params &p) {{ return p.{}; }}\n", source.name(spec.norm));
   out += "};\n";
-  out += source.entryOpen(std::to_string(kThreads),
-                          adamw ? std::vector<std::string>{"const tl_optimizer_state *state"} : std::vector<std::string>{});
-  out += fmt::format("  using S = {}_spec;\n  tl_wait_for_producers();\n", entry);
-  out += fmt::format("  const int t = tl_tensor_of_block<{}>({}_first_block, blockIdx.x);\n", spec.grads.size(), entry);
-  out += fmt::format("  const tl_i64 chunk = blockIdx.x - {}_first_block[t];\n", entry);
+  std::string body = fmt::format("  using S = {}_spec;\n  tl_wait_for_producers();\n", entry);
+  body += fmt::format("  const int t = tl_tensor_of_block<{}>({}_first_block, tl_block_index());\n", spec.grads.size(), entry);
+  body += fmt::format("  const tl_i64 chunk = tl_block_index() - {}_first_block[t];\n", entry);
   if (adamw) {
     if (spec.gradNorm >= 0)
-      out += fmt::format("  const float norm = p.{}[0], clip = fminf(1.0f, {} / (norm + 1e-6f));\n",
-                         source.name(spec.gradNorm), floatLiteral(spec.maxGradNorm));
-    else out += "  const float clip = 1.0f;\n";
+      body += fmt::format("  const float norm = p.{}[0], clip = fminf(1.0f, {} / (norm + 1e-6f));\n",
+                          source.name(spec.gradNorm), floatLiteral(spec.maxGradNorm));
+    else body += "  const float clip = 1.0f;\n";
   } else {
-    out += "  float sum = 0.0f;\n";
+    body += "  float sum = 0.0f;\n";
   }
-  out += "  switch (t) {\n";
+  body += "  switch (t) {\n";
   for (size_t t = 0; t < spec.grads.size(); ++t) {
     std::string grad = "p." + source.name(spec.grads[t]);
     if (adamw)
-      out += fmt::format("  case {}: tl_adamw_chunk<S>({}, {}, chunk, clip, state, {}); break;\n", t, grad, spec.counts[t], t);
-    else out += fmt::format("  case {}: sum = tl_chunk_squares<S>({}, {}, chunk); break;\n", t, grad, spec.counts[t]);
+      body += fmt::format("  case {}: tl_adamw_chunk<S>({}, {}, chunk, clip, state, {}); break;\n", t, grad, spec.counts[t], t);
+    else body += fmt::format("  case {}: sum = tl_chunk_squares<S>({}, {}, chunk); break;\n", t, grad, spec.counts[t]);
   }
-  out += "  }\n";
-  if (!adamw) out += "  __shared__ float red[1024 / TL_WARP];\n  tl_global_norm_finish<S>(p, tl_block_sum(sum, red));\n";
-  out += "  tl_allow_dependents();\n}\n";
+  body += "  }\n";
+  if (!adamw) body += "  __shared__ float red[1024 / TL_WARP];\n  tl_global_norm_finish<S>(p, tl_block_sum(sum, red));\n";
+  body += "  tl_allow_dependents();\n";
+  out += source.entryPoint(std::to_string(kThreads), body,
+                           adamw ? std::vector<std::string>{"const tl_optimizer_state *state"} : std::vector<std::string>{});
   EmittedKernel emitted;
   emitted.source = std::move(out);
   emitted.launch["cuda"] = emitted.launch["hip"] = {blocks, int(kThreads), 0};

@@ -55,7 +55,11 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
     hooks = accessor("logits", spec.x, false) + accessor("ids", spec.ids, false) + accessor("loss", spec.y, true) +
             lossWorkspace;
     call = "tl_cross_entropy_rows";
-    blocks = std::max<int64_t>(1, std::min<int64_t>(predictions, 4096));
+    // A block a prediction, at most 4096 (or, as a persistent kernel's part, a block an SM:
+    // a task a prediction would spend more on waiting and publishing than on the row).
+    blocks = std::max<int64_t>(1, std::min<int64_t>(predictions, source.machine().persistent
+                                                                     ? source.machine().multiprocessors
+                                                                     : 4096));
     workspace = std::max<int64_t>(predictions, 1) * 4;
     break;
   case RowSpec::Kind::RmsNormGrad: {
@@ -118,8 +122,7 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
                      spec.rows, spec.tokens, spec.cols, vec, spec.batch, spec.seq, spec.cols, rowsPerBlock, threads,
                      floatLiteral(spec.eps));
   out += hooks + "};\n";
-  out += source.entryOpen(std::to_string(threads));
-  out += fmt::format("  {}<{}_spec>(p);\n}}\n", call, entry);
+  out += source.entryPoint(std::to_string(threads), fmt::format("  {}<{}_spec>(p);\n", call, entry));
   EmittedKernel emitted;
   emitted.source = std::move(out);
   emitted.launch["cuda"] = emitted.launch["hip"] = {blocks, threads, 0};
@@ -127,6 +130,14 @@ EmittedKernel emitRows(const KernelSource &source, const RowSpec &spec) {
   // The last block finds itself with a counter: cross-entropy's mean, RMSNorm's d gain.
   if (spec.kind == RowSpec::Kind::CrossEntropy || spec.kind == RowSpec::Kind::RmsNormGrad || spec.loss >= 0)
     emitted.syncWords = 1;
+  // As tasks of a persistent kernel: the forward's row kernels (a warp a row, or for
+  // cross-entropy a block a prediction).
+  if (spec.kind == RowSpec::Kind::RmsNorm || spec.kind == RowSpec::Kind::Softmax ||
+      spec.kind == RowSpec::Kind::Embedding || spec.kind == RowSpec::Kind::CrossEntropy) {
+    int64_t rows = spec.kind == RowSpec::Kind::CrossEntropy ? 1 : threads / 32;
+    emitted.tasks = {blocks, threads, 0,
+                     [spec, rows, blocks](int64_t block) { return rowBlockAccess(spec, rows, blocks, block); }};
+  }
   return emitted;
 }
 

@@ -34,8 +34,8 @@ std::string KernelSource::paramsStruct() const {
   return out;
 }
 
-std::string KernelSource::entryOpen(const std::string &threads, const std::vector<std::string> &extra,
-                                    const std::string &attributes) const {
+std::string KernelSource::entryPoint(const std::string &threads, const std::string &body,
+                                     const std::vector<std::string> &extra, const std::string &attributes) const {
   // overrides.dependentsAtStart (an experiment): chained kernels let the next one launch at once.
   bool early = spec_.chained && machine_.overrides.dependentsAtStart;
   std::vector<std::string> params, fields;
@@ -49,9 +49,18 @@ std::string KernelSource::entryOpen(const std::string &threads, const std::vecto
   fields.push_back("ws");
   fields.push_back("sync");
   params.insert(params.end(), extra.begin(), extra.end());
-  return fmt::format("extern \"C\" __global__ void {}__launch_bounds__({})\n{}({}) {{\n  const {}_params p{{{}}};\n{}",
-                     attributes.empty() ? "" : attributes + " ", threads, entry(), fmt::join(params, ", "), entry(),
-                     fmt::join(fields, ", "), early ? "  tl_allow_dependents_at_start();\n" : "");
+  std::vector<std::string> bodyParams{fmt::format("const {}_params &p", entry())}, bodyArgs{"p"};
+  for (const std::string &parameter : extra) {
+    bodyParams.push_back(parameter);
+    bodyArgs.push_back(parameter.substr(parameter.find_last_of(" *&") + 1));
+  }
+  return fmt::format("TL_DEVICE void {0}_body({1}) {{\n{2}}}\n"
+                     "#if !defined(TL_PERSISTENT)\n"
+                     "extern \"C\" __global__ void {3}__launch_bounds__({4})\n{0}({5}) {{\n  const {0}_params p{{{6}}};\n"
+                     "{7}  {0}_body({8});\n}}\n#endif\n",
+                     entry(), fmt::join(bodyParams, ", "), body, attributes.empty() ? "" : attributes + " ", threads,
+                     fmt::join(params, ", "), fmt::join(fields, ", "), early ? "  tl_allow_dependents_at_start();\n" : "",
+                     fmt::join(bodyArgs, ", "));
 }
 
 std::string KernelSource::header(const std::string &what, const std::vector<std::string> &details) const {
@@ -121,10 +130,12 @@ uint32_t fnv1a(const std::string &text) {
 
 } // namespace
 
-void emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &specs, const codegen::Machine &machine) {
+std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &specs,
+                                              const codegen::Machine &machine) {
   if (specs.size() != program.kernels.size())
     throw Error(fmt::format("code generation: {} kernel specs for {} kernels", specs.size(), program.kernels.size()));
   std::map<std::string, std::string> sourceOf;  // entry -> source
+  std::vector<codegen::TaskPlan> plans;
   program.workspaceBytes = 0;
   for (size_t k = 0; k < specs.size(); ++k) {
     Kernel &kernel = program.kernels[k];
@@ -144,7 +155,9 @@ void emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &sp
     kernel.workspaceBytes = emitted.workspaceBytes;
     kernel.syncWords = emitted.syncWords;
     program.workspaceBytes = std::max(program.workspaceBytes, kernel.workspaceBytes);
+    plans.push_back(std::move(emitted.tasks));
   }
+  return plans;
 }
 
 int writeHipSources(const Program &program, const std::string &directory) {

@@ -7,6 +7,7 @@
 
 #include "compiler/codegen/KernelSpec.h"
 #include "compiler/codegen/Schedule.h"
+#include "compiler/codegen/Tasks.h"
 #include "runtime/Program.h"
 
 #include <map>
@@ -20,6 +21,7 @@ struct EmittedKernel {
   std::map<std::string, KernelLaunch> launch;  // "cuda", "hip"
   int64_t workspaceBytes = 0;
   int64_t syncWords = 0;  // zeroed counters it uses (and leaves zeroed)
+  TaskPlan tasks;         // its blocks on the machine's path, as tasks of a persistent kernel
 };
 
 // Throws tlc::Error naming the kernel when its spec has no generator. NVIDIA launch shapes
@@ -32,8 +34,10 @@ namespace tlc {
 
 // Fills Kernel::entry/source/launch/workspaceBytes of every kernel from its spec (one per
 // kernel, in order) and Program::workspaceBytes. Kernels of one name share one source;
-// when two would differ, the later gets a suffixed entry.
-void emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &specs, const codegen::Machine &machine);
+// when two would differ, the later gets a suffixed entry. Returns each kernel's blocks on
+// the machine's path as tasks (codegen/Persistent.h).
+std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &specs,
+                                              const codegen::Machine &machine);
 
 // Writes each distinct source to `directory`/<entry>.hip; returns how many files.
 int writeHipSources(const Program &program, const std::string &directory);

@@ -27,11 +27,14 @@ public:
 
   // struct <entry>_params { const tl_bf16 *__restrict__ in0; ...; float *ws; unsigned *sync; };
   std::string paramsStruct() const;
-  // extern "C" __global__ void __launch_bounds__(threads) <entry>(...) {\n  const <entry>_params p{...};\n
-  // `extra`: parameters after `sync` that are not Program values (the optimizer's state);
-  // `attributes`: more of the kernel's attributes (a macro for its cluster shape).
-  std::string entryOpen(const std::string &threads, const std::vector<std::string> &extra = {},
-                        const std::string &attributes = "") const;
+  // The kernel's body as a device function, TL_DEVICE void <entry>_body(const <entry>_params
+  // &p, extra...) { body }, and (unless TL_PERSISTENT, where a persistent kernel calls the
+  // body per task) the entry point extern "C" __global__ void __launch_bounds__(threads)
+  // <entry>(...) that calls it. `extra`: parameters after `sync` that are not Program values
+  // (the optimizer's state); `attributes`: more of the kernel's attributes (a macro for its
+  // cluster shape).
+  std::string entryPoint(const std::string &threads, const std::string &body, const std::vector<std::string> &extra = {},
+                         const std::string &attributes = "") const;
   // The comment every kernel starts with: what it computes and its arguments.
   std::string header(const std::string &what, const std::vector<std::string> &details) const;
   // The vendor block and the named templates.

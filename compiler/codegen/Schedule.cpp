@@ -170,7 +170,21 @@ bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, const Machine &
          (gemm.batch == 1 && tile.splitTiles <= tiles - rowTiles && tiles >= 2 * int64_t(multiprocessors));
 }
 
+namespace {
+std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Machine &machine, bool aKM);
+} // namespace
+
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, const Machine &machine, bool aKM) {
+  std::optional<WgmmaTile> tile = chooseWgmmaTileAnySplit(gemm, machine, aKM);
+  if (tile && machine.persistent) {
+    tile->splits = 1;
+    tile->splitTiles = 0;
+  }
+  return tile;
+}
+
+namespace {
+std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Machine &machine, bool aKM) {
   // overrides.noWgmma: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
   if (!machine.wgmma) return std::nullopt;
   const int multiprocessors = machine.multiprocessors;
@@ -272,6 +286,7 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, const Machine &ma
     if (tileHoldsEpilogue(gemm, candidate.BN) && transposable(candidate)) return candidate;
   return best;
 }
+} // namespace
 
 int64_t AttentionTile::blocks(const AttentionSpec &spec) const {
   return spec.B * spec.HKV * (spec.H / spec.HKV / heads) * ceilDiv(spec.SQ, queries);

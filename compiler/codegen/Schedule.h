@@ -24,6 +24,9 @@ struct Machine {
   int maxThreadsPerSM = 2048, registersPerSM = 65536;
   bool wgmma = true;     // the sm_90a path (gemm_wgmma.cuh) is generated
   bool clusters = true;  // thread-block clusters (RMSNorm's backward in a GEMM)
+  // The kernels run as tasks of a persistent kernel (O3): no K split across blocks (the
+  // next kernel's tasks fill the SMs a short last wave leaves idle).
+  bool persistent = false;
   ScheduleOverrides overrides;
 };
 

@@ -102,11 +102,24 @@ public:
 };
 
 // threads = 0: one per hardware thread.
-TLC_API std::unique_ptr<Backend> createCpuBackend(int threads = 0);
+// How the CPU backend runs a persistent kernel (O3's forward): its parts one after another
+// (the answer, at the CPU's speed), or, to check the schedule, its tasks one at a time as its
+// workers would run them, each once the tasks it waits for are done, the workers taking turns
+// or at random (`seed`). A task runs its whole part but keeps only the bytes it writes, so a
+// task run before one it reads from leaves wrong values; a deadlock is an error naming the
+// cycle of waits.
+enum class PersistentOnCpu { Parts, Workers, Random };
+struct PersistentSchedule {
+  PersistentOnCpu order = PersistentOnCpu::Parts;
+  uint64_t seed = 0;
+};
+
+TLC_API std::unique_ptr<Backend> createCpuBackend(int threads = 0, const PersistentSchedule &schedule = {});
 
 struct BackendOptions {
   std::string target = "auto";  // auto, cuda, hip or cpu
   int cpuThreads = 0;
+  PersistentSchedule cpuSchedule;  // CPU: how a persistent kernel runs
   bool useCache = true;         // GPU: the on-disk JIT cache
   bool graph = true;            // GPU: replay the forward as one captured graph
   bool profile = false;         // GPU: time every launch

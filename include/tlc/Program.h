@@ -82,6 +82,17 @@ struct KernelLaunch {
   int64_t sharedBytes = 0;    // dynamic shared memory per block
 };
 
+// One block of a persistent kernel's part, run as a task (O3: the forward as one kernel).
+struct Task {
+  int part = 0;               // which of Kernel::parts
+  int64_t block = 0;          // its block of the part's grid on Kernel::taskPath
+  std::vector<int> waits;     // earlier tasks (indices into Kernel::tasks) it waits for
+  // Arena bytes [begin, end) it may write: what the CPU backend commits of the part it
+  // computes when it runs the task (a task that ran too early leaves wrong values).
+  std::vector<std::pair<int64_t, int64_t>> writes;
+  double cost = 0;            // the schedule's estimate of its time, in µs
+};
+
 struct Kernel {
   std::string name;           // says what it computes: tl_linear_bf16_1024x512x512
   std::vector<int> inputs;    // values read from memory (no Locals)
@@ -103,6 +114,18 @@ struct Kernel {
   bool chained = false;
   int64_t workspaceBytes = 0; // scratch it needs in the per-launch workspace
   int64_t syncWords = 0;      // zeroed 32-bit counters it uses (from the start) and leaves zeroed
+
+  // A persistent kernel (O3): one launch of `workers` blocks that runs its parts' blocks as
+  // tasks. The parts are the kernels it replaces, in order, each runnable as a launch of its
+  // own (where the device is not the one the tasks were made for); `tasks` are their blocks
+  // on `taskPath` (a launch key, "cuda:sm_90a") in a topological order; each worker runs its
+  // tasks in order. A part's workspace and counters start at its offsets in the kernel's
+  // (parts run at once). Its own counters follow the parts': a word per task, then two.
+  std::vector<Kernel> parts;
+  std::vector<Task> tasks;
+  std::vector<std::vector<int>> workers;
+  std::string taskPath;
+  std::vector<int64_t> partWorkspaceOffsets, partSyncOffsets;
 };
 
 // Kernel::launch's shape for a backend on an arch, or null when it has none.
@@ -142,11 +165,18 @@ struct Program {
   std::string targetArch;
   int targetMultiprocessors = 0;
   std::string scheduleOverrides;
+  // O3: why the forward runs as separate launches rather than one persistent kernel ("" if
+  // it does, or the level never makes one).
+  std::string persistentFallback;
 
   const Value &value(int id) const { return values.at(id); }
   // The value owning `id`'s bytes (follows views).
   TLC_API const Value &storageOf(int id) const;
 };
+
+// The kernels a Program computes with, in order: its kernels, each persistent kernel's
+// parts in its place.
+TLC_API std::vector<const Kernel *> computeKernels(const Program &program);
 
 // Checks internal consistency (ids in range, shapes present, kernels reference
 // only existing values, views of the right size). Throws tlc::Error naming the problem.

@@ -42,7 +42,7 @@ template <class S> struct tl_attention_grad_shape {
 // Rows r0 .. r0+R-1 of a [rows, COLS] operand into a padded tile; zeros past `rows`.
 template <int R, int COLS, int LDT, class Row>
 TL_DEVICE void tl_stage_rows(float *tile, int r0, int rows, Row row) {
-  for (int i = threadIdx.x; i < R * COLS; i += blockDim.x) {
+  for (int i = threadIdx.x; i < R * COLS; i += tl_block_threads()) {
     const int r = i / COLS, c = i % COLS;
     tile[r * LDT + c] = r0 + r < rows ? tl_ld(row(r0 + r), c) : 0.0f;
   }
@@ -70,13 +70,13 @@ template <int R, int COLS, int PER, class Store4, class Dst>
 TL_DEVICE void tl_attention_grad_store(const float (&acc)[PER], int r0, int rows, float *scratch, Store4 store4,
                                        Dst dst) {
   if constexpr (COLS % 4 == 0) {
-    __syncthreads();  // every thread is done reading what scratch held
+    tl_sync();  // every thread is done reading what scratch held
 #pragma unroll
     for (int u = 0; u < PER; ++u) {
       const int e = threadIdx.x + u * 256;
       if (e < R * COLS) scratch[e] = acc[u];
     }
-    __syncthreads();
+    tl_sync();
     for (int e = threadIdx.x; e < R * COLS / 4; e += 256) {
       const int r = e / (COLS / 4), c = e % (COLS / 4) * 2;
       const float *row = scratch + r * COLS;
@@ -140,7 +140,7 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
       for (int d = part; d < S::DV; d += PER_ROW) dot = fmaf(dos[r * LDV + d], tl_ld(o, d), dot);
     }
     dotPart[threadIdx.x] = dot;
-    __syncthreads();
+    tl_sync();
     if (threadIdx.x < R) {
       float sum = 0.0f;
       for (int q = 0; q < PER_ROW; ++q) sum += dotPart[threadIdx.x * PER_ROW + q];
@@ -159,12 +159,12 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
     tl_stage_rows<R, S::DV, LDV>(dos, i0, S::SQ, [&](int i) { return S::do_src(p, b, h, i); });
   };
 
-  if ((long long)blockIdx.x < T::QUERY_BLOCKS) {
+  if ((long long)tl_block_index() < T::QUERY_BLOCKS) {
     // dQ of R queries of head h.
-    const int qt = blockIdx.x % T::QUERY_TILES, h = (blockIdx.x / T::QUERY_TILES) % S::H;
-    const int b = blockIdx.x / (T::QUERY_TILES * S::H), hkv = h / G, i0 = qt * R;
+    const int qt = tl_block_index() % T::QUERY_TILES, h = (tl_block_index() / T::QUERY_TILES) % S::H;
+    const int b = tl_block_index() / (T::QUERY_TILES * S::H), hkv = h / G, i0 = qt * R;
     stageQueries(b, h, i0);
-    __syncthreads();
+    tl_sync();
     stageQueryScalars(b, h, i0);
     float acc[PER_D];
     
@@ -173,9 +173,9 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
     const int lastQuery = i0 + R - 1 < S::SQ - 1 ? i0 + R - 1 : S::SQ - 1;
     const int lastKey = S::CAUSAL ? (lastQuery + OFFSET < S::SK - 1 ? lastQuery + OFFSET : S::SK - 1) : S::SK - 1;
     for (int j0 = 0; j0 <= lastKey; j0 += R) {
-      __syncthreads();
+      tl_sync();
       stageKeys(b, hkv, j0);
-      __syncthreads();
+      tl_sync();
       for (int e = threadIdx.x; e < R * R; e += THREADS) {
         const int i = e / R, j = e % R;
         float score = 0.0f, dp = 0.0f;
@@ -184,7 +184,7 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
         const float pij = visible(i0 + i, j0 + j) ? expf(score * S::SCALE - lse[i]) : 0.0f;
         dss[i * LDR + j] = pij * (dp - rowDot[i]) * S::SCALE;
       }
-      __syncthreads();
+      tl_sync();
       
 #pragma unroll
     for (int u = 0; u < PER_D; ++u) {
@@ -201,7 +201,7 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
   } else {
     // dK and dV of R keys from query head h's queries; with GQA, each head's share goes to
     // the workspace and the last head of the group to finish adds them in head order.
-    const int block = blockIdx.x - T::QUERY_BLOCKS;
+    const int block = tl_block_index() - T::QUERY_BLOCKS;
     const int kt = block % T::KEY_TILES, h = (block / T::KEY_TILES) % S::H;
     const int b = block / (T::KEY_TILES * S::H), hkv = h / G, j0 = kt * R;
     stageKeys(b, hkv, j0);
@@ -212,11 +212,11 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
     for (int u = 0; u < PER_DV; ++u) dv[u] = 0.0f;
     const int firstQuery = S::CAUSAL ? (j0 - OFFSET > 0 ? j0 - OFFSET : 0) : 0;
     for (int i0 = firstQuery / R * R; i0 < S::SQ; i0 += R) {
-      __syncthreads();
+      tl_sync();
       stageQueries(b, h, i0);
-      __syncthreads();
+      tl_sync();
       stageQueryScalars(b, h, i0);
-      __syncthreads();
+      tl_sync();
       for (int e = threadIdx.x; e < R * R; e += THREADS) {
         const int j = e / R, i = e % R;
         float score = 0.0f, dp = 0.0f;
@@ -226,7 +226,7 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
         ps[j * LDR + i] = pij;
         dss[j * LDR + i] = pij * (dp - rowDot[i]) * S::SCALE;
       }
-      __syncthreads();
+      tl_sync();
 #pragma unroll
       for (int u = 0; u < PER_DV; ++u) {
         const int e = threadIdx.x + u * THREADS, j = e / S::DV, d = e % S::DV;

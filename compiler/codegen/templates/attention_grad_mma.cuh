@@ -109,12 +109,12 @@ TL_DEVICE void tl_attention_grad_mma_queries(const typename S::Params &p, int b,
   if (tiles > 0) tl_attention_grad_stage_keys<S>(p, smem, b, hkv, 0);
   tl_cp_async_commit();
   tl_cp_async_wait<0>();
-  __syncthreads();
+  tl_sync();
   unsigned qf[D / 16][4], dof[DV / 16][4];
   tl_attention_fragments<D>(own, (threadIdx.x / 32) * 16, qf);
   tl_attention_fragments<DV>(own + T::X_BYTES, (threadIdx.x / 32) * 16, dof);
   tl_attention_grad_row_scalars<S, TILE, THREADS>(p, own + T::X_BYTES, b, h, qt * TILE, rowLse, rowDot);
-  __syncthreads();
+  tl_sync();
   const float lse[2] = {rowLse[warp * 16 + g], rowLse[warp * 16 + g + 8]};
   const float dot[2] = {rowDot[warp * 16 + g], rowDot[warp * 16 + g + 8]};
 
@@ -124,7 +124,7 @@ TL_DEVICE void tl_attention_grad_mma_queries(const typename S::Params &p, int b,
     if (t > 0) {
       tl_cp_async_wait<0>();
     }
-    __syncthreads();  // tile t has landed; every warp is done with the buffer tile t+1 takes
+    tl_sync();  // tile t has landed; every warp is done with the buffer tile t+1 takes
     if (t + 1 < tiles) tl_attention_grad_stage_keys<S>(p, smem + ((t + 1) % 2) * T::BUFFER_BYTES, b, hkv, (t + 1) * TILE);
     tl_cp_async_commit();
     if (S::CAUSAL && t * TILE > q0 + 15 + OFFSET) continue;  // no key of the tile is visible to the warp
@@ -183,7 +183,7 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
   if (tiles > 0) tl_attention_grad_stage_queries<S>(p, smem, b, h, first * TILE);
   tl_cp_async_commit();
   tl_cp_async_wait<0>();
-  __syncthreads();
+  tl_sync();
   unsigned kf[D / 16][4], vf[DV / 16][4];
   tl_attention_fragments<D>(own, (threadIdx.x / 32) * 16, kf);
   tl_attention_fragments<DV>(own + T::X_BYTES, (threadIdx.x / 32) * 16, vf);
@@ -194,12 +194,12 @@ TL_DEVICE void tl_attention_grad_mma_keys(const typename S::Params &p, int b, in
   for (int n = 0; n < tiles; ++n) {
     const int t = first + n;  // query tile, in buffer n % 2
     if (n > 0) tl_cp_async_wait<0>();
-    __syncthreads();  // tile t has landed; every warp is done with the buffer and the scalars tile t+1 takes
+    tl_sync();  // tile t has landed; every warp is done with the buffer and the scalars tile t+1 takes
     if (n + 1 < tiles) tl_attention_grad_stage_queries<S>(p, smem + ((n + 1) % 2) * T::BUFFER_BYTES, b, h, (t + 1) * TILE);
     tl_cp_async_commit();
     const unsigned char *buffer = smem + (n % 2) * T::BUFFER_BYTES;
     tl_attention_grad_row_scalars<S, TILE, THREADS>(p, buffer + T::X_BYTES, b, h, t * TILE, colLse, colDot);
-    __syncthreads();
+    tl_sync();
     if (S::CAUSAL && k0 > (t + 1) * TILE - 1 + OFFSET) continue;  // no query of the tile sees the warp's keys
     const unsigned qTile = tl_smem_addr(buffer), doTile = qTile + T::X_BYTES;
     float st[TILE / 8][4], dpt[TILE / 8][4];
@@ -290,11 +290,11 @@ template <class S> TL_DEVICE void tl_attention_grad_mma(const typename S::Params
   __shared__ __align__(128) unsigned char smem[2 * T::BUFFER_BYTES];
   __shared__ float lse[T::TILE], dot[T::TILE];
   constexpr int HEADS = S::B * S::H;
-  if ((long long)blockIdx.x < T::KEY_BLOCKS) {
-    const int kt = blockIdx.x / HEADS, head = blockIdx.x % HEADS;
+  if ((long long)tl_block_index() < T::KEY_BLOCKS) {
+    const int kt = tl_block_index() / HEADS, head = tl_block_index() % HEADS;
     tl_attention_grad_mma_keys<S>(p, head / S::H, head % S::H, kt, smem, lse, dot);
   } else {
-    const int block = blockIdx.x - T::KEY_BLOCKS, qt = T::QUERY_TILES - 1 - block / HEADS, head = block % HEADS;
+    const int block = tl_block_index() - T::KEY_BLOCKS, qt = T::QUERY_TILES - 1 - block / HEADS, head = block % HEADS;
     tl_attention_grad_mma_queries<S>(p, head / S::H, head % S::H, qt, smem, lse, dot);
   }
 }

@@ -36,8 +36,8 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
   constexpr int TILES_Q = (S::SQ + QT - 1) / QT, GROUPS = G / HB;
   // The longest rows first, for all heads, then the next query tile: the last wave holds
   // the shortest blocks, not a long one started late.
-  const int qt = TILES_Q - 1 - blockIdx.x / (S::B * S::HKV * GROUPS);
-  int rest = blockIdx.x % (S::B * S::HKV * GROUPS);
+  const int qt = TILES_Q - 1 - tl_block_index() / (S::B * S::HKV * GROUPS);
+  int rest = tl_block_index() % (S::B * S::HKV * GROUPS);
   const int hg = rest % GROUPS;
   rest /= GROUPS;
   const int hkv = rest % S::HKV, b = rest / S::HKV;
@@ -65,7 +65,7 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
   if (tiles > 0) loadKV(0, 0);
   tl_cp_async_commit();
   tl_cp_async_wait<0>();
-  __syncthreads();
+  tl_sync();
 
   // Shared-memory rows are head-major (head hw's QT queries together), so warp w's
   // queries are rows w * WQ ...
@@ -84,7 +84,7 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
   for (int t = 0; t < tiles; ++t) {
     if (t > 0) {
       tl_cp_async_wait<0>();
-      __syncthreads();
+      tl_sync();
     }
     if (t + 1 < tiles) loadKV((t + 1) % 2, t + 1);
     tl_cp_async_commit();

@@ -19,12 +19,12 @@ template <class S> TL_DEVICE void tl_attention_rows(const typename S::Params &p)
   __shared__ float ps[THREADS];
   __shared__ float red[THREADS / TL_WARP];
   tl_wait_for_producers();
-  for (tl_i64 row = blockIdx.x; row < (tl_i64)S::B * S::H * S::SQ; row += gridDim.x) {
+  for (tl_i64 row = tl_block_index(); row < (tl_i64)S::B * S::H * S::SQ; row += tl_grid_blocks()) {
     const int i = row % S::SQ, h = (row / S::SQ) % S::H, b = row / ((tl_i64)S::SQ * S::H);
     const int hkv = h / (S::H / S::HKV);
-    __syncthreads();
+    tl_sync();
     for (int d = threadIdx.x; d < S::D; d += THREADS) qs[d] = tl_ld(S::q_src(p, b, h, i), d);
-    __syncthreads();
+    tl_sync();
     const int visible = S::CAUSAL ? (i + OFFSET + 1 < S::SK ? i + OFFSET + 1 : S::SK) : S::SK;
     float best = -tl_inf(), total = 0.0f, acc = 0.0f;
     for (int j0 = 0; j0 < visible; j0 += THREADS) {
@@ -48,7 +48,7 @@ template <class S> TL_DEVICE void tl_attention_rows(const typename S::Params &p)
         acc = acc * correction + sum;
       }
       best = newBest;
-      __syncthreads();
+      tl_sync();
     }
     if (threadIdx.x < S::DV) tl_st(S::out_dst(p, b, h, i), threadIdx.x, visible ? acc / total : tl_nan());
     if (S::LSE && threadIdx.x == 0) *S::lse_dst(p, b, h, i) = visible ? best + logf(total) : tl_nan();

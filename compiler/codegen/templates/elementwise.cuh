@@ -13,7 +13,7 @@
 template <class S> TL_DEVICE void tl_elementwise(const typename S::Params &p) {
   tl_wait_for_producers();
   const tl_i64 steps = (S::COUNT + S::VEC - 1) / S::VEC;
-  for (tl_i64 i = (tl_i64)blockIdx.x * blockDim.x + threadIdx.x; i < steps; i += (tl_i64)gridDim.x * blockDim.x)
+  for (tl_i64 i = (tl_i64)tl_block_index() * tl_block_threads() + threadIdx.x; i < steps; i += (tl_i64)tl_grid_blocks() * tl_block_threads())
     S::compute(p, i * S::VEC);
   tl_allow_dependents();
 }

@@ -3,7 +3,7 @@
 //
 // A generated Spec S describes one fused linear:
 //   BM, BN, WARPS_M, WARPS_N, STAGES     tile shape and pipeline depth
-//   M, N, K, TILES_M, TILES_N            problem and grid (blockIdx.x = tile)
+//   M, N, K, TILES_M, TILES_N            problem and grid (tl_block_index() = tile)
 //   K_SPLITS, SPLIT_TILES                split-K (gemm_wgmma.cuh): the last SPLIT_TILES
 //                                        tiles take K_SPLITS blocks each
 //   ROW_NORM, NORM_GAIN, NORM_EPS        RMSNorm prologue over A's rows; its gain applied to

@@ -65,14 +65,14 @@ template <class S> TL_DEVICE void tl_gemm_mfma(const typename S::Params &p) {
         for (int j = 0; j < 8; ++j) tl_st(Bs, (c * 8 + j) * LDK + kk, v[j]);
       }
     }
-    __syncthreads();
+    tl_sync();
     for (int kk = 0; kk < BK; kk += 8) {
       // Lane l: A row l % 32 and B column l % 32, k = (l / 32) * 4 + 0..3.
       const tl_bf16x4 a = *reinterpret_cast<const tl_bf16x4 *>(As + (wm * 32 + lane % 32) * LDK + kk + (lane / 32) * 4);
       const tl_bf16x4 b = *reinterpret_cast<const tl_bf16x4 *>(Bs + (wn * 32 + lane % 32) * LDK + kk + (lane / 32) * 4);
       acc = __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(a, b, acc, 0, 0, 0);
     }
-    __syncthreads();
+    tl_sync();
   }
   tl_allow_dependents();
 
@@ -83,14 +83,14 @@ template <class S> TL_DEVICE void tl_gemm_mfma(const typename S::Params &p) {
     sum += TL_SHFL_XOR(sum, 1);
     sum += TL_SHFL_XOR(sum, 2);
     if (threadIdx.x % 4 == 0) rowScale[threadIdx.x / 4] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
-    __syncthreads();
+    tl_sync();
   }
   // Lane l holds column l % 32 of rows (v / 4) * 8 + (l / 32) * 4 + v % 4.
   for (int v = 0; v < 16; ++v) {
     const int r = wm * 32 + (v / 4) * 8 + (lane / 32) * 4 + v % 4, c = wn * 32 + lane % 32;
     tileRows[r * LD + c] = acc[v] * (S::ROW_NORM ? rowScale[r] : 1.0f);
   }
-  __syncthreads();
+  tl_sync();
   tl_gemm_finish_tile<S, THREADS, LD>(p, cols, at, m0, tileRows);
 }
 

@@ -282,7 +282,7 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
     tl_cp_async_commit();
   }
   tl_cp_async_wait<S::STAGES - 2>();
-  __syncthreads();
+  tl_sync();
 
   float acc[MT][NT][4];
 #pragma unroll
@@ -334,12 +334,12 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
         for (int j = 0; j < NT; ++j) tl_mma_bf16(acc[i][j], a[step % 2][i], b[step % 2][j][0], b[step % 2][j][1]);
       if (step == STEPS - 2) {
         tl_cp_async_wait<S::STAGES - 2>();
-        __syncthreads();
+        tl_sync();
       }
     }
   }
   tl_cp_async_wait<0>();
-  __syncthreads();
+  tl_sync();
   tl_allow_dependents();
 
   // The accumulator tile goes to shared memory (rows scaled by the inverse RMS; the
@@ -357,7 +357,7 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
       if (THREADS < BM || threadIdx.x % NORM_THREADS_PER_ROW == 0)
         rowScale[r] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
     }
-    __syncthreads();
+    tl_sync();
   }
   const int g = lane / 4, tig = lane % 4;
 #pragma unroll
@@ -378,7 +378,7 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
         }
       }
     }
-    __syncthreads();
+    tl_sync();
   }
   tl_gemm_finish_tile<S, THREADS, LD>(p, cols, at, m0, tileRows);
 }

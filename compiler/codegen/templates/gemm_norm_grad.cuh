@@ -48,14 +48,14 @@ TL_DEVICE float tl_cluster_load(const float *local, unsigned rank) {
 // Whether a row's column tiles run as one cluster here.
 template <class S> TL_DEVICE constexpr bool tl_clustered() { return TL_HAS_CLUSTERS && S::CLUSTER_N > 1; }
 
-// The tile block blockIdx.x computes: row tiles first, then column tiles, then the batch;
+// The tile block tl_block_index() computes: row tiles first, then column tiles, then the batch;
 // clustered, a row's column tiles are consecutive blocks (one cluster).
 struct tl_tile_coords {
   int tm, tn, bt;
 };
 template <class S> TL_DEVICE tl_tile_coords tl_tile_of_block() {
   static_assert(!tl_clustered<S>() || S::CLUSTER_N == S::TILES_N, "a cluster is one row's column tiles");
-  const int tile = blockIdx.x, tiles = S::TILES_M * S::TILES_N;
+  const int tile = tl_block_index(), tiles = S::TILES_M * S::TILES_N;
   if constexpr (tl_clustered<S>()) return {tile / S::TILES_N % S::TILES_M, tile % S::TILES_N, tile / tiles};
   return {tile % S::TILES_M, tile / S::TILES_M % S::TILES_N, tile / tiles};
 }
@@ -228,13 +228,13 @@ TL_DEVICE void tl_norm_grad_columns(const typename S::Params &p, const In &in, i
   float *mine = gainSums + (threadIdx.x / C::PER_ROW) * S::BN + lc;  // [ROW_STEP][BN]
 #pragma unroll
   for (int j = 0; j < 8; ++j) mine[j] = gainSum[j];
-  __syncthreads();
+  tl_sync();
   for (int c = threadIdx.x; c < width; c += THREADS) {
     float sum = 0.0f;
     for (int k = 0; k < C::ROW_STEP; ++k) sum += gainSums[k * S::BN + c];
     tl_norm_grad_workspace<S>::gain_part(p)[(tl_i64)tm * S::N + col0 + c] = sum;
   }
-  __syncthreads();
+  tl_sync();
 }
 
 // The last row tile to arrive for column tile tn adds the tiles' d gain sums in order.
@@ -243,7 +243,7 @@ template <class S> TL_DEVICE void tl_norm_grad_gain_total(const typename S::Para
   if (!tl_last_block_arrives(W::gain_count(p, tn), S::TILES_M)) return;
   const tl_tile_cols cols = S::tile_cols(tn);
   const volatile float *part = W::gain_part(p);
-  for (int c = threadIdx.x; c < cols.width; c += blockDim.x) {
+  for (int c = threadIdx.x; c < cols.width; c += tl_block_threads()) {
     float sum = 0.0f;
     for (int t = 0; t < S::TILES_M; ++t) sum += part[(tl_i64)t * S::N + cols.col0 + c];
     tl_st(S::norm_dgain(p), cols.col0 + c, sum);
@@ -281,7 +281,7 @@ TL_DEVICE void tl_gemm_norm_grad(const typename S::Params &p, const tl_tile_cols
       setFactors(r, squares, projection);
     }
     tl_cluster_arrive();  // done reading the others' sums: none may exit before all are
-    __syncthreads();
+    tl_sync();
     tl_norm_grad_columns<S, THREADS>(p, in, tm, m0, cols.col0, cols.width, fromTile, factors, gainSums);
     tl_norm_grad_gain_total<S>(p, tn);
     tl_cluster_wait();
@@ -291,7 +291,7 @@ TL_DEVICE void tl_gemm_norm_grad(const typename S::Params &p, const tl_tile_cols
   const tl_norm_grad_loads<S> loads{p};  // the row's last tile finishes other tiles' columns too
   tl_norm_grad_row_sums<S, THREADS>(loads, m0, cols.col0, cols.width, fromTile, partial, partial + BM);
   // No cluster: the sums and d y go to the workspace; the row's last tile finishes it.
-  __syncthreads();
+  tl_sync();
   for (int r = threadIdx.x; r < BM; r += THREADS) {
     W::row_part(p, tn, 0)[m0 + r] = partial[r];
     W::row_part(p, tn, 1)[m0 + r] = partial[BM + r];
@@ -311,7 +311,7 @@ TL_DEVICE void tl_gemm_norm_grad(const typename S::Params &p, const tl_tile_cols
     }
     setFactors(r, squares, projection);
   }
-  __syncthreads();
+  tl_sync();
   const volatile float *dyRows = dy;
   for (int t = 0; t < S::TILES_N; ++t) {
     const tl_tile_cols other = S::tile_cols(t);

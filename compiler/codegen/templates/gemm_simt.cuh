@@ -44,7 +44,7 @@ template <class S> TL_DEVICE void tl_gemm_simt(const typename S::Params &p) {
       As[kk * (BM + 4) + r] = a;
       Bs[kk * (BN + 4) + r] = k < S::K ? S::b_elem(p, bt, cols, r, k) : 0.0f;
     }
-    __syncthreads();
+    tl_sync();
     for (int kk = 0; kk < BK; ++kk) {
       float a[4], b[4];
       for (int i = 0; i < 4; ++i) {
@@ -54,7 +54,7 @@ template <class S> TL_DEVICE void tl_gemm_simt(const typename S::Params &p) {
       for (int i = 0; i < 4; ++i)
         for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
-    __syncthreads();
+    tl_sync();
   }
   tl_allow_dependents();
 
@@ -67,13 +67,13 @@ template <class S> TL_DEVICE void tl_gemm_simt(const typename S::Params &p) {
       for (int m = 1; m < 16; m <<= 1) sum += TL_SHFL_XOR(sum, m);
       if (threadIdx.x % 16 == 0) rowScale[threadIdx.x / BK + i * (THREADS / BK)] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
     }
-    __syncthreads();
+    tl_sync();
   }
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 4; ++j) {
       const int r = ty * 4 + i;
       tileRows[r * LD + tx * 4 + j] = acc[i][j] * (S::ROW_NORM ? rowScale[r] : 1.0f);
     }
-  __syncthreads();
+  tl_sync();
   tl_gemm_finish_tile<S, THREADS, LD>(p, cols, at, m0, tileRows);
 }

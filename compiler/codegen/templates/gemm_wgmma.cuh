@@ -286,7 +286,7 @@ template <class S, int KT> TL_DEVICE tl_tile_work tl_block_work() {
   constexpr int TILES = S::BATCH * S::TILES_M * S::TILES_N, WHOLE = TILES - S::SPLIT_TILES;
   static_assert(S::SPLIT_TILES >= 0 && S::SPLIT_TILES <= TILES && (S::K_SPLITS > 1 || S::SPLIT_TILES == 0),
                 "split tiles: some of the grid's, and only when K is split");
-  const int b = blockIdx.x;
+  const int b = tl_block_index();
   if (b < WHOLE) return {b, 0, 1, 0, KT};
   const int u = b - WHOLE, split = u / S::SPLIT_TILES, kBegin = split * KT / S::K_SPLITS;
   return {WHOLE + u % S::SPLIT_TILES, split, S::K_SPLITS, kBegin, (split + 1) * KT / S::K_SPLITS - kBegin};
@@ -297,7 +297,7 @@ template <class S, int KT> TL_DEVICE tl_tile_work tl_block_work() {
 template <class S, int KT> TL_DEVICE tl_tile_work tl_norm_grad_block_work() {
   static_assert(S::CLUSTER_N == S::TILES_N && S::K_SPLITS == 1 && S::BATCH == 1,
                 "wgmma's RMSNorm backward: a row's tiles are one cluster, K unsplit");
-  return {blockIdx.x % S::TILES_N * S::TILES_M + blockIdx.x / S::TILES_N, 0, 1, 0, KT};
+  return {tl_block_index() % S::TILES_N * S::TILES_M + tl_block_index() / S::TILES_N, 0, 1, 0, KT};
 }
 
 // The workspace of a GEMM with NORM_SHARED starts with the rows' sums of squares
@@ -322,16 +322,16 @@ TL_DEVICE bool tl_gemm_join_splits(const typename S::Params &p, const tl_tile_wo
   constexpr bool PART_SUMS = S::ROW_NORM && !S::NORM_SHARED;
   const int index = work.tile - (TILES - S::SPLIT_TILES);  // of the split tiles
   __shared__ bool last;
-  __syncthreads();
+  tl_sync();
   float *slots = p.ws + tl_norm_sum_floats<S>() + (tl_i64)index * SPLITS * SLOT, *slot = slots + work.split * SLOT;
   unsigned *arrivals = p.sync + tl_norm_sync_words<S>() + index;
   for (int e = threadIdx.x * 4; e < BM * BN; e += THREADS * 4)
     *reinterpret_cast<tl_u32x4 *>(slot + e) = *reinterpret_cast<const tl_u32x4 *>(tileRows + (e / BN) * LD + e % BN);
   if (PART_SUMS && threadIdx.x % NORM_THREADS_PER_ROW == 0) slot[BM * BN + threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
   __threadfence();
-  __syncthreads();
+  tl_sync();
   if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == unsigned(SPLITS - 1);
-  __syncthreads();
+  tl_sync();
   if (!last) return false;
   for (int e = threadIdx.x * 4; e < BM * BN; e += THREADS * 4) {
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -349,7 +349,7 @@ TL_DEVICE bool tl_gemm_join_splits(const typename S::Params &p, const tl_tile_wo
     if constexpr (S::NORM_SHARED) {
       const int rowTile = work.tile / (S::TILES_M * S::TILES_N) * S::TILES_M + work.tile % S::TILES_M;
       tl_share_row_norm<S, THREADS>(false, tl_norm_sums<S>(p, rowTile), tl_norm_flag<S>(p, rowTile), rowScale,
-                                    [] { __syncthreads(); });
+                                    [] { tl_sync(); });
     } else {
       if (threadIdx.x % NORM_THREADS_PER_ROW == 0) {
         float total = 0.0f;
@@ -357,12 +357,12 @@ TL_DEVICE bool tl_gemm_join_splits(const typename S::Params &p, const tl_tile_wo
           total += ((volatile const float *)slots)[j * SLOT + BM * BN + threadIdx.x / NORM_THREADS_PER_ROW];
         rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(total / (float)S::K + S::NORM_EPS);
       }
-      __syncthreads();
+      tl_sync();
     }
     for (int e = threadIdx.x; e < BM * BN; e += THREADS) tileRows[(e / BN) * LD + e % BN] *= rowScale[e / BN];
   }
   if (threadIdx.x == 0) *arrivals = 0u;  // left zero for the next kernel that counts
-  __syncthreads();  // the epilogue reads rows other threads added
+  tl_sync();  // the epilogue reads rows other threads added
   return true;
 }
 
@@ -477,7 +477,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     tl_wgmma_wait<1>();
     tl_wgmma_pin(acc);
-    __syncthreads();
+    tl_sync();
     if (i + STAGES - 2 < kCount) {
       loadB((i + STAGES - 2) % STAGES, kt + STAGES - 2);
       loadA((i + STAGES - 2) % STAGES, kt + STAGES - 2);
@@ -532,7 +532,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   tl_wgmma_wait<0>();
   tl_wgmma_pin(acc);
   tl_cp_async_wait<0>();
-  __syncthreads();
+  tl_sync();
   tl_allow_dependents();
 
   constexpr int LD = BN + 8;
@@ -546,17 +546,17 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   if constexpr (S::NORM_SHARED) {
     if (tn == 0 && threadIdx.x % NORM_THREADS_PER_ROW == 0)
       rowSquares[threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
-    tl_share_row_norm<S, THREADS>(tn == 0, rowSquares, normFlag, rowScale, [] { __syncthreads(); });
+    tl_share_row_norm<S, THREADS>(tn == 0, rowSquares, normFlag, rowScale, [] { tl_sync(); });
   } else if constexpr (S::ROW_NORM) {
     if (!splitTile && threadIdx.x % NORM_THREADS_PER_ROW == 0)
       rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(rowSum / (float)S::K + S::NORM_EPS);
-    __syncthreads();
+    tl_sync();
   }
   // Unsplit, rows are scaled by the inverse RMS on the way; split, after the parts are added.
   const int r = warp * 16 + lane / 4;
   if constexpr (S::NORM_GRAD) {
     tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, 1.0f, 1.0f);
-    __syncthreads();
+    tl_sync();
     tl_gemm_norm_grad<S, THREADS, LD>(p, cols, tm, tn, m0, tileRows, normInputs);
     return;
   }
@@ -564,7 +564,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, scaleRows ? rowScale[r] : 1.0f, scaleRows ? rowScale[r + 8] : 1.0f);
   if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, NORM_THREADS_PER_ROW>(p, work, tileRows, rowScale, rowSum))
     return;
-  __syncthreads();
+  tl_sync();
   tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
 }
 
@@ -614,7 +614,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  tl_sync();
   float *tileRows = reinterpret_cast<float *>(tl_smem);  // the accumulator tile, over the stages
 
   // Each role ends at barrier 1 (all threads: the stages are free), after which the
@@ -703,7 +703,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
     const bool scaleRows = S::ROW_NORM && !splitTile;  // split, once the parts are added
     tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, scaleRows ? rowScale[r] : 1.0f, scaleRows ? rowScale[r + 8] : 1.0f);
   }
-  __syncthreads();
+  tl_sync();
   tl_allow_dependents();
   // A split norm tile's rows (NORM_SHARED: the schedule splits one only then) are scaled
   // once its parts are added.

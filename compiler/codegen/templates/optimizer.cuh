@@ -50,7 +50,7 @@ TL_DEVICE void tl_adamw_chunk(const G *grad, tl_i64 count, tl_i64 chunk, float c
   const float firstCorrection = (float)(1.0 - pow((double)S::BETA1, step));
   const float secondCorrection = (float)(1.0 - pow((double)S::BETA2, step));
   const tl_i64 begin = chunk * S::CHUNK, end = begin + S::CHUNK < count ? begin + S::CHUNK : count;
-  for (tl_i64 i = begin + threadIdx.x; i < end; i += blockDim.x) {
+  for (tl_i64 i = begin + threadIdx.x; i < end; i += tl_block_threads()) {
     const float g = tl_ld(grad, i) * clip;
     const float m = S::BETA1 * tensor.first_moment[i] + (1.0f - S::BETA1) * g;
     const float v = S::BETA2 * tensor.second_moment[i] + (1.0f - S::BETA2) * g * g;
@@ -65,12 +65,12 @@ TL_DEVICE void tl_adamw_chunk(const G *grad, tl_i64 count, tl_i64 chunk, float c
 }
 
 // This block's chunk's sum of squares; the last block to finish writes sqrt of all,
-// summed in block order. S: CHUNK; partial(p) (gridDim.x floats of workspace),
+// summed in block order. S: CHUNK; partial(p) (tl_grid_blocks() floats of workspace),
 // counter(p) (a zeroed word, left zeroed), norm(p).
 template <class S, class G> TL_DEVICE float tl_chunk_squares(const G *x, tl_i64 count, tl_i64 chunk) {
   const tl_i64 begin = chunk * S::CHUNK, end = begin + S::CHUNK < count ? begin + S::CHUNK : count;
   float sum = 0.0f;
-  for (tl_i64 i = begin + threadIdx.x; i < end; i += blockDim.x) {
+  for (tl_i64 i = begin + threadIdx.x; i < end; i += tl_block_threads()) {
     const float v = tl_ld(x, i);
     sum = fmaf(v, v, sum);
   }
@@ -79,9 +79,9 @@ template <class S, class G> TL_DEVICE float tl_chunk_squares(const G *x, tl_i64 
 
 // `blockSum`: the block's total, every thread holding it.
 template <class S> TL_DEVICE void tl_global_norm_finish(const typename S::Params &p, float blockSum) {
-  if (threadIdx.x == 0) S::partial(p)[blockIdx.x] = blockSum;
+  if (threadIdx.x == 0) S::partial(p)[tl_block_index()] = blockSum;
   if (!tl_last_block_arrives(S::counter(p))) return;
-  const double total = tl_block_sum_in_order(S::partial(p), gridDim.x);
+  const double total = tl_block_sum_in_order(S::partial(p), tl_grid_blocks());
   if (threadIdx.x == 0) {
     S::norm(p)[0] = (float)sqrt(total);
     *S::counter(p) = 0u;

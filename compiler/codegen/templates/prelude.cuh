@@ -13,6 +13,32 @@ struct alignas(8) tl_u32x2 { unsigned x, y; };
 
 #define TL_DEVICE __device__ __forceinline__
 
+// ---- the block a kernel's body works on ---------------------------------------------
+// Launched on its own, a kernel works on block blockIdx.x of a grid of gridDim.x blocks
+// of blockDim.x threads. In the persistent kernel (TL_PERSISTENT: O3's megakernel) a
+// worker runs the blocks of many kernels one after another as tasks: these say which
+// block of which grid, with how many of the worker's threads (the first ones), and
+// tl_sync() is the barrier of those threads only.
+#if defined(TL_PERSISTENT)
+struct tl_task_frame {
+  int block, grid, threads;
+};
+__shared__ tl_task_frame tl_task;
+TL_DEVICE int tl_block_index() { return tl_task.block; }
+TL_DEVICE int tl_grid_blocks() { return tl_task.grid; }
+TL_DEVICE int tl_block_threads() { return tl_task.threads; }
+#if defined(TL_NVIDIA)
+TL_DEVICE void tl_sync() { asm volatile("bar.sync 3, %0;" ::"r"(tl_task.threads) : "memory"); }
+#else
+TL_DEVICE void tl_sync() { __syncthreads(); }  // AMD: a task takes the whole block
+#endif
+#else
+TL_DEVICE int tl_block_index() { return blockIdx.x; }
+TL_DEVICE int tl_grid_blocks() { return gridDim.x; }
+TL_DEVICE int tl_block_threads() { return blockDim.x; }
+TL_DEVICE void tl_sync() { __syncthreads(); }
+#endif
+
 TL_DEVICE float tl_inf() { return __uint_as_float(0x7f800000u); }
 TL_DEVICE float tl_nan() { return __uint_as_float(0x7fc00000u); }
 TL_DEVICE float tl_exp(float x) { return expf(x); }
@@ -114,11 +140,11 @@ TL_DEVICE float tl_warp_max(float v) {
 // barrier lets `red` be reused right away.
 template <class Combine> TL_DEVICE float tl_block_reduce(float v, float *red, Combine combine) {
   for (int m = TL_WARP / 2; m > 0; m >>= 1) v = combine(v, TL_SHFL_XOR(v, m));
-  __syncthreads();
+  tl_sync();
   if (threadIdx.x % TL_WARP == 0) red[threadIdx.x / TL_WARP] = v;
-  __syncthreads();
+  tl_sync();
   float total = red[0];
-  for (int w = 1; w < (int)(blockDim.x / TL_WARP); ++w) total = combine(total, red[w]);
+  for (int w = 1; w < (int)(tl_block_threads() / TL_WARP); ++w) total = combine(total, red[w]);
   return total;
 }
 TL_DEVICE float tl_block_sum(float v, float *red) {
@@ -141,23 +167,23 @@ TL_DEVICE float tl_rmsnorm_input_grad(float x, float g, float dy, float r, float
 TL_DEVICE bool tl_last_block_arrives(unsigned *counter, unsigned arrivals = 0) {
   __shared__ bool last;
   __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == (arrivals ? arrivals : gridDim.x) - 1;
-  __syncthreads();
+  tl_sync();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == (arrivals ? arrivals : tl_grid_blocks()) - 1;
+  tl_sync();
   if (last) __threadfence();
   return last;
 }
 // The sum of x[0..n) in a fixed order (a stride per thread, then a tree), in fp64: the
-// same on every run. Block-wide (blockDim.x a power of two, at most 1024); thread 0 gets it.
+// same on every run. Block-wide (tl_block_threads() a power of two, at most 1024); thread 0 gets it.
 TL_DEVICE double tl_block_sum_in_order(const volatile float *x, tl_i64 n) {
   __shared__ double partial[1024];
   double total = 0.0;
-  for (tl_i64 i = threadIdx.x; i < n; i += blockDim.x) total += x[i];
+  for (tl_i64 i = threadIdx.x; i < n; i += tl_block_threads()) total += x[i];
   partial[threadIdx.x] = total;
-  __syncthreads();
-  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+  tl_sync();
+  for (unsigned half = tl_block_threads() / 2; half > 0; half /= 2) {
     if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
-    __syncthreads();
+    tl_sync();
   }
   return partial[0];
 }
@@ -167,7 +193,7 @@ TL_DEVICE double tl_block_sum_in_order(const volatile float *x, tl_i64 n) {
 // sm_90) may start early; it must not read what its predecessors write, nor write
 // anything, before tl_wait_for_producers(). Without such a launch both are no-ops.
 TL_DEVICE void tl_wait_for_producers() {
-#if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 900
+#if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 900 && !defined(TL_PERSISTENT)
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
@@ -182,7 +208,7 @@ TL_DEVICE float tl_exp2(float x) {
 #endif
 }
 TL_DEVICE void tl_allow_dependents() {
-#if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 900 && !defined(TL_DEPENDENTS_AT_START)
+#if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 900 && !defined(TL_DEPENDENTS_AT_START) && !defined(TL_PERSISTENT)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

@@ -29,7 +29,7 @@
 // stream's gradient when RESIDUAL; dgain = sum over rows of dy x r; with NORMALIZED also
 // x r g, the norm's output the forward did not keep (for the weight gradient's GEMM).
 // S: ROWS, COLS, VEC, EPS, ROWS_PER_BLOCK, RESIDUAL, NORMALIZED, x(p), gain(p), dy(p),
-// residual(p), dx(p), dgain(p), normalized(p), partial(p) (gridDim.x * COLS floats),
+// residual(p), dx(p), dgain(p), normalized(p), partial(p) (tl_grid_blocks() * COLS floats),
 // counter(p) (a zeroed word, left zeroed). Launched with ceil(ROWS / ROWS_PER_BLOCK)
 // blocks of 256 threads; a warp per row, each lane on the same columns of every row, so
 // its share of d gain stays in registers.
@@ -38,7 +38,7 @@ template <class S> TL_DEVICE void tl_rmsnorm_grad_rows(const typename S::Params 
   constexpr int CHUNK = S::COLS < 1024 ? S::COLS : 1024, WARPS = 256 / TL_WARP;
   __shared__ float sums[WARPS][CHUNK];  // each warp's d gain, a chunk of columns at a time
   const int lane = threadIdx.x % TL_WARP, warp = threadIdx.x / TL_WARP;
-  const tl_i64 first = (tl_i64)blockIdx.x * S::ROWS_PER_BLOCK;
+  const tl_i64 first = (tl_i64)tl_block_index() * S::ROWS_PER_BLOCK;
   const tl_i64 last = first + S::ROWS_PER_BLOCK < S::ROWS ? first + S::ROWS_PER_BLOCK : S::ROWS;
   float gainGrad[LOADS][V];
   for (int i = 0; i < LOADS; ++i)
@@ -84,31 +84,31 @@ template <class S> TL_DEVICE void tl_rmsnorm_grad_rows(const typename S::Params 
   // The warps' d gain added in warp order, a chunk of columns at a time: this block's
   // share, written to its row of the partial sums.
   for (int chunk = 0; chunk < S::COLS; chunk += CHUNK) {
-    __syncthreads();
+    tl_sync();
     for (int i = 0; i < LOADS; ++i)
       for (int j = 0; j < V; ++j) {
         const int c = lane * V + i * STRIDE + j;
         if (c >= chunk && c < chunk + CHUNK && c < S::COLS) sums[warp][c - chunk] = gainGrad[i][j];
       }
-    __syncthreads();
-    for (int c = threadIdx.x; c < CHUNK && chunk + c < S::COLS; c += blockDim.x) {
+    tl_sync();
+    for (int c = threadIdx.x; c < CHUNK && chunk + c < S::COLS; c += tl_block_threads()) {
       float sum = 0.0f;
       for (int w = 0; w < WARPS; ++w) sum += sums[w][c];
-      S::partial(p)[(tl_i64)blockIdx.x * S::COLS + chunk + c] = sum;
+      S::partial(p)[(tl_i64)tl_block_index() * S::COLS + chunk + c] = sum;
     }
   }
   // The last block adds the blocks' shares in block order, 8 loads in flight a thread.
   if (tl_last_block_arrives(S::counter(p))) {
     const volatile float *partial = S::partial(p);
-    for (int c = threadIdx.x; c < S::COLS; c += blockDim.x) {
+    for (int c = threadIdx.x; c < S::COLS; c += tl_block_threads()) {
       float sum = 0.0f;
       unsigned b = 0;
-      for (; b + 8 <= gridDim.x; b += 8) {
+      for (; b + 8 <= tl_grid_blocks(); b += 8) {
         float v[8];
         for (int k = 0; k < 8; ++k) v[k] = partial[(tl_i64)(b + k) * S::COLS + c];
         for (int k = 0; k < 8; ++k) sum += v[k];
       }
-      for (; b < gridDim.x; ++b) sum += partial[(tl_i64)b * S::COLS + c];
+      for (; b < tl_grid_blocks(); ++b) sum += partial[(tl_i64)b * S::COLS + c];
       tl_st(S::dgain(p), c, sum);
     }
     if (threadIdx.x == 0) *S::counter(p) = 0u;
@@ -147,7 +147,7 @@ template <class S> TL_DEVICE void tl_cross_entropy_grad_rows(const typename S::P
   __shared__ float red[1024 / TL_WARP];
   const float predictions = (float)PREDICTIONS;
   tl_wait_for_producers();
-  for (tl_i64 row = blockIdx.x; row < (tl_i64)S::BATCH * S::SEQ; row += gridDim.x) {
+  for (tl_i64 row = tl_block_index(); row < (tl_i64)S::BATCH * S::SEQ; row += tl_grid_blocks()) {
     const tl_i64 b = row / S::SEQ, s = row % S::SEQ;
     const auto *x = S::logits(p) + row * S::VOCAB;
     auto *dx = S::dlogits(p) + row * S::VOCAB;
@@ -218,29 +218,29 @@ template <class S> TL_DEVICE void tl_embedding_grad_rows(const typename S::Param
   constexpr int THREADS = 256, RUN = 4, CHUNK = THREADS * RUN, PER_THREAD = (S::COLS + THREADS - 1) / THREADS;
   __shared__ int ids[CHUNK], hits[CHUNK], found[THREADS];
   tl_wait_for_producers();
-  for (tl_i64 v = blockIdx.x; v < S::ROWS; v += gridDim.x) {
+  for (tl_i64 v = tl_block_index(); v < S::ROWS; v += tl_grid_blocks()) {
     float sum[PER_THREAD];
     for (int i = 0; i < PER_THREAD; ++i) sum[i] = 0.0f;
     for (tl_i64 t0 = 0; t0 < S::TOKENS; t0 += CHUNK) {
-      __syncthreads();  // the last chunk's ids, hits and counts are read
+      tl_sync();  // the last chunk's ids, hits and counts are read
       for (int i = threadIdx.x; i < CHUNK && t0 + i < S::TOKENS; i += THREADS) ids[i] = S::ids(p)[t0 + i];
-      __syncthreads();
+      tl_sync();
       const int count = S::TOKENS - t0 < CHUNK ? (int)(S::TOKENS - t0) : CHUNK, first = threadIdx.x * RUN;
       int mine = 0;
       for (int r = 0; r < RUN; ++r) mine += first + r < count && ids[first + r] == v;
       found[threadIdx.x] = mine;
-      __syncthreads();
+      tl_sync();
       for (int step = 1; step < THREADS; step <<= 1) {  // inclusive scan of the runs' counts
         const int add = threadIdx.x >= step ? found[threadIdx.x - step] : 0;
-        __syncthreads();
+        tl_sync();
         found[threadIdx.x] += add;
-        __syncthreads();
+        tl_sync();
       }
       int at = found[threadIdx.x] - mine;
       for (int r = 0; r < RUN; ++r)
         if (first + r < count && ids[first + r] == v) hits[at++] = first + r;
       const int total = found[THREADS - 1];
-      __syncthreads();
+      tl_sync();
       for (int h = 0; h < total; ++h)
         for (int j = 0; j < PER_THREAD; ++j) {
           const int c = threadIdx.x + j * THREADS;

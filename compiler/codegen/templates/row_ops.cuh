@@ -14,10 +14,10 @@
 #pragma once
 #include "prelude.cuh"
 
-// Rows of warps: blockDim.x / TL_WARP rows per block, grid-stride over rows.
+// Rows of warps: tl_block_threads() / TL_WARP rows per block, grid-stride over rows.
 #define TL_FOR_EACH_ROW_PER_WARP(row, ROWS)                                                                       \
-  for (tl_i64 row = (tl_i64)blockIdx.x * (blockDim.x / TL_WARP) + threadIdx.x / TL_WARP; row < (ROWS);          \
-       row += (tl_i64)gridDim.x * (blockDim.x / TL_WARP))
+  for (tl_i64 row = (tl_i64)tl_block_index() * (tl_block_threads() / TL_WARP) + threadIdx.x / TL_WARP; row < (ROWS);          \
+       row += (tl_i64)tl_grid_blocks() * (tl_block_threads() / TL_WARP))
 
 // y = x / sqrt(mean(x^2) + eps) * gain (GAIN), or without it. S: ROWS, COLS, VEC, EPS, GAIN, x(p), gain(p), y(p).
 template <class S> TL_DEVICE void tl_rmsnorm_rows(const typename S::Params &p) {
@@ -85,7 +85,7 @@ template <class S> TL_DEVICE void tl_embedding_rows(const typename S::Params &p)
 // (each thread keeps a running max and rescales its sum when it grows), V elements a load.
 template <int COLS, int V, class T> TL_DEVICE void tl_row_softmax_stats(const T *x, float *red, float &best, float &sum) {
   float m = -tl_inf(), s = 0.0f;
-  for (int c = threadIdx.x * V; c < COLS; c += blockDim.x * V) {
+  for (int c = threadIdx.x * V; c < COLS; c += tl_block_threads() * V) {
     float v[V];
     tl_ld_vec<V>(x, c, v);
 #pragma unroll
@@ -122,7 +122,7 @@ template <class S> TL_DEVICE void tl_cross_entropy_rows(const typename S::Params
   __shared__ float red[1024 / TL_WARP];
   constexpr tl_i64 PREDICTIONS = (tl_i64)S::BATCH * (S::SEQ - 1);
   tl_wait_for_producers();
-  for (tl_i64 row = blockIdx.x; row < PREDICTIONS; row += gridDim.x) {
+  for (tl_i64 row = tl_block_index(); row < PREDICTIONS; row += tl_grid_blocks()) {
     const tl_i64 b = row / (S::SEQ - 1), s = row % (S::SEQ - 1);
     const auto *x = S::logits(p) + (b * S::SEQ + s) * S::VOCAB;
     float best, sum;

@@ -29,7 +29,8 @@ TEST(Codegen, EveryKernelHasASourceAndLaunchShapesForBothVendors) {
   for (int level = 0; level <= 3; ++level) {
     Program program = workshop(level);
     std::map<std::string, std::string> sourceOf;
-    for (const Kernel &kernel : program.kernels) {
+    for (const Kernel *each : computeKernels(program)) {
+      const Kernel &kernel = *each;
       EXPECT_TRUE(contains(kernel.source, "__global__ void __launch_bounds__(")) << kernel.name;
       EXPECT_TRUE(contains(kernel.source, "\n" + kernel.entry + "(")) << kernel.name;
       for (const char *backend : {"cuda", "hip"}) {
@@ -320,35 +321,84 @@ TEST(Codegen, Fp32UsesFmaTemplates) {
 }
 
 // O3 runs the same kernels as O2, each block's as one dependent chain.
-TEST(Codegen, O3ChainsEachBlocksKernels) {
+// O3's forward is one persistent kernel: O2's kernels are its parts (unsplit GEMM tiles),
+// their blocks on sm_90a its tasks, one worker an SM, each task waiting only for earlier
+// tasks of earlier parts.
+TEST(Codegen, O3IsOnePersistentKernelOfO2sKernels) {
   Program o2 = workshop(2), o3 = workshop(3);
-  ASSERT_EQ(o2.kernels.size(), o3.kernels.size());
-  std::map<int, int> seen;
-  for (size_t k = 0; k < o3.kernels.size(); ++k) {
-    const Kernel &kernel = o3.kernels[k];
-    EXPECT_EQ(kernel.name, o2.kernels[k].name);
-    EXPECT_FALSE(o2.kernels[k].chained);
-    bool firstOfBlock = kernel.layer >= 0 && seen[kernel.layer]++ == 0;
-    EXPECT_EQ(kernel.chained, kernel.layer >= 0 && !firstOfBlock) << kernel.name;
-    if (kernel.chained) EXPECT_TRUE(contains(kernel.source, "chained: may start")) << kernel.name;
+  ASSERT_EQ(o3.kernels.size(), 1u);
+  const Kernel &persistent = o3.kernels[0];
+  ASSERT_EQ(persistent.parts.size(), o2.kernels.size());
+  EXPECT_EQ(persistent.taskPath, "cuda:sm_90a");
+  EXPECT_EQ(persistent.workers.size(), 132u);
+  EXPECT_EQ(persistent.launch.at("cuda:sm_90a").gridBlocks, 132);
+  size_t tasks = 0;
+  for (size_t p = 0; p < persistent.parts.size(); ++p) {
+    const Kernel &part = persistent.parts[p];
+    EXPECT_EQ(part.name, o2.kernels[p].name);
+    tasks += size_t(findLaunch(part, "cuda", "sm_90a")->gridBlocks);
   }
+  // A part splits no K across blocks (the next part's tasks fill a short last wave): at 68
+  // sequences O2 splits some GEMMs' last waves, and O3's parts have only their tiles.
+  Program wideO2 = workshop(2, "bf16", 68, 128), wideO3 = workshop(3, "bf16", 68, 128);
+  ASSERT_EQ(wideO3.kernels.size(), 1u);
+  int fewer = 0;
+  for (size_t p = 0; p < wideO2.kernels.size(); ++p) {
+    const KernelLaunch *split = findLaunch(wideO2.kernels[p], "cuda", "sm_90a"),
+                       *whole = findLaunch(wideO3.kernels[0].parts[p], "cuda", "sm_90a");
+    EXPECT_LE(whole->gridBlocks, split->gridBlocks) << wideO2.kernels[p].name;
+    fewer += whole->gridBlocks < split->gridBlocks;
+  }
+  EXPECT_GT(fewer, 0);
+  ASSERT_EQ(persistent.tasks.size(), tasks);
+  for (size_t t = 0; t < persistent.tasks.size(); ++t)
+    for (int wait : persistent.tasks[t].waits) {
+      EXPECT_LT(size_t(wait), t);
+      EXPECT_LT(persistent.tasks[size_t(wait)].part, persistent.tasks[t].part) << "task " << t;
+    }
+  // Every part after the embedding reads what an earlier part wrote: its first task waits.
+  for (size_t t = 1; t < persistent.tasks.size(); ++t)
+    if (persistent.tasks[t].part != persistent.tasks[t - 1].part)
+      EXPECT_FALSE(persistent.tasks[t].waits.empty()) << "part " << persistent.tasks[t].part;
+  // One source: the templates once, each distinct part's body once, the worker loop.
+  EXPECT_TRUE(contains(persistent.source, "#define TL_PERSISTENT 1"));
+  EXPECT_TRUE(contains(persistent.source, "tl_persistent_worker<"));
+  for (const Kernel &part : persistent.parts)
+    EXPECT_TRUE(contains(persistent.source, "TL_DEVICE void " + part.entry + "_body(")) << part.entry;
 }
 
 TEST(Codegen, ProgramJsonKeepsSourcesAndLaunchShapes) {
-  Program program = workshop(3, "bf16", 2, 16);
-  Program back = programFromJson(programToJson(program));
-  ASSERT_EQ(back.kernels.size(), program.kernels.size());
-  for (size_t k = 0; k < program.kernels.size(); ++k) {
-    EXPECT_EQ(back.kernels[k].entry, program.kernels[k].entry);
-    EXPECT_EQ(back.kernels[k].source, program.kernels[k].source);
-    EXPECT_EQ(back.kernels[k].chained, program.kernels[k].chained);
-    for (const char *backend : {"cuda", "hip"}) {
-      EXPECT_EQ(back.kernels[k].launch.at(backend).gridBlocks, program.kernels[k].launch.at(backend).gridBlocks);
-      EXPECT_EQ(back.kernels[k].launch.at(backend).blockThreads, program.kernels[k].launch.at(backend).blockThreads);
-      EXPECT_EQ(back.kernels[k].launch.at(backend).sharedBytes, program.kernels[k].launch.at(backend).sharedBytes);
+  for (int level : {2, 3}) {
+    Program program = workshop(level, "bf16", 2, 16);
+    Program back = programFromJson(programToJson(program));
+    std::vector<const Kernel *> kernels = computeKernels(program), backKernels = computeKernels(back);
+    ASSERT_EQ(backKernels.size(), kernels.size());
+    for (size_t k = 0; k < kernels.size(); ++k) {
+      EXPECT_EQ(backKernels[k]->entry, kernels[k]->entry);
+      EXPECT_EQ(backKernels[k]->source, kernels[k]->source);
+      EXPECT_EQ(backKernels[k]->chained, kernels[k]->chained);
+      for (const char *backend : {"cuda", "hip"}) {
+        EXPECT_EQ(backKernels[k]->launch.at(backend).gridBlocks, kernels[k]->launch.at(backend).gridBlocks);
+        EXPECT_EQ(backKernels[k]->launch.at(backend).blockThreads, kernels[k]->launch.at(backend).blockThreads);
+        EXPECT_EQ(backKernels[k]->launch.at(backend).sharedBytes, kernels[k]->launch.at(backend).sharedBytes);
+      }
+    }
+    EXPECT_EQ(back.workspaceBytes, program.workspaceBytes);
+    if (level < 3) continue;
+    const Kernel &persistent = program.kernels[0], &read = back.kernels[0];
+    EXPECT_EQ(read.source, persistent.source);
+    EXPECT_EQ(read.taskPath, persistent.taskPath);
+    EXPECT_EQ(read.workers, persistent.workers);
+    EXPECT_EQ(read.partWorkspaceOffsets, persistent.partWorkspaceOffsets);
+    EXPECT_EQ(read.partSyncOffsets, persistent.partSyncOffsets);
+    ASSERT_EQ(read.tasks.size(), persistent.tasks.size());
+    for (size_t t = 0; t < persistent.tasks.size(); ++t) {
+      EXPECT_EQ(read.tasks[t].part, persistent.tasks[t].part);
+      EXPECT_EQ(read.tasks[t].block, persistent.tasks[t].block);
+      EXPECT_EQ(read.tasks[t].waits, persistent.tasks[t].waits);
+      EXPECT_EQ(read.tasks[t].writes, persistent.tasks[t].writes);
     }
   }
-  EXPECT_EQ(back.workspaceBytes, program.workspaceBytes);
 }
 
 TEST(Codegen, AnOpWithoutAFormulaIsAClearError) {

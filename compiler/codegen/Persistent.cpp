@@ -1,0 +1,329 @@
+#include "compiler/codegen/Persistent.h"
+
+#include "compiler/Targets.h"
+#include "compiler/codegen/Templates.h"
+#include "runtime/Error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+
+namespace tlc::codegen {
+namespace {
+
+// std::erase_if, which C++17 lacks.
+template <class Vector, class Predicate> void eraseIf(Vector &vector, Predicate predicate) {
+  vector.erase(std::remove_if(vector.begin(), vector.end(), predicate), vector.end());
+}
+
+// The cost model's rates: an H100's measured bf16 tensor-core rate and HBM bandwidth
+// (shared/TINYLLAMA.md, the device notes), per SM; fp32 kernels run on FMAs.
+constexpr double kTensorFlopsPerSM = 790e12 / 132, kFmaFlopsPerSM = 51e12 / 132;
+constexpr double kBytesPerSM = 3.0e12 / 132;
+constexpr double kTaskOverheadUs = 0.5;  // the wait, the barriers and the publish
+// Shared memory the parts' own static __shared__ variables may take besides the largest
+// dynamic request (reductions, flags).
+constexpr int64_t kStaticSharedBytes = 8 << 10;
+
+// Which tasks last wrote each byte of the arena (the tasks of one part: a kernel's blocks
+// never wait for each other) and which tasks read it since.
+class AccessMap {
+public:
+  explicit AccessMap(const std::vector<int> &partOf) : partOf_(partOf) {}
+
+  // The tasks `task` must wait for to read [begin, end); records the read.
+  void read(int64_t begin, int64_t end, int task, std::set<int> &waits) {
+    visit(begin, end, [&](Segment &segment) {
+      for (int writer : segment.writers)
+        if (partOf_[size_t(writer)] != partOf_[size_t(task)]) waits.insert(writer);
+      if (segment.readers.empty() || segment.readers.back() != task) segment.readers.push_back(task);
+    });
+  }
+
+  // The tasks `task` must wait for to write [begin, end): the other parts' writers and
+  // readers; records the write (its part's readers stay: a later writer waits for them).
+  void write(int64_t begin, int64_t end, int task, std::set<int> &waits) {
+    const int part = partOf_[size_t(task)];
+    visit(begin, end, [&](Segment &segment) {
+      for (const std::vector<int> *list : {&segment.writers, &segment.readers})
+        for (int other : *list)
+          if (partOf_[size_t(other)] != part) waits.insert(other);
+      if (!segment.writers.empty() && partOf_[size_t(segment.writers.front())] == part) {
+        if (segment.writers.back() != task) segment.writers.push_back(task);
+      } else {
+        segment.writers = {task};
+      }
+      eraseIf(segment.readers, [&](int reader) { return partOf_[size_t(reader)] != part; });
+    });
+  }
+
+private:
+  struct Segment {
+    int64_t end = 0;
+    std::vector<int> writers, readers;
+  };
+
+  // Makes `at` the start of a segment if a segment spans it.
+  void split(int64_t at) {
+    auto after = segments_.upper_bound(at);
+    if (after == segments_.begin()) return;
+    auto inside = std::prev(after);
+    if (inside->first == at || inside->second.end <= at) return;
+    Segment tail = inside->second;
+    inside->second.end = at;
+    segments_.emplace(at, std::move(tail));
+  }
+
+  // Calls `each` on the segments covering [begin, end), made where none was.
+  template <class Each> void visit(int64_t begin, int64_t end, Each each) {
+    if (begin >= end) return;
+    split(begin);
+    split(end);
+    int64_t at = begin;
+    auto it = segments_.lower_bound(begin);
+    while (at < end) {
+      if (it == segments_.end() || it->first > at) {  // a gap: a segment of its own
+        int64_t gapEnd = it == segments_.end() ? end : std::min(end, it->first);
+        it = segments_.emplace_hint(it, at, Segment{gapEnd, {}, {}});
+      }
+      each(it->second);
+      at = it->second.end;
+      ++it;
+    }
+  }
+
+  const std::vector<int> &partOf_;
+  std::map<int64_t, Segment> segments_;  // by first byte; disjoint
+};
+
+// The launch key whose blocks the tasks are: the machine's path.
+std::string taskPath(const Machine &machine) { return machine.wgmma ? "cuda:sm_90a" : "cuda"; }
+
+std::string identifier(std::string text) {
+  for (char &c : text)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return text;
+}
+
+// A kernel's source after its prelude: its own definitions and body.
+std::string bodyOf(const Kernel &kernel) {
+  const std::string marker = "// ---- end of templates ----\n\n";
+  size_t at = kernel.source.find(marker);
+  if (at == std::string::npos) throw Error(fmt::format("code generation: kernel '{}' has no body to take", kernel.entry));
+  return kernel.source.substr(at + marker.size());
+}
+
+// Each part's parameters struct sits at an offset of one block of pointers: its inputs,
+// outputs, workspace and counters (the layout of <entry>_params).
+std::vector<int64_t> paramOffsets(const std::vector<Kernel> &parts) {
+  std::vector<int64_t> offsets;
+  int64_t at = 0;
+  for (const Kernel &part : parts) {
+    offsets.push_back(at);
+    at += int64_t(part.inputs.size() + part.outputs.size() + 2) * 8;
+  }
+  return offsets;
+}
+
+std::string persistentSource(const std::string &name, const Kernel &kernel, int threads, const Program &program) {
+  std::string out = fmt::format("// {}: the {} forward as one persistent kernel: {} parts, {} tasks on {} workers "
+                                "(tlc --emit=schedule shows them)\n",
+                                name, program.model, kernel.parts.size(), kernel.tasks.size(), kernel.workers.size());
+  for (size_t p = 0; p < kernel.parts.size(); ++p) {
+    const Kernel &part = kernel.parts[p];
+    const KernelLaunch &launch = part.launch.count(kernel.taskPath) ? part.launch.at(kernel.taskPath) : part.launch.at("cuda");
+    out += fmt::format("//   part {}: {}, {} blocks of {} threads\n", p, part.entry, launch.gridBlocks, launch.blockThreads);
+  }
+  out += vendorPrelude() + "#define TL_PERSISTENT 1\n";
+  out += assembleTemplates({"prelude.cuh", "elementwise_ops.cuh", "gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mfma.cuh",
+                            "gemm_simt.cuh", "attention_mma.cuh", "attention_rows.cuh", "row_ops.cuh", "elementwise.cuh",
+                            "persistent.cuh"});
+  out += "// ---- end of templates ----\n\n";
+  std::set<std::string> bodies;
+  for (const Kernel &part : kernel.parts)
+    if (bodies.insert(part.entry).second) out += bodyOf(part);
+  std::vector<int64_t> offsets = paramOffsets(kernel.parts);
+  out += fmt::format("\n// The parts: part `part`'s body, its parameters at their offset in `params`.\n"
+                     "struct {}_parts {{\n  TL_DEVICE static void run(const unsigned char *params, int part) {{\n"
+                     "    switch (part) {{\n",
+                     name);
+  for (size_t p = 0; p < kernel.parts.size(); ++p)
+    out += fmt::format("    case {0}: {1}_body(*reinterpret_cast<const {1}_params *>(params + {2})); break;\n", p,
+                       kernel.parts[p].entry, offsets[p]);
+  out += "    }\n  }\n};\n";
+  out += fmt::format("extern \"C\" __global__ void __launch_bounds__({0}, 1)\n{1}(const unsigned char *params, "
+                     "tl_persistent_tables tables) {{\n  tl_persistent_worker<{1}_parts>(params, tables);\n}}\n",
+                     threads, name);
+  return out;
+}
+
+} // namespace
+
+std::vector<std::pair<int64_t, int64_t>> arenaBytes(const Program &program, int value, int64_t begin, int64_t end) {
+  const Value &base = program.storageOf(value);
+  if (base.storage == Storage::Weight || base.storage == Storage::Local || base.offset < 0) return {};
+  int64_t size = dtypeBytes(base.dtype), count = program.value(value).numElements();
+  begin = std::clamp<int64_t>(begin, 0, count);
+  end = std::clamp<int64_t>(end, begin, count);
+  if (begin == end) return {};
+  return {{base.offset + begin * size, base.offset + end * size}};
+}
+
+std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &plans, const Machine &machine) {
+  const std::string path = taskPath(machine);
+  if (plans.size() != program.kernels.size()) return "the kernels and their task plans differ in number";
+  int threads = 0;
+  int64_t shared = 0;
+  for (size_t k = 0; k < program.kernels.size(); ++k) {
+    const Kernel &kernel = program.kernels[k];
+    if (plans[k].blocks < 1) return fmt::format("kernel '{}' has no persistent form", kernel.name);
+    const KernelLaunch *launch = findLaunch(kernel, "cuda", machine.wgmma ? "sm_90a" : "");
+    if (!launch || launch->gridBlocks != plans[k].blocks)
+      return fmt::format("kernel '{}': its tasks are not its blocks on {}", kernel.name, path);
+    threads = std::max(threads, plans[k].threads);
+    shared = std::max(shared, plans[k].sharedBytes);
+  }
+  if (shared + kStaticSharedBytes > machine.sharedBytesPerBlock)
+    return fmt::format("its parts need {} KiB of shared memory a block, over the {} KiB a block has", (shared + 1023) >> 10,
+                       (machine.sharedBytesPerBlock - kStaticSharedBytes) >> 10);
+
+  Kernel persistent;
+  persistent.taskPath = path;
+  persistent.parts = program.kernels;
+  std::vector<int> partOf;
+  for (size_t k = 0; k < plans.size(); ++k)
+    for (int64_t b = 0; b < plans[k].blocks; ++b) {
+      persistent.tasks.push_back({int(k), b, {}, {}, 0});
+      partOf.push_back(int(k));
+    }
+
+  // Waits: every earlier task of another part whose bytes this one reads or overwrites.
+  AccessMap arena(partOf);
+  for (size_t t = 0; t < persistent.tasks.size(); ++t) {
+    Task &task = persistent.tasks[t];
+    const Kernel &part = program.kernels[size_t(task.part)];
+    auto valueOf = [&](int param) {
+      return size_t(param) < part.inputs.size() ? part.inputs[size_t(param)]
+                                                : part.outputs.at(size_t(param) - part.inputs.size());
+    };
+    BlockAccess access = plans[size_t(task.part)].access(task.block);
+    std::set<int> waits;
+    for (const ElementRange &range : access.reads)
+      for (auto [begin, end] : arenaBytes(program, valueOf(range.param), range.begin, range.end))
+        arena.read(begin, end, int(t), waits);
+    for (const ElementRange &range : access.writes)
+      for (auto [begin, end] : arenaBytes(program, valueOf(range.param), range.begin, range.end)) {
+        arena.write(begin, end, int(t), waits);
+        task.writes.push_back({begin, end});
+      }
+    task.waits.assign(waits.begin(), waits.end());
+    // The estimate: the kernel's work shared by its blocks, at one SM's share of the rates.
+    const int64_t blocks = plans[size_t(task.part)].blocks;
+    double flops = double(part.flops) / double(blocks), bytes = double(part.minBytes) / double(blocks);
+    double rate = program.dtype == DType::BF16 ? kTensorFlopsPerSM : kFmaFlopsPerSM;
+    task.cost = std::max(flops / rate, bytes / kBytesPerSM) * 1e6 + kTaskOverheadUs;
+  }
+
+  // Each task, in order, to the worker that can start it first (its waits done, the
+  // worker free); among those, the one free latest, which leaves the others' time whole.
+  const int workers = machine.multiprocessors;
+  persistent.workers.assign(size_t(workers), {});
+  std::vector<double> free(size_t(workers), 0.0), finish(persistent.tasks.size(), 0.0);
+  std::vector<int> workerOf(persistent.tasks.size(), 0);
+  for (size_t t = 0; t < persistent.tasks.size(); ++t) {
+    Task &task = persistent.tasks[t];
+    double ready = 0;
+    for (int wait : task.waits) ready = std::max(ready, finish[size_t(wait)]);
+    int best = 0;
+    for (int w = 1; w < workers; ++w) {
+      double start = std::max(free[size_t(w)], ready), bestStart = std::max(free[size_t(best)], ready);
+      if (start < bestStart || (start == bestStart && free[size_t(w)] > free[size_t(best)])) best = w;
+    }
+    finish[t] = std::max(free[size_t(best)], ready) + task.cost;
+    free[size_t(best)] = finish[t];
+    workerOf[t] = best;
+    persistent.workers[size_t(best)].push_back(int(t));
+    // A worker runs its tasks in order: a task of its own is done already, and of another
+    // worker's only the latest matters.
+    std::map<int, int> latest;  // worker -> its latest task waited for
+    for (int wait : task.waits)
+      if (workerOf[size_t(wait)] != best) latest[workerOf[size_t(wait)]] = std::max(latest[workerOf[size_t(wait)]], wait);
+    task.waits.clear();
+    for (const auto &[worker, wait] : latest) task.waits.push_back(wait);
+    std::sort(task.waits.begin(), task.waits.end());
+  }
+
+  // The parts' workspaces and counters side by side (they run at once), then a done word
+  // per task and the two control words.
+  int64_t workspace = 0, sync = 0;
+  for (const Kernel &part : persistent.parts) {
+    persistent.partWorkspaceOffsets.push_back(workspace);
+    persistent.partSyncOffsets.push_back(sync);
+    workspace += (part.workspaceBytes + 255) / 256 * 256;
+    sync += part.syncWords;
+  }
+  persistent.workspaceBytes = workspace;
+  persistent.syncWords = sync + int64_t(persistent.tasks.size()) + 2;
+
+  // The kernel: every part's buffers and ops, one launch of a block a worker.
+  std::set<int> inputs, outputs;
+  for (const Kernel &part : persistent.parts) {
+    for (int id : part.inputs)
+      if (inputs.insert(id).second) persistent.inputs.push_back(id);
+    for (int id : part.outputs)
+      if (outputs.insert(id).second) persistent.outputs.push_back(id);
+    persistent.ops.insert(persistent.ops.end(), part.ops.begin(), part.ops.end());
+    persistent.flops += part.flops;
+    persistent.minBytes += part.minBytes;
+  }
+  persistent.name = persistent.entry = fmt::format("tl_persistent_{}_{}_{}x{}", identifier(program.model),
+                                                   dtypeName(program.dtype), program.batch, program.seqLen);
+  persistent.launch[path] = {workers, threads, shared};
+  persistent.source = persistentSource(persistent.entry, persistent, threads, program);
+  program.kernels = {std::move(persistent)};
+  program.workspaceBytes = program.kernels[0].workspaceBytes;
+  return "";
+}
+
+std::string describeSchedule(const Program &program, int layer) {
+  std::string out;
+  for (const Kernel &kernel : program.kernels) {
+    if (kernel.parts.empty()) continue;
+    double busiest = 0;
+    for (const std::vector<int> &tasks : kernel.workers) {
+      double total = 0;
+      for (int t : tasks) total += kernel.tasks[size_t(t)].cost;
+      busiest = std::max(busiest, total);
+    }
+    out += fmt::format("{}: {} parts, {} tasks on {} workers ({}); the estimate: {:.1f} µs on the busiest worker\n",
+                       kernel.name, kernel.parts.size(), kernel.tasks.size(), kernel.workers.size(), kernel.taskPath,
+                       busiest);
+    out += "parts (kernel: blocks a task each):\n";
+    for (size_t p = 0; p < kernel.parts.size(); ++p) {
+      const Kernel &part = kernel.parts[p];
+      if (layer >= 0 && part.layer != layer) continue;
+      out += fmt::format("  p{:<3} {} (block {}){}\n", p, part.name, part.layer,
+                         part.layer < 0 ? " outside the blocks" : "");
+    }
+    out += "workers (task = part.block ~estimated µs, then the tasks it waits for):\n";
+    for (size_t w = 0; w < kernel.workers.size(); ++w) {
+      std::string line;
+      for (int t : kernel.workers[w]) {
+        const Task &task = kernel.tasks[size_t(t)];
+        if (layer >= 0 && kernel.parts[size_t(task.part)].layer != layer) continue;
+        line += fmt::format(" t{}=p{}.{}~{:.1f}", t, task.part, task.block, task.cost);
+        if (!task.waits.empty()) {
+          line += "<-";
+          for (size_t i = 0; i < task.waits.size(); ++i) line += fmt::format("{}t{}", i ? "," : "", task.waits[i]);
+        }
+      }
+      if (!line.empty()) out += fmt::format("  w{:<3}{}\n", w, line);
+    }
+  }
+  return out;
+}
+
+} // namespace tlc::codegen

@@ -1,0 +1,130 @@
+// persistent.cuh: O3's persistent kernel. One block a worker runs its tasks in order; a
+// task is one block of a part (a kernel of the forward, compiled in with TL_PERSISTENT so
+// that its body reads its block, grid and threads from tl_task, prelude.cuh). Before a
+// task its worker waits until every task it reads from is done in this launch; the task
+// runs on the worker's first `threads` threads; after it, the worker publishes the task
+// as done with release semantics. No grid-wide barrier: a task waits only for the tasks
+// whose writes it reads (or overwrites), as the compiler derived them.
+//
+//   v1  done words hold the epoch of the launch that last finished the task; a launch's
+//       epoch is one past the last finished launch's, which the last worker to finish
+//       advances: repeated launches and graph replays need no reset from the host. A
+//       wait gives up after `timeout` nanoseconds (globaltimer): it writes which worker
+//       waited for which task into `status` (host-mapped memory the runtime reads after
+//       the fault) and traps, rather than hang.
+//
+// The generated kernel defines a struct of the parts, whose run(params, part) switches over
+// their bodies (a static member, inlined: a call would serialize the wgmma pipelines), and
+// calls tl_persistent_worker with it.
+#pragma once
+#include "prelude.cuh"
+
+struct tl_task_entry {
+  int part, block, grid, threads, waitBegin, waitEnd;
+};
+
+// The tables the runtime uploads: the tasks, their waits, and each worker's tasks
+// (workerTasks[workerBegin[w] .. workerBegin[w + 1])); the done words (a word per task),
+// the control words ([0] the last finished epoch, [1] the workers finished in this one),
+// and where a timed-out wait is reported.
+struct tl_persistent_tables {
+  const tl_task_entry *tasks;
+  const int *waits;
+  const int *workerBegin;
+  const int *workerTasks;
+  unsigned *done;
+  unsigned *control;
+  unsigned *status;  // {1, worker, task, waited-for task} after a timeout; may be null
+  unsigned long long timeout;
+};
+
+TL_DEVICE unsigned tl_acquire_u32(const unsigned *word) {
+#if defined(TL_NVIDIA)
+  unsigned value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(word) : "memory");
+  return value;
+#else
+  return __atomic_load_n(word, __ATOMIC_ACQUIRE);
+#endif
+}
+TL_DEVICE void tl_release_u32(unsigned *word, unsigned value) {
+#if defined(TL_NVIDIA)
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(word), "r"(value) : "memory");
+#else
+  __atomic_store_n(word, value, __ATOMIC_RELEASE);
+#endif
+}
+TL_DEVICE unsigned long long tl_nanoseconds() {
+#if defined(TL_NVIDIA)
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
+#else
+  return (unsigned long long)clock64();  // AMD: cycles, about a nanosecond each
+#endif
+}
+TL_DEVICE void tl_trap() {
+#if defined(TL_NVIDIA)
+  __trap();
+#else
+  __builtin_trap();
+#endif
+}
+TL_DEVICE void tl_pause() {
+#if defined(TL_NVIDIA)
+  asm volatile("nanosleep.u32 64;");
+#else
+  __builtin_amdgcn_s_sleep(1);
+#endif
+}
+
+// Waits until task `task` is done in `epoch`; false after the timeout (reported, then the
+// caller traps).
+TL_DEVICE bool tl_wait_for_task(const tl_persistent_tables &t, int task, unsigned epoch, int self) {
+  const unsigned long long start = tl_nanoseconds();
+  while (tl_acquire_u32(t.done + task) != epoch) {
+    if (tl_nanoseconds() - start > t.timeout) {
+      if (t.status) {
+        t.status[1] = blockIdx.x;
+        t.status[2] = (unsigned)self;
+        t.status[3] = (unsigned)task;
+        __threadfence_system();
+        t.status[0] = 1u;
+        __threadfence_system();
+      }
+      return false;
+    }
+    tl_pause();
+  }
+  return true;
+}
+
+template <class Parts> TL_DEVICE void tl_persistent_worker(const unsigned char *params, const tl_persistent_tables &t) {
+  __shared__ unsigned epoch;
+  __shared__ int part;
+  if (threadIdx.x == 0) epoch = tl_acquire_u32(t.control) + 1u;
+  __syncthreads();
+  for (int i = t.workerBegin[blockIdx.x]; i < t.workerBegin[blockIdx.x + 1]; ++i) {
+    const int self = t.workerTasks[i];
+    if (threadIdx.x == 0) {
+      const tl_task_entry task = t.tasks[self];
+      for (int w = task.waitBegin; w < task.waitEnd; ++w)
+        if (!tl_wait_for_task(t, t.waits[w], epoch, self)) tl_trap();
+      part = task.part;
+      tl_task = {task.block, task.grid, task.threads};
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < tl_task.threads) Parts::run(params, part);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      tl_release_u32(t.done + self, epoch);
+    }
+  }
+  // The last worker to finish advances the epoch: every worker has read it by then.
+  if (threadIdx.x == 0 && atomicAdd(t.control + 1, 1u) == gridDim.x - 1) {
+    t.control[1] = 0u;
+    __threadfence();
+    tl_release_u32(t.control, epoch);
+  }
+}

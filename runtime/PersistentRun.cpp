@@ -1,0 +1,66 @@
+#include "runtime/PersistentRun.h"
+
+#include "runtime/Error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tlc {
+
+PersistentRun::PersistentRun(const Kernel &kernel, const PersistentSchedule &schedule)
+    : kernel_(kernel), schedule_(schedule), random_(schedule.seed), position_(kernel.workers.size(), 0),
+      done_(kernel.tasks.size(), 0), workerOf_(kernel.tasks.size(), -1) {
+  for (size_t w = 0; w < kernel.workers.size(); ++w)
+    for (int task : kernel.workers[w]) workerOf_[size_t(task)] = int(w);
+}
+
+const Task *PersistentRun::next() {
+  std::vector<size_t> ready;
+  bool remaining = false;
+  for (size_t i = 0; i < kernel_.workers.size(); ++i) {
+    size_t w = (turn_ + i) % kernel_.workers.size();
+    if (position_[w] >= kernel_.workers[w].size()) continue;
+    remaining = true;
+    const Task &head = kernel_.tasks[size_t(kernel_.workers[w][position_[w]])];
+    if (std::all_of(head.waits.begin(), head.waits.end(), [&](int wait) { return done_[size_t(wait)] != 0; })) {
+      ready.push_back(w);
+      if (schedule_.order != PersistentOnCpu::Random) break;  // workers in turn: the first ready one
+    }
+  }
+  if (!remaining) return nullptr;
+  if (ready.empty()) deadlock();
+  size_t w = schedule_.order == PersistentOnCpu::Random ? ready[random_() % ready.size()] : ready.front();
+  turn_ = w + 1;
+  int task = kernel_.workers[w][position_[w]++];
+  done_[size_t(task)] = 1;
+  return &kernel_.tasks[size_t(task)];
+}
+
+void PersistentRun::deadlock() const {
+  auto describe = [&](int task) {
+    const Task &t = kernel_.tasks[size_t(task)];
+    return fmt::format("task {} ({} block {})", task, kernel_.parts[size_t(t.part)].name, t.block);
+  };
+  // From a stuck worker, follow what its head waits for to the worker that runs it, until
+  // a worker comes round again.
+  size_t start = 0;
+  while (position_[start] >= kernel_.workers[start].size()) ++start;
+  std::vector<size_t> seen;
+  std::string cycle;
+  for (size_t w = start; std::find(seen.begin(), seen.end(), w) == seen.end();) {
+    seen.push_back(w);
+    int head = kernel_.workers[w][position_[w]];
+    const Task &task = kernel_.tasks[size_t(head)];
+    int blocking = *std::find_if(task.waits.begin(), task.waits.end(), [&](int wait) { return !done_[size_t(wait)]; });
+    cycle += fmt::format("{}worker {} at {} waits for {}", cycle.empty() ? "" : ", ", w, describe(head), describe(blocking));
+    if (workerOf_[size_t(blocking)] < 0)
+      throw Error(fmt::format("persistent kernel '{}': {}, which no worker runs", kernel_.name, cycle));
+    w = size_t(workerOf_[size_t(blocking)]);
+    if (std::find(seen.begin(), seen.end(), w) != seen.end())
+      cycle += fmt::format(", which worker {} runs after its own waits", w);
+  }
+  throw Error(fmt::format("persistent kernel '{}' deadlocks: {}", kernel_.name, cycle));
+}
+
+} // namespace tlc

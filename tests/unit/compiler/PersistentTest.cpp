@@ -1,0 +1,106 @@
+// O3's persistent kernel: its task table checked on the CPU, without a GPU. The CPU
+// backend runs it task by task as its workers would (in turn, and in random orders),
+// each task computing its part on the arena as it is then and keeping only the bytes it
+// writes: a task that ran before one it reads from keeps values made from NaN-poisoned
+// inputs, and the logits differ from O0's.
+#include "TestSupport.h"
+
+#include "runtime/Backend.h"
+#include "runtime/Error.h"
+
+#include <algorithm>
+
+using namespace tlc;
+
+namespace {
+
+std::string errorOf(const std::function<void()> &body) {
+  try {
+    body();
+  } catch (const Error &error) {
+    return error.what();
+  }
+  return "";
+}
+
+// O3's persistent kernel run task by task on the CPU, as its workers would run it (in turn
+// and in random orders): each task waits only for what the compiler derived, and the
+// logits equal O0's. A task run too early would keep values computed from unwritten
+// (NaN-poisoned) inputs.
+TEST(Persistent, ScheduleOnTheCpuMatchesO0) {
+  struct Config {
+    const char *name;
+    LlamaConfig config;
+    const char *dtype;
+    double tolerance;
+  };
+  for (const Config &c : {Config{"workshop small f32", support::smallConfig("workshop"), "f32", 1e-5},
+                          Config{"1.1B narrow bf16", support::smallConfig("tinyllama-1.1b"), "bf16", 2e-2}}) {
+    SCOPED_TRACE(c.name);
+    const int64_t batch = 2, seq = 16;
+    uint64_t seed = ::testing::UnitTest::GetInstance()->random_seed() + 23;
+    Program o0 = support::compileConfig(c.config, {0, batch, seq, c.dtype});
+    Program o3 = support::compileConfig(c.config, {3, batch, seq, c.dtype});
+    ASSERT_EQ(o3.kernels.size(), 1u) << o3.persistentFallback;
+    ASSERT_FALSE(o3.kernels[0].tasks.empty());
+    Weights weights = Weights::random(o0.parameters, seed);
+    std::vector<int32_t> tokens = randomTokenIds(o0, seed);
+    auto reference = createCpuBackend(2);
+    reference->load(o0, weights);
+    std::vector<float> expected = reference->forward(tokens).logits.data;
+    for (PersistentSchedule schedule : {PersistentSchedule{PersistentOnCpu::Workers, 0},
+                                        PersistentSchedule{PersistentOnCpu::Random, seed},
+                                        PersistentSchedule{PersistentOnCpu::Random, seed + 1}}) {
+      auto backend = createCpuBackend(2, schedule);
+      backend->load(o3, weights);
+      EXPECT_LE(relativeError(backend->forward(tokens).logits.data, expected), c.tolerance)
+          << "order " << int(schedule.order) << " seed " << schedule.seed;
+    }
+  }
+}
+
+// Without the waits the compiler derived, workers taking turns run tasks before the tasks
+// they read from: the logits are wrong (so the check above can fail).
+TEST(Persistent, DroppedWaitsGiveWrongLogitsOnTheCpu) {
+  LlamaConfig config = support::smallConfig("workshop");
+  const int64_t batch = 2, seq = 16;
+  Program o0 = support::compileConfig(config, {0, batch, seq, "f32"});
+  Program o3 = support::compileConfig(config, {3, batch, seq, "f32"});
+  ASSERT_EQ(o3.kernels.size(), 1u);
+  for (Task &task : o3.kernels[0].tasks) task.waits.clear();
+  Weights weights = Weights::random(o0.parameters, 5);
+  std::vector<int32_t> tokens = randomTokenIds(o0, 5);
+  auto reference = createCpuBackend(2), backend = createCpuBackend(2, {PersistentOnCpu::Workers, 0});
+  reference->load(o0, weights);
+  backend->load(o3, weights);
+  std::vector<float> expected = reference->forward(tokens).logits.data, got = backend->forward(tokens).logits.data;
+  double error = relativeError(got, expected);
+  EXPECT_TRUE(!(error <= 1e-3)) << "the logits came out right without the waits: " << error;
+}
+
+// The runtime refuses a task table that could hang or race: a wait for a later task, a
+// worker running its tasks out of order, a task run twice, a block its part does not have.
+TEST(Persistent, TheValidatorRefusesBrokenTaskTables) {
+  Program o3 = support::compileConfig(support::smallConfig("workshop"), {3, 2, 16, "f32"});
+  ASSERT_EQ(o3.kernels.size(), 1u);
+  auto broken = [&](const std::function<void(Kernel &)> &edit) {
+    Program program = o3;
+    edit(program.kernels[0]);
+    return errorOf([&] { validateProgram(program); });
+  };
+  EXPECT_EQ(broken([](Kernel &) {}), "");
+  EXPECT_NE(broken([](Kernel &k) { k.tasks[1].waits = {2}; }).find("not an earlier one"), std::string::npos);
+  EXPECT_NE(broken([](Kernel &k) { std::swap(k.workers[0][0], k.workers[0][1]); }).find("in their order"),
+            std::string::npos);
+  EXPECT_NE(broken([](Kernel &k) {
+              int task = k.workers[0][0];
+              auto &other = k.workers[1];
+              other.insert(std::lower_bound(other.begin(), other.end(), task), task);
+            }).find("runs on 2 workers"),
+            std::string::npos);
+  EXPECT_NE(broken([](Kernel &k) { k.tasks[0].block = 1 << 20; }).find("block"), std::string::npos);
+  EXPECT_NE(broken([](Kernel &k) { k.tasks[0].writes = {{0, 1 << 30}}; }).find("not inside the arena"),
+            std::string::npos);
+}
+
+} // namespace
