@@ -11,7 +11,8 @@
 # and bench (bench/run.py: the levels beside PyTorch, appended to bench/RESULTS.md, with
 # the chart), trainbench (bench/train.py: training steps beside PyTorch's, the loss
 # curves), micro (bench/kernels.py: GEMM and attention alone beside cuBLAS and SDPA) and
-# profile (per-kernel tables of O0 and O2, workshop and 1.1B shapes).
+# profile (per-kernel tables of O0 and O2, workshop and 1.1B shapes) and o3 (the persistent
+# kernel: O3 against the CPU reference and O2, at the workshop, decode and 1.1B shapes).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,sanitize}
@@ -109,6 +110,21 @@ if want profile; then  # where the time goes, per kernel
       --iterations=3 > "$LOGS/profile-1.1b-O$level.txt" 2>&1
   done
   note "profile: $(ls "$LOGS"/profile-*.txt | wc -l) tables"
+fi
+if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2
+  timeout 600 "$TESTS" --gtest_filter='Levels/GpuForward.*O3_bf16*:Levels/GpuForward.*O2_bf16*' > "$LOGS/o3-forward.txt" 2>&1
+  note "o3 forward: rc=$? $(grep -c '^\[       OK' "$LOGS/o3-forward.txt") passed, $(grep -c '^\[  FAILED  \] Levels' "$LOGS/o3-forward.txt") failed"
+  for shape in "$MODEL 8 128" "$MODEL 1 1" "models/tinyllama-1.1b.tl 1 1" "models/tinyllama-1.1b.tl 1 2048"; do
+    set -- $shape
+    for level in 2 3; do
+      timeout 300 "$TLC" "$1" -O$level --dtype=bf16 --batch-size=$2 --seq-len=$3 --run --target=cuda --iterations=50 \
+        --progress=never > "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" 2>&1
+      note "$(basename "$1" .tl) $2x$3 O$level: rc=$? $(grep '  forward ' "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" | sed 's/^ *forward *//')" \
+           "| $(grep '  loss ' "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" | awk '{print "loss", $2}')" \
+           "| $(grep '  logits ' "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" | sed 's/^ *logits *//')" \
+           "$(grep -h 'error\|o3 ' "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" | head -2)"
+    done
+  done
 fi
 if want sanitize; then  # small shapes, launches one by one
   # Training: a whole step under both tools; the 1.1B-width training kernels (GQA 32/4)

@@ -11,6 +11,7 @@
 #include "compiler/BlockView.h"
 #include "compiler/codegen/Emitter.h"
 #include "compiler/codegen/Persistent.h"
+#include "compiler/Targets.h"
 #include "compiler/ModelIO.h"
 #include "passes/Pipelines.h"
 #include "runtime/Checked.h"
@@ -105,6 +106,10 @@ cl::opt<std::string> targetArch("target-arch",
                                          "the default), sm_90, sm_80, gfx90a or gfx942; a run on a GPU tunes for "
                                          "that GPU"),
                                 cl::value_desc("arch"), cl::cat(compileCategory), cl::sub(everywhere));
+cl::opt<bool> precompile("precompile",
+                          cl::desc("JIT-compile every kernel for --target-arch (default sm_90a) into the kernel "
+                                   "cache now, with no GPU needed: a later run on such a GPU starts at once"),
+                          cl::cat(compileCategory), cl::sub(everywhere));
 cl::opt<bool> printKernels("print-kernels", cl::desc("list every kernel of the forward: name, block, FLOPs, bytes"),
                            cl::cat(compileCategory));
 
@@ -541,6 +546,7 @@ int runForward(const tlc::Program &program, tlc::Backend &backend) {
 }
 
 int writeProgram(const tlc::Program &program);
+int precompileKernels(const tlc::Program &program);
 
 // --emit=ir: the module after the pipeline (a forward's or a training step's).
 bool writeIr(mlir::ModuleOp module) {
@@ -554,7 +560,8 @@ int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::
   if (emit == Emit::IR && !writeIr(module)) return 1;
   if (emit == Emit::None && !run && outputPath != "-")  // `-o dir/` alone writes the Program
     emit = Emit::Program;
-  if (emit != Emit::Program && emit != Emit::Hip && emit != Emit::Schedule && !run && !printKernels) return 0;
+  if (emit != Emit::Program && emit != Emit::Hip && emit != Emit::Schedule && !run && !printKernels && !precompile)
+    return 0;
 
   mlir::FailureOr<tlc::Program> program = mlir::failure();
   {
@@ -564,7 +571,29 @@ int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::
   if (mlir::failed(program)) return 1;
   if (int failed = writeProgram(*program)) return failed;
   if (printKernels) printKernelTable(*program);
+  if (precompile) return precompileKernels(*program);
   if (run) return runForward(*program, *backend);
+  return 0;
+}
+
+// --precompile: every distinct kernel source (a persistent kernel's, and its parts' for
+// devices that run them instead) through the target's run-time compiler into the cache.
+int precompileKernels(const tlc::Program &program) {
+  const tlc::TargetDesc &target = tlc::findTarget(program.targetArch);
+  auto compiler = target.vendor == tlc::Vendor::NVIDIA ? tlc::createNvrtcCompiler() : tlc::createHiprtcCompiler();
+  std::vector<tlc::JitSource> sources;
+  for (const tlc::Kernel &kernel : program.kernels) {
+    sources.push_back({kernel.entry, kernel.source});
+    for (const tlc::Kernel &part : kernel.parts) sources.push_back({part.entry, part.source});
+  }
+  tlc::JitOptions options;
+  options.arch = target.jitArch;
+  options.progress = progress != tlc::ProgressMode::Never;
+  tlc::JitStats stats;
+  tlc::jitCompileAll(*compiler, sources, options, &stats);
+  fmt::print("tlc: {} kernels for {} in the cache ({}: {} compiled, {} there already, {:.1f} s)\n",
+             stats.compiled + stats.cached, target.jitArch, tlc::jitCacheDir(), stats.compiled, stats.cached,
+             stats.seconds);
   return 0;
 }
 

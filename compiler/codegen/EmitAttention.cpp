@@ -78,7 +78,7 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
   if (matrixUnits)
     emitted.tasks = {tile.blocks(spec), tile.threads(), tile.sharedBytes(spec),
                      [spec, tile](int64_t block) { return attentionBlockAccess(spec, tile.queries, tile.heads, block); }};
-  else if (perRow.gridBlocks <= 8192)
+  else if (perRow.gridBlocks <= 1024)
     emitted.tasks = {perRow.gridBlocks, perRow.blockThreads, 0,
                      [spec](int64_t block) { return attentionRowBlockAccess(spec, block); }};
   return emitted;

@@ -29,7 +29,7 @@ std::string KernelSource::paramsStruct() const {
   std::string out = fmt::format("struct {}_params {{\n", entry());
   for (size_t i = 0; i < spec_.params.size(); ++i)
     out += fmt::format("  {}{} *{}{};\n", spec_.params[i].output ? "" : "const ", names_.types[i],
-                       spec_.params[i].output ? "" : "__restrict__ ", names_.names[i]);
+                       spec_.params[i].output ? "" : "TL_RESTRICT ", names_.names[i]);
   out += "  float *ws;      // per-launch workspace\n  unsigned *sync; // zeroed words a kernel leaves zeroed\n};\n";
   return out;
 }

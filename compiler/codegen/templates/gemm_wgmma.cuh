@@ -209,6 +209,9 @@ TL_DEVICE constexpr bool tl_wgmma_width(int n) { return n == 64 || n == 128 || n
 TL_DEVICE void tl_mbarrier_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
+// Before the memory of a barrier no thread waits on any more serves again (a persistent
+// kernel's next task, which may init a barrier there or keep data).
+TL_DEVICE void tl_mbarrier_inval(unsigned bar) { asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(bar) : "memory"); }
 TL_DEVICE void tl_mbarrier_arrive(unsigned bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
@@ -705,6 +708,13 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   }
   tl_sync();
   tl_allow_dependents();
+#if defined(TL_PERSISTENT)
+  if (threadIdx.x == 0)  // every wait is over: the next task may use this memory
+    for (int s = 0; s < STAGES; ++s) {
+      tl_mbarrier_inval(fullBar + s * 8);
+      tl_mbarrier_inval(emptyBar + s * 8);
+    }
+#endif
   // A split norm tile's rows (NORM_SHARED: the schedule splits one only then) are scaled
   // once its parts are added.
   if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, 1>(p, work, tileRows, rowScale, 0.0f)) return;

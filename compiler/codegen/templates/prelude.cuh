@@ -19,6 +19,15 @@ struct alignas(8) tl_u32x2 { unsigned x, y; };
 // worker runs the blocks of many kernels one after another as tasks: these say which
 // block of which grid, with how many of the worker's threads (the first ones), and
 // tl_sync() is the barrier of those threads only.
+// Inputs a kernel only reads are __restrict__, so loads may take the read-only data path.
+// Not in a persistent kernel: an input is written by an earlier task of the same launch,
+// which that path would not see.
+#if defined(TL_PERSISTENT)
+#define TL_RESTRICT
+#else
+#define TL_RESTRICT __restrict__
+#endif
+
 #if defined(TL_PERSISTENT)
 struct tl_task_frame {
   int block, grid, threads;
