@@ -153,6 +153,7 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
   program->targetArch = target.name;
   program->targetMultiprocessors = target.multiprocessors;
   program->scheduleOverrides = describeOverrides(overrides);
+  program->matmulPrecision = options.matmulPrecision;
   emitHipKernels(*program, specs, codegen::machineFor(target, overrides));
   // What tlc writes, the runtime accepts: a model the verifier passed may still break
   // the runtime's contract (say, logits narrower than the embedding's vocabulary).

@@ -393,6 +393,8 @@ std::string programToJson(const Program &program) {
   if (!program.targetArch.empty())
     header["target"] = Json{{"arch", program.targetArch}, {"multiprocessors", program.targetMultiprocessors}};
   if (!program.scheduleOverrides.empty()) header["schedule_overrides"] = program.scheduleOverrides;
+  if (program.matmulPrecision != MatmulPrecision::Highest)
+    header["matmul_precision"] = matmulPrecisionName(program.matmulPrecision);
   for (const auto &item : header.items())
     out << "  " << Json(item.key()).dump() << ": " << inlineJson(item.value()) << ",\n";
   writeList(out, "parameters", program.parameters,
@@ -441,6 +443,10 @@ Program programFromJson(const std::string &text, const std::string &origin) {
   if (reader.optionalField(root, "kind")) {
     std::string kind = reader.string(root, "kind", "");
     program.kind = reader.located("kind", [&] { return parseProgramKind(kind); });
+  }
+  if (reader.optionalField(root, "matmul_precision")) {
+    std::string precision = reader.string(root, "matmul_precision", "");
+    program.matmulPrecision = reader.located("matmul_precision", [&] { return parseMatmulPrecision(precision); });
   }
   program.optLevel = reader.intField(root, "opt_level", "");
   if (const nlohmann::json *target = reader.optionalField(root, "target")) {
