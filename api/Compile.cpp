@@ -154,6 +154,7 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
   program->targetArch = target.name;
   program->targetMultiprocessors = target.multiprocessors;
   program->scheduleOverrides = describeOverrides(overrides);
+  program->matmulPrecision = options.matmulPrecision;
   codegen::Machine machine = codegen::machineFor(target, overrides);
   // O3's forward runs as one persistent kernel (the training step keeps O2's launches).
   machine.persistent = options.optLevel >= 3 && !training;

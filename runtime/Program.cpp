@@ -54,6 +54,21 @@ ProgramKind parseProgramKind(const std::string &name) {
   throw Error(fmt::format("unknown program kind '{}' (expected forward or train_step)", name));
 }
 
+const char *matmulPrecisionName(MatmulPrecision precision) {
+  switch (precision) {
+  case MatmulPrecision::Highest: return "highest";
+  case MatmulPrecision::High: return "high";
+  case MatmulPrecision::Medium: return "medium";
+  }
+  return "?";
+}
+
+MatmulPrecision parseMatmulPrecision(const std::string &name) {
+  for (MatmulPrecision precision : {MatmulPrecision::Highest, MatmulPrecision::High, MatmulPrecision::Medium})
+    if (name == matmulPrecisionName(precision)) return precision;
+  throw Error(fmt::format("unknown matmul precision '{}' (expected highest, high or medium)", name));
+}
+
 const char *storageName(Storage storage) {
   switch (storage) {
   case Storage::Input: return "input";

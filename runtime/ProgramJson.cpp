@@ -465,6 +465,8 @@ std::string programToJson(const Program &program) {
     header["target"] = Json{{"arch", program.targetArch}, {"multiprocessors", program.targetMultiprocessors}};
   if (!program.scheduleOverrides.empty()) header["schedule_overrides"] = program.scheduleOverrides;
   if (!program.persistentFallback.empty()) header["persistent_fallback"] = program.persistentFallback;
+  if (program.matmulPrecision != MatmulPrecision::Highest)
+    header["matmul_precision"] = matmulPrecisionName(program.matmulPrecision);
   for (const auto &item : header.items())
     out << "  " << Json(item.key()).dump() << ": " << inlineJson(item.value()) << ",\n";
   writeList(out, "parameters", program.parameters,
@@ -516,6 +518,10 @@ Program programFromJson(const std::string &text, const std::string &origin) {
   if (reader.optionalField(root, "kind")) {
     std::string kind = reader.string(root, "kind", "");
     program.kind = reader.located("kind", [&] { return parseProgramKind(kind); });
+  }
+  if (reader.optionalField(root, "matmul_precision")) {
+    std::string precision = reader.string(root, "matmul_precision", "");
+    program.matmulPrecision = reader.located("matmul_precision", [&] { return parseMatmulPrecision(precision); });
   }
   program.optLevel = reader.intField(root, "opt_level", "");
   if (const nlohmann::json *target = reader.optionalField(root, "target")) {

@@ -54,6 +54,7 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
   ladder.batch = options.batch;
   ladder.seqLen = options.seqLen;
   ladder.dtype = options.dtype;
+  ladder.matmulPrecision = options.matmulPrecision;
   ladder.weightsFrom = describeWeights(options.inputs);
   ladder.tokensFrom = describeTokens(options.inputs);
   ladder.timedRuns = std::max(1, options.iterations);
@@ -64,7 +65,7 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
   std::vector<int32_t> tokens;
   std::vector<float> reference;
   for (int level = 0; level <= kMaxOptLevel; ++level) {
-    CompileOptions compile{level, options.batch, options.seqLen, options.dtype};
+    CompileOptions compile{level, options.batch, options.seqLen, options.dtype, true, options.matmulPrecision};
     compile.targetArch = options.targetArch;
     compile.overrides = options.overrides;
     tuneForDevice(compile, backend->deviceInfo());
@@ -101,8 +102,11 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
 }
 
 std::string ladderTable(const Ladder &ladder) {
-  std::string out = fmt::format("tlc ladder: {}, {}, batch {} x seq {}, target {}\n", ladder.model, ladder.dtype,
-                                ladder.batch, ladder.seqLen, ladder.target);
+  std::string dtype = ladder.dtype == "f32"
+                          ? fmt::format("f32 (matmul precision {})", matmulPrecisionName(ladder.matmulPrecision))
+                          : ladder.dtype;
+  std::string out = fmt::format("tlc ladder: {}, {}, batch {} x seq {}, target {}\n", ladder.model, dtype, ladder.batch,
+                                ladder.seqLen, ladder.target);
   out += fmt::format("  inputs    weights {}; tokens {} (the same at every level)\n", ladder.weightsFrom,
                      ladder.tokensFrom);
   out += fmt::format("  time      median of {} forward{} after a warm-up\n", ladder.timedRuns,

@@ -21,6 +21,7 @@ struct LadderOptions {
   std::string dtype = "f32";
   std::string targetArch;        // empty: the GPU it runs on, or sm_90a on the CPU
   ScheduleOverrides overrides;
+  MatmulPrecision matmulPrecision = MatmulPrecision::High;  // of f32 models
   BackendOptions backend;
   RunInputs inputs;
   int iterations = 3;  // timed forwards per level after a warm-up (the median is shown)
@@ -40,6 +41,7 @@ struct LadderRung {
 
 struct Ladder {
   std::string model, dtype, target;
+  MatmulPrecision matmulPrecision = MatmulPrecision::High;
   int64_t batch = 0, seqLen = 0;
   std::string weightsFrom, tokensFrom;
   int timedRuns = 0;

@@ -89,6 +89,7 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
                                    describeOptLevel(program.optLevel), dtypeName(program.dtype), program.batch,
                                    program.seqLen, run.steps, run.steps == 1 ? "" : "s", backend.name());
   header += fmt::format("  pipeline  {}\n", program.pipeline);
+  header += matmulPrecisionLine(program, backend);
   header += kernelSplit(program);
   header += fmt::format("  optimizer {}\n", describeAdamW(run.adamw));
   header += fmt::format("  inputs    weights {}; tokens {}\n", describeWeights(run.inputs), batches.describe());

@@ -89,6 +89,18 @@ cl::opt<int64_t> seqLen("seq-len",
 cl::opt<std::string> dtype("dtype", cl::desc("storage dtype of weights and activations: f32 or bf16 (default f32)"),
                            cl::init("f32"), cl::cat(compileCategory), cl::sub(everywhere));
 
+cl::opt<tlc::MatmulPrecision> matmulPrecision(
+    "matmul-precision",
+    cl::desc("f32 models: how matrix products run, as torch.set_float32_matmul_precision (default high)"),
+    cl::init(tlc::MatmulPrecision::High),
+    cl::values(clEnumValN(tlc::MatmulPrecision::Highest, "highest", "fp32 FMAs: exact products"),
+               clEnumValN(tlc::MatmulPrecision::High, "high",
+                          "NVIDIA tensor cores, 3xTF32 (tf32 high parts and residuals, three products): fp32's "
+                          "accuracy"),
+               clEnumValN(tlc::MatmulPrecision::Medium, "medium",
+                          "NVIDIA tensor cores, plain TF32 (one product): about 1e-3 relative error, faster")),
+    cl::cat(compileCategory), cl::sub(everywhere));
+
 enum class Emit { None, IR, Program, Hip, Schedule };
 cl::opt<Emit> emit("emit", cl::desc("what to write, to -o (default none)"), cl::init(Emit::None),
                    cl::values(clEnumValN(Emit::None, "none", "nothing"),
@@ -315,7 +327,7 @@ tlc::ScheduleOverrides scheduleOverrides() {
 // The level, shape and dtype the flags ask for (--seq-len fitted to the model first),
 // tuned for --target-arch or the GPU the run goes to.
 tlc::CompileOptions compileOptions() {
-  tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype, fuseNormGrad && optLevel >= 2};
+  tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype, fuseNormGrad && optLevel >= 2, matmulPrecision};
   options.targetArch = targetArch;
   options.overrides = scheduleOverrides();
   if (runDevice) tlc::tuneForDevice(options, *runDevice);
@@ -331,6 +343,9 @@ std::string checkFlags() {
   if (optLevel < 0 || optLevel > tlc::kMaxOptLevel)
     return fmt::format("-O{0} (--opt-level={0}): the levels are -O0 to -O{1}", optLevel, tlc::kMaxOptLevel);
   if (dtype != "f32" && dtype != "bf16") return fmt::format("unknown --dtype '{}': use f32 or bf16", dtype.getValue());
+  if (matmulPrecision.getNumOccurrences() && dtype != "f32")
+    return fmt::format("--matmul-precision applies to f32 models; --dtype={} multiplies {}", dtype.getValue(),
+                       dtype.getValue());
   if (batchSize <= 0) return fmt::format("--batch-size={} must be at least 1", batchSize.getValue());
   if (seqLen <= 0) return fmt::format("--seq-len={} must be at least 1", seqLen.getValue());
   if (std::optional<int64_t> tokens = tlc::checkedMul(batchSize, seqLen); !tokens || *tokens > tlc::kMaxTokens)
@@ -700,6 +715,7 @@ int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   options.dtype = dtype;
   options.targetArch = targetArch;
   options.overrides = scheduleOverrides();
+  options.matmulPrecision = matmulPrecision;
   options.backend = backendOptions();
   options.inputs = runInputs();
   options.iterations = iterations.getNumOccurrences() ? int(iterations) : 3;

@@ -138,9 +138,9 @@ std::string persistentSource(const std::string &name, const Kernel &kernel, int 
     out += fmt::format("//   part {}: {}, {} blocks of {} threads\n", p, part.entry, launch.gridBlocks, launch.blockThreads);
   }
   out += vendorPrelude() + "#define TL_PERSISTENT 1\n";
-  out += assembleTemplates({"prelude.cuh", "elementwise_ops.cuh", "gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mfma.cuh",
-                            "gemm_simt.cuh", "attention_mma.cuh", "attention_rows.cuh", "row_ops.cuh", "elementwise.cuh",
-                            "persistent.cuh"});
+  out += assembleTemplates({"prelude.cuh", "elementwise_ops.cuh", "gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mma_tf32.cuh",
+                            "gemm_wgmma_tf32.cuh", "gemm_mfma.cuh", "gemm_simt.cuh", "attention_mma.cuh",
+                            "attention_rows.cuh", "row_ops.cuh", "elementwise.cuh", "persistent.cuh"});
   out += "// ---- end of templates ----\n\n";
   std::set<std::string> bodies;
   for (const Kernel &part : kernel.parts)

@@ -109,7 +109,7 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN) {
   return true;
 }
 
-GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine) {
+GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine, bool fp32) {
   const int multiprocessors = machine.multiprocessors;
   GemmTile forced;
   if (gemmOverride(machine, forced) && tileHoldsEpilogue(gemm, forced.BN)) return forced;
@@ -122,7 +122,7 @@ GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine) {
   };
   bool someClusterFits = std::any_of(candidates().begin(), candidates().end(), clusterFits);
   for (const Candidate &candidate : candidates()) {
-    if (!tileHoldsEpilogue(gemm, candidate.tile.BN)) continue;
+    if (!tileHoldsEpilogue(gemm, candidate.tile.BN) || (fp32 && candidate.tile.BN > 128)) continue;
     if (gemm.normGrad && someClusterFits && !clusterFits(candidate)) continue;
     int64_t tiles = gemm.batch * ceilDiv(gemm.M, candidate.tile.BM) * columnTiles(gemm, candidate.tile.BN);
     int64_t slots = int64_t(multiprocessors) * candidate.blocksPerSM;
@@ -140,7 +140,8 @@ GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine) {
 }
 
 int64_t WgmmaTile::sharedBytes(int64_t afterTile) const {
-  int64_t pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 128);  // A, B and a norm gain per stage
+  // A, B and a norm gain per stage, rows of 128 bytes; with tf32 two buffers of their residuals.
+  int64_t pipeline = int64_t(stages) * ((BM + BN) * 128 + 128) + (tf32 ? 2 * (BM + BN) * 128 : 0);
   int64_t epilogue = int64_t(BM) * (BN + 8) * 4 + BM * 4 + afterTile;
   if (producer) {  // two mbarriers per stage after the stages, then the rows' inverse RMS; no gain
     pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 16) + BM * 4;
@@ -288,19 +289,40 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
 }
 } // namespace
 
+std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine &machine, bool aKM) {
+  if (!machine.wgmma || aKM || gemm.bKN || gemm.normGrad) return std::nullopt;
+  const int multiprocessors = machine.multiprocessors;
+  auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
+  // At most two waves of 64x64 tiles: those, two blocks an SM (one's split pass in shared
+  // memory beside the other's wgmma), K split two ways where one wave of whole tiles would
+  // leave half the block slots idle and K is long.
+  if (tileHoldsEpilogue(gemm, 64) && tilesOf(64, 64) <= 2 * multiprocessors) {
+    WgmmaTile tile{64, 64, 4, 1, 2};
+    if (ceilDiv(gemm.K, 32) >= 32 && tilesOf(64, 64) <= multiprocessors) tile.splits = 2;
+    tile.tf32 = true;
+    return tile;
+  }
+  for (WgmmaTile tile : {WgmmaTile{128, 128, 4}, WgmmaTile{128, 64, 4}})
+    if (tileHoldsEpilogue(gemm, tile.BN)) {
+      tile.tf32 = true;
+      return tile;
+    }
+  return std::nullopt;
+}
+
 int64_t AttentionTile::blocks(const AttentionSpec &spec) const {
   return spec.B * spec.HKV * (spec.H / spec.HKV / heads) * ceilDiv(spec.SQ, queries);
 }
 
 int64_t AttentionTile::sharedBytes(const AttentionSpec &spec) const {
-  return int64_t(heads) * queries * spec.D * 2 + 2 * 64 * (spec.D + spec.DV) * 2;
+  return (int64_t(heads) * queries * spec.D + 2 * 64 * (spec.D + spec.DV)) * elementBytes;
 }
 
-AttentionTile chooseAttentionTile(const AttentionSpec &spec, const Machine &machine) {
+static AttentionTile attentionTileOf(const AttentionSpec &spec, const Machine &machine, int mostMTiles) {
   const int multiprocessors = machine.multiprocessors;
   int group = int(spec.H / spec.HKV);
   // Two m16 tiles a warp hold 32 query rows of scores and outputs: registers allow it at head size 64.
-  int maxMTiles = spec.D <= 64 && spec.DV <= 64 ? 2 : 1;
+  int maxMTiles = spec.D <= 64 && spec.DV <= 64 ? mostMTiles : 1;
   // overrides.attentionTile: QTxHB[xMT[xRESIDENT]].
   if (const std::string &text = machine.overrides.attentionTile; !text.empty()) {
     AttentionTile forced;
@@ -338,6 +360,12 @@ AttentionTile chooseAttentionTile(const AttentionSpec &spec, const Machine &mach
     best = {16, heads};
   }
   return capped(best);
+}
+
+AttentionTile chooseAttentionTile(const AttentionSpec &spec, const Machine &machine, bool fp32) {
+  AttentionTile tile = attentionTileOf(spec, machine, fp32 ? 1 : 2);
+  tile.elementBytes = fp32 ? 4 : 2;
+  return tile;
 }
 
 } // namespace tlc::codegen

@@ -38,6 +38,10 @@ struct CompileOptions {
   // (tl-fuse-norm-grad-gemm), for rows of at most 1024 columns and GEMMs reducing over at
   // most 1024 (where it measured faster on an H100: docs/training.md).
   bool fuseNormGrad = true;
+  // f32 matrix products (Program.h): the default is the fastest that keeps fp32's accuracy
+  // (on NVIDIA tensor cores, 3xTF32); Highest keeps fp32 FMAs, Medium trades accuracy
+  // (about 1e-3) for speed. bf16 models are not affected.
+  MatmulPrecision matmulPrecision = MatmulPrecision::High;
   // The GPU the kernels are tuned for (compiler/Targets.h): sm_90a, sm_90, sm_80, gfx90a or
   // gfx942; empty: sm_90a (an H100). tlc takes the device's own when it runs the model.
   std::string targetArch;

@@ -146,12 +146,23 @@ enum class ProgramKind { Forward, TrainStep };
 TLC_API const char *programKindName(ProgramKind kind);          // "forward", "train_step"
 TLC_API ProgramKind parseProgramKind(const std::string &name);  // throws tlc::Error on an unknown name
 
+// How f32 matrix products are computed where the hardware offers a choice, by the names of
+// PyTorch's torch.set_float32_matmul_precision: Highest, fp32 FMAs (exact products);
+// High, NVIDIA tensor cores with each operand split into a tf32 high part and residual
+// and three products accumulated in fp32 (3xTF32, about fp32's accuracy); Medium, one
+// tensor-core product of tf32-rounded operands (plain TF32). bf16 models multiply bf16.
+enum class MatmulPrecision { Highest, High, Medium };
+
+TLC_API const char *matmulPrecisionName(MatmulPrecision precision);  // "highest", "high", "medium"
+TLC_API MatmulPrecision parseMatmulPrecision(const std::string &name);  // throws tlc::Error on an unknown name
+
 struct Program {
   std::string model;          // e.g. "workshop"
   ProgramKind kind = ProgramKind::Forward;
   int optLevel = 0;
   std::string pipeline;       // the pass pipeline that produced it
   DType dtype = DType::F32;   // storage dtype of weights and activations
+  MatmulPrecision matmulPrecision = MatmulPrecision::Highest;  // of f32 matrix products
   int64_t batch = 0, seqLen = 0, vocab = 0;
   std::vector<Parameter> parameters;
   std::vector<Value> values;  // indexed by id

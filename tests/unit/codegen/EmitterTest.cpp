@@ -311,13 +311,59 @@ TEST(Codegen, NormBackwardInsideTheDxGemm) {
   EXPECT_EQ(count(apart, "tl_rmsnorm_grad"), 17);
 }
 
-TEST(Codegen, Fp32UsesFmaTemplates) {
-  Program program = workshop(2, "f32", 2, 16);
-  for (const Kernel &kernel : program.kernels) {
-    EXPECT_FALSE(contains(kernel.source, "tl_gemm_mma<")) << kernel.name;
-    EXPECT_FALSE(contains(kernel.source, "tl_attention_mma<")) << kernel.name;
+// f32 matrix products follow the matmul precision: "high" (the default) splits each
+// operand for three tf32 tensor-core products, "medium" keeps one, "highest" the fp32 FMA
+// templates; forward and backward, GEMMs and attention alike.
+TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
+  std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
+  auto step = [&](MatmulPrecision precision) {
+    CompileOptions options{2, 2, 16, "f32"};
+    options.matmulPrecision = precision;
+    return compileTrainingStepFile(path, options, AdamWOptions{});
+  };
+  for (MatmulPrecision precision : {MatmulPrecision::High, MatmulPrecision::Medium}) {
+    Program program = step(precision);
+    EXPECT_EQ(program.matmulPrecision, precision);
+    const std::string products = precision == MatmulPrecision::High ? "3" : "1";
+    const Kernel &qkv = kernelNamed(program, "tl_rmsnorm_linear_split_rope_transpose_f32");
+    EXPECT_TRUE(contains(qkv.source, "tl_gemm_wgmma_tf32<")) << qkv.name;  // sm_90a
+    EXPECT_TRUE(contains(qkv.source, "tl_gemm_mma_tf32<")) << qkv.name;    // other NVIDIA
+    EXPECT_TRUE(contains(qkv.source, "static constexpr int TF32_PRODUCTS = " + products + ";"));
+    // The backward's transposed operands run on mma.sync (wgmma has no tf32 transpose).
+    const Kernel &dW = kernelNamed(program, "tl_linear_grad_weight_f32");
+    EXPECT_TRUE(contains(dW.source, "  tl_gemm_mma_tf32<")) << dW.name;
+    EXPECT_TRUE(contains(dW.source, "B_KN = true, A_KM = true"));
+    const Kernel &normGrad = kernelNamed(program, "tl_linear_grad_input_rmsnorm_grad");
+    EXPECT_TRUE(contains(normGrad.source, "  tl_gemm_mma_tf32<")) << normGrad.name;
+    EXPECT_TRUE(contains(normGrad.source, "NORM_GRAD = true"));
+    EXPECT_TRUE(contains(kernelNamed(program, "tl_flash_attention_f32").source,
+                         ", tl_attention_tf32<" + products + ">>(p);"));
+    EXPECT_TRUE(contains(kernelNamed(program, "tl_flash_attention_grad").source,
+                         ", tl_attention_tf32<" + products + ">>(p);"));
+    // fp32 tiles are twice bf16's: the backward's three buffers of 64 rows of q and do (or k and v).
+    EXPECT_EQ(kernelNamed(program, "tl_flash_attention_grad").launch.at("cuda").sharedBytes, 3 * 64 * 128 * 4);
+    // AMD's gfx90a multiplies fp32 on MFMA.
+    EXPECT_TRUE(contains(qkv.source, "#elif defined(__gfx90a__)\n  tl_gemm_mfma<"));
   }
-  EXPECT_TRUE(contains(kernelNamed(program, "tl_rmsnorm_linear").source, "tl_gemm_simt<"));
+  Program exact = step(MatmulPrecision::Highest);
+  for (const Kernel &kernel : exact.kernels)
+    for (const char *tensorCores : {"tl_gemm_mma", "tl_gemm_mma_tf32", "tl_gemm_wgmma", "tl_gemm_wgmma_tf32",
+                                    "tl_attention_mma", "tl_attention_grad_mma"})
+      EXPECT_FALSE(contains(kernel.source, std::string(tensorCores) + "<" + kernel.entry)) << kernel.name;
+  EXPECT_TRUE(contains(kernelNamed(exact, "tl_rmsnorm_linear").source, "  tl_gemm_simt<"));
+  // The precision travels with the Program.
+  EXPECT_EQ(programFromJson(programToJson(step(MatmulPrecision::Medium))).matmulPrecision, MatmulPrecision::Medium);
+  EXPECT_EQ(programFromJson(programToJson(exact)).matmulPrecision, MatmulPrecision::Highest);
+}
+
+// bf16 models multiply bf16 whatever the precision says: their kernels do not change.
+TEST(Codegen, MatmulPrecisionLeavesBf16Alone) {
+  CompileOptions high{2, 2, 16, "bf16"}, exact = high;
+  exact.matmulPrecision = MatmulPrecision::Highest;
+  std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
+  Program a = compileModelFile(path, high), b = compileModelFile(path, exact);
+  ASSERT_EQ(a.kernels.size(), b.kernels.size());
+  for (size_t k = 0; k < a.kernels.size(); ++k) EXPECT_EQ(a.kernels[k].source, b.kernels[k].source) << a.kernels[k].name;
 }
 
 // O3 runs the same kernels as O2, each block's as one dependent chain.
