@@ -298,7 +298,8 @@ std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine
   // leave half the block slots idle and K is long.
   if (tileHoldsEpilogue(gemm, 64) && tilesOf(64, 64) <= 2 * multiprocessors) {
     WgmmaTile tile{64, 64, 4, 1, 2};
-    if (ceilDiv(gemm.K, 32) >= 32 && tilesOf(64, 64) <= multiprocessors) tile.splits = 2;
+    // (Not in a persistent kernel: the next part's tasks fill the idle slots there.)
+    if (ceilDiv(gemm.K, 32) >= 32 && tilesOf(64, 64) <= multiprocessors && !machine.persistent) tile.splits = 2;
     tile.tf32 = true;
     return tile;
   }

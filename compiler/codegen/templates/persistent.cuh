@@ -11,7 +11,7 @@
 //       advances: repeated launches and graph replays need no reset from the host. A
 //       wait gives up after `timeout` nanoseconds (globaltimer): it writes which worker
 //       waited for which task into `status` (host-mapped memory the runtime reads after
-//       the fault) and traps, rather than hang.
+//       the fault) and traps, rather than hang. The first warp waits, a lane a task.
 //
 // The generated kernel defines a struct of the parts, whose run(params, part) switches over
 // their bodies (a static member, inlined: a call would serialize the wgmma pipelines), and
@@ -106,12 +106,18 @@ template <class Parts> TL_DEVICE void tl_persistent_worker(const unsigned char *
   __syncthreads();
   for (int i = t.workerBegin[blockIdx.x]; i < t.workerBegin[blockIdx.x + 1]; ++i) {
     const int self = t.workerTasks[i];
-    if (threadIdx.x == 0) {
+    // The first warp waits, a lane for each task waited for (their round trips overlap).
+    if (threadIdx.x < 32) {
       const tl_task_entry task = t.tasks[self];
-      for (int w = task.waitBegin; w < task.waitEnd; ++w)
+      for (int w = task.waitBegin + (int)threadIdx.x; w < task.waitEnd; w += 32)
         if (!tl_wait_for_task(t, t.waits[w], epoch, self)) tl_trap();
-      part = task.part;
-      tl_task = {task.block, task.grid, task.threads};
+#if defined(TL_NVIDIA)
+      __syncwarp();
+#endif
+      if (threadIdx.x == 0) {
+        part = task.part;
+        tl_task = {task.block, task.grid, task.threads};
+      }
     }
     __syncthreads();
     if ((int)threadIdx.x < tl_task.threads) Parts::run(params, part);
