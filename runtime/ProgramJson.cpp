@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,6 +15,7 @@
 #include "runtime/Error.h"
 #include "runtime/MappedFile.h"
 #include "runtime/MemoryBudget.h"
+#include "runtime/OutputFile.h"
 #include "runtime/Program.h"
 #include "runtime/StrictJson.h"
 
@@ -580,14 +580,7 @@ Program loadProgram(const std::string &path) {
 }
 
 void saveProgram(const Program &program, const std::string &path) {
-  std::string text = programToJson(program);
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file)
-    throw Error(fmt::format("cannot write program file '{}': {}", path, std::strerror(errno)));
-  file << text;
-  file.close();
-  if (!file)
-    throw Error(fmt::format("cannot write program file '{}': {}", path, std::strerror(errno)));
+  writeFileAtomically(path, programToJson(program), "program file");
 }
 
 } // namespace tlc

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 
+#include "runtime/FiniteResults.h"
 #include "runtime/JitBackend.h"
 #include "runtime/MemoryPlanner.h"
 #include "runtime/OptLevels.h"
@@ -127,8 +128,11 @@ std::string formatRunSummary(const RunSummary &summary) {
   }
   out += fmt::format("  logits    [{}] sum {:.6f}, mean |x| {:.6f}\n", shapeString(result.logits.shape), checksum,
                      absSum / double(std::max<size_t>(1, result.logits.data.size())));
-  out += fmt::format("  loss      {:.4f} (next-token cross-entropy; a uniform guess scores ln {} = {:.4f})\n", result.loss,
-                     program.vocab, std::log(double(program.vocab)));
+  if (hasLoss(program))
+    out += fmt::format("  loss      {:.4f} (next-token cross-entropy; a uniform guess scores ln {} = {:.4f})\n",
+                       result.loss, program.vocab, std::log(double(program.vocab)));
+  else
+    out += "  loss      none: a sequence of one token has no next token to predict\n";
   return out;
 }
 

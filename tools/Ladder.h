@@ -25,6 +25,7 @@ struct LadderOptions {
   BackendOptions backend;
   RunInputs inputs;
   int iterations = 3;  // timed forwards per level after a warm-up (the median is shown)
+  bool allowNonFinite = false;  // logits or a loss that are not numbers are shown, not refused
 };
 
 struct LadderRung {
@@ -35,7 +36,7 @@ struct LadderRung {
   double gflop = 0;
   int64_t minBytes = 0;      // Kernel::minBytes summed: the least the kernels must move
   double milliseconds = 0;   // median forward
-  double maxLogitDiff = 0;   // max |logits - O0 logits|
+  double maxLogitDiff = 0;   // max |logits - O0 logits|; NaN where either is not a number
   float loss = 0;
 };
 

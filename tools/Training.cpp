@@ -1,5 +1,6 @@
 #include "tools/Training.h"
 
+#include "runtime/FiniteResults.h"
 #include "runtime/OptLevels.h"
 #include "runtime/Progress.h"
 #include "runtime/RunSummary.h"
@@ -134,7 +135,14 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
   if (!run.saveWeightsPath.empty()) {
     {
       ProgressLine line("saving the trained weights");
-      backend.trainedWeights().saveSafetensors(run.saveWeightsPath);
+      Weights trained = backend.trainedWeights();
+      // The last update is checked by no loss: a weight that is not a number is said here,
+      // and nothing is written (no loader would take it back).
+      if (std::string bad = nonFiniteWeight(trained); !bad.empty())
+        throw Error(fmt::format("the weights after step {} are not finite: {}; they were not saved to '{}' (try a "
+                                "smaller --learning-rate, or --clip-grad-norm)",
+                                run.steps, bad, run.saveWeightsPath));
+      trained.saveSafetensors(run.saveWeightsPath);
     }
     fmt::print("Saved the trained weights to {}\n", run.saveWeightsPath);
   }

@@ -15,6 +15,10 @@
 #include "compiler/ModelIO.h"
 #include "passes/Pipelines.h"
 #include "runtime/Checked.h"
+#include "runtime/FiniteResults.h"
+#include "runtime/FlagRanges.h"
+#include "runtime/MappedFile.h"
+#include "runtime/OutputFile.h"
 #include "runtime/JitBackend.h"
 #include "runtime/Progress.h"
 #include "runtime/RunInputs.h"
@@ -38,13 +42,12 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
-#include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -209,6 +212,9 @@ cl::opt<std::string> tracePath("trace", cl::desc("with --profile: write a Chrome
                                cl::value_desc("file.json"), cl::cat(runCategory));
 cl::opt<std::string> statsCsvPath("stats-csv", cl::desc("with --profile: write per-kernel stats as CSV (as rocprofv3)"),
                                   cl::value_desc("file"), cl::cat(runCategory));
+cl::opt<bool> allowNonFinite("allow-nonfinite",
+                             cl::desc("report logits or a loss that are not finite (NaN, inf) instead of failing"),
+                             cl::cat(runCategory), cl::sub(cl::SubCommand::getTopLevel()), cl::sub(ladderCommand));
 cl::opt<tlc::ProgressMode> progress(
     "progress", cl::desc("progress lines for steps over a second (default auto: on a terminal)"),
     cl::init(tlc::ProgressMode::Auto),
@@ -258,20 +264,6 @@ int fail(const std::string &message) {
   return 1;
 }
 
-// Writes to a file, or stdout for "-".
-bool writeOutput(const std::string &path, const std::string &text) {
-  std::error_code error;
-  llvm::ToolOutputFile file(path, error, llvm::sys::fs::OF_Text);
-  if (error) {
-    fail(fmt::format("cannot write '{}': {}", path, error.message()));
-    return false;
-  }
-  file.os() << text;
-  file.keep();
-  return true;
-}
-
-bool readable(const std::string &path) { return std::ifstream(path).good(); }
 
 bool wantsIrPrinting() {
   return printIrAfterAll || printIrBeforeAll || !printIrAfter.empty() || !dumpIrDir.empty();
@@ -284,7 +276,6 @@ std::string checkTrainFlags() {
     if (option->getNumOccurrences())
       return fmt::format("--{} does not apply to tlc train{}", option->ArgStr.str(),
                          option == &tokensPath ? " (train on a token file with --data=FILE)" : "");
-  if (numSteps < 1) return fmt::format("--num-steps={} must be at least 1", numSteps.getValue());
   if (fuseNormGrad.getNumOccurrences() && fuseNormGrad && optLevel < 2)
     return fmt::format("--fuse-norm-grad needs -O2 or -O3 (the levels that fuse the backward), not -O{}", optLevel);
   if (seqLen < 2) return fmt::format("--seq-len={}: training needs 2 or more tokens a sequence (each predicts the next)",
@@ -304,9 +295,48 @@ std::string checkTrainFlags() {
                                    "0 (off) or a positive normal f32"}})
     if (!bound.valid)
       return fmt::format("--{}={} must be {}", bound.option.ArgStr.str(), bound.option.getValue(), bound.range);
-  if (!dataPath.empty() && !readable(dataPath))
-    return fmt::format("cannot open token file '{}': {}", dataPath.getValue(), std::strerror(errno));
+  if (emit != Emit::None) {
+    // It writes the training step and trains nothing: what only training reads is refused.
+    const cl::Option *trainingOnly[] = {&numSteps, &dataPath,  &saveWeightsPath, &saveGradientsPath, &weightsPath,
+                                        &seed,     &target,    &threads,         &noCache,           &graph};
+    for (const cl::Option *option : trainingOnly)
+      if (option->getNumOccurrences())
+        return fmt::format("--{} does not apply to tlc train --emit (it writes the training step and trains nothing)",
+                           option->ArgStr.str());
+  }
   return "";
+}
+
+// What -o names: nothing ("-": stdout), a file, or a directory (--emit=hip; --emit=program
+// with a directory or a path ending in '/', written as dir/program.json).
+tlc::FilePath emittedOutput() {
+  Emit what = emit == Emit::None && !run && outputPath != "-" ? Emit::Program : emit;
+  if (what == Emit::None) return {"-o", "", false};
+  bool directory = what == Emit::Hip || (what == Emit::Program && outputPath != "-" &&
+                                         (llvm::sys::fs::is_directory(outputPath) ||
+                                          llvm::StringRef(outputPath).ends_with("/")));
+  return {"-o", outputPath, directory};
+}
+
+// The inputs can be read (regular files, opened without blocking) and the outputs
+// written, none the same file as another, before any work is done.
+std::string checkPaths() {
+  std::vector<tlc::FilePath> inputs = {
+      {"(the model)", inputFile}, {"--weights", weightsPath}, {"--tokens", tokensPath}, {"--data", dataPath}};
+  const char *what[] = {"model file", "weights file", "token file", "token file"};
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i].path.empty() && inputs[i].path != "-")
+      if (std::string problem = tlc::inputFileProblem(inputs[i].path); !problem.empty())
+        return fmt::format("cannot open {} '{}': {}", what[i], inputs[i].path, problem);
+  std::vector<tlc::FilePath> outputs = {emittedOutput(),
+                                        {"--save-weights", saveWeightsPath},
+                                        {"--save-gradients", saveGradientsPath},
+                                        {"--save-logits", saveLogitsPath},
+                                        {"--trace", tracePath},
+                                        {"--stats-csv", statsCsvPath},
+                                        {"--chart", chartPath},
+                                        {"--dump-ir-dir", dumpIrDir, true}};
+  return tlc::checkOutputPaths(outputs, inputs);
 }
 
 // The GPU a run goes to, once its backend is made: what the kernels are tuned for.
@@ -346,15 +376,16 @@ std::string checkFlags() {
   if (matmulPrecision.getNumOccurrences() && dtype != "f32")
     return fmt::format("--matmul-precision applies to f32 models; --dtype={} multiplies {}", dtype.getValue(),
                        dtype.getValue());
-  if (batchSize <= 0) return fmt::format("--batch-size={} must be at least 1", batchSize.getValue());
-  if (seqLen <= 0) return fmt::format("--seq-len={} must be at least 1", seqLen.getValue());
+  std::vector<tlc::cli::Ranged> ranged = {
+      {batchSize, batchSize, {1, tlc::kMaxTokens}}, {seqLen, seqLen, {1, tlc::kMaxTokens}},
+      {iterations, iterations, tlc::kIterationsRange}, {threads, threads, tlc::kThreadsRange},
+      {irBlock, irBlock, {0, std::numeric_limits<int>::max()}}, {numSteps, numSteps, {1, 1'000'000'000}}};
+  if (std::string problem = tlc::cli::firstOutOfRange(ranged); !problem.empty()) return problem;
   if (std::optional<int64_t> tokens = tlc::checkedMul(batchSize, seqLen); !tokens || *tokens > tlc::kMaxTokens)
     return fmt::format("--batch-size={} x --seq-len={} is more than the {} tokens a forward may take",
                        batchSize.getValue(), seqLen.getValue(), tlc::kMaxTokens);
   if (target != "auto" && target != "cpu" && target != "cuda" && target != "hip")
     return fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", target.getValue());
-  if (iterations < 1) return fmt::format("--iterations={} must be at least 1", iterations.getValue());
-  if (irBlock.getNumOccurrences() && irBlock < 0) return fmt::format("--ir-block={} must be 0 or more", irBlock.getValue());
   if (trainCommand) {
     if (std::string problem = checkTrainFlags(); !problem.empty()) return problem;
   }
@@ -385,17 +416,16 @@ std::string checkFlags() {
       {threads, runs, "--cpu-threads needs --run"},
       {noCache, runs, "--no-cache needs --run"},
       {graph, runs, "--graph needs --run"},
+      {allowNonFinite, runs, "--allow-nonfinite needs --run"},
       {printIrAfterChange, wantsIrPrinting,
        "--print-ir-after-change needs --print-ir-after-all, --print-ir-after=<pass> or --dump-ir-dir"},
       {irBlock, [] { return wantsIrPrinting() || emit == Emit::IR || emit == Emit::Schedule; },
        "--ir-block needs --emit=ir, --emit=schedule, a --print-ir-* flag or --dump-ir-dir"},
   };
   if (std::string unmet = tlc::cli::firstUnmet(requirements); !unmet.empty()) return unmet;
-  if (!weightsPath.empty() && !readable(weightsPath))
-    return fmt::format("cannot open weights file '{}': {}", weightsPath.getValue(), std::strerror(errno));
-  if (!tokensPath.empty() && !readable(tokensPath))
-    return fmt::format("cannot open token file '{}': {}", tokensPath.getValue(), std::strerror(errno));
-  return "";
+  if (outputPath.getNumOccurrences() && run && emit == Emit::None)
+    return "-o needs --emit=ir, program or hip (--run writes nothing to it)";
+  return checkPaths();
 }
 
 // The model's tl.max_seq_len bounds --seq-len, and its default.
@@ -455,6 +485,9 @@ bool mlirAfterChange() {
   return found != options.end() && found->second->getNumOccurrences() > 0;
 }
 
+// Set by the IR dumps when a file could not be written: the command then fails.
+std::shared_ptr<bool> dumpFailed = std::make_shared<bool>(false);
+
 void configurePassManager(mlir::PassManager &pm, tlc::ProgressLine &line) {
   if (mlir::failed(mlir::applyPassManagerCLOptions(pm))) return;
   mlir::applyDefaultTimingPassManagerCLOptions(pm);
@@ -467,6 +500,7 @@ void configurePassManager(mlir::PassManager &pm, tlc::ProgressLine &line) {
   dumps.onlyOnChange = printIrAfterChange || mlirAfterChange();
   dumps.directory = dumpIrDir;
   dumps.block = irBlock;
+  dumps.failed = dumpFailed;
   pm.getContext()->disableMultithreading();  // the whole module is printed
   pm.enableIRPrinting(tlc::createIrDumpConfig(dumps));
 }
@@ -511,19 +545,13 @@ void saveNpy(const std::string &path, const tlc::Tensor &tensor) {
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + shape + "), }";
   header.append(63 - (10 + header.size()) % 64, ' ');
   header += '\n';
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  tlc::OutputFile file(path, ".npy file");
   uint16_t length = uint16_t(header.size());
   file.write("\x93NUMPY\x01\x00", 8);
-  file.write(reinterpret_cast<const char *>(&length), 2);
-  file << header;
-  file.write(reinterpret_cast<const char *>(tensor.data.data()), std::streamsize(tensor.data.size() * 4));
-  if (!file) throw tlc::Error(fmt::format("cannot write '{}'", path));
-}
-
-void writeFileOrThrow(const std::string &path, const std::string &text) {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file << text;
-  if (!file) throw tlc::Error(fmt::format("cannot write '{}'", path));
+  file.write(&length, 2);
+  file.write(header);
+  file.write(tensor.data.data(), tensor.data.size() * 4);
+  file.commit();
 }
 
 int runForward(const tlc::Program &program, tlc::Backend &backend) {
@@ -547,6 +575,12 @@ int runForward(const tlc::Program &program, tlc::Backend &backend) {
                                           : std::string("running the forward"));
     timed = tlc::timeForward(backend, tokens, iterations, profile ? &profiler : nullptr);
   }
+  if (allowNonFinite) {
+    if (std::string problem = tlc::nonFiniteResults(program, timed.result); !problem.empty())
+      llvm::WithColor::warning(llvm::errs(), "tlc") << problem << "\n";
+  } else {
+    tlc::checkFiniteForward(program, timed.result, weights, tokens, threads);
+  }
   if (!saveLogitsPath.empty()) saveNpy(saveLogitsPath, timed.result.logits);
   tlc::RunSummary summary("tlc", program, backend, timed, inputs);
   summary.profiled = profile;
@@ -554,8 +588,8 @@ int runForward(const tlc::Program &program, tlc::Backend &backend) {
   fmt::print("{}", tlc::formatRunSummary(summary));
   if (profile) {
     fmt::print("\n{}", profiler.table());
-    if (!tracePath.empty()) writeFileOrThrow(tracePath, profiler.chromeTrace());
-    if (!statsCsvPath.empty()) writeFileOrThrow(statsCsvPath, profiler.statsCsv());
+    if (!tracePath.empty()) tlc::writeFileAtomically(tracePath, profiler.chromeTrace(), "trace");
+    if (!statsCsvPath.empty()) tlc::writeFileAtomically(statsCsvPath, profiler.statsCsv(), "CSV file");
   }
   return 0;
 }
@@ -564,15 +598,15 @@ int writeProgram(const tlc::Program &program);
 int precompileKernels(const tlc::Program &program);
 
 // --emit=ir: the module after the pipeline (a forward's or a training step's).
-bool writeIr(mlir::ModuleOp module) {
+void writeIr(mlir::ModuleOp module) {
   std::string text;
   llvm::raw_string_ostream os(text);
   tlc::printIr(module, irBlock, os);
-  return writeOutput(outputPath, text);
+  tlc::writeFileAtomically(outputPath, text, "IR");
 }
 
 int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::Backend *backend) {
-  if (emit == Emit::IR && !writeIr(module)) return 1;
+  if (emit == Emit::IR) writeIr(module);
   if (emit == Emit::None && !run && outputPath != "-")  // `-o dir/` alone writes the Program
     emit = Emit::Program;
   if (emit != Emit::Program && emit != Emit::Hip && emit != Emit::Schedule && !run && !printKernels && !precompile)
@@ -627,7 +661,7 @@ int writeProgram(const tlc::Program &program) {
     if (std::error_code error = llvm::sys::fs::create_directories(outputPath))
       return fail(fmt::format("cannot create '{}': {}", outputPath.getValue(), error.message()));
     int files = tlc::writeHipSources(program, outputPath);
-    if (!writeOutput(outputPath + "/program.json", tlc::programToJson(program))) return 1;
+    tlc::writeFileAtomically(outputPath + "/program.json", tlc::programToJson(program), "program file");
     fmt::print(stderr, "tlc: wrote {} kernel sources and program.json to {}\n", files, outputPath.getValue());
   }
   if (emit == Emit::Program) {
@@ -637,7 +671,7 @@ int writeProgram(const tlc::Program &program) {
         return fail(fmt::format("cannot create '{}': {}", path, error.message()));
       path += "/program.json";
     }
-    if (!writeOutput(path, tlc::programToJson(program))) return 1;
+    tlc::writeFileAtomically(path, tlc::programToJson(program), "program file");
   }
   return 0;
 }
@@ -659,7 +693,8 @@ mlir::OwningOpRef<mlir::ModuleOp> parseAndOptimize(mlir::MLIRContext &context, l
   }
   tlc::ProgressLine line(fmt::format(training ? "building the training step at -O{}" : "optimizing at -O{}", optLevel));
   if (mlir::failed(tlc::optimizeModule(
-          *module, compileOptions(), [&](mlir::PassManager &pm) { configurePassManager(pm, line); }, training)))
+          *module, compileOptions(), [&](mlir::PassManager &pm) { configurePassManager(pm, line); }, training)) ||
+      *dumpFailed)
     return nullptr;
   return module;
 }
@@ -683,7 +718,10 @@ int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   tlc::AdamWOptions adamw = adamwOptions();
   mlir::OwningOpRef<mlir::ModuleOp> module = parseAndOptimize(context, sourceMgr, &adamw);
   if (!module) return 1;
-  if (emit == Emit::IR) return writeIr(*module) ? 0 : 1;  // the training step's IR, no training
+  if (emit == Emit::IR) {  // the training step's IR, no training
+    writeIr(*module);
+    return 0;
+  }
   mlir::FailureOr<tlc::Program> program = mlir::failure();
   {
     tlc::ProgressLine line("lowering the training step to a Program (kernels, memory plan)");
@@ -719,11 +757,12 @@ int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   options.backend = backendOptions();
   options.inputs = runInputs();
   options.iterations = iterations.getNumOccurrences() ? int(iterations) : 3;
+  options.allowNonFinite = allowNonFinite;
   mlir::FailureOr<tlc::Ladder> ladder = tlc::climbLadder(*module, options);
   if (mlir::failed(ladder)) return 1;
   fmt::print("{}", tlc::ladderTable(*ladder));
   if (!chartPath.empty()) {
-    writeFileOrThrow(chartPath, tlc::ladderChartSvg(*ladder));
+    tlc::writeFileAtomically(chartPath, tlc::ladderChartSvg(*ladder), "chart");
     fmt::print("\nchart: {}\n", chartPath.getValue());
   }
   return 0;
@@ -733,6 +772,7 @@ int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  tlc::reportOversizedWrites();  // after LLVM's handlers, which would report SIGXFSZ as a crash
   tlc::cli::registerMlirOptions();
   tlc::registerTlcPasses();
   tlc::cli::setVersionPrinter("tlc");
@@ -760,8 +800,11 @@ int main(int argc, char **argv) {
   });
 
   try {
-    if (trainCommand) return trainModel(context, sourceMgr);
-    return ladderCommand ? climbLadder(context, sourceMgr) : compileAndRun(context, sourceMgr);
+    int status = trainCommand    ? trainModel(context, sourceMgr)
+                 : ladderCommand ? climbLadder(context, sourceMgr)
+                                 : compileAndRun(context, sourceMgr);
+    tlc::checkStdout();  // a summary lost to a full disk or a closed pipe is a failure too
+    return status;
   } catch (const tlc::Error &error) {
     return fail(error.what());
   } catch (const std::bad_alloc &) {  // a safety net: memory budgets refuse before allocating

@@ -4,13 +4,13 @@
 #include "compiler/codegen/EmitterSupport.h"
 #include "compiler/codegen/Templates.h"
 #include "runtime/Error.h"
+#include "runtime/OutputFile.h"
 #include "runtime/Tensor.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <set>
 #include <sys/stat.h>
 
@@ -166,9 +166,7 @@ int writeHipSources(const Program &program, const std::string &directory) {
   for (const Kernel &kernel : program.kernels) {
     if (kernel.entry.empty() || !written.insert(kernel.entry).second) continue;
     std::string path = directory + "/" + kernel.entry + ".hip";
-    std::ofstream file(path, std::ios::binary | std::ios::trunc);
-    file << kernel.source;
-    if (!file) throw Error(fmt::format("cannot write '{}'", path));
+    writeFileAtomically(path, kernel.source, "kernel source");
   }
   return int(written.size());
 }
