@@ -12,6 +12,8 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/WithColor.h"
 
+#include <limits>
+
 namespace cl = llvm::cl;
 
 static cl::OptionCategory category("tl-modelgen options (the overrides change the preset's config)");
@@ -25,7 +27,7 @@ static cl::opt<int64_t> heads("heads", cl::desc("override the query heads (head 
                               cl::cat(category));
 static cl::opt<int64_t> kvHeads("kv-heads", cl::desc("override the key/value heads (1 to 4096)"), cl::cat(category));
 static cl::opt<int64_t> ffn("ffn", cl::desc("override the MLP width (1 to 1048576)"), cl::cat(category));
-static cl::opt<int64_t> vocab("vocab", cl::desc("override the vocabulary (1 to 2^31)"), cl::cat(category));
+static cl::opt<int64_t> vocab("vocab", cl::desc("override the vocabulary (1 to 2^31 - 1: token ids are i32)"), cl::cat(category));
 static cl::opt<std::string> name("name", cl::desc("override the model name"), cl::init(""), cl::cat(category));
 
 int main(int argc, char **argv) {
@@ -46,7 +48,7 @@ int main(int argc, char **argv) {
                                                        {heads, heads, {1, 4096}},
                                                        {kvHeads, kvHeads, {1, 4096}},
                                                        {ffn, ffn, {1, 1 << 20}},
-                                                       {vocab, vocab, {1, int64_t(1) << 31}}});
+                                                       {vocab, vocab, {1, std::numeric_limits<int32_t>::max()}}});
       !problem.empty()) {
     llvm::WithColor::error(llvm::errs(), "tl-modelgen") << problem << "\n";
     return 1;

@@ -74,8 +74,7 @@ struct BandRead {
 
 BandRead bandOf(const ElementExpr &leaf, const GemmGroup &group) {
   int64_t delta = leaf.column.evaluate({{"c", 0}, {"m", 0}});
-  bool constant = true;
-  for (int64_t c = 0; c < group.width && constant; ++c) constant = leaf.column.evaluate({{"c", c}, {"m", 0}}) - c == delta;
+  bool constant = isShiftedIdentity(leaf.column, "c", group.width, delta, {{"m", 0}});
   for (size_t b = 0; b < group.bands.size(); ++b) {
     if (constant && delta == group.bands[b]) return {b, true};
     int64_t local = delta - group.bands[b];

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 
 namespace tlc::codegen {
 namespace {
@@ -89,6 +90,36 @@ int64_t columnTiles(const GemmSpec &gemm, int BN) {
   return tiles;
 }
 
+// Whether every column c of `group` reads `column` (an accumulator column) inside c's own
+// tile of `width` columns, decided from the expression's structure rather than column by
+// column: it repeats every L = lcm(its period in c, width) columns, shifted by
+// column(L) - column(0). When that shift is L the reads keep pace with c, so the first L
+// columns and the last L + width (where the group ends) decide it; otherwise they drift
+// by a column or more each L and leave the tile within 2 * width + 2 repeats.
+static bool readsStayInTile(const IndexExpr &column, const GemmGroup &group, int64_t width) {
+  auto at = [&](int64_t c) { return column.evaluate({{"c", c}, {"m", 0}}); };
+  auto inTile = [&](int64_t c) {
+    for (int64_t start : group.bands) {
+      int64_t local = at(c) - start;
+      if (local >= 0 && local < group.width && local / width == c / width) return true;
+    }
+    return false;
+  };
+  auto allInTile = [&](int64_t from, int64_t to) {
+    for (int64_t c = std::max<int64_t>(0, from); c < to; ++c)
+      if (!inTile(c)) return false;
+    return true;
+  };
+  constexpr int64_t kMaxPeriod = 4096, kMaxColumnsWalked = 1 << 16;
+  int64_t period = column.period("c");
+  if (period > kMaxPeriod) return group.width <= kMaxColumnsWalked && allInTile(0, group.width);
+  int64_t repeat = std::lcm(period, width);
+  if (repeat >= group.width) return allInTile(0, group.width);
+  if (at(repeat) - at(0) == repeat)
+    return allInTile(0, repeat) && allInTile(group.width - repeat - width, group.width);
+  return group.width <= (2 * width + 2) * repeat && allInTile(0, group.width);
+}
+
 bool tileHoldsEpilogue(const GemmSpec &gemm, int BN) {
   if (flatColumns(gemm)) return BN % 8 == 0;
   for (const GemmGroup &group : gemm.groups) {
@@ -96,15 +127,7 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN) {
     if (width % 8 != 0) return false;
     for (const Store &store : group.stores)
       for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator))
-        for (int64_t c = 0; c < group.width; ++c) {
-          int64_t column = leaf->column.evaluate({{"c", c}, {"m", 0}});
-          bool inTile = false;
-          for (int64_t start : group.bands) {
-            int64_t local = column - start;
-            if (local >= 0 && local < group.width && local / width == c / width) inTile = true;
-          }
-          if (!inTile) return false;
-        }
+        if (!readsStayInTile(leaf->column, group, width)) return false;
   }
   return true;
 }
