@@ -85,7 +85,10 @@ public:
     jit.progress = options_.verbose;
     std::vector<std::string> binaries = jitCompileAll(*compiler, sources, jit, &report_.jit);
     std::map<std::string, GpuDevice::Function> functions;
-    for (const auto &[entry, index] : indexOfEntry) functions[entry] = device_->load(binaries[index], entry);
+    for (const auto &[entry, index] : indexOfEntry) {
+      modules_.push_back(device_->load(binaries[index], entry));
+      functions[entry] = modules_.back().function;
+    }
 
     // Device memory.
     arena_ = static_cast<char *>(device_->allocate(size_t(std::max<int64_t>(program_.arenaBytes, 1))));
@@ -125,13 +128,12 @@ public:
     for (Launch &launch : launches_)
       if (launch.args.empty())
         for (void *&pointer : launch.pointers) launch.args.push_back(&pointer);
-    start_ = device_->createEvent();
-    end_ = device_->createEvent();
-    if (!callerReady_) {  // kept across loads
+    if (!start_) {  // kept across loads
+      start_ = device_->createEvent();
+      end_ = device_->createEvent();
       callerReady_ = device_->createEvent();
       forwardDone_ = device_->createEvent();
     }
-    graph_ = nullptr;
     device_->synchronize();
     size_t usedAfter = device_->usedBytes();
     report_.peakDeviceBytes = int64_t(usedAfter > usedBefore ? usedAfter - usedBefore : 0);
@@ -150,8 +152,8 @@ public:
     ForwardResult result;
     if (options_.profile)
       for (size_t k = 0; k < launches_.size(); ++k)
-        result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[k].first, profileEvents_[k].second)});
-    result.milliseconds = device_->elapsedMs(start_, end_);
+        result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[k].first.get(), profileEvents_[k].second.get())});
+    result.milliseconds = device_->elapsedMs(start_.get(), end_.get());
     device_->synchronize();
 
     const Value &logits = program_.value(program_.outputs[0]);
@@ -181,11 +183,11 @@ public:
       size_t timed = 0;
       for (size_t k = 0; k < launches_.size(); ++k) {
         if (!options.update && launches_[k].updates) continue;
-        result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[timed].first, profileEvents_[timed].second)});
+        result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[timed].first.get(), profileEvents_[timed].second.get())});
         ++timed;
       }
     }
-    result.milliseconds = device_->elapsedMs(start_, end_);
+    result.milliseconds = device_->elapsedMs(start_.get(), end_.get());
     device_->synchronize();
     if (options.update) optimizerStep_ += 1;
     result.step = optimizerStep_;
@@ -232,8 +234,8 @@ public:
     // The caller's earlier work first, then the forward on the backend's stream.
     bool join = caller != device_->stream();
     if (join) {
-      device_->recordOn(caller, callerReady_);
-      device_->waitOn(device_->stream(), callerReady_);
+      device_->recordOn(caller, callerReady_.get());
+      device_->waitOn(device_->stream(), callerReady_.get());
     }
     poisonBuffers();
     const Value &ids = program_.storageOf(program_.inputs[0]);
@@ -249,8 +251,8 @@ public:
     }
     // The caller's later work after the forward.
     if (join) {
-      device_->record(forwardDone_);
-      device_->waitOn(caller, forwardDone_);
+      device_->record(forwardDone_.get());
+      device_->waitOn(caller, forwardDone_.get());
     }
   }
 
@@ -430,22 +432,22 @@ private:
         profileEvents_.push_back({device_->createEvent(), device_->createEvent()});
     else if (withUpdates && options_.graph && graphUsable_ && !graph_)
       capture();
-    device_->record(start_);
+    device_->record(start_.get());
     if (options_.profile) {
       size_t timed = 0;
       for (const Launch &launch : launches_) {
         if (!withUpdates && launch.updates) continue;
-        device_->record(profileEvents_[timed].first);
+        device_->record(profileEvents_[timed].first.get());
         run(launch);
-        device_->record(profileEvents_[timed].second);
+        device_->record(profileEvents_[timed].second.get());
         ++timed;
       }
     } else if (graph_ && withUpdates) {
-      device_->replay(graph_);
+      device_->replay(graph_.get());
     } else {
       runAll(withUpdates);
     }
-    device_->record(end_);
+    device_->record(end_.get());
   }
 
   void run(const Launch &launch) {
@@ -474,7 +476,7 @@ private:
       graph_ = device_->endCapture();
     } catch (const Error &error) {
       graphUsable_ = false;
-      graph_ = nullptr;
+      graph_.reset();
       fmt::print(stderr, "tlc: note: graph capture failed, launching kernels one by one: {}\n", error.what());
     }
   }
@@ -549,6 +551,9 @@ private:
     // A forward on device pointers returns before the GPU is done with these buffers.
     if (loaded_) device_->synchronize();
     parameters_.reset();
+    graph_.reset();  // it launches the modules' kernels: released before them
+    launches_.clear();
+    modules_.clear();
     device_->release(arena_);
     device_->release(workspace_);
     device_->release(sync_);
@@ -569,11 +574,14 @@ private:
   std::map<int, void *> weightPointer_;
   std::vector<Launch> launches_;
   std::vector<void *> persistentBuffers_;  // a persistent kernel's tables and parameters
-  void *start_ = nullptr, *end_ = nullptr, *graph_ = nullptr;
-  void *callerReady_ = nullptr, *forwardDone_ = nullptr;  // joins with a caller's stream
+  // Driver objects, each released by its owner here (DeviceObject) before device_ goes:
+  // the modules of the loaded kernels, the replayed graph, the events.
+  std::vector<LoadedKernel> modules_;
+  DeviceObject start_, end_, graph_;
+  DeviceObject callerReady_, forwardDone_;  // joins with a caller's stream
   std::unique_ptr<CallerBuffers> callerBuffers_;          // made by the first forwardOnDevice
   bool graphUsable_ = true;
-  std::vector<std::pair<void *, void *>> profileEvents_;
+  std::vector<std::pair<DeviceObject, DeviceObject>> profileEvents_;
   GpuReport report_;
   std::unique_ptr<GpuParameters> parameters_;  // training: masters, moments, the optimizer's table
   int64_t optimizerStep_ = 0;                  // training: updates applied so far
