@@ -71,9 +71,9 @@ def qkv_kernel(tools, model):
              f"--dtype={DTYPE}", "--emit=hip", "-o", tmp])
         name = next(f for f in sorted(os.listdir(tmp)) if f.startswith("tl_rmsnorm_linear_split_rope"))
         lines = open(os.path.join(tmp, name)).read().splitlines()
-    header = []
-    for line in lines:
-        if not line.startswith("//   ") and header:
+    header = [lines[0]]  # the signature: what the runtime checks the Program's buffers and launch against
+    for line in lines[1:]:
+        if not line.startswith("//   ") and len(header) > 1:
             break
         header.append(line)
     start = next(i for i, l in enumerate(lines) if "static void epilogue(" in l)
@@ -158,7 +158,9 @@ def main():
         if name == "O2":
             w("")
             w("What the code generator made of the QKV `tl.fused_linear` (`tlc --opt-level=2 --emit=hip -o out/`, "
-              "one file per kernel): its header says what the kernel computes, and the epilogue hook the GEMM "
+              "one file per kernel): its first line is the signature the runtime checks the Program against (the "
+              "buffers' dtypes and shapes, scratch, launch shapes), its header says what the kernel computes, and "
+              "the epilogue hook the GEMM "
               "template calls with 8 accumulator values of a row shows RoPE and the [B, H, S, D] stores; "
               "`v` is the 8 values, `row` the whole accumulator row in shared memory.")
             w("")

@@ -140,20 +140,25 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
   for (size_t k = 0; k < specs.size(); ++k) {
     Kernel &kernel = program.kernels[k];
     codegen::KernelSpec spec = specs[k];
-    codegen::EmittedKernel emitted = codegen::emitKernel(program, spec, machine);
+    // The source opens with what it was written for (the runtime checks it against the Program).
+    auto emitSigned = [&] {
+      codegen::EmittedKernel emitted = codegen::emitKernel(program, spec, machine);
+      kernel.launch = std::move(emitted.launch);
+      kernel.workspaceBytes = emitted.workspaceBytes;
+      kernel.syncWords = emitted.syncWords;
+      return kKernelSignaturePrefix + kernelSignature(program, kernel) + "\n" + emitted.source;
+    };
+    std::string source = emitSigned();
     auto found = sourceOf.find(spec.entry);
-    if (found != sourceOf.end() && found->second != emitted.source) {
+    if (found != sourceOf.end() && found->second != source) {
       // Same name, different code: keep names unique per distinct computation.
-      spec.entry = fmt::format("{}_{:08x}", spec.entry, fnv1a(emitted.source));
-      emitted = codegen::emitKernel(program, spec, machine);
+      spec.entry = fmt::format("{}_{:08x}", spec.entry, fnv1a(source));
+      source = emitSigned();
     }
-    sourceOf.emplace(spec.entry, emitted.source);
+    sourceOf.emplace(spec.entry, source);
     kernel.entry = spec.entry;
-    kernel.source = std::move(emitted.source);
-    kernel.launch = std::move(emitted.launch);
+    kernel.source = std::move(source);
     kernel.chained = spec.chained;
-    kernel.workspaceBytes = emitted.workspaceBytes;
-    kernel.syncWords = emitted.syncWords;
     program.workspaceBytes = std::max(program.workspaceBytes, kernel.workspaceBytes);
     plans.push_back(std::move(emitted.tasks));
   }

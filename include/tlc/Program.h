@@ -189,8 +189,17 @@ struct Program {
 // parts in its place.
 TLC_API std::vector<const Kernel *> computeKernels(const Program &program);
 
+// What a kernel's generated source was written for: the dtype and shape of each buffer
+// it is given, in launch order, its workspace and counters, and its launch shapes. The
+// code generator writes it as the source's first line (kKernelSignaturePrefix + this);
+// the validator computes it again from the Program and refuses a source that disagrees
+// (a program.json whose dtypes or sizes were edited while the kernels were not).
+TLC_API std::string kernelSignature(const Program &program, const Kernel &kernel);
+inline constexpr const char *kKernelSignaturePrefix = "// tl-signature: ";
+
 // Checks internal consistency (ids in range, shapes present, kernels reference
-// only existing values, views of the right size). Throws tlc::Error naming the problem.
+// only existing values, views of the right size, sources written for the kernel's
+// buffers). Throws tlc::Error naming the problem.
 TLC_API void validateProgram(const Program &program);
 
 // Serialization as readable JSON (`program.json`). Throw tlc::Error on bad input.
