@@ -7,7 +7,7 @@
 #
 # build-dir: a build with tlc and tlc_gpu_tests (default build-gpu; every build links MLIR
 # statically, so one made elsewhere runs here).
-# steps: comma-separated kernels,forward,train,device,timing,ladder,sanitize (the default),
+# steps: comma-separated kernels,forward,train,device,timing,ladder,soak,sanitize (the default),
 # and bench (bench/run.py: the levels beside PyTorch, appended to bench/RESULTS.md, with
 # the chart), trainbench (bench/train.py: training steps beside PyTorch's, the loss
 # curves), micro (bench/kernels.py: GEMM and attention alone beside cuBLAS and SDPA) and
@@ -15,7 +15,7 @@
 # kernel: O3 against the CPU reference and O2, at the workshop, decode and 1.1B shapes).
 set -u
 BUILD=${1:-build-gpu}
-STEPS=${2:-kernels,forward,train,device,timing,ladder,sanitize}
+STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
 RESULTS=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$RESULTS"
 LOGS=$(mktemp -d /tmp/gpu-check.XXXXXX)
@@ -87,6 +87,13 @@ if want ladder; then  # every level side by side, same weights and tokens, with 
   "$TLC" ladder $MODEL --batch-size=8 --seq-len=128 --dtype=bf16 --target=cuda --iterations=50 \
     --chart="$LOGS/ladder-bf16.svg" > "$LOGS/ladder-bf16.txt" 2>&1
   note "ladder: rc=$?"
+fi
+if want soak; then  # driver objects released, and tlc::Model over many shapes with eviction staying flat
+  "$TESTS" --gtest_filter='GpuResources.*' > "$LOGS/resources.txt" 2>&1
+  note "driver objects released: rc=$? $(grep -c '^\[       OK' "$LOGS/resources.txt") passed"
+  "$BUILD/tests/gpu/tl-soak" tests/lit/Inputs/tiny.tl --target=gpu --forwards=10000 --shapes=8 --keep=4 \
+    > "$LOGS/soak.txt" 2>&1
+  note "soak: rc=$?"; sed -n '2,5p' "$LOGS/soak.txt" | tee -a "$summary"
 fi
 if want bench; then  # tlc O0..O3 beside our PyTorch TinyLlama, same weights, tokens and device
   PYTHONUNBUFFERED=1 python3 bench/run.py --tlc "$TLC" > "$LOGS/bench.txt" 2>&1

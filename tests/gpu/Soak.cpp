@@ -101,7 +101,10 @@ int main(int argc, char **argv) {
     if (options.target == "gpu") options.target = probe->vendor();
     auto read = [&] {
       Reading reading;
-      if (probe) reading.deviceBytes = int64_t(probe->usedBytes());
+      if (probe) {
+        tlc::CurrentDevice current(*probe);
+        reading.deviceBytes = int64_t(probe->usedBytes());
+      }
       reading.objects = tlc::liveDriverObjects();
       reading.hostMiB = residentMiB();
       return reading;
