@@ -29,28 +29,30 @@ bool injectedFailure() {
   return true;
 }
 
-int sysOpen(const char *path, int flags, mode_t mode = 0) {
-  if (injectedFailure()) return -1;
-  int descriptor;
-  do descriptor = ::open(path, flags, mode);
-  while (descriptor < 0 && errno == EINTR);
-  return descriptor;
+// An interrupted call (EINTR) is made again; close is not (on Linux the descriptor is
+// gone either way, and the bytes were synced before it).
+template <typename Call> auto retried(Call call) {
+  decltype(call()) result;
+  do result = injectedFailure() ? -1 : call();
+  while (result < 0 && errno == EINTR);
+  return result;
 }
+int sysOpen(const char *path, int flags, mode_t mode = 0) { return retried([&] { return ::open(path, flags, mode); }); }
 ssize_t sysWrite(int descriptor, const void *data, size_t size) {
-  if (injectedFailure()) return -1;
-  return ::write(descriptor, data, size);
+  return retried([&] { return ::write(descriptor, data, size); });
 }
-int sysFsync(int descriptor) { return injectedFailure() ? -1 : ::fsync(descriptor); }
+int sysFsync(int descriptor) { return retried([&] { return ::fsync(descriptor); }); }
 int sysClose(int descriptor) {
-  if (injectedFailure()) {
-    int error = errno;
-    ::close(descriptor);  // the descriptor is gone either way, as after a failing close(2)
+  bool injected = injectedFailure();
+  int error = errno;
+  int result = ::close(descriptor);  // the descriptor is gone either way
+  if (injected) {
     errno = error;
-    return -1;
+    result = -1;
   }
-  return ::close(descriptor);
+  return result < 0 && errno == EINTR ? 0 : result;
 }
-int sysRename(const char *from, const char *to) { return injectedFailure() ? -1 : std::rename(from, to); }
+int sysRename(const char *from, const char *to) { return retried([&] { return std::rename(from, to); }); }
 
 std::string directoryOf(const std::string &path) {
   size_t slash = path.find_last_of('/');
@@ -122,7 +124,6 @@ void OutputFile::write(const void *data, size_t size) {
   const char *bytes = static_cast<const char *>(data);
   while (size > 0) {
     ssize_t written = sysWrite(descriptor_, bytes, std::min<size_t>(size, size_t(1) << 30));
-    if (written < 0 && errno == EINTR) continue;
     if (written <= 0) fail(written < 0 ? std::strerror(errno) : "the device takes no more bytes");
     bytes += written;
     size -= size_t(written);
