@@ -483,7 +483,7 @@ std::unique_ptr<Backend> createCpuBackend(int threads, const PersistentSchedule 
 
 std::string locateNonFinite(const Program &program, const Weights &weights, const std::vector<int32_t> &tokenIds,
                             int threads) {
-  CpuBackend backend(threads);
+  CpuBackend backend(threads, PersistentSchedule{});
   backend.load(program, weights);
   return backend.locateNonFinite(tokenIds);
 }

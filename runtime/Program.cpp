@@ -404,6 +404,7 @@ private:
       checkText(part.name, where + ".name");
       checkKernelFields(part, where);
       if (!part.parts.empty()) fail(where, "a part of a persistent kernel is not persistent itself");
+      if (!part.source.empty()) checkSignature(part, where);
       for (const std::vector<int> *list : {&part.inputs, &part.outputs})
         for (int id : *list) {
           checkId(id, where);

@@ -654,7 +654,8 @@ int writeProgram(const tlc::Program &program) {
       return fail(fmt::format("--emit=schedule: -O{} runs no persistent kernel{}", program.optLevel,
                               program.persistentFallback.empty() ? " (O3's forward does)"
                                                                  : ": " + program.persistentFallback));
-    return writeOutput(outputPath, schedule) ? 0 : 1;
+    tlc::writeFileAtomically(outputPath, schedule, "schedule");
+    return 0;
   }
   if (emit == Emit::Hip) {
     if (outputPath == "-") return fail("--emit=hip writes a directory: give -o dir/");

@@ -141,8 +141,10 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
     Kernel &kernel = program.kernels[k];
     codegen::KernelSpec spec = specs[k];
     // The source opens with what it was written for (the runtime checks it against the Program).
+    codegen::TaskPlan tasks;
     auto emitSigned = [&] {
       codegen::EmittedKernel emitted = codegen::emitKernel(program, spec, machine);
+      tasks = std::move(emitted.tasks);
       kernel.launch = std::move(emitted.launch);
       kernel.workspaceBytes = emitted.workspaceBytes;
       kernel.syncWords = emitted.syncWords;
@@ -160,7 +162,7 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
     kernel.source = std::move(source);
     kernel.chained = spec.chained;
     program.workspaceBytes = std::max(program.workspaceBytes, kernel.workspaceBytes);
-    plans.push_back(std::move(emitted.tasks));
+    plans.push_back(std::move(tasks));
   }
   return plans;
 }

@@ -282,7 +282,8 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
   persistent.name = persistent.entry = fmt::format("tl_persistent_{}_{}_{}x{}", identifier(program.model),
                                                    dtypeName(program.dtype), program.batch, program.seqLen);
   persistent.launch[path] = {workers, threads, shared};
-  persistent.source = persistentSource(persistent.entry, persistent, threads, program);
+  persistent.source = kKernelSignaturePrefix + kernelSignature(program, persistent) + "\n" +
+                      persistentSource(persistent.entry, persistent, threads, program);
   program.kernels = {std::move(persistent)};
   program.workspaceBytes = program.kernels[0].workspaceBytes;
   return "";
