@@ -81,6 +81,8 @@ public:
     }
     JitOptions jit;
     jit.arch = device_->arch();
+    // Profiling stamps a persistent kernel's tasks (compiled in only then).
+    if (options_.profile) jit.compilerOptions.push_back("-DTL_TRACE=1");
     jit.useCache = options_.useCache;
     jit.progress = options_.verbose;
     std::vector<std::string> binaries = jitCompileAll(*compiler, sources, jit, &report_.jit);
@@ -148,9 +150,11 @@ public:
     enqueueLaunches();
 
     ForwardResult result;
-    if (options_.profile)
+    if (options_.profile) {
       for (size_t k = 0; k < launches_.size(); ++k)
         result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[k].first, profileEvents_[k].second)});
+      result.taskTimes = taskTimes();
+    }
     result.milliseconds = device_->elapsedMs(start_, end_);
     device_->synchronize();
 
@@ -372,19 +376,20 @@ private:
     }
     auto upload = [&](const void *data, size_t bytes) {
       void *pointer = device_->allocate(std::max<size_t>(bytes, 4));
-      if (bytes) device_->copyToDevice(pointer, data, bytes);
+      if (bytes && data) device_->copyToDevice(pointer, data, bytes);
       persistentBuffers_.push_back(pointer);
       return pointer;
     };
     // tl_persistent_tables (persistent.cuh), passed by value.
     struct Tables {
       const void *tasks, *waits, *workerBegin, *workerTasks;
-      void *done, *control, *status;
+      void *done, *control, *status, *trace;
       unsigned long long timeout;
     } tables{upload(tasks.data(), tasks.size() * sizeof(TaskEntry)), upload(waits.data(), waits.size() * 4),
              upload(workerBegin.data(), workerBegin.size() * 4), upload(workerTasks.data(), workerTasks.size() * 4),
              sync_ + partSync * 4, sync_ + (partSync + int64_t(kernel.tasks.size())) * 4, nullptr,
-             kPersistentTimeoutNanoseconds};
+             options_.profile ? upload(nullptr, kernel.tasks.size() * 24) : nullptr, kPersistentTimeoutNanoseconds};
+    if (options_.profile) traced_ = {&kernel, tables.trace};
     Launch launch;
     launch.entry = kernel.entry;
     launch.function = function;
@@ -555,6 +560,7 @@ private:
     device_->release(weights_);
     for (void *buffer : persistentBuffers_) device_->release(buffer);
     persistentBuffers_.clear();
+    traced_ = {};
     arena_ = workspace_ = sync_ = weights_ = nullptr;
     weightPointer_.clear();
     loaded_ = false;
@@ -569,6 +575,27 @@ private:
   std::map<int, void *> weightPointer_;
   std::vector<Launch> launches_;
   std::vector<void *> persistentBuffers_;  // a persistent kernel's tables and parameters
+  struct Traced {
+    const Kernel *kernel = nullptr;  // the persistent kernel whose tasks are stamped
+    void *stamps = nullptr;          // three GPU clock readings a task
+  } traced_;
+
+  // The stamped tasks of the last forward, in µs from its first.
+  std::vector<TaskTiming> taskTimes() {
+    if (!traced_.kernel) return {};
+    const Kernel &kernel = *traced_.kernel;
+    std::vector<unsigned long long> stamps(kernel.tasks.size() * 3);
+    device_->copyToHost(stamps.data(), traced_.stamps, stamps.size() * 8);
+    device_->synchronize();
+    unsigned long long first = ~0ull;
+    for (size_t t = 0; t < kernel.tasks.size(); ++t) first = std::min(first, stamps[3 * t]);
+    std::vector<TaskTiming> times;
+    for (size_t w = 0; w < kernel.workers.size(); ++w)
+      for (int t : kernel.workers[w])
+        times.push_back({t, int(w), double(stamps[3 * size_t(t)] - first) / 1e3, double(stamps[3 * size_t(t) + 1] - first) / 1e3,
+                         double(stamps[3 * size_t(t) + 2] - first) / 1e3});
+    return times;
+  }
   void *start_ = nullptr, *end_ = nullptr, *graph_ = nullptr;
   void *callerReady_ = nullptr, *forwardDone_ = nullptr;  // joins with a caller's stream
   std::unique_ptr<CallerBuffers> callerBuffers_;          // made by the first forwardOnDevice

@@ -140,6 +140,8 @@ cl::opt<bool> noWgmma("no-wgmma", cl::desc("sm_90a runs the mma.sync GEMMs"), cl
                       cl::sub(everywhere));
 cl::opt<bool> noClusters("no-clusters", cl::desc("no thread-block clusters (RMSNorm's backward through the workspace)"),
                          cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<int> workersPerSM("workers-per-sm", cl::desc("O3: workers of the persistent kernel sharing an SM"),
+                          cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> dependentsAtStart("dependents-at-start",
                                 cl::desc("chained kernels let the next one launch at their start"), cl::Hidden,
                                 cl::cat(scheduleCategory), cl::sub(everywhere));
@@ -321,6 +323,7 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.noWgmma = noWgmma;
   overrides.noClusters = noClusters;
   overrides.dependentsAtStart = dependentsAtStart;
+  overrides.workersPerSM = workersPerSM;
   return overrides;
 }
 
@@ -554,6 +557,7 @@ int runForward(const tlc::Program &program, tlc::Backend &backend) {
   fmt::print("{}", tlc::formatRunSummary(summary));
   if (profile) {
     fmt::print("\n{}", profiler.table());
+    if (std::string tasks = profiler.taskTable(); !tasks.empty()) fmt::print("\n{}", tasks);
     if (!tracePath.empty()) writeFileOrThrow(tracePath, profiler.chromeTrace());
     if (!statsCsvPath.empty()) writeFileOrThrow(statsCsvPath, profiler.statsCsv());
   }
@@ -606,6 +610,18 @@ int precompileKernels(const tlc::Program &program) {
   options.progress = progress != tlc::ProgressMode::Never;
   tlc::JitStats stats;
   tlc::jitCompileAll(*compiler, sources, options, &stats);
+  // A persistent kernel also as profiling compiles it, its tasks stamped.
+  std::vector<tlc::JitSource> traced;
+  for (const tlc::Kernel &kernel : program.kernels)
+    if (!kernel.parts.empty()) traced.push_back({kernel.entry, kernel.source});
+  if (!traced.empty()) {
+    options.compilerOptions.push_back("-DTL_TRACE=1");
+    tlc::JitStats tracedStats;
+    tlc::jitCompileAll(*compiler, traced, options, &tracedStats);
+    stats.compiled += tracedStats.compiled;
+    stats.cached += tracedStats.cached;
+    stats.seconds += tracedStats.seconds;
+  }
   fmt::print("tlc: {} kernels for {} in the cache ({}: {} compiled, {} there already, {:.1f} s)\n",
              stats.compiled + stats.cached, target.jitArch, tlc::jitCacheDir(), stats.compiled, stats.cached,
              stats.seconds);

@@ -22,10 +22,11 @@ struct ScheduleOverrides {
   bool noWgmma = false;       // sm_90a runs the mma.sync path
   bool noClusters = false;    // no thread-block clusters (RMSNorm's backward through the workspace)
   bool dependentsAtStart = false;  // chained kernels let the next one launch at their start
+  int workersPerSM = 0;       // O3's persistent kernel: workers sharing an SM (0: the schedule's)
 
   bool empty() const {
     return gemmTile.empty() && wgmmaTile.empty() && attentionTile.empty() && attentionGradRows == 0 && !noWgmma &&
-           !noClusters && !dependentsAtStart;
+           !noClusters && !dependentsAtStart && workersPerSM == 0;
   }
 };
 
