@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "runtime/CallerBuffers.h"
 #include "runtime/Error.h"
@@ -112,9 +113,21 @@ public:
     // Launches, in the shape the source's code path for this vendor wants.
     launches_.clear();
     for (const Kernel &kernel : program_.kernels) {
-      if (!kernel.parts.empty() && persistentRunsHere(kernel)) {
-        launches_.push_back(persistentLaunch(kernel, functions.at(kernel.entry)));
-        continue;
+      if (!kernel.parts.empty() && functions.count(kernel.entry)) {
+        std::optional<Launch> persistent = persistentLaunch(kernel, functions.at(kernel.entry));
+        if (persistent) {
+          launches_.push_back(std::move(*persistent));
+          continue;
+        }
+        // Its workers do not all fit on the device at once: its parts as launches.
+        std::vector<JitSource> parts;
+        for (const Kernel &part : kernel.parts) parts.push_back({part.entry, part.source});
+        JitStats partStats;
+        std::vector<std::string> partBinaries = jitCompileAll(*compiler, parts, jit, &partStats);
+        report_.jit.compiled += partStats.compiled;
+        report_.jit.cached += partStats.cached;
+        for (size_t p = 0; p < parts.size(); ++p)
+          if (!functions.count(parts[p].entry)) functions[parts[p].entry] = device_->load(partBinaries[p], parts[p].entry);
       }
       if (!kernel.parts.empty()) {
         for (size_t p = 0; p < kernel.parts.size(); ++p)
@@ -337,17 +350,23 @@ private:
                                            kernel.taskPath, device_->vendor(), device_->arch());
       return false;
     }
-    if (shape->gridBlocks > device_->multiprocessors()) {
-      report_.persistentNote = fmt::format("it has {} workers, for {} multiprocessors; this device has {}",
-                                           shape->gridBlocks, shape->gridBlocks, device_->multiprocessors());
-      return false;
-    }
     return true;
   }
 
   // The persistent kernel's one launch: each part's pointers at its offset in one block of
   // device memory, the task table, the done and control words after the parts' counters.
-  Launch persistentLaunch(const Kernel &kernel, GpuDevice::Function function) {
+  // None, with report_.persistentNote saying why, where its workers cannot all be resident.
+  std::optional<Launch> persistentLaunch(const Kernel &kernel, GpuDevice::Function function) {
+    const KernelLaunch &fits = *findLaunch(kernel, device_->vendor(), device_->arch());
+    device_->allowSharedMemory(function, fits.sharedBytes);
+    int resident = device_->blocksPerMultiprocessor(function, fits.blockThreads, fits.sharedBytes);
+    if (int64_t(resident) * device_->multiprocessors() < fits.gridBlocks) {
+      report_.persistentNote = fmt::format("its {} workers must be resident at once, and {} of {} threads with {} "
+                                           "bytes of shared memory fit each of the {} multiprocessors",
+                                           fits.gridBlocks, resident, fits.blockThreads, fits.sharedBytes,
+                                           device_->multiprocessors());
+      return std::nullopt;
+    }
     const KernelLaunch &shape = *findLaunch(kernel, device_->vendor(), device_->arch());
     std::vector<void *> params;
     int64_t partSync = 0;
@@ -400,13 +419,6 @@ private:
     launch.blocks = shape.gridBlocks;
     launch.threads = shape.blockThreads;
     launch.sharedBytes = shape.sharedBytes;
-    device_->allowSharedMemory(function, launch.sharedBytes);
-    int resident = device_->blocksPerMultiprocessor(function, launch.threads, launch.sharedBytes);
-    if (int64_t(resident) * device_->multiprocessors() < launch.blocks)
-      throw Error(fmt::format("{} backend: persistent kernel '{}' needs its {} workers resident at once, and {} of "
-                              "{} threads with {} bytes of shared memory fit each of the {} multiprocessors",
-                              device_->vendor(), kernel.entry, launch.blocks, resident, launch.threads,
-                              launch.sharedBytes, device_->multiprocessors()));
     return launch;
   }
 

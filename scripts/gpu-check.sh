@@ -112,7 +112,7 @@ if want profile; then  # where the time goes, per kernel
   note "profile: $(ls "$LOGS"/profile-*.txt | wc -l) tables"
 fi
 if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2, traced
-  timeout 600 "$TESTS" --gtest_filter='Levels/GpuForward.*O3_bf16*:Levels/GpuForward.*O2_bf16*' > "$LOGS/o3-forward.txt" 2>&1
+  timeout 600 "$TESTS" --gtest_filter="${O3_TESTS:-Levels/GpuForward.*O3_bf16*:Levels/GpuForward.*O2_bf16*}" > "$LOGS/o3-forward.txt" 2>&1
   note "o3 forward: rc=$? $(grep -c '^\[       OK' "$LOGS/o3-forward.txt") passed, $(grep -c '^\[  FAILED  \] Levels' "$LOGS/o3-forward.txt") failed"
   # A decode-shaped forward against the CPU reference (the GPU tests cover 8 x 128 and 2 x 64).
   "$TLC" $MODEL -O0 --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cpu --save-logits="$LOGS/cpu-1x1.npy" > /dev/null 2>&1
@@ -129,7 +129,8 @@ if want o3; then  # the persistent kernel: correct against the CPU reference, ti
     note "$(basename "$model" .tl) ${batch}x$seq O$level $*: rc=$? $(grep '  forward ' "$log" | sed 's/^ *forward *//; s/ on the GPU.*//')" \
          "| $(grep '  loss ' "$log" | awk '{print "loss", $2}') $(grep -h 'error\|  o3 ' "$log" | head -2)"
   }
-  for shape in "$MODEL 8 128" "$MODEL 1 1" "models/tinyllama-1.1b.tl 1 1" "models/tinyllama-1.1b.tl 1 2048"; do
+  IFS=';' read -r -a shapes <<< "${O3_SHAPES:-$MODEL 8 128;$MODEL 1 1;models/tinyllama-1.1b.tl 1 1;models/tinyllama-1.1b.tl 1 2048}"
+  for shape in "${shapes[@]}"; do
     set -- $shape
     o3run "$1" "$2" "$3" 2 --iterations=50
     for workers in ${O3_WORKERS:-1 2}; do o3run "$1" "$2" "$3" 3 --iterations=50 --workers-per-sm=$workers; done
