@@ -159,8 +159,8 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
   program->scheduleOverrides = describeOverrides(overrides);
   program->matmulPrecision = options.matmulPrecision;
   codegen::Machine machine = codegen::machineFor(target, overrides);
-  // O3's forward runs as one persistent kernel (the training step keeps O2's launches).
-  if (options.optLevel >= 3 && !training)
+  // O3's forward as one persistent kernel where asked (a training step keeps O2's launches).
+  if (options.persistent && options.optLevel >= 3 && !training)
     machine = codegen::persistentMachine(machine, overrides.workersPerSM > 0 ? overrides.workersPerSM : 1);
   std::vector<codegen::TaskPlan> plans = emitHipKernels(*program, specs, machine);
   if (machine.persistent) {

@@ -122,6 +122,10 @@ cl::opt<bool> precompile("precompile",
                           cl::desc("JIT-compile every kernel for --target-arch (default sm_90a) into the kernel "
                                    "cache now, with no GPU needed: a later run on such a GPU starts at once"),
                           cl::cat(compileCategory), cl::sub(everywhere));
+cl::opt<bool> persistent("persistent",
+                          cl::desc("-O3: the forward as one persistent kernel whose tasks are O2's kernels' blocks, "
+                                   "each waiting only for what it reads (measured slower so far: docs/megakernel.md)"),
+                          cl::cat(compileCategory), cl::sub(everywhere));
 cl::opt<bool> printKernels("print-kernels", cl::desc("list every kernel of the forward: name, block, FLOPs, bytes"),
                            cl::cat(compileCategory));
 
@@ -333,6 +337,7 @@ tlc::CompileOptions compileOptions() {
   tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype, fuseNormGrad && optLevel >= 2, matmulPrecision};
   options.targetArch = targetArch;
   options.overrides = scheduleOverrides();
+  options.persistent = persistent;
   if (runDevice) tlc::tuneForDevice(options, *runDevice);
   return options;
 }
@@ -434,6 +439,10 @@ std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &
       return fmt::format("--target-arch: {}", error.what());
     }
   }
+  if (persistent && trainCommand)
+    return "--persistent applies to a forward: a training step keeps O2's launches";
+  if (persistent && optLevel < 3 && !ladderCommand)
+    return fmt::format("--persistent needs -O3 (the level that fuses the whole forward), not -O{}", optLevel);
   if (attentionGradRows != 0 && attentionGradRows != 8 && attentionGradRows != 16 && attentionGradRows != 32)
     return fmt::format("--attention-grad-rows={} must be 8, 16 or 32", attentionGradRows.getValue());
   if (!dumpIrDir.empty()) {
@@ -731,6 +740,7 @@ int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   options.dtype = dtype;
   options.targetArch = targetArch;
   options.overrides = scheduleOverrides();
+  options.persistent = persistent;
   options.matmulPrecision = matmulPrecision;
   options.backend = backendOptions();
   options.inputs = runInputs();

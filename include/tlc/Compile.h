@@ -48,6 +48,10 @@ struct CompileOptions {
   std::string targetArch;
   int multiprocessors = 0;    // the device's SM (CU) count; 0: the target's usual one
   ScheduleOverrides overrides;
+  // O3's forward as one persistent kernel (O2's kernels its parts, their blocks tasks that
+  // wait only for what they read: codegen/Persistent.h), rather than O2's kernels chained
+  // block by block. Off by default while it measures slower (docs/megakernel.md).
+  bool persistent = false;
 };
 
 // Tunes `options` for the GPU `device` runs on (its arch's target description and its own
