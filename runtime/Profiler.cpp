@@ -53,9 +53,10 @@ std::string Profiler::taskTable() const {
     double busy = 0, waiting = 0;
   };
   std::map<std::string, Row> byPart;
-  double busy = 0, span = 0, longestGap = 0;
+  double busy = 0, span = 0, longestGap = 0;  // span: summed over the forwards
   for (const std::vector<TaskTiming> &run : taskRuns_) {
     std::map<int, double> lastEnd;  // per worker
+    double end = 0;
     for (const TaskTiming &timing : run) {
       const Kernel &part = kernel->parts.at(size_t(kernel->tasks.at(size_t(timing.task)).part));
       Row &row = byPart[part.entry.empty() ? part.name : part.entry];
@@ -63,11 +64,12 @@ std::string Profiler::taskTable() const {
       row.busy += timing.end - timing.start;
       row.waiting += timing.start - timing.waitFrom;
       busy += timing.end - timing.start;
-      span = std::max(span, timing.end);
+      end = std::max(end, timing.end);
       auto found = lastEnd.find(timing.worker);
       longestGap = std::max(longestGap, timing.start - (found == lastEnd.end() ? 0.0 : found->second));
       lastEnd[timing.worker] = timing.end;
     }
+    span += end;
   }
   double runs = double(taskRuns_.size()), workers = double(kernel->workers.size());
   std::ostringstream out;
@@ -75,7 +77,7 @@ std::string Profiler::taskTable() const {
                      "first task's start to the last's end ({:.1f} µs a forward); the longest a worker sat idle "
                      "between tasks (or before its first): {:.1f} µs\n",
                      kernel->name, kernel->tasks.size(), kernel->workers.size(),
-                     span > 0 ? 100 * busy / (span * workers * runs) : 0.0, span / runs, longestGap);
+                     span > 0 ? 100 * busy / (span * workers) : 0.0, span / runs, longestGap);
   out << fmt::format("{:<60} {:>7} {:>12} {:>12} {:>9}\n", "part (tasks are its blocks)", "tasks", "computing µs",
                      "waiting µs", "mean µs");
   std::vector<std::pair<std::string, Row>> rows(byPart.begin(), byPart.end());
