@@ -40,6 +40,8 @@ ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
     overrides.attentionGradRows = std::atoi(rows);
   flag("TLC_NO_WGMMA", overrides.noWgmma);
   flag("TLC_NO_CLUSTERS", overrides.noClusters);
+  if (const char *workers = std::getenv("TLC_WORKERS_PER_SM"); workers && overrides.workersPerSM == 0)
+    overrides.workersPerSM = std::atoi(workers);
   if (const char *trigger = std::getenv("TLC_PDL_TRIGGER"); trigger && std::string(trigger) == "start")
     overrides.dependentsAtStart = true;
   return overrides;
@@ -55,6 +57,7 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
   if (overrides.noWgmma) parts.push_back("no-wgmma");
   if (overrides.noClusters) parts.push_back("no-clusters");
   if (overrides.dependentsAtStart) parts.push_back("dependents-at-start");
+  if (overrides.workersPerSM) parts.push_back(fmt::format("workers-per-sm={}", overrides.workersPerSM));
   std::string text;
   for (const std::string &part : parts) text += (text.empty() ? "" : ", ") + part;
   return text;
@@ -156,8 +159,9 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
   program->scheduleOverrides = describeOverrides(overrides);
   program->matmulPrecision = options.matmulPrecision;
   codegen::Machine machine = codegen::machineFor(target, overrides);
-  // O3's forward runs as one persistent kernel (the training step keeps O2's launches).
-  machine.persistent = options.optLevel >= 3 && !training;
+  // O3's forward as one persistent kernel where asked (a training step keeps O2's launches).
+  if (options.persistent && options.optLevel >= 3 && !training)
+    machine = codegen::persistentMachine(machine, overrides.workersPerSM > 0 ? overrides.workersPerSM : 1);
   std::vector<codegen::TaskPlan> plans = emitHipKernels(*program, specs, machine);
   if (machine.persistent) {
     std::string why = codegen::formPersistentKernel(*program, plans, machine);

@@ -118,19 +118,33 @@ if want profile; then  # where the time goes, per kernel
   done
   note "profile: $(ls "$LOGS"/profile-*.txt | wc -l) tables"
 fi
-if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2
-  timeout 600 "$TESTS" --gtest_filter='Levels/GpuForward.*O3_bf16*:Levels/GpuForward.*O2_bf16*' > "$LOGS/o3-forward.txt" 2>&1
+if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2, traced
+  timeout 600 "$TESTS" --gtest_filter="${O3_TESTS:-Levels/GpuForward.*O3_bf16*:Levels/GpuForward.*O2_bf16*}" > "$LOGS/o3-forward.txt" 2>&1
   note "o3 forward: rc=$? $(grep -c '^\[       OK' "$LOGS/o3-forward.txt") passed, $(grep -c '^\[  FAILED  \] Levels' "$LOGS/o3-forward.txt") failed"
-  for shape in "$MODEL 8 128" "$MODEL 1 1" "models/tinyllama-1.1b.tl 1 1" "models/tinyllama-1.1b.tl 1 2048"; do
+  # A decode-shaped forward against the CPU reference (the GPU tests cover 8 x 128 and 2 x 64).
+  "$TLC" $MODEL -O0 --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cpu --save-logits="$LOGS/cpu-1x1.npy" > /dev/null 2>&1
+  timeout 120 "$TLC" $MODEL -O3 --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cuda --save-logits="$LOGS/o3-1x1.npy" \
+    > /dev/null 2>&1
+  note "o3 1x1 against the cpu: $(python3 -c "import numpy as n; a=n.load('$LOGS/o3-1x1.npy'); b=n.load('$LOGS/cpu-1x1.npy'); print('rel. error %.3e' % (n.linalg.norm(a-b)/n.linalg.norm(b)))" 2>&1)"
+  o3run() {  # model batch seq level [flags...]: one timed forward line
+    local model=$1 batch=$2 seq=$3 level=$4 log
+    shift 4
+    log="$LOGS/o3-$(basename "$model" .tl)-${batch}x$seq-O$level-$(echo "$@" | tr -cd 'a-z0-9').txt"
+    last_log=$log
+    timeout 300 "$TLC" "$model" -O$level --dtype=bf16 --batch-size=$batch --seq-len=$seq --run --target=cuda \
+      --progress=never "$@" > "$log" 2>&1
+    note "$(basename "$model" .tl) ${batch}x$seq O$level $*: rc=$? $(grep '  forward ' "$log" | sed 's/^ *forward *//; s/ on the GPU.*//')" \
+         "| $(grep '  loss ' "$log" | awk '{print "loss", $2}') $(grep -h 'error\|  o3 ' "$log" | head -2)"
+  }
+  IFS=';' read -r -a shapes <<< "${O3_SHAPES:-$MODEL 8 128;$MODEL 1 1;models/tinyllama-1.1b.tl 1 1;models/tinyllama-1.1b.tl 1 2048}"
+  for shape in "${shapes[@]}"; do
     set -- $shape
-    for level in 2 3; do
-      timeout 300 "$TLC" "$1" -O$level --dtype=bf16 --batch-size=$2 --seq-len=$3 --run --target=cuda --iterations=50 \
-        --progress=never > "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" 2>&1
-      note "$(basename "$1" .tl) $2x$3 O$level: rc=$? $(grep '  forward ' "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" | sed 's/^ *forward *//')" \
-           "| $(grep '  loss ' "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" | awk '{print "loss", $2}')" \
-           "| $(grep '  logits ' "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" | sed 's/^ *logits *//')" \
-           "$(grep -h 'error\|o3 ' "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" | head -2)"
-    done
+    o3run "$1" "$2" "$3" 2 --iterations=50
+    for workers in ${O3_WORKERS:-1 2}; do o3run "$1" "$2" "$3" 3 --iterations=50 --workers-per-sm=$workers; done
+  done
+  for workers in ${O3_WORKERS:-1 2}; do  # where the persistent kernel's time goes
+    o3run $MODEL 8 128 3 --iterations=10 --profile --workers-per-sm=$workers --trace="$RESULTS/o3-trace-w$workers.json"
+    sed -n '/^persistent kernel/,$p' "$last_log" | head -14 | tee -a "$summary"
   done
 fi
 if want sanitize; then  # small shapes, launches one by one

@@ -77,6 +77,7 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
     CompileOptions compile{level, options.batch, options.seqLen, options.dtype, true, options.matmulPrecision};
     compile.targetArch = options.targetArch;
     compile.overrides = options.overrides;
+    compile.persistent = options.persistent;
     tuneForDevice(compile, backend->deviceInfo());
     mlir::FailureOr<Program> program = mlir::failure();
     {

@@ -21,6 +21,7 @@ struct LadderOptions {
   std::string dtype = "f32";
   std::string targetArch;        // empty: the GPU it runs on, or sm_90a on the CPU
   ScheduleOverrides overrides;
+  bool persistent = false;       // O3's forward as one persistent kernel
   MatmulPrecision matmulPrecision = MatmulPrecision::High;  // of f32 models
   BackendOptions backend;
   RunInputs inputs;

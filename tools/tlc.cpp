@@ -125,6 +125,10 @@ cl::opt<bool> precompile("precompile",
                           cl::desc("JIT-compile every kernel for --target-arch (default sm_90a) into the kernel "
                                    "cache now, with no GPU needed: a later run on such a GPU starts at once"),
                           cl::cat(compileCategory), cl::sub(everywhere));
+cl::opt<bool> persistent("persistent",
+                          cl::desc("-O3: the forward as one persistent kernel whose tasks are O2's kernels' blocks, "
+                                   "each waiting only for what it reads (measured slower so far: docs/megakernel.md)"),
+                          cl::cat(compileCategory), cl::sub(everywhere));
 cl::opt<bool> printKernels("print-kernels", cl::desc("list every kernel of the forward: name, block, FLOPs, bytes"),
                            cl::cat(compileCategory));
 
@@ -143,6 +147,8 @@ cl::opt<bool> noWgmma("no-wgmma", cl::desc("sm_90a runs the mma.sync GEMMs"), cl
                       cl::sub(everywhere));
 cl::opt<bool> noClusters("no-clusters", cl::desc("no thread-block clusters (RMSNorm's backward through the workspace)"),
                          cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<int> workersPerSM("workers-per-sm", cl::desc("O3: workers of the persistent kernel sharing an SM"),
+                          cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> dependentsAtStart("dependents-at-start",
                                 cl::desc("chained kernels let the next one launch at their start"), cl::Hidden,
                                 cl::cat(scheduleCategory), cl::sub(everywhere));
@@ -351,6 +357,7 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.noWgmma = noWgmma;
   overrides.noClusters = noClusters;
   overrides.dependentsAtStart = dependentsAtStart;
+  overrides.workersPerSM = workersPerSM;
   return overrides;
 }
 
@@ -360,6 +367,7 @@ tlc::CompileOptions compileOptions() {
   tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype, fuseNormGrad && optLevel >= 2, matmulPrecision};
   options.targetArch = targetArch;
   options.overrides = scheduleOverrides();
+  options.persistent = persistent;
   if (runDevice) tlc::tuneForDevice(options, *runDevice);
   return options;
 }
@@ -461,6 +469,10 @@ std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &
       return fmt::format("--target-arch: {}", error.what());
     }
   }
+  if (persistent && trainCommand)
+    return "--persistent applies to a forward: a training step keeps O2's launches";
+  if (persistent && optLevel < 3 && !ladderCommand)
+    return fmt::format("--persistent needs -O3 (the level that fuses the whole forward), not -O{}", optLevel);
   if (attentionGradRows != 0 && attentionGradRows != 8 && attentionGradRows != 16 && attentionGradRows != 32)
     return fmt::format("--attention-grad-rows={} must be 8, 16 or 32", attentionGradRows.getValue());
   if (!dumpIrDir.empty()) {
@@ -588,6 +600,7 @@ int runForward(const tlc::Program &program, tlc::Backend &backend) {
   fmt::print("{}", tlc::formatRunSummary(summary));
   if (profile) {
     fmt::print("\n{}", profiler.table());
+    if (std::string tasks = profiler.taskTable(); !tasks.empty()) fmt::print("\n{}", tasks);
     if (!tracePath.empty()) tlc::writeFileAtomically(tracePath, profiler.chromeTrace(), "trace");
     if (!statsCsvPath.empty()) tlc::writeFileAtomically(statsCsvPath, profiler.statsCsv(), "CSV file");
   }
@@ -640,6 +653,18 @@ int precompileKernels(const tlc::Program &program) {
   options.progress = progress != tlc::ProgressMode::Never;
   tlc::JitStats stats;
   tlc::jitCompileAll(*compiler, sources, options, &stats);
+  // A persistent kernel also as profiling compiles it, its tasks stamped.
+  std::vector<tlc::JitSource> traced;
+  for (const tlc::Kernel &kernel : program.kernels)
+    if (!kernel.parts.empty()) traced.push_back({kernel.entry, kernel.source});
+  if (!traced.empty()) {
+    options.compilerOptions.push_back("-DTL_TRACE=1");
+    tlc::JitStats tracedStats;
+    tlc::jitCompileAll(*compiler, traced, options, &tracedStats);
+    stats.compiled += tracedStats.compiled;
+    stats.cached += tracedStats.cached;
+    stats.seconds += tracedStats.seconds;
+  }
   fmt::print("tlc: {} kernels for {} in the cache ({}: {} compiled, {} there already, {:.1f} s)\n",
              stats.compiled + stats.cached, target.jitArch, tlc::jitCacheDir(), stats.compiled, stats.cached,
              stats.seconds);
@@ -754,6 +779,7 @@ int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   options.dtype = dtype;
   options.targetArch = targetArch;
   options.overrides = scheduleOverrides();
+  options.persistent = persistent;
   options.matmulPrecision = matmulPrecision;
   options.backend = backendOptions();
   options.inputs = runInputs();

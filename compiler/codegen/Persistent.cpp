@@ -128,7 +128,8 @@ std::vector<int64_t> paramOffsets(const std::vector<Kernel> &parts) {
   return offsets;
 }
 
-std::string persistentSource(const std::string &name, const Kernel &kernel, int threads, const Program &program) {
+std::string persistentSource(const std::string &name, const Kernel &kernel, int threads, int workersPerSM,
+                             const Program &program) {
   std::string out = fmt::format("// {}: the {} forward as one persistent kernel: {} parts, {} tasks on {} workers "
                                 "(tlc --emit=schedule shows them)\n",
                                 name, program.model, kernel.parts.size(), kernel.tasks.size(), kernel.workers.size());
@@ -154,9 +155,9 @@ std::string persistentSource(const std::string &name, const Kernel &kernel, int 
     out += fmt::format("    case {0}: {1}_body(*reinterpret_cast<const {1}_params *>(params + {2})); break;\n", p,
                        kernel.parts[p].entry, offsets[p]);
   out += "    }\n  }\n};\n";
-  out += fmt::format("extern \"C\" __global__ void __launch_bounds__({0}, 1)\n{1}(const unsigned char *params, "
+  out += fmt::format("extern \"C\" __global__ void __launch_bounds__({0}, {2})\n{1}(const unsigned char *params, "
                      "tl_persistent_tables tables) {{\n  tl_persistent_worker<{1}_parts>(params, tables);\n}}\n",
-                     threads, name);
+                     threads, name, workersPerSM);
   return out;
 }
 
@@ -283,7 +284,7 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
                                                    dtypeName(program.dtype), program.batch, program.seqLen);
   persistent.launch[path] = {workers, threads, shared};
   persistent.source = kKernelSignaturePrefix + kernelSignature(program, persistent) + "\n" +
-                      persistentSource(persistent.entry, persistent, threads, program);
+                      persistentSource(persistent.entry, persistent, threads, machine.workersPerSM, program);
   program.kernels = {std::move(persistent)};
   program.workspaceBytes = program.kernels[0].workspaceBytes;
   return "";

@@ -45,6 +45,20 @@ bool gemmOverride(const Machine &machine, GemmTile &tile) {
 
 } // namespace
 
+Machine persistentMachine(Machine machine, int workers) {
+  workers = std::max(1, workers);
+  machine.persistent = true;
+  machine.workersPerSM = workers;
+  machine.multiprocessors *= workers;
+  machine.sharedBytesPerSM /= workers;
+  machine.sharedBytesPerBlock = std::min(machine.sharedBytesPerBlock, machine.sharedBytesPerSM - machine.reservedPerBlock);
+  machine.registersPerSM /= workers;
+  machine.maxThreadsPerSM /= workers;
+  // At least 128 registers a thread, what the largest tiles' accumulators need.
+  machine.maxThreadsPerBlock = std::min(machine.maxThreadsPerSM, machine.registersPerSM / 128 / 32 * 32);
+  return machine;
+}
+
 Machine machineFor(const TargetDesc &target, const ScheduleOverrides &overrides) {
   const TargetDesc &nvidia = target.vendor == Vendor::NVIDIA ? target : findTarget(kDefaultTarget);
   Machine machine;
@@ -200,11 +214,19 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
 
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, const Machine &machine, bool aKM) {
   std::optional<WgmmaTile> tile = chooseWgmmaTileAnySplit(gemm, machine, aKM);
-  if (tile && machine.persistent) {
-    tile->splits = 1;
-    tile->splitTiles = 0;
-  }
-  return tile;
+  if (!tile || !machine.persistent) return tile;
+  tile->splits = 1;
+  tile->splitTiles = 0;
+  // A task fits its worker: else the largest of the v1 tiles that does.
+  auto fits = [&](const WgmmaTile &t) {
+    return t.threads() <= machine.maxThreadsPerBlock && t.sharedBytes() <= machine.sharedBytesPerBlock &&
+           tileHoldsEpilogue(gemm, t.BN) && (!(aKM || gemm.bKN) || t.BN % 64 == 0);
+  };
+  if (fits(*tile)) return tile;
+  for (WgmmaTile candidate : {WgmmaTile{128, 128, 3, 1, 2}, WgmmaTile{128, 64, 4}, WgmmaTile{64, 128, 4},
+                              WgmmaTile{64, 64, 4}})
+    if (fits(candidate)) return candidate;
+  return std::nullopt;
 }
 
 namespace {

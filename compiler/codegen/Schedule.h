@@ -25,10 +25,18 @@ struct Machine {
   bool wgmma = true;     // the sm_90a path (gemm_wgmma.cuh) is generated
   bool clusters = true;  // thread-block clusters (RMSNorm's backward in a GEMM)
   // The kernels run as tasks of a persistent kernel (O3): no K split across blocks (the
-  // next kernel's tasks fill the SMs a short last wave leaves idle).
+  // next kernel's tasks fill the SMs a short last wave leaves idle); its workers share each
+  // SM `workersPerSM` ways, each block (task) at most `maxThreadsPerBlock` threads.
   bool persistent = false;
+  int workersPerSM = 1;
+  int maxThreadsPerBlock = 1024;
   ScheduleOverrides overrides;
 };
+
+// The machine a persistent kernel's tasks are scheduled for: `machine`'s SMs each shared by
+// `workers` workers, so every limit of an SM divided among them (the workers are the
+// schedule's "SMs").
+Machine persistentMachine(Machine machine, int workers);
 
 // The machine of `target` (an AMD target's sources still carry the NVIDIA paths: they are
 // tuned for kDefaultTarget's), less what the overrides turn off.

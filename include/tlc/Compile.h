@@ -22,10 +22,11 @@ struct ScheduleOverrides {
   bool noWgmma = false;       // sm_90a runs the mma.sync path
   bool noClusters = false;    // no thread-block clusters (RMSNorm's backward through the workspace)
   bool dependentsAtStart = false;  // chained kernels let the next one launch at their start
+  int workersPerSM = 0;       // O3's persistent kernel: workers sharing an SM (0: the schedule's)
 
   bool empty() const {
     return gemmTile.empty() && wgmmaTile.empty() && attentionTile.empty() && attentionGradRows == 0 && !noWgmma &&
-           !noClusters && !dependentsAtStart;
+           !noClusters && !dependentsAtStart && workersPerSM == 0;
   }
 };
 
@@ -47,6 +48,10 @@ struct CompileOptions {
   std::string targetArch;
   int multiprocessors = 0;    // the device's SM (CU) count; 0: the target's usual one
   ScheduleOverrides overrides;
+  // O3's forward as one persistent kernel (O2's kernels its parts, their blocks tasks that
+  // wait only for what they read: codegen/Persistent.h), rather than O2's kernels chained
+  // block by block. Off by default while it measures slower (docs/megakernel.md).
+  bool persistent = false;
 };
 
 // Tunes `options` for the GPU `device` runs on (its arch's target description and its own

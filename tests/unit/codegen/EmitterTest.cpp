@@ -13,8 +13,10 @@
 namespace tlc {
 namespace {
 
-Program workshop(int level, const char *dtype = "bf16", int64_t batch = 8, int64_t seq = 128) {
-  return compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", {level, batch, seq, dtype});
+Program workshop(int level, const char *dtype = "bf16", int64_t batch = 8, int64_t seq = 128, bool persistent = false) {
+  CompileOptions options{level, batch, seq, dtype};
+  options.persistent = persistent;
+  return compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", options);
 }
 
 const Kernel &kernelNamed(const Program &program, const std::string &prefix) {
@@ -367,11 +369,25 @@ TEST(Codegen, MatmulPrecisionLeavesBf16Alone) {
 }
 
 // O3 runs the same kernels as O2, each block's as one dependent chain.
-// O3's forward is one persistent kernel: O2's kernels are its parts (unsplit GEMM tiles),
-// their blocks on sm_90a its tasks, one worker an SM, each task waiting only for earlier
-// tasks of earlier parts.
-TEST(Codegen, O3IsOnePersistentKernelOfO2sKernels) {
+TEST(Codegen, O3ChainsEachBlocksKernels) {
   Program o2 = workshop(2), o3 = workshop(3);
+  ASSERT_EQ(o2.kernels.size(), o3.kernels.size());
+  std::map<int, int> seen;
+  for (size_t k = 0; k < o3.kernels.size(); ++k) {
+    const Kernel &kernel = o3.kernels[k];
+    EXPECT_EQ(kernel.name, o2.kernels[k].name);
+    EXPECT_FALSE(o2.kernels[k].chained);
+    bool firstOfBlock = kernel.layer >= 0 && seen[kernel.layer]++ == 0;
+    EXPECT_EQ(kernel.chained, kernel.layer >= 0 && !firstOfBlock) << kernel.name;
+    if (kernel.chained) EXPECT_TRUE(contains(kernel.source, "chained: may start")) << kernel.name;
+  }
+}
+
+// With --persistent, O3's forward is one persistent kernel: O2's kernels are its parts
+// (unsplit GEMM tiles), their blocks on sm_90a its tasks, one worker an SM, each task
+// waiting only for earlier tasks of earlier parts.
+TEST(Codegen, PersistentO3IsOneKernelOfO2sKernels) {
+  Program o2 = workshop(2), o3 = workshop(3, "bf16", 8, 128, true);
   ASSERT_EQ(o3.kernels.size(), 1u);
   const Kernel &persistent = o3.kernels[0];
   ASSERT_EQ(persistent.parts.size(), o2.kernels.size());
@@ -386,7 +402,7 @@ TEST(Codegen, O3IsOnePersistentKernelOfO2sKernels) {
   }
   // A part splits no K across blocks (the next part's tasks fill a short last wave): at 68
   // sequences O2 splits some GEMMs' last waves, and O3's parts have only their tiles.
-  Program wideO2 = workshop(2, "bf16", 68, 128), wideO3 = workshop(3, "bf16", 68, 128);
+  Program wideO2 = workshop(2, "bf16", 68, 128), wideO3 = workshop(3, "bf16", 68, 128, true);
   ASSERT_EQ(wideO3.kernels.size(), 1u);
   int fewer = 0;
   for (size_t p = 0; p < wideO2.kernels.size(); ++p) {
@@ -415,7 +431,7 @@ TEST(Codegen, O3IsOnePersistentKernelOfO2sKernels) {
 
 TEST(Codegen, ProgramJsonKeepsSourcesAndLaunchShapes) {
   for (int level : {2, 3}) {
-    Program program = workshop(level, "bf16", 2, 16);
+    Program program = workshop(level, "bf16", 2, 16, /*persistent=*/level == 3);
     Program back = programFromJson(programToJson(program));
     std::vector<const Kernel *> kernels = computeKernels(program), backKernels = computeKernels(back);
     ASSERT_EQ(backKernels.size(), kernels.size());

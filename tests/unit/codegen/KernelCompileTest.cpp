@@ -38,6 +38,16 @@ std::vector<JitSource> allKernelSources() {
             entryOf.emplace(kernel.source, kernel.entry);
         }
       }
+  // O3's forward as one persistent kernel (the templates under TL_PERSISTENT, the worker
+  // loop), both model files in both dtypes at a small shape.
+  for (const char *model : {"tinyllama.tl", "tinyllama-1.1b.tl"})
+    for (const char *dtype : {"f32", "bf16"}) {
+      CompileOptions options{3, 2, 16, dtype};
+      options.persistent = true;
+      Program program = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, options);
+      EXPECT_EQ(program.kernels.size(), 1u) << model << " " << dtype << ": " << program.persistentFallback;
+      for (const Kernel &kernel : program.kernels) entryOf.emplace(kernel.source, kernel.entry);
+    }
   // Models off the builder's path: elementwise GEMM prologues (A computed as it loads).
   for (const support::ModelVariant &variant : support::prologueVariants())
     for (const char *dtype : {"f32", "bf16"})
