@@ -33,7 +33,7 @@ note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 ldd "$TLC" | grep -Eq 'libLLVM|libMLIR' && note "WARNING: tlc links libLLVM/libMLIR" || note "tlc: self-contained"
 
 if want kernels; then  # every distinct kernel alone against the CPU reference's ops
-  "$TESTS" --gtest_filter='Levels/GpuKernels.*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:GpuKernelsFlatTiles.*:GpuAttentionTiles.*' > "$LOGS/kernels.txt" 2>&1
+  "$TESTS" --gtest_filter='Levels/GpuKernels.*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:GpuKernelsFlatTiles.*:GpuAttentionTiles.*:GpuKernelsComputedPrologue.*' > "$LOGS/kernels.txt" 2>&1
   note "kernels alone: rc=$? $(grep -c '^KERNEL' "$LOGS/kernels.txt") outputs checked," \
        "$(grep '^KERNEL' "$LOGS/kernels.txt" | awk '{split($6,a,"="); if (a[2]+0 > 2e-2 || $7 != "") n++} END {print n+0}') over 2e-2 or non-finite"
 fi
