@@ -119,11 +119,11 @@ if want profile; then  # where the time goes, per kernel
   note "profile: $(ls "$LOGS"/profile-*.txt | wc -l) tables"
 fi
 if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2, traced
-  timeout 600 "$TESTS" --gtest_filter="${O3_TESTS:-Levels/GpuForward.*O3_bf16*:Levels/GpuForward.*O2_bf16*}" > "$LOGS/o3-forward.txt" 2>&1
+  timeout 600 "$TESTS" --gtest_filter="${O3_TESTS:-GpuPersistent.*}" > "$LOGS/o3-forward.txt" 2>&1
   note "o3 forward: rc=$? $(grep -c '^\[       OK' "$LOGS/o3-forward.txt") passed, $(grep -c '^\[  FAILED  \] Levels' "$LOGS/o3-forward.txt") failed"
   # A decode-shaped forward against the CPU reference (the GPU tests cover 8 x 128 and 2 x 64).
   "$TLC" $MODEL -O0 --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cpu --save-logits="$LOGS/cpu-1x1.npy" > /dev/null 2>&1
-  timeout 120 "$TLC" $MODEL -O3 --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cuda --save-logits="$LOGS/o3-1x1.npy" \
+  timeout 120 "$TLC" $MODEL -O3 --persistent --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cuda --save-logits="$LOGS/o3-1x1.npy" \
     > /dev/null 2>&1
   note "o3 1x1 against the cpu: $(python3 -c "import numpy as n; a=n.load('$LOGS/o3-1x1.npy'); b=n.load('$LOGS/cpu-1x1.npy'); print('rel. error %.3e' % (n.linalg.norm(a-b)/n.linalg.norm(b)))" 2>&1)"
   o3run() {  # model batch seq level [flags...]: one timed forward line
@@ -140,10 +140,11 @@ if want o3; then  # the persistent kernel: correct against the CPU reference, ti
   for shape in "${shapes[@]}"; do
     set -- $shape
     o3run "$1" "$2" "$3" 2 --iterations=50
-    for workers in ${O3_WORKERS:-1 2}; do o3run "$1" "$2" "$3" 3 --iterations=50 --workers-per-sm=$workers; done
+    o3run "$1" "$2" "$3" 3 --iterations=50
+    for workers in ${O3_WORKERS:-1 2}; do o3run "$1" "$2" "$3" 3 --iterations=50 --persistent --workers-per-sm=$workers; done
   done
   for workers in ${O3_WORKERS:-1 2}; do  # where the persistent kernel's time goes
-    o3run $MODEL 8 128 3 --iterations=10 --profile --workers-per-sm=$workers --trace="$RESULTS/o3-trace-w$workers.json"
+    o3run $MODEL 8 128 3 --iterations=10 --profile --persistent --workers-per-sm=$workers --trace="$RESULTS/o3-trace-w$workers.json"
     sed -n '/^persistent kernel/,$p' "$last_log" | head -14 | tee -a "$summary"
   done
 fi
