@@ -78,6 +78,10 @@ inline bool compatibleTypes(TypeRange declared, TypeRange inferred) {
   return true;
 }
 
+// An op of runtime/ElementwiseOps.def (Tl_ElementwiseOp): one operand, or two of equal shapes.
+LogicalResult inferFromElementwiseTable(std::optional<Location> loc, StringRef name, ValueRange operands,
+                                        SmallVectorImpl<Type> &inferred);
+
 // Elementwise binary ops: equal shapes (no broadcasting), equal element types.
 inline LogicalResult inferElementwise(std::optional<Location> loc, StringRef name, Value lhs, Value rhs,
                                       SmallVectorImpl<Type> &inferred) {
@@ -101,7 +105,7 @@ LogicalResult checkRope(std::optional<Location> loc, StringRef op, Value input, 
 // rank >= 1; the gain, where there is one, of rank 1, that dim's size and the input's
 // element type.
 LogicalResult checkRowGain(std::optional<Location> loc, StringRef op, Value input, Value gain);
-LogicalResult checkSquareScores(std::optional<Location> loc, StringRef op, Value input);
+LogicalResult checkMaskableScores(std::optional<Location> loc, StringRef op, Value input);
 LogicalResult checkLossOperands(std::optional<Location> loc, StringRef op, Value logits, Value ids);
 // x · W with W [out_features, in_features] contracted over its dim `contracted`:
 // tl.linear (1, x · Wᵀ) and tl.linear_grad_input (0, dy · W).

@@ -1,5 +1,7 @@
 #include "compiler/ProgramLowering.h"
 
+#include "compiler/RuntimeRules.h"
+
 #include "compiler/CostModel.h"
 #include "compiler/Layers.h"
 #include "compiler/ModelIO.h"
@@ -31,18 +33,6 @@ DType toDType(mlir::Type type) {
 std::vector<int64_t> shapeOf(mlir::Value value) {
   auto shape = llvm::cast<mlir::RankedTensorType>(value.getType()).getShape();
   return {shape.begin(), shape.end()};
-}
-
-AttrValue toAttrValue(mlir::Attribute attr) {
-  if (auto b = llvm::dyn_cast<mlir::BoolAttr>(attr)) return int64_t(b.getValue());
-  if (llvm::isa<mlir::UnitAttr>(attr)) return int64_t(1);  // a flag that is set
-  if (auto i = llvm::dyn_cast<mlir::IntegerAttr>(attr)) return i.getInt();
-  if (auto f = llvm::dyn_cast<mlir::FloatAttr>(attr)) return f.getValueAsDouble();
-  if (auto s = llvm::dyn_cast<mlir::StringAttr>(attr)) return s.str();
-  if (auto a = llvm::dyn_cast<mlir::DenseI64ArrayAttr>(attr)) return std::vector<int64_t>(a.asArrayRef());
-  std::string text;
-  llvm::raw_string_ostream(text) << attr;
-  return text;
 }
 
 // Names a kernel by what it computes, so profilers show meaningful rows:
@@ -410,15 +400,7 @@ private:
     return emitOps(epilogue, kernel);
   }
 
-  OpRecord makeRecord(mlir::Operation *op) {
-    OpRecord record;
-    record.op = opName(op);
-    // Annotations for readers of the IR (tl.saved, tl.recomputed) are not semantics.
-    for (mlir::NamedAttribute attr : op->getAttrDictionary())
-      if (attr.getName() != "operandSegmentSizes" && !attr.getName().getValue().starts_with("tl."))
-        record.attrs[attr.getName().str()] = toAttrValue(attr.getValue());
-    return record;
-  }
+  OpRecord makeRecord(mlir::Operation *op) { return recordOf(op); }
 
   void addInput(Kernel &kernel, int id) {
     if (std::find(kernel.inputs.begin(), kernel.inputs.end(), id) == kernel.inputs.end()) kernel.inputs.push_back(id);

@@ -52,6 +52,15 @@ class BoundedShapes : public mlir::OpTrait::TraitBase<ConcreteType, BoundedShape
 public:
   static mlir::LogicalResult verifyTrait(mlir::Operation *op) { return verifyBoundedShapes(op); }
 };
+
+// The op obeys the runtime's rule for it (runtime/OpRules.h: the shapes and attributes the
+// Program validator and the CPU reference accept), checked after the op's own verifier.
+mlir::LogicalResult verifyRuntimeRules(mlir::Operation *op);
+template <typename ConcreteType>
+class RuntimeRules : public mlir::OpTrait::TraitBase<ConcreteType, RuntimeRules> {
+public:
+  static mlir::LogicalResult verifyRegionTrait(mlir::Operation *op) { return verifyRuntimeRules(op); }
+};
 } // namespace OpTrait
 
 // The result types `op` (an InferTypeOpInterface op) infers from its operands and
@@ -63,6 +72,9 @@ mlir::LogicalResult inferResultTypes(mlir::Operation *op, llvm::SmallVectorImpl<
 // Printed result names: a weight is named by its key (`%layers.0.self_attn.q_proj`),
 // a projection by its weight (`%q_proj`, `%qkv`), any other op by its mnemonic (`%rope_3`).
 void nameResults(mlir::Operation *op, mlir::OpAsmSetValueNameFn setName);
+
+// The FLOPs of an op of runtime/ElementwiseOps.def: its count there times its elements.
+std::optional<int64_t> elementwiseFlops(mlir::Operation *op);
 
 // Ops the runtime computes once, when the weights are loaded: tl.weight, and
 // tl.concat or tl.scale_columns whose operands are all such ops' results.

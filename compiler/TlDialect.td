@@ -4,6 +4,7 @@
 
 include "mlir/IR/OpBase.td"
 include "mlir/IR/OpAsmInterface.td"
+include "TlInterfaces.td"
 
 def Tl_Dialect : Dialect {
   let name = "tl";
@@ -20,6 +21,14 @@ def Tl_Dialect : Dialect {
 // elements (TlDialect.h): verified before type inference reads the shapes, so no size
 // computed from a model file divides by zero or overflows.
 def Tl_BoundedShapes : NativeOpTrait<"BoundedShapes"> {
+  let cppNamespace = "::tl::OpTrait";
+}
+
+// Every tl op the runtime knows obeys the runtime's rule for it (runtime/OpRules.cpp), the
+// one definition of what an op accepts that the Program validator and the CPU reference
+// read too: checked after the op's own verifier, so a model the compiler accepts is one the
+// runtime runs.
+def Tl_RuntimeRules : NativeOpTrait<"RuntimeRules"> {
   let cppNamespace = "::tl::OpTrait";
 }
 
@@ -50,14 +59,18 @@ def Tl_RowEpilogueFusable : NativeOpTrait<"RowEpilogueFusable"> {
 
 // Every op names its results when printed (see nameResults in TlDialect.cpp):
 // learners read `%rope_3 = tl.rope ...` more easily than `%47 = tl.rope ...`.
-class Tl_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Tl_Dialect, mnemonic, !listconcat([Tl_BoundedShapes], traits,
-                                           [DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>])> {
-  let extraClassDefinition = [{
+// Names an op's results after what computes them (%silu, %q_proj) in printed IR.
+defvar tl_result_names = [{
     void $cppClass::getAsmResultNames(::mlir::OpAsmSetValueNameFn setName) {
       ::tl::nameResults(getOperation(), setName);
     }
-  }];
+}];
+
+class Tl_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Tl_Dialect, mnemonic, !listconcat([Tl_BoundedShapes], traits,
+                                           [DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>,
+                                            DeclareOpInterfaceMethods<Tl_CostOpInterface>, Tl_RuntimeRules])> {
+  let extraClassDefinition = tl_result_names;
 }
 
 def Tl_FloatTensor : TensorRankOf<[F32, BF16], [0, 1, 2, 3, 4]>;

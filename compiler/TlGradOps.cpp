@@ -21,7 +21,6 @@ TL_COMPATIBLE_RETURN_TYPES(RopeGradOp)
 TL_COMPATIBLE_RETURN_TYPES(RepeatKvGradOp)
 TL_COMPATIBLE_RETURN_TYPES(CausalMaskGradOp)
 TL_COMPATIBLE_RETURN_TYPES(SoftmaxGradOp)
-TL_COMPATIBLE_RETURN_TYPES(SiluGradOp)
 TL_COMPATIBLE_RETURN_TYPES(ZerosLikeOp)
 TL_COMPATIBLE_RETURN_TYPES(CrossEntropyGradOp)
 TL_COMPATIBLE_RETURN_TYPES(FlashAttentionGradOp)
@@ -110,18 +109,13 @@ LogicalResult RepeatKvGradOp::inferReturnTypes(MLIRContext *, std::optional<Loca
 
 LogicalResult CausalMaskGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                                  SmallVectorImpl<Type> &inferred) {
-  if (failed(checkSquareScores(loc, "causal_mask_grad", adaptor.getGrad()))) return failure();
+  if (failed(checkMaskableScores(loc, "causal_mask_grad", adaptor.getGrad()))) return failure();
   return inferSameAsInput(adaptor.getGrad(), inferred);
 }
 
 LogicalResult SoftmaxGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                               SmallVectorImpl<Type> &inferred) {
   return inferElementwise(loc, "softmax_grad", adaptor.getResult(), adaptor.getGrad(), inferred);
-}
-
-LogicalResult SiluGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
-                                           SmallVectorImpl<Type> &inferred) {
-  return inferElementwise(loc, "silu_grad", adaptor.getInput(), adaptor.getGrad(), inferred);
 }
 
 LogicalResult ZerosLikeOp::inferReturnTypes(MLIRContext *, std::optional<Location>, Adaptor adaptor,

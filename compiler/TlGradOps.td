@@ -95,7 +95,7 @@ def Tl_SoftmaxGradOp : Tl_InferredOp<"softmax_grad"> {
   let results = (outs Tl_FloatTensor:$input_grad);
 }
 
-def Tl_SiluGradOp : Tl_InferredOp<"silu_grad", [Tl_PerElement, Tl_EpilogueFusable]> {
+def Tl_SiluGradOp : Tl_ElementwiseOp<"silu_grad"> {
   let summary = "the VJP of tl.silu: dy * s * (1 + x * (1 - s)), s = sigmoid(x) recomputed from x";
   let arguments = (ins Tl_FloatTensor:$input, Tl_FloatTensor:$grad);
   let results = (outs Tl_FloatTensor:$result);

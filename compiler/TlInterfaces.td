@@ -1,4 +1,5 @@
-// The interfaces of the tl ops: how an op takes part in reverse-mode autodiff.
+// The interfaces of the tl ops: how an op takes part in reverse-mode autodiff, and what
+// it costs.
 #ifndef TL_INTERFACES_TD
 #define TL_INTERFACES_TD
 
@@ -24,6 +25,19 @@ def Tl_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
         the op, when the op cannot be differentiated where it stands.
       }],
       "::mlir::LogicalResult", "buildVjp", (ins "::tl::VjpBuilder &":$vjp)>,
+  ];
+}
+
+def Tl_CostOpInterface : OpInterface<"CostOpInterface"> {
+  let cppNamespace = "::tl";
+  let description = [{
+    What an op computes, for the cost model, the roofline and the profiler's table. Every
+    tl op declares it (Tl_Op) and defines it in compiler/OpCosts.cpp, so an op without a
+    cost does not link; the elementwise ops read theirs from runtime/ElementwiseOps.def.
+  }];
+  let methods = [
+    InterfaceMethod<"Floating-point operations the op performs, or nullopt where the count overflows int64.",
+      "std::optional<int64_t>", "flops", (ins)>,
   ];
 }
 

@@ -74,14 +74,10 @@ TL_COMPATIBLE_RETURN_TYPES(BatchMatmulOp)
 TL_COMPATIBLE_RETURN_TYPES(ScaleOp)
 TL_COMPATIBLE_RETURN_TYPES(CausalMaskOp)
 TL_COMPATIBLE_RETURN_TYPES(SoftmaxOp)
-TL_COMPATIBLE_RETURN_TYPES(SiluOp)
-TL_COMPATIBLE_RETURN_TYPES(MulOp)
-TL_COMPATIBLE_RETURN_TYPES(AddOp)
 TL_COMPATIBLE_RETURN_TYPES(CrossEntropyOp)
 TL_COMPATIBLE_RETURN_TYPES(ConcatOp)
 TL_COMPATIBLE_RETURN_TYPES(ScaleColumnsOp)
 TL_COMPATIBLE_RETURN_TYPES(SplitOp)
-TL_COMPATIBLE_RETURN_TYPES(SwigluOp)
 TL_COMPATIBLE_RETURN_TYPES(FlashAttentionOp)
 #undef TL_COMPATIBLE_RETURN_TYPES
 
@@ -331,6 +327,12 @@ LogicalResult BatchMatmulOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
+LogicalResult infer::inferFromElementwiseTable(std::optional<Location> loc, StringRef name, ValueRange operands,
+                                              SmallVectorImpl<Type> &inferred) {
+  if (operands.size() == 2) return inferElementwise(loc, name, operands[0], operands[1], inferred);
+  return inferSameAsInput(operands[0], inferred);
+}
+
 LogicalResult ScaleOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                         SmallVectorImpl<Type> &inferred) {
   if (failed(checkFloatAttr(loc, "scale factor", adaptor.getFactor(), tlc::isValidScale, tlc::kScaleRange)))
@@ -343,17 +345,22 @@ LogicalResult ScaleOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
-LogicalResult infer::checkSquareScores(std::optional<Location> loc, StringRef op, Value input) {
+// The mask keeps col <= row + (C - R): the last R query rows against C >= R keys (square
+// in a whole-sequence forward, wider when earlier keys come from a cache).
+LogicalResult infer::checkMaskableScores(std::optional<Location> loc, StringRef op, Value input) {
   auto type = tensorOf(input);
   int64_t rank = type.getRank();
   if (rank < 2) return emitOptionalError(loc, op, " input must have rank >= 2");
-  return checkDim(loc, (op + " needs square [..., S, S] scores").str(), type.getDimSize(rank - 2),
-                  type.getDimSize(rank - 1));
+  int64_t rows = type.getDimSize(rank - 2), cols = type.getDimSize(rank - 1);
+  if (!ShapedType::isDynamic(rows) && !ShapedType::isDynamic(cols) && cols < rows)
+    return emitOptionalError(loc, op, " needs scores [..., R, C] with C >= R (a row would be masked entirely): ", rows,
+                             " rows, ", cols, " columns");
+  return success();
 }
 
 LogicalResult CausalMaskOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                              Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  if (failed(checkSquareScores(loc, "causal_mask", adaptor.getInput()))) return failure();
+  if (failed(checkMaskableScores(loc, "causal_mask", adaptor.getInput()))) return failure();
   return inferSameAsInput(adaptor.getInput(), inferred);
 }
 
@@ -374,19 +381,9 @@ LogicalResult SoftmaxOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
-LogicalResult SiluOp::inferReturnTypes(MLIRContext *, std::optional<Location>, Adaptor adaptor,
-                                       SmallVectorImpl<Type> &inferred) {
-  return inferSameAsInput(adaptor.getInput(), inferred);
-}
-
 LogicalResult SiluOp::buildVjp(VjpBuilder &vjp) {
   vjp.addCotangent(getInput(), create<SiluGradOp>(vjp, *this, vjp.primal(getInput()), vjp.cotangent(getResult())));
   return success();
-}
-
-LogicalResult MulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
-                                      SmallVectorImpl<Type> &inferred) {
-  return inferElementwise(loc, "mul", adaptor.getLhs(), adaptor.getRhs(), inferred);
 }
 
 LogicalResult MulOp::buildVjp(VjpBuilder &vjp) {
@@ -395,11 +392,6 @@ LogicalResult MulOp::buildVjp(VjpBuilder &vjp) {
   vjp.addCotangent(getLhs(), create<MulOp>(vjp, *this, grad, rhs));
   vjp.addCotangent(getRhs(), create<MulOp>(vjp, *this, grad, lhs));
   return success();
-}
-
-LogicalResult AddOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
-                                      SmallVectorImpl<Type> &inferred) {
-  return inferElementwise(loc, "add", adaptor.getLhs(), adaptor.getRhs(), inferred);
 }
 
 LogicalResult AddOp::buildVjp(VjpBuilder &vjp) {
@@ -512,11 +504,6 @@ LogicalResult SplitOp::buildVjp(VjpBuilder &vjp) {
   }
   vjp.addCotangent(getInput(), create<SplitGradOp>(vjp, *this, pieces));
   return success();
-}
-
-LogicalResult SwigluOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
-                                         SmallVectorImpl<Type> &inferred) {
-  return inferElementwise(loc, "swiglu", adaptor.getGate(), adaptor.getUp(), inferred);
 }
 
 // silu(g) * u: d u = dy * silu(g), d g = silu'(g) * dy * u, with silu(g) recomputed

@@ -20,6 +20,26 @@ class Tl_InferredOp<string mnemonic, list<Trait> traits = []>
   let assemblyFormat = "operands `` custom<TlAttrs>(attr-dict) `:` functional-type(operands, results)";
 }
 
+// An op of runtime/ElementwiseOps.def, which holds its formula (the CPU reference's and
+// every kernel's) and its cost: one operand, or two of equal shapes, computed element by
+// element, so fused elementwise kernels and GEMM prologues and epilogues take it as it is.
+// Its shape rule and cost are defined here once for all of them (docs/contributing.md).
+class Tl_ElementwiseOp<string mnemonic, list<Trait> traits = []>
+    : Tl_InferredOp<mnemonic, !listconcat([Tl_PerElement, Tl_EpilogueFusable], traits)> {
+  let results = (outs Tl_FloatTensor:$result);
+  let extraClassDefinition = !strconcat(tl_result_names, [{
+    ::llvm::LogicalResult $cppClass::inferReturnTypes(::mlir::MLIRContext *, std::optional<::mlir::Location> loc,
+        Adaptor adaptor, ::llvm::SmallVectorImpl<::mlir::Type> &inferred) {
+      return ::tl::infer::inferFromElementwiseTable(loc, getOperationName().drop_front(3), adaptor.getOperands(),
+                                                    inferred);
+    }
+    bool $cppClass::isCompatibleReturnTypes(::mlir::TypeRange declared, ::mlir::TypeRange inferred) {
+      return ::tl::infer::compatibleTypes(declared, inferred);
+    }
+    std::optional<int64_t> $cppClass::flops() { return ::tl::elementwiseFlops(getOperation()); }
+  }]);
+}
+
 def Tl_WeightOp : Tl_Op<"weight", [Pure]> {
   let summary = "a named model parameter";
   let description = [{
@@ -113,19 +133,28 @@ def Tl_SoftmaxOp : Tl_InferredOp<"softmax", [Tl_Differentiable]> {
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_SiluOp : Tl_InferredOp<"silu", [Tl_PerElement, Tl_EpilogueFusable, Tl_Differentiable]> {
+def Tl_SiluOp : Tl_ElementwiseOp<"silu", [Tl_Differentiable]> {
   let summary = "x * sigmoid(x)";
   let arguments = (ins Tl_FloatTensor:$input);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_MulOp : Tl_InferredOp<"mul", [Commutative, Tl_PerElement, Tl_EpilogueFusable, Tl_Differentiable]> {
+def Tl_GeluOp : Tl_ElementwiseOp<"gelu"> {
+  let summary = "x * Φ(x) in the tanh approximation (GPT-2's, PyTorch's approximate='tanh')";
+  let description = [{
+    No VJP yet: a model that uses it runs at every level and tl-autodiff refuses to
+    train it, naming the op.
+  }];
+  let arguments = (ins Tl_FloatTensor:$input);
+}
+
+def Tl_MulOp : Tl_ElementwiseOp<"mul", [Commutative, Tl_Differentiable]> {
   let summary = "elementwise product of equal shapes";
   let arguments = (ins Tl_FloatTensor:$lhs, Tl_FloatTensor:$rhs);
   let results = (outs Tl_FloatTensor:$result);
 }
 
-def Tl_AddOp : Tl_InferredOp<"add", [Tl_PerElement, Tl_EpilogueFusable, Commutative, Tl_Differentiable]> {
+def Tl_AddOp : Tl_ElementwiseOp<"add", [Commutative, Tl_Differentiable]> {
   let summary = "elementwise sum of equal shapes";
   let arguments = (ins Tl_FloatTensor:$lhs, Tl_FloatTensor:$rhs);
   let results = (outs Tl_FloatTensor:$result);
@@ -175,7 +204,7 @@ def Tl_SplitOp : Tl_Op<"split", [Pure, Tl_PerElement, Tl_EpilogueFusable, InferT
   let assemblyFormat = "operands `` custom<TlAttrs>(attr-dict) `:` functional-type(operands, results)";
 }
 
-def Tl_SwigluOp : Tl_InferredOp<"swiglu", [Tl_PerElement, Tl_EpilogueFusable, Tl_Differentiable]> {
+def Tl_SwigluOp : Tl_ElementwiseOp<"swiglu", [Tl_Differentiable]> {
   let summary = "silu(gate) * up in one elementwise pass";
   let arguments = (ins Tl_FloatTensor:$gate, Tl_FloatTensor:$up);
   let results = (outs Tl_FloatTensor:$result);

@@ -11,8 +11,8 @@ inline double tl_exp(double x) { return std::exp(x); }
 
 const std::vector<ElementwiseOp> &elementwiseOps() {
   static const std::vector<ElementwiseOp> ops = {
-#define TL_ELEMENTWISE(name, operands, attribute, formula)                                                        \
-  {#name, operands, #attribute, [](double a, double b, double attr) {                                           \
+#define TL_ELEMENTWISE(name, operands, attribute, flops, formula)                                                  \
+  {#name, operands, #attribute, flops, [](double a, double b, double attr) {                                           \
      using T = double;                                                                                           \
      (void)a;                                                                                                    \
      (void)b;                                                                                                    \

@@ -12,6 +12,7 @@ struct ElementwiseOp {
   const char *name;       // the tl op, without the dialect prefix
   int operands;           // 1 or 2
   const char *attribute;  // the op's float attribute the formula reads, or "none"
+  int flops;              // per result element, as the cost model counts them
   double (*apply)(double a, double b, double attr);
 };
 

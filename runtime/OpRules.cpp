@@ -122,10 +122,11 @@ private:
 
   // ---- rules, one per op (semantics in CpuOps.cpp) --------------------------------
 
-  // embedding(table[V, H], ids[...]) -> [..., H]
+  // embedding(table[V, H], ids[B, S]) -> [B, S, H]
   std::vector<Shape> embedding() {
     expectOperands(2);
     expectRank(0, 2, "[vocab, hidden]");
+    expectRank(1, 2, "token ids [batch, seq]");
     Shape result = in_[1];
     result.push_back(in_[0][1]);
     return {result};
@@ -181,10 +182,10 @@ private:
     return {result};
   }
 
-  // split_heads(x[..., H*D]) (heads) -> [..., H, D]
+  // split_heads(x[B, S, H*D]) (heads) -> [B, S, H, D]
   std::vector<Shape> splitHeads() {
     expectOperands(1);
-    expectMinRank(0, 1);
+    expectRank(0, 3, "[batch, seq, heads x head dim]");
     int64_t heads = op_.intAttr("heads"), width = in_[0].back();
     if (heads < 1 || width % heads != 0)
       fail(fmt::format("cannot split a last dim of {} into {} heads", width, heads));
@@ -516,6 +517,14 @@ private:
 
 bool isKnownOp(const std::string &op) {
   return OpRules::rules().count(op) != 0 || findElementwiseOp(op) != nullptr;
+}
+
+std::vector<std::string> knownOps() {
+  std::vector<std::string> names;
+  for (const auto &rule : OpRules::rules()) names.push_back(rule.first);
+  for (const ElementwiseOp &op : elementwiseOps()) names.push_back(op.name);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 bool isTokenIdOperand(const std::string &op, size_t operand) {

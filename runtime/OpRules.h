@@ -19,6 +19,9 @@ using Shape = std::vector<int64_t>;
 
 bool isKnownOp(const std::string &op);
 
+// Every op with a rule here (the elementwise ops from ElementwiseOps.def included), sorted.
+std::vector<std::string> knownOps();
+
 // True for operands that hold i32 token ids (embedding's and cross_entropy's second);
 // every other operand and every result is floating point.
 bool isTokenIdOperand(const std::string &op, size_t operand);

@@ -81,10 +81,10 @@ func.func @batch_matmul_contraction(%a: tensor<2x4x8x16xf32>, %b: tensor<2x4x8x3
 
 // -----
 
-func.func @causal_mask_square(%a: tensor<2x4x8x9xf32>) {
-  // expected-error@+2 {{causal_mask needs square [..., S, S] scores: 8 vs 9}}
+func.func @causal_mask_columns(%a: tensor<2x4x9x8xf32>) {
+  // expected-error@+2 {{causal_mask needs scores [..., R, C] with C >= R (a row would be masked entirely): 9 rows, 8 columns}}
   // expected-error@+1 {{failed to infer returned types}}
-  %y = tl.causal_mask %a : (tensor<2x4x8x9xf32>) -> tensor<2x4x8x9xf32>
+  %y = tl.causal_mask %a : (tensor<2x4x9x8xf32>) -> tensor<2x4x9x8xf32>
   return
 }
 
@@ -215,8 +215,8 @@ func.func @weight_dynamic() {
 // -----
 
 func.func @unknown_op(%x: tensor<2x8xf32>) {
-  // expected-error@+1 {{custom op 'tl.gelu' is unknown}}
-  %y = tl.gelu %x : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  // expected-error@+1 {{custom op 'tl.mish' is unknown}}
+  %y = tl.mish %x : (tensor<2x8xf32>) -> tensor<2x8xf32>
   return
 }
 

@@ -1,6 +1,6 @@
 // Models that differ a little from the ones the builder writes: a per-element op inserted
 // on an operand of some of its ops (a scale before the output projection, a SiLU on the
-// residual under the post-attention norm). Every level must compile and run them with
+// residual under the post-attention norm, a GELU before the down projection). Every level must compile and run them with
 // O0's results; the GEMM prologue then computes the inserted op as it loads A.
 #pragma once
 
@@ -17,6 +17,7 @@ namespace tlc::support {
 
 struct ModelVariant {
   std::string name;
+  std::string inserted;  // the op it inserts, without the dialect prefix
   std::function<void(mlir::ModuleOp)> apply;
 };
 
@@ -47,27 +48,24 @@ inline void insertOnInput(mlir::ModuleOp module, const std::function<bool(mlir::
   }
 }
 
+// `inserted` (with `factor` for tl.scale) on the input of every `OpTy` whose weight operand
+// (operand 1) is a checkpoint key ending in `keySuffix`.
+template <typename OpTy>
+ModelVariant insertBefore(std::string name, std::string inserted, std::string keySuffix, double factor = 0.0) {
+  auto apply = [=](mlir::ModuleOp module) {
+    auto where = [&](mlir::Operation *op) {
+      return llvm::isa<OpTy>(op) && llvm::StringRef(weightKeyOf(op, 1)).ends_with(keySuffix);
+    };
+    insertOnInput(module, where, "tl." + inserted, factor);
+  };
+  return {std::move(name), std::move(inserted), apply};
+}
+
 inline std::vector<ModelVariant> prologueVariants() {
   return {
-      {"scale_before_o_proj",
-       [](mlir::ModuleOp module) {
-         insertOnInput(
-             module,
-             [](mlir::Operation *op) {
-               return llvm::isa<tl::LinearOp>(op) && llvm::StringRef(weightKeyOf(op, 1)).ends_with("o_proj.weight");
-             },
-             "tl.scale", 0.5);
-       }},
-      {"silu_before_norm",
-       [](mlir::ModuleOp module) {
-         insertOnInput(
-             module,
-             [](mlir::Operation *op) {
-               return llvm::isa<tl::RMSNormOp>(op) &&
-                      llvm::StringRef(weightKeyOf(op, 1)).ends_with("post_attention_layernorm.weight");
-             },
-             "tl.silu");
-       }},
+      insertBefore<tl::LinearOp>("scale_before_o_proj", "scale", "o_proj.weight", 0.5),
+      insertBefore<tl::RMSNormOp>("silu_before_norm", "silu", "post_attention_layernorm.weight"),
+      insertBefore<tl::LinearOp>("gelu_before_down_proj", "gelu", "down_proj.weight"),
   };
 }
 

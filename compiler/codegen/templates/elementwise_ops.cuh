@@ -4,7 +4,7 @@
 #pragma once
 #include "prelude.cuh"
 
-#define TL_ELEMENTWISE(name, operands, attribute, formula)                                                        \
+#define TL_ELEMENTWISE(name, operands, attribute, flops, formula)                                                 \
   template <class T> TL_DEVICE T tl_##name(T a, T b, T attr) {                                                  \
     (void)a;                                                                                                     \
     (void)b;                                                                                                     \

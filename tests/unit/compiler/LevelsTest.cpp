@@ -85,7 +85,7 @@ TEST(Levels, PrologueVariantsMatchO0AndFuseIntoTheirGemm) {
                   std::string(dtype) == "f32" ? 1e-5 : 2e-2)
             << "O" << level;
         if (level < 2) continue;
-        const std::string inserted = variant.name.rfind("scale", 0) == 0 ? "scale" : "silu";
+        const std::string &inserted = variant.inserted;
         int fused = 0;
         for (const Kernel *part : computeKernels(runs.programs[size_t(level)])) {
           const Kernel &kernel = *part;

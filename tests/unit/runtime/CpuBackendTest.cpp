@@ -18,24 +18,24 @@ using test::makeOp;
 constexpr int64_t kBatch = 2, kSeq = 5, kVocab = 13, kHidden = 8;
 constexpr double kEps = 1e-5;
 
-// embedding -> rmsnorm -> linear -> cross_entropy, with a view of the input, a local
+// embedding -> rmsnorm -> linear -> cross_entropy, with a view of the embedding, a local
 // between rmsnorm and linear, a linear writing through a view of the logits, and a
 // projection weight concatenated from two checkpoint keys.
 Program tinyModel(DType dtype) {
   test::ProgramBuilder builder(kBatch, kSeq, kVocab, dtype);
   int ids = builder.value("ids", DType::I32, {kBatch, kSeq}, Storage::Input);
-  int idsFlat = builder.view("ids.flat", ids, {kBatch * kSeq});
+  int embedded = builder.value("x", dtype, {kBatch, kSeq, kHidden}, Storage::Activation);
   int table = builder.weight("embed", {kVocab, kHidden},
                              {{"model.embed_tokens.weight", {kVocab, kHidden}}});
   int gain = builder.weight("norm", {kHidden}, {{"model.norm.weight", {kHidden}}}, "ones");
   int projection = builder.weight("proj", {kVocab, kHidden},
                                   {{"proj.a", {6, kHidden}}, {"proj.b", {7, kHidden}}});
-  int x = builder.value("x", dtype, {kBatch * kSeq, kHidden}, Storage::Activation);
+  int x = builder.view("x.flat", embedded, {kBatch * kSeq, kHidden});
   int h = builder.value("h", DType::F32, {kBatch * kSeq, kHidden}, Storage::Local);
   int logits = builder.value("logits", dtype, {kBatch, kSeq, kVocab}, Storage::Output);
   int logitsFlat = builder.view("logits.flat", logits, {kBatch * kSeq, kVocab});
   int loss = builder.value("loss", DType::F32, {}, Storage::Output);
-  builder.kernel("tl_embedding", {makeOp("embedding", {table, idsFlat}, {x})});
+  builder.kernel("tl_embedding", {makeOp("embedding", {table, ids}, {embedded})});
   builder.kernel("tl_norm_linear", {makeOp("rmsnorm", {x, gain}, {h}, {{"eps", kEps}}),
                                     makeOp("linear", {h, projection}, {logitsFlat})});
   builder.kernel("tl_loss", {makeOp("cross_entropy", {logits, ids}, {loss})});
@@ -221,7 +221,8 @@ TEST(CpuBackend, UnknownOpIsRefusedAtLoad) {
 TEST(CpuBackend, ReadingAnUnwrittenValueIsRefusedAtLoad) {
   // An activation no kernel wrote would be read as whatever the arena held.
   Program program = tinyModel(DType::F32);
-  Value ghost = program.values[5];
+  Value ghost = program.values[1];  // an activation, flattened as the norm reads it
+  ghost.shape = {kBatch * kSeq, kHidden};
   ghost.id = int(program.values.size());
   ghost.name = "ghost";
   program.values.push_back(ghost);

@@ -231,7 +231,7 @@ TEST(CpuOps, BatchMatmulBothLayouts) {
 
 TEST(CpuOps, ElementwiseOps) {
   Operand a = randomOperand({5, 33}, 10, -6, 6), b = randomOperand({5, 33}, 11, -6, 6);
-  std::vector<double> scaled, silu, product, sum, swiglu;
+  std::vector<double> scaled, silu, product, sum, swiglu, gelu;
   for (size_t i = 0; i < a.data.size(); ++i) {
     double x = a.data[i], y = b.data[i];
     scaled.push_back(x * 0.125);
@@ -239,6 +239,7 @@ TEST(CpuOps, ElementwiseOps) {
     product.push_back(x * y);
     sum.push_back(x + y);
     swiglu.push_back(x / (1 + std::exp(-x)) * y);
+    gelu.push_back(0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))));
   }
   EXPECT_LE(relativeError(run("scale", {a}, a.shape, {{"factor", 0.125}}), toFloats(scaled)),
             kTolerance);
@@ -246,6 +247,7 @@ TEST(CpuOps, ElementwiseOps) {
   EXPECT_LE(relativeError(run("mul", {a, b}, a.shape), toFloats(product)), kTolerance);
   EXPECT_LE(relativeError(run("add", {a, b}, a.shape), toFloats(sum)), kTolerance);
   EXPECT_LE(relativeError(run("swiglu", {a, b}, a.shape), toFloats(swiglu)), kTolerance);
+  EXPECT_LE(relativeError(run("gelu", {a}, a.shape), toFloats(gelu)), kTolerance);
   Operand other = randomOperand({5, 32}, 12);
   EXPECT_CONTAINS(errorMessage([&] {
                     run("add", {a, other}, a.shape);
@@ -353,8 +355,8 @@ TEST(CpuOps, CrossEntropy) {
 
 TEST(CpuOps, UnknownOpNamesOpAndKernel) {
   Operand x = randomOperand({2}, 21);
-  EXPECT_EQ(errorMessage([&] { run("gelu", {x}, {2}); }),
-            "cpu backend: unknown op 'gelu' in kernel 'test_kernel'");
+  EXPECT_EQ(errorMessage([&] { run("mish", {x}, {2}); }),
+            "cpu backend: unknown op 'mish' in kernel 'test_kernel'");
 }
 
 TEST(CpuOps, MissingAttributeAndBadShapes) {

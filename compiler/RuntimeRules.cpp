@@ -1,0 +1,68 @@
+#include "compiler/RuntimeRules.h"
+
+#include "compiler/TlDialect.h"
+#include "runtime/Error.h"
+#include "runtime/OpRules.h"
+#include "runtime/Tensor.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace tlc {
+
+AttrValue toAttrValue(mlir::Attribute attr) {
+  if (auto b = llvm::dyn_cast<mlir::BoolAttr>(attr)) return int64_t(b.getValue());
+  if (llvm::isa<mlir::UnitAttr>(attr)) return int64_t(1);  // a flag that is set
+  if (auto i = llvm::dyn_cast<mlir::IntegerAttr>(attr)) return i.getInt();
+  if (auto f = llvm::dyn_cast<mlir::FloatAttr>(attr)) return f.getValueAsDouble();
+  if (auto s = llvm::dyn_cast<mlir::StringAttr>(attr)) return s.str();
+  if (auto a = llvm::dyn_cast<mlir::DenseI64ArrayAttr>(attr)) return std::vector<int64_t>(a.asArrayRef());
+  std::string text;
+  llvm::raw_string_ostream(text) << attr;
+  return text;
+}
+
+OpRecord recordOf(mlir::Operation *op) {
+  OpRecord record;
+  record.op = op->getName().stripDialect().str();
+  for (mlir::NamedAttribute attr : op->getAttrDictionary())
+    if (attr.getName() != "operandSegmentSizes" && !attr.getName().getValue().starts_with("tl."))
+      record.attrs[attr.getName().str()] = toAttrValue(attr.getValue());
+  return record;
+}
+
+} // namespace tlc
+
+// Runs after the op's own checks (a region trait), so the dialect's located messages come
+// first; this one fires only where the two definitions would disagree.
+mlir::LogicalResult tl::OpTrait::verifyRuntimeRules(mlir::Operation *op) {
+  tlc::OpRecord record = tlc::recordOf(op);
+  if (!tlc::isKnownOp(record.op)) return mlir::success();  // kernels made of regions, weights, terminators
+  std::vector<tlc::Shape> operands;
+  for (auto [index, type] : llvm::enumerate(op->getOperandTypes())) {
+    auto tensor = llvm::dyn_cast<mlir::RankedTensorType>(type);
+    if (!tensor) return mlir::success();
+    // The runtime reads token ids (i32) where the op's ODS definition takes them.
+    if (tensor.getElementType().isInteger(32) != tlc::isTokenIdOperand(record.op, index))
+      return op->emitOpError("operand #") << index << " is " << type << " where the runtime's rule reads "
+                                          << (tlc::isTokenIdOperand(record.op, index) ? "token ids" : "floats");
+    if (!tensor.hasStaticShape()) return mlir::success();  // checked once tl-specialize fixes the shapes
+    operands.emplace_back(tensor.getShape().begin(), tensor.getShape().end());
+  }
+  std::vector<tlc::Shape> expected;
+  try {
+    expected = tlc::inferResultShapes(record, operands);
+  } catch (const tlc::Error &error) {
+    return op->emitOpError("breaks the runtime's rule for it (runtime/OpRules.cpp): ") << error.what();
+  }
+  if (expected.size() != op->getNumResults())
+    return op->emitOpError("has ") << op->getNumResults() << " results where the runtime's rule gives "
+                                   << expected.size();
+  for (auto [index, type] : llvm::enumerate(op->getResultTypes())) {
+    auto tensor = llvm::dyn_cast<mlir::RankedTensorType>(type);
+    if (!tensor || tlc::Shape(tensor.getShape().begin(), tensor.getShape().end()) != expected[index])
+      return op->emitOpError("result #") << index << " has type " << type << " where the runtime's rule gives shape "
+                                         << tlc::shapeString(expected[index]);
+  }
+  return mlir::success();
+}

@@ -1,0 +1,60 @@
+// The runtime's op rules and the tl dialect describe the same ops: every op the runtime
+// has a rule for is a tl op whose verifier checks it against that rule, and every other tl
+// op is one the runtime never sees as itself (a kernel made of regions, a weight, a
+// terminator, a weight scaled at load time), lowered into the ops it contains.
+#include "compiler/TlDialect.h"
+#include "runtime/OpRules.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OperationSupport.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+namespace {
+
+std::set<std::string> tlOps(mlir::MLIRContext &context) {
+  std::set<std::string> names;
+  for (mlir::RegisteredOperationName name : context.getRegisteredOperations())
+    if (name.getDialectNamespace() == "tl") names.insert(name.stripDialect().str());
+  return names;
+}
+
+TEST(OpTable, EveryRuntimeRuleIsATlOpThatTheVerifierChecksAgainstIt) {
+  mlir::MLIRContext context;
+  context.loadDialect<tl::TlDialect>();
+  std::set<std::string> dialect = tlOps(context);
+  for (const std::string &op : tlc::knownOps()) {
+    EXPECT_TRUE(dialect.count(op)) << "the runtime has a rule for '" << op << "', which is no tl op";
+    auto name = mlir::RegisteredOperationName::lookup("tl." + op, &context);
+    ASSERT_TRUE(name.has_value()) << op;
+    EXPECT_TRUE(name->hasTrait<tl::OpTrait::RuntimeRules>()) << "tl." << op << " is not checked against its rule";
+  }
+}
+
+TEST(OpTable, EveryTlOpDefinesItsCost) {
+  mlir::MLIRContext context;
+  context.loadDialect<tl::TlDialect>();
+  for (const std::string &op : tlOps(context)) {
+    auto name = mlir::RegisteredOperationName::lookup("tl." + op, &context);
+    ASSERT_TRUE(name.has_value()) << op;
+    EXPECT_TRUE(name->hasInterface<tl::CostOpInterface>()) << "tl." << op << " has no cost (compiler/OpCosts.cpp)";
+  }
+}
+
+TEST(OpTable, EveryOtherTlOpIsLoweredIntoOpsTheRuntimeKnows) {
+  mlir::MLIRContext context;
+  context.loadDialect<tl::TlDialect>();
+  // Kernels made of regions (their bodies are ops with rules), parameters, terminators, and
+  // scale_columns, which a Program records as a weight scaled when it is loaded.
+  const std::set<std::string> structural = {"block",         "fused_elementwise", "fused_flash_attention_grad",
+                                            "fused_linear",  "fused_linear_grad_input", "weight",
+                                            "scale_columns", "yield"};
+  for (const std::string &op : tlOps(context))
+    if (!tlc::isKnownOp(op))
+      EXPECT_TRUE(structural.count(op)) << "tl." << op << " has no runtime rule (runtime/OpRules.cpp)";
+}
+
+} // namespace
