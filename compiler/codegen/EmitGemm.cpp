@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <cstdlib>
 #include <optional>
 
@@ -136,71 +137,134 @@ std::string operandAComputed(const GemmSpec &gemm, ElementCode &code,
          code.values(gemm.aValue, "v", single, "    ") + "    return v[0];\n  }\n";
 }
 
-} // namespace
+// Values the index expressions are checked at, per loop variable.
+std::map<std::string, std::vector<int64_t>> gemmSamples(const GemmSpec &gemm, bool withK) {
+  std::map<std::string, std::vector<int64_t>> s{{"m", sampleValues(gemm.M)}, {"bt", sampleValues(gemm.batch)}};
+  if (withK) s["k"] = sampleValues(gemm.K);
+  return s;
+}
 
-EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
-  const std::string &entry = source.entry();
+// What a GEMM runs on, decided before any code is written: the operands the matrix units
+// take, how A and B are addressed, and each path's tile.
+struct GemmPlan {
+  GemmOperands operands;
+  bool computedA = false;  // A's elements computed as they are loaded (a prologue)
+  bool aKM = false;        // A stored [K, M]: NVIDIA's mma.sync path transposes it as it loads
+  bool matrixUnits = false;
+  bool flat = false;        // tiles run across the groups' columns (Schedule.h's flatColumns)
+  bool normShared = false;  // sm_90a: RMSNorm's row sums of squares computed once, shared
+  std::optional<Separated> aParts, bParts;
+  GemmTile nvidia;                 // mma.sync (or the fixed 64x64 tile off the matrix units)
+  std::optional<WgmmaTile> hopper;  // sm_90a's wgmma tile, where it runs
+  int64_t hopperRowTiles = 0, hopperTiles = 0, hopperSplitTiles = 0;
+  int64_t nvidiaColumnTiles = 0, clusterTiles = 1, hopperColumnTiles = 0, hopperCluster = 1;
+};
+
+GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm) {
+  GemmPlan plan;
   // Operands the matrix units take: bf16, or fp32 split for tf32 products unless the
   // precision asks for exact ones (gemm_mma_tf32.cuh: 3xTF32, or plain TF32).
-  const GemmOperands operands = gemmOperands(source, gemm);
-  auto samples = [&](bool withK) {
-    std::map<std::string, std::vector<int64_t>> s{{"m", sampleValues(gemm.M)}, {"bt", sampleValues(gemm.batch)}};
-    if (withK) s["k"] = sampleValues(gemm.K);
-    return s;
-  };
+  plan.operands = gemmOperands(source, gemm);
   // The matrix-unit paths load 16 bytes of A along k, and of B along k (or n when B is
   // stored [K, N]), with one access: 8 bf16 or 4 floats.
-  const int chunk = operands.tf32Products ? 4 : 8;
-  ChunkLoop alongK{"k", "k", chunk, gemm.K, samples(false), {}};
-  ChunkLoop alongN{"n", "n", chunk, gemm.N, samples(true), {}};
+  const int chunk = plan.operands.tf32Products ? 4 : 8;
+  ChunkLoop alongK{"k", "k", chunk, gemm.K, gemmSamples(gemm, false), {}};
+  ChunkLoop alongN{"n", "n", chunk, gemm.N, gemmSamples(gemm, true), {}};
   ChunkLoop alongM{"m", "m", chunk, gemm.M, {{"bt", sampleValues(gemm.batch)}, {"k", sampleValues(gemm.K)}}, {}};
   alongK.samples["n"] = sampleValues(gemm.N);
   // A computed as it is loaded (a prologue of elementwise ops) goes to the tensor cores in
   // bf16 where its inputs are bf16, as an elementwise kernel would have stored it.
-  const bool computedA = gemm.aValue != nullptr;
-  std::optional<Separated> aParts =
-      computedA ? std::nullopt : separate(gemm.aOffset, "m", gemm.M, gemm.batch, gemm.K);
-  if (aParts && aParts->row.maxValue() > INT32_MAX) aParts.reset();  // row offsets are 32-bit
-  std::optional<Separated> bParts =
+  plan.computedA = gemm.aValue != nullptr;
+  plan.aParts = plan.computedA ? std::nullopt : separate(gemm.aOffset, "m", gemm.M, gemm.batch, gemm.K);
+  if (plan.aParts && plan.aParts->row.maxValue() > INT32_MAX) plan.aParts.reset();  // row offsets are 32-bit
+  plan.bParts =
       gemm.bKN ? std::optional<Separated>(Separated{}) : separate(gemm.bOffset, "n", gemm.N, gemm.batch, gemm.K);
-  if (bParts && !gemm.bKN && bParts->row.maxValue() > INT32_MAX) bParts.reset();
+  if (plan.bParts && !gemm.bKN && plan.bParts->row.maxValue() > INT32_MAX) plan.bParts.reset();
   // A stored [K, M] (read down its columns): NVIDIA's mma.sync path transposes it as it
   // loads; the other paths read A along k.
-  bool aKM = operands.matrixUnits && !computedA && !gemm.rowNorm && !ElementCode::contiguous(gemm.aOffset, alongK) &&
-             ElementCode::contiguous(gemm.aOffset, alongM);
-  bool matrixUnits = operands.matrixUnits && gemm.K % 8 == 0 &&
-                     (computedA || aKM || (ElementCode::contiguous(gemm.aOffset, alongK) && aParts)) &&
+  plan.aKM = plan.operands.matrixUnits && !plan.computedA && !gemm.rowNorm &&
+             !ElementCode::contiguous(gemm.aOffset, alongK) && ElementCode::contiguous(gemm.aOffset, alongM);
+  plan.matrixUnits = plan.operands.matrixUnits && gemm.K % 8 == 0 &&
+                     (plan.computedA || plan.aKM || (ElementCode::contiguous(gemm.aOffset, alongK) && plan.aParts)) &&
                      ElementCode::contiguous(gemm.bOffset, gemm.bKN ? alongN : alongK) &&
-                     (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile) && bParts;
+                     (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile) && plan.bParts;
+  if (!tileHoldsEpilogue(gemm, kFixedTile) && !plan.matrixUnits)
+    throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", source.entry()));
+  plan.flat = flatColumns(gemm);
+
   const Machine &machine = source.machine();
-  GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, machine, operands.tf32Products > 0) : GemmTile{64, 64, 2, 2, 1, 1};
+  plan.nvidia = plan.matrixUnits ? chooseGemmTile(gemm, machine, plan.operands.tf32Products > 0)
+                                 : GemmTile{64, 64, 2, 2, 1, 1};
   // RMSNorm's backward runs on wgmma clustered only (without clusters: the mma.sync path's workspace form).
-  std::optional<WgmmaTile> hopper =
-      !matrixUnits || (gemm.normGrad && maxClusterTiles(machine) == 0) ? std::nullopt
-      : operands.tf32Products                                         ? chooseWgmmaTf32Tile(gemm, machine, aKM)
-                                                                      : chooseWgmmaTile(gemm, machine, aKM);
-  int64_t hopperRowTiles = hopper ? gemm.batch * ceilDiv(gemm.M, hopper->BM) : 0;
-  int64_t hopperTiles = hopper ? hopperRowTiles * columnTiles(gemm, hopper->BN) : 0;
+  if (plan.matrixUnits && !(gemm.normGrad && maxClusterTiles(machine) == 0))
+    plan.hopper = plan.operands.tf32Products ? chooseWgmmaTf32Tile(gemm, machine, plan.aKM)
+                                             : chooseWgmmaTile(gemm, machine, plan.aKM);
+  const std::optional<WgmmaTile> &hopper = plan.hopper;
+  plan.hopperRowTiles = hopper ? gemm.batch * ceilDiv(gemm.M, hopper->BM) : 0;
+  plan.hopperTiles = hopper ? plan.hopperRowTiles * columnTiles(gemm, hopper->BN) : 0;
   // Split-K: every tile, or only those of a short last wave.
-  int64_t hopperSplitTiles = !hopper || hopper->splits == 1 ? 0
-                             : hopper->splitTiles > 0      ? std::min<int64_t>(hopper->splitTiles, hopperTiles)
-                                                           : hopperTiles;
+  plan.hopperSplitTiles = !hopper || hopper->splits == 1 ? 0
+                          : hopper->splitTiles > 0      ? std::min<int64_t>(hopper->splitTiles, plan.hopperTiles)
+                                                        : plan.hopperTiles;
   // Beyond one wave, RMSNorm's sums of squares are computed by column tile 0 only and shared
   // (also where the last wave's tiles split K; never where every tile does).
-  bool normShared = hopper && gemm.rowNorm && hopperSplitTiles < hopperTiles &&
-                    hopperTiles > machine.multiprocessors * hopper->blocksPerMultiprocessor(machine);
+  plan.normShared = hopper && gemm.rowNorm && plan.hopperSplitTiles < plan.hopperTiles &&
+                    plan.hopperTiles > machine.multiprocessors * hopper->blocksPerMultiprocessor(machine);
   // RMSNorm's backward: a row's column tiles as one cluster on NVIDIA's sm_90, for the
   // tile the NVIDIA path runs (AMD has no clusters); on sm_90a for wgmma's tile.
-  int64_t nvidiaColumnTiles = columnTiles(gemm, matrixUnits ? nvidia.BN : kFixedTile);
-  int64_t clusterTiles = gemm.normGrad && nvidiaColumnTiles <= maxClusterTiles(machine) ? nvidiaColumnTiles : 1;
-  int64_t hopperColumnTiles = hopper ? columnTiles(gemm, hopper->BN) : 0;
-  int64_t hopperCluster = hopper && gemm.normGrad ? hopperColumnTiles : 1;
-  if (!tileHoldsEpilogue(gemm, kFixedTile) && !matrixUnits)
-    throw Error(fmt::format("code generation: kernel '{}': its epilogue needs tiles wider than 64 columns", entry));
+  plan.nvidiaColumnTiles = columnTiles(gemm, plan.matrixUnits ? plan.nvidia.BN : kFixedTile);
+  plan.clusterTiles =
+      gemm.normGrad && plan.nvidiaColumnTiles <= maxClusterTiles(machine) ? plan.nvidiaColumnTiles : 1;
+  plan.hopperColumnTiles = hopper ? columnTiles(gemm, hopper->BN) : 0;
+  plan.hopperCluster = hopper && gemm.normGrad ? plan.hopperColumnTiles : 1;
+  return plan;
+}
 
-  const std::string &bType = source.type(gemm.b);
-  const std::string b = "p." + source.name(gemm.b);
-  ElementCode code(entry, source.names());
+// Which accumulator columns a column tile computes (tile_cols) and the weight row behind
+// tile column j (b_column): flat tiles run across the groups' columns, the group of each 8
+// columns found in the epilogue; otherwise each group has tiles of its own, a band of
+// BN / bands columns each.
+struct ColumnMapping {
+  std::string groupTiles;  // GROUPg_TILES constants
+  std::string tilesN, tileCols, bColumn;
+};
+
+ColumnMapping columnMapping(const GemmSpec &gemm, bool flat) {
+  ColumnMapping map;
+  if (flat) {
+    map.tilesN = "(N + BN - 1) / BN;  // flat: across the groups";
+    map.tileCols = "    const int c = tn * BN; return {-1, c, N - c < BN ? N - c : BN};\n";
+    map.bColumn = "    const int n = t.col0 + j; return n < N ? n : -1;  // flat: the accumulator column\n";
+    return map;
+  }
+  std::vector<std::string> groupTiles;
+  map.bColumn = "    switch (t.group) {\n";
+  for (size_t g = 0; g < gemm.groups.size(); ++g) {
+    const GemmGroup &group = gemm.groups[g];
+    map.groupTiles += fmt::format("  static constexpr int GROUP{}_TILES = ({} + {} - 1) / {};\n", g, group.width,
+                                  bandWidth(group), bandWidth(group));
+    groupTiles.push_back(fmt::format("GROUP{}_TILES", g));
+    std::string body = fmt::format("const int w = {}, c = tn * w; return {{{}, c, {} - c < w ? {} - c : w}};",
+                                   bandWidth(group), g, group.width, group.width);
+    if (g + 1 < gemm.groups.size())
+      map.tileCols += fmt::format("    if (tn < GROUP{}_TILES) {{ {} }}\n    tn -= GROUP{}_TILES;\n", g, body, g);
+    else map.tileCols += fmt::format("    {{ {} }}\n", body);
+    std::string start = fmt::format("{}", group.bands[0]);
+    for (size_t band = 1; band < group.bands.size(); ++band)
+      start = fmt::format("band == {} ? {} : {}", band, group.bands[band], start);
+    map.bColumn += fmt::format(
+        "    case {}: {{ const int w = {}, band = j / w, c = t.col0 + j % w; return c < {} ? ({}) + c : -1; }}\n", g,
+        bandWidth(group), group.width, start);
+  }
+  map.tilesN = fmt::format("{};", fmt::join(groupTiles, " + "));
+  map.bColumn += "    }\n    return -1;\n";
+  return map;
+}
+
+// The spec's compile-time shape and switches, which the mainloop templates read.
+std::string specConstants(const KernelSource &source, const GemmSpec &gemm, const GemmPlan &plan,
+                          const ColumnMapping &columns) {
+  const std::string &entry = source.entry();
   std::string spec;
   spec += fmt::format("template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int K_SLICES_, int K_SPLITS_, "
                       "int SPLIT_TILES_>\n"
@@ -211,54 +275,24 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
           "K_SLICES = K_SLICES_, K_SPLITS = K_SPLITS_, SPLIT_TILES = SPLIT_TILES_;\n";
   spec += fmt::format("  static constexpr int M = {}, N = {}, K = {}, BATCH = {};\n", gemm.M, gemm.N, gemm.K, gemm.batch);
   spec += "  static constexpr int TILES_M = (M + BM - 1) / BM;\n";
-  // Which accumulator columns a column tile computes (tile_cols) and the weight row behind
-  // tile column j (b_column): flat tiles run across the groups' columns (Schedule.h's
-  // flatColumns), the group of each 8 columns found in the epilogue; otherwise each group
-  // has tiles of its own, a band of BN / bands columns each.
-  const bool flat = flatColumns(gemm);
-  std::string tilesN, tileCols, bColumn;
-  if (flat) {
-    tilesN = "(N + BN - 1) / BN;  // flat: across the groups";
-    tileCols = "    const int c = tn * BN; return {-1, c, N - c < BN ? N - c : BN};\n";
-    bColumn = "    const int n = t.col0 + j; return n < N ? n : -1;  // flat: the accumulator column\n";
-  } else {
-    std::vector<std::string> groupTiles;
-    bColumn = "    switch (t.group) {\n";
-    for (size_t g = 0; g < gemm.groups.size(); ++g) {
-      const GemmGroup &group = gemm.groups[g];
-      spec += fmt::format("  static constexpr int GROUP{}_TILES = ({} + {} - 1) / {};\n", g, group.width,
-                          bandWidth(group), bandWidth(group));
-      groupTiles.push_back(fmt::format("GROUP{}_TILES", g));
-      std::string body = fmt::format("const int w = {}, c = tn * w; return {{{}, c, {} - c < w ? {} - c : w}};",
-                                     bandWidth(group), g, group.width, group.width);
-      if (g + 1 < gemm.groups.size())
-        tileCols += fmt::format("    if (tn < GROUP{}_TILES) {{ {} }}\n    tn -= GROUP{}_TILES;\n", g, body, g);
-      else tileCols += fmt::format("    {{ {} }}\n", body);
-      std::string start = fmt::format("{}", group.bands[0]);
-      for (size_t band = 1; band < group.bands.size(); ++band)
-        start = fmt::format("band == {} ? {} : {}", band, group.bands[band], start);
-      bColumn += fmt::format("    case {}: {{ const int w = {}, band = j / w, c = t.col0 + j % w; return c < {} ? ({}) + c : -1; }}\n",
-                             g, bandWidth(group), group.width, start);
-    }
-    tilesN = fmt::format("{};", fmt::join(groupTiles, " + "));
-    bColumn += "    }\n    return -1;\n";
-  }
-  spec += fmt::format("  static constexpr int TILES_N = {}\n", tilesN);
+  spec += columns.groupTiles;
+  spec += fmt::format("  static constexpr int TILES_N = {}\n", columns.tilesN);
   spec += fmt::format("  static constexpr bool ROW_NORM = {}, B_KN = {}, A_KM = {}, CHAINED = {};\n", gemm.rowNorm,
-                      gemm.bKN, matrixUnits && aKM, source.chained());
-  spec += fmt::format("  static constexpr bool A_COMPUTED = {};  // A's elements computed as they are loaded\n", computedA);
+                      gemm.bKN, plan.matrixUnits && plan.aKM, source.chained());
+  spec += fmt::format("  static constexpr bool A_COMPUTED = {};  // A's elements computed as they are loaded\n",
+                      plan.computedA);
   spec += fmt::format("  static constexpr bool NORM_GAIN = {};  // RMSNorm's gain applied to A (not folded into B)\n",
                       gemm.gain >= 0);
   spec += fmt::format("  static constexpr float NORM_EPS = {};\n", floatLiteral(gemm.rowNorm ? gemm.eps : 0.0));
   spec += fmt::format("  static constexpr bool NORM_SHARED = {};  // sm_90a: row sums of squares shared by column tiles\n",
-                      normShared);
+                      plan.normShared);
   spec += fmt::format("  static constexpr bool NORM_GRAD = {};  // the epilogue is RMSNorm's backward (gemm_norm_grad.cuh)\n",
                       gemm.normGrad.has_value());
   spec += fmt::format("  static constexpr int TF32_PRODUCTS = {};  // fp32 operands on tensor cores: 3 (3xTF32) or 1\n",
-                      operands.tf32Products);
+                      plan.operands.tf32Products);
   spec += fmt::format("  static constexpr int CLUSTER_N = {} && TILES_N <= {} ? TILES_N : 1;  // a row's tiles, one "
                       "cluster where the target has them\n",
-                      gemm.normGrad && maxClusterTiles(machine) > 0, kMaxClusterTiles);
+                      gemm.normGrad && maxClusterTiles(source.machine()) > 0, kMaxClusterTiles);
   if (gemm.normGrad) {
     const RowSpec &norm = *gemm.normGrad;
     auto pointer = [&](const char *hook, int param, bool output) {
@@ -275,10 +309,17 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
             pointer("norm_residual", norm.residual, false) + pointer("norm_dx", norm.y, true) +
             pointer("norm_dgain", norm.gainGrad, true) + pointer("norm_normalized", norm.normalized, true);
   }
+  spec += "  TL_DEVICE static tl_tile_cols tile_cols(int tn) {\n" + columns.tileCols + "  }\n";
+  return spec;
+}
 
-  spec += "  TL_DEVICE static tl_tile_cols tile_cols(int tn) {\n" + tileCols + "  }\n";
-
-  spec += computedA ? operandAComputed(gemm, code, samples(false)) : operandA(source, gemm, aParts);
+// The operand hooks: A (as stored, or computed as it is loaded), RMSNorm's gain, and B.
+std::string operandHooks(const KernelSource &source, const GemmSpec &gemm, const GemmPlan &plan,
+                         const ColumnMapping &columns, ElementCode &code) {
+  const std::string &bType = source.type(gemm.b);
+  const std::string b = "p." + source.name(gemm.b);
+  std::string spec = plan.computedA ? operandAComputed(gemm, code, gemmSamples(gemm, false))
+                                    : operandA(source, gemm, plan.aParts);
   if (gemm.gain >= 0) {
     std::string gain = "p." + source.name(gemm.gain);
     spec += fmt::format("  TL_DEVICE static const {} *gain(const Params &p) {{ return {}; }}\n", source.type(gemm.gain), gain);
@@ -288,24 +329,33 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     spec += "  TL_DEVICE static float gain_elem(const Params &, int) { return 1.0f; }\n";
   }
 
-  spec += "  TL_DEVICE static int b_column(const tl_tile_cols &t, int j) {\n" + bColumn + "  }\n";
+  spec += "  TL_DEVICE static int b_column(const tl_tile_cols &t, int j) {\n" + columns.bColumn + "  }\n";
   spec += fmt::format("  TL_DEVICE static const {} *b_base(const Params &p) {{ return {}; }}\n", bType, b);
   spec += fmt::format("  TL_DEVICE static const {0} *b_src(const Params &p, int bt, const tl_tile_cols &t, int j, int k) {{\n"
                       "    (void)bt; const int n = b_column(t, j); return n < 0 ? nullptr : {1} + ({2});\n  }}\n",
                       bType, b, indexCode(gemm.bOffset));
-  if (bParts && !gemm.bKN) {  // b_src = b_base + b_row + b_col
+  if (plan.bParts && !gemm.bKN) {  // b_src = b_base + b_row + b_col
     spec += fmt::format("  TL_DEVICE static int b_row(int bt, const tl_tile_cols &t, int j) {{\n"
                         "    (void)bt; const int n = b_column(t, j); return n < 0 ? -1 : {};\n  }}\n",
-                        indexCode(bParts->row));
-    spec += fmt::format("  TL_DEVICE static int b_col(int k) {{ return {}; }}\n", indexCode(bParts->column));
+                        indexCode(plan.bParts->row));
+    spec += fmt::format("  TL_DEVICE static int b_col(int k) {{ return {}; }}\n", indexCode(plan.bParts->column));
   }
   spec += fmt::format("  TL_DEVICE static float b_elem(const Params &p, int bt, const tl_tile_cols &t, int j, int k) {{\n"
                       "    (void)bt; const int n = b_column(t, j); return n < 0 ? 0.0f : tl_ld({}, {});\n  }}\n",
                       b, indexCode(gemm.bOffset));
+  return spec;
+}
 
-  // The epilogue: each group's stores for 8 columns c0 .. c0 + 7 of row m.
-  std::string epilogue;
+// The epilogue hook (each group's stores for 8 columns c0 .. c0 + 7 of row m), closing the
+// spec, and a line a group saying what it stores, for the kernel's header.
+struct EpilogueCode {
+  std::string hook;
   std::vector<std::string> details;
+};
+
+EpilogueCode epilogueHook(const KernelSource &source, const GemmSpec &gemm, bool flat, ElementCode &code) {
+  EpilogueCode result;
+  std::string epilogue;
   for (size_t g = 0; g < gemm.groups.size(); ++g) {
     const GemmGroup &group = gemm.groups[g];
     ChunkLoop loop{"c", "c0", 8, group.width, {{"m", sampleValues(gemm.M)}, {"bt", sampleValues(gemm.batch)}}, {}};
@@ -332,7 +382,8 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     }
     std::vector<std::string> bands;
     for (int64_t start : group.bands) bands.push_back(fmt::format("{}..{}", start, start + group.width - 1));
-    details.push_back(fmt::format("epilogue, accumulator columns {}: {}", fmt::join(bands, " with "), fmt::join(stores, "; ")));
+    result.details.push_back(
+        fmt::format("epilogue, accumulator columns {}: {}", fmt::join(bands, " with "), fmt::join(stores, "; ")));
   }
   // Flat tiles: these 8 accumulator columns' group, and the tile's start in its columns.
   std::string groupOfChunk;
@@ -344,21 +395,58 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
     groupOfChunk += fmt::format("tl_tile_cols{{{0}, a - {1} - lc, tile.width}};\n", gemm.groups.size() - 1,
                                 gemm.groups.back().bands[0]);
   }
-  spec += fmt::format("  TL_DEVICE static void epilogue(const Params &p, const tl_tile_cols &{}, int bt, int m, int lc, "
-                      "const float (&v)[8],\n                                const float *row) {{\n",
-                      flat ? "tile" : "t");
-  spec += groupOfChunk;
-  spec += "    (void)p; (void)bt; (void)v; (void)row;\n    switch (t.group) {\n";
-  spec += epilogue;
-  spec += "    }\n  }\n};\n";
+  result.hook += fmt::format("  TL_DEVICE static void epilogue(const Params &p, const tl_tile_cols &{}, int bt, int m, int lc, "
+                             "const float (&v)[8],\n                                const float *row) {{\n",
+                             flat ? "tile" : "t");
+  result.hook += groupOfChunk;
+  result.hook += "    (void)p; (void)bt; (void)v; (void)row;\n    switch (t.group) {\n";
+  result.hook += epilogue;
+  result.hook += "    }\n  }\n};\n";
+  return result;
+}
 
+// RMSNorm's backward in the epilogue, in words: what it computes and how a row's tiles
+// share their sums.
+std::vector<std::string> normGradDetails(const KernelSource &source, const GemmSpec &gemm, const GemmPlan &plan) {
+  const RowSpec &norm = *gemm.normGrad;
+  std::vector<std::string> details = {fmt::format(
+      "epilogue, RMSNorm's backward (eps {}) on the accumulator d y: {} = r (g dy - x r mean){} with x = {}, g = {}, "
+      "r = 1 / sqrt(mean(x^2) + eps), mean = r sum(g dy x) / {}; {} = sum over rows of dy x r{}",
+      norm.eps, source.name(norm.y), norm.residual >= 0 ? fmt::format(" + {}", source.name(norm.residual)) : "",
+      source.name(norm.x), source.name(norm.gain), gemm.N, source.name(norm.gainGrad),
+      norm.normalized >= 0 ? fmt::format("; {} = x r g", source.name(norm.normalized)) : "")};
+  details.push_back(
+      plan.clusterTiles > 1 || plan.hopperCluster > 1
+          ? fmt::format("the row sums span {} column tiles{}: on sm_90 they are one thread-block cluster, each "
+                        "tile's partial sums read by the others from its shared memory (distributed shared "
+                        "memory), so d y is never stored; elsewhere each tile leaves d y and its sums in the "
+                        "workspace and the row's last tile finishes the row. d gain: each tile's column sums, "
+                        "added in order by the last row tile",
+                        plan.nvidiaColumnTiles,
+                        plan.hopper && plan.hopperColumnTiles != plan.nvidiaColumnTiles
+                            ? fmt::format(" ({} on sm_90a)", plan.hopperColumnTiles)
+                            : "")
+      : plan.nvidiaColumnTiles == 1
+          ? std::string("a row is one column tile: it leaves d y and its sums in the workspace and finishes the row "
+                        "from there. d gain: each tile's column sums, added in order by the last row tile")
+          : fmt::format("the row sums span {} column tiles (more than a portable cluster): each tile leaves d y and "
+                        "its sums in the workspace and the row's last tile finishes the row. d gain: each tile's "
+                        "column sums, added in order by the last row tile",
+                        plan.nvidiaColumnTiles));
+  return details;
+}
+
+// The kernel's header comment: what it computes and on which path with which tile.
+std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &gemm, const GemmPlan &plan,
+                                    const std::vector<std::string> &epilogueDetails) {
+  const std::optional<WgmmaTile> &hopper = plan.hopper;
   std::vector<std::string> headerLines;
   headerLines.push_back(fmt::format("GEMM [batch {}] M {} x N {} x K {}: acc = A · B{} in fp32{}", gemm.batch, gemm.M,
                                     gemm.N, gemm.K, gemm.bKN ? " (B stored [K, N])" : "ᵀ",
-                                    aKM ? " (A stored [K, M])" : ""));
+                                    plan.aKM ? " (A stored [K, M])" : ""));
   headerLines.push_back(fmt::format("prologue: A = {}{}",
-                                    computedA ? describe(gemm.aValue, source.names()) + " computed as it is loaded"
-                                              : source.name(gemm.a),
+                                    plan.computedA ? describe(gemm.aValue, source.names()) + " computed as it is loaded"
+                                                   : source.name(gemm.a),
                                     !gemm.rowNorm ? ""
                                     : gemm.gain >= 0
                                         ? fmt::format(" normalized per row (rmsnorm, gain {}, eps {}): the gain scales A as it "
@@ -368,37 +456,12 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                                       "columns when the weights were loaded): the inverse RMS scales the "
                                                       "accumulator rows",
                                                       gemm.eps, source.name(gemm.b))));
-  if (gemm.normGrad) {
-    const RowSpec &norm = *gemm.normGrad;
-    details = {fmt::format(
-        "epilogue, RMSNorm's backward (eps {}) on the accumulator d y: {} = r (g dy - x r mean){} with x = {}, g = {}, "
-        "r = 1 / sqrt(mean(x^2) + eps), mean = r sum(g dy x) / {}; {} = sum over rows of dy x r{}",
-        norm.eps, source.name(norm.y), norm.residual >= 0 ? fmt::format(" + {}", source.name(norm.residual)) : "",
-        source.name(norm.x), source.name(norm.gain), gemm.N, source.name(norm.gainGrad),
-        norm.normalized >= 0 ? fmt::format("; {} = x r g", source.name(norm.normalized)) : "")};
-    details.push_back(
-        clusterTiles > 1 || hopperCluster > 1
-            ? fmt::format("the row sums span {} column tiles{}: on sm_90 they are one thread-block cluster, each "
-                          "tile's partial sums read by the others from its shared memory (distributed shared "
-                          "memory), so d y is never stored; elsewhere each tile leaves d y and its sums in the "
-                          "workspace and the row's last tile finishes the row. d gain: each tile's column sums, "
-                          "added in order by the last row tile",
-                          nvidiaColumnTiles,
-                          hopper && hopperColumnTiles != nvidiaColumnTiles ? fmt::format(" ({} on sm_90a)", hopperColumnTiles)
-                                                                          : "")
-        : nvidiaColumnTiles == 1
-            ? std::string("a row is one column tile: it leaves d y and its sums in the workspace and finishes the row "
-                          "from there. d gain: each tile's column sums, added in order by the last row tile")
-            : fmt::format("the row sums span {} column tiles (more than a portable cluster): each tile leaves d y and "
-                          "its sums in the workspace and the row's last tile finishes the row. d gain: each tile's "
-                          "column sums, added in order by the last row tile",
-                          nvidiaColumnTiles));
-  }
+  std::vector<std::string> details = gemm.normGrad ? normGradDetails(source, gemm, plan) : epilogueDetails;
   headerLines.insert(headerLines.end(), details.begin(), details.end());
-  if (matrixUnits && operands.tf32Products == 3)
+  if (plan.matrixUnits && plan.operands.tf32Products == 3)
     headerLines.push_back("fp32 operands on NVIDIA tensor cores (matmul precision high): each element a tf32 high part "
                           "and residual, three tf32 products accumulated in fp32 (3xTF32)");
-  else if (matrixUnits && operands.tf32Products == 1)
+  else if (plan.matrixUnits && plan.operands.tf32Products == 1)
     headerLines.push_back("fp32 operands on NVIDIA tensor cores (matmul precision medium): one product of the "
                           "tf32-rounded operands (plain TF32)");
   if (hopper)
@@ -412,96 +475,105 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                       hopper->stages,
                                       hopper->resident > 1 ? fmt::format(", {} blocks per SM", hopper->resident) : "",
                                       hopper->splits == 1 ? ""
-                                      : hopperSplitTiles == hopperTiles
+                                      : plan.hopperSplitTiles == plan.hopperTiles
                                           ? fmt::format(", K split {} ways (partial tiles in the workspace, added by "
                                                         "the last split of each tile)",
                                                         hopper->splits)
                                           : fmt::format(", the last wave's {} tiles split K {} ways among the SMs "
                                                         "the full waves leave idle (partial tiles in the workspace, "
                                                         "added by the last split of each tile)",
-                                                        hopperSplitTiles, hopper->splits),
-                                      normShared ? "; RMSNorm's sums of squares once per row, by the blocks of "
-                                                 "column tile 0, read by every column tile before its epilogue"
-                                               : ""));
-  headerLines.push_back(matrixUnits ? fmt::format("{}: tensor cores (mma.sync), {}x{} tiles, {} warps{}, {} stages; AMD: "
-                                                  "{}, 64x64 tiles",
-                                                  hopper ? "other NVIDIA" : "NVIDIA", nvidia.BM, nvidia.BN,
-                                                  nvidia.threads() / 32,
-                                                  nvidia.slices > 1 ? fmt::format(" in {} k slices", nvidia.slices) : "",
-                                                  nvidia.stages, aKM                   ? "fp32 FMAs"
-                                                                 : operands.tf32Products ? "fp32 MFMA on gfx90a"
-                                                                                         : "MFMA on gfx90a")
-                                    : "fp32 FMAs (gemm_simt.cuh), 64x64 tiles");
+                                                        plan.hopperSplitTiles, hopper->splits),
+                                      plan.normShared ? "; RMSNorm's sums of squares once per row, by the blocks of "
+                                                        "column tile 0, read by every column tile before its epilogue"
+                                                      : ""));
+  const GemmTile &nvidia = plan.nvidia;
+  headerLines.push_back(plan.matrixUnits
+                            ? fmt::format("{}: tensor cores (mma.sync), {}x{} tiles, {} warps{}, {} stages; AMD: "
+                                          "{}, 64x64 tiles",
+                                          hopper ? "other NVIDIA" : "NVIDIA", nvidia.BM, nvidia.BN, nvidia.threads() / 32,
+                                          nvidia.slices > 1 ? fmt::format(" in {} k slices", nvidia.slices) : "",
+                                          nvidia.stages, plan.aKM                   ? "fp32 FMAs"
+                                                         : plan.operands.tf32Products ? "fp32 MFMA on gfx90a"
+                                                                                      : "MFMA on gfx90a")
+                            : "fp32 FMAs (gemm_simt.cuh), 64x64 tiles");
+  return headerLines;
+}
 
-  std::string out = source.header("a fused linear", headerLines);
-  // The mainloops: bf16, or fp32 operands split for tf32 products.
-  const bool tf32 = matrixUnits && operands.tf32Products;
-  out += source.prelude(tf32 ? std::vector<std::string>{"gemm_wgmma_tf32.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"}
-                             : std::vector<std::string>{"gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"});
-  out += code.globals();
-  out += source.paramsStruct();
-  out += spec;
+// The entry point: which mainloop each compiler runs (chosen by the preprocessor, as NVRTC
+// or hipRTC and the arch define), its launch bounds and clusters.
+std::string gemmEntry(const KernelSource &source, const GemmPlan &plan) {
+  const std::string &entry = source.entry();
+  const GemmTile &nvidia = plan.nvidia;
+  const std::optional<WgmmaTile> &hopper = plan.hopper;
+  const bool tf32 = plan.matrixUnits && plan.operands.tf32Products;
+  std::string out;
   std::string nvSpec = fmt::format("{}_spec<{}, {}, {}, {}, {}, {}, 1, 0>", entry, nvidia.BM, nvidia.BN, nvidia.warpsM,
                                    nvidia.warpsN, nvidia.stages, nvidia.slices);
   std::string fixedSpec = fmt::format("{}_spec<64, 64, 2, 2, 1, 1, 1, 0>", entry);
   std::string hopperSpec =
       hopper ? fmt::format("{}_spec<{}, {}, 1, 1, {}, 1, {}, {}>", entry, hopper->BM, hopper->BN, hopper->stages,
-                           hopper->splits, hopperSplitTiles)
+                           hopper->splits, plan.hopperSplitTiles)
              : "";
   std::string hopperCase = hopper ? "defined(TL_NVIDIA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)" : "0";
   // Launch bounds: threads per block, and blocks meant to share an SM.
   out += fmt::format("#if {}\n#define {}_BOUNDS {}, {}\n#elif defined(TL_NVIDIA)\n#define {}_BOUNDS {}\n#else\n"
                      "#define {}_BOUNDS 256\n#endif\n",
                      hopperCase, entry, hopper ? hopper->threads() : 0, hopper ? hopper->resident : 1, entry,
-                     matrixUnits ? nvidia.threads() : 256, entry);
+                     plan.matrixUnits ? nvidia.threads() : 256, entry);
   std::string clusterAttribute;
-  if (clusterTiles > 1 || hopperCluster > 1) {
+  if (plan.clusterTiles > 1 || plan.hopperCluster > 1) {
     auto dims = [](int64_t blocks) { return blocks > 1 ? fmt::format("__cluster_dims__({}, 1, 1)", blocks) : ""; };
     out += fmt::format("#if {1}\n#define {0}_CLUSTER {2}\n#elif TL_HAS_CLUSTERS\n#define {0}_CLUSTER {3}\n#else\n"
                        "#define {0}_CLUSTER\n#endif\n",
-                       entry, hopperCase, dims(hopperCluster), dims(clusterTiles));
+                       entry, hopperCase, dims(plan.hopperCluster), dims(plan.clusterTiles));
     clusterAttribute = entry + "_CLUSTER";
   }
   // AMD's MFMA path reads A along k only: A stored [K, M] runs on FMAs there.
   std::string body =
-      matrixUnits
+      plan.matrixUnits
           ? fmt::format("#if {}\n  tl_gemm_wgmma{}<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma{}<{}>(p);\n"
                         "{}#else\n  tl_gemm_simt<{}>(p);\n#endif\n",
                         hopperCase, tf32 ? "_tf32" : hopper && hopper->producer ? "_ws" : "", hopperSpec,
                         tf32 ? "_tf32" : "", nvSpec,
-                        aKM ? "" : fmt::format("#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n", fixedSpec), fixedSpec)
+                        plan.aKM ? "" : fmt::format("#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n", fixedSpec),
+                        fixedSpec)
           : fmt::format("  tl_gemm_simt<{}>(p);\n", fixedSpec);
   out += source.entryPoint(entry + "_BOUNDS", body, {}, clusterAttribute);
+  return out;
+}
 
-  EmittedKernel emitted;
-  emitted.source = std::move(out);
+// Each path's launch shape, the workspace and sync words its tiles share, and the tile
+// tasks a persistent kernel runs it as.
+void gemmLaunches(const GemmSpec &gemm, const GemmPlan &plan, EmittedKernel &emitted) {
+  const GemmTile &nvidia = plan.nvidia;
+  const std::optional<WgmmaTile> &hopper = plan.hopper;
   int64_t fixedTiles = gemm.batch * ceilDiv(gemm.M, kFixedTile) * columnTiles(gemm, kFixedTile);
   int64_t fixedShared = kSimtSharedBytes + (gemm.normGrad ? normGradSharedBytes(kFixedTile, 256) : 0);
-  if (matrixUnits)
+  if (plan.matrixUnits)
     emitted.launch["cuda"] = {gemm.batch * ceilDiv(gemm.M, nvidia.BM) * columnTiles(gemm, nvidia.BN), nvidia.threads(),
                               nvidia.sharedBytes(gemm.normGrad ? normGradSharedBytes(nvidia.BM, nvidia.threads()) : 0)};
   else emitted.launch["cuda"] = {fixedTiles, 256, fixedShared};
   if (gemm.normGrad) {  // either tile's layout (AMD and SIMT run 64x64 tiles)
     emitted.workspaceBytes = std::max(normGradWorkspaceBytes(gemm, kFixedTile, kFixedTile),
-                                      matrixUnits ? normGradWorkspaceBytes(gemm, nvidia.BM, nvidia.BN) : 0);
+                                      plan.matrixUnits ? normGradWorkspaceBytes(gemm, nvidia.BM, nvidia.BN) : 0);
     emitted.syncWords = std::max(normGradSyncWords(gemm, kFixedTile, kFixedTile),
-                                 matrixUnits ? normGradSyncWords(gemm, nvidia.BM, nvidia.BN) : 0);
+                                 plan.matrixUnits ? normGradSyncWords(gemm, nvidia.BM, nvidia.BN) : 0);
   }
   if (hopper) {
-    emitted.launch["cuda:sm_90a"] = {hopperTiles + hopperSplitTiles * (hopper->splits - 1), hopper->threads(),
+    emitted.launch["cuda:sm_90a"] = {plan.hopperTiles + plan.hopperSplitTiles * (hopper->splits - 1), hopper->threads(),
                                      hopper->sharedBytes(gemm.normGrad ? normGradSharedBytes(hopper->BM, hopper->threads()) : 0)};
     // The rows' sums of squares and a flag and a reader count per row tile, then the split
     // tiles' parts (with the rows' partial sums) and arrivals (gemm_wgmma.cuh's order).
-    if (normShared) {
-      emitted.workspaceBytes = hopperRowTiles * hopper->BM * 4;
-      emitted.syncWords = 2 * hopperRowTiles;
+    if (plan.normShared) {
+      emitted.workspaceBytes = plan.hopperRowTiles * hopper->BM * 4;
+      emitted.syncWords = 2 * plan.hopperRowTiles;
     }
     if (gemm.normGrad) {  // d gain's column sums and counts (never split)
       emitted.workspaceBytes = std::max(emitted.workspaceBytes, normGradWorkspaceBytes(gemm, hopper->BM, hopper->BN));
       emitted.syncWords = std::max(emitted.syncWords, normGradSyncWords(gemm, hopper->BM, hopper->BN));
     } else if (hopper->splits > 1) {
-      emitted.workspaceBytes += hopperSplitTiles * hopper->splits * (hopper->BM * hopper->BN + hopper->BM) * 4;
-      emitted.syncWords += hopperSplitTiles;
+      emitted.workspaceBytes += plan.hopperSplitTiles * hopper->splits * (hopper->BM * hopper->BN + hopper->BM) * 4;
+      emitted.syncWords += plan.hopperSplitTiles;
     }
   }
   emitted.launch["hip"] = {fixedTiles, 256, fixedShared};
@@ -509,11 +581,39 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   // clusters, has no such form).
   if (!gemm.normGrad && (!hopper || hopper->splits == 1)) {
     const KernelLaunch &launch = hopper ? emitted.launch.at("cuda:sm_90a") : emitted.launch.at("cuda");
-    GemmTileShape shape{hopper ? hopper->BM : matrixUnits ? nvidia.BM : kFixedTile,
-                        hopper ? hopper->BN : matrixUnits ? nvidia.BN : kFixedTile, flat};
+    GemmTileShape shape{hopper ? hopper->BM : plan.matrixUnits ? nvidia.BM : kFixedTile,
+                        hopper ? hopper->BN : plan.matrixUnits ? nvidia.BN : kFixedTile, plan.flat};
     emitted.tasks = {launch.gridBlocks, launch.blockThreads, launch.sharedBytes,
                      [gemm, shape](int64_t block) { return gemmBlockAccess(gemm, shape, block); }};
   }
+}
+
+} // namespace
+
+// A GEMM kernel in five steps: decide its paths and tiles, write the spec (constants,
+// operand hooks, epilogue), describe it, write the entry point, give its launches.
+EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
+  const GemmPlan plan = planGemm(source, gemm);
+  const ColumnMapping columns = columnMapping(gemm, plan.flat);
+  ElementCode code(source.entry(), source.names());
+  std::string spec = specConstants(source, gemm, plan, columns);
+  spec += operandHooks(source, gemm, plan, columns, code);
+  EpilogueCode epilogue = epilogueHook(source, gemm, plan.flat, code);
+  spec += epilogue.hook;
+
+  std::string out = source.header("a fused linear", gemmHeader(source, gemm, plan, epilogue.details));
+  // The mainloops: bf16, or fp32 operands split for tf32 products.
+  const bool tf32 = plan.matrixUnits && plan.operands.tf32Products;
+  out += source.prelude(tf32 ? std::vector<std::string>{"gemm_wgmma_tf32.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"}
+                             : std::vector<std::string>{"gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"});
+  out += code.globals();
+  out += source.paramsStruct();
+  out += spec;
+  out += gemmEntry(source, plan);
+
+  EmittedKernel emitted;
+  emitted.source = std::move(out);
+  gemmLaunches(gemm, plan, emitted);
   return emitted;
 }
 
