@@ -68,6 +68,8 @@ Flops ZerosLikeOp::flops() { return elementwiseFlops(getOperation()); }
 #define TL_NO_FLOPS(Op) \
   Flops Op::flops() { return 0; }
 TL_NO_FLOPS(WeightOp)
+TL_NO_FLOPS(KvCacheOp)
+TL_NO_FLOPS(KvCacheStoreOp)
 TL_NO_FLOPS(EmbeddingOp)
 TL_NO_FLOPS(SplitHeadsOp)
 TL_NO_FLOPS(MergeHeadsOp)
@@ -99,6 +101,13 @@ Flops RopeOp::flops() { return product({3, elements(getResult())}); }
 // max, subtract, exp, sum, divide
 Flops SoftmaxOp::flops() { return product({5, elements(getResult())}); }
 Flops FlashAttentionOp::flops() { return attentionFlops(getQuery(), getCausal()); }
+Flops RopeAtOp::flops() { return product({3, elements(getResult())}); }
+// Each query row against the whole cache: how much of it is visible is known only when it
+// runs, so this is the most a step computes (QKᵀ and PV, 4 D a pair, and the softmax, 5).
+Flops CacheAttentionOp::flops() {
+  Flops rows = product({dim(getQuery(), 0), dim(getQuery(), 1), dim(getQuery(), 2), dim(getKeys(), 3)});
+  return rows ? product({4 * dim(getQuery(), 3) + 5, *rows}) : std::nullopt;
+}
 Flops CrossEntropyOp::flops() { return product({4, elements(getLogits())}); }
 
 // The backward: dX = dY · W and dW = dYᵀ · X are GEMMs of the forward's size.

@@ -79,6 +79,9 @@ TL_COMPATIBLE_RETURN_TYPES(ConcatOp)
 TL_COMPATIBLE_RETURN_TYPES(ScaleColumnsOp)
 TL_COMPATIBLE_RETURN_TYPES(SplitOp)
 TL_COMPATIBLE_RETURN_TYPES(FlashAttentionOp)
+TL_COMPATIBLE_RETURN_TYPES(KvCacheStoreOp)
+TL_COMPATIBLE_RETURN_TYPES(RopeAtOp)
+TL_COMPATIBLE_RETURN_TYPES(CacheAttentionOp)
 #undef TL_COMPATIBLE_RETURN_TYPES
 
 LogicalResult WeightOp::verify() {
@@ -564,6 +567,70 @@ LogicalResult FlashAttentionOp::buildVjp(VjpBuilder &vjp) {
   vjp.addCotangent(getKey(), grads.getKeyGrad());
   vjp.addCotangent(getValue(), grads.getValueGrad());
   return success();
+}
+
+LogicalResult KvCacheOp::verify() {
+  if (getKey().empty()) return emitOpError("needs a non-empty key");
+  if (!tlc::isValidUtf8(getKey())) return emitOpError("key is not valid UTF-8");
+  if (!getType().hasStaticShape())
+    return emitOpError("cache '") << getKey() << "' must have a static shape, got " << getType();
+  return success();
+}
+
+// A cache [L, B, Hkv, T, D] and what a layer writes into it or reads from it: [B, Hkv or
+// H, S, D] of its element type, at most T positions, positions [B].
+static LogicalResult checkCacheAccess(std::optional<Location> loc, StringRef op, Value cache, Value rows,
+                                      Value positions, int64_t layer, bool groupedHeads) {
+  auto c = tensorOf(cache), r = tensorOf(rows);
+  if (failed(checkRank(loc, (op + " rows [B, H, S, D]").str(), rows, 4)) ||
+      failed(sameElementType(loc, (op + " cache and rows").str(), cache, rows)))
+    return failure();
+  if (layer < 0 || (!ShapedType::isDynamic(c.getDimSize(0)) && layer >= c.getDimSize(0)))
+    return emitOptionalError(loc, op, " layer ", layer, " is not one of the cache's ", c.getDimSize(0), " layers");
+  if (failed(checkDim(loc, (op + " batch of rows and cache").str(), r.getDimSize(0), c.getDimSize(1))) ||
+      failed(checkDim(loc, (op + " head dim of rows and cache").str(), r.getDimSize(3), c.getDimSize(4))))
+    return failure();
+  int64_t heads = r.getDimSize(1), kvHeads = c.getDimSize(2);
+  if (!groupedHeads && failed(checkDim(loc, (op + " kv heads of rows and cache").str(), heads, kvHeads)))
+    return failure();
+  if (groupedHeads && !ShapedType::isDynamic(heads) && !ShapedType::isDynamic(kvHeads) && heads % kvHeads != 0)
+    return emitOptionalError(loc, op, ": ", heads, " query heads are not a multiple of ", kvHeads, " kv heads");
+  int64_t seq = r.getDimSize(2), context = c.getDimSize(3);
+  if (!ShapedType::isDynamic(seq) && !ShapedType::isDynamic(context) && seq > context)
+    return emitOptionalError(loc, op, ": ", seq, " positions do not fit a cache of ", context);
+  if (positions && failed(checkDim(loc, (op + " positions [B] and batch").str(), tensorOf(positions).getDimSize(0),
+                                   r.getDimSize(0))))
+    return failure();
+  return success();
+}
+
+LogicalResult KvCacheStoreOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                               SmallVectorImpl<Type> &inferred) {
+  if (failed(checkCacheAccess(loc, "kv_cache_store", adaptor.getCache(), adaptor.getValue(), adaptor.getPositions(),
+                              adaptor.getLayer(), false)))
+    return failure();
+  return inferSameAsInput(adaptor.getCache(), inferred);
+}
+
+LogicalResult RopeAtOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  if (failed(checkRope(loc, "rope_at", adaptor.getInput(), adaptor.getTheta(), adaptor.getStyle())) ||
+      failed(checkDim(loc, "rope_at positions [B] and batch", tensorOf(adaptor.getPositions()).getDimSize(0),
+                      tensorOf(adaptor.getInput()).getDimSize(0))))
+    return failure();
+  return inferSameAsInput(adaptor.getInput(), inferred);
+}
+
+LogicalResult CacheAttentionOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                                 SmallVectorImpl<Type> &inferred) {
+  if (tensorOf(adaptor.getKeys()) != tensorOf(adaptor.getValues()))
+    return emitOptionalError(loc, "cache_attention keys and values differ: ", adaptor.getKeys().getType(), " vs ",
+                             adaptor.getValues().getType());
+  if (failed(checkCacheAccess(loc, "cache_attention", adaptor.getKeys(), adaptor.getQuery(), adaptor.getPositions(),
+                              adaptor.getLayer(), true)) ||
+      failed(checkFloatAttr(loc, "cache_attention scale", adaptor.getScale(), tlc::isValidScale, tlc::kScaleRange)))
+    return failure();
+  return inferSameAsInput(adaptor.getQuery(), inferred);
 }
 
 // Block arguments must match the operands that feed them, yields the results.

@@ -224,6 +224,60 @@ def Tl_FlashAttentionOp : Tl_InferredOp<"flash_attention", [Tl_Differentiable]> 
   let results = (outs Tl_FloatTensor:$result, Optional<TensorRankOf<[F32], [3]>>:$lse);
 }
 
+//===----------------------------------------------------------------------===//
+// Generation: the KV cache tl-kv-cache builds @prefill and @decode with.
+//===----------------------------------------------------------------------===//
+
+def Tl_CacheTensor : TensorRankOf<[F32, BF16], [5]>;
+def Tl_PositionTensor : TensorRankOf<[I32], [1]>;
+
+def Tl_KvCacheOp : Tl_Op<"kv_cache", [Pure]> {
+  let summary = "the keys or values of every layer, kept between calls";
+  let description = [{
+    `%k = tl.kv_cache "k" : tensor<LxBxHkvxTxDxf32>`: [layers, batch, kv heads, max
+    context, head dim]. The runtime keeps it from one call to the next (storage `state`),
+    zeros at load; a function that updates it returns the updated value.
+  }];
+  let arguments = (ins StrAttr:$key);
+  let results = (outs Tl_CacheTensor:$result);
+  let assemblyFormat = "$key attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Tl_KvCacheStoreOp : Tl_InferredOp<"kv_cache_store"> {
+  let summary = "write one layer's keys or values [B, Hkv, S, D] into the cache at each sequence's position";
+  let description = [{
+    cache[layer, b, h, p + s, :] = value[b, h, s, :], where p is `positions[b]` (zero
+    without positions: a prompt from its start). The result is the updated cache; the
+    runtime writes it in place.
+  }];
+  let arguments = (ins Tl_CacheTensor:$cache, Tl_FloatTensor:$value, Optional<Tl_PositionTensor>:$positions,
+                       I64Attr:$layer);
+  let results = (outs Tl_CacheTensor:$result);
+}
+
+def Tl_RopeAtOp : Tl_InferredOp<"rope_at", [Tl_EpilogueFusable]> {
+  let summary = "rotary position embedding on [B, S, H, D] at absolute positions positions[b] + s";
+  let description = [{
+    tl.rope for a step of generation: token s of sequence b is at position
+    `positions[b] + s`, so each sequence of a ragged batch rotates by its own angle.
+  }];
+  let arguments = (ins Tl_FloatTensor:$input, Tl_PositionTensor:$positions, F64Attr:$theta, StrAttr:$style);
+  let results = (outs Tl_FloatTensor:$result);
+}
+
+def Tl_CacheAttentionOp : Tl_InferredOp<"cache_attention"> {
+  let summary = "attention of new queries [B, H, S, D] over one layer of the KV cache";
+  let description = [{
+    Query s of sequence b sits at position p = positions[b] + s and reads cache
+    positions 0..p of layer `layer` (its own key and value were stored there first):
+    softmax(q kᵀ * scale) v over them, query head h reading kv head h / (H / Hkv).
+  }];
+  let arguments = (ins Tl_FloatTensor:$query, Tl_CacheTensor:$keys, Tl_CacheTensor:$values,
+                       Tl_PositionTensor:$positions, I64Attr:$layer, F64Attr:$scale);
+  let results = (outs Tl_FloatTensor:$result);
+}
+
 def Tl_YieldOp : Tl_Op<"yield", [Pure, Terminator, ReturnLike,
                                  ParentOneOf<["FusedLinearOp", "FusedLinearGradInputOp", "FusedFlashAttentionGradOp", "BlockOp",
                                              "FusedElementwiseOp"]>]> {

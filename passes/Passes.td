@@ -132,6 +132,23 @@ def TlFuseNormGradGemm : Pass<"tl-fuse-norm-grad-gemm", "mlir::ModuleOp"> {
   let dependentDialects = ["tl::TlDialect"];
 }
 
+def TlKvCache : Pass<"tl-kv-cache", "mlir::ModuleOp"> {
+  let summary = "Generation: @forward becomes @prefill and @decode around a KV cache";
+  let description = [{
+    Builds the two entry points of generation from the specialized forward, before the
+    level's passes: @prefill (the prompt's tokens from position 0; each layer's k and v
+    also stored into the cache [layers, batch, kv heads, context, head dim]) and @decode
+    (one token a sequence at positions[b]: RoPE at that position, k and v stored there,
+    tl.cache_attention over the cache up to it). Both return the logits, then the
+    updated caches, which the runtime keeps between calls. The loss is dropped.
+  }];
+  let options = [
+    Option<"maxContext", "max-context", "int64_t", "0",
+           "positions the cache holds (0: the model's tl.max_seq_len)">,
+  ];
+  let dependentDialects = ["tl::TlDialect"];
+}
+
 def TlAutodiff : Pass<"tl-autodiff", "mlir::ModuleOp"> {
   let summary = "Reverse-mode autodiff: @forward and its loss become @train_step (forward, backward, AdamW)";
   let description = [{

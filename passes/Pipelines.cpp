@@ -54,17 +54,21 @@ static void buildBackwardPipeline(mlir::OpPassManager &pm, int level, bool fuseN
   }
 }
 
-// `autodiff`: tl-autodiff as configured (TrainStep only).
-static void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &options, std::unique_ptr<mlir::Pass> autodiff) {
+// `autodiff`: tl-autodiff as configured (TrainStep only); `kvCache`: tl-kv-cache (Generate only).
+static void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &options, std::unique_ptr<mlir::Pass> autodiff,
+                          std::unique_ptr<mlir::Pass> kvCache) {
   if (options.specialize) pm.addPass(tl::createTlSpecialize(*options.specialize));
-  buildOptPipeline(pm, options.level, options.mode == PipelineMode::Forward);
+  // Generation's functions are built from the unfused forward: each level fuses them as one.
+  if (options.mode == PipelineMode::Generate) pm.addPass(std::move(kvCache));
+  bool inference = options.mode == PipelineMode::Forward || options.mode == PipelineMode::Generate;
+  buildOptPipeline(pm, options.level, inference);
   if (options.mode != PipelineMode::TrainStep) return;
   pm.addPass(std::move(autodiff));
   buildBackwardPipeline(pm, options.level, options.fuseNormGrad);
 }
 
 void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &options) {
-  buildPipeline(pm, options, tl::createTlAutodiff(options.autodiff));
+  buildPipeline(pm, options, tl::createTlAutodiff(options.autodiff), tl::createTlKvCache(options.kvCache));
 }
 
 // MLIR prints a double option as %e ("3.000000e-04"); a learner reads "0.0003".
@@ -89,7 +93,8 @@ std::string describePipeline(mlir::OpPassManager &pm) {
       [&](mlir::Pass &pass) {
         llvm::StringRef name = pass.getArgument();
         bool configuredByTheRun = name == tl::createTlSpecialize()->getArgument() ||
-                                  name == tl::createTlAutodiff()->getArgument();
+                                  name == tl::createTlAutodiff()->getArgument() ||
+                                  name == tl::createTlKvCache()->getArgument();
         if (configuredByTheRun) pass.printAsTextualPipeline(os);
         else os << name;
       },
@@ -97,24 +102,30 @@ std::string describePipeline(mlir::OpPassManager &pm) {
   return shortestDecimals(text);
 }
 
-// "O2", "O2 train", "O2 step lr=0.01 max-grad-norm=1": a level, a mode, tl-autodiff's options.
+// "O2", "O2 train", "O2 step lr=0.01 max-grad-norm=1", "O2 generate max-context=256": a
+// level, a mode, the options of the pass the mode adds (tl-autodiff, tl-kv-cache).
 static mlir::LogicalResult buildPipelineFromText(mlir::OpPassManager &pm, llvm::StringRef text,
                                                  llvm::function_ref<mlir::LogicalResult(const llvm::Twine &)> error) {
   auto [level, rest] = text.trim().split(' ');
-  auto [mode, autodiffOptions] = rest.trim().split(' ');
+  auto [mode, passOptions] = rest.trim().split(' ');
   unsigned value = 0;
+  bool takesOptions = mode == "step" || mode == "generate";
   if (!level.consume_front("O") || level.getAsInteger(10, value) || value > kMaxOptLevel ||
-      !(mode.empty() || mode == "train" || mode == "step") || (mode != "step" && !autodiffOptions.trim().empty()))
-    return error("tl-pipeline expects O0, O1, O2 or O3, then optionally 'train' (a training step's forward) or "
-                 "'step' (the whole training step, then tl-autodiff's options), got '" + text + "'");
+      !(mode.empty() || mode == "train" || takesOptions) || (!takesOptions && !passOptions.trim().empty()))
+    return error("tl-pipeline expects O0, O1, O2 or O3, then optionally 'train' (a training step's forward), "
+                 "'step' (the whole training step, then tl-autodiff's options) or 'generate' (@prefill and "
+                 "@decode, then tl-kv-cache's options), got '" + text + "'");
   PipelineOptions options;
   options.level = int(value);
-  options.mode = mode.empty() ? PipelineMode::Forward : mode == "train" ? PipelineMode::TrainForward
-                                                                         : PipelineMode::TrainStep;
-  // tl-autodiff reads its own options: their names and checks live with the pass.
-  std::unique_ptr<mlir::Pass> autodiff = tl::createTlAutodiff();
-  if (mlir::failed(autodiff->initializeOptions(autodiffOptions.trim(), error))) return mlir::failure();
-  buildPipeline(pm, options, std::move(autodiff));
+  options.mode = mode.empty() ? PipelineMode::Forward
+                 : mode == "train" ? PipelineMode::TrainForward
+                 : mode == "step"  ? PipelineMode::TrainStep
+                                   : PipelineMode::Generate;
+  // The passes read their own options: their names and checks live with them.
+  std::unique_ptr<mlir::Pass> autodiff = tl::createTlAutodiff(), kvCache = tl::createTlKvCache();
+  mlir::Pass &configured = options.mode == PipelineMode::Generate ? *kvCache : *autodiff;
+  if (mlir::failed(configured.initializeOptions(passOptions.trim(), error))) return mlir::failure();
+  buildPipeline(pm, options, std::move(autodiff), std::move(kvCache));
   return mlir::success();
 }
 
@@ -126,7 +137,8 @@ void registerTlcPasses() {
       "tl-pipeline",
       "Run an optimization level: --tl-pipeline=O0 ... O3 (a forward), \"O2 train\" (the forward of a training "
       "step, before --tl-autodiff) or \"O2 step\" (the whole training step tlc train compiles; tl-autodiff's "
-      "options may follow, e.g. \"O2 step lr=0.01\")",
+      "options may follow, e.g. \"O2 step lr=0.01\") or \"O2 generate\" (@prefill and @decode around a KV "
+      "cache; tl-kv-cache's options may follow, e.g. \"O2 generate max-context=256\")",
       buildPipelineFromText,
       [](llvm::function_ref<void(const mlir::detail::PassOptions &)>) {});
 }

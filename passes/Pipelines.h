@@ -17,6 +17,7 @@ enum class PipelineMode {
   Forward,       // the forward of inference: parameters may be folded together at load time
   TrainForward,  // the forward of a training step, before tl-autodiff (nothing folded)
   TrainStep,     // the whole training step: that forward, tl-autodiff, the backward's fusions
+  Generate,      // tl-kv-cache's @prefill and @decode, then the level's passes on both
 };
 
 struct PipelineOptions {
@@ -24,6 +25,7 @@ struct PipelineOptions {
   PipelineMode mode = PipelineMode::Forward;
   std::optional<tl::TlSpecializeOptions> specialize;  // tl-specialize first, where set
   tl::TlAutodiffOptions autodiff;                     // TrainStep: the optimizer tl-autodiff appends
+  tl::TlKvCacheOptions kvCache;                       // Generate: the cache tl-kv-cache builds
   bool fuseNormGrad = true;                           // TrainStep at O2+: the norms' backward in the dX GEMMs
 };
 
@@ -38,7 +40,8 @@ void buildOptPipeline(mlir::OpPassManager &pm, int level, bool inference = true)
 std::string describePipeline(mlir::OpPassManager &pm);
 
 // Registers every tl pass and the `tl-pipeline` pipeline: "O0".."O3" (a forward), "O2 train"
-// (a training step's forward), "O2 step [tl-autodiff options]" (the whole training step).
+// (a training step's forward), "O2 step [tl-autodiff options]" (the whole training step),
+// "O2 generate [tl-kv-cache options]" (@prefill and @decode).
 void registerTlcPasses();
 
 } // namespace tlc

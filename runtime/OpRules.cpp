@@ -40,6 +40,10 @@ public:
         {"split", &OpRules::split},
         {"flash_attention", &OpRules::flashAttention},
         {"cross_entropy", &OpRules::crossEntropy},
+        // Generation: the KV cache (tl-kv-cache).
+        {"kv_cache_store", &OpRules::kvCacheStore},
+        {"rope_at", &OpRules::ropeAt},
+        {"cache_attention", &OpRules::cacheAttention},
         // The backward (the VJPs tl-autodiff builds) and the optimizer.
         {"embedding_grad", &OpRules::embeddingGrad},
         {"rmsnorm_grad", &OpRules::rmsnormGrad},
@@ -223,6 +227,54 @@ private:
   // rope(x[B, S, H, D]) (theta, style) -> x's shape; rope_grad(dy) the same.
   std::vector<Shape> rope() {
     expectOperands(1);
+    return ropeOf();
+  }
+
+  // rope_at(x[B, S, H, D], positions[B]) (theta, style) -> x's shape
+  std::vector<Shape> ropeAt() {
+    expectOperands(2);
+    expectPositions(1, in_[0].empty() ? 0 : in_[0][0]);
+    return ropeOf();
+  }
+
+  // Operand `index` holds one position per sequence of a batch of `batch`.
+  void expectPositions(size_t index, int64_t batch) const {
+    if (in_[index] != Shape{batch})
+      fail(fmt::format("positions (operand {}) have shape {}, expected [{}]", index, shapeString(in_[index]), batch));
+  }
+
+  // A layer of a cache [L, B, Hkv, T, D] and rows [B, H, S, D] that fit it (H a multiple of Hkv).
+  void expectCacheRows(size_t cache, size_t rows) const {
+    expectRank(cache, 5, "[layers, batch, kv_heads, context, head_dim]");
+    expectRank(rows, 4, "[batch, heads, seq, head_dim]");
+    const Shape &c = in_[cache], &r = in_[rows];
+    int64_t layer = op_.intAttr("layer");
+    if (layer < 0 || layer >= c[0]) fail(fmt::format("layer {} is not one of the cache's {}", layer, c[0]));
+    if (r[0] != c[1] || r[3] != c[4] || r[1] % c[2] != 0 || r[2] > c[3])
+      fail(fmt::format("rows {} do not fit the cache {}", shapeString(r), shapeString(c)));
+  }
+
+  // kv_cache_store(cache[L, B, Hkv, T, D], x[B, Hkv, S, D][, positions[B]]) (layer) -> the cache's shape
+  std::vector<Shape> kvCacheStore() {
+    if (in_.size() != 2 && in_.size() != 3) fail(fmt::format("expects 2 or 3 operands, got {}", in_.size()));
+    expectCacheRows(0, 1);
+    if (in_[1][1] != in_[0][2])
+      fail(fmt::format("rows {} have other than the cache's {} kv heads", shapeString(in_[1]), in_[0][2]));
+    if (in_.size() == 3) expectPositions(2, in_[0][1]);
+    return {in_[0]};
+  }
+
+  // cache_attention(q[B, H, S, D], keys, values [L, B, Hkv, T, D], positions[B]) (layer, scale) -> q's shape
+  std::vector<Shape> cacheAttention() {
+    expectOperands(4);
+    expectCacheRows(1, 0);
+    expectSameShape(2, 1);
+    expectPositions(3, in_[1][1]);
+    rangedFloat("scale", isValidScale, kScaleRange);
+    return {in_[0]};
+  }
+
+  std::vector<Shape> ropeOf() {
     expectRank(0, 4, "[batch, seq, heads, head_dim]");
     if (in_[0][3] % 2) fail(fmt::format("head dim {} must be even", in_[0][3]));
     rangedFloat("theta", isValidRopeTheta, kRopeThetaRange);
@@ -528,6 +580,9 @@ std::vector<std::string> knownOps() {
 }
 
 bool isTokenIdOperand(const std::string &op, size_t operand) {
+  if (op == "rope_at") return operand == 1;
+  if (op == "kv_cache_store") return operand == 2;
+  if (op == "cache_attention") return operand == 3;
   return operand == 1 && (op == "embedding" || op == "cross_entropy" || op == "embedding_grad" ||
                           op == "cross_entropy_grad");
 }

@@ -22,8 +22,9 @@ bool isKnownOp(const std::string &op);
 // Every op with a rule here (the elementwise ops from ElementwiseOps.def included), sorted.
 std::vector<std::string> knownOps();
 
-// True for operands that hold i32 token ids (embedding's and cross_entropy's second);
-// every other operand and every result is floating point.
+// True for operands that hold i32 token ids (embedding's and cross_entropy's second) or
+// positions (rope_at's, kv_cache_store's and cache_attention's last); every other operand
+// and every result is floating point.
 bool isTokenIdOperand(const std::string &op, size_t operand);
 
 // The result shapes `op` computes from operands of `operandShapes`. Throws tlc::Error,

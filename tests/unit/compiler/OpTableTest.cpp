@@ -47,11 +47,12 @@ TEST(OpTable, EveryTlOpDefinesItsCost) {
 TEST(OpTable, EveryOtherTlOpIsLoweredIntoOpsTheRuntimeKnows) {
   mlir::MLIRContext context;
   context.loadDialect<tl::TlDialect>();
-  // Kernels made of regions (their bodies are ops with rules), parameters, terminators, and
-  // scale_columns, which a Program records as a weight scaled when it is loaded.
+  // Kernels made of regions (their bodies are ops with rules), parameters, terminators,
+  // scale_columns, which a Program records as a weight scaled when it is loaded, and
+  // kv_cache, which it records as state the backend keeps.
   const std::set<std::string> structural = {"block",         "fused_elementwise", "fused_flash_attention_grad",
                                             "fused_linear",  "fused_linear_grad_input", "weight",
-                                            "scale_columns", "yield"};
+                                            "scale_columns", "yield",           "kv_cache"};
   for (const std::string &op : tlOps(context))
     if (!tlc::isKnownOp(op))
       EXPECT_TRUE(structural.count(op)) << "tl." << op << " has no runtime rule (runtime/OpRules.cpp)";
