@@ -67,10 +67,16 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
 
 // The pipeline a compile runs: tl-specialize to the run's shape, then the level's passes
 // (and with `training`, the training step's).
-static PipelineOptions pipelineOptions(const CompileOptions &options, const AdamWOptions *training) {
+static PipelineOptions pipelineOptions(const CompileOptions &options, const AdamWOptions *training,
+                                       const GenerationOptions *generation = nullptr) {
   PipelineOptions pipeline;
   pipeline.level = options.optLevel;
   pipeline.specialize = tl::TlSpecializeOptions{options.batch, options.seqLen, options.dtype};
+  if (generation) {
+    pipeline.mode = PipelineMode::Generate;
+    pipeline.kvCache.maxContext = generation->maxContext;
+    return pipeline;
+  }
   if (!training) return pipeline;
   pipeline.mode = PipelineMode::TrainStep;
   pipeline.autodiff = {training->learningRate, training->beta1,       training->beta2,
@@ -79,19 +85,22 @@ static PipelineOptions pipelineOptions(const CompileOptions &options, const Adam
   return pipeline;
 }
 
-static mlir::OpPassManager pipelineOf(const CompileOptions &options, const AdamWOptions *training) {
+static mlir::OpPassManager pipelineOf(const CompileOptions &options, const AdamWOptions *training,
+                                      const GenerationOptions *generation = nullptr) {
   mlir::OpPassManager pm(mlir::ModuleOp::getOperationName(), mlir::OpPassManager::Nesting::Implicit);
-  buildPipeline(pm, pipelineOptions(options, training));
+  buildPipeline(pm, pipelineOptions(options, training, generation));
   return pm;
 }
 
-std::string pipelineText(const CompileOptions &options, const AdamWOptions *training) {
-  mlir::OpPassManager pm = pipelineOf(options, training);
+std::string pipelineText(const CompileOptions &options, const AdamWOptions *training,
+                         const GenerationOptions *generation) {
+  mlir::OpPassManager pm = pipelineOf(options, training, generation);
   return describePipeline(pm);
 }
 
-std::vector<std::string> pipelinePasses(const CompileOptions &options, const AdamWOptions *training) {
-  mlir::OpPassManager pm = pipelineOf(options, training);
+std::vector<std::string> pipelinePasses(const CompileOptions &options, const AdamWOptions *training,
+                                        const GenerationOptions *generation) {
+  mlir::OpPassManager pm = pipelineOf(options, training, generation);
   std::vector<std::string> names;
   for (mlir::Pass &pass : pm.getPasses()) names.push_back(pass.getArgument().str());
   return names;
@@ -99,13 +108,13 @@ std::vector<std::string> pipelinePasses(const CompileOptions &options, const Ada
 
 mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &options,
                                    const std::function<void(mlir::PassManager &)> &configure,
-                                   const AdamWOptions *training) {
+                                   const AdamWOptions *training, const GenerationOptions *generation) {
   if (options.optLevel < 0 || options.optLevel > kMaxOptLevel)
     return module.emitError("optimization level ") << options.optLevel << " does not exist: levels are 0.."
                                                    << kMaxOptLevel;
   mlir::PassManager pm(module->getContext(), mlir::ModuleOp::getOperationName(),
                        mlir::OpPassManager::Nesting::Implicit);
-  buildPipeline(pm, pipelineOptions(options, training));
+  buildPipeline(pm, pipelineOptions(options, training, generation));
   if (configure) configure(pm);
   return pm.run(module);
 }
@@ -147,18 +156,54 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
   return program;
 }
 
-// Parses, optimizes and builds a file's forward or (with `training`) training step.
-static Program compileFile(const std::string &path, const CompileOptions &options, const AdamWOptions *training) {
+mlir::FailureOr<GenerationPrograms> buildGenerationPrograms(mlir::ModuleOp module, const CompileOptions &options,
+                                                           const GenerationOptions &generation) {
+  if (mlir::failed(checkCostsFit(module))) return mlir::failure();
+  GenerationPrograms programs;
+  for (auto [entry, program] : {std::pair<const char *, Program *>{"prefill", &programs.prefill},
+                                {"decode", &programs.decode}}) {
+    // No GPU code yet: the CPU backend runs the ops themselves.
+    auto lowered = lowerToProgram(module, {options.optLevel, pipelineText(options, nullptr, &generation), entry});
+    if (mlir::failed(lowered)) return mlir::failure();
+    planMemory(*lowered);
+    try {
+      validateProgram(*lowered);
+    } catch (const Error &error) {
+      return module.emitError("@") << entry << " does not lower to a runnable Program: " << error.what();
+    }
+    *program = std::move(*lowered);
+  }
+  return programs;
+}
+
+// Parses and optimizes a file (`optimize`), then builds from the module (`build`): what
+// each compile*File returns. Throws tlc::Error carrying the located diagnostics.
+template <typename Optimize, typename Build>
+static auto compileFileWith(const std::string &path, Optimize optimize, Build build) {
   mlir::DialectRegistry registry;
   registerTlcDialects(registry);
   mlir::MLIRContext context(registry);
   llvm::SourceMgr sourceMgr;
   CapturedDiagnostics diagnostics(context, sourceMgr);
   auto module = parseModelFile(context, path, sourceMgr);
-  if (!module || mlir::failed(optimizeModule(*module, options, {}, training))) diagnostics.fail();
-  auto program = buildProgram(*module, options, training);
-  if (mlir::failed(program)) diagnostics.fail();
-  return std::move(*program);
+  if (!module || mlir::failed(optimize(*module))) diagnostics.fail();
+  auto built = build(*module);
+  if (mlir::failed(built)) diagnostics.fail();
+  return std::move(*built);
+}
+
+GenerationPrograms compileGenerationFile(const std::string &path, const CompileOptions &options,
+                                         const GenerationOptions &generation) {
+  return compileFileWith(
+      path, [&](mlir::ModuleOp module) { return optimizeModule(module, options, {}, nullptr, &generation); },
+      [&](mlir::ModuleOp module) { return buildGenerationPrograms(module, options, generation); });
+}
+
+// Parses, optimizes and builds a file's forward or (with `training`) training step.
+static Program compileFile(const std::string &path, const CompileOptions &options, const AdamWOptions *training) {
+  return compileFileWith(
+      path, [&](mlir::ModuleOp module) { return optimizeModule(module, options, {}, training); },
+      [&](mlir::ModuleOp module) { return buildProgram(module, options, training); });
 }
 
 void tuneForDevice(CompileOptions &options, const DeviceInfo &device) {

@@ -134,6 +134,7 @@ public:
     for (mlir::Operation &op : forward.getBody().front()) {
       if (auto ret = llvm::dyn_cast<mlir::func::ReturnOp>(op)) {
         for (mlir::Value out : ret.getOperands()) {
+          if (program.storageOf(ids.lookup(out)).storage == Storage::State) continue;  // the caches stay
           Value &value = program.values[ids.lookup(out)];
           if (value.storage != Storage::Activation)
             return op.emitError("a returned value must be computed by a kernel");
@@ -210,6 +211,11 @@ private:
       program.values[id].columnScaleKey = gain.getKey().str();
       return mlir::success();
     }
+    if (auto cache = llvm::dyn_cast<tl::KvCacheOp>(op)) {
+      int id = addValue(cache.getResult(), Storage::State);
+      program.values[id].name = "kv_cache." + cache.getKey().str();  // how a backend finds it again
+      return mlir::success();
+    }
     if (isView(op)) {
       int id = addValue(op->getResult(0), Storage::View);
       program.values[id].viewOf = program.storageOf(ids.lookup(op->getOperand(0))).id;
@@ -248,6 +254,10 @@ private:
     for (mlir::Value result : op->getResults()) {
       int id = ids.lookup(result);
       program.values[id].storage = Storage::Activation;
+      if (llvm::isa<tl::KvCacheStoreOp>(op)) {  // the cache, written where it lies
+        program.values[id].storage = Storage::View;
+        program.values[id].viewOf = program.storageOf(ids.lookup(op->getOperand(0))).id;
+      }
       kernel.outputs.push_back(id);
       producer[id] = int(program.kernels.size());
     }
@@ -444,8 +454,12 @@ private:
 
 mlir::FailureOr<Program> lowerToProgram(mlir::ModuleOp module, const LoweringOptions &options,
                                         std::vector<codegen::KernelSpec> *specs) {
-  mlir::func::FuncOp forward = getModelFunction(module);
-  if (!forward) return mlir::failure();
+  mlir::func::FuncOp forward =
+      options.entry.empty() ? getModelFunction(module) : module.lookupSymbol<mlir::func::FuncOp>(options.entry);
+  if (!forward) {
+    if (!options.entry.empty()) module.emitError("the module has no `func.func @") << options.entry << "` to lower";
+    return mlir::failure();
+  }
 
   bool dynamic = false;
   forward.walk([&](mlir::Operation *op) {
@@ -463,14 +477,17 @@ mlir::FailureOr<Program> lowerToProgram(mlir::ModuleOp module, const LoweringOpt
   if (auto name = module->getAttrOfType<mlir::StringAttr>("tl.model")) program.model = name.str();
   program.optLevel = options.optLevel;
   if (forward.getSymName() == kTrainStepFunction) program.kind = ProgramKind::TrainStep;
+  if (forward.getSymName() == "prefill") program.kind = ProgramKind::Prefill;
+  if (forward.getSymName() == "decode") program.kind = ProgramKind::Decode;
+  bool generation = program.kind == ProgramKind::Prefill || program.kind == ProgramKind::Decode;
   program.pipeline = options.pipeline;
   auto ids = llvm::dyn_cast<mlir::RankedTensorType>(forward.getArgumentTypes().empty() ? mlir::Type()
                                                                                       : forward.getArgumentTypes()[0]);
   tl::EmbeddingOp embedding;
   forward.walk([&](tl::EmbeddingOp op) { embedding = op; });
-  if (!ids || ids.getRank() != 2 || !embedding || forward.getNumResults() != 2)
-    return forward.emitError("@") << forward.getSymName()
-                                   << " must take token ids [B, S], embed them, and return (logits, loss)";
+  if (!ids || ids.getRank() != 2 || !embedding || forward.getNumResults() != 2 + unsigned(generation))
+    return forward.emitError("@") << forward.getSymName() << " must take token ids [B, S], embed them, and return "
+                                   << (generation ? "(logits, k cache, v cache)" : "(logits, loss)");
   program.batch = ids.getDimSize(0);
   program.seqLen = ids.getDimSize(1);
   auto table = llvm::cast<mlir::RankedTensorType>(embedding.getTable().getType());

@@ -21,6 +21,11 @@ void Backend::forwardOnDevice(const DeviceForward &) {
                           name()));
 }
 
+ForwardResult Backend::generationStep(const std::vector<int32_t> &, const std::vector<int32_t> &) {
+  throw Error(fmt::format("the {} backend does not run generation (prefill and decode programs) yet: use target cpu",
+                          name()));
+}
+
 Weights Backend::trainedWeights() const {
   throw Error(fmt::format("the {} backend holds no trained parameters: it runs no training step", name()));
 }

@@ -9,6 +9,10 @@
 // master weight and AdamW's moments. The Program's weights are read from the masters
 // (directly, or as concatenated or bf16-rounded copies made again after each update);
 // its adamw ops update the masters in place, after every read of them.
+//
+// Generation's Programs (prefill, decode) read and write State (the KV cache), kept
+// outside the arena from one run to the next in a CpuState, which a generator's two
+// backends share.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,6 +27,7 @@
 
 #include "runtime/Backend.h"
 #include "runtime/CpuOps.h"
+#include "runtime/CpuState.h"
 #include "runtime/Checked.h"
 #include "runtime/Error.h"
 #include "runtime/FiniteResults.h"
@@ -43,7 +48,8 @@ double millisecondsSince(std::chrono::steady_clock::time_point start) {
 
 class CpuBackend : public Backend {
 public:
-  CpuBackend(int threads, const PersistentSchedule &schedule) : pool_(threads), schedule_(schedule) {}
+  CpuBackend(int threads, const PersistentSchedule &schedule, std::shared_ptr<CpuState> state = nullptr)
+      : pool_(threads), schedule_(schedule), state_(state ? std::move(state) : std::make_shared<CpuState>()) {}
 
   std::string name() const override { return "cpu"; }
 
@@ -66,6 +72,12 @@ public:
         state.secondMoment.assign(state.weight.size(), 0.0f);
       }
     materializeWeights(&weights);
+    // The cache starts empty, unless a backend sharing it made it already.
+    for (const Value &value : program_.values)
+      if (value.storage == Storage::State) {
+        std::vector<std::byte> &buffer = state_->buffers[value.name];
+        if (int64_t(buffer.size()) != value.bytes()) buffer.assign(size_t(value.bytes()), std::byte{0});
+      }
 
     // 0xFF bytes read as NaN in f32 and bf16: a value read before it is written shows.
     arena_.assign(size_t(program_.arenaBytes), std::byte{0xff});
@@ -75,8 +87,11 @@ public:
   ForwardResult forward(const std::vector<int32_t> &tokenIds) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!loaded_) throw Error("cpu backend: forward called before load");
-    if (program_.kind != ProgramKind::Forward)
+    if (program_.kind == ProgramKind::TrainStep)
       throw Error("cpu backend: the loaded Program is a training step: run it with trainStep()");
+    if (program_.kind != ProgramKind::Forward)
+      throw Error(fmt::format("cpu backend: the loaded Program is a {}: run it with generationStep()",
+                              programKindName(program_.kind)));
     auto start = std::chrono::steady_clock::now();
     ForwardResult result;
     runKernels(tokenIds, result.kernelTimes);
@@ -88,6 +103,32 @@ public:
                                               : std::numeric_limits<float>::quiet_NaN();
     result.milliseconds = millisecondsSince(start);
     return result;
+  }
+
+  ForwardResult generationStep(const std::vector<int32_t> &tokenIds, const std::vector<int32_t> &positions) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!loaded_) throw Error("cpu backend: generationStep called before load");
+    bool decode = program_.kind == ProgramKind::Decode;
+    if (!decode && program_.kind != ProgramKind::Prefill)
+      throw Error(fmt::format("cpu backend: the loaded Program is a {}, not a prefill or decode",
+                              programKindName(program_.kind)));
+    if (positions.size() != (decode ? size_t(program_.batch) : 0))
+      throw Error(fmt::format("cpu backend: a {} takes {} positions, got {}", programKindName(program_.kind),
+                              decode ? program_.batch : 0, positions.size()));
+    auto start = std::chrono::steady_clock::now();
+    ForwardResult result;
+    runKernels(tokenIds, result.kernelTimes, positions);
+    const Value &logits = program_.value(program_.outputs[0]);
+    result.logits.shape = logits.shape;
+    result.logits.data = readAsFloats(logits.id);
+    result.loss = std::numeric_limits<float>::quiet_NaN();
+    result.milliseconds = millisecondsSince(start);
+    return result;
+  }
+
+  int64_t stateBytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stateBytesOf(program_);
   }
 
   TrainStepResult trainStep(const std::vector<int32_t> &tokenIds, const TrainStepOptions &options) override {
@@ -195,12 +236,21 @@ private:
     MemoryBudget("cpu backend")
         .need("arena", program.arenaBytes)
         .need("weights", weightFloats, 4)
+        .need("the KV cache", stateBytesOf(program))
         .need("parameters and optimizer state", parameterFloats, 4)
         .need("token ids", program.batch * program.seqLen, 4)
         .need("logits", 2 * program.value(program.outputs[0]).numElements(), 4)
         .need("kernel scratch", kernelFloats, 4)
         .need("a persistent kernel's outputs, saved around a task", savedBytes)
         .check();
+  }
+
+  static int64_t stateBytesOf(const Program &program) {
+    int64_t bytes = 0;
+    for (const Value &value : program.values)
+      if (value.storage == Storage::State)
+        bytes = checkedAdd(bytes, value.bytes()).value_or(std::numeric_limits<int64_t>::max());
+    return bytes;
   }
 
   // Each Weight value is its keys' tensors concatenated along dim 0 (columns scaled if it
@@ -245,13 +295,17 @@ private:
     return data;
   }
 
-  // Runs every kernel on `tokenIds`, timing each.
-  void runKernels(const std::vector<int32_t> &tokenIds, std::vector<KernelTiming> &times) {
+  // Runs every kernel on `tokenIds` (and a decode's `positions`), timing each.
+  void runKernels(const std::vector<int32_t> &tokenIds, std::vector<KernelTiming> &times,
+                  const std::vector<int32_t> &positions = {}) {
     checkTokenIds(program_, tokenIds);
     // Refilled every run, so a value read before it is written is NaN on every run.
     std::fill(arena_.begin(), arena_.end(), std::byte{0xff});
     const Value &ids = program_.storageOf(program_.inputs[0]);
     std::memcpy(arena_.data() + ids.offset, tokenIds.data(), tokenIds.size() * 4);
+    if (program_.inputs.size() > 1)
+      std::memcpy(arena_.data() + program_.storageOf(program_.inputs[1]).offset, positions.data(),
+                  positions.size() * 4);
     for (size_t k = 0; k < program_.kernels.size(); ++k) {
       auto kernelStart = std::chrono::steady_clock::now();
       runKernel(program_.kernels[k]);
@@ -275,7 +329,11 @@ private:
       cpu::runOptimizerOp(op, inputs, parameters_.at(key), currentStep_.step, pool_, currentKernel_->name);
   }
 
-  std::byte *arenaBytesOf(const Value &base) { return arena_.data() + base.offset; }
+  // A value's bytes: in the arena, or (State) in what the backend keeps between runs.
+  std::byte *arenaBytesOf(const Value &base) {
+    if (base.storage == Storage::State) return state_->buffers.at(base.name).data();
+    return arena_.data() + base.offset;
+  }
 
   // Reads any non-Local value as fp32 (logits and loss at the end of the forward).
   std::vector<float> readAsFloats(int id) {
@@ -455,6 +513,7 @@ private:
   std::string firstNonFinite_;
   ThreadPool pool_;
   PersistentSchedule schedule_;
+  std::shared_ptr<CpuState> state_;  // State values by name (the KV cache), kept between runs
   Program program_;
   bool loaded_ = false;
   std::vector<std::byte> arena_;
@@ -479,6 +538,10 @@ std::unique_ptr<Backend> createCpuBackend(int threads, const PersistentSchedule 
   } catch (const Error &error) {
     throw Error(fmt::format("cpu backend (--cpu-threads={}): {}", threads, error.what()));
   }
+}
+
+std::unique_ptr<Backend> createCpuBackend(int threads, std::shared_ptr<CpuState> state) {
+  return std::make_unique<CpuBackend>(threads, PersistentSchedule{}, std::move(state));
 }
 
 std::string locateNonFinite(const Program &program, const Weights &weights, const std::vector<int32_t> &tokenIds,

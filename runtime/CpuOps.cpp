@@ -48,6 +48,9 @@ public:
         {"softmax", &OpRunner::softmax},
         {"split", &OpRunner::split},
         {"flash_attention", &OpRunner::flashAttention},
+        {"kv_cache_store", &OpRunner::kvCacheStore},
+        {"rope_at", &OpRunner::ropeAt},
+        {"cache_attention", &OpRunner::cacheAttention},
         {"cross_entropy", &OpRunner::crossEntropy},
         {"embedding_grad", &OpRunner::embeddingGrad},
         {"rmsnorm_grad", &OpRunner::rmsnormGrad},
@@ -223,42 +226,117 @@ private:
   }
 
   // rope(x[B, S, H, D]) (theta, style): rotates pairs by angle s * theta^(-2i/D).
-  void rope() { rotatePairs(+1.0); }
+  void rope() { rotatePairs(+1.0, nullptr); }
 
   // rope_grad(dy): the transpose of a rotation is the rotation by minus the angle.
-  void ropeGrad() { rotatePairs(-1.0); }
+  void ropeGrad() { rotatePairs(-1.0, nullptr); }
 
-  // Rotates each pair of each head by `direction` * s * theta^(-2i/D).
-  void rotatePairs(double direction) {
-    int64_t batch = in(0).shape[0], seq = in(0).shape[1], heads = in(0).shape[2],
-            headDim = in(0).shape[3];
+  // rope_at(x[B, S, H, D], positions[B]): token s of sequence b at position positions[b] + s.
+  void ropeAt() { rotatePairs(+1.0, tokenIds(1)); }
+
+  // Sequence b's first position: positions[b], checked, or 0 without positions.
+  int64_t startOf(const int32_t *positions, int64_t b) const {
+    if (!positions) return 0;
+    if (positions[b] < 0) fail(fmt::format("sequence {} is at position {}, which is negative", b, positions[b]));
+    return positions[b];
+  }
+
+  // Rotates each pair of each head by `direction` * p * theta^(-2i/D), p the token's
+  // position: s, or positions[b] + s.
+  void rotatePairs(double direction, const int32_t *positions) {
+    int64_t seq = in(0).shape[1], heads = in(0).shape[2], headDim = in(0).shape[3];
     double theta = op_.floatAttr("theta");
     bool adjacent = op_.stringAttr("style") == "adjacent";
     int64_t pairs = headDim / 2;
-    std::vector<double> cosines(size_t(seq * pairs)), sines(size_t(seq * pairs));
-    for (int64_t s = 0; s < seq; ++s)
-      for (int64_t i = 0; i < pairs; ++i) {
-        double angle = double(s) * std::pow(theta, -2.0 * double(i) / double(headDim));
-        cosines[size_t(s * pairs + i)] = std::cos(angle);
-        sines[size_t(s * pairs + i)] = direction * std::sin(angle);
-      }
+    std::vector<double> frequencies(static_cast<size_t>(pairs));
+    for (int64_t i = 0; i < pairs; ++i) frequencies[size_t(i)] = std::pow(theta, -2.0 * double(i) / double(headDim));
     const float *x = floats(0);
     float *result = out(0).data;
-    forEachRow(batch * seq, heads * headDim, [&](int64_t token) {
-      int64_t s = token % seq;
-      for (int64_t h = 0; h < heads; ++h) {
-        int64_t base = (token * heads + h) * headDim;
-        for (int64_t i = 0; i < pairs; ++i) {
+    forEachRow(in(0).shape[0] * seq, heads * headDim, [&](int64_t token) {
+      double position = double(startOf(positions, token / seq) + token % seq);
+      for (int64_t i = 0; i < pairs; ++i) {
+        double angle = position * frequencies[size_t(i)], c = std::cos(angle), sn = direction * std::sin(angle);
+        for (int64_t h = 0; h < heads; ++h) {
+          int64_t base = (token * heads + h) * headDim;
           int64_t first = base + (adjacent ? 2 * i : i);
           int64_t second = base + (adjacent ? 2 * i + 1 : i + pairs);
           double a = x[first], b = x[second];
-          double c = cosines[size_t(s * pairs + i)], sn = sines[size_t(s * pairs + i)];
           result[first] = float(a * c - b * sn);
           result[second] = float(a * sn + b * c);
         }
       }
     });
   }
+
+  // The position of token s of sequence b in a cache of `context`, checked.
+  int64_t cachePosition(const int32_t *positions, int64_t b, int64_t s, int64_t context) const {
+    int64_t position = startOf(positions, b) + s;
+    if (position >= context)
+      fail(fmt::format("sequence {} reaches position {}, past the cache's {} positions", b, position, context));
+    return position;
+  }
+
+  // kv_cache_store(cache[L,B,Hkv,T,D], x[B,Hkv,S,D][, positions[B]]) (layer) -> the cache
+  // with x[b, h, s] at cache[layer, b, h, positions[b] + s] (from 0 without positions).
+  void kvCacheStore() {
+    const Shape &cache = in(0).shape, &x = in(1).shape;
+    int64_t batch = x[0], kvHeads = x[1], seq = x[2], headDim = x[3], context = cache[3];
+    int64_t layer = op_.intAttr("layer");
+    const int32_t *positions = operands_.size() > 2 ? tokenIds(2) : nullptr;
+    float *result = out(0).data;
+    if (result != floats(0)) std::memcpy(result, floats(0), size_t(Tensor::elementsOf(cache)) * 4);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t s = 0; s < seq; ++s) {
+        int64_t position = cachePosition(positions, b, s, context);
+        for (int64_t h = 0; h < kvHeads; ++h)
+          std::memcpy(result + (((layer * batch + b) * kvHeads + h) * context + position) * headDim,
+                      floats(1) + ((b * kvHeads + h) * seq + s) * headDim, size_t(headDim) * 4);
+      }
+  }
+
+  // softmax(q kᵀ * scale) v of one query row over keys and values [visible, D] (rows of
+  // `headDim`), written to `result`; returns the scores' log-sum-exp.
+  static double attendRow(const float *qRow, const float *keys, const float *values, int64_t visible,
+                          int64_t headDim, int64_t valueDim, double scale, std::vector<double> &scores,
+                          std::vector<double> &accumulator, float *result) {
+    double maximum = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < visible; ++j) {
+      double dot = 0;
+      for (int64_t d = 0; d < headDim; ++d) dot += double(qRow[d]) * double(keys[j * headDim + d]);
+      scores[size_t(j)] = dot * scale;
+      maximum = std::max(maximum, scores[size_t(j)]);
+    }
+    std::fill(accumulator.begin(), accumulator.end(), 0.0);
+    double sum = 0;
+    for (int64_t j = 0; j < visible; ++j) {
+      double weight = std::exp(scores[size_t(j)] - maximum);
+      sum += weight;
+      for (int64_t d = 0; d < valueDim; ++d) accumulator[size_t(d)] += weight * double(values[j * valueDim + d]);
+    }
+    for (int64_t d = 0; d < valueDim; ++d) result[d] = float(accumulator[size_t(d)] / sum);
+    return maximum + std::log(sum);
+  }
+
+  // cache_attention(q[B,H,S,D], keys, values [L,B,Hkv,T,D], positions[B]) (layer, scale)
+  // -> [B,H,S,D]: query s of sequence b reads cache positions 0..positions[b] + s.
+  void cacheAttention() {
+    const Shape &q = in(0).shape, &cache = in(1).shape;
+    int64_t batch = q[0], heads = q[1], seq = q[2], headDim = q[3], kvHeads = cache[2], context = cache[3];
+    int64_t layer = op_.intAttr("layer"), group = heads / kvHeads;
+    double scale = op_.floatAttr("scale");
+    const int32_t *positions = tokenIds(3);
+    for (int64_t b = 0; b < batch; ++b) cachePosition(positions, b, seq - 1, context);  // checked before the threads
+    pool_.parallelFor(batch * heads * seq, 1, [&](int64_t begin, int64_t end) {
+      std::vector<double> scores(static_cast<size_t>(context)), accumulator(static_cast<size_t>(headDim));
+      for (int64_t row = begin; row < end; ++row) {
+        int64_t s = row % seq, head = (row / seq) % heads, b = row / (seq * heads);
+        int64_t offset = ((layer * batch + b) * kvHeads + head / group) * context * headDim;
+        attendRow(floats(0) + row * headDim, floats(1) + offset, floats(2) + offset, positions[b] + s + 1, headDim,
+                  headDim, scale, scores, accumulator, out(0).data + row * headDim);
+      }
+    });
+  }
+
 
   // repeat_kv(x[B, Hkv, S, D]) (repeats r) -> [B, Hkv*r, S, D], out[:, h] = x[:, h / r]
   void repeatKv() {
@@ -383,25 +461,9 @@ private:
             // With causal masking key j is visible when j <= i + (Sk - Sq): at least one,
             // as the rules require Sk >= Sq.
             int64_t visible = causal ? std::min(keySeq, i + (keySeq - querySeq) + 1) : keySeq;
-            double maximum = -std::numeric_limits<double>::infinity();
-            for (int64_t j = 0; j < visible; ++j) {
-              double dot = 0;
-              for (int64_t d = 0; d < headDim; ++d)
-                dot += double(qRow[d]) * double(keys[j * headDim + d]);
-              scores[size_t(j)] = dot * scaleFactor;
-              maximum = std::max(maximum, scores[size_t(j)]);
-            }
-            std::fill(accumulator.begin(), accumulator.end(), 0.0);
-            double sum = 0;
-            for (int64_t j = 0; j < visible; ++j) {
-              double weight = std::exp(scores[size_t(j)] - maximum);
-              sum += weight;
-              for (int64_t d = 0; d < valueDim; ++d)
-                accumulator[size_t(d)] += weight * double(values[j * valueDim + d]);
-            }
-            for (int64_t d = 0; d < valueDim; ++d)
-              result[row * valueDim + d] = float(accumulator[size_t(d)] / sum);
-            if (logSumExp) logSumExp[row] = float(maximum + std::log(sum));
+            double lse = attendRow(qRow, keys, values, visible, headDim, valueDim, scaleFactor, scores, accumulator,
+                                   result + row * valueDim);
+            if (logSumExp) logSumExp[row] = float(lse);
           }
         });
   }

@@ -54,6 +54,9 @@ public:
     CurrentDevice current(*device_);
     freeAll();
     validateProgram(program);
+    if (program.kind == ProgramKind::Prefill || program.kind == ProgramKind::Decode)
+      throw Error(fmt::format("{} backend: generation ({} program) has no GPU kernels yet: run it on target cpu",
+                              device_->vendor(), programKindName(program.kind)));
     program_ = program;
     planMemoryIfNeeded(program_);
     for (const Kernel &kernel : program_.kernels)

@@ -46,13 +46,19 @@ int64_t dtypeBytes(DType dtype) {
 }
 
 const char *programKindName(ProgramKind kind) {
-  return kind == ProgramKind::TrainStep ? "train_step" : "forward";
+  switch (kind) {
+  case ProgramKind::Forward: return "forward";
+  case ProgramKind::TrainStep: return "train_step";
+  case ProgramKind::Prefill: return "prefill";
+  case ProgramKind::Decode: return "decode";
+  }
+  return "?";
 }
 
 ProgramKind parseProgramKind(const std::string &name) {
-  for (ProgramKind kind : {ProgramKind::Forward, ProgramKind::TrainStep})
+  for (ProgramKind kind : {ProgramKind::Forward, ProgramKind::TrainStep, ProgramKind::Prefill, ProgramKind::Decode})
     if (name == programKindName(kind)) return kind;
-  throw Error(fmt::format("unknown program kind '{}' (expected forward or train_step)", name));
+  throw Error(fmt::format("unknown program kind '{}' (expected forward, train_step, prefill or decode)", name));
 }
 
 const char *matmulPrecisionName(MatmulPrecision precision) {
@@ -78,16 +84,17 @@ const char *storageName(Storage storage) {
   case Storage::Activation: return "activation";
   case Storage::View: return "view";
   case Storage::Local: return "local";
+  case Storage::State: return "state";
   }
   return "?";
 }
 
 Storage parseStorage(const std::string &name) {
   for (Storage storage : {Storage::Input, Storage::Output, Storage::Weight, Storage::Activation,
-                          Storage::View, Storage::Local})
+                          Storage::View, Storage::Local, Storage::State})
     if (name == storageName(storage)) return storage;
   throw Error(fmt::format(
-      "unknown storage class '{}' (expected input, output, weight, activation, view or local)",
+      "unknown storage class '{}' (expected input, output, weight, activation, view, local or state)",
       name));
 }
 
@@ -264,6 +271,10 @@ private:
                                shapeString(value.shape), describe(target.id),
                                dtypeName(target.dtype), shapeString(target.shape)));
     }
+    bool generation = program_.kind == ProgramKind::Prefill || program_.kind == ProgramKind::Decode;
+    if (value.storage == Storage::State && !generation)
+      fail(path + ".storage", fmt::format("{} is state, which only a prefill or decode program keeps",
+                                          describe(value.id)));
     bool tokenIds = program_.storageOf(value.id).storage == Storage::Input;
     if (tokenIds != (value.dtype == DType::I32))
       fail(path + ".dtype", fmt::format("{} is {}: token ids (storage input) are i32, every "
@@ -464,6 +475,12 @@ private:
     return false;
   }
 
+  // Result `result` of `op` is the cache it stores into, updated where it lies.
+  bool updatesStateInPlace(const OpRecord &op, size_t result) const {
+    return op.op == "kv_cache_store" && result == 0 && !op.operands.empty() &&
+           base(op.operands[0]).id == base(op.results[0]).id;
+  }
+
   void checkOp(const Kernel &kernel, const std::string &path, const OpRecord &op, int k,
                std::vector<int> &localOwner) const {
     checkText(op.op, path + ".op");
@@ -493,6 +510,9 @@ private:
         }
         if (!operands && (owner.storage == Storage::Weight || owner.storage == Storage::Input))
           fail(itemPath, fmt::format("writes {} {}", storageName(owner.storage), describe(list[i])));
+        if (!operands && owner.storage == Storage::State && !updatesStateInPlace(op, i))
+          fail(itemPath, fmt::format("writes state {}: only kv_cache_store updates it, in place of its first "
+                                     "operand", describe(list[i])));
         bool tokenIds = operands && isTokenIdOperand(op.op, i);
         if (tokenIds ? value.dtype != DType::I32 : !isFloat(value.dtype))
           fail(itemPath, fmt::format("{} is {}, but {} expects {}", describe(list[i]),
@@ -558,8 +578,10 @@ private:
   void checkDataflow() const {
     std::vector<std::string> writer(program_.values.size());
     for (const Value &value : program_.values)
-      if (value.storage == Storage::Input || value.storage == Storage::Weight)
-        writer[size_t(value.id)] = value.storage == Storage::Input ? "the caller" : "the checkpoint";
+      if (value.storage == Storage::Input || value.storage == Storage::Weight || value.storage == Storage::State)
+        writer[size_t(value.id)] = value.storage == Storage::Input    ? "the caller"
+                                   : value.storage == Storage::Weight ? "the checkpoint"
+                                                                      : "the run before";
     for (size_t k = 0; k < program_.kernels.size(); ++k)
       for (size_t o = 0; o < program_.kernels[k].ops.size(); ++o) {
         const OpRecord &op = program_.kernels[k].ops[o];
@@ -571,6 +593,7 @@ private:
                              describe(op.operands[i])));
         for (size_t i = 0; i < op.results.size(); ++i) {
           int written = base(op.results[i]).id;
+          if (updatesStateInPlace(op, i)) continue;  // the cache, layer after layer
           for (int operand : op.operands)
             if (base(operand).id == written)
               fail(fmt::format("{}.results[{}]", path, i),
@@ -592,12 +615,22 @@ private:
   // The calling convention of Backend::forward: token ids [batch x seq] in, logits
   // [batch x seq x vocab] (and optionally an f32 scalar loss) out.
   void checkInterface() const {
-    if (program_.inputs.size() != 1)
-      fail("inputs", fmt::format("lists {} values; a forward takes exactly one, the token ids",
-                                 program_.inputs.size()));
+    size_t inputs = program_.kind == ProgramKind::Decode ? 2 : 1;
+    if (program_.inputs.size() != inputs)
+      fail("inputs", fmt::format("lists {} values; a {} takes {}", program_.inputs.size(),
+                                 programKindName(program_.kind),
+                                 inputs == 2 ? "two, the token ids and the positions" : "exactly one, the token ids"));
     for (const Value &value : program_.values)
-      if (value.storage == Storage::Input && value.id != program_.inputs[0])
+      if (value.storage == Storage::Input && std::find(program_.inputs.begin(), program_.inputs.end(), value.id) ==
+                                                 program_.inputs.end())
         fail("inputs", fmt::format("does not list input {}", describe(value.id)));
+    if (inputs == 2) {
+      checkId(program_.inputs[1], "inputs[1]");
+      const Value &positions = program_.value(program_.inputs[1]);
+      if (positions.storage != Storage::Input || positions.shape != std::vector<int64_t>{program_.batch})
+        fail("inputs[1]", fmt::format("{} must be an input of {} i32 positions, one a sequence",
+                                      describe(positions.id), program_.batch));
+    }
     checkId(program_.inputs[0], "inputs[0]");
     const Value &ids = program_.value(program_.inputs[0]);
     if (ids.storage != Storage::Input || ids.numElements() != program_.batch * program_.seqLen)

@@ -109,6 +109,16 @@ public:
   virtual Weights trainedWeights() const;
   // Bytes held for the optimizer's state (AdamW's two moments per parameter).
   virtual int64_t optimizerStateBytes() const { return 0; }
+
+  // Generation (a Program of kind prefill or decode, from compileGenerationFile): runs it on
+  // `tokenIds` [batch * seq] and, for a decode, `positions` [batch] (each sequence's
+  // position; a prefill starts at 0 and takes none), reading and writing the KV cache the
+  // backend keeps between calls (zeros at load). Returns the logits. Throws tlc::Error for
+  // another kind of Program, ids out of range, positions past the cache; only the CPU
+  // backend runs generation so far, the others (the default) throw saying so.
+  virtual ForwardResult generationStep(const std::vector<int32_t> &tokenIds, const std::vector<int32_t> &positions = {});
+  // Bytes held for state kept between calls (the KV cache).
+  virtual int64_t stateBytes() const { return 0; }
 };
 
 // threads = 0: one per hardware thread.

@@ -4,6 +4,7 @@
 
 #include <tlc/Device.h>
 #include <tlc/Export.h>
+#include <tlc/Generate.h>
 #include <tlc/Program.h>
 
 #include <cstdint>
@@ -62,5 +63,17 @@ TLC_API void tuneForDevice(CompileOptions &options, const DeviceInfo &device);
 // passes, lowers to a Program with a memory plan and HIP kernel sources. Throws
 // tlc::Error carrying the located diagnostics on failure.
 TLC_API Program compileModelFile(const std::string &path, const CompileOptions &options);
+
+// Generation (docs/generation.md): tl-kv-cache builds @prefill and @decode from the
+// forward, around a KV cache of `maxContext` positions for options.batch sequences.
+struct GenerationOptions {
+  int64_t maxContext = 0;  // positions the cache holds; 0: the model's tl.max_seq_len
+};
+
+// Parses, specializes and optimizes a .tl file for generation and lowers both functions.
+// The Programs carry no GPU kernels yet: the CPU backend runs them. Throws tlc::Error
+// carrying the located diagnostics on failure.
+TLC_API GenerationPrograms compileGenerationFile(const std::string &path, const CompileOptions &options,
+                                                 const GenerationOptions &generation = {});
 
 } // namespace tlc

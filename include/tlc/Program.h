@@ -35,6 +35,8 @@ enum class Storage {
   Activation, // an intermediate in device memory; placed in the arena by the planner
   View,       // a reshape of another value: same bytes, different shape, no kernel
   Local,      // private to one kernel (kept in registers/shared memory on a GPU)
+  State,      // kept by the backend from one run to the next, zeros at load (the KV cache);
+              // only kv_cache_store writes it, in place, through views of it
 };
 
 TLC_API const char *storageName(Storage storage);
@@ -138,12 +140,15 @@ struct Parameter {
   std::string init;           // seeded init: "normal" (std 0.02) or "ones" (norm gains)
 };
 
-// What running a Program does: a forward (token ids in, logits and loss out), or a
+// What running a Program does: a forward (token ids in, logits and loss out), a
 // training step (the forward, then the backward and an optimizer update of the
-// parameters, which the backend keeps between steps: Backend::trainStep).
-enum class ProgramKind { Forward, TrainStep };
+// parameters, which the backend keeps between steps: Backend::trainStep), or a step of
+// generation (tl-kv-cache): a prefill (a prompt's ids [batch, seq] in, logits out, the KV
+// cache written from position 0) or a decode (ids [batch, 1] and each sequence's position
+// [batch] in, logits out), both reading and writing the cache the backend keeps (State).
+enum class ProgramKind { Forward, TrainStep, Prefill, Decode };
 
-TLC_API const char *programKindName(ProgramKind kind);          // "forward", "train_step"
+TLC_API const char *programKindName(ProgramKind kind);          // "forward", "train_step", "prefill", "decode"
 TLC_API ProgramKind parseProgramKind(const std::string &name);  // throws tlc::Error on an unknown name
 
 // How f32 matrix products are computed where the hardware offers a choice, by the names of
@@ -167,7 +172,7 @@ struct Program {
   std::vector<Parameter> parameters;
   std::vector<Value> values;  // indexed by id
   std::vector<Kernel> kernels;
-  std::vector<int> inputs;    // in order: token ids
+  std::vector<int> inputs;    // in order: token ids (and a decode's positions)
   std::vector<int> outputs;   // in order: logits, loss
   int64_t arenaBytes = 0;     // set by the memory planner
   int64_t workspaceBytes = 0; // the largest Kernel::workspaceBytes (one workspace, reused)

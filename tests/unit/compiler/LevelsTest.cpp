@@ -8,17 +8,6 @@ using namespace tlc;
 
 namespace {
 
-// The public TinyLlama shape, narrowed to run in a test: 32 query heads over 4 kv
-// heads (GQA groups of 8), half-rotation RoPE and the 32000-token vocabulary intact.
-LlamaConfig narrowTinyLlama() {
-  LlamaConfig config = *presetConfig("tinyllama-1.1b");
-  config.layers = 2;
-  config.hidden = 512;
-  config.headDim = 16;
-  config.ffn = 1408;
-  return config;
-}
-
 struct LevelCase {
   std::string name;
   LlamaConfig config;
@@ -66,7 +55,7 @@ TEST_P(LevelsAgree, LogitsMatchO0) {
 
 INSTANTIATE_TEST_SUITE_P(Configs, LevelsAgree,
                          ::testing::Values(LevelCase{"workshop_f32", *presetConfig("workshop"), "f32", 1e-5},
-                                           LevelCase{"tinyllama_narrow_f32", narrowTinyLlama(), "f32", 1e-5},
+                                           LevelCase{"tinyllama_narrow_f32", support::narrowTinyLlama(), "f32", 1e-5},
                                            LevelCase{"workshop_bf16", *presetConfig("workshop"), "bf16", 2e-2}),
                          [](const auto &info) { return info.param.name; });
 

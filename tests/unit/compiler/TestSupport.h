@@ -65,6 +65,17 @@ inline LlamaConfig resizedConfig(const std::string &preset, const Sizes &sizes) 
   return config;
 }
 
+// The public TinyLlama shape, narrowed to run in a test: 32 query heads over 4 kv
+// heads (GQA groups of 8), half-rotation RoPE and the 32000-token vocabulary intact.
+inline LlamaConfig narrowTinyLlama() {
+  LlamaConfig config = *presetConfig("tinyllama-1.1b");
+  config.layers = 2;
+  config.hidden = 512;
+  config.headDim = 16;
+  config.ffn = 1408;
+  return config;
+}
+
 // A small config with the structure of the real ones: GQA, several heads, RoPE.
 inline LlamaConfig smallConfig(const std::string &preset, int64_t layers = 2) {
   return resizedConfig(preset, {layers, /*hidden=*/128, /*heads=*/4, /*kvHeads=*/2, /*headDim=*/32, /*ffn=*/256,

@@ -133,7 +133,7 @@ TEST(ProgramJson, TrainingStepsKeepTheirKind) {
   std::string unknown = text;
   unknown.replace(unknown.find("\"train_step\""), 12, "\"inference\"");
   EXPECT_CONTAINS(errorMessage([&] { programFromJson(unknown, "p.json"); }),
-                  "kind: unknown program kind 'inference' (expected forward or train_step)");
+                  "kind: unknown program kind 'inference' (expected forward, train_step, prefill or decode)");
 }
 
 TEST(ProgramJson, IntegralDoublesStayDoubles) {

@@ -1,0 +1,201 @@
+// Generation with the KV cache (tl-kv-cache): at every level, the prefill's logits and
+// each decode step's are those of the whole sequence's forward, ragged batches included.
+#include "TestSupport.h"
+
+#include <tlc/Generate.h>
+
+#include "runtime/Backend.h"
+#include "runtime/Error.h"
+
+#include <random>
+#include <set>
+
+using namespace tlc;
+
+namespace {
+
+GenerationPrograms compileGeneration(const LlamaConfig &config, const CompileOptions &options, int64_t maxContext) {
+  auto context = support::makeContext();
+  auto module = buildLlamaModule(*context, config);
+  GenerationOptions generation{maxContext};
+  EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, nullptr, &generation)));
+  auto programs = buildGenerationPrograms(*module, options, generation);
+  EXPECT_TRUE(mlir::succeeded(programs));
+  return std::move(*programs);
+}
+
+struct GenerationCase {
+  std::string name;
+  LlamaConfig config;
+  int level;
+  std::string dtype = "f32";
+  double tolerance = 1e-5;
+};
+
+std::ostream &operator<<(std::ostream &os, const GenerationCase &c) { return os << c.name; }
+
+class CachedDecoding : public ::testing::TestWithParam<GenerationCase> {};
+
+// Two sequences of 3 and 6 prompt tokens, then 4 decode steps each at its own position:
+// every row of logits they give is the O0 forward's over the whole sequence at that
+// position (fp32 1e-5; bf16 2e-2, its values rounded between kernels as a GPU would).
+TEST_P(CachedDecoding, MatchesTheWholeSequenceForwardAtEveryPosition) {
+  const GenerationCase &c = GetParam();
+  const int64_t batch = 2, promptCapacity = 6, steps = 4, total = promptCapacity + steps;
+  const std::vector<int64_t> lengths{3, 6};
+  uint64_t seed = ::testing::UnitTest::GetInstance()->random_seed() + 7;
+
+  Program forward = support::compileConfig(c.config, {0, batch, total, c.dtype});
+  Weights weights = Weights::random(forward.parameters, seed);
+  std::vector<int32_t> tokens = randomTokenIds(forward, seed);
+  auto backend = createCpuBackend(2);
+  backend->load(forward, weights);
+  std::vector<float> reference = backend->forward(tokens).logits.data;
+  int64_t vocab = forward.vocab;
+  auto referenceRow = [&](int64_t b, int64_t position) {
+    auto begin = reference.begin() + (b * total + position) * vocab;
+    return std::vector<float>(begin, begin + vocab);
+  };
+
+  GenerationPrograms programs = compileGeneration(c.config, {c.level, batch, promptCapacity, c.dtype}, 16);
+  Generator generator(programs, weights, 2);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t b = 0; b < batch; ++b)
+    prompts.emplace_back(tokens.begin() + b * total, tokens.begin() + b * total + lengths[size_t(b)]);
+
+  std::vector<float> got, expected;
+  ForwardResult prefill = generator.prefill(prompts);
+  ASSERT_EQ(prefill.logits.shape, (std::vector<int64_t>{batch, promptCapacity, vocab}));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < lengths[size_t(b)]; ++s) {
+      auto begin = prefill.logits.data.begin() + (b * promptCapacity + s) * vocab;
+      got.insert(got.end(), begin, begin + vocab);
+      std::vector<float> row = referenceRow(b, s);
+      expected.insert(expected.end(), row.begin(), row.end());
+    }
+  for (int64_t i = 0; i < steps; ++i) {
+    std::vector<int32_t> next;
+    for (int64_t b = 0; b < batch; ++b) next.push_back(tokens[size_t(b * total + lengths[size_t(b)] + i)]);
+    ForwardResult step = generator.step(next);
+    ASSERT_EQ(step.logits.shape, (std::vector<int64_t>{batch, 1, vocab}));
+    for (int64_t b = 0; b < batch; ++b) {
+      auto begin = step.logits.data.begin() + b * vocab;
+      std::vector<float> row(begin, begin + vocab), want = referenceRow(b, lengths[size_t(b)] + i);
+      EXPECT_LE(relativeError(row, want), c.tolerance) << "sequence " << b << ", step " << i;
+      got.insert(got.end(), row.begin(), row.end());
+      expected.insert(expected.end(), want.begin(), want.end());
+    }
+  }
+  EXPECT_LE(relativeError(got, expected), c.tolerance);
+  EXPECT_EQ(generator.lengths(), (std::vector<int64_t>{3 + steps, 6 + steps}));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Levels, CachedDecoding,
+    ::testing::Values(GenerationCase{"workshop_O0", support::smallConfig("workshop"), 0},
+                      GenerationCase{"workshop_O1", support::smallConfig("workshop"), 1},
+                      GenerationCase{"workshop_O2", support::smallConfig("workshop"), 2},
+                      GenerationCase{"workshop_O3", support::smallConfig("workshop"), 3},
+                      GenerationCase{"tinyllama_narrow_O0", support::narrowTinyLlama(), 0},
+                      GenerationCase{"tinyllama_narrow_O2", support::narrowTinyLlama(), 2},
+                      GenerationCase{"tinyllama_narrow_O3", support::narrowTinyLlama(), 3},
+                      GenerationCase{"workshop_O2_bf16", support::smallConfig("workshop"), 2, "bf16", 2e-2}),
+    [](const auto &info) { return info.param.name; });
+
+// What each level's decode step is made of: the cache is State, written in place by its
+// own kernels; fusion removes launches as it does in the forward.
+TEST(Generation, EveryLevelKeepsTheCacheAsStateAndFusesTheDecode) {
+  LlamaConfig config = support::smallConfig("workshop");
+  std::vector<size_t> kernels;
+  for (int level = 0; level <= 3; ++level) {
+    SCOPED_TRACE("O" + std::to_string(level));
+    GenerationPrograms programs = compileGeneration(config, {level, 2, 4, "f32"}, 16);
+    EXPECT_EQ(programs.prefill.kind, ProgramKind::Prefill);
+    EXPECT_EQ(programs.decode.kind, ProgramKind::Decode);
+    EXPECT_EQ(programs.decode.inputs.size(), 2u);
+    EXPECT_EQ(programs.decode.outputs.size(), 1u);  // the logits; the caches stay
+    int states = 0, stores = 0;
+    for (const Value &value : programs.decode.values)
+      if (value.storage == Storage::State) {
+        ++states;
+        EXPECT_EQ(value.shape, (std::vector<int64_t>{config.layers, 2, config.kvHeads, 16, config.headDim}));
+      }
+    for (const Kernel &kernel : programs.decode.kernels)
+      for (const OpRecord &op : kernel.ops) stores += op.op == "kv_cache_store";
+    EXPECT_EQ(states, 2);
+    EXPECT_EQ(stores, 2 * config.layers);
+    Program reloaded = programFromJson(programToJson(programs.decode));  // validated on the way in
+    EXPECT_EQ(reloaded.kind, ProgramKind::Decode);
+    EXPECT_EQ(programToJson(reloaded), programToJson(programs.decode));
+    kernels.push_back(programs.decode.kernels.size());
+  }
+  EXPECT_LT(kernels[1], kernels[0]);
+  EXPECT_LT(kernels[2], kernels[1]);
+}
+
+TEST(Generation, RefusesWhatItCannotDo) {
+  LlamaConfig config = support::smallConfig("workshop");
+  GenerationPrograms programs = compileGeneration(config, {2, 2, 4, "f32"}, 8);
+  Weights weights = Weights::random(programs.prefill.parameters, 3);
+  Generator generator(programs, weights, 1);
+  EXPECT_THROW(generator.step({1, 2}), Error);                                    // before the prefill
+  EXPECT_THROW(generator.prefill({{1, 2, 3, 4, 5}, {1}}), Error);                 // longer than the prefill takes
+  EXPECT_THROW(generator.prefill({{1}}), Error);                                  // one prompt for two sequences
+  generator.prefill({{1, 2, 3, 4}, {5}});
+  for (int i = 0; i < 4; ++i) generator.step({1, 2});                             // the first fills its 8 positions
+  try {
+    generator.step({1, 2});
+    FAIL() << "stepped past the cache";
+  } catch (const Error &error) {
+    EXPECT_NE(std::string(error.what()).find("sequence 0 has filled the KV cache's 8 positions"), std::string::npos)
+        << error.what();
+  }
+  auto backend = createCpuBackend(1);
+  backend->load(programs.decode, weights);
+  EXPECT_THROW(backend->forward({1, 2}), Error);          // a decode is not a forward
+  EXPECT_THROW(backend->generationStep({1, 2}), Error);   // a decode needs positions
+  EXPECT_THROW(backend->generationStep({1, 2}, {0, -1}), Error);
+}
+
+TEST(Generation, ChoosesTokensGreedilyOrBySampling) {
+  std::vector<float> logits{0.5f, 3.0f, 2.9f, -1.0f, 3.0f};
+  EXPECT_EQ(chooseToken(logits.data(), 5, {}, 0), 1);  // the first of the two largest
+  SamplingOptions topOne{1.0, 1, 1.0, 0};
+  std::mt19937_64 random(5);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(chooseToken(logits.data(), 5, topOne, random()), 1);
+  SamplingOptions nucleus{1.0, 0, 0.6, 0};  // ids 1, 4 and 2 hold about 0.35 each: two of them reach 0.6
+  std::set<int32_t> seen;
+  for (int i = 0; i < 200; ++i) seen.insert(chooseToken(logits.data(), 5, nucleus, random()));
+  EXPECT_EQ(seen, (std::set<int32_t>{1, 4}));
+  SamplingOptions hot{1.0, 0, 1.0, 0};
+  seen.clear();
+  for (int i = 0; i < 2000; ++i) seen.insert(chooseToken(logits.data(), 5, hot, random()));
+  EXPECT_EQ(seen.size(), 5u);
+  EXPECT_THROW(chooseToken(logits.data(), 5, {-1.0, 0, 1.0, 0}, 0), Error);
+  EXPECT_THROW(chooseToken(logits.data(), 5, {1.0, 0, 0.0, 0}, 0), Error);
+}
+
+// The same seed, the same tokens; a callback sees each step and may stop early.
+TEST(Generation, GeneratesReproduciblyAndStopsWhenAsked) {
+  LlamaConfig config = support::smallConfig("workshop");
+  GenerationPrograms programs = compileGeneration(config, {1, 2, 3, "f32"}, 16);
+  Weights weights = Weights::random(programs.prefill.parameters, 9);
+  SamplingOptions sampling{0.8, 20, 0.95, 42};
+  std::vector<std::vector<int32_t>> prompts{{1, 2, 3}, {4}};
+  Generator first(programs, weights, 1), second(programs, weights, 1);
+  auto a = first.generate(prompts, 6, sampling), b = second.generate(prompts, 6, sampling);
+  EXPECT_EQ(a, b);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].size(), 6u);
+  int64_t calls = 0;
+  auto stopped = first.generate(prompts, 6, sampling, [&](int64_t step, const std::vector<int32_t> &tokens) {
+    EXPECT_EQ(step, calls++);
+    EXPECT_EQ(tokens.size(), 2u);
+    return step < 2;
+  });
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(stopped, (std::vector<std::vector<int32_t>>{{a[0][0], a[0][1], a[0][2]}, {a[1][0], a[1][1], a[1][2]}}));
+  EXPECT_EQ(first.lengths(), (std::vector<int64_t>{3 + 2, 1 + 2}));
+}
+
+} // namespace
