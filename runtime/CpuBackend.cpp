@@ -72,11 +72,14 @@ public:
         state.secondMoment.assign(state.weight.size(), 0.0f);
       }
     materializeWeights(&weights);
-    // The cache starts empty, unless a backend sharing it made it already.
+    // The cache starts as zeros; a backend sharing it must hold it at the same size.
     for (const Value &value : program_.values)
       if (value.storage == Storage::State) {
         std::vector<std::byte> &buffer = state_->buffers[value.name];
-        if (int64_t(buffer.size()) != value.bytes()) buffer.assign(size_t(value.bytes()), std::byte{0});
+        if (!buffer.empty() && int64_t(buffer.size()) != value.bytes() && state_.use_count() > 1)
+          throw Error(fmt::format("cpu backend: state '{}' of {} bytes is shared with a backend that holds {}",
+                                  value.name, value.bytes(), buffer.size()));
+        buffer.assign(size_t(value.bytes()), std::byte{0});
       }
 
     // 0xFF bytes read as NaN in f32 and bf16: a value read before it is written shows.

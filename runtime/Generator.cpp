@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -51,6 +52,14 @@ const Value *stateValue(const Program &program) {
   return nullptr;
 }
 
+// The state a Program keeps, by name and shape: what its two backends share.
+std::map<std::string, std::vector<int64_t>> stateShapes(const Program &program) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const Value &value : program.values)
+    if (value.storage == Storage::State) shapes[value.name] = value.shape;
+  return shapes;
+}
+
 } // namespace
 
 struct Generator::Impl {
@@ -67,9 +76,8 @@ Generator::Generator(const GenerationPrograms &programs, const Weights &weights,
   if (prefill.kind != ProgramKind::Prefill || decode.kind != ProgramKind::Decode)
     throw Error(fmt::format("a generator needs a prefill and a decode program, got a {} and a {}",
                             programKindName(prefill.kind), programKindName(decode.kind)));
-  const Value *prefillCache = stateValue(prefill), *decodeCache = stateValue(decode);
   if (prefill.model != decode.model || prefill.batch != decode.batch || prefill.vocab != decode.vocab ||
-      !prefillCache || !decodeCache || prefillCache->shape != decodeCache->shape)
+      prefill.dtype != decode.dtype || !stateValue(decode) || stateShapes(prefill) != stateShapes(decode))
     throw Error("the prefill and decode programs are not of one model, batch and KV cache");
   impl_->programs = programs;
   auto state = std::make_shared<CpuState>();

@@ -275,6 +275,12 @@ private:
     if (value.storage == Storage::State && !generation)
       fail(path + ".storage", fmt::format("{} is state, which only a prefill or decode program keeps",
                                           describe(value.id)));
+    // A backend keeps state by name: one name, one buffer.
+    if (value.storage == Storage::State)
+      for (const Value &other : program_.values)
+        if (other.storage == Storage::State && other.id < value.id && other.name == value.name)
+          fail(path + ".name", fmt::format("state {} has the name of state {}", describe(value.id),
+                                           describe(other.id)));
     bool tokenIds = program_.storageOf(value.id).storage == Storage::Input;
     if (tokenIds != (value.dtype == DType::I32))
       fail(path + ".dtype", fmt::format("{} is {}: token ids (storage input) are i32, every "
@@ -478,7 +484,7 @@ private:
   // Result `result` of `op` is the cache it stores into, updated where it lies.
   bool updatesStateInPlace(const OpRecord &op, size_t result) const {
     return op.op == "kv_cache_store" && result == 0 && !op.operands.empty() &&
-           base(op.operands[0]).id == base(op.results[0]).id;
+           base(op.results[0]).storage == Storage::State && base(op.operands[0]).id == base(op.results[0]).id;
   }
 
   void checkOp(const Kernel &kernel, const std::string &path, const OpRecord &op, int k,

@@ -157,6 +157,32 @@ TEST(Generation, RefusesWhatItCannotDo) {
   EXPECT_THROW(backend->generationStep({1, 2}, {0, -1}), Error);
 }
 
+// What the validator says of a decode Program edited to break the state's rules.
+std::string validationError(const Program &program) {
+  try {
+    validateProgram(program);
+  } catch (const Error &error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Generation, TheValidatorKeepsStateToGeneration) {
+  GenerationPrograms programs = compileGeneration(support::smallConfig("workshop"), {1, 2, 4, "f32"}, 8);
+  EXPECT_EQ(validationError(programs.decode), "");
+  Program forward = programs.prefill;
+  forward.kind = ProgramKind::Forward;
+  EXPECT_NE(validationError(forward).find("which only a prefill or decode program keeps"), std::string::npos);
+  Program sameNames = programs.decode;
+  for (Value &value : sameNames.values)
+    if (value.storage == Storage::State) value.name = "kv_cache.k";
+  EXPECT_NE(validationError(sameNames).find("has the name of state"), std::string::npos);
+  Program noPositions = programs.decode;
+  noPositions.inputs.pop_back();
+  EXPECT_NE(validationError(noPositions).find("a decode takes two, the token ids and the positions"),
+            std::string::npos);
+}
+
 TEST(Generation, ChoosesTokensGreedilyOrBySampling) {
   std::vector<float> logits{0.5f, 3.0f, 2.9f, -1.0f, 3.0f};
   EXPECT_EQ(chooseToken(logits.data(), 5, {}, 0), 1);  // the first of the two largest
