@@ -1,11 +1,12 @@
 // tlc: compile a .tl model at an optimization level, show what each pass did, emit
 // what it made, run it; `tlc ladder` compares every level side by side; `tlc train`
-// trains it.
+// trains it; `tlc generate` continues a prompt with the KV cache.
 //
 //   tlc models/tinyllama.tl -O2 --run
 //   tlc models/tinyllama.tl -O3 --dump-ir-dir=ir/ --ir-block=0
 //   tlc ladder models/tinyllama.tl --chart=ladder.svg
 //   tlc train models/tinyllama.tl --batch-size 8 --seq-len 128 --num-steps 50 --learning-rate 3e-4
+//   tlc generate models/tinyllama.tl --prompt-ids "1 2 3" --max-new-tokens 16 -O2 --target=cpu
 #include "runtime/AttributeRanges.h"
 #include "api/Compile.h"
 #include "compiler/BlockView.h"
@@ -28,6 +29,7 @@
 #include "tools/IrDumps.h"
 #include "tools/Ladder.h"
 #include "tools/LadderChart.h"
+#include "tools/Generation.h"
 #include "tools/Training.h"
 
 #include <tlc/Error.h>
@@ -64,15 +66,20 @@ cl::SubCommand trainCommand("train",
                             "train the model: forward, backward and AdamW each step, on a GPU or the CPU; "
                             "print the loss, samples/s and tokens/s of every step and the peak memory, as the "
                             "workshop's scripts do");
-cl::SubCommandGroup everywhere = {&cl::SubCommand::getTopLevel(), &ladderCommand, &trainCommand};
-// What compiles one level and may be read after each pass: tlc itself and tlc train.
-cl::SubCommandGroup oneLevel = {&cl::SubCommand::getTopLevel(), &trainCommand};
+cl::SubCommand generateCommand("generate",
+                               "continue a prompt on the CPU with the KV cache (tl-kv-cache's @prefill and @decode), "
+                               "greedy or sampled: the new token ids as they come, then the prefill's and each "
+                               "decode step's speed, the peak memory and the kernels a step");
+cl::SubCommandGroup everywhere = {&cl::SubCommand::getTopLevel(), &ladderCommand, &trainCommand, &generateCommand};
+// What compiles one level and may be read after each pass: tlc itself, tlc train and tlc generate.
+cl::SubCommandGroup oneLevel = {&cl::SubCommand::getTopLevel(), &trainCommand, &generateCommand};
 
 cl::OptionCategory compileCategory("Compiling");
 cl::OptionCategory irCategory("Reading the IR (stderr, or one file per pass)");
 cl::OptionCategory runCategory("Running (--run, and tlc ladder)");
 cl::OptionCategory ladderCategory("tlc ladder");
 cl::OptionCategory trainCategory("tlc train (as the workshop's scripts: AdamW, random tokens unless --data)");
+cl::OptionCategory generateCategory("tlc generate (the CPU backend; --seed seeds the weights and the sampling)");
 
 // -- Compiling ---------------------------------------------------------------------
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.tl>"), cl::Required, cl::cat(compileCategory),
@@ -265,6 +272,22 @@ cl::opt<std::string> saveGradientsPath("save-gradients",
                                                 "safetensors file"),
                                        cl::value_desc("file"), cl::cat(trainCategory), cl::sub(trainCommand));
 
+// -- tlc generate ---------------------------------------------------------------------
+cl::opt<std::string> promptIds("prompt-ids", cl::desc("the prompt's token ids, e.g. \"1 2 3\""), cl::value_desc("ids"),
+                               cl::cat(generateCategory), cl::sub(generateCommand));
+cl::opt<int64_t> maxNewTokens("max-new-tokens", cl::desc("tokens to generate (default 32)"), cl::init(32),
+                              cl::cat(generateCategory), cl::sub(generateCommand));
+cl::opt<double> temperature("temperature", cl::desc("sampling temperature (default 0: greedy)"), cl::init(0),
+                            cl::cat(generateCategory), cl::sub(generateCommand));
+cl::opt<int64_t> topK("top-k", cl::desc("sample among the k most likely tokens (default 0: all)"), cl::init(0),
+                      cl::cat(generateCategory), cl::sub(generateCommand));
+cl::opt<double> topP("top-p", cl::desc("sample among the fewest most likely tokens whose probabilities reach p "
+                                       "(default 1)"),
+                     cl::init(1), cl::cat(generateCategory), cl::sub(generateCommand));
+cl::opt<int64_t> maxContext("max-context", cl::desc("positions the KV cache holds (default 0: the model's "
+                                                    "tl.max_seq_len)"),
+                            cl::init(0), cl::cat(generateCategory), cl::sub(generateCommand));
+
 int fail(const std::string &message) {
   llvm::WithColor::error(llvm::errs(), "tlc") << message << "\n";
   return 1;
@@ -310,6 +333,33 @@ std::string checkTrainFlags() {
         return fmt::format("--{} does not apply to tlc train --emit (it writes the training step and trains nothing)",
                            option->ArgStr.str());
   }
+  return "";
+}
+
+// tlc generate's own flags: the prompt sets the shape; only the CPU runs generation yet.
+std::string checkGenerateFlags() {
+  if (promptIds.empty()) return "tlc generate needs --prompt-ids (the prompt's token ids, e.g. --prompt-ids=\"1 2 3\")";
+  const cl::Option *notHere[] = {&batchSize, &seqLen, &iterations, &tokensPath, &persistent, &saveWeightsPath,
+                                 &matmulPrecision, &precompile};
+  for (const cl::Option *option : notHere)
+    if (option->getNumOccurrences())
+      return fmt::format("--{} does not apply to tlc generate (the prompt sets the shape; it runs on the CPU)",
+                         option->ArgStr.str());
+  if (emit != Emit::None && emit != Emit::IR)
+    return "tlc generate --emit writes only the IR (--emit=ir): @prefill and @decode have no GPU kernels yet";
+  if (target == "cuda" || target == "hip")
+    return fmt::format("tlc generate runs on the CPU only so far (--target=cpu): the GPU kernels of @prefill and "
+                       "@decode are not generated yet, and --target={} cannot run them", target.getValue());
+  if (maxNewTokens < 1) return fmt::format("--max-new-tokens={} must be 1 or more", maxNewTokens.getValue());
+  if (!(temperature >= 0) || !std::isfinite(temperature))
+    return fmt::format("--temperature={} must be 0 (greedy) or positive", temperature.getValue());
+  if (topK < 0) return fmt::format("--top-k={} must be 0 (all) or positive", topK.getValue());
+  if (!(topP > 0 && topP <= 1)) return fmt::format("--top-p={} must be in (0, 1]", topP.getValue());
+  if (maxContext < 0) return fmt::format("--max-context={} must be 0 (the model's) or positive", maxContext.getValue());
+  const cl::Option *sampling[] = {&topK, &topP};
+  for (const cl::Option *option : sampling)
+    if (option->getNumOccurrences() && temperature == 0)
+      return fmt::format("--{} needs --temperature above 0 (temperature 0 is greedy)", option->ArgStr.str());
   return "";
 }
 
@@ -397,6 +447,9 @@ std::string checkFlags() {
   if (trainCommand) {
     if (std::string problem = checkTrainFlags(); !problem.empty()) return problem;
   }
+  if (generateCommand) {
+    if (std::string problem = checkGenerateFlags(); !problem.empty()) return problem;
+  }
   if (ladderCommand) {
     // LLVM's parser lets a subcommand take the top level's options too; these mean
     // nothing to the ladder, so they are refused rather than ignored.
@@ -409,7 +462,7 @@ std::string checkFlags() {
         return fmt::format("--{} does not apply to tlc ladder (it runs every level; see tlc ladder --help)",
                            option->ArgStr.str());
   }
-  auto runs = [] { return run || ladderCommand || trainCommand; };
+  auto runs = [] { return run || ladderCommand || trainCommand || generateCommand; };
   std::vector<tlc::cli::Requirement> requirements = {
       {profile, [] { return bool(run); }, "--profile needs --run"},
       {tracePath, [] { return bool(profile); }, "--trace needs --profile (and --run)"},
@@ -439,14 +492,18 @@ std::string checkFlags() {
 // The model's tl.max_seq_len bounds --seq-len, and its default.
 void fitDefaultSeqLen(mlir::ModuleOp module) {
   auto maxSeq = module->getAttrOfType<mlir::IntegerAttr>("tl.max_seq_len");
-  if (maxSeq && seqLen.getNumOccurrences() == 0 && seqLen > maxSeq.getInt()) seqLen = maxSeq.getInt();
+  // tlc generate's is the prompt's length: never cut.
+  if (maxSeq && seqLen.getNumOccurrences() == 0 && !generateCommand && seqLen > maxSeq.getInt())
+    seqLen = maxSeq.getInt();
 }
 
 // Checks of flags against the parsed model, still before any pass runs.
 std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &options) {
   auto maxSeq = module->getAttrOfType<mlir::IntegerAttr>("tl.max_seq_len");
   if (maxSeq && seqLen > maxSeq.getInt())
-    return fmt::format("--seq-len={} exceeds the model's maximum of {} (tl.max_seq_len in {})", seqLen.getValue(),
+    return fmt::format("{} the model's maximum of {} (tl.max_seq_len in {})",
+                       generateCommand ? fmt::format("--prompt-ids: {} tokens exceed", seqLen.getValue())
+                                       : fmt::format("--seq-len={} exceeds", seqLen.getValue()),
                        maxSeq.getInt(), inputFile.getValue());
   if (irBlock >= 0) {
     int blocks = tlc::countBlocks(module);
@@ -456,7 +513,9 @@ std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &
   }
   if (!printIrAfter.empty()) {
     tlc::AdamWOptions adamw = adamwOptions();
-    std::vector<std::string> passes = tlc::pipelinePasses(options, trainCommand ? &adamw : nullptr);
+    tlc::GenerationOptions generation{maxContext};
+    std::vector<std::string> passes = tlc::pipelinePasses(options, trainCommand ? &adamw : nullptr,
+                                                          generateCommand ? &generation : nullptr);
     for (const std::string &name : printIrAfter)
       if (std::find(passes.begin(), passes.end(), name) == passes.end())
         return fmt::format("--print-ir-after={}: no pass of that name runs at -O{} (it runs: {})", name, optLevel,
@@ -703,9 +762,11 @@ int writeProgram(const tlc::Program &program) {
 }
 
 // Parses the model, checks the flags against it and runs the level's passes (with
-// `training`, then tl-autodiff): null once an error has been said.
+// `training`, then tl-autodiff; with `generation`, after tl-kv-cache): null once an error
+// has been said.
 mlir::OwningOpRef<mlir::ModuleOp> parseAndOptimize(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr,
-                                                   const tlc::AdamWOptions *training) {
+                                                   const tlc::AdamWOptions *training,
+                                                   const tlc::GenerationOptions *generation = nullptr) {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   {
     tlc::ProgressLine line(fmt::format("parsing {}", inputFile.getValue()));
@@ -717,9 +778,13 @@ mlir::OwningOpRef<mlir::ModuleOp> parseAndOptimize(mlir::MLIRContext &context, l
     fail(problem);
     return nullptr;
   }
-  tlc::ProgressLine line(fmt::format(training ? "building the training step at -O{}" : "optimizing at -O{}", optLevel));
+  tlc::ProgressLine line(fmt::format(training     ? "building the training step at -O{}"
+                                     : generation ? "building @prefill and @decode at -O{}"
+                                                  : "optimizing at -O{}",
+                                     optLevel));
   if (mlir::failed(tlc::optimizeModule(
-          *module, compileOptions(), [&](mlir::PassManager &pm) { configurePassManager(pm, line); }, training)) ||
+          *module, compileOptions(), [&](mlir::PassManager &pm) { configurePassManager(pm, line); }, training,
+          generation)) ||
       *dumpFailed)
     return nullptr;
   return module;
@@ -767,6 +832,33 @@ int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   return 0;
 }
 
+// tlc generate: @prefill and @decode built at the level (their IR printable as any
+// level's), then the prompt continued on the CPU; with --emit=ir, their IR instead.
+int generateTokens(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  tlc::GenerationRun generation;
+  generation.prompt = tlc::parseTokenIds(promptIds);
+  batchSize = 1;  // the prompt is the shape: one sequence, its length the prefill's
+  seqLen = int64_t(generation.prompt.size());
+  tlc::GenerationOptions options{maxContext};
+  mlir::OwningOpRef<mlir::ModuleOp> module = parseAndOptimize(context, sourceMgr, nullptr, &options);
+  if (!module) return 1;
+  if (emit == Emit::IR) {
+    writeIr(*module);
+    return 0;
+  }
+  mlir::FailureOr<tlc::GenerationPrograms> programs = mlir::failure();
+  {
+    tlc::ProgressLine line("lowering @prefill and @decode to Programs (kernels, memory plan)");
+    programs = tlc::buildGenerationPrograms(*module, compileOptions(), options);
+  }
+  if (mlir::failed(programs)) return 1;
+  generation.maxNewTokens = maxNewTokens;
+  generation.sampling = {temperature, topK, topP, seed};
+  generation.inputs = runInputs();
+  tlc::generate(*programs, generation);
+  return 0;
+}
+
 int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   auto module = tlc::parseModelFile(context, inputFile, sourceMgr);
   if (!module) return 1;
@@ -806,6 +898,7 @@ int main(int argc, char **argv) {
   tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &tlc::cli::passManagerCategory()});
   tlc::cli::showOnly({&compileCategory, &runCategory, &ladderCategory}, ladderCommand);
   tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &trainCategory}, trainCommand);
+  tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &generateCategory}, generateCommand);
   cl::ParseCommandLineOptions(argc, argv,
                               "tlc: compile a transformer written in the tl dialect into fused kernels, show what "
                               "each pass did, and run it\n");
@@ -827,9 +920,10 @@ int main(int argc, char **argv) {
   });
 
   try {
-    int status = trainCommand    ? trainModel(context, sourceMgr)
-                 : ladderCommand ? climbLadder(context, sourceMgr)
-                                 : compileAndRun(context, sourceMgr);
+    int status = trainCommand      ? trainModel(context, sourceMgr)
+                 : generateCommand ? generateTokens(context, sourceMgr)
+                 : ladderCommand   ? climbLadder(context, sourceMgr)
+                                   : compileAndRun(context, sourceMgr);
     tlc::checkStdout();  // a summary lost to a full disk or a closed pipe is a failure too
     return status;
   } catch (const tlc::Error &error) {
