@@ -253,11 +253,7 @@ private:
     // What the op returns is written to memory; everything else stayed on chip.
     for (mlir::Value result : op->getResults()) {
       int id = ids.lookup(result);
-      program.values[id].storage = Storage::Activation;
-      if (llvm::isa<tl::KvCacheStoreOp>(op)) {  // the cache, written where it lies
-        program.values[id].storage = Storage::View;
-        program.values[id].viewOf = program.storageOf(ids.lookup(op->getOperand(0))).id;
-      }
+      if (!isStateView(id)) program.values[id].storage = Storage::Activation;
       kernel.outputs.push_back(id);
       producer[id] = int(program.kernels.size());
     }
@@ -333,6 +329,11 @@ private:
     OpRecord record = makeRecord(op);
     for (mlir::Value operand : op->getOperands()) record.operands.push_back(ids.lookup(operand));
     for (mlir::Value result : op->getResults()) record.results.push_back(addValue(result, Storage::Local));
+    if (llvm::isa<tl::KvCacheStoreOp>(op)) {  // the cache, written where it lies, wherever the store runs
+      Value &cache = program.values[size_t(record.results[0])];
+      cache.storage = Storage::View;
+      cache.viewOf = program.storageOf(record.operands[0]).id;
+    }
     kernel.flops += countFlops(op);
     kernel.ops.push_back(std::move(record));
     return mlir::success();
@@ -350,11 +351,16 @@ private:
     return mlir::success();
   }
 
+  // A cache updated in place (a kv_cache_store's result): it is the state's bytes.
+  bool isStateView(int id) const {
+    return program.values[size_t(id)].storage == Storage::View && program.storageOf(id).storage == Storage::State;
+  }
+
   // Maps an op's results to the values its region yields.
   mlir::LogicalResult bindResults(mlir::Operation *op, tl::YieldOp yield) {
     for (auto [result, yielded] : llvm::zip(op->getResults(), yield.getValues())) {
       int id = ids.lookup(yielded);
-      if (program.values[id].storage != Storage::Local)
+      if (program.values[id].storage != Storage::Local && !isStateView(id))
         return op->emitError("a fused region must compute what it yields");
       ids[result] = id;
     }

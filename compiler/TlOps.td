@@ -244,12 +244,13 @@ def Tl_KvCacheOp : Tl_Op<"kv_cache", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Tl_KvCacheStoreOp : Tl_InferredOp<"kv_cache_store"> {
+def Tl_KvCacheStoreOp : Tl_InferredOp<"kv_cache_store", [Tl_EpilogueFusable]> {
   let summary = "write one layer's keys or values [B, Hkv, S, D] into the cache at each sequence's position";
   let description = [{
     cache[layer, b, h, p + s, :] = value[b, h, s, :], where p is `positions[b]` (zero
     without positions: a prompt from its start). The result is the updated cache; the
-    runtime writes it in place.
+    runtime writes it in place. In a GEMM's epilogue (O2+) the projection's k or v
+    goes straight from the accumulator into the cache.
   }];
   let arguments = (ins Tl_CacheTensor:$cache, Tl_FloatTensor:$value, Optional<Tl_PositionTensor>:$positions,
                        I64Attr:$layer);

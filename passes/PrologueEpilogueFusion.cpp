@@ -105,6 +105,8 @@ FusedLinearOp absorbConsumer(FusedLinearOp fused, mlir::OpBuilder &b) {
       if (map.contains(operand)) continue;
       if (operand.getDefiningOp() == fused) {
         map.map(operand, yield.getOperand(llvm::cast<mlir::OpResult>(operand).getResultNumber()));
+      } else if (auto input = llvm::find(epilogueInputs, operand); input != epilogueInputs.end()) {
+        map.map(operand, epilogue.getArgument(1 + unsigned(input - epilogueInputs.begin())));  // after the accumulator
       } else {
         map.map(operand, epilogue.addArgument(operand.getType(), operand.getLoc()));
         epilogueInputs.push_back(operand);
