@@ -1,5 +1,6 @@
 #include "compiler/ModelIO.h"
 
+#include "compiler/Provenance.h"
 #include "compiler/TlDialect.h"
 
 #include <optional>
@@ -75,7 +76,9 @@ mlir::OwningOpRef<mlir::ModuleOp> parseModelSource(mlir::MLIRContext &context, l
     return nullptr;
   }
   // parseSourceFile verifies the module: shape errors surface here, located.
-  return mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
+  auto module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
+  if (module) nameSourceOps(*module, sourceMgr);
+  return module;
 }
 
 mlir::func::FuncOp getForwardFunction(mlir::ModuleOp module) {

@@ -158,7 +158,8 @@ def main():
         if name == "O2":
             w("")
             w("What the code generator made of the QKV `tl.fused_linear` (`tlc --opt-level=2 --emit=hip -o out/`, "
-              "one file per kernel): its header says what the kernel computes, and the epilogue hook the GEMM "
+              "one file per kernel): its header says what the kernel computes and which ops of the model file each "
+              "launch of it computes (every op keeps its location through the fusion passes), and the epilogue hook the GEMM "
               "template calls with 8 accumulator values of a row shows RoPE and the [B, H, S, D] stores; "
               "`v` is the 8 values, `row` the whole accumulator row in shared memory.")
             w("")

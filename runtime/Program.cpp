@@ -54,6 +54,22 @@ ProgramKind parseProgramKind(const std::string &name) {
   throw Error(fmt::format("unknown program kind '{}' (expected forward or train_step)", name));
 }
 
+const char *originRoleName(OriginRole role) {
+  switch (role) {
+  case OriginRole::Computes: return "computes";
+  case OriginRole::Gradient: return "gradient";
+  case OriginRole::Recomputes: return "recomputes";
+  case OriginRole::Updates: return "updates";
+  }
+  return "?";
+}
+
+OriginRole parseOriginRole(const std::string &name) {
+  for (OriginRole role : {OriginRole::Computes, OriginRole::Gradient, OriginRole::Recomputes, OriginRole::Updates})
+    if (name == originRoleName(role)) return role;
+  throw Error(fmt::format("unknown origin role '{}' (expected computes, gradient, recomputes or updates)", name));
+}
+
 const char *storageName(Storage storage) {
   switch (storage) {
   case Storage::Input: return "input";
@@ -149,6 +165,7 @@ public:
       if (program_.values[index].storage == Storage::View)
         checkId(program_.values[index].viewOf, fmt::format("values[{}].view_of", index));
     for (const Value &value : program_.values) checkValue(value);
+    checkSources();
     checkKernels();
     checkUpdates();
     checkDataflow();
@@ -328,6 +345,21 @@ private:
     }
   }
 
+  // Provenance is text for readers: valid UTF-8 and origins that name a source op.
+  void checkSources() const {
+    checkText(program_.sourceFile, "source_file");
+    for (size_t i = 0; i < program_.sourceOps.size(); ++i)
+      checkText(program_.sourceOps[i].text, fmt::format("source_ops[{}].text", i));
+  }
+
+  void checkOrigins(const Kernel &kernel, const std::string &path) const {
+    for (size_t i = 0; i < kernel.origins.size(); ++i)
+      if (kernel.origins[i].op < 0 || size_t(kernel.origins[i].op) >= program_.sourceOps.size())
+        fail(fmt::format("{}.origins[{}]", path, i),
+             fmt::format("refers to source op {}, but the program has {}", kernel.origins[i].op,
+                         program_.sourceOps.size()));
+  }
+
   void checkKernels() {
     // A Local belongs to exactly one kernel.
     std::vector<int> localOwner(program_.values.size(), -1);
@@ -339,6 +371,7 @@ private:
       checkText(kernel.entry, path + ".entry");
       checkText(kernel.source, path + ".source");
       checkKernelFields(kernel, path);
+      checkOrigins(kernel, path);
       std::optional<int64_t> flops = checkedAdd(totalFlops, kernel.flops);
       std::optional<int64_t> bytes = checkedAdd(totalBytes, kernel.minBytes);
       if (!flops || !bytes) fail(path, "the program's total flops or min_bytes overflow");

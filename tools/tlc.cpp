@@ -14,6 +14,7 @@
 #include "compiler/Targets.h"
 #include "compiler/ModelIO.h"
 #include "passes/Pipelines.h"
+#include "passes/Remarks.h"
 #include "runtime/Checked.h"
 #include "runtime/JitBackend.h"
 #include "runtime/Progress.h"
@@ -144,6 +145,14 @@ cl::opt<std::string> dumpIrDir("dump-ir-dir",
                                cl::desc("write the input and the IR after each pass to numbered files in <dir>: "
                                         "diff two neighbours to see one pass"),
                                cl::value_desc("dir"), cl::cat(irCategory), cl::sub(oneLevel));
+enum class Remarks { None, All, Fused, Missed };
+cl::opt<Remarks> remarks(
+    "remarks", cl::desc("print what each fusion pass fused and what it left apart, and why (as clang's -Rpass)"),
+    cl::init(Remarks::None), cl::ValueOptional,
+    cl::values(clEnumValN(Remarks::All, "", "both (--remarks alone)"), clEnumValN(Remarks::All, "all", "both"),
+               clEnumValN(Remarks::Fused, "fused", "only where a pass fused"),
+               clEnumValN(Remarks::Missed, "missed", "only where it left ops apart, with the reason")),
+    cl::cat(irCategory), cl::sub(oneLevel));
 cl::opt<int> irBlock("ir-block", cl::desc("show transformer block <n> only (the others hold the same ops), for the "
                                           "printed IR, the dump files and --emit=ir"),
                      cl::value_desc("n"), cl::init(-1), cl::cat(irCategory), cl::sub(oneLevel));
@@ -738,6 +747,12 @@ int main(int argc, char **argv) {
   // Registered last, so it sees diagnostics first: those with no place in a file
   // (a file that cannot be opened) read as tlc's own errors, not "<unknown>:0:".
   context.getDiagEngine().registerHandler([](mlir::Diagnostic &diagnostic) {
+    if (diagnostic.getSeverity() == mlir::DiagnosticSeverity::Remark) {  // printed, located, only when asked for
+      std::optional<tl::FusionRemark> remark = tl::parseFusionRemark(diagnostic);
+      bool wanted = remark && (remarks == Remarks::All || (remarks == Remarks::Fused && remark->fused) ||
+                               (remarks == Remarks::Missed && !remark->fused));
+      return mlir::success(!wanted);
+    }
     if (!llvm::isa<mlir::UnknownLoc>(diagnostic.getLocation())) return mlir::failure();
     llvm::WithColor::error(llvm::errs(), "tlc") << diagnostic.str() << "\n";
     return mlir::success();
