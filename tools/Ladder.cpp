@@ -20,7 +20,18 @@ static double maxAbsDifference(const std::vector<float> &a, const std::vector<fl
   return largest;
 }
 
-static LadderRung countKernels(const Program &program) {
+Ladder ladderFor(const LadderOptions &options) {
+  Ladder ladder;
+  ladder.batch = options.batch;
+  ladder.seqLen = options.seqLen;
+  ladder.dtype = options.dtype;
+  ladder.weightsFrom = describeWeights(options.inputs);
+  ladder.tokensFrom = describeTokens(options.inputs);
+  ladder.timedRuns = std::max(1, options.iterations);
+  return ladder;
+}
+
+LadderRung ladderRungOf(const Program &program) {
   LadderRung rung;
   rung.level = program.optLevel;
   rung.kernels = int(program.kernels.size());
@@ -50,14 +61,7 @@ static LadderRung countKernels(const Program &program) {
 }
 
 mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &options) {
-  Ladder ladder;
-  ladder.batch = options.batch;
-  ladder.seqLen = options.seqLen;
-  ladder.dtype = options.dtype;
-  ladder.weightsFrom = describeWeights(options.inputs);
-  ladder.tokensFrom = describeTokens(options.inputs);
-  ladder.timedRuns = std::max(1, options.iterations);
-
+  Ladder ladder = ladderFor(options);
   std::unique_ptr<Backend> backend = createBackend(options.backend);
   ladder.target = backend->name();
   Weights weights;
@@ -90,7 +94,7 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
       ProgressLine progress(fmt::format("O{}: timing {} forwards", level, ladder.timedRuns));
       run = timeForward(*backend, tokens, ladder.timedRuns, nullptr);
     }
-    LadderRung rung = countKernels(*program);
+    LadderRung rung = ladderRungOf(*program);
     rung.milliseconds = run.result.milliseconds;
     rung.loss = run.result.loss;
     if (level == 0) reference = run.result.logits.data;

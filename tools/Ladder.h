@@ -50,6 +50,12 @@ struct Ladder {
 // reported through the context's diagnostics; run errors throw tlc::Error.
 mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &options);
 
+// The ladder's description before any level has run: shape, inputs, timed runs.
+Ladder ladderFor(const LadderOptions &options);
+
+// A level's static counts (kernels, per block, GFLOP, bytes); no time yet.
+LadderRung ladderRungOf(const Program &program);
+
 // The table tlc ladder prints.
 std::string ladderTable(const Ladder &ladder);
 

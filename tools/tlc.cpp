@@ -6,6 +6,7 @@
 //   tlc models/tinyllama.tl -O3 --dump-ir-dir=ir/ --ir-block=0
 //   tlc ladder models/tinyllama.tl --chart=ladder.svg
 //   tlc train models/tinyllama.tl --batch-size 8 --seq-len 128 --num-steps 50 --learning-rate 3e-4
+//   tlc report models/tinyllama.tl -o report/
 #include "runtime/AttributeRanges.h"
 #include "api/Compile.h"
 #include "compiler/BlockView.h"
@@ -25,6 +26,7 @@
 #include "tools/IrDumps.h"
 #include "tools/Ladder.h"
 #include "tools/LadderChart.h"
+#include "tools/Report.h"
 #include "tools/Training.h"
 
 #include <tlc/Error.h>
@@ -44,6 +46,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <optional>
@@ -62,7 +65,12 @@ cl::SubCommand trainCommand("train",
                             "train the model: forward, backward and AdamW each step, on a GPU or the CPU; "
                             "print the loss, samples/s and tokens/s of every step and the peak memory, as the "
                             "workshop's scripts do");
-cl::SubCommandGroup everywhere = {&cl::SubCommand::getTopLevel(), &ladderCommand, &trainCommand};
+cl::SubCommand reportCommand("report",
+                              "write a static site (-o dir/; open dir/index.html from disk) that shows, for every "
+                              "level, which kernel each op of the model runs in, what each pass did and why, and "
+                              "what fusion bought: the ladder, block graphs, kernels with their source, a pass "
+                              "stepper, a roofline and a timeline");
+cl::SubCommandGroup everywhere = {&cl::SubCommand::getTopLevel(), &ladderCommand, &trainCommand, &reportCommand};
 // What compiles one level and may be read after each pass: tlc itself and tlc train.
 cl::SubCommandGroup oneLevel = {&cl::SubCommand::getTopLevel(), &trainCommand};
 
@@ -352,19 +360,21 @@ std::string checkFlags() {
   if (trainCommand) {
     if (std::string problem = checkTrainFlags(); !problem.empty()) return problem;
   }
-  if (ladderCommand) {
+  if (ladderCommand || reportCommand) {
     // LLVM's parser lets a subcommand take the top level's options too; these mean
     // nothing to the ladder, so they are refused rather than ignored.
     const cl::Option *runOnly[] = {
         &optLevelShort, &optLevelLong, &emit, &outputPath, &printKernels, &printIrAfterAll, &printIrBeforeAll,
              &static_cast<cl::Option &>(printIrAfter), &printIrAfterChange, &dumpIrDir, &irBlock, &run, &saveWeightsPath, &saveLogitsPath, &profile, &tracePath,
              &statsCsvPath};
+    const char *command = ladderCommand ? "ladder" : "report";
     for (const cl::Option *option : runOnly)
-      if (option->getNumOccurrences())
-        return fmt::format("--{} does not apply to tlc ladder (it runs every level; see tlc ladder --help)",
-                           option->ArgStr.str());
+      if (option->getNumOccurrences() && !(reportCommand && option == &outputPath))
+        return fmt::format("--{} does not apply to tlc {} (it runs every level; see tlc {} --help)",
+                           option->ArgStr.str(), command, command);
+    if (reportCommand && outputPath == "-") return "tlc report writes a directory: give -o dir/";
   }
-  auto runs = [] { return run || ladderCommand || trainCommand; };
+  auto runs = [] { return run || ladderCommand || trainCommand || reportCommand; };
   std::vector<tlc::cli::Requirement> requirements = {
       {profile, [] { return bool(run); }, "--profile needs --run"},
       {tracePath, [] { return bool(profile); }, "--trace needs --profile (and --run)"},
@@ -697,12 +707,20 @@ int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   return 0;
 }
 
-int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+// The model parsed for every level (ladder, report), its flags checked: null once an
+// error has been said.
+mlir::OwningOpRef<mlir::ModuleOp> parseForEveryLevel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   auto module = tlc::parseModelFile(context, inputFile, sourceMgr);
-  if (!module) return 1;
+  if (!module) return nullptr;
   fitDefaultSeqLen(*module);
-  if (std::string problem = checkFlagsAgainst(*module, {0, batchSize, seqLen, dtype}); !problem.empty())
-    return fail(problem);
+  if (std::string problem = checkFlagsAgainst(*module, {0, batchSize, seqLen, dtype}); !problem.empty()) {
+    fail(problem);
+    return nullptr;
+  }
+  return module;
+}
+
+tlc::LadderOptions ladderOptions() {
   tlc::LadderOptions options;
   options.batch = batchSize;
   options.seqLen = seqLen;
@@ -712,6 +730,30 @@ int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   options.backend = backendOptions();
   options.inputs = runInputs();
   options.iterations = iterations.getNumOccurrences() ? int(iterations) : 3;
+  return options;
+}
+
+int writeReport(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  auto start = std::chrono::steady_clock::now();
+  auto module = parseForEveryLevel(context, sourceMgr);
+  if (!module) return 1;
+  mlir::FailureOr<tlc::ReportData> data = tlc::collectReport(*module, inputFile, ladderOptions());
+  if (mlir::failed(data)) return 1;
+  int64_t bytes = 0;
+  {
+    tlc::ProgressLine line("writing the report (laying out the graphs)");
+    bytes = tlc::writeReportSite(*data, outputPath);
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("tlc report: {}/index.html, {:.2f} MiB, made in {:.1f} s\n", outputPath.getValue(),
+             double(bytes) / (1 << 20), seconds);
+  return 0;
+}
+
+int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  auto module = parseForEveryLevel(context, sourceMgr);
+  if (!module) return 1;
+  tlc::LadderOptions options = ladderOptions();
   mlir::FailureOr<tlc::Ladder> ladder = tlc::climbLadder(*module, options);
   if (mlir::failed(ladder)) return 1;
   fmt::print("{}", tlc::ladderTable(*ladder));
@@ -732,6 +774,7 @@ int main(int argc, char **argv) {
   tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &tlc::cli::passManagerCategory()});
   tlc::cli::showOnly({&compileCategory, &runCategory, &ladderCategory}, ladderCommand);
   tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &trainCategory}, trainCommand);
+  tlc::cli::showOnly({&compileCategory, &runCategory}, reportCommand);
   cl::ParseCommandLineOptions(argc, argv,
                               "tlc: compile a transformer written in the tl dialect into fused kernels, show what "
                               "each pass did, and run it\n");
@@ -760,6 +803,7 @@ int main(int argc, char **argv) {
 
   try {
     if (trainCommand) return trainModel(context, sourceMgr);
+    if (reportCommand) return writeReport(context, sourceMgr);
     return ladderCommand ? climbLadder(context, sourceMgr) : compileAndRun(context, sourceMgr);
   } catch (const tlc::Error &error) {
     return fail(error.what());
