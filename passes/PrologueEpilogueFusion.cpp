@@ -161,7 +161,7 @@ std::optional<std::string> whyNotProducer(FusedLinearOp fused, unsigned index) {
   bool yieldsA = llvm::is_contained(fused.prologueYield()->getOperands(), prologue.getArgument(index));
   if (producer->getNumResults() != 1 || !tlc::codegen::fitsGemmPrologue(producer, yieldsA))
     return yieldsA ? "it is not a per-row or per-element op the GEMM can apply while loading A"
-                   : "it is not a per-element op the GEMM can apply to a prologue operand";
+                   : "it is not a per-element op the GEMM can apply to what its prologue reads";
   if (!onlyUsedBy(input, fused)) return "its result is also read elsewhere, so it is stored anyway";
   if (llvm::count(fused->getOperands(), input) != 1) return "the GEMM reads its result twice";
   return std::string();

@@ -8,10 +8,12 @@
 const data = JSON.parse(document.getElementById('report-data').textContent);
 const views = [...document.querySelectorAll('section.view')];
 const levelOf = id => document.getElementById('O' + id);
+// A kernel's model ops; kernel -1 is a level's persistent kernel, which computes them all.
+const opsOf = (level, kernel) => (kernel < 0 ? data.levels[level].all : data.levels[level].kernels[kernel]);
 
 function selectKernel(level, kernel, op) {
   const section = levelOf(level);
-  const ops = new Set(data.levels[level].kernels[kernel]);
+  const ops = new Set(opsOf(level, kernel));
   section.querySelectorAll('article.kernel').forEach(a => { a.hidden = +a.dataset.kernel !== kernel; });
   section.querySelectorAll('.graph g.node').forEach(node => {
     const match = /-op(\d+)$/.exec(node.id);
@@ -29,7 +31,7 @@ function selectKernel(level, kernel, op) {
   document.querySelectorAll('circle.point, table.points tr[data-level]').forEach(item => {
     const l = +item.dataset.level, k = +item.dataset.kernel;
     item.classList.toggle('selected', l === level && k === kernel);
-    item.classList.toggle('linked', l !== level && data.levels[l].kernels[k].some(o => ops.has(o)));
+    item.classList.toggle('linked', l !== level && opsOf(l, k).some(o => ops.has(o)));
   });
 }
 
@@ -75,5 +77,9 @@ document.querySelectorAll('.stepper').forEach(stepper => {
   showStep(stepper, 0);
 });
 data.levels.forEach((level, index) => selectKernel(index, 0, null));
+// A persistent kernel's task bars select their part's kernel.
+document.querySelectorAll('rect.launch[data-tasks]').forEach(bar => bar.addEventListener('click', () => {
+  location.hash = `#O${bar.closest('section.view').dataset.level}/k${bar.dataset.kernel}`;
+}));
 window.addEventListener('hashchange', () => show(location.hash));
 show(location.hash);

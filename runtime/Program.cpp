@@ -419,6 +419,7 @@ private:
       std::string where = fmt::format("{}.parts[{}]", path, p);
       checkText(part.name, where + ".name");
       checkKernelFields(part, where);
+      checkOrigins(part, where);
       if (!part.parts.empty()) fail(where, "a part of a persistent kernel is not persistent itself");
       for (const std::vector<int> *list : {&part.inputs, &part.outputs})
         for (int id : *list) {

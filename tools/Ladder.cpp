@@ -31,6 +31,14 @@ Ladder ladderFor(const LadderOptions &options) {
   return ladder;
 }
 
+CompileOptions levelOptions(const LadderOptions &options, int level, const Backend &backend) {
+  CompileOptions compile{level, options.batch, options.seqLen, options.dtype};
+  compile.targetArch = options.targetArch;
+  compile.overrides = options.overrides;
+  tuneForDevice(compile, backend.deviceInfo());
+  return compile;
+}
+
 LadderRung ladderRungOf(const Program &program) {
   LadderRung rung;
   rung.level = program.optLevel;
@@ -68,10 +76,7 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
   std::vector<int32_t> tokens;
   std::vector<float> reference;
   for (int level = 0; level <= kMaxOptLevel; ++level) {
-    CompileOptions compile{level, options.batch, options.seqLen, options.dtype};
-    compile.targetArch = options.targetArch;
-    compile.overrides = options.overrides;
-    tuneForDevice(compile, backend->deviceInfo());
+    CompileOptions compile = levelOptions(options, level, *backend);
     mlir::FailureOr<Program> program = mlir::failure();
     {
       ProgressLine progress(fmt::format("O{}: compiling", level));

@@ -53,6 +53,9 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
 // The ladder's description before any level has run: shape, inputs, timed runs.
 Ladder ladderFor(const LadderOptions &options);
 
+// How each level is compiled: the ladder's shape and target, tuned for the backend's device.
+CompileOptions levelOptions(const LadderOptions &options, int level, const Backend &backend);
+
 // A level's static counts (kernels, per block, GFLOP, bytes); no time yet.
 LadderRung ladderRungOf(const Program &program);
 

@@ -162,7 +162,7 @@ mlir::FailureOr<ReportData> collectReport(mlir::ModuleOp parsed, const std::stri
   std::vector<int32_t> tokens;
   std::vector<float> reference;
   for (int level = 0; level <= kMaxOptLevel; ++level) {
-    CompileOptions compile{level, options.batch, options.seqLen, options.dtype};
+    CompileOptions compile = levelOptions(options, level, *backend);
     mlir::FailureOr<LevelRun> run = mlir::failure();
     {
       ProgressLine progress(fmt::format("O{}: compiling, recording each pass", level));

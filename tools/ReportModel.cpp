@@ -26,10 +26,24 @@ LevelModel buildLevel(const ReportData &data, const LevelRun &run, int level) {
   for (size_t i = 0; i < data.ops.size(); ++i) nodeAt[{data.ops[i].line, data.ops[i].column}] = int(i);
   LevelModel model;
   model.level = level;
-  std::map<std::string, int> byEntry;
   const Program &program = run.program;
   for (size_t k = 0; k < program.kernels.size(); ++k) {
-    const Kernel &kernel = program.kernels[k];
+    double ms = k < run.launchMs.size() ? run.launchMs[k] : -1;
+    if (program.kernels[k].parts.empty()) {
+      model.kernels.push_back(&program.kernels[k]);
+      model.kernelMs.push_back(ms);
+      continue;
+    }
+    model.persistent = &program.kernels[k];
+    model.persistentMs = ms;
+    for (const Kernel &part : program.kernels[k].parts) {
+      model.kernels.push_back(&part);
+      model.kernelMs.push_back(-1);
+    }
+  }
+  std::map<std::string, int> byEntry;
+  for (size_t k = 0; k < model.kernels.size(); ++k) {
+    const Kernel &kernel = *model.kernels[k];
     const std::string &entry = kernel.entry.empty() ? kernel.name : kernel.entry;
     auto [found, added] = byEntry.try_emplace(entry, int(model.groups.size()));
     if (added) {
@@ -42,7 +56,7 @@ LevelModel buildLevel(const ReportData &data, const LevelRun &run, int level) {
     }
     KernelGroup &group = model.groups[size_t(found->second)];
     group.launches.push_back(k);
-    group.totalMs += k < run.launchMs.size() ? run.launchMs[k] : 0;
+    group.totalMs = group.totalMs < 0 || model.kernelMs[k] < 0 ? -1 : group.totalMs + model.kernelMs[k];
     model.groupOfLaunch.push_back(found->second);
     for (const OpOrigin &origin : kernel.origins) {
       const SourceOp &op = program.sourceOps.at(size_t(origin.op));
@@ -56,7 +70,7 @@ LevelModel buildLevel(const ReportData &data, const LevelRun &run, int level) {
   for (KernelGroup &group : model.groups) {
     std::sort(group.ops.begin(), group.ops.end());
     group.ops.erase(std::unique(group.ops.begin(), group.ops.end()), group.ops.end());
-    group.ms = group.totalMs / double(group.launches.size());
+    group.ms = group.totalMs < 0 ? -1 : group.totalMs / double(group.launches.size());
   }
   return model;
 }
@@ -72,11 +86,14 @@ Roof buildRoof(const ReportData &data, const std::vector<LevelModel> &levels) {
     return roof;
   }
   roof.measured = true;
-  for (const LevelModel &level : levels)
-    for (const KernelGroup &group : level.groups) {
+  for (const LevelModel &level : levels) {
+    std::vector<KernelGroup> timed = level.groups;
+    if (level.persistent) timed.push_back(persistentGroup(level));
+    for (const KernelGroup &group : timed) {
       roof.gflops = std::max(roof.gflops, gflopsOf(group));
       roof.gbs = std::max(roof.gbs, gbsOf(group));
     }
+  }
   roof.label = fmt::format("{}: measured roof, the best rates any kernel here reached ({:.1f} GFLOP/s, {:.1f} GB/s); "
                            "tlc knows no data sheet for it",
                            data.device, roof.gflops, roof.gbs);
@@ -96,6 +113,16 @@ std::string quote(const std::string &text) {
 } // namespace
 
 double gflopsOf(const KernelGroup &group) { return group.ms > 0 ? double(group.flops) / group.ms / 1e6 : 0; }
+
+KernelGroup persistentGroup(const LevelModel &level) {
+  KernelGroup whole;
+  if (!level.persistent) return whole;
+  whole.entry = level.persistent->entry;
+  whole.flops = level.persistent->flops;
+  whole.bytes = level.persistent->minBytes;
+  whole.ms = whole.totalMs = level.persistentMs;
+  return whole;
+}
 double gbsOf(const KernelGroup &group) { return group.ms > 0 ? double(group.bytes) / group.ms / 1e6 : 0; }
 
 double Roof::fraction(const KernelGroup &group) const {
@@ -207,12 +234,23 @@ LogScale decades(double smallest, double largest, double from, double to) {
   return {low, std::max(high, low + 1), from, to};
 }
 
+// A kernel's point; `g` -1 for a persistent kernel (the whole level).
 std::string point(const KernelGroup &group, int level, int g, double x, double y, const std::string &what) {
-  return fmt::format(R"(<a href="{}"><circle class="point" id="roof-O{}-k{}" data-level="{}" data-kernel="{}" cx="{:.1f}" cy="{:.1f}" r="5" fill="{}" stroke="#222" stroke-width="0.5">)"
+  return fmt::format(R"(<a href="{}"><circle class="point" id="roof-O{}-{}" data-level="{}" data-kernel="{}" cx="{:.1f}" cy="{:.1f}" r="5" fill="{}" stroke="#222" stroke-width="0.5">)"
                      R"(<title>O{} {}: {}</title></circle></a>)"
                      "\n",
-                     kernelHref(level, g), level, g, level, g, x, y, kLevelColors[level % 4], level,
-                     escapeHtml(group.entry), what);
+                     g < 0 ? fmt::format("#O{}", level) : kernelHref(level, g), level,
+                     g < 0 ? std::string("persistent") : fmt::format("k{}", g), level, g, x, y,
+                     kLevelColors[level % 4], level, escapeHtml(group.entry), what);
+}
+
+// Every timed kernel of a level, with its index (-1: the persistent kernel).
+std::vector<std::pair<int, KernelGroup>> timedGroups(const LevelModel &level) {
+  std::vector<std::pair<int, KernelGroup>> timed;
+  for (size_t g = 0; g < level.groups.size(); ++g)
+    if (level.groups[g].ms > 0 && level.groups[g].bytes > 0) timed.push_back({int(g), level.groups[g]});
+  if (level.persistent && level.persistentMs > 0) timed.push_back({-1, persistentGroup(level)});
+  return timed;
 }
 
 std::string gridLines(const LogScale &scale, bool vertical, double a, double b) {
@@ -239,8 +277,7 @@ std::string rooflineSvg(const ReportModel &model) {
   double minX = roof.gflops / roof.gbs, maxX = minX, minY = roof.gflops, maxY = roof.gflops;
   double minBandwidth = roof.gbs, maxBandwidth = roof.gbs;
   for (const LevelModel &level : model.levels)
-    for (const KernelGroup &group : level.groups) {
-      if (group.ms <= 0 || group.bytes <= 0) continue;
+    for (const auto &[g, group] : timedGroups(level)) {
       if (group.flops == 0) {
         minBandwidth = std::min(minBandwidth, gbsOf(group));
         continue;
@@ -270,16 +307,14 @@ std::string rooflineSvg(const ReportModel &model) {
                      px(xLow), py(std::max(roof.gbs * xLow, std::pow(10, py.low))), px(ridge), py(roof.gflops),
                      px(xHigh), py(roof.gflops), gap, gap + strip, pb(roof.gbs), pb(roof.gbs));
   for (const LevelModel &level : model.levels)
-    for (size_t g = 0; g < level.groups.size(); ++g) {
-      const KernelGroup &group = level.groups[g];
-      if (group.ms <= 0 || group.bytes <= 0) continue;
+    for (const auto &[g, group] : timedGroups(level)) {
       std::string what = fmt::format("{:.2f} FLOP/B, {:.2f} GFLOP/s, {:.2f} GB/s, {:.0f}% of the roof",
                                      double(group.flops) / double(group.bytes), gflopsOf(group), gbsOf(group),
                                      100 * roof.fraction(group));
       if (group.flops == 0)
-        svg += point(group, level.level, int(g), gap + 12 + 12 * level.level, pb(gbsOf(group)), what);
+        svg += point(group, level.level, g, gap + 12 + 12 * level.level, pb(gbsOf(group)), what);
       else
-        svg += point(group, level.level, int(g), px(double(group.flops) / double(group.bytes)), py(gflopsOf(group)), what);
+        svg += point(group, level.level, g, px(double(group.flops) / double(group.bytes)), py(gflopsOf(group)), what);
     }
   for (size_t l = 0; l < model.levels.size(); ++l)
     svg += fmt::format(R"(<circle cx="{}" cy="{}" r="5" fill="{}"/><text x="{}" y="{}">O{}</text>)"
@@ -289,10 +324,66 @@ std::string rooflineSvg(const ReportModel &model) {
   return svg + "</svg>\n";
 }
 
+namespace {
+
+// A persistent kernel's tasks on its workers: each starts when its worker is free and
+// the tasks it waits for are done, at the schedule's estimated costs.
+std::string scheduleSvg(const LevelModel &lm) {
+  const Kernel &kernel = *lm.persistent;
+  std::vector<double> start(kernel.tasks.size(), 0), end(kernel.tasks.size(), 0);
+  std::vector<int> workerOf(kernel.tasks.size(), 0);
+  std::vector<int> before(kernel.tasks.size(), -1);  // the worker's task before it
+  for (size_t w = 0; w < kernel.workers.size(); ++w)
+    for (size_t i = 0; i < kernel.workers[w].size(); ++i) {
+      workerOf[size_t(kernel.workers[w][i])] = int(w);
+      before[size_t(kernel.workers[w][i])] = i > 0 ? kernel.workers[w][i - 1] : -1;
+    }
+  double total = 0;
+  for (size_t t = 0; t < kernel.tasks.size(); ++t) {  // tasks are in a topological order
+    double ready = before[t] >= 0 ? end[size_t(before[t])] : 0;
+    for (int wait : kernel.tasks[t].waits) ready = std::max(ready, end[size_t(wait)]);
+    start[t] = ready;
+    end[t] = ready + kernel.tasks[t].cost;
+    total = std::max(total, end[t]);
+  }
+  constexpr double W = 960, left = 90, right = 10, rowHeight = 4, top = 10;
+  double H = top + rowHeight * double(kernel.workers.size()) + 25;
+  std::string svg = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{}" height="{}" viewBox="0 0 {} {}" font-family="sans-serif" font-size="10">)"
+                                "\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{} workers</text>\n",
+                                W, H, W, H, left - 6, top + 10, kernel.workers.size());
+  size_t firstPart = size_t(std::find(lm.kernels.begin(), lm.kernels.end(), &kernel.parts.front()) - lm.kernels.begin());
+  double scale = (W - left - right) / total;
+  for (const std::vector<int> &worker : kernel.workers)
+    for (size_t i = 0; i < worker.size();) {
+      // A run of one part's tasks back to back on this worker is one bar.
+      size_t j = i + 1;
+      const Task &first = kernel.tasks[size_t(worker[i])];
+      while (j < worker.size() && kernel.tasks[size_t(worker[j])].part == first.part &&
+             start[size_t(worker[j])] <= end[size_t(worker[j - 1])])
+        ++j;
+      size_t t = size_t(worker[i]), last = size_t(worker[j - 1]);
+      int group = lm.groupOfLaunch[firstPart + size_t(first.part)];
+      svg += fmt::format(R"(<rect class="launch" data-kernel="{}" data-tasks="{}" x="{:.1f}" y="{}" width="{:.1f}" height="{}" fill="{}">)"
+                         R"(<title>part {} ({}): {} task{} from {:.1f} µs</title></rect>)"
+                         "\n",
+                         group, j - i, left + start[t] * scale, top + rowHeight * workerOf[t],
+                         std::max(0.5, (end[last] - start[t]) * scale), rowHeight - 1, lm.groups[size_t(group)].color,
+                         first.part, escapeHtml(lm.groups[size_t(group)].entry), j - i, j - i == 1 ? "" : "s", start[t]);
+      i = j;
+    }
+  svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end">{:.1f} µs: the schedule's estimate (Task::cost) for {}, not a measurement</text>)"
+                     "\n",
+                     W - right, H - 6, total, kernel.taskPath);
+  return svg + "</svg>\n";
+}
+
+} // namespace
+
 std::string timelineSvg(const ReportModel &model, int level) {
   const LevelModel &lm = model.levels[size_t(level)];
-  const LevelRun &run = model.data.levels[size_t(level)];
-  double total = std::accumulate(run.launchMs.begin(), run.launchMs.end(), 0.0);
+  if (lm.persistent) return scheduleSvg(lm);
+  double total = 0;
+  for (double ms : lm.kernelMs) total += std::max(0.0, ms);
   constexpr double W = 960, left = 90, right = 10, rowHeight = 16, top = 20;
   int rows = model.blocks + 1;  // outside the blocks, then each block
   double H = top + rowHeight * rows + 25;
@@ -304,16 +395,17 @@ std::string timelineSvg(const ReportModel &model, int level) {
                        "\n",
                        left - 6, top + rowHeight * (r + 0.7), r == 0 ? std::string("outside blocks") : fmt::format("block {}", r - 1));
   double start = 0;
-  for (size_t k = 0; k < run.launchMs.size(); ++k) {
-    int layer = run.program.kernels[k].layer, group = lm.groupOfLaunch[k];
+  for (size_t k = 0; k < lm.kernels.size(); ++k) {
+    int layer = lm.kernels[k]->layer, group = lm.groupOfLaunch[k];
+    double ms = std::max(0.0, lm.kernelMs[k]);
     double x = left + (total > 0 ? start / total : 0) * (W - left - right);
-    double width = std::max(1.0, (total > 0 ? run.launchMs[k] / total : 0) * (W - left - right));
+    double width = std::max(1.0, (total > 0 ? ms / total : 0) * (W - left - right));
     svg += fmt::format(R"(<a href="{}"><rect class="launch" data-kernel="{}" x="{:.2f}" y="{:.1f}" width="{:.2f}" height="{}" fill="{}" stroke="#555" stroke-width="0.3">)"
                        R"(<title>launch {}: {} ({:.3f} ms)</title></rect></a>)"
                        "\n",
                        kernelHref(level, group), group, x, top + rowHeight * (layer + 1) + 2, width, rowHeight - 4,
-                       lm.groups[size_t(group)].color, k, escapeHtml(lm.groups[size_t(group)].entry), run.launchMs[k]);
-    start += run.launchMs[k];
+                       lm.groups[size_t(group)].color, k, escapeHtml(lm.groups[size_t(group)].entry), ms);
+    start += ms;
   }
   svg += fmt::format(R"(<text x="{}" y="{}">0</text><text x="{}" y="{}" text-anchor="end">{:.2f} ms: every launch's median time, laid end to end</text>)"
                      "\n",
@@ -333,14 +425,14 @@ std::vector<Replacement> replacements(const ReportModel &model, size_t above) {
   const LevelModel &lower = model.levels[above - 1], &upper = model.levels[above];
   const Program &below = model.data.levels[above - 1].program, &over = model.data.levels[above].program;
   // Launches computing each op, at both levels: union them.
-  size_t n = below.kernels.size();
-  std::vector<size_t> parent(n + over.kernels.size());
+  size_t n = lower.kernels.size();
+  std::vector<size_t> parent(n + upper.kernels.size());
   std::iota(parent.begin(), parent.end(), 0);
   std::function<size_t(size_t)> root = [&](size_t i) { return parent[i] == i ? i : parent[i] = root(parent[i]); };
   std::map<std::pair<int, int>, std::vector<size_t>> byPlace;  // source op -> launches (both levels)
-  for (size_t k = 0; k < n + over.kernels.size(); ++k) {
+  for (size_t k = 0; k < parent.size(); ++k) {
     const Program &program = k < n ? below : over;
-    const Kernel &kernel = program.kernels[k < n ? k : k - n];
+    const Kernel &kernel = k < n ? *lower.kernels[k] : *upper.kernels[k - n];
     for (const OpOrigin &origin : kernel.origins) {
       const SourceOp &op = program.sourceOps.at(size_t(origin.op));
       if (origin.role == OriginRole::Computes) byPlace[{op.line, op.column}].push_back(k);
@@ -384,9 +476,17 @@ Totals totalsOf(const LevelModel &level, const std::map<int, size_t> &launches) 
     const KernelGroup &group = level.groups[size_t(g)];
     t.launches += count;
     t.mib += double(group.bytes) * double(count) / (1 << 20);
-    t.ms += group.ms * double(count);
+    t.ms = t.ms < 0 || group.ms < 0 ? -1 : t.ms + group.ms * double(count);
   }
   return t;
+}
+
+// The forward's time: its launches' medians, summed (a persistent kernel's own).
+double forwardMs(const LevelModel &level) {
+  if (level.persistent) return level.persistentMs;
+  double total = 0;
+  for (double ms : level.kernelMs) total += ms;
+  return total;
 }
 
 std::string kernelLinks(const LevelModel &level, const std::map<int, size_t> &launches) {
@@ -399,6 +499,7 @@ std::string kernelLinks(const LevelModel &level, const std::map<int, size_t> &la
 }
 
 std::string change(double before, double after, const char *format) {
+  if (before < 0 || after < 0) return "- (the parts of a persistent kernel are not timed alone)";
   std::string ratio = before > 0 ? fmt::format(" <span class=\"ratio\">({:.2f}x)</span>", after / before) : "";
   return fmt::format(fmt::runtime(format), before) + " → " + fmt::format(fmt::runtime(format), after) + ratio;
 }
@@ -417,8 +518,8 @@ std::string fusionTablesHtml(const ReportModel &model) {
     Totals before, after;
     for (const Replacement &r : replacements(model, l)) {
       Totals b = totalsOf(below, r.before), a = totalsOf(above, r.after);
-      before.launches += b.launches, before.mib += b.mib, before.ms += b.ms;
-      after.launches += a.launches, after.mib += a.mib, after.ms += a.ms;
+      before.launches += b.launches, before.mib += b.mib;
+      after.launches += a.launches, after.mib += a.mib;
       if (r.before.size() == 1 && r.after.size() == 1 && b.launches == a.launches &&
           below.groups[size_t(r.before.begin()->first)].entry == above.groups[size_t(r.after.begin()->first)].entry) {
         unchanged += b.launches;
@@ -428,6 +529,7 @@ std::string fusionTablesHtml(const ReportModel &model) {
                           kernelLinks(below, r.before), kernelLinks(above, r.after), b.launches, a.launches,
                           change(b.mib, a.mib, "{:.2f}"), change(b.ms, a.ms, "{:.3f}"));
     }
+    before.ms = forwardMs(below), after.ms = forwardMs(above);
     html += fmt::format("<tr class=\"total\"><td colspan=\"2\">the whole forward{}</td><td>{} → {}</td><td>{}</td>"
                         "<td>{}</td></tr>\n</table>\n",
                         unchanged ? fmt::format(" ({} launch{} of the same kernel before and after)", unchanged,

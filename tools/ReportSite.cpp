@@ -2,6 +2,7 @@
 // it (embedded at build time from report/). Everything a view needs is in the HTML; the
 // script only switches views and follows a selection across them.
 #include "tools/Report.h"
+#include "tools/ReportModel.h"
 
 #include "runtime/Error.h"
 #include "runtime/MemoryBudget.h"
@@ -32,11 +33,16 @@ std::string formatFlops(int64_t flops) {
   return flops == 0 ? "0" : fmt::format("{:.1f} {}FLOP", value, units[unit]);
 }
 
-std::string rangeOfBlocks(const Program &program, const std::vector<size_t> &launches) {
+// "12.3456 ms", or "-" for what was not timed alone.
+std::string formatMs(double ms, const char *format = "{:.4f}") {
+  return ms < 0 ? "-" : fmt::format(fmt::runtime(format), ms);
+}
+
+std::string rangeOfBlocks(const LevelModel &level, const std::vector<size_t> &launches) {
   std::vector<int> blocks;
   bool outside = false;
   for (size_t k : launches) {
-    int layer = program.kernels[k].layer;
+    int layer = level.kernels[k]->layer;
     if (layer < 0) outside = true;
     else blocks.push_back(layer);
   }
@@ -81,8 +87,7 @@ std::string opLink(const ReportData &data, int level, int op) {
 std::string kernelArticle(const ReportModel &model, int level, int g) {
   const LevelModel &lm = model.levels[size_t(level)];
   const KernelGroup &group = lm.groups[size_t(g)];
-  const Program &program = model.data.levels[size_t(level)].program;
-  const Kernel &first = program.kernels[group.launches.front()];
+  const Kernel &first = *lm.kernels[group.launches.front()];
   std::string shown, others;
   int hidden = 0;
   for (int op : group.ops) {
@@ -95,15 +100,18 @@ std::string kernelArticle(const ReportModel &model, int level, int g) {
   std::string html = fmt::format(
       R"(<article class="kernel" id="O{0}-k{1}" data-level="{0}" data-kernel="{1}">)"
       "\n<h3><span class=\"swatch\" style=\"background:{2}\"></span>{3}</h3>\n"
-      "<p class=\"launches\">{4} launch{5} ({6}), each {7}</p>\n"
+      "<p class=\"launches\">{4} launch{5} ({6}), each {7}{17}</p>\n"
       "<table class=\"stats\"><tr><th>FLOPs</th><th>bytes moved (at least)</th><th>time</th><th>GFLOP/s</th><th>GB/s</th>"
-      "<th>FLOP/byte</th><th>roofline</th></tr>\n<tr><td>{8}</td><td>{9}</td><td>{10:.4f} ms</td><td>{11:.2f}</td>"
+      "<th>FLOP/byte</th><th>roofline</th></tr>\n<tr><td>{8}</td><td>{9}</td><td>{10} ms</td><td>{11:.2f}</td>"
       "<td>{12:.2f}</td><td>{13:.2f}</td><td>{14}</td></tr></table>\n"
       "<p>The model ops it computes:</p><ul class=\"ops\">{15}{16}</ul>\n",
       level, g, group.color, escapeHtml(group.entry), group.launches.size(), group.launches.size() == 1 ? "" : "es",
-      rangeOfBlocks(program, group.launches), escapeHtml(first.name), formatFlops(group.flops), formatBytes(group.bytes), group.ms,
-      gflopsOf(group), gbsOf(group), group.bytes > 0 ? double(group.flops) / double(group.bytes) : 0.0,
-      fraction > 0 ? fmt::format("{:.1f}%", 100 * fraction) : std::string("-"), shown, others);
+      rangeOfBlocks(lm, group.launches), escapeHtml(first.name), formatFlops(group.flops), formatBytes(group.bytes),
+      formatMs(group.ms), gflopsOf(group), gbsOf(group), group.bytes > 0 ? double(group.flops) / double(group.bytes) : 0.0,
+      fraction > 0 ? fmt::format("{:.1f}%", 100 * fraction) : std::string("-"), shown, others,
+      lm.persistent ? fmt::format("; part of the persistent kernel {}, whose tasks its blocks are (not timed alone)",
+                                  escapeHtml(lm.persistent->entry))
+                    : "");
   if (!first.source.empty())
     html += "<details open><summary>generated source (HIP-dialect C++, --emit=hip)</summary><pre class=\"code\">" +
             codeHtml(model.data, first.source, group.ops) + "</pre></details>\n";
@@ -118,9 +126,10 @@ std::string kernelTable(const ReportModel &model, int level) {
     const KernelGroup &group = lm.groups[g];
     double fraction = model.roof.fraction(group);
     html += fmt::format(R"(<tr data-kernel="{}"><td><a href="{}" class="kref"><span class="swatch" style="background:{}"></span>{}</a></td>)"
-                        "<td>{}</td><td>{:.4f}</td><td>{:.3f}</td><td>{}</td></tr>\n",
+                        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
                         g, kernelHref(level, int(g)), group.color, escapeHtml(group.entry), group.launches.size(),
-                        group.ms, group.totalMs, fraction > 0 ? fmt::format("{:.1f}%", 100 * fraction) : "-");
+                        formatMs(group.ms), formatMs(group.totalMs, "{:.3f}"),
+                        fraction > 0 ? fmt::format("{:.1f}%", 100 * fraction) : "-");
   }
   return html + "</table>\n";
 }
@@ -183,21 +192,35 @@ std::string stepper(const ReportModel &model, int level) {
                      level, options, articles);
 }
 
+// How a level runs: "43 launches of 8 kernels", or one persistent kernel of parts.
+std::string howItRuns(const ReportModel &model, int level) {
+  const LevelModel &lm = model.levels[size_t(level)];
+  const Program &program = model.data.levels[size_t(level)].program;
+  std::string text = lm.persistent
+                         ? fmt::format("one launch of the persistent kernel {} ({:.3f} ms): {} parts of {} kernels, run as "
+                                       "{} tasks on {} workers",
+                                       lm.persistent->entry, lm.persistentMs, lm.kernels.size(), lm.groups.size(),
+                                       lm.persistent->tasks.size(), lm.persistent->workers.size())
+                         : fmt::format("{} launches of {} kernels", lm.kernels.size(), lm.groups.size());
+  if (!program.persistentFallback.empty()) text += "; not one persistent kernel: " + program.persistentFallback;
+  return escapeHtml(text);
+}
+
 std::string levelSection(const ReportModel &model, int level) {
   const LevelRun &run = model.data.levels[size_t(level)];
   std::string articles;
   for (size_t g = 0; g < model.levels[size_t(level)].groups.size(); ++g) articles += kernelArticle(model, level, int(g));
   return fmt::format(
       "<section id=\"O{0}\" class=\"level view\" data-level=\"{0}\">\n<h2>O{0}: {1}</h2>\n<p class=\"idea\">{2}. "
-      "{3} launches of {4} kernels; pipeline: <code>{5}</code></p>\n"
+      "{3}; pipeline: <code>{4}</code></p>\n"
       "<div class=\"panes\"><div class=\"graph\"><p class=\"hint\">Block 0 and the ops outside the blocks, as "
       "written in the model file: each op coloured by the kernel it runs in, boxed with the other ops of the same launch. "
-      "Select an op or a kernel.</p>\n{6}</div>\n<div class=\"side\">{7}<div class=\"kernel-view\">{8}</div></div></div>\n"
-      "<h3 id=\"O{0}-timeline\">Timeline</h3>\n{9}\n<h3 id=\"O{0}-passes\">Passes</h3>\n<p class=\"hint\">The IR after each "
+      "Select an op or a kernel.</p>\n{5}</div>\n<div class=\"side\">{6}<div class=\"kernel-view\">{7}</div></div></div>\n"
+      "<h3 id=\"O{0}-timeline\">Timeline</h3>\n{8}\n<h3 id=\"O{0}-passes\">Passes</h3>\n<p class=\"hint\">The IR after each "
       "pass (block 0; the other blocks are elided as in <code>--ir-block=0</code>), its diff against the step before, and "
-      "what the pass said it fused and left apart (<code>tlc --remarks</code>).</p>\n{10}</section>\n",
+      "what the pass said it fused and left apart (<code>tlc --remarks</code>).</p>\n{9}</section>\n",
       level, escapeHtml(optLevelInfo(level).workshopVersion), escapeHtml(optLevelInfo(level).idea),
-      run.program.kernels.size(), model.levels[size_t(level)].groups.size(), escapeHtml(run.program.pipeline),
+      howItRuns(model, level), escapeHtml(run.program.pipeline),
       graphSvg(model, level), kernelTable(model, level), articles, timelineSvg(model, level), stepper(model, level));
 }
 
@@ -229,19 +252,25 @@ std::string ladderSection(const ReportModel &model) {
 
 std::string rooflineSection(const ReportModel &model) {
   std::string rows;
-  for (const LevelModel &level : model.levels)
-    for (size_t g = 0; g < level.groups.size(); ++g) {
-      const KernelGroup &group = level.groups[g];
-      double fraction = model.roof.fraction(group);
-      rows += fmt::format(R"(<tr data-level="{}" data-kernel="{}"><td>O{}</td><td><a href="{}" class="kref">{}</a></td>)"
-                          "<td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td><td>{}</td></tr>\n",
-                          level.level, g, level.level, kernelHref(level.level, int(g)), escapeHtml(group.entry),
-                          group.bytes > 0 ? double(group.flops) / double(group.bytes) : 0.0, gflopsOf(group),
-                          gbsOf(group), fraction > 0 ? fmt::format("{:.1f}%", 100 * fraction) : "-");
-    }
+  auto row = [&](int level, int g, const KernelGroup &group) {
+    double fraction = model.roof.fraction(group);
+    bool timed = group.ms > 0;
+    rows += fmt::format(R"(<tr data-level="{}" data-kernel="{}"><td>O{}</td><td><a href="{}" class="kref">{}</a></td>)"
+                        "<td>{:.2f}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                        level, g, level, g < 0 ? fmt::format("#O{}", level) : kernelHref(level, g),
+                        escapeHtml(group.entry), group.bytes > 0 ? double(group.flops) / double(group.bytes) : 0.0,
+                        timed ? fmt::format("{:.2f}", gflopsOf(group)) : "-",
+                        timed ? fmt::format("{:.2f}", gbsOf(group)) : "-",
+                        fraction > 0 ? fmt::format("{:.1f}%", 100 * fraction) : "-");
+  };
+  for (const LevelModel &level : model.levels) {
+    for (size_t g = 0; g < level.groups.size(); ++g) row(level.level, int(g), level.groups[g]);
+    if (level.persistent) row(level.level, -1, persistentGroup(level));
+  }
   return fmt::format("<section id=\"roofline\" class=\"view\">\n<h2>Roofline</h2>\n<p>Every kernel of every level, "
-                     "one point each (its launches' mean time); selecting one rings the kernels of the other levels "
-                     "that compute any of the same model ops. Roof: {}.</p>\n{}\n<table class=\"points\"><tr><th>level</th>"
+                     "one point each (its launches' mean time; a persistent kernel's parts, not timed alone, as the one "
+                     "kernel they make); selecting one rings the kernels of the other levels that compute any of the "
+                     "same model ops. Roof: {}.</p>\n{}\n<table class=\"points\"><tr><th>level</th>"
                      "<th>kernel</th><th>FLOP/byte</th><th>GFLOP/s</th><th>GB/s</th><th>roofline</th></tr>\n{}</table>\n"
                      "</section>\n",
                      escapeHtml(model.roof.label), rooflineSvg(model), rows);
@@ -254,8 +283,12 @@ std::string selectionData(const ReportModel &model) {
   for (const LevelModel &level : model.levels) {
     nlohmann::json kernels = nlohmann::json::array(), opKernel = nlohmann::json::object();
     for (const KernelGroup &group : level.groups) kernels.push_back(group.ops);
-    for (const auto &[op, group] : level.groupOfOp) opKernel[std::to_string(op)] = group;
-    levels.push_back({{"kernels", kernels}, {"opKernel", opKernel}});
+    nlohmann::json all = nlohmann::json::array();  // what a persistent kernel computes: every op
+    for (const auto &[op, group] : level.groupOfOp) {
+      opKernel[std::to_string(op)] = group;
+      all.push_back(op);
+    }
+    levels.push_back({{"kernels", kernels}, {"opKernel", opKernel}, {"all", all}});
   }
   std::string text = nlohmann::json{{"levels", levels}}.dump();
   for (size_t at = text.find("</"); at != std::string::npos; at = text.find("</", at)) text.replace(at, 2, "<\\/");

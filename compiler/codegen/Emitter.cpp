@@ -242,11 +242,18 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
 int writeHipSources(const Program &program, const std::string &directory) {
   ::mkdir(directory.c_str(), 0777);
   std::set<std::string> written;
+  // A persistent kernel, then its parts: each also runs as a launch of its own, and its
+  // header names the model ops it computes.
+  std::vector<const Kernel *> kernels;
   for (const Kernel &kernel : program.kernels) {
-    if (kernel.entry.empty() || !written.insert(kernel.entry).second) continue;
-    std::string path = directory + "/" + kernel.entry + ".hip";
+    kernels.push_back(&kernel);
+    for (const Kernel &part : kernel.parts) kernels.push_back(&part);
+  }
+  for (const Kernel *kernel : kernels) {
+    if (kernel->entry.empty() || !written.insert(kernel->entry).second) continue;
+    std::string path = directory + "/" + kernel->entry + ".hip";
     std::ofstream file(path, std::ios::binary | std::ios::trunc);
-    file << kernel.source;
+    file << kernel->source;
     if (!file) throw Error(fmt::format("cannot write '{}'", path));
   }
   return int(written.size());

@@ -117,18 +117,26 @@ def problems(events):
 
 
 def expected_counts(tlc, model, work):
-    """What the Programs say each level has: distinct kernels, launches, passes, and the
-    model ops the graph draws (those of block 0 and outside the blocks)."""
+    """What the Programs say each level has: distinct kernels (a persistent kernel's parts
+    in its place), the timeline's bars (its launches, or a persistent kernel's tasks),
+    passes, roofline points, and the model ops the graph draws (those of block 0 and
+    outside the blocks)."""
     levels = []
     for level in range(LEVELS):
         out = os.path.join(work, f"program-O{level}.json")
         subprocess.run([tlc, model, f"-O{level}", "--emit=program", "-o", out], check=True)
         program = json.load(open(out))
-        shown = {op for k in program["kernels"] if k["layer"] <= 0
-                 for op, role in k.get("origins", []) if role == "computes"}
-        levels.append({"kernels": len({k.get("entry", k["name"]) for k in program["kernels"]}),
-                       "launches": len(program["kernels"]), "steps": len(program["pipeline"].split(", ")) + 1,
-                       "ops": len(shown)})
+        kernels, bars, persistent = [], 0, 0
+        for kernel in program["kernels"]:
+            parts = kernel.get("persistent", {}).get("parts", [])
+            kernels += parts or [kernel]
+            bars += len(kernel["persistent"]["tasks"]) if parts else 1
+            persistent += bool(parts)
+        shown = {op for k in kernels if k["layer"] <= 0 for op, role in k.get("origins", []) if role == "computes"}
+        distinct = {k.get("entry", k["name"]): k for k in kernels}
+        timed = 0 if persistent else sum(1 for k in distinct.values() if k["min_bytes"] > 0)
+        levels.append({"kernels": len(distinct), "launches": bars, "steps": len(program["pipeline"].split(", ")) + 1,
+                       "ops": len(shown), "points": timed + persistent})
     return levels
 
 
@@ -167,7 +175,7 @@ def main():
                         opNodes: s.querySelectorAll('.graph g.node[id^="O{level}-op"]').length,
                         articles: s.querySelectorAll('article.kernel').length,
                         rows: s.querySelectorAll('table.kernels tr[data-kernel]').length,
-                        launches: s.querySelectorAll('rect.launch').length,
+                        launches: [...s.querySelectorAll('rect.launch')].reduce((n, r) => n + +(r.dataset.tasks || 1), 0),
                         steps: s.querySelectorAll('article.step').length,
                         options: s.querySelectorAll('.stepper option').length}};
             }})()""")
@@ -215,7 +223,7 @@ def main():
                 check(shown == [f"O{level}"], f"#O{level}-{heading} shows {shown}", failures)
 
         points = browser.evaluate("document.querySelectorAll('svg.roofline circle.point').length")
-        check(points == sum(l["kernels"] for l in expected), f"the roofline has {points} points", failures)
+        check(points == sum(l["points"] for l in expected), f"the roofline has {points} points", failures)
         ladder = browser.evaluate("document.querySelectorAll('table.ladder tr').length")
         check(ladder == LEVELS + 1, f"the ladder table has {ladder} rows", failures)
         fusion = browser.evaluate("document.querySelectorAll('#fusion table.fusion').length")

@@ -64,16 +64,25 @@ TEST_P(ProvenanceTest, EveryOpInExactlyOneKernel) {
   auto program = buildProgram(*module, options, c.training ? &adamw : nullptr);
   ASSERT_TRUE(mlir::succeeded(program));
 
-  // Kernels per source op and role.
+  // Kernels per source op and role (a persistent kernel's parts: it computes what they do).
   std::map<Place, std::map<OriginRole, std::set<size_t>>> kernelsOf;
-  for (size_t k = 0; k < program->kernels.size(); ++k) {
-    const Kernel &kernel = program->kernels[k];
+  std::vector<const Kernel *> kernels = computeKernels(*program);
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    const Kernel &kernel = *kernels[k];
     EXPECT_FALSE(kernel.origins.empty()) << "kernel " << k << " (" << kernel.name << ") names no model op";
     for (const OpOrigin &origin : kernel.origins) {
       const SourceOp &op = program->sourceOps.at(size_t(origin.op));
       ASSERT_TRUE(ops.count({op.line, op.column})) << op.text << " is no op of " << c.path;
       kernelsOf[{op.line, op.column}][origin.role].insert(k);
     }
+  }
+  for (const Kernel &kernel : program->kernels) {
+    if (kernel.parts.empty()) continue;
+    std::set<std::pair<int, OriginRole>> own, ofParts;
+    for (const OpOrigin &origin : kernel.origins) own.insert({origin.op, origin.role});
+    for (const Kernel &part : kernel.parts)
+      for (const OpOrigin &origin : part.origins) ofParts.insert({origin.op, origin.role});
+    EXPECT_EQ(own, ofParts) << kernel.name << " names other ops than its parts";
   }
   size_t gradients = 0, computed = 0;
   for (const auto &[place, isWeight] : ops) {
