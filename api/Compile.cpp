@@ -40,6 +40,8 @@ ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
     overrides.attentionGradRows = std::atoi(rows);
   flag("TLC_NO_WGMMA", overrides.noWgmma);
   flag("TLC_NO_CLUSTERS", overrides.noClusters);
+  if (const char *workers = std::getenv("TLC_WORKERS_PER_SM"); workers && overrides.workersPerSM == 0)
+    overrides.workersPerSM = std::atoi(workers);
   if (const char *trigger = std::getenv("TLC_PDL_TRIGGER"); trigger && std::string(trigger) == "start")
     overrides.dependentsAtStart = true;
   return overrides;
@@ -55,6 +57,7 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
   if (overrides.noWgmma) parts.push_back("no-wgmma");
   if (overrides.noClusters) parts.push_back("no-clusters");
   if (overrides.dependentsAtStart) parts.push_back("dependents-at-start");
+  if (overrides.workersPerSM) parts.push_back(fmt::format("workers-per-sm={}", overrides.workersPerSM));
   std::string text;
   for (const std::string &part : parts) text += (text.empty() ? "" : ", ") + part;
   return text;
@@ -62,59 +65,29 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
 
 } // namespace
 
-static void buildPipeline(mlir::OpPassManager &pm, const CompileOptions &options, const AdamWOptions *training) {
-  tl::TlSpecializeOptions specialize;
-  specialize.batch = options.batch;
-  specialize.seq = options.seqLen;
-  specialize.dtype = options.dtype;
-  pm.addPass(tl::createTlSpecialize(specialize));
-  buildOptPipeline(pm, options.optLevel, /*inference=*/!training);
-  if (!training) return;
-  tl::TlAutodiffOptions autodiff;
-  autodiff.learningRate = training->learningRate;
-  autodiff.beta1 = training->beta1;
-  autodiff.beta2 = training->beta2;
-  autodiff.eps = training->eps;
-  autodiff.weightDecay = training->weightDecay;
-  autodiff.maxGradNorm = training->maxGradNorm;
-  pm.addPass(tl::createTlAutodiff(autodiff));
-  pm.addPass(mlir::createCSEPass());  // recomputations the backward asked for twice
-  if (options.optLevel >= 3) {
-    pm.addPass(tl::createTlFuseNormResidual());   // residual gradients in the norms' backward
-    pm.addPass(tl::createTlFuseNormRecompute());  // the norms' outputs the dW GEMMs read, written by their backward
-  }
-  if (options.optLevel >= 2) {
-    pm.addPass(tl::createTlFuseElementwise());   // the backward's elementwise chains
-    pm.addPass(tl::createTlFuseGradEpilogue());  // those reading a dX, in its GEMM's epilogue
-    pm.addPass(tl::createTlFuseLossGrad());      // the loss and d logits in one pass over the logits
-    if (options.fuseNormGrad) pm.addPass(tl::createTlFuseNormGradGemm());  // the norms' backward in the dX GEMMs
-  }
+// The pipeline a compile runs: tl-specialize to the run's shape, then the level's passes
+// (and with `training`, the training step's).
+static PipelineOptions pipelineOptions(const CompileOptions &options, const AdamWOptions *training) {
+  PipelineOptions pipeline;
+  pipeline.level = options.optLevel;
+  pipeline.specialize = tl::TlSpecializeOptions{options.batch, options.seqLen, options.dtype};
+  if (!training) return pipeline;
+  pipeline.mode = PipelineMode::TrainStep;
+  pipeline.autodiff = {training->learningRate, training->beta1,       training->beta2,
+                       training->eps,          training->weightDecay, training->maxGradNorm};
+  pipeline.fuseNormGrad = options.fuseNormGrad;
+  return pipeline;
 }
 
 static mlir::OpPassManager pipelineOf(const CompileOptions &options, const AdamWOptions *training) {
   mlir::OpPassManager pm(mlir::ModuleOp::getOperationName(), mlir::OpPassManager::Nesting::Implicit);
-  buildPipeline(pm, options, training);
+  buildPipeline(pm, pipelineOptions(options, training));
   return pm;
 }
 
 std::string pipelineText(const CompileOptions &options, const AdamWOptions *training) {
   mlir::OpPassManager pm = pipelineOf(options, training);
-  // Pass names in order; only tl-specialize's and tl-autodiff's options say something
-  // about this run.
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  llvm::interleave(
-      pm.getPasses(), os,
-      [&](mlir::Pass &pass) {
-        if (pass.getArgument() == "tl-specialize") pass.printAsTextualPipeline(os);
-        else if (pass.getArgument() == "tl-autodiff" && training)  // shortest decimals, not %e
-          os << fmt::format("tl-autodiff{{lr={} beta1={} beta2={} eps={} weight-decay={} max-grad-norm={}}}",
-                            training->learningRate, training->beta1, training->beta2, training->eps,
-                            training->weightDecay, training->maxGradNorm);
-        else os << pass.getArgument();
-      },
-      ", ");
-  return text;
+  return describePipeline(pm);
 }
 
 std::vector<std::string> pipelinePasses(const CompileOptions &options, const AdamWOptions *training) {
@@ -132,7 +105,7 @@ mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &
                                                    << kMaxOptLevel;
   mlir::PassManager pm(module->getContext(), mlir::ModuleOp::getOperationName(),
                        mlir::OpPassManager::Nesting::Implicit);
-  buildPipeline(pm, options, training);
+  buildPipeline(pm, pipelineOptions(options, training));
   if (configure) configure(pm);
   return pm.run(module);
 }
@@ -154,9 +127,11 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
   program->targetArch = target.name;
   program->targetMultiprocessors = target.multiprocessors;
   program->scheduleOverrides = describeOverrides(overrides);
+  program->matmulPrecision = options.matmulPrecision;
   codegen::Machine machine = codegen::machineFor(target, overrides);
-  // O3's forward runs as one persistent kernel (the training step keeps O2's launches).
-  machine.persistent = options.optLevel >= 3 && !training;
+  // O3's forward as one persistent kernel where asked (a training step keeps O2's launches).
+  if (options.persistent && options.optLevel >= 3 && !training)
+    machine = codegen::persistentMachine(machine, overrides.workersPerSM > 0 ? overrides.workersPerSM : 1);
   std::vector<codegen::TaskPlan> plans = emitHipKernels(*program, specs, machine);
   if (machine.persistent) {
     std::string why = codegen::formPersistentKernel(*program, plans, machine);

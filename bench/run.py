@@ -4,13 +4,15 @@
     python3 bench/run.py --tlc build-gpu/tools/tlc          (on the GPU machine)
 
 For each configuration (default: the workshop at batch 8, seq 128, and the TinyLlama-1.1B
-shape at batch 1, seq 2048, both bf16) it writes one set of random weights and tokens,
-runs tlc at every level on them (graph replay, median of --iterations forwards), loads
-the same weights into bench/tinyllama.py, checks its logits against tlc's before any
-timing is trusted, and times it eagerly, under torch.compile and with CUDA graphs. It
-prints a table (median ms, tokens/s, peak memory, kernels per forward, ratio to
-PyTorch's best), appends it to bench/RESULTS.md with the date, device and command, and
-draws the level ladder as an SVG chart (bench/ladder.svg).
+shape at batch 1, seq 2048) and dtype (default bf16 and f32) it writes one set of random
+weights and tokens, runs tlc at every level on them (graph replay, median of --iterations
+forwards; f32 at tlc's default matmul precision, or --matmul-precision), loads the same
+weights into bench/tinyllama.py, checks its logits against tlc's before any timing is
+trusted, and times it in the same dtype (fp32: full-precision matmuls, no TF32) eagerly,
+under torch.compile and with CUDA graphs. It prints a table per dtype (median ms,
+tokens/s, peak memory, kernels per forward, ratio to PyTorch's best), appends them to
+bench/RESULTS.md with the date, device and command, and draws the workshop's level ladder
+in --chart-dtype (f32, the README command's) as an SVG chart (bench/ladder.svg).
 """
 import argparse
 import datetime
@@ -31,15 +33,18 @@ from chart import svg_chart  # noqa: E402
 LEVEL_NAMES = ["O0 (V1 baseline)", "O1 (V2 fused)", "O2 (V3 custom kernels)", "O3 (V4 block chains)"]
 
 
-def run_tlc(tlc, config, batch, seq, level, work, iterations, weights, tokens, dtype="bf16"):
+def run_tlc(tlc, config, batch, seq, level, work, iterations, weights, tokens, dtype="bf16", precision=None):
     model = {"workshop": "models/tinyllama.tl", "tinyllama-1.1b": "models/tinyllama-1.1b.tl"}[config]
     logits = os.path.join(work, f"logits-O{level}-{dtype}.npy")
     cmd = [tlc, model, f"--opt-level={level}", f"--dtype={dtype}", f"--batch-size={batch}", f"--seq-len={seq}",
            "--run", "--target=cuda", f"--iterations={iterations}", f"--tokens={tokens}", f"--save-logits={logits}"]
+    cmd += [f"--matmul-precision={precision}"] if precision and dtype == "f32" else []
     cmd += [f"--weights={weights}"] if os.path.exists(weights) else [f"--save-weights={weights}", "--seed=1"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     field = lambda pattern: re.search(pattern, out).group(1)  # noqa: E731
+    matmuls = re.search(r"matmuls\s+f32 precision (\S+):", out)
     return {
+        "precision": matmuls.group(1) if matmuls else None,
         "name": f"tlc {LEVEL_NAMES[level]}",
         "ms": float(field(r"forward\s+([\d.]+) ms")),
         "peak_mib": float(field(r"peak device memory ([\d.]+) MiB")),
@@ -89,16 +94,20 @@ def semantic_error(config, weights_path, tokens, reference):
     return float(np.linalg.norm(got - reference) / np.linalg.norm(reference))
 
 
-def run_torch(config, weights_path, tokens, iterations, modes, reference):
+def run_torch(config, weights_path, tokens, iterations, modes, reference, dtype="bf16"):
+    """PyTorch's rows in `dtype` (fp32: full-precision matmuls, PyTorch's default), and its
+    logits' relative error against `reference` (tlc O0's in the same dtype)."""
     from safetensors.torch import load_file
     weights = load_file(weights_path)
-    model = tinyllama.TinyLlama(config, weights, torch.bfloat16, "cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = tinyllama.TinyLlama(config, weights, torch.bfloat16 if dtype == "bf16" else torch.float32, "cuda")
     ids = torch.tensor(tokens, dtype=torch.long, device="cuda")
     cos, sin = tinyllama.rope_tables(ids.shape[1], model.head_dim, model.cfg["theta"], "cuda")
     with torch.no_grad():
         logits, loss = model(ids, cos, sin)
         got = logits.float().cpu().numpy()
-    error = float(np.linalg.norm(got - reference) / np.linalg.norm(reference))  # bf16 against bf16: drift
+    error = float(np.linalg.norm(got - reference) / np.linalg.norm(reference))  # in bf16: the two drift apart
     rows = []
     for mode in modes:
         torch.cuda.empty_cache()
@@ -155,10 +164,17 @@ def main():
     parser.add_argument("--tlc", default="build/tools/tlc")
     parser.add_argument("--configs", default="workshop:8:128,tinyllama-1.1b:1:2048",
                         help="comma-separated model:batch:seq")
+    parser.add_argument("--dtypes", default="bf16,f32", help="comma-separated: bf16, f32")
+    parser.add_argument("--matmul-precision", default=None, choices=["highest", "high", "medium"],
+                        help="tlc's f32 matmul precision (default: tlc's own, high)")
+    parser.add_argument("--modes", default="eager,torch.compile,CUDA graphs,torch.compile + CUDA graphs",
+                        help="PyTorch's modes, comma-separated (the 1.1B shape runs eager and torch.compile of them)")
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--results", default="bench/RESULTS.md")
     parser.add_argument("--chart", default="bench/ladder.svg")
+    parser.add_argument("--chart-dtype", default="f32", help="the dtype of the workshop ladder the chart draws")
     args = parser.parse_args()
+    dtypes = args.dtypes.split(",")
 
     device = torch.cuda.get_device_name()
     sections = []
@@ -172,31 +188,41 @@ def main():
             tokens_path = os.path.join(work, "tokens.txt")
             np.savetxt(tokens_path, tokens, fmt="%d")
             weights = os.path.join(work, "weights.safetensors")
-            rows = [run_tlc(args.tlc, config, batch, seq, level, work, args.iterations, weights, tokens_path)
-                    for level in range(4)]
-            fp32 = run_tlc(args.tlc, config, batch, seq, 0, work, 1, weights, tokens_path, dtype="f32")
+            levels = {dtype: [run_tlc(args.tlc, config, batch, seq, level, work, args.iterations, weights, tokens_path,
+                                      dtype, args.matmul_precision) for level in range(4)] for dtype in dtypes}
+            fp32 = levels["f32"][0] if "f32" in levels else run_tlc(args.tlc, config, batch, seq, 0, work, 1, weights,
+                                                                    tokens_path, "f32", args.matmul_precision)
             semantics = semantic_error(config, weights, tokens, fp32["logits"])
-            modes = ["eager", "torch.compile", "CUDA graphs", "torch.compile + CUDA graphs"]
+            modes = args.modes.split(",")
             if config != "workshop":
-                modes = ["eager", "torch.compile"]
-            torch_rows, error = run_torch(config, weights, tokens, args.iterations, modes, rows[0]["logits"])
-        level_error = max(float(np.linalg.norm(r["logits"] - rows[0]["logits"]) / np.linalg.norm(rows[0]["logits"]))
-                          for r in rows)
+                modes = [mode for mode in modes if mode in ("eager", "torch.compile")]
+            torch_rows = {dtype: run_torch(config, weights, tokens, args.iterations, modes, levels[dtype][0]["logits"],
+                                           dtype) for dtype in dtypes}
         checked = semantics <= 1e-3
         failed |= not checked
-        title = (f"{config}, batch {batch} x seq {seq}, bf16 forward, {device}. Same function: fp32 PyTorch vs fp32 "
-                 f"tlc O0 logits rel. error {semantics:.2e} ({'checked' if checked else 'MISMATCH: timings not trusted'}); "
-                 f"in bf16, PyTorch vs tlc O0 {error:.2e} and tlc levels vs O0 at most {level_error:.2e}")
-        rows = rows + torch_rows
-        sections.append(table(title, rows, batch * seq))
-        print(sections[-1] + "\n", flush=True)
-        if config == "workshop" and args.chart:
-            svg_chart(args.chart, f"TinyLlama (workshop), batch {batch} x seq {seq}, bf16 forward, {device}", rows)
+        for dtype in dtypes:
+            rows, (theirs, error) = levels[dtype], torch_rows[dtype]
+            level_error = max(float(np.linalg.norm(r["logits"] - rows[0]["logits"]) / np.linalg.norm(rows[0]["logits"]))
+                              for r in rows)
+            precision = (f" (tlc matmul precision {rows[0]['precision']}; PyTorch fp32 matmuls without TF32)"
+                         if dtype == "f32" else "")
+            title = (f"{config}, batch {batch} x seq {seq}, {dtype} forward{precision}, {device}. Same function: fp32 "
+                     f"PyTorch vs fp32 tlc O0 logits rel. error {semantics:.2e} "
+                     f"({'checked' if checked else 'MISMATCH: timings not trusted'}); in {dtype}, PyTorch vs tlc O0 "
+                     f"{error:.2e} and tlc levels vs O0 at most {level_error:.2e}")
+            rows = rows + theirs
+            sections.append(table(title, rows, batch * seq))
+            print(sections[-1] + "\n", flush=True)
+            if config == "workshop" and args.chart and dtype == args.chart_dtype:
+                svg_chart(args.chart, f"TinyLlama (workshop), batch {batch} x seq {seq}, {dtype} forward, {device}", rows)
     if args.results:
         stamp = datetime.date.today().isoformat()
         with open(args.results, "a") as f:
+            options = (f" --dtypes {args.dtypes}" + (f" --matmul-precision {args.matmul_precision}"
+                                                     if args.matmul_precision else "")
+                       + (f" --modes '{args.modes}'" if args.modes != parser.get_default("modes") else ""))
             f.write(f"\n## {stamp} — {device}, benchmark: tlc levels beside PyTorch\n\n"
-                    f"Command: `python3 bench/run.py --tlc {args.tlc} --configs {args.configs} "
+                    f"Command: `python3 bench/run.py --tlc {args.tlc} --configs {args.configs}{options} "
                     f"--iterations {args.iterations}`. tlc: graph replay, median of {args.iterations} forwards after a "
                     "warm-up; peak = device memory in use after load minus before (weights, arena, workspace, "
                     "code). PyTorch: median of CUDA-event-timed forwards after warm-up; peak = "

@@ -121,10 +121,11 @@ def parse_tlc_train(out, tokens_per_step):
     }
 
 
-def run_tlc_train(tlc, config, level, batch, seq, steps, lr, dtype, weights, data, warmup):
+def run_tlc_train(tlc, config, level, batch, seq, steps, lr, dtype, weights, data, warmup, precision=None):
     cmd = [tlc, "train", MODELS[config], f"-O{level}", f"--dtype={dtype}", f"--batch-size={batch}",
            f"--seq-len={seq}", f"--num-steps={steps}", f"--learning-rate={lr}", "--target=cuda",
            f"--weights={weights}", f"--data={data}", "--progress=never"]
+    cmd += [f"--matmul-precision={precision}"] if precision and dtype == "f32" else []
     name = f"tlc {LEVEL_NAMES[level]}"
     print(" ".join(cmd), flush=True)
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -380,6 +381,8 @@ def main():
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--dtype", default="bf16", choices=sorted(TORCH_DTYPE),
                         help="compute dtype of both (fp32 masters either way)")
+    parser.add_argument("--matmul-precision", default=None, choices=["highest", "high", "medium"],
+                        help="with --dtype f32: tlc's matmul precision (default: tlc's own, high)")
     parser.add_argument("--warmup", type=int, default=3, help="first steps left out of the median")
     parser.add_argument("--check-steps", type=int, default=10, help="steps whose losses must match PyTorch eager's")
     parser.add_argument("--tolerance", type=float, default=None,
@@ -416,7 +419,7 @@ def main():
             rows = []
             for level in levels:
                 row = run_tlc_train(args.tlc, config, level, batch, seq, args.steps, args.learning_rate, args.dtype,
-                                    weights, tokens, args.warmup)
+                                    weights, tokens, args.warmup, args.matmul_precision)
                 failed |= row is None
                 rows += [row] if row else []
             for mode in TORCH_MODES:
@@ -445,7 +448,9 @@ def main():
             continue
         checked = check_losses(rows, args.check_steps, tolerance)
         failed |= not checked
-        title = (f"**{config}, batch {batch} x seq {seq}, {args.dtype} compute with fp32 master weights, AdamW lr "
+        precision = (f" (tlc matmul precision {args.matmul_precision or 'high'}; PyTorch fp32 matmuls without TF32)"
+                     if args.dtype == "f32" else "")
+        title = (f"**{config}, batch {batch} x seq {seq}, {args.dtype} compute{precision} with fp32 master weights, AdamW lr "
                  f"{args.learning_rate:g}, {args.steps} steps on {data}, {device}. Loss curves against PyTorch eager's "
                  f"over the first {args.check_steps} steps: "
                  f"{'within' if checked else 'NOT within (timings of the marked rows not trusted)'} relative "
@@ -461,6 +466,7 @@ def main():
         if args.results:
             command = (f"python3 bench/train.py --tlc {args.tlc} --configs {spec} --steps {args.steps} "
                        f"--levels {','.join(map(str, levels))}" + (f" --dtype {args.dtype}" if args.dtype != "bf16" else "")
+                       + (f" --matmul-precision {args.matmul_precision}" if args.matmul_precision else "")
                        + (" --random-data" if args.random_data else "")
                        + (f" --check-steps {args.check_steps}" if args.check_steps != 10 else ""))
             with open(args.results, "a") as f:

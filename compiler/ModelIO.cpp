@@ -2,6 +2,10 @@
 
 #include "compiler/Provenance.h"
 #include "compiler/TlDialect.h"
+#include "runtime/Error.h"
+#include "runtime/MappedFile.h"
+
+#include <fmt/format.h>
 
 #include <optional>
 #include <string>
@@ -26,6 +30,13 @@ void registerTlcDialects(mlir::DialectRegistry &registry) {
 // `>=` close nothing.
 static std::optional<std::pair<size_t, std::string>> findUnparseable(llvm::StringRef text) {
   auto isWordChar = [](char c) { return llvm::isAlnum(c) || c == '_' || c == '$' || c == '.'; };
+  // Text only, comments and strings too: diagnostics quote the line, and a control byte
+  // would reach the terminal.
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\n' && c != '\t' && c != '\r') || c == 0x7f)
+      return std::make_pair(i, fmt::format("control byte 0x{:02x}: a .tl file is text", c));
+  }
   int depth = 0;
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i], next = i + 1 < text.size() ? text[i + 1] : '\0';
@@ -55,13 +66,21 @@ static std::optional<std::pair<size_t, std::string>> findUnparseable(llvm::Strin
 
 mlir::OwningOpRef<mlir::ModuleOp> parseModelFile(mlir::MLIRContext &context, const std::string &path,
                                                  llvm::SourceMgr &sourceMgr) {
-  auto file = llvm::MemoryBuffer::getFileOrSTDIN(path);
-  if (std::error_code error = file.getError()) {
-    mlir::emitError(mlir::UnknownLoc::get(&context))
-        << "cannot open model file '" << path << "': " << error.message();
-    return nullptr;
+  std::unique_ptr<llvm::MemoryBuffer> file;
+  if (path == "-") {
+    auto input = llvm::MemoryBuffer::getSTDIN();
+    if (input) file = std::move(*input);
+    else mlir::emitError(mlir::UnknownLoc::get(&context)) << "cannot read the model from stdin: " << input.getError().message();
+  } else {
+    try {  // a regular file, opened without blocking (a FIFO is refused, not waited on)
+      MappedFile mapped(path, "model file");
+      file = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(mapped.data(), mapped.size()), path);
+    } catch (const Error &error) {
+      mlir::emitError(mlir::UnknownLoc::get(&context)) << error.what();
+    }
   }
-  unsigned buffer = sourceMgr.AddNewSourceBuffer(std::move(*file), llvm::SMLoc());
+  if (!file) return nullptr;
+  unsigned buffer = sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   return parseModelSource(context, sourceMgr, buffer);
 }
 

@@ -39,16 +39,19 @@ LEVELS = [
      "silu(gate)·up is written."),
     ("O3", "V4 ultra-fused", ["tl-fuse-blocks"],
      "`tl-fuse-blocks` wraps everything that belongs to one transformer block in a "
-     "`tl.block` (what the training step, which keeps O2's kernels, chains as one launch "
-     "sequence). The forward becomes one persistent kernel: O2's kernels are its parts, "
-     "each block of a part's launch a task (its GEMM tiles unsplit), one worker a "
-     "multiprocessor. From the kernels' index expressions the compiler derives what each "
-     "task reads and writes, so a task waits only for the earlier tasks whose bytes it reads "
-     "(or, where the memory planner reuses them, overwrites): layer 0's attention for query "
-     "tile t starts when the QKV tiles of those rows are stored, not when the whole QKV GEMM "
-     "is done. A cost model hands the tasks, in order, to the worker that can start each "
-     "first; a worker waits on the done words of the tasks it needs, never on a grid-wide "
-     "barrier. `tlc --emit=schedule` prints it."),
+     "`tl.block`. The code generator launches a block's kernels (O2's five) as one "
+     "dependent chain: on sm_90 each is a programmatic dependent launch that starts while "
+     "the kernel before it finishes, fetches its weights, then waits "
+     "(`griddepcontrol.wait`) for its inputs. With `--persistent` the forward is one "
+     "persistent kernel instead: O2's kernels are its parts, each block of a part's launch a "
+     "task (its GEMM tiles unsplit), one worker a multiprocessor. From the kernels' index "
+     "expressions the compiler derives what each task reads and writes, so a task waits only "
+     "for the earlier tasks whose bytes it reads (or, where the memory planner reuses them, "
+     "overwrites): layer 0's attention for a query tile starts when the QKV tiles of those "
+     "rows are stored, not when the whole QKV GEMM is done. A cost model hands the tasks, in "
+     "order, to the worker that can start each first; a worker waits on the done words of "
+     "the tasks it needs, never on a grid-wide barrier. It is correct and, so far, slower than "
+     "the chained launches (`docs/megakernel.md` says why), so it is not the default."),
 ]
 
 
@@ -71,9 +74,9 @@ def qkv_kernel(tools, model):
              f"--dtype={DTYPE}", "--emit=hip", "-o", tmp])
         name = next(f for f in sorted(os.listdir(tmp)) if f.startswith("tl_rmsnorm_linear_split_rope"))
         lines = open(os.path.join(tmp, name)).read().splitlines()
-    header = []
-    for line in lines:
-        if not line.startswith("//   ") and header:
+    header = [lines[0]]  # the signature: what the runtime checks the Program's buffers and launch against
+    for line in lines[1:]:
+        if not line.startswith("//   ") and len(header) > 1:
             break
         header.append(line)
     start = next(i for i, l in enumerate(lines) if "static void epilogue(" in l)
@@ -96,7 +99,7 @@ def kernel_stats(tools, model, level):
 def schedule(tools, model):
     """The head of O3's schedule for block 0: the parts, then the first workers' tasks."""
     out = run([os.path.join(tools, "tlc"), "--opt-level=3", model, f"--batch-size={BATCH}", f"--seq-len={SEQ}",
-               f"--dtype={DTYPE}", "--emit=schedule", "--ir-block=0"]).splitlines()
+               f"--dtype={DTYPE}", "--persistent", "--emit=schedule", "--ir-block=0"]).splitlines()
     workers = out.index(next(l for l in out if l.startswith("workers")))
     shown = out[:workers + 4]
     return "\n".join(l if len(l) <= 160 else l[:157] + "..." for l in shown) + "\n  ..."
@@ -169,8 +172,10 @@ def main():
         if name == "O2":
             w("")
             w("What the code generator made of the QKV `tl.fused_linear` (`tlc --opt-level=2 --emit=hip -o out/`, "
-              "one file per kernel): its header says what the kernel computes and which ops of the model file each "
-              "launch of it computes (every op keeps its location through the fusion passes), and the epilogue hook the GEMM "
+              "one file per kernel): its first line is the signature the runtime checks the Program against (the "
+              "buffers' dtypes and shapes, scratch, launch shapes), its header says what the kernel computes and which "
+              "ops of the model file each launch of it computes (every op keeps its location through the fusion "
+              "passes), and the epilogue hook the GEMM "
               "template calls with 8 accumulator values of a row shows RoPE and the [B, H, S, D] stores; "
               "`v` is the 8 values, `row` the whole accumulator row in shared memory.")
             w("")
@@ -181,8 +186,8 @@ def main():
             w("```")
         if name == "O3":
             w("")
-            w("The schedule of the full workshop model, block 0's tasks (`tlc --opt-level=3 --emit=schedule "
-              "--ir-block=0`): `t260=p1.132~1.2<-t32,...` is task 260, block 132 of part 1 (the QKV GEMM), "
+            w("The persistent kernel's schedule for the full workshop model, block 0's tasks (`tlc --opt-level=3 "
+              "--persistent --emit=schedule --ir-block=0`): `t260=p1.132~1.2<-t32,...` is task 260, block 132 of part 1 (the QKV GEMM), "
               "estimated 1.2 µs, waiting for tasks 32 and on (the embedding rows it reads); each line one "
               "worker's tasks in the order it runs them.")
             w("")

@@ -1,9 +1,14 @@
 #include "passes/Pipelines.h"
 
-#include "passes/Passes.h"
-
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <regex>
 
 namespace tlc {
 
@@ -34,25 +39,95 @@ void buildOptPipeline(mlir::OpPassManager &pm, int level, bool inference) {
   }
 }
 
+// The backward's passes after tl-autodiff: each level fuses more of what it wrote.
+static void buildBackwardPipeline(mlir::OpPassManager &pm, int level, bool fuseNormGrad) {
+  pm.addPass(mlir::createCSEPass());  // recomputations the backward asked for twice
+  if (level >= 3) {
+    pm.addPass(tl::createTlFuseNormResidual());   // residual gradients in the norms' backward
+    pm.addPass(tl::createTlFuseNormRecompute());  // the norms' outputs the dW GEMMs read, written by their backward
+  }
+  if (level >= 2) {
+    pm.addPass(tl::createTlFuseElementwise());                  // the backward's elementwise chains
+    pm.addPass(tl::createTlFuseGradEpilogue());                 // those reading a dX, in its GEMM's epilogue
+    pm.addPass(tl::createTlFuseLossGrad());                     // the loss and d logits in one pass over the logits
+    if (fuseNormGrad) pm.addPass(tl::createTlFuseNormGradGemm());  // the norms' backward in the dX GEMMs
+  }
+}
+
+// `autodiff`: tl-autodiff as configured (TrainStep only).
+static void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &options, std::unique_ptr<mlir::Pass> autodiff) {
+  if (options.specialize) pm.addPass(tl::createTlSpecialize(*options.specialize));
+  buildOptPipeline(pm, options.level, options.mode == PipelineMode::Forward);
+  if (options.mode != PipelineMode::TrainStep) return;
+  pm.addPass(std::move(autodiff));
+  buildBackwardPipeline(pm, options.level, options.fuseNormGrad);
+}
+
+void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &options) {
+  buildPipeline(pm, options, tl::createTlAutodiff(options.autodiff));
+}
+
+// MLIR prints a double option as %e ("3.000000e-04"); a learner reads "0.0003".
+static std::string shortestDecimals(const std::string &text) {
+  static const std::regex number(R"(=(-?[0-9]+\.[0-9]+e[-+][0-9]+))");
+  std::string out;
+  auto last = text.cbegin();
+  for (std::sregex_iterator it(text.begin(), text.end(), number), end; it != end; ++it) {
+    out.append(last, text.cbegin() + it->position(1));
+    out += fmt::format("{}", std::strtod(it->str(1).c_str(), nullptr));
+    last = text.cbegin() + it->position(1) + it->length(1);
+  }
+  out.append(last, text.cend());
+  return out;
+}
+
+std::string describePipeline(mlir::OpPassManager &pm) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  llvm::interleave(
+      pm.getPasses(), os,
+      [&](mlir::Pass &pass) {
+        llvm::StringRef name = pass.getArgument();
+        bool configuredByTheRun = name == tl::createTlSpecialize()->getArgument() ||
+                                  name == tl::createTlAutodiff()->getArgument();
+        if (configuredByTheRun) pass.printAsTextualPipeline(os);
+        else os << name;
+      },
+      ", ");
+  return shortestDecimals(text);
+}
+
+// "O2", "O2 train", "O2 step lr=0.01 max-grad-norm=1": a level, a mode, tl-autodiff's options.
+static mlir::LogicalResult buildPipelineFromText(mlir::OpPassManager &pm, llvm::StringRef text,
+                                                 llvm::function_ref<mlir::LogicalResult(const llvm::Twine &)> error) {
+  auto [level, rest] = text.trim().split(' ');
+  auto [mode, autodiffOptions] = rest.trim().split(' ');
+  unsigned value = 0;
+  if (!level.consume_front("O") || level.getAsInteger(10, value) || value > kMaxOptLevel ||
+      !(mode.empty() || mode == "train" || mode == "step") || (mode != "step" && !autodiffOptions.trim().empty()))
+    return error("tl-pipeline expects O0, O1, O2 or O3, then optionally 'train' (a training step's forward) or "
+                 "'step' (the whole training step, then tl-autodiff's options), got '" + text + "'");
+  PipelineOptions options;
+  options.level = int(value);
+  options.mode = mode.empty() ? PipelineMode::Forward : mode == "train" ? PipelineMode::TrainForward
+                                                                         : PipelineMode::TrainStep;
+  // tl-autodiff reads its own options: their names and checks live with the pass.
+  std::unique_ptr<mlir::Pass> autodiff = tl::createTlAutodiff();
+  if (mlir::failed(autodiff->initializeOptions(autodiffOptions.trim(), error))) return mlir::failure();
+  buildPipeline(pm, options, std::move(autodiff));
+  return mlir::success();
+}
+
 void registerTlcPasses() {
   tl::registerTlPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerPassPipeline(
       "tl-pipeline",
-      "Run an optimization level: --tl-pipeline=O0 ... O3 (a forward), or \"O2 train\" (the forward of a "
-      "training step, before --tl-autodiff)",
-      [](mlir::OpPassManager &pm, llvm::StringRef options,
-         llvm::function_ref<mlir::LogicalResult(const llvm::Twine &)> errorHandler) {
-        auto [level, mode] = options.trim().split(' ');
-        unsigned value = 0;
-        mode = mode.trim();
-        if (!level.consume_front("O") || level.getAsInteger(10, value) || value > kMaxOptLevel ||
-            !(mode.empty() || mode == "train"))
-          return errorHandler("tl-pipeline expects O0, O1, O2 or O3, then optionally 'train', got '" + options + "'");
-        buildOptPipeline(pm, int(value), /*inference=*/mode.empty());
-        return mlir::success();
-      },
+      "Run an optimization level: --tl-pipeline=O0 ... O3 (a forward), \"O2 train\" (the forward of a training "
+      "step, before --tl-autodiff) or \"O2 step\" (the whole training step tlc train compiles; tl-autodiff's "
+      "options may follow, e.g. \"O2 step lr=0.01\")",
+      buildPipelineFromText,
       [](llvm::function_ref<void(const mlir::detail::PassOptions &)>) {});
 }
 

@@ -1,19 +1,44 @@
-// The optimization levels, defined once: tlc --opt-level=N and tl-opt --tl-pipeline=ON
-// both build their pass manager here.
+// The pipelines, defined once: tlc --opt-level=N (forward and training step), the C++
+// API and tl-opt --tl-pipeline all build their pass manager here.
 #pragma once
 
+#include "passes/Passes.h"      // TlSpecializeOptions, TlAutodiffOptions
 #include "runtime/OptLevels.h"  // kMaxOptLevel, describeOptLevel
 
 #include "mlir/Pass/PassManager.h"
 
+#include <optional>
+#include <string>
+
 namespace tlc {
 
-// Adds level N's passes (0..3) to a module pass manager; `inference`: for a forward
-// program (a training step's forward leaves out the passes that fold parameters
-// together at load time).
+// What a pipeline compiles.
+enum class PipelineMode {
+  Forward,       // the forward of inference: parameters may be folded together at load time
+  TrainForward,  // the forward of a training step, before tl-autodiff (nothing folded)
+  TrainStep,     // the whole training step: that forward, tl-autodiff, the backward's fusions
+};
+
+struct PipelineOptions {
+  int level = 0;  // 0..kMaxOptLevel
+  PipelineMode mode = PipelineMode::Forward;
+  std::optional<tl::TlSpecializeOptions> specialize;  // tl-specialize first, where set
+  tl::TlAutodiffOptions autodiff;                     // TrainStep: the optimizer tl-autodiff appends
+  bool fuseNormGrad = true;                           // TrainStep at O2+: the norms' backward in the dX GEMMs
+};
+
+// Adds the pipeline's passes to a module pass manager.
+void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
+
+// Adds level N's forward passes (0..3); `inference` as PipelineMode::Forward.
 void buildOptPipeline(mlir::OpPassManager &pm, int level, bool inference = true);
 
-// Registers every tl pass and the `tl-pipeline` pipeline (option: O0..O3).
+// The passes in order, comma-separated, with the options of those the run configures
+// (tl-specialize, tl-autodiff) in shortest decimals: what tlc prints and a Program records.
+std::string describePipeline(mlir::OpPassManager &pm);
+
+// Registers every tl pass and the `tl-pipeline` pipeline: "O0".."O3" (a forward), "O2 train"
+// (a training step's forward), "O2 step [tl-autodiff options]" (the whole training step).
 void registerTlcPasses();
 
 } // namespace tlc

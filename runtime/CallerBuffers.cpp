@@ -86,7 +86,7 @@ void CallerBuffers::takeTokenIds(const int32_t *ids, void *input, int64_t count,
   int limit = int(std::min<int64_t>(vocab, INT_MAX));
   unsigned *flag = static_cast<unsigned *>(flag_);
   void *args[] = {&source, &target, &elements, &limit, &flag};
-  launch(take_, "tl_take_token_ids", count, args);
+  launch(take_.function, "tl_take_token_ids", count, args);
 }
 
 void CallerBuffers::give(const void *values, DType dtype, float *out, int64_t count) {
@@ -98,7 +98,7 @@ void CallerBuffers::give(const void *values, DType dtype, float *out, int64_t co
   long long elements = count;
   const unsigned *flag = static_cast<const unsigned *>(flag_);
   void *args[] = {&source, &bf16, &target, &elements, &flag};
-  launch(give_, "tl_give_f32", count, args);
+  launch(give_.function, "tl_give_f32", count, args);
 }
 
 // Grid-stride kernels: a few blocks per multiprocessor cover any count.

@@ -43,7 +43,7 @@ private:
   void launch(GpuDevice::Function function, const char *entry, int64_t count, void **args);
 
   GpuDevice &device_;
-  GpuDevice::Function take_ = nullptr, give_ = nullptr;
+  LoadedKernel take_, give_;  // their modules released with this
   void *flag_ = nullptr;  // one word: set when an id was out of range
 };
 

@@ -25,6 +25,7 @@
 #include "runtime/CpuOps.h"
 #include "runtime/Checked.h"
 #include "runtime/Error.h"
+#include "runtime/FiniteResults.h"
 #include "runtime/MasterWeights.h"
 #include "runtime/MemoryBudget.h"
 #include "runtime/MemoryPlanner.h"
@@ -405,12 +406,53 @@ private:
             {program_.value(op.results[i]).shape, resultBuffer(op.results[i], resultScratch[i])});
       cpu::runOp(op, inputs, outputs, pool_, kernel.name);
       for (size_t i = 0; i < op.results.size(); ++i) storeResult(op.results[i], resultScratch[i]);
+      if (locating_ && firstNonFinite_.empty()) findNonFinite(kernel, op);
     }
     locals_.clear();
     currentKernel_ = nullptr;
   }
 
+public:
+  // The forward run op by op, each result checked: where the first value that is not a
+  // number appears, or "".
+  std::string locateNonFinite(const std::vector<int32_t> &tokenIds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    locating_ = true;
+    firstNonFinite_.clear();
+    std::vector<KernelTiming> times;
+    try {
+      runKernels(tokenIds, times);
+    } catch (...) {
+      locating_ = false;
+      throw;
+    }
+    locating_ = false;
+    return firstNonFinite_;
+  }
+
+private:
+  void findNonFinite(const Kernel &kernel, const OpRecord &op) {
+    for (int id : op.results) {
+      const Value &base = program_.storageOf(id);
+      if (base.dtype == DType::I32) continue;
+      std::vector<float> stored = base.storage == Storage::Local ? locals_.at(base.id) : readAsFloats(id);
+      // A causal mask writes -inf where a position may not look: that is its meaning.
+      bool masks = op.op == "causal_mask";
+      auto bad = std::find_if(stored.begin(), stored.end(),
+                              [&](float x) { return !std::isfinite(x) && !(masks && x == -INFINITY); });
+      if (bad == stored.end()) continue;
+      size_t kernelIndex = size_t(&kernel - program_.kernels.data());
+      firstNonFinite_ = fmt::format("kernel {} '{}'{}, op {}, writes {} into '{}' at element {} from finite inputs",
+                                    kernelIndex, kernel.name,
+                                    kernel.layer >= 0 ? fmt::format(" (block {})", kernel.layer) : std::string(),
+                                    op.op, *bad, program_.value(id).name, bad - stored.begin());
+      return;
+    }
+  }
+
   mutable std::mutex mutex_; // load and forward share the arena: calls serialize
+  bool locating_ = false;
+  std::string firstNonFinite_;
   ThreadPool pool_;
   PersistentSchedule schedule_;
   Program program_;
@@ -437,6 +479,13 @@ std::unique_ptr<Backend> createCpuBackend(int threads, const PersistentSchedule 
   } catch (const Error &error) {
     throw Error(fmt::format("cpu backend (--cpu-threads={}): {}", threads, error.what()));
   }
+}
+
+std::string locateNonFinite(const Program &program, const Weights &weights, const std::vector<int32_t> &tokenIds,
+                            int threads) {
+  CpuBackend backend(threads, PersistentSchedule{});
+  backend.load(program, weights);
+  return backend.locateNonFinite(tokenIds);
 }
 
 void checkTokenIds(const Program &program, const std::vector<int32_t> &tokenIds) {

@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -19,6 +18,8 @@
 #include <type_traits>
 
 #include "runtime/Error.h"
+#include "runtime/MappedFile.h"
+#include "runtime/OutputFile.h"
 
 namespace tlc {
 namespace {
@@ -145,13 +146,15 @@ private:
   mutable std::mutex mutex_;
 };
 
+// A cached binary, or false (no file, or one that is not a regular file).
 bool readFile(const std::string &path, std::string &contents) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return false;
-  std::ostringstream text;
-  text << file.rdbuf();
-  contents = text.str();
-  return bool(file) || file.eof();
+  try {
+    MappedFile file(path, "JIT cache file");
+    contents.assign(file.data(), file.size());
+    return true;
+  } catch (const Error &) {
+    return false;
+  }
 }
 
 void makeDirectories(const std::string &path) {
@@ -161,22 +164,15 @@ void makeDirectories(const std::string &path) {
   }
 }
 
-// Written to a temporary name and renamed: readers see the whole file or none, even
-// when several processes fill the cache at once.
+// Readers see the whole file or none, even when several processes fill the cache at
+// once; a cache that cannot be written is not an error, only slower next time.
 bool writeAtomically(const std::string &path, const std::string &contents) {
-  std::string temporary = fmt::format("{}.tmp.{}.{}", path, ::getpid(),
-                                      std::hash<std::thread::id>()(std::this_thread::get_id()));
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    if (!file) return false;
-    file << contents;
-    if (!file) return false;
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
+  try {
+    writeFileAtomically(path, contents, "JIT cache file");
+    return true;
+  } catch (const Error &) {
     return false;
   }
-  return true;
 }
 
 // Where a failing source goes so the user can read and recompile it.

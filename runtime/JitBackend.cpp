@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "runtime/CallerBuffers.h"
 #include "runtime/Error.h"
@@ -81,11 +82,16 @@ public:
     }
     JitOptions jit;
     jit.arch = device_->arch();
+    // Profiling stamps a persistent kernel's tasks (compiled in only then).
+    if (options_.profile) jit.compilerOptions.push_back("-DTL_TRACE=1");
     jit.useCache = options_.useCache;
     jit.progress = options_.verbose;
     std::vector<std::string> binaries = jitCompileAll(*compiler, sources, jit, &report_.jit);
     std::map<std::string, GpuDevice::Function> functions;
-    for (const auto &[entry, index] : indexOfEntry) functions[entry] = device_->load(binaries[index], entry);
+    for (const auto &[entry, index] : indexOfEntry) {
+      modules_.push_back(device_->load(binaries[index], entry));
+      functions[entry] = modules_.back().function;
+    }
 
     // Device memory.
     arena_ = static_cast<char *>(device_->allocate(size_t(std::max<int64_t>(program_.arenaBytes, 1))));
@@ -110,9 +116,24 @@ public:
     // Launches, in the shape the source's code path for this vendor wants.
     launches_.clear();
     for (const Kernel &kernel : program_.kernels) {
-      if (!kernel.parts.empty() && persistentRunsHere(kernel)) {
-        launches_.push_back(persistentLaunch(kernel, functions.at(kernel.entry)));
-        continue;
+      if (!kernel.parts.empty() && functions.count(kernel.entry)) {
+        std::optional<Launch> persistent = persistentLaunch(kernel, functions.at(kernel.entry));
+        if (persistent) {
+          launches_.push_back(std::move(*persistent));
+          continue;
+        }
+        // Its workers do not all fit on the device at once: its parts as launches.
+        std::vector<JitSource> parts;
+        for (const Kernel &part : kernel.parts) parts.push_back({part.entry, part.source});
+        JitStats partStats;
+        std::vector<std::string> partBinaries = jitCompileAll(*compiler, parts, jit, &partStats);
+        report_.jit.compiled += partStats.compiled;
+        report_.jit.cached += partStats.cached;
+        for (size_t p = 0; p < parts.size(); ++p)
+          if (!functions.count(parts[p].entry)) {
+            modules_.push_back(device_->load(partBinaries[p], parts[p].entry));
+            functions[parts[p].entry] = modules_.back().function;
+          }
       }
       if (!kernel.parts.empty()) {
         for (size_t p = 0; p < kernel.parts.size(); ++p)
@@ -125,13 +146,12 @@ public:
     for (Launch &launch : launches_)
       if (launch.args.empty())
         for (void *&pointer : launch.pointers) launch.args.push_back(&pointer);
-    start_ = device_->createEvent();
-    end_ = device_->createEvent();
-    if (!callerReady_) {  // kept across loads
+    if (!start_) {  // kept across loads
+      start_ = device_->createEvent();
+      end_ = device_->createEvent();
       callerReady_ = device_->createEvent();
       forwardDone_ = device_->createEvent();
     }
-    graph_ = nullptr;
     device_->synchronize();
     size_t usedAfter = device_->usedBytes();
     report_.peakDeviceBytes = int64_t(usedAfter > usedBefore ? usedAfter - usedBefore : 0);
@@ -148,10 +168,12 @@ public:
     enqueueLaunches();
 
     ForwardResult result;
-    if (options_.profile)
+    if (options_.profile) {
       for (size_t k = 0; k < launches_.size(); ++k)
-        result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[k].first, profileEvents_[k].second)});
-    result.milliseconds = device_->elapsedMs(start_, end_);
+        result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[k].first.get(), profileEvents_[k].second.get())});
+      result.taskTimes = taskTimes();
+    }
+    result.milliseconds = device_->elapsedMs(start_.get(), end_.get());
     device_->synchronize();
 
     const Value &logits = program_.value(program_.outputs[0]);
@@ -181,11 +203,11 @@ public:
       size_t timed = 0;
       for (size_t k = 0; k < launches_.size(); ++k) {
         if (!options.update && launches_[k].updates) continue;
-        result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[timed].first, profileEvents_[timed].second)});
+        result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[timed].first.get(), profileEvents_[timed].second.get())});
         ++timed;
       }
     }
-    result.milliseconds = device_->elapsedMs(start_, end_);
+    result.milliseconds = device_->elapsedMs(start_.get(), end_.get());
     device_->synchronize();
     if (options.update) optimizerStep_ += 1;
     result.step = optimizerStep_;
@@ -232,8 +254,8 @@ public:
     // The caller's earlier work first, then the forward on the backend's stream.
     bool join = caller != device_->stream();
     if (join) {
-      device_->recordOn(caller, callerReady_);
-      device_->waitOn(device_->stream(), callerReady_);
+      device_->recordOn(caller, callerReady_.get());
+      device_->waitOn(device_->stream(), callerReady_.get());
     }
     poisonBuffers();
     const Value &ids = program_.storageOf(program_.inputs[0]);
@@ -249,8 +271,8 @@ public:
     }
     // The caller's later work after the forward.
     if (join) {
-      device_->record(forwardDone_);
-      device_->waitOn(caller, forwardDone_);
+      device_->record(forwardDone_.get());
+      device_->waitOn(caller, forwardDone_.get());
     }
   }
 
@@ -333,17 +355,23 @@ private:
                                            kernel.taskPath, device_->vendor(), device_->arch());
       return false;
     }
-    if (shape->gridBlocks > device_->multiprocessors()) {
-      report_.persistentNote = fmt::format("it has {} workers, for {} multiprocessors; this device has {}",
-                                           shape->gridBlocks, shape->gridBlocks, device_->multiprocessors());
-      return false;
-    }
     return true;
   }
 
   // The persistent kernel's one launch: each part's pointers at its offset in one block of
   // device memory, the task table, the done and control words after the parts' counters.
-  Launch persistentLaunch(const Kernel &kernel, GpuDevice::Function function) {
+  // None, with report_.persistentNote saying why, where its workers cannot all be resident.
+  std::optional<Launch> persistentLaunch(const Kernel &kernel, GpuDevice::Function function) {
+    const KernelLaunch &fits = *findLaunch(kernel, device_->vendor(), device_->arch());
+    device_->allowSharedMemory(function, fits.sharedBytes);
+    int resident = device_->blocksPerMultiprocessor(function, fits.blockThreads, fits.sharedBytes);
+    if (int64_t(resident) * device_->multiprocessors() < fits.gridBlocks) {
+      report_.persistentNote = fmt::format("its {} workers must be resident at once, and {} of {} threads with {} "
+                                           "bytes of shared memory fit each of the {} multiprocessors",
+                                           fits.gridBlocks, resident, fits.blockThreads, fits.sharedBytes,
+                                           device_->multiprocessors());
+      return std::nullopt;
+    }
     const KernelLaunch &shape = *findLaunch(kernel, device_->vendor(), device_->arch());
     std::vector<void *> params;
     int64_t partSync = 0;
@@ -372,19 +400,20 @@ private:
     }
     auto upload = [&](const void *data, size_t bytes) {
       void *pointer = device_->allocate(std::max<size_t>(bytes, 4));
-      if (bytes) device_->copyToDevice(pointer, data, bytes);
+      if (bytes && data) device_->copyToDevice(pointer, data, bytes);
       persistentBuffers_.push_back(pointer);
       return pointer;
     };
     // tl_persistent_tables (persistent.cuh), passed by value.
     struct Tables {
       const void *tasks, *waits, *workerBegin, *workerTasks;
-      void *done, *control, *status;
+      void *done, *control, *status, *trace;
       unsigned long long timeout;
     } tables{upload(tasks.data(), tasks.size() * sizeof(TaskEntry)), upload(waits.data(), waits.size() * 4),
              upload(workerBegin.data(), workerBegin.size() * 4), upload(workerTasks.data(), workerTasks.size() * 4),
              sync_ + partSync * 4, sync_ + (partSync + int64_t(kernel.tasks.size())) * 4, nullptr,
-             kPersistentTimeoutNanoseconds};
+             options_.profile ? upload(nullptr, kernel.tasks.size() * 24) : nullptr, kPersistentTimeoutNanoseconds};
+    if (options_.profile) traced_ = {&kernel, tables.trace};
     Launch launch;
     launch.entry = kernel.entry;
     launch.function = function;
@@ -395,13 +424,6 @@ private:
     launch.blocks = shape.gridBlocks;
     launch.threads = shape.blockThreads;
     launch.sharedBytes = shape.sharedBytes;
-    device_->allowSharedMemory(function, launch.sharedBytes);
-    int resident = device_->blocksPerMultiprocessor(function, launch.threads, launch.sharedBytes);
-    if (int64_t(resident) * device_->multiprocessors() < launch.blocks)
-      throw Error(fmt::format("{} backend: persistent kernel '{}' needs its {} workers resident at once, and {} of "
-                              "{} threads with {} bytes of shared memory fit each of the {} multiprocessors",
-                              device_->vendor(), kernel.entry, launch.blocks, resident, launch.threads,
-                              launch.sharedBytes, device_->multiprocessors()));
     return launch;
   }
 
@@ -430,22 +452,22 @@ private:
         profileEvents_.push_back({device_->createEvent(), device_->createEvent()});
     else if (withUpdates && options_.graph && graphUsable_ && !graph_)
       capture();
-    device_->record(start_);
+    device_->record(start_.get());
     if (options_.profile) {
       size_t timed = 0;
       for (const Launch &launch : launches_) {
         if (!withUpdates && launch.updates) continue;
-        device_->record(profileEvents_[timed].first);
+        device_->record(profileEvents_[timed].first.get());
         run(launch);
-        device_->record(profileEvents_[timed].second);
+        device_->record(profileEvents_[timed].second.get());
         ++timed;
       }
     } else if (graph_ && withUpdates) {
-      device_->replay(graph_);
+      device_->replay(graph_.get());
     } else {
       runAll(withUpdates);
     }
-    device_->record(end_);
+    device_->record(end_.get());
   }
 
   void run(const Launch &launch) {
@@ -474,7 +496,7 @@ private:
       graph_ = device_->endCapture();
     } catch (const Error &error) {
       graphUsable_ = false;
-      graph_ = nullptr;
+      graph_.reset();
       fmt::print(stderr, "tlc: note: graph capture failed, launching kernels one by one: {}\n", error.what());
     }
   }
@@ -549,12 +571,16 @@ private:
     // A forward on device pointers returns before the GPU is done with these buffers.
     if (loaded_) device_->synchronize();
     parameters_.reset();
+    graph_.reset();  // it launches the modules' kernels: released before them
+    launches_.clear();
+    modules_.clear();
     device_->release(arena_);
     device_->release(workspace_);
     device_->release(sync_);
     device_->release(weights_);
     for (void *buffer : persistentBuffers_) device_->release(buffer);
     persistentBuffers_.clear();
+    traced_ = {};
     arena_ = workspace_ = sync_ = weights_ = nullptr;
     weightPointer_.clear();
     loaded_ = false;
@@ -569,11 +595,35 @@ private:
   std::map<int, void *> weightPointer_;
   std::vector<Launch> launches_;
   std::vector<void *> persistentBuffers_;  // a persistent kernel's tables and parameters
-  void *start_ = nullptr, *end_ = nullptr, *graph_ = nullptr;
-  void *callerReady_ = nullptr, *forwardDone_ = nullptr;  // joins with a caller's stream
+  // Driver objects, each released by its owner here (DeviceObject) before device_ goes:
+  // the modules of the loaded kernels, the replayed graph, the events.
+  std::vector<LoadedKernel> modules_;
+  DeviceObject start_, end_, graph_;
+  DeviceObject callerReady_, forwardDone_;  // joins with a caller's stream
+  struct Traced {
+    const Kernel *kernel = nullptr;  // the persistent kernel whose tasks are stamped
+    void *stamps = nullptr;          // three GPU clock readings a task
+  } traced_;
+
+  // The stamped tasks of the last forward, in µs from its first.
+  std::vector<TaskTiming> taskTimes() {
+    if (!traced_.kernel) return {};
+    const Kernel &kernel = *traced_.kernel;
+    std::vector<unsigned long long> stamps(kernel.tasks.size() * 3);
+    device_->copyToHost(stamps.data(), traced_.stamps, stamps.size() * 8);
+    device_->synchronize();
+    unsigned long long first = ~0ull;
+    for (size_t t = 0; t < kernel.tasks.size(); ++t) first = std::min(first, stamps[3 * t]);
+    std::vector<TaskTiming> times;
+    for (size_t w = 0; w < kernel.workers.size(); ++w)
+      for (int t : kernel.workers[w])
+        times.push_back({t, int(w), double(stamps[3 * size_t(t)] - first) / 1e3, double(stamps[3 * size_t(t) + 1] - first) / 1e3,
+                         double(stamps[3 * size_t(t) + 2] - first) / 1e3});
+    return times;
+  }
   std::unique_ptr<CallerBuffers> callerBuffers_;          // made by the first forwardOnDevice
   bool graphUsable_ = true;
-  std::vector<std::pair<void *, void *>> profileEvents_;
+  std::vector<std::pair<DeviceObject, DeviceObject>> profileEvents_;
   GpuReport report_;
   std::unique_ptr<GpuParameters> parameters_;  // training: masters, moments, the optimizer's table
   int64_t optimizerStep_ = 0;                  // training: updates applied so far

@@ -28,6 +28,50 @@ struct PointerInfo {
   // piece, and a buffer spanning several would be refused.
 };
 
+class GpuDevice;
+
+// The kinds of driver object tlc makes; each has one owner that releases it.
+enum class DriverObject { Module, Event, Graph, GraphExec, Stream, Memory, Context, kCount };
+const char *driverObjectName(DriverObject kind);
+
+// How many of each kind are alive in this process (made and not yet released), counted
+// by the driver layer itself: a server running for hours must see these stay flat.
+struct DriverObjectCounts {
+  int64_t live[int(DriverObject::kCount)] = {};
+  int64_t total() const;
+  std::string str() const;  // "modules 12, events 4, ..."
+};
+DriverObjectCounts liveDriverObjects();
+
+// The owner of one module, event or executable graph: released (on its device, current
+// for the call) when the owner goes or is given another. Move-only.
+class DeviceObject {
+public:
+  DeviceObject() = default;
+  DeviceObject(GpuDevice &device, DriverObject kind, void *handle) : device_(&device), kind_(kind), handle_(handle) {}
+  ~DeviceObject() { reset(); }
+  DeviceObject(DeviceObject &&other) noexcept { *this = std::move(other); }
+  DeviceObject &operator=(DeviceObject &&other) noexcept;
+  DeviceObject(const DeviceObject &) = delete;
+  DeviceObject &operator=(const DeviceObject &) = delete;
+
+  void *get() const { return handle_; }
+  explicit operator bool() const { return handle_ != nullptr; }
+  void reset();
+
+private:
+  GpuDevice *device_ = nullptr;
+  DriverObject kind_ = DriverObject::Module;
+  void *handle_ = nullptr;
+};
+
+// A kernel loaded from a binary: its module (owned) and the entry point in it, which
+// lives as long as the module.
+struct LoadedKernel {
+  DeviceObject module;
+  void *function = nullptr;
+};
+
 // What the backend needs from a vendor's driver. Every call throws tlc::Error naming
 // the call (and the kernel, for launches) when the driver reports an error. Calls run
 // on the device's stream unless they name another.
@@ -57,7 +101,10 @@ public:
   virtual PointerInfo pointerInfo(const void *pointer) = 0;
 
   using Function = void *;
-  virtual Function load(const std::string &binary, const std::string &entry) = 0;
+  virtual LoadedKernel load(const std::string &binary, const std::string &entry) = 0;
+  // Releases a module, event or executable graph: what DeviceObject calls. Never throws
+  // (an owner's destructor calls it), and makes the device current for the call.
+  virtual void destroy(DriverObject kind, void *handle) noexcept = 0;
   // Lets `function` use `bytes` of dynamic shared memory (above the 48 KiB default).
   virtual void allowSharedMemory(Function function, int64_t bytes) = 0;
   virtual int blocksPerMultiprocessor(Function function, int threads, int64_t sharedBytes) = 0;
@@ -68,7 +115,7 @@ public:
   virtual void synchronize() = 0;
 
   // Timing: events recorded on the stream.
-  virtual void *createEvent() = 0;
+  virtual DeviceObject createEvent() = 0;
   virtual void record(void *event) = 0;
   virtual float elapsedMs(void *start, void *end) = 0;
   // Joins with other streams: `event` recorded on `stream`, and `stream` made to wait
@@ -80,7 +127,7 @@ public:
 
   // Graphs: capture the stream's launches, then replay them.
   virtual void beginCapture() = 0;
-  virtual void *endCapture() = 0;  // an executable graph
+  virtual DeviceObject endCapture() = 0;  // an executable graph (the captured graph is released)
   virtual void replay(void *graph) = 0;
 };
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -18,6 +19,10 @@ namespace {
 using Handle = void *;
 
 enum class Need { Required, Optional };
+
+// Live driver objects of the whole process, by kind: every backend's device counts here.
+std::atomic<int64_t> liveObjects[int(DriverObject::kCount)];
+void counted(DriverObject kind, int64_t change) { liveObjects[int(kind)] += change; }
 
 // The vendor's entry points, one slot per row of runtime/GpuDriverCalls.def.
 struct Api {
@@ -59,10 +64,14 @@ public:
     if (ownsStream_ && stream_) {
       if (context_) api_.pushContext(context_);
       api_.streamDestroy(stream_);
+      counted(DriverObject::Stream, -1);
       Handle popped = nullptr;
       if (context_) api_.popContext(&popped);
     }
-    if (context_) api_.releasePrimaryContext(cudaDevice_);
+    if (context_) {
+      api_.releasePrimaryContext(cudaDevice_);
+      counted(DriverObject::Context, -1);
+    }
   }
 
   bool cuda() const { return api_.vendor == "cuda"; }
@@ -116,10 +125,13 @@ public:
                               api_.vendor, double(bytes) / (1 << 20), double(free) / (1 << 20),
                               double(total) / (1 << 20)));
     }
+    counted(DriverObject::Memory, 1);
     return pointer;
   }
   void release(void *pointer) override {
-    if (pointer) api_.release(pointer);
+    if (!pointer) return;
+    api_.release(pointer);
+    counted(DriverObject::Memory, -1);
   }
   void copyToDevice(void *device, const void *host, size_t bytes) override {
     check(api_.copyToDevice(device, host, bytes, stream_), "copy to device");
@@ -188,11 +200,33 @@ public:
     return info;
   }
 
-  Function load(const std::string &binary, const std::string &entry) override {
-    Handle module = nullptr, function = nullptr;
+  LoadedKernel load(const std::string &binary, const std::string &entry) override {
+    Handle module = nullptr;
     check(api_.loadModule(&module, binary.data()), fmt::format("loading the module of kernel '{}'", entry));
-    check(api_.getFunction(&function, module, entry.c_str()), fmt::format("finding kernel '{}' in its module", entry));
-    return function;
+    counted(DriverObject::Module, 1);
+    LoadedKernel kernel{DeviceObject(*this, DriverObject::Module, module), nullptr};
+    check(api_.getFunction(&kernel.function, module, entry.c_str()),
+          fmt::format("finding kernel '{}' in its module", entry));
+    return kernel;
+  }
+
+  void destroy(DriverObject kind, void *handle) noexcept override {
+    if (!handle) return;
+    bool current = false;
+    try {
+      enter();
+      current = true;
+    } catch (...) {  // the driver is gone (process exit): the object went with it
+    }
+    switch (kind) {
+    case DriverObject::Module: api_.unloadModule(handle); break;
+    case DriverObject::Event: api_.eventDestroy(handle); break;
+    case DriverObject::Graph: api_.graphDestroy(handle); break;
+    case DriverObject::GraphExec: api_.graphExecDestroy(handle); break;
+    default: break;  // streams, memory and contexts have their own calls
+    }
+    counted(kind, -1);
+    if (current) leave();
   }
   void allowSharedMemory(Function function, int64_t bytes) override {
     // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; HIP kernels stay within the 64 KiB
@@ -238,10 +272,11 @@ public:
   }
   void synchronize() override { check(api_.streamSync(stream_), "stream synchronize (a kernel may have faulted)"); }
 
-  void *createEvent() override {
+  DeviceObject createEvent() override {
     Handle event = nullptr;
     check(api_.eventCreate(&event, 0), "event create");
-    return event;
+    counted(DriverObject::Event, 1);
+    return DeviceObject(*this, DriverObject::Event, event);
   }
   void record(void *event) override { check(api_.eventRecord(event, stream_), "event record"); }
   float elapsedMs(void *start, void *end) override {
@@ -263,20 +298,27 @@ public:
   }
 
   void beginCapture() override { check(api_.beginCapture(stream_, 1 /* thread local */), "graph capture begin"); }
-  void *endCapture() override {
+  DeviceObject endCapture() override {
     Handle graph = nullptr, exec = nullptr;
     check(api_.endCapture(stream_, &graph), "graph capture end");
+    if (graph) counted(DriverObject::Graph, 1);
+    DeviceObject captured(*this, DriverObject::Graph, graph);  // released once instantiated, or on a failure
     if (api_.instantiateCuda) check(api_.instantiateCuda(&exec, graph, 0), "graph instantiate");
     else check(api_.instantiateHip(&exec, graph, nullptr, nullptr, 0), "graph instantiate");
-    return exec;
+    counted(DriverObject::GraphExec, 1);
+    return DeviceObject(*this, DriverObject::GraphExec, exec);
   }
   void replay(void *graph) override { check(api_.graphLaunch(graph, stream_), "graph launch"); }
 
   // The selection's stream, else a non-blocking one of the device's own.
   void useStream(const DeviceSelection &selection) {
     ownsStream_ = selection.stream == nullptr;
-    if (ownsStream_) check(api_.streamCreate(&stream_, 1 /* non-blocking */), api_.vendor + " stream create");
-    else stream_ = selection.stream;
+    if (ownsStream_) {
+      check(api_.streamCreate(&stream_, 1 /* non-blocking */), api_.vendor + " stream create");
+      counted(DriverObject::Stream, 1);
+    } else {
+      stream_ = selection.stream;
+    }
   }
 
   Api api_;
@@ -312,6 +354,47 @@ void checkOrdinal(const DeviceSelection &selection, int count, const std::string
 
 } // namespace
 
+const char *driverObjectName(DriverObject kind) {
+  static const char *names[] = {"modules", "events", "graphs", "graph execs", "streams", "allocations", "contexts"};
+  static_assert(sizeof(names) / sizeof(names[0]) == size_t(DriverObject::kCount));
+  return names[int(kind)];
+}
+
+int64_t DriverObjectCounts::total() const {
+  int64_t sum = 0;
+  for (int64_t count : live) sum += count;
+  return sum;
+}
+
+std::string DriverObjectCounts::str() const {
+  std::string text;
+  for (int kind = 0; kind < int(DriverObject::kCount); ++kind)
+    text += fmt::format("{}{} {}", kind ? ", " : "", driverObjectName(DriverObject(kind)), live[kind]);
+  return text;
+}
+
+DriverObjectCounts liveDriverObjects() {
+  DriverObjectCounts counts;
+  for (int kind = 0; kind < int(DriverObject::kCount); ++kind) counts.live[kind] = liveObjects[kind].load();
+  return counts;
+}
+
+DeviceObject &DeviceObject::operator=(DeviceObject &&other) noexcept {
+  if (this != &other) {
+    reset();
+    device_ = other.device_;
+    kind_ = other.kind_;
+    handle_ = other.handle_;
+    other.handle_ = nullptr;
+  }
+  return *this;
+}
+
+void DeviceObject::reset() {
+  if (handle_ && device_) device_->destroy(kind_, handle_);
+  handle_ = nullptr;
+}
+
 std::unique_ptr<GpuDevice> openCudaDevice(std::string *why, const DeviceSelection &selection) {
   void *library = openFirst({"libcuda.so.1", "libcuda.so"}, why, "the CUDA driver (libcuda.so.1)");
   if (!library) return nullptr;
@@ -338,6 +421,7 @@ std::unique_ptr<GpuDevice> openCudaDevice(std::string *why, const DeviceSelectio
   // The primary context is the one the CUDA runtime API uses: a host program on the
   // runtime API shares it (and its memory) with tlc.
   device->check(api.retainPrimaryContext(&device->context_, handle), "cuDevicePrimaryCtxRetain");
+  counted(DriverObject::Context, 1);
   device->ordinal_ = selection.ordinal;
   device->cudaDevice_ = handle;
   CurrentDevice current(*device);

@@ -100,8 +100,8 @@ GpuKernelRunner::GpuKernelRunner(GpuDevice &device, const Program &program, cons
   options.progress = false;
   auto compiler = device.compiler();
   std::vector<std::string> binaries = jitCompileAll(*compiler, {{kernel.entry, kernel.source}}, options);
-  function_ = device.load(binaries[0], kernel.entry);
-  device.allowSharedMemory(function_, launch_.sharedBytes);
+  loaded_ = device.load(binaries[0], kernel.entry);
+  device.allowSharedMemory(loaded_.function, launch_.sharedBytes);
   for (int id : argumentValues(program, kernel))
     buffers_.push_back(device.allocate(size_t(std::max<int64_t>(program.value(id).bytes(), 16))));
   workspace_ = device.allocate(size_t(std::max<int64_t>(kernel.workspaceBytes, 16)));
@@ -143,7 +143,7 @@ void GpuKernelRunner::setInputs(const KernelValues &inputs) {
 }
 
 void GpuKernelRunner::launchOnce() {
-  device_.launch(function_, kernel_.entry, launch_.gridBlocks, launch_.blockThreads, launch_.sharedBytes, args_.data(),
+  device_.launch(loaded_.function, kernel_.entry, launch_.gridBlocks, launch_.blockThreads, launch_.sharedBytes, args_.data(),
                  false);
 }
 
@@ -182,15 +182,15 @@ double GpuKernelRunner::timeMicroseconds(int launches, int samples) {
   CurrentDevice current(device_);
   device_.beginCapture();
   for (int i = 0; i < launches; ++i) launchOnce();
-  void *graph = device_.endCapture();
-  void *start = device_.createEvent(), *end = device_.createEvent();
-  device_.replay(graph);  // warm-up
+  DeviceObject graph = device_.endCapture();  // released, with the events, on return
+  DeviceObject start = device_.createEvent(), end = device_.createEvent();
+  device_.replay(graph.get());  // warm-up
   std::vector<double> times;
   for (int s = 0; s < samples; ++s) {
-    device_.record(start);
-    device_.replay(graph);
-    device_.record(end);
-    times.push_back(double(device_.elapsedMs(start, end)) * 1000.0 / launches);
+    device_.record(start.get());
+    device_.replay(graph.get());
+    device_.record(end.get());
+    times.push_back(double(device_.elapsedMs(start.get(), end.get())) * 1000.0 / launches);
   }
   device_.synchronize();
   std::sort(times.begin(), times.end());

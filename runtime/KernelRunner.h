@@ -49,7 +49,7 @@ private:
   GpuDevice &device_;
   const Program &program_;
   const Kernel &kernel_;
-  GpuDevice::Function function_ = nullptr;
+  LoadedKernel loaded_;
   KernelLaunch launch_;
   std::vector<void *> buffers_, args_;
   void *workspace_ = nullptr, *sync_ = nullptr;

@@ -15,22 +15,44 @@
 
 namespace tlc {
 
+namespace {
+
+// Opened without blocking (a FIFO or a terminal would wait for a writer forever), then
+// refused unless it is a regular file. The descriptor, or -1 with `reason` set.
+int openRegular(const std::string &path, std::string &reason, struct stat &status) {
+  int descriptor;
+  do descriptor = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  while (descriptor < 0 && errno == EINTR);
+  if (descriptor < 0) {
+    reason = std::strerror(errno);
+    return -1;
+  }
+  if (::fstat(descriptor, &status) != 0 || !S_ISREG(status.st_mode)) {
+    reason = S_ISDIR(status.st_mode) ? "it is a directory" : "not a regular file";
+    ::close(descriptor);
+    return -1;
+  }
+  return descriptor;
+}
+
+} // namespace
+
+std::string inputFileProblem(const std::string &path) {
+  std::string reason;
+  struct stat status {};
+  int descriptor = openRegular(path, reason, status);
+  if (descriptor >= 0) ::close(descriptor);
+  return reason;
+}
+
 MappedFile::MappedFile(const std::string &path, const std::string &what) {
-  auto fail = [&](const char *reason) {
+  auto fail = [&](const std::string &reason) {
     throw Error(fmt::format("cannot open {} '{}': {}", what, path, reason));
   };
-  int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (descriptor < 0) fail(std::strerror(errno));
-  struct stat status;
-  if (::fstat(descriptor, &status) != 0) {
-    int error = errno;
-    ::close(descriptor);
-    fail(std::strerror(error));
-  }
-  if (!S_ISREG(status.st_mode)) {
-    ::close(descriptor);
-    fail("not a regular file");
-  }
+  std::string reason;
+  struct stat status {};
+  int descriptor = openRegular(path, reason, status);
+  if (descriptor < 0) fail(reason);
   size_ = size_t(status.st_size);
   if (size_ > 0) {
     void *address = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, descriptor, 0);

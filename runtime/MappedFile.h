@@ -8,9 +8,13 @@
 
 namespace tlc {
 
+// Why `path` cannot be read as an input file, or "": it must open (without blocking)
+// and be a regular file, not a FIFO, a device or a directory.
+std::string inputFileProblem(const std::string &path);
+
 class MappedFile {
 public:
-  // Throws tlc::Error "cannot open <what> '<path>': <reason>".
+  // Throws tlc::Error "cannot open <what> '<path>': <reason>" (inputFileProblem's reasons).
   MappedFile(const std::string &path, const std::string &what);
   ~MappedFile();
   MappedFile(const MappedFile &) = delete;

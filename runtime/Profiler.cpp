@@ -30,7 +30,64 @@ DeviceRoofline rooflineOf(const std::string &deviceName) {
 
 Profiler::Profiler(const Program &program, std::string deviceName) : program_(program), device_(std::move(deviceName)) {}
 
-void Profiler::add(const std::vector<KernelTiming> &times) { runs_.push_back(times); }
+void Profiler::add(const std::vector<KernelTiming> &times, const std::vector<TaskTiming> &tasks) {
+  runs_.push_back(times);
+  if (!tasks.empty()) taskRuns_.push_back(tasks);
+}
+
+namespace {
+
+const Kernel *persistentKernel(const Program &program) {
+  for (const Kernel &kernel : program.kernels)
+    if (!kernel.parts.empty()) return &kernel;
+  return nullptr;
+}
+
+} // namespace
+
+std::string Profiler::taskTable() const {
+  const Kernel *kernel = persistentKernel(program_);
+  if (!kernel || taskRuns_.empty()) return "";
+  struct Row {
+    int64_t tasks = 0;
+    double busy = 0, waiting = 0;
+  };
+  std::map<std::string, Row> byPart;
+  double busy = 0, span = 0, longestGap = 0;  // span: summed over the forwards
+  for (const std::vector<TaskTiming> &run : taskRuns_) {
+    std::map<int, double> lastEnd;  // per worker
+    double end = 0;
+    for (const TaskTiming &timing : run) {
+      const Kernel &part = kernel->parts.at(size_t(kernel->tasks.at(size_t(timing.task)).part));
+      Row &row = byPart[part.entry.empty() ? part.name : part.entry];
+      ++row.tasks;
+      row.busy += timing.end - timing.start;
+      row.waiting += timing.start - timing.waitFrom;
+      busy += timing.end - timing.start;
+      end = std::max(end, timing.end);
+      auto found = lastEnd.find(timing.worker);
+      longestGap = std::max(longestGap, timing.start - (found == lastEnd.end() ? 0.0 : found->second));
+      lastEnd[timing.worker] = timing.end;
+    }
+    span += end;
+  }
+  double runs = double(taskRuns_.size()), workers = double(kernel->workers.size());
+  std::ostringstream out;
+  out << fmt::format("persistent kernel {}: {} tasks on {} workers; the workers computed {:.0f} % of the time from the "
+                     "first task's start to the last's end ({:.1f} µs a forward); the longest a worker sat idle "
+                     "between tasks (or before its first): {:.1f} µs\n",
+                     kernel->name, kernel->tasks.size(), kernel->workers.size(),
+                     span > 0 ? 100 * busy / (span * workers) : 0.0, span / runs, longestGap);
+  out << fmt::format("{:<60} {:>7} {:>12} {:>12} {:>9}\n", "part (tasks are its blocks)", "tasks", "computing µs",
+                     "waiting µs", "mean µs");
+  std::vector<std::pair<std::string, Row>> rows(byPart.begin(), byPart.end());
+  std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.second.busy > b.second.busy; });
+  for (const auto &[name, row] : rows)
+    out << fmt::format("{:<60} {:>7} {:>12.1f} {:>12.1f} {:>9.2f}\n", name.size() > 60 ? name.substr(0, 57) + "..." : name,
+                       row.tasks / int64_t(runs), row.busy / runs, row.waiting / runs,
+                       row.busy / double(std::max<int64_t>(1, row.tasks)));
+  return out.str();
+}
 
 std::vector<KernelStats> Profiler::stats() const {
   std::map<std::string, KernelStats> byName;
@@ -107,6 +164,24 @@ std::string Profiler::chromeTrace() const {
                         {"args", {{"index", timing.kernel}, {"layer", kernel.layer}, {"flops", kernel.flops},
                                   {"min_bytes", kernel.minBytes}}}});
       clock += duration;
+    }
+  }
+  // The last forward's tasks, a track a worker: its wait, then the task.
+  if (const Kernel *kernel = persistentKernel(program_); kernel && !taskRuns_.empty()) {
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 2}, {"args", {{"name", kernel->name + " tasks"}}}});
+    for (size_t w = 0; w < kernel->workers.size(); ++w)
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 2}, {"tid", int(w)},
+                        {"args", {{"name", fmt::format("worker {}", w)}}}});
+    for (const TaskTiming &timing : taskRuns_.back()) {
+      const Task &task = kernel->tasks.at(size_t(timing.task));
+      const Kernel &part = kernel->parts.at(size_t(task.part));
+      if (timing.start > timing.waitFrom)
+        events.push_back({{"name", "wait"}, {"cat", "wait"}, {"ph", "X"}, {"pid", 2}, {"tid", timing.worker},
+                          {"ts", timing.waitFrom}, {"dur", timing.start - timing.waitFrom},
+                          {"args", {{"task", timing.task}, {"waits", task.waits}}}});
+      events.push_back({{"name", part.entry.empty() ? part.name : part.entry}, {"cat", "task"}, {"ph", "X"},
+                        {"pid", 2}, {"tid", timing.worker}, {"ts", timing.start}, {"dur", timing.end - timing.start},
+                        {"args", {{"task", timing.task}, {"part", task.part}, {"block", task.block}, {"layer", part.layer}}}});
     }
   }
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ns"}}.dump(1) + "\n";

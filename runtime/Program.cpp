@@ -3,6 +3,7 @@
 #include "runtime/Program.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <initializer_list>
@@ -64,10 +65,25 @@ const char *originRoleName(OriginRole role) {
   return "?";
 }
 
+const char *matmulPrecisionName(MatmulPrecision precision) {
+  switch (precision) {
+  case MatmulPrecision::Highest: return "highest";
+  case MatmulPrecision::High: return "high";
+  case MatmulPrecision::Medium: return "medium";
+  }
+  return "?";
+}
+
 OriginRole parseOriginRole(const std::string &name) {
   for (OriginRole role : {OriginRole::Computes, OriginRole::Gradient, OriginRole::Recomputes, OriginRole::Updates})
     if (name == originRoleName(role)) return role;
   throw Error(fmt::format("unknown origin role '{}' (expected computes, gradient, recomputes or updates)", name));
+}
+
+MatmulPrecision parseMatmulPrecision(const std::string &name) {
+  for (MatmulPrecision precision : {MatmulPrecision::Highest, MatmulPrecision::High, MatmulPrecision::Medium})
+    if (name == matmulPrecisionName(precision)) return precision;
+  throw Error(fmt::format("unknown matmul precision '{}' (expected highest, high or medium)", name));
 }
 
 const char *storageName(Storage storage) {
@@ -404,6 +420,7 @@ private:
           fail(fmt::format("{}.outputs[{}]", path, i),
                fmt::format("no op of the kernel writes {}", describe(kernel.outputs[i])));
       }
+      if (!kernel.source.empty()) checkSignature(kernel, path);
     }
   }
 
@@ -421,6 +438,7 @@ private:
       checkKernelFields(part, where);
       checkOrigins(part, where);
       if (!part.parts.empty()) fail(where, "a part of a persistent kernel is not persistent itself");
+      if (!part.source.empty()) checkSignature(part, where);
       for (const std::vector<int> *list : {&part.inputs, &part.outputs})
         for (int id : *list) {
           checkId(id, where);
@@ -455,6 +473,20 @@ private:
         if (begin < 0 || begin >= end || end > program_.arenaBytes)
           fail(where + ".writes", fmt::format("bytes [{}, {}) are not inside the arena of {}", begin, end, program_.arenaBytes));
     }
+  }
+
+  // The source's first line says what it was generated for; the Program must agree,
+  // or the kernel would read and write its buffers as other dtypes and sizes.
+  void checkSignature(const Kernel &kernel, const std::string &path) const {
+    std::string_view source = kernel.source, prefix = kKernelSignaturePrefix;
+    std::string_view line = source.substr(0, source.find('\n'));
+    if (line.substr(0, prefix.size()) != prefix)
+      fail(path + ".source", "has no signature line: the source was not written by tlc's code generator");
+    std::string recorded(line.substr(prefix.size())), expected = kernelSignature(program_, kernel);
+    if (recorded != expected)
+      fail(path + ".source", fmt::format("was generated for '{}', but the program gives the kernel '{}': its "
+                                         "dtypes, sizes or launch were changed without its source",
+                                         recorded, expected));
   }
 
   // True when `id`'s bytes are one of the buffers the kernel is given.
@@ -666,6 +698,23 @@ std::vector<const Kernel *> computeKernels(const Program &program) {
     for (const Kernel &part : kernel.parts) kernels.push_back(&part);
   }
   return kernels;
+}
+
+std::string kernelSignature(const Program &program, const Kernel &kernel) {
+  auto buffers = [&](const std::vector<int> &ids) {
+    std::string text;
+    for (int id : ids) {
+      if (id < 0 || size_t(id) >= program.values.size()) return std::string("?");
+      const Value &value = program.values[size_t(id)];
+      text += fmt::format(" {}[{}]", dtypeName(value.dtype), fmt::join(value.shape, ","));
+    }
+    return text;
+  };
+  std::string launches;
+  for (const auto &[where, shape] : kernel.launch)  // a std::map: in key order
+    launches += fmt::format(" {} {}x{}+{}", where, shape.gridBlocks, shape.blockThreads, shape.sharedBytes);
+  return fmt::format("in{}; out{}; workspace {}; sync {}; launch{}", buffers(kernel.inputs), buffers(kernel.outputs),
+                     kernel.workspaceBytes, kernel.syncWords, launches);
 }
 
 const KernelLaunch *findLaunch(const Kernel &kernel, const std::string &backend, const std::string &arch) {

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,6 +15,7 @@
 #include "runtime/Error.h"
 #include "runtime/MappedFile.h"
 #include "runtime/MemoryBudget.h"
+#include "runtime/OutputFile.h"
 #include "runtime/Program.h"
 #include "runtime/StrictJson.h"
 
@@ -490,6 +490,8 @@ std::string programToJson(const Program &program) {
     header["target"] = Json{{"arch", program.targetArch}, {"multiprocessors", program.targetMultiprocessors}};
   if (!program.scheduleOverrides.empty()) header["schedule_overrides"] = program.scheduleOverrides;
   if (!program.persistentFallback.empty()) header["persistent_fallback"] = program.persistentFallback;
+  if (program.matmulPrecision != MatmulPrecision::Highest)
+    header["matmul_precision"] = matmulPrecisionName(program.matmulPrecision);
   for (const auto &item : header.items())
     out << "  " << Json(item.key()).dump() << ": " << inlineJson(item.value()) << ",\n";
   if (!program.sourceOps.empty()) {
@@ -547,6 +549,10 @@ Program programFromJson(const std::string &text, const std::string &origin) {
   if (reader.optionalField(root, "kind")) {
     std::string kind = reader.string(root, "kind", "");
     program.kind = reader.located("kind", [&] { return parseProgramKind(kind); });
+  }
+  if (reader.optionalField(root, "matmul_precision")) {
+    std::string precision = reader.string(root, "matmul_precision", "");
+    program.matmulPrecision = reader.located("matmul_precision", [&] { return parseMatmulPrecision(precision); });
   }
   program.optLevel = reader.intField(root, "opt_level", "");
   if (const nlohmann::json *target = reader.optionalField(root, "target")) {
@@ -609,14 +615,7 @@ Program loadProgram(const std::string &path) {
 }
 
 void saveProgram(const Program &program, const std::string &path) {
-  std::string text = programToJson(program);
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file)
-    throw Error(fmt::format("cannot write program file '{}': {}", path, std::strerror(errno)));
-  file << text;
-  file.close();
-  if (!file)
-    throw Error(fmt::format("cannot write program file '{}': {}", path, std::strerror(errno)));
+  writeFileAtomically(path, programToJson(program), "program file");
 }
 
 } // namespace tlc

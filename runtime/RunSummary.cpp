@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 
+#include "runtime/FiniteResults.h"
 #include "runtime/JitBackend.h"
 #include "runtime/MemoryPlanner.h"
 #include "runtime/OptLevels.h"
@@ -68,6 +69,20 @@ std::string kernelCountLines(const Program &program) {
                      launches, fallback, double(flops) / 1e9, mib(bytes));
 }
 
+// How an f32 Program's matrix products run on this device (the f32 matmul precision).
+std::string matmulPrecisionLine(const Program &program, const Backend &backend) {
+  if (program.dtype != DType::F32) return "";
+  const GpuReport *gpu = gpuReport(backend);
+  std::string how;
+  if (!gpu) how = "the CPU reference multiplies exact fp32 at every precision";
+  else if (program.matmulPrecision == MatmulPrecision::Highest) how = "fp32 FMAs (exact products)";
+  else if (gpu->arch.rfind("gfx", 0) == 0) how = gpu->arch == "gfx90a" ? "fp32 MFMA" : "fp32 FMAs (no fp32 matrix path here)";
+  else if (program.matmulPrecision == MatmulPrecision::High)
+    how = "3xTF32 on the tensor cores (each operand a tf32 high part and residual, three products accumulated in fp32)";
+  else how = "plain TF32 on the tensor cores (one product of tf32-rounded operands)";
+  return fmt::format("  matmuls   f32 precision {}: {}\n", matmulPrecisionName(program.matmulPrecision), how);
+}
+
 static std::string howTimed(const TimedForward &run) {
   if (!run.warmedUp) return "one run, no warm-up";
   return run.timedRuns == 1 ? "one run after a warm-up" : fmt::format("median of {} after a warm-up", run.timedRuns);
@@ -86,6 +101,7 @@ std::string formatRunSummary(const RunSummary &summary) {
                                 describeOptLevel(program.optLevel), dtypeName(program.dtype), program.batch,
                                 program.seqLen, backend.name());
   out += fmt::format("  pipeline  {}\n", program.pipeline);
+  out += matmulPrecisionLine(program, backend);
   out += kernelCountLines(program);
   out += fmt::format("  memory    activations {} planned ({} without reuse), weights {} in {}\n",
                      mib(backend.peakActivationBytes()), mib(unplannedBytes(program)), mib(programWeightBytes(program)),
@@ -112,8 +128,11 @@ std::string formatRunSummary(const RunSummary &summary) {
   }
   out += fmt::format("  logits    [{}] sum {:.6f}, mean |x| {:.6f}\n", shapeString(result.logits.shape), checksum,
                      absSum / double(std::max<size_t>(1, result.logits.data.size())));
-  out += fmt::format("  loss      {:.4f} (next-token cross-entropy; a uniform guess scores ln {} = {:.4f})\n", result.loss,
-                     program.vocab, std::log(double(program.vocab)));
+  if (hasLoss(program))
+    out += fmt::format("  loss      {:.4f} (next-token cross-entropy; a uniform guess scores ln {} = {:.4f})\n",
+                       result.loss, program.vocab, std::log(double(program.vocab)));
+  else
+    out += "  loss      none: a sequence of one token has no next token to predict\n";
   return out;
 }
 

@@ -31,6 +31,10 @@ std::string formatRunSummary(const RunSummary &summary);
 // The "kernels" and "work" lines (also under tlc --print-kernels).
 std::string kernelCountLines(const Program &program);
 
+// The "matmuls" line of an f32 Program: its matmul precision and what it means on this
+// backend (empty for bf16 Programs).
+std::string matmulPrecisionLine(const Program &program, const Backend &backend);
+
 // Bytes of the Program's weights in their own dtype, each distinct tensor once.
 int64_t programWeightBytes(const Program &program);
 

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -18,6 +17,7 @@
 #include "runtime/Error.h"
 #include "runtime/MappedFile.h"
 #include "runtime/MemoryBudget.h"
+#include "runtime/OutputFile.h"
 #include "runtime/ParameterShapes.h"
 #include "runtime/StrictJson.h"
 #include "runtime/Weights.h"
@@ -281,27 +281,21 @@ void Weights::saveSafetensors(const std::string &path, DType dtype) const {
   std::string headerText = header.dump();
   headerText.append((8 - headerText.size() % 8) % 8, ' '); // data starts 8-byte aligned
 
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file)
-    throw Error(fmt::format("cannot write safetensors file '{}': {}", path, std::strerror(errno)));
+  OutputFile file(path, "safetensors file");  // the old file stays until the whole new one is on disk
   unsigned char lengthBytes[8];
   for (int i = 0; i < 8; ++i) lengthBytes[i] = (uint64_t(headerText.size()) >> (8 * i)) & 0xff;
-  file.write(reinterpret_cast<const char *>(lengthBytes), 8);
-  file.write(headerText.data(), std::streamsize(headerText.size()));
+  file.write(lengthBytes, 8);
+  file.write(headerText);
   for (const auto &[key, tensor] : tensors) {
     if (dtype == DType::F32) {
-      file.write(reinterpret_cast<const char *>(tensor.data.data()),
-                 std::streamsize(tensor.data.size() * 4));
+      file.write(tensor.data.data(), tensor.data.size() * 4);
     } else {
       std::vector<uint16_t> rounded(tensor.data.size());
       for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = floatToBf16(tensor.data[i]);
-      file.write(reinterpret_cast<const char *>(rounded.data()),
-                 std::streamsize(rounded.size() * 2));
+      file.write(rounded.data(), rounded.size() * 2);
     }
   }
-  file.close();
-  if (!file)
-    throw Error(fmt::format("cannot write safetensors file '{}': {}", path, std::strerror(errno)));
+  file.commit();
 }
 
 } // namespace tlc

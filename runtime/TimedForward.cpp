@@ -14,7 +14,7 @@ TimedForward timeForward(Backend &backend, const std::vector<int32_t> &tokens, i
   for (int i = 0; i < timed.timedRuns; ++i) {
     timed.result = backend.forward(tokens);
     times.push_back(timed.result.milliseconds);
-    if (profiler) profiler->add(timed.result.kernelTimes);
+    if (profiler) profiler->add(timed.result.kernelTimes, timed.result.taskTimes);
   }
   std::sort(times.begin(), times.end());
   timed.result.milliseconds = times[times.size() / 2];

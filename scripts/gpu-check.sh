@@ -7,7 +7,7 @@
 #
 # build-dir: a build with tlc and tlc_gpu_tests (default build-gpu; every build links MLIR
 # statically, so one made elsewhere runs here).
-# steps: comma-separated kernels,forward,train,device,timing,ladder,sanitize (the default),
+# steps: comma-separated kernels,forward,train,device,timing,ladder,soak,sanitize (the default),
 # and bench (bench/run.py: the levels beside PyTorch, appended to bench/RESULTS.md, with
 # the chart), trainbench (bench/train.py: training steps beside PyTorch's, the loss
 # curves), micro (bench/kernels.py: GEMM and attention alone beside cuBLAS and SDPA) and
@@ -15,7 +15,7 @@
 # kernel: O3 against the CPU reference and O2, at the workshop, decode and 1.1B shapes).
 set -u
 BUILD=${1:-build-gpu}
-STEPS=${2:-kernels,forward,train,device,timing,ladder,sanitize}
+STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
 RESULTS=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$RESULTS"
 LOGS=$(mktemp -d /tmp/gpu-check.XXXXXX)
@@ -33,7 +33,7 @@ note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 ldd "$TLC" | grep -Eq 'libLLVM|libMLIR' && note "WARNING: tlc links libLLVM/libMLIR" || note "tlc: self-contained"
 
 if want kernels; then  # every distinct kernel alone against the CPU reference's ops
-  "$TESTS" --gtest_filter='Levels/GpuKernels.*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:GpuKernelsFlatTiles.*:GpuAttentionTiles.*' > "$LOGS/kernels.txt" 2>&1
+  "$TESTS" --gtest_filter='Levels/GpuKernels.*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:GpuKernelsFlatTiles.*:GpuAttentionTiles.*:GpuKernelsComputedPrologue.*' > "$LOGS/kernels.txt" 2>&1
   note "kernels alone: rc=$? $(grep -c '^KERNEL' "$LOGS/kernels.txt") outputs checked," \
        "$(grep '^KERNEL' "$LOGS/kernels.txt" | awk '{split($6,a,"="); if (a[2]+0 > 2e-2 || $7 != "") n++} END {print n+0}') over 2e-2 or non-finite"
 fi
@@ -88,6 +88,13 @@ if want ladder; then  # every level side by side, same weights and tokens, with 
     --chart="$LOGS/ladder-bf16.svg" > "$LOGS/ladder-bf16.txt" 2>&1
   note "ladder: rc=$?"
 fi
+if want soak; then  # driver objects released, and tlc::Model over many shapes with eviction staying flat
+  "$TESTS" --gtest_filter='GpuResources.*' > "$LOGS/resources.txt" 2>&1
+  note "driver objects released: rc=$? $(grep -c '^\[       OK' "$LOGS/resources.txt") passed"
+  "$BUILD/tests/gpu/tl-soak" tests/lit/Inputs/tiny.tl --target=gpu --forwards=10000 --shapes=8 --keep=4 \
+    > "$LOGS/soak.txt" 2>&1
+  note "soak: rc=$?"; sed -n '2,5p' "$LOGS/soak.txt" | tee -a "$summary"
+fi
 if want bench; then  # tlc O0..O3 beside our PyTorch TinyLlama, same weights, tokens and device
   PYTHONUNBUFFERED=1 python3 bench/run.py --tlc "$TLC" > "$LOGS/bench.txt" 2>&1
   note "bench: rc=$? (bench/RESULTS.md appended, bench/ladder.svg drawn)"
@@ -111,19 +118,34 @@ if want profile; then  # where the time goes, per kernel
   done
   note "profile: $(ls "$LOGS"/profile-*.txt | wc -l) tables"
 fi
-if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2
-  timeout 600 "$TESTS" --gtest_filter='Levels/GpuForward.*O3_bf16*:Levels/GpuForward.*O2_bf16*' > "$LOGS/o3-forward.txt" 2>&1
+if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2, traced
+  timeout 600 "$TESTS" --gtest_filter="${O3_TESTS:-GpuPersistent.*}" > "$LOGS/o3-forward.txt" 2>&1
   note "o3 forward: rc=$? $(grep -c '^\[       OK' "$LOGS/o3-forward.txt") passed, $(grep -c '^\[  FAILED  \] Levels' "$LOGS/o3-forward.txt") failed"
-  for shape in "$MODEL 8 128" "$MODEL 1 1" "models/tinyllama-1.1b.tl 1 1" "models/tinyllama-1.1b.tl 1 2048"; do
+  # A decode-shaped forward against the CPU reference (the GPU tests cover 8 x 128 and 2 x 64).
+  "$TLC" $MODEL -O0 --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cpu --save-logits="$LOGS/cpu-1x1.npy" > /dev/null 2>&1
+  timeout 120 "$TLC" $MODEL -O3 --persistent --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cuda --save-logits="$LOGS/o3-1x1.npy" \
+    > /dev/null 2>&1
+  note "o3 1x1 against the cpu: $(python3 -c "import numpy as n; a=n.load('$LOGS/o3-1x1.npy'); b=n.load('$LOGS/cpu-1x1.npy'); print('rel. error %.3e' % (n.linalg.norm(a-b)/n.linalg.norm(b)))" 2>&1)"
+  o3run() {  # model batch seq level [flags...]: one timed forward line
+    local model=$1 batch=$2 seq=$3 level=$4 log
+    shift 4
+    log="$LOGS/o3-$(basename "$model" .tl)-${batch}x$seq-O$level-$(echo "$@" | tr -cd 'a-z0-9').txt"
+    last_log=$log
+    timeout 300 "$TLC" "$model" -O$level --dtype=bf16 --batch-size=$batch --seq-len=$seq --run --target=cuda \
+      --progress=never "$@" > "$log" 2>&1
+    note "$(basename "$model" .tl) ${batch}x$seq O$level $*: rc=$? $(grep '  forward ' "$log" | sed 's/^ *forward *//; s/ on the GPU.*//')" \
+         "| $(grep '  loss ' "$log" | awk '{print "loss", $2}') $(grep -h 'error\|  o3 ' "$log" | head -2)"
+  }
+  IFS=';' read -r -a shapes <<< "${O3_SHAPES:-$MODEL 8 128;$MODEL 1 1;models/tinyllama-1.1b.tl 1 1;models/tinyllama-1.1b.tl 1 2048}"
+  for shape in "${shapes[@]}"; do
     set -- $shape
-    for level in 2 3; do
-      timeout 300 "$TLC" "$1" -O$level --dtype=bf16 --batch-size=$2 --seq-len=$3 --run --target=cuda --iterations=50 \
-        --progress=never > "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" 2>&1
-      note "$(basename "$1" .tl) $2x$3 O$level: rc=$? $(grep '  forward ' "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" | sed 's/^ *forward *//')" \
-           "| $(grep '  loss ' "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" | awk '{print "loss", $2}')" \
-           "| $(grep '  logits ' "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" | sed 's/^ *logits *//')" \
-           "$(grep -h 'error\|o3 ' "$LOGS/o3-$(basename "$1" .tl)-$2x$3-O$level.txt" | head -2)"
-    done
+    o3run "$1" "$2" "$3" 2 --iterations=50
+    o3run "$1" "$2" "$3" 3 --iterations=50
+    for workers in ${O3_WORKERS:-1 2}; do o3run "$1" "$2" "$3" 3 --iterations=50 --persistent --workers-per-sm=$workers; done
+  done
+  for workers in ${O3_WORKERS:-1 2}; do  # where the persistent kernel's time goes
+    o3run $MODEL 8 128 3 --iterations=10 --profile --persistent --workers-per-sm=$workers --trace="$RESULTS/o3-trace-w$workers.json"
+    sed -n '/^persistent kernel/,$p' "$last_log" | head -14 | tee -a "$summary"
   done
 fi
 if want sanitize; then  # small shapes, launches one by one

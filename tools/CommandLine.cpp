@@ -60,4 +60,13 @@ std::string firstUnmet(llvm::ArrayRef<Requirement> requirements) {
   return "";
 }
 
+std::string firstOutOfRange(llvm::ArrayRef<Ranged> options) {
+  for (const Ranged &ranged : options)
+    if (ranged.option.getNumOccurrences() > 0)
+      if (std::string problem = outOfRange("--" + ranged.option.ArgStr.str(), ranged.value, ranged.range);
+          !problem.empty())
+        return problem;
+  return "";
+}
+
 } // namespace tlc::cli

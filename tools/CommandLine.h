@@ -3,6 +3,8 @@
 // that says which tlc and which MLIR, and checks that options come with those they need.
 #pragma once
 
+#include "runtime/FlagRanges.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/CommandLine.h"
 
@@ -40,5 +42,16 @@ struct Requirement {
 
 // The first unmet requirement's message, or "" when all are met.
 std::string firstUnmet(llvm::ArrayRef<Requirement> requirements);
+
+// A numeric option's value and the range it must lie in (runtime/FlagRanges.h).
+struct Ranged {
+  const llvm::cl::Option &option;
+  int64_t value;
+  FlagRange range;
+};
+
+// The first option given on the command line whose value is out of its range, said as
+// every tool says it; "" when all are within.
+std::string firstOutOfRange(llvm::ArrayRef<Ranged> options);
 
 } // namespace tlc::cli

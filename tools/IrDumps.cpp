@@ -1,11 +1,14 @@
 #include "tools/IrDumps.h"
 
 #include "compiler/BlockView.h"
+#include "runtime/Error.h"
+#include "runtime/OutputFile.h"
 
 #include "mlir/Pass/Pass.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/format.h>
@@ -51,22 +54,23 @@ private:
   }
 
   void writeFile(const std::string &name, mlir::ModuleOp module) {
+    if (*options_.failed) return;  // one message; the command fails once the passes end
     llvm::SmallString<256> path(options_.directory);
     llvm::sys::path::append(path, name);
-    std::error_code error;
-    llvm::raw_fd_ostream file(path, error, llvm::sys::fs::OF_Text);
-    // tlc checked the directory before the passes ran; no exception crosses MLIR's frames.
-    if (error) {
-      if (!failed_) llvm::errs() << "tlc: error: --dump-ir-dir: cannot write '" << path << "': " << error.message() << "\n";
-      failed_ = true;
-      return;
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    printIr(module, options_.block, os);
+    // No exception crosses MLIR's frames: the failure is said here and reported after.
+    try {
+      writeFileAtomically(path.str().str(), text, "IR dump");
+    } catch (const Error &error) {
+      llvm::WithColor::error(llvm::errs(), "tlc") << "--dump-ir-dir: " << error.what() << "\n";
+      *options_.failed = true;
     }
-    printIr(module, options_.block, file);
   }
 
   IrDumpOptions options_;
   int passNumber_ = 0;
-  bool failed_ = false;
 };
 
 } // namespace

@@ -20,6 +20,9 @@ struct IrDumpOptions {
   bool onlyOnChange = false;    // skip passes that left the IR as it was
   std::string directory;        // one file per pass here; empty: stderr
   int block = -1;               // the one transformer block shown; -1: all
+  // Set when a dump file could not be written (the message is on stderr): the command
+  // must fail. A pass manager's instrumentation cannot stop the passes itself.
+  std::shared_ptr<bool> failed = std::make_shared<bool>(false);
 };
 
 // An IRPrinterConfig for PassManager::enableIRPrinting. With a directory it writes

@@ -1,6 +1,8 @@
 #include "tools/Ladder.h"
 
 #include "api/Compile.h"
+#include "runtime/Error.h"
+#include "runtime/FiniteResults.h"
 #include "runtime/OptLevels.h"
 #include "runtime/Progress.h"
 #include "runtime/RunSummary.h"
@@ -10,13 +12,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 namespace tlc {
 
+// NaN is a difference: std::max would drop it, so it is returned as soon as it is met.
 static double maxAbsDifference(const std::vector<float> &a, const std::vector<float> &b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::quiet_NaN();
   double largest = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) largest = std::max(largest, std::fabs(double(a[i]) - b[i]));
+  for (size_t i = 0; i < a.size(); ++i) {
+    double difference = std::fabs(double(a[i]) - b[i]);
+    if (!(difference <= largest)) largest = difference;  // NaN (and inf - inf) included
+    if (std::isnan(largest)) break;
+  }
   return largest;
 }
 
@@ -25,6 +34,7 @@ Ladder ladderFor(const LadderOptions &options) {
   ladder.batch = options.batch;
   ladder.seqLen = options.seqLen;
   ladder.dtype = options.dtype;
+  ladder.matmulPrecision = options.matmulPrecision;
   ladder.weightsFrom = describeWeights(options.inputs);
   ladder.tokensFrom = describeTokens(options.inputs);
   ladder.timedRuns = std::max(1, options.iterations);
@@ -32,9 +42,10 @@ Ladder ladderFor(const LadderOptions &options) {
 }
 
 CompileOptions levelOptions(const LadderOptions &options, int level, const Backend &backend) {
-  CompileOptions compile{level, options.batch, options.seqLen, options.dtype};
+  CompileOptions compile{level, options.batch, options.seqLen, options.dtype, true, options.matmulPrecision};
   compile.targetArch = options.targetArch;
   compile.overrides = options.overrides;
+  compile.persistent = options.persistent;
   tuneForDevice(compile, backend.deviceInfo());
   return compile;
 }
@@ -99,6 +110,13 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
       ProgressLine progress(fmt::format("O{}: timing {} forwards", level, ladder.timedRuns));
       run = timeForward(*backend, tokens, ladder.timedRuns, nullptr);
     }
+    if (!options.allowNonFinite) {
+      try {
+        checkFiniteForward(*program, run.result, weights, tokens, options.inputs.threads);
+      } catch (const Error &error) {
+        throw Error(fmt::format("O{}: {}", level, error.what()));
+      }
+    }
     LadderRung rung = ladderRungOf(*program);
     rung.milliseconds = run.result.milliseconds;
     rung.loss = run.result.loss;
@@ -110,8 +128,11 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
 }
 
 std::string ladderTable(const Ladder &ladder) {
-  std::string out = fmt::format("tlc ladder: {}, {}, batch {} x seq {}, target {}\n", ladder.model, ladder.dtype,
-                                ladder.batch, ladder.seqLen, ladder.target);
+  std::string dtype = ladder.dtype == "f32"
+                          ? fmt::format("f32 (matmul precision {})", matmulPrecisionName(ladder.matmulPrecision))
+                          : ladder.dtype;
+  std::string out = fmt::format("tlc ladder: {}, {}, batch {} x seq {}, target {}\n", ladder.model, dtype, ladder.batch,
+                                ladder.seqLen, ladder.target);
   out += fmt::format("  inputs    weights {}; tokens {} (the same at every level)\n", ladder.weightsFrom,
                      ladder.tokensFrom);
   out += fmt::format("  time      median of {} forward{} after a warm-up\n", ladder.timedRuns,
@@ -124,15 +145,16 @@ std::string ladderTable(const Ladder &ladder) {
   std::string persistent;
   for (const LadderRung &rung : ladder.rungs) {
     std::string difference = rung.level == 0 ? "-" : fmt::format("{:.2e}", rung.maxLogitDiff);
+    std::string loss = ladder.seqLen > 1 ? fmt::format("{:.4f}", rung.loss) : "-";  // one token: no next to predict
     std::string kernels = std::to_string(rung.kernels) + (rung.chained ? "*" : rung.parts ? "**" : "");
     anyChained |= rung.chained;
     if (rung.parts)
       persistent = fmt::format("** one persistent kernel: {} parts (per block: its parts) as {} tasks on {} workers\n",
                                rung.parts, rung.tasks, rung.workers);
-    out += fmt::format("O{:<4} {:<18} {:>7} {:>9} {:>7.2f} {:>10.1f} {:>10.2f} {:>7.2f}x {:>12} {:>8.4f}\n", rung.level,
+    out += fmt::format("O{:<4} {:<18} {:>7} {:>9} {:>7.2f} {:>10.1f} {:>10.2f} {:>7.2f}x {:>12} {:>8}\n", rung.level,
                        optLevelInfo(rung.level).workshopVersion, kernels, rung.kernelsPerBlock, rung.gflop,
                        double(rung.minBytes) / (1 << 20), rung.milliseconds,
-                       rung.milliseconds > 0 ? base.milliseconds / rung.milliseconds : 0.0, difference, rung.loss);
+                       rung.milliseconds > 0 ? base.milliseconds / rung.milliseconds : 0.0, difference, loss);
   }
   if (anyChained) out += "* each block's kernels start as one chained launch sequence (programmatic dependent launch)\n";
   out += persistent;

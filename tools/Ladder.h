@@ -21,9 +21,12 @@ struct LadderOptions {
   std::string dtype = "f32";
   std::string targetArch;        // empty: the GPU it runs on, or sm_90a on the CPU
   ScheduleOverrides overrides;
+  bool persistent = false;       // O3's forward as one persistent kernel
+  MatmulPrecision matmulPrecision = MatmulPrecision::High;  // of f32 models
   BackendOptions backend;
   RunInputs inputs;
   int iterations = 3;  // timed forwards per level after a warm-up (the median is shown)
+  bool allowNonFinite = false;  // logits or a loss that are not numbers are shown, not refused
 };
 
 struct LadderRung {
@@ -34,12 +37,13 @@ struct LadderRung {
   double gflop = 0;
   int64_t minBytes = 0;      // Kernel::minBytes summed: the least the kernels must move
   double milliseconds = 0;   // median forward
-  double maxLogitDiff = 0;   // max |logits - O0 logits|
+  double maxLogitDiff = 0;   // max |logits - O0 logits|; NaN where either is not a number
   float loss = 0;
 };
 
 struct Ladder {
   std::string model, dtype, target;
+  MatmulPrecision matmulPrecision = MatmulPrecision::High;
   int64_t batch = 0, seqLen = 0;
   std::string weightsFrom, tokensFrom;
   int timedRuns = 0;

@@ -1,5 +1,6 @@
 #include "tools/Training.h"
 
+#include "runtime/FiniteResults.h"
 #include "runtime/OptLevels.h"
 #include "runtime/Progress.h"
 #include "runtime/RunSummary.h"
@@ -89,6 +90,7 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
                                    describeOptLevel(program.optLevel), dtypeName(program.dtype), program.batch,
                                    program.seqLen, run.steps, run.steps == 1 ? "" : "s", backend.name());
   header += fmt::format("  pipeline  {}\n", program.pipeline);
+  header += matmulPrecisionLine(program, backend);
   header += kernelSplit(program);
   header += fmt::format("  optimizer {}\n", describeAdamW(run.adamw));
   header += fmt::format("  inputs    weights {}; tokens {}\n", describeWeights(run.inputs), batches.describe());
@@ -133,7 +135,14 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
   if (!run.saveWeightsPath.empty()) {
     {
       ProgressLine line("saving the trained weights");
-      backend.trainedWeights().saveSafetensors(run.saveWeightsPath);
+      Weights trained = backend.trainedWeights();
+      // The last update is checked by no loss: a weight that is not a number is said here,
+      // and nothing is written (no loader would take it back).
+      if (std::string bad = nonFiniteWeight(trained); !bad.empty())
+        throw Error(fmt::format("the weights after step {} are not finite: {}; they were not saved to '{}' (try a "
+                                "smaller --learning-rate, or --clip-grad-norm)",
+                                run.steps, bad, run.saveWeightsPath));
+      trained.saveSafetensors(run.saveWeightsPath);
     }
     fmt::print("Saved the trained weights to {}\n", run.saveWeightsPath);
   }

@@ -3,6 +3,9 @@
 // tlc --run prints.
 //
 //   tlc models/tinyllama.tl -O2 --emit=program -o out/ && tl-run out/program.json --seed=1
+#include "runtime/FiniteResults.h"
+#include "runtime/FlagRanges.h"
+#include "runtime/OutputFile.h"
 #include "runtime/Progress.h"
 #include "runtime/RunInputs.h"
 #include "runtime/RunSummary.h"
@@ -14,7 +17,6 @@
 
 #include <fmt/format.h>
 
-#include <climits>
 #include <cstring>
 #include <string>
 
@@ -30,6 +32,7 @@ const char *kUsage =
     "  --target=T           auto, cuda, hip or cpu (default cpu)\n"
     "  --cpu-threads=N      CPU backend threads (default 0: every core)\n"
     "  --iterations=N       timed forwards after a warm-up, median reported (default 1: one, no warm-up)\n"
+    "  --allow-nonfinite    report logits or a loss that are not finite instead of failing\n"
     "  --version            which tlc this is\n";
 
 bool consume(const char *arg, const char *flag, std::string &value) {
@@ -37,18 +40,6 @@ bool consume(const char *arg, const char *flag, std::string &value) {
   if (std::strncmp(arg, flag, n) != 0 || arg[n] != '=') return false;
   value = arg + n + 1;
   return true;
-}
-
-// A whole non-negative number up to `max`, or a tlc::Error naming the flag: an int flag
-// is never truncated into a small number.
-uint64_t number(const std::string &flag, const std::string &text, uint64_t max = UINT64_MAX) {
-  char *end = nullptr;
-  errno = 0;
-  unsigned long long value = text.empty() || text[0] == '-' ? 0 : std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || text[0] == '-' || *end != '\0' || errno == ERANGE)
-    throw tlc::Error(fmt::format("{}={} is not a whole number", flag, text));
-  if (value > max) throw tlc::Error(fmt::format("{}={} is more than {}", flag, text, max));
-  return value;
 }
 
 } // namespace
@@ -59,7 +50,9 @@ int main(int argc, char **argv) {
   tlc::BackendOptions backendOptions;
   backendOptions.target = "cpu";
   backendOptions.progress = false;
+  tlc::reportOversizedWrites();
   int iterations = 1;
+  bool allowNonFinite = false;
   try {
     for (int i = 1; i < argc; ++i) {
       const char *arg = argv[i];
@@ -71,17 +64,19 @@ int main(int argc, char **argv) {
         fmt::print("{}\n  the runtime alone: no MLIR, no LLVM\n", tlc::versionLine("tl-run"));
         return 0;
       }
-      if (consume(arg, "--seed", value)) inputs.seed = number("--seed", value);
+      if (consume(arg, "--seed", value)) inputs.seed = tlc::parseFlagUnsigned("--seed", value);
       else if (consume(arg, "--weights", value)) inputs.weightsPath = value;
       else if (consume(arg, "--tokens", value)) inputs.tokensPath = value;
       else if (consume(arg, "--target", value)) backendOptions.target = value;
-      else if (consume(arg, "--cpu-threads", value)) inputs.threads = backendOptions.cpuThreads = int(number("--cpu-threads", value, INT_MAX));
-      else if (consume(arg, "--iterations", value)) iterations = int(number("--iterations", value, INT_MAX));
+      else if (consume(arg, "--cpu-threads", value))
+        inputs.threads = backendOptions.cpuThreads = int(tlc::parseFlagInteger("--cpu-threads", value, tlc::kThreadsRange));
+      else if (consume(arg, "--iterations", value))
+        iterations = int(tlc::parseFlagInteger("--iterations", value, tlc::kIterationsRange));
+      else if (!std::strcmp(arg, "--allow-nonfinite")) allowNonFinite = true;
       else if (arg[0] != '-' && programPath.empty()) programPath = arg;
       else throw tlc::Error(fmt::format("unexpected argument '{}' (tl-run --help lists the options)", arg));
     }
     if (programPath.empty()) throw tlc::Error("no program file (tl-run --help)");
-    if (iterations < 1) throw tlc::Error("--iterations must be at least 1");
     tlc::configureProgress({tlc::ProgressMode::Auto, 1.0, stderr, "tl-run"});
 
     tlc::Program program = tlc::loadProgram(programPath);
@@ -101,7 +96,14 @@ int main(int argc, char **argv) {
       tlc::ProgressLine line("running the forward");
       timed = tlc::timeForward(*backend, tokens, iterations);
     }
+    if (allowNonFinite) {
+      if (std::string problem = tlc::nonFiniteResults(program, timed.result); !problem.empty())
+        fmt::print(stderr, "tl-run: warning: {}\n", problem);
+    } else {
+      tlc::checkFiniteForward(program, timed.result, weights, tokens, inputs.threads);
+    }
     fmt::print("{}", tlc::formatRunSummary(tlc::RunSummary("tl-run", program, *backend, timed, inputs)));
+    tlc::checkStdout();
   } catch (const tlc::Error &error) {
     fmt::print(stderr, "tl-run: error: {}\n", error.what());
     return 1;

@@ -17,6 +17,10 @@
 #include "passes/Pipelines.h"
 #include "passes/Remarks.h"
 #include "runtime/Checked.h"
+#include "runtime/FiniteResults.h"
+#include "runtime/FlagRanges.h"
+#include "runtime/MappedFile.h"
+#include "runtime/OutputFile.h"
 #include "runtime/JitBackend.h"
 #include "runtime/Progress.h"
 #include "runtime/RunInputs.h"
@@ -41,14 +45,13 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
-#include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -98,6 +101,18 @@ cl::opt<int64_t> seqLen("seq-len",
 cl::opt<std::string> dtype("dtype", cl::desc("storage dtype of weights and activations: f32 or bf16 (default f32)"),
                            cl::init("f32"), cl::cat(compileCategory), cl::sub(everywhere));
 
+cl::opt<tlc::MatmulPrecision> matmulPrecision(
+    "matmul-precision",
+    cl::desc("f32 models: how matrix products run, as torch.set_float32_matmul_precision (default high)"),
+    cl::init(tlc::MatmulPrecision::High),
+    cl::values(clEnumValN(tlc::MatmulPrecision::Highest, "highest", "fp32 FMAs: exact products"),
+               clEnumValN(tlc::MatmulPrecision::High, "high",
+                          "NVIDIA tensor cores, 3xTF32 (tf32 high parts and residuals, three products): fp32's "
+                          "accuracy"),
+               clEnumValN(tlc::MatmulPrecision::Medium, "medium",
+                          "NVIDIA tensor cores, plain TF32 (one product): about 1e-3 relative error, faster")),
+    cl::cat(compileCategory), cl::sub(everywhere));
+
 enum class Emit { None, IR, Program, Hip, Schedule };
 cl::opt<Emit> emit("emit", cl::desc("what to write, to -o (default none)"), cl::init(Emit::None),
                    cl::values(clEnumValN(Emit::None, "none", "nothing"),
@@ -119,6 +134,10 @@ cl::opt<bool> precompile("precompile",
                           cl::desc("JIT-compile every kernel for --target-arch (default sm_90a) into the kernel "
                                    "cache now, with no GPU needed: a later run on such a GPU starts at once"),
                           cl::cat(compileCategory), cl::sub(everywhere));
+cl::opt<bool> persistent("persistent",
+                          cl::desc("-O3: the forward as one persistent kernel whose tasks are O2's kernels' blocks, "
+                                   "each waiting only for what it reads (measured slower so far: docs/megakernel.md)"),
+                          cl::cat(compileCategory), cl::sub(everywhere));
 cl::opt<bool> printKernels("print-kernels", cl::desc("list every kernel of the forward: name, block, FLOPs, bytes"),
                            cl::cat(compileCategory));
 
@@ -137,6 +156,8 @@ cl::opt<bool> noWgmma("no-wgmma", cl::desc("sm_90a runs the mma.sync GEMMs"), cl
                       cl::sub(everywhere));
 cl::opt<bool> noClusters("no-clusters", cl::desc("no thread-block clusters (RMSNorm's backward through the workspace)"),
                          cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<int> workersPerSM("workers-per-sm", cl::desc("O3: workers of the persistent kernel sharing an SM"),
+                          cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> dependentsAtStart("dependents-at-start",
                                 cl::desc("chained kernels let the next one launch at their start"), cl::Hidden,
                                 cl::cat(scheduleCategory), cl::sub(everywhere));
@@ -153,14 +174,11 @@ cl::opt<std::string> dumpIrDir("dump-ir-dir",
                                cl::desc("write the input and the IR after each pass to numbered files in <dir>: "
                                         "diff two neighbours to see one pass"),
                                cl::value_desc("dir"), cl::cat(irCategory), cl::sub(oneLevel));
-enum class Remarks { None, All, Fused, Missed };
-cl::opt<Remarks> remarks(
-    "remarks", cl::desc("print what each fusion pass fused and what it left apart, and why (as clang's -Rpass)"),
-    cl::init(Remarks::None), cl::ValueOptional,
-    cl::values(clEnumValN(Remarks::All, "", "both (--remarks alone)"), clEnumValN(Remarks::All, "all", "both"),
-               clEnumValN(Remarks::Fused, "fused", "only where a pass fused"),
-               clEnumValN(Remarks::Missed, "missed", "only where it left ops apart, with the reason")),
-    cl::cat(irCategory), cl::sub(oneLevel));
+// --remarks: both kinds; =fused or =missed, one of them (checked in checkFlags).
+cl::opt<std::string> remarks("remarks",
+                             cl::desc("print what each fusion pass fused and what it left apart, and why, as clang's "
+                                      "-Rpass (=fused or =missed: only those)"),
+                             cl::value_desc("fused|missed"), cl::ValueOptional, cl::cat(irCategory), cl::sub(oneLevel));
 cl::opt<int> irBlock("ir-block", cl::desc("show transformer block <n> only (the others hold the same ops), for the "
                                           "printed IR, the dump files and --emit=ir"),
                      cl::value_desc("n"), cl::init(-1), cl::cat(irCategory), cl::sub(oneLevel));
@@ -214,6 +232,10 @@ cl::opt<std::string> tracePath("trace", cl::desc("with --profile: write a Chrome
                                cl::value_desc("file.json"), cl::cat(runCategory));
 cl::opt<std::string> statsCsvPath("stats-csv", cl::desc("with --profile: write per-kernel stats as CSV (as rocprofv3)"),
                                   cl::value_desc("file"), cl::cat(runCategory));
+cl::opt<bool> allowNonFinite("allow-nonfinite",
+                             cl::desc("report logits or a loss that are not finite (NaN, inf) instead of failing"),
+                             cl::cat(runCategory), cl::sub(cl::SubCommand::getTopLevel()), cl::sub(ladderCommand),
+                             cl::sub(reportCommand));
 cl::opt<tlc::ProgressMode> progress(
     "progress", cl::desc("progress lines for steps over a second (default auto: on a terminal)"),
     cl::init(tlc::ProgressMode::Auto),
@@ -263,20 +285,6 @@ int fail(const std::string &message) {
   return 1;
 }
 
-// Writes to a file, or stdout for "-".
-bool writeOutput(const std::string &path, const std::string &text) {
-  std::error_code error;
-  llvm::ToolOutputFile file(path, error, llvm::sys::fs::OF_Text);
-  if (error) {
-    fail(fmt::format("cannot write '{}': {}", path, error.message()));
-    return false;
-  }
-  file.os() << text;
-  file.keep();
-  return true;
-}
-
-bool readable(const std::string &path) { return std::ifstream(path).good(); }
 
 bool wantsIrPrinting() {
   return printIrAfterAll || printIrBeforeAll || !printIrAfter.empty() || !dumpIrDir.empty();
@@ -289,7 +297,6 @@ std::string checkTrainFlags() {
     if (option->getNumOccurrences())
       return fmt::format("--{} does not apply to tlc train{}", option->ArgStr.str(),
                          option == &tokensPath ? " (train on a token file with --data=FILE)" : "");
-  if (numSteps < 1) return fmt::format("--num-steps={} must be at least 1", numSteps.getValue());
   if (fuseNormGrad.getNumOccurrences() && fuseNormGrad && optLevel < 2)
     return fmt::format("--fuse-norm-grad needs -O2 or -O3 (the levels that fuse the backward), not -O{}", optLevel);
   if (seqLen < 2) return fmt::format("--seq-len={}: training needs 2 or more tokens a sequence (each predicts the next)",
@@ -309,9 +316,49 @@ std::string checkTrainFlags() {
                                    "0 (off) or a positive normal f32"}})
     if (!bound.valid)
       return fmt::format("--{}={} must be {}", bound.option.ArgStr.str(), bound.option.getValue(), bound.range);
-  if (!dataPath.empty() && !readable(dataPath))
-    return fmt::format("cannot open token file '{}': {}", dataPath.getValue(), std::strerror(errno));
+  if (emit != Emit::None) {
+    // It writes the training step and trains nothing: what only training reads is refused.
+    const cl::Option *trainingOnly[] = {&numSteps, &dataPath,  &saveWeightsPath, &saveGradientsPath, &weightsPath,
+                                        &seed,     &target,    &threads,         &noCache,           &graph};
+    for (const cl::Option *option : trainingOnly)
+      if (option->getNumOccurrences())
+        return fmt::format("--{} does not apply to tlc train --emit (it writes the training step and trains nothing)",
+                           option->ArgStr.str());
+  }
   return "";
+}
+
+// What -o names: nothing ("-": stdout), a file, or a directory (tlc report, --emit=hip;
+// --emit=program with a directory or a path ending in '/', written as dir/program.json).
+tlc::FilePath emittedOutput() {
+  if (reportCommand) return {"-o", outputPath == "-" ? "" : outputPath.getValue(), true};
+  Emit what = emit == Emit::None && !run && outputPath != "-" ? Emit::Program : emit;
+  if (what == Emit::None) return {"-o", "", false};
+  bool directory = what == Emit::Hip || (what == Emit::Program && outputPath != "-" &&
+                                         (llvm::sys::fs::is_directory(outputPath) ||
+                                          llvm::StringRef(outputPath).ends_with("/")));
+  return {"-o", outputPath, directory};
+}
+
+// The inputs can be read (regular files, opened without blocking) and the outputs
+// written, none the same file as another, before any work is done.
+std::string checkPaths() {
+  std::vector<tlc::FilePath> inputs = {
+      {"(the model)", inputFile}, {"--weights", weightsPath}, {"--tokens", tokensPath}, {"--data", dataPath}};
+  const char *what[] = {"model file", "weights file", "token file", "token file"};
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i].path.empty() && inputs[i].path != "-")
+      if (std::string problem = tlc::inputFileProblem(inputs[i].path); !problem.empty())
+        return fmt::format("cannot open {} '{}': {}", what[i], inputs[i].path, problem);
+  std::vector<tlc::FilePath> outputs = {emittedOutput(),
+                                        {"--save-weights", saveWeightsPath},
+                                        {"--save-gradients", saveGradientsPath},
+                                        {"--save-logits", saveLogitsPath},
+                                        {"--trace", tracePath},
+                                        {"--stats-csv", statsCsvPath},
+                                        {"--chart", chartPath},
+                                        {"--dump-ir-dir", dumpIrDir, true}};
+  return tlc::checkOutputPaths(outputs, inputs);
 }
 
 // The GPU a run goes to, once its backend is made: what the kernels are tuned for.
@@ -326,15 +373,17 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.noWgmma = noWgmma;
   overrides.noClusters = noClusters;
   overrides.dependentsAtStart = dependentsAtStart;
+  overrides.workersPerSM = workersPerSM;
   return overrides;
 }
 
 // The level, shape and dtype the flags ask for (--seq-len fitted to the model first),
 // tuned for --target-arch or the GPU the run goes to.
 tlc::CompileOptions compileOptions() {
-  tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype, fuseNormGrad && optLevel >= 2};
+  tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype, fuseNormGrad && optLevel >= 2, matmulPrecision};
   options.targetArch = targetArch;
   options.overrides = scheduleOverrides();
+  options.persistent = persistent;
   if (runDevice) tlc::tuneForDevice(options, *runDevice);
   return options;
 }
@@ -348,15 +397,22 @@ std::string checkFlags() {
   if (optLevel < 0 || optLevel > tlc::kMaxOptLevel)
     return fmt::format("-O{0} (--opt-level={0}): the levels are -O0 to -O{1}", optLevel, tlc::kMaxOptLevel);
   if (dtype != "f32" && dtype != "bf16") return fmt::format("unknown --dtype '{}': use f32 or bf16", dtype.getValue());
-  if (batchSize <= 0) return fmt::format("--batch-size={} must be at least 1", batchSize.getValue());
-  if (seqLen <= 0) return fmt::format("--seq-len={} must be at least 1", seqLen.getValue());
+  if (matmulPrecision.getNumOccurrences() && dtype != "f32")
+    return fmt::format("--matmul-precision applies to f32 models; --dtype={} multiplies {}", dtype.getValue(),
+                       dtype.getValue());
+  if (remarks.getNumOccurrences() && !remarks.empty() && remarks != "fused" && remarks != "missed")
+    return fmt::format("unknown --remarks={}: use --remarks (both), --remarks=fused or --remarks=missed",
+                       remarks.getValue());
+  std::vector<tlc::cli::Ranged> ranged = {
+      {batchSize, batchSize, {1, tlc::kMaxTokens}}, {seqLen, seqLen, {1, tlc::kMaxTokens}},
+      {iterations, iterations, tlc::kIterationsRange}, {threads, threads, tlc::kThreadsRange},
+      {irBlock, irBlock, {0, std::numeric_limits<int>::max()}}, {numSteps, numSteps, {1, 1'000'000'000}}};
+  if (std::string problem = tlc::cli::firstOutOfRange(ranged); !problem.empty()) return problem;
   if (std::optional<int64_t> tokens = tlc::checkedMul(batchSize, seqLen); !tokens || *tokens > tlc::kMaxTokens)
     return fmt::format("--batch-size={} x --seq-len={} is more than the {} tokens a forward may take",
                        batchSize.getValue(), seqLen.getValue(), tlc::kMaxTokens);
   if (target != "auto" && target != "cpu" && target != "cuda" && target != "hip")
     return fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", target.getValue());
-  if (iterations < 1) return fmt::format("--iterations={} must be at least 1", iterations.getValue());
-  if (irBlock.getNumOccurrences() && irBlock < 0) return fmt::format("--ir-block={} must be 0 or more", irBlock.getValue());
   if (trainCommand) {
     if (std::string problem = checkTrainFlags(); !problem.empty()) return problem;
   }
@@ -389,17 +445,16 @@ std::string checkFlags() {
       {threads, runs, "--cpu-threads needs --run"},
       {noCache, runs, "--no-cache needs --run"},
       {graph, runs, "--graph needs --run"},
+      {allowNonFinite, runs, "--allow-nonfinite needs --run"},
       {printIrAfterChange, wantsIrPrinting,
        "--print-ir-after-change needs --print-ir-after-all, --print-ir-after=<pass> or --dump-ir-dir"},
       {irBlock, [] { return wantsIrPrinting() || emit == Emit::IR || emit == Emit::Schedule; },
        "--ir-block needs --emit=ir, --emit=schedule, a --print-ir-* flag or --dump-ir-dir"},
   };
   if (std::string unmet = tlc::cli::firstUnmet(requirements); !unmet.empty()) return unmet;
-  if (!weightsPath.empty() && !readable(weightsPath))
-    return fmt::format("cannot open weights file '{}': {}", weightsPath.getValue(), std::strerror(errno));
-  if (!tokensPath.empty() && !readable(tokensPath))
-    return fmt::format("cannot open token file '{}': {}", tokensPath.getValue(), std::strerror(errno));
-  return "";
+  if (outputPath.getNumOccurrences() && run && emit == Emit::None)
+    return "-o needs --emit=ir, program or hip (--run writes nothing to it)";
+  return checkPaths();
 }
 
 // The model's tl.max_seq_len bounds --seq-len, and its default.
@@ -435,6 +490,10 @@ std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &
       return fmt::format("--target-arch: {}", error.what());
     }
   }
+  if (persistent && trainCommand)
+    return "--persistent applies to a forward: a training step keeps O2's launches";
+  if (persistent && optLevel < 3 && !ladderCommand && !reportCommand)
+    return fmt::format("--persistent needs -O3 (the level that fuses the whole forward), not -O{}", optLevel);
   if (attentionGradRows != 0 && attentionGradRows != 8 && attentionGradRows != 16 && attentionGradRows != 32)
     return fmt::format("--attention-grad-rows={} must be 8, 16 or 32", attentionGradRows.getValue());
   if (!dumpIrDir.empty()) {
@@ -459,6 +518,9 @@ bool mlirAfterChange() {
   return found != options.end() && found->second->getNumOccurrences() > 0;
 }
 
+// Set by the IR dumps when a file could not be written: the command then fails.
+std::shared_ptr<bool> dumpFailed = std::make_shared<bool>(false);
+
 void configurePassManager(mlir::PassManager &pm, tlc::ProgressLine &line) {
   if (mlir::failed(mlir::applyPassManagerCLOptions(pm))) return;
   mlir::applyDefaultTimingPassManagerCLOptions(pm);
@@ -471,6 +533,7 @@ void configurePassManager(mlir::PassManager &pm, tlc::ProgressLine &line) {
   dumps.onlyOnChange = printIrAfterChange || mlirAfterChange();
   dumps.directory = dumpIrDir;
   dumps.block = irBlock;
+  dumps.failed = dumpFailed;
   pm.getContext()->disableMultithreading();  // the whole module is printed
   pm.enableIRPrinting(tlc::createIrDumpConfig(dumps));
 }
@@ -515,19 +578,13 @@ void saveNpy(const std::string &path, const tlc::Tensor &tensor) {
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + shape + "), }";
   header.append(63 - (10 + header.size()) % 64, ' ');
   header += '\n';
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  tlc::OutputFile file(path, ".npy file");
   uint16_t length = uint16_t(header.size());
   file.write("\x93NUMPY\x01\x00", 8);
-  file.write(reinterpret_cast<const char *>(&length), 2);
-  file << header;
-  file.write(reinterpret_cast<const char *>(tensor.data.data()), std::streamsize(tensor.data.size() * 4));
-  if (!file) throw tlc::Error(fmt::format("cannot write '{}'", path));
-}
-
-void writeFileOrThrow(const std::string &path, const std::string &text) {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file << text;
-  if (!file) throw tlc::Error(fmt::format("cannot write '{}'", path));
+  file.write(&length, 2);
+  file.write(header);
+  file.write(tensor.data.data(), tensor.data.size() * 4);
+  file.commit();
 }
 
 int runForward(const tlc::Program &program, tlc::Backend &backend) {
@@ -551,6 +608,12 @@ int runForward(const tlc::Program &program, tlc::Backend &backend) {
                                           : std::string("running the forward"));
     timed = tlc::timeForward(backend, tokens, iterations, profile ? &profiler : nullptr);
   }
+  if (allowNonFinite) {
+    if (std::string problem = tlc::nonFiniteResults(program, timed.result); !problem.empty())
+      llvm::WithColor::warning(llvm::errs(), "tlc") << problem << "\n";
+  } else {
+    tlc::checkFiniteForward(program, timed.result, weights, tokens, threads);
+  }
   if (!saveLogitsPath.empty()) saveNpy(saveLogitsPath, timed.result.logits);
   tlc::RunSummary summary("tlc", program, backend, timed, inputs);
   summary.profiled = profile;
@@ -558,8 +621,9 @@ int runForward(const tlc::Program &program, tlc::Backend &backend) {
   fmt::print("{}", tlc::formatRunSummary(summary));
   if (profile) {
     fmt::print("\n{}", profiler.table());
-    if (!tracePath.empty()) writeFileOrThrow(tracePath, profiler.chromeTrace());
-    if (!statsCsvPath.empty()) writeFileOrThrow(statsCsvPath, profiler.statsCsv());
+    if (std::string tasks = profiler.taskTable(); !tasks.empty()) fmt::print("\n{}", tasks);
+    if (!tracePath.empty()) tlc::writeFileAtomically(tracePath, profiler.chromeTrace(), "trace");
+    if (!statsCsvPath.empty()) tlc::writeFileAtomically(statsCsvPath, profiler.statsCsv(), "CSV file");
   }
   return 0;
 }
@@ -568,15 +632,15 @@ int writeProgram(const tlc::Program &program);
 int precompileKernels(const tlc::Program &program);
 
 // --emit=ir: the module after the pipeline (a forward's or a training step's).
-bool writeIr(mlir::ModuleOp module) {
+void writeIr(mlir::ModuleOp module) {
   std::string text;
   llvm::raw_string_ostream os(text);
   tlc::printIr(module, irBlock, os);
-  return writeOutput(outputPath, text);
+  tlc::writeFileAtomically(outputPath, text, "IR");
 }
 
 int emitOutputs(mlir::ModuleOp module, const tlc::CompileOptions &options, tlc::Backend *backend) {
-  if (emit == Emit::IR && !writeIr(module)) return 1;
+  if (emit == Emit::IR) writeIr(module);
   if (emit == Emit::None && !run && outputPath != "-")  // `-o dir/` alone writes the Program
     emit = Emit::Program;
   if (emit != Emit::Program && emit != Emit::Hip && emit != Emit::Schedule && !run && !printKernels && !precompile)
@@ -610,6 +674,18 @@ int precompileKernels(const tlc::Program &program) {
   options.progress = progress != tlc::ProgressMode::Never;
   tlc::JitStats stats;
   tlc::jitCompileAll(*compiler, sources, options, &stats);
+  // A persistent kernel also as profiling compiles it, its tasks stamped.
+  std::vector<tlc::JitSource> traced;
+  for (const tlc::Kernel &kernel : program.kernels)
+    if (!kernel.parts.empty()) traced.push_back({kernel.entry, kernel.source});
+  if (!traced.empty()) {
+    options.compilerOptions.push_back("-DTL_TRACE=1");
+    tlc::JitStats tracedStats;
+    tlc::jitCompileAll(*compiler, traced, options, &tracedStats);
+    stats.compiled += tracedStats.compiled;
+    stats.cached += tracedStats.cached;
+    stats.seconds += tracedStats.seconds;
+  }
   fmt::print("tlc: {} kernels for {} in the cache ({}: {} compiled, {} there already, {:.1f} s)\n",
              stats.compiled + stats.cached, target.jitArch, tlc::jitCacheDir(), stats.compiled, stats.cached,
              stats.seconds);
@@ -624,14 +700,15 @@ int writeProgram(const tlc::Program &program) {
       return fail(fmt::format("--emit=schedule: -O{} runs no persistent kernel{}", program.optLevel,
                               program.persistentFallback.empty() ? " (O3's forward does)"
                                                                  : ": " + program.persistentFallback));
-    return writeOutput(outputPath, schedule) ? 0 : 1;
+    tlc::writeFileAtomically(outputPath, schedule, "schedule");
+    return 0;
   }
   if (emit == Emit::Hip) {
     if (outputPath == "-") return fail("--emit=hip writes a directory: give -o dir/");
     if (std::error_code error = llvm::sys::fs::create_directories(outputPath))
       return fail(fmt::format("cannot create '{}': {}", outputPath.getValue(), error.message()));
     int files = tlc::writeHipSources(program, outputPath);
-    if (!writeOutput(outputPath + "/program.json", tlc::programToJson(program))) return 1;
+    tlc::writeFileAtomically(outputPath + "/program.json", tlc::programToJson(program), "program file");
     fmt::print(stderr, "tlc: wrote {} kernel sources and program.json to {}\n", files, outputPath.getValue());
   }
   if (emit == Emit::Program) {
@@ -641,7 +718,7 @@ int writeProgram(const tlc::Program &program) {
         return fail(fmt::format("cannot create '{}': {}", path, error.message()));
       path += "/program.json";
     }
-    if (!writeOutput(path, tlc::programToJson(program))) return 1;
+    tlc::writeFileAtomically(path, tlc::programToJson(program), "program file");
   }
   return 0;
 }
@@ -663,7 +740,8 @@ mlir::OwningOpRef<mlir::ModuleOp> parseAndOptimize(mlir::MLIRContext &context, l
   }
   tlc::ProgressLine line(fmt::format(training ? "building the training step at -O{}" : "optimizing at -O{}", optLevel));
   if (mlir::failed(tlc::optimizeModule(
-          *module, compileOptions(), [&](mlir::PassManager &pm) { configurePassManager(pm, line); }, training)))
+          *module, compileOptions(), [&](mlir::PassManager &pm) { configurePassManager(pm, line); }, training)) ||
+      *dumpFailed)
     return nullptr;
   return module;
 }
@@ -687,7 +765,10 @@ int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   tlc::AdamWOptions adamw = adamwOptions();
   mlir::OwningOpRef<mlir::ModuleOp> module = parseAndOptimize(context, sourceMgr, &adamw);
   if (!module) return 1;
-  if (emit == Emit::IR) return writeIr(*module) ? 0 : 1;  // the training step's IR, no training
+  if (emit == Emit::IR) {  // the training step's IR, no training
+    writeIr(*module);
+    return 0;
+  }
   mlir::FailureOr<tlc::Program> program = mlir::failure();
   {
     tlc::ProgressLine line("lowering the training step to a Program (kernels, memory plan)");
@@ -727,9 +808,12 @@ tlc::LadderOptions ladderOptions() {
   options.dtype = dtype;
   options.targetArch = targetArch;
   options.overrides = scheduleOverrides();
+  options.persistent = persistent;
+  options.matmulPrecision = matmulPrecision;
   options.backend = backendOptions();
   options.inputs = runInputs();
   options.iterations = iterations.getNumOccurrences() ? int(iterations) : 3;
+  options.allowNonFinite = allowNonFinite;
   return options;
 }
 
@@ -758,7 +842,7 @@ int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   if (mlir::failed(ladder)) return 1;
   fmt::print("{}", tlc::ladderTable(*ladder));
   if (!chartPath.empty()) {
-    writeFileOrThrow(chartPath, tlc::ladderChartSvg(*ladder));
+    tlc::writeFileAtomically(chartPath, tlc::ladderChartSvg(*ladder), "chart");
     fmt::print("\nchart: {}\n", chartPath.getValue());
   }
   return 0;
@@ -768,6 +852,7 @@ int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  tlc::reportOversizedWrites();  // after LLVM's handlers, which would report SIGXFSZ as a crash
   tlc::cli::registerMlirOptions();
   tlc::registerTlcPasses();
   tlc::cli::setVersionPrinter("tlc");
@@ -792,8 +877,8 @@ int main(int argc, char **argv) {
   context.getDiagEngine().registerHandler([](mlir::Diagnostic &diagnostic) {
     if (diagnostic.getSeverity() == mlir::DiagnosticSeverity::Remark) {  // printed, located, only when asked for
       std::optional<tl::FusionRemark> remark = tl::parseFusionRemark(diagnostic);
-      bool wanted = remark && (remarks == Remarks::All || (remarks == Remarks::Fused && remark->fused) ||
-                               (remarks == Remarks::Missed && !remark->fused));
+      bool wanted = remark && remarks.getNumOccurrences() &&
+                    (remarks.empty() || (remarks == "fused") == remark->fused);
       return mlir::success(!wanted);
     }
     if (!llvm::isa<mlir::UnknownLoc>(diagnostic.getLocation())) return mlir::failure();
@@ -802,9 +887,12 @@ int main(int argc, char **argv) {
   });
 
   try {
-    if (trainCommand) return trainModel(context, sourceMgr);
-    if (reportCommand) return writeReport(context, sourceMgr);
-    return ladderCommand ? climbLadder(context, sourceMgr) : compileAndRun(context, sourceMgr);
+    int status = trainCommand    ? trainModel(context, sourceMgr)
+                 : reportCommand ? writeReport(context, sourceMgr)
+                 : ladderCommand ? climbLadder(context, sourceMgr)
+                                 : compileAndRun(context, sourceMgr);
+    tlc::checkStdout();  // a summary lost to a full disk or a closed pipe is a failure too
+    return status;
   } catch (const tlc::Error &error) {
     return fail(error.what());
   } catch (const std::bad_alloc &) {  // a safety net: memory budgets refuse before allocating

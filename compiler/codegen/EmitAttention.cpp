@@ -1,5 +1,6 @@
-// Flash attention: a Spec for attention_mma.cuh (bf16 on NVIDIA tensor cores) and
-// attention_rows.cuh (fp32 FMAs: fp32 models, AMD, head sizes the former does not take).
+// Flash attention: a Spec for attention_mma.cuh (NVIDIA tensor cores: bf16, or fp32 split
+// for tf32 products) and attention_rows.cuh (fp32 FMAs: fp32 at the highest matmul
+// precision, AMD, head sizes the former does not take).
 #include "compiler/codegen/EmitterSupport.h"
 #include "compiler/codegen/Schedule.h"
 
@@ -18,10 +19,14 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
                             spec.H, spec.HKV));
   if (spec.DV > 256)
     throw Error(fmt::format("code generation: kernel '{}': value head size {} is over 256", entry, spec.DV));
-  bool bf16 = source.dtype(spec.q) == DType::BF16 && source.dtype(spec.k) == DType::BF16 &&
-              source.dtype(spec.v) == DType::BF16 && source.dtype(spec.out) == DType::BF16;
-  bool matrixUnits = bf16 && (spec.D == 64 || spec.D == 128) && (spec.DV == 64 || spec.DV == 128);
-  AttentionTile tile = matrixUnits ? chooseAttentionTile(spec, source.machine()) : AttentionTile{16, 1};
+  auto all = [&](DType dtype) {
+    return source.dtype(spec.q) == dtype && source.dtype(spec.k) == dtype && source.dtype(spec.v) == dtype &&
+           source.dtype(spec.out) == dtype;
+  };
+  // fp32 runs on tensor cores too unless the precision asks for exact products.
+  const int tf32 = all(DType::F32) ? tf32Products(source.matmulPrecision()) : 0;
+  bool matrixUnits = (all(DType::BF16) || tf32) && (spec.D == 64 || spec.D == 128) && (spec.DV == 64 || spec.DV == 128);
+  AttentionTile tile = matrixUnits ? chooseAttentionTile(spec, source.machine(), tf32 > 0) : AttentionTile{16, 1};
 
   auto row = [&](int param, const IndexExpr &offset) {
     return fmt::format("TL_DEVICE static {0}{1} *{2}(const Params &p, int b, int h, int s) {{ return p.{3} + ({4}); }}",
@@ -36,8 +41,12 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
                    spec.HKV, spec.SK, spec.D, spec.H / spec.HKV),
        fmt::format("scale {}, {}{}", spec.scale, spec.causal ? "causal (tiles above the diagonal skipped)" : "not causal",
                    spec.lse >= 0 ? "; also writes each query row's log-sum-exp (for the backward)" : ""),
-       matrixUnits ? fmt::format("NVIDIA: tensor cores, {} queries x {} heads per block sharing their K/V tiles, {} "
+       matrixUnits ? fmt::format("NVIDIA: tensor cores{}, {} queries x {} heads per block sharing their K/V tiles, {} "
                                  "queries per warp{}; other targets: one query row per block",
+                                 tf32 == 3   ? " (fp32 operands, 3xTF32: a tf32 high part and residual each, three "
+                                               "products; matmul precision high)"
+                                 : tf32 == 1 ? " (fp32 operands, plain TF32; matmul precision medium)"
+                                             : "",
                                  tile.queries, tile.heads, 16 * tile.mTiles,
                                  tile.resident > 1 ? fmt::format(", registers capped for {} blocks per SM", tile.resident)
                                                    : "")
@@ -63,9 +72,10 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
                      matrixUnits ? tile.threads() : 256, matrixUnits ? tile.resident : 1, entry);
   std::string rows = fmt::format("tl_attention_rows<{}_spec<16, 1, 1>>(p);", entry);
   out += source.entryPoint(entry + "_BOUNDS",
-                           matrixUnits ? fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_mma<{}_spec<{}, {}, {}>>(p);\n"
+                           matrixUnits ? fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_mma<{}_spec<{}, {}, {}>{}>(p);\n"
                                                      "#else\n  {}\n#endif\n",
-                                                     entry, tile.queries, tile.heads, tile.mTiles, rows)
+                                                     entry, tile.queries, tile.heads, tile.mTiles,
+                                                     tf32 ? fmt::format(", tl_attention_tf32<{}>", tf32) : "", rows)
                                        : "  " + rows + "\n");
 
   EmittedKernel emitted;

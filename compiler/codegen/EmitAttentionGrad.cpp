@@ -1,5 +1,6 @@
-// The backward of flash attention: a Spec for attention_grad_mma.cuh (bf16 on NVIDIA tensor
-// cores, head size 64) and attention_grad.cuh (fp32 FMAs: fp32 models, AMD, other head sizes).
+// The backward of flash attention: a Spec for attention_grad_mma.cuh (NVIDIA tensor cores,
+// head size 64: bf16, or fp32 split for tf32 products) and attention_grad.cuh (fp32 FMAs:
+// fp32 at the highest matmul precision, AMD, other head sizes).
 #include "compiler/codegen/EmitterSupport.h"
 
 #include "runtime/Error.h"
@@ -38,10 +39,14 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
   // overrides.attentionGradRows = 8, 16 or 32 forces it, for measuring alternatives.
   int64_t rows = 16;
   if (int asked = source.machine().overrides.attentionGradRows; asked == 8 || asked == 16 || asked == 32) rows = asked;
-  bool bf16 = true;
-  for (int param : {f.q, f.k, f.v, f.out, spec.dout, spec.dq, spec.dk, spec.dv})
-    bf16 = bf16 && source.dtype(param) == DType::BF16;
-  bool matrixUnits = bf16 && f.D == 64 && f.DV == 64;
+  auto all = [&](DType dtype) {
+    bool same = true;
+    for (int param : {f.q, f.k, f.v, f.out, spec.dout, spec.dq, spec.dk, spec.dv}) same = same && source.dtype(param) == dtype;
+    return same;
+  };
+  // fp32 runs on tensor cores too unless the precision asks for exact products.
+  const int tf32 = all(DType::F32) ? tf32Products(source.matmulPrecision()) : 0;
+  bool matrixUnits = (all(DType::BF16) || tf32) && f.D == 64 && f.DV == 64;
   auto row = [&](const char *hook, int param, const IndexExpr &offset, bool output) {
     return fmt::format("  TL_DEVICE static {}{} *{}(const Params &p, int b, int h, int s) {{ return p.{} + ({}); }}\n",
                        output ? "" : "const ", source.type(param), hook, source.name(param), indexCode(offset));
@@ -55,8 +60,12 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
                    "share of dk, dv; the last head of a kv group adds the shares)",
                    f.scale, f.causal ? "causal (tiles past the diagonal skipped)" : "not causal"),
        storesLine(spec, source),
-       matrixUnits ? fmt::format("NVIDIA: tensor cores, tiles of 64 rows, 16 a warp; other targets: tiles of {} rows "
+       matrixUnits ? fmt::format("NVIDIA: tensor cores{}, tiles of 64 rows, 16 a warp; other targets: tiles of {} rows "
                                  "staged in shared memory, fp32 FMAs",
+                                 tf32 == 3   ? " (fp32 operands, 3xTF32: a tf32 high part and residual each, three "
+                                               "products; matmul precision high)"
+                                 : tf32 == 1 ? " (fp32 operands, plain TF32; matmul precision medium)"
+                                             : "",
                                  rows)
                    : fmt::format("tiles of {} rows staged in shared memory, fp32 FMAs (attention_grad.cuh)", rows)});
   out += source.prelude({"attention_grad_mma.cuh", "attention_grad.cuh"});
@@ -124,16 +133,20 @@ EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradS
                      matrixUnits ? 128 : 256, entry);
   std::string fma = fmt::format("tl_attention_grad_rows<{}_spec>(p);", entry);
   out += source.entryPoint(entry + "_THREADS",
-                           matrixUnits ? fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_grad_mma<{}_spec>(p);\n#else\n  "
+                           matrixUnits ? fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_grad_mma<{}_spec{}>(p);\n#else\n  "
                                                      "{}\n#endif\n",
-                                                     entry, fma)
+                                                     entry, tf32 ? fmt::format(", tl_attention_tf32<{}>", tf32) : "", fma)
                                        : "  " + fma + "\n");
   EmittedKernel emitted;
   emitted.source = std::move(out);
   int64_t keyTiles = (f.SK + rows - 1) / rows;
   KernelLaunch fmaLaunch{f.B * f.H * ((f.SQ + rows - 1) / rows) + f.B * f.H * keyTiles, 256, 0};
   constexpr int64_t kMmaTile = 64;  // tl_attention_grad_mma_shape::TILE
-  KernelLaunch mmaLaunch{f.B * f.H * ((f.SQ + kMmaTile - 1) / kMmaTile + (f.SK + kMmaTile - 1) / kMmaTile), 128, 0};
+  // Buffers of a tile of two operands: two, and fp32 a third for the block's own rows
+  // (tl_attention_grad_mma_shape::SHARED_BYTES).
+  int64_t mmaShared = (tf32 ? 3 * 4 : 2 * 2) * kMmaTile * (f.D + f.DV);
+  KernelLaunch mmaLaunch{f.B * f.H * ((f.SQ + kMmaTile - 1) / kMmaTile + (f.SK + kMmaTile - 1) / kMmaTile), 128,
+                         mmaShared};
   emitted.launch["cuda"] = matrixUnits ? mmaLaunch : fmaLaunch;
   emitted.launch["hip"] = fmaLaunch;
   // Each query head's share of dK and dV; an arrival count per kv head's key tile (the

@@ -1,5 +1,6 @@
-// GEMM kernels: a Spec of hooks for gemm_mma.cuh (NVIDIA tensor cores), gemm_mfma.cuh
-// (AMD gfx90a) and gemm_simt.cuh (fp32, or operands the matrix-unit loaders cannot take).
+// GEMM kernels: a Spec of hooks for gemm_mma.cuh and gemm_wgmma.cuh (NVIDIA tensor cores;
+// their _tf32 versions for fp32 operands), gemm_mfma.cuh (AMD gfx90a) and gemm_simt.cuh
+// (fp32 at the highest matmul precision, or operands the matrix-unit loaders cannot take).
 #include "compiler/codegen/EmitterSupport.h"
 #include "compiler/codegen/Schedule.h"
 
@@ -31,6 +32,27 @@ int64_t normGradWorkspaceBytes(const GemmSpec &gemm, int BM, int BN) {
 }
 int64_t normGradSyncWords(const GemmSpec &gemm, int BM, int BN) { return ceilDiv(gemm.N, BN) + ceilDiv(gemm.M, BM); }
 
+// What the matrix-unit paths would multiply: bf16 operands, or fp32 ones split for tf32
+// products (the precision "highest" keeps fp32 on FMAs).
+struct GemmOperands {
+  bool matrixUnits = false;
+  int tf32Products = 0;  // fp32 operands: 3 (3xTF32) or 1 (plain TF32)
+};
+GemmOperands gemmOperands(const KernelSource &source, const GemmSpec &gemm) {
+  auto all = [&](DType dtype) {  // A (the loads it is computed from, where it is), B and the gain
+    bool a = true;
+    if (!gemm.aValue) a = source.dtype(gemm.a) == dtype;
+    else
+      for (const ElementExpr *load : leaves(gemm.aValue, ElementExpr::Kind::Load)) a = a && source.dtype(load->param) == dtype;
+    return a && source.dtype(gemm.b) == dtype && (gemm.gain < 0 || source.dtype(gemm.gain) == dtype);
+  };
+  if (all(DType::BF16)) return {true, 0};
+  // An fp32 A computed as it is loaded stays on FMAs: the tf32 mainloops copy A as stored.
+  int products = tf32Products(source.matmulPrecision());
+  if (!gemm.aValue && all(DType::F32) && products > 0) return {true, products};
+  return {};
+}
+
 std::vector<int64_t> sampleValues(int64_t extent) {
   std::vector<int64_t> values;
   for (int64_t v : {0, 1, 2, 3, 5, 7, 8, 13, 16, 31, 63, 64, 127, 128, 129, 255, 256, 511, 1023, 2047})
@@ -52,8 +74,7 @@ struct BandRead {
 
 BandRead bandOf(const ElementExpr &leaf, const GemmGroup &group) {
   int64_t delta = leaf.column.evaluate({{"c", 0}, {"m", 0}});
-  bool constant = true;
-  for (int64_t c = 0; c < group.width && constant; ++c) constant = leaf.column.evaluate({{"c", c}, {"m", 0}}) - c == delta;
+  bool constant = isShiftedIdentity(leaf.column, "c", group.width, delta, {{"m", 0}});
   for (size_t b = 0; b < group.bands.size(); ++b) {
     if (constant && delta == group.bands[b]) return {b, true};
     int64_t local = delta - group.bands[b];
@@ -119,26 +140,24 @@ std::string operandAComputed(const GemmSpec &gemm, ElementCode &code,
 
 EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   const std::string &entry = source.entry();
+  // Operands the matrix units take: bf16, or fp32 split for tf32 products unless the
+  // precision asks for exact ones (gemm_mma_tf32.cuh: 3xTF32, or plain TF32).
+  const GemmOperands operands = gemmOperands(source, gemm);
   auto samples = [&](bool withK) {
     std::map<std::string, std::vector<int64_t>> s{{"m", sampleValues(gemm.M)}, {"bt", sampleValues(gemm.batch)}};
     if (withK) s["k"] = sampleValues(gemm.K);
     return s;
   };
-  // The matrix-unit paths load 8 bf16 of A along k, and of B along k (or n when B is
-  // stored [K, N]), with one 16-byte access.
-  ChunkLoop alongK{"k", "k", 8, gemm.K, samples(false), {}};
-  ChunkLoop alongN{"n", "n", 8, gemm.N, samples(true), {}};
-  ChunkLoop alongM{"m", "m", 8, gemm.M, {{"bt", sampleValues(gemm.batch)}, {"k", sampleValues(gemm.K)}}, {}};
+  // The matrix-unit paths load 16 bytes of A along k, and of B along k (or n when B is
+  // stored [K, N]), with one access: 8 bf16 or 4 floats.
+  const int chunk = operands.tf32Products ? 4 : 8;
+  ChunkLoop alongK{"k", "k", chunk, gemm.K, samples(false), {}};
+  ChunkLoop alongN{"n", "n", chunk, gemm.N, samples(true), {}};
+  ChunkLoop alongM{"m", "m", chunk, gemm.M, {{"bt", sampleValues(gemm.batch)}, {"k", sampleValues(gemm.K)}}, {}};
   alongK.samples["n"] = sampleValues(gemm.N);
   // A computed as it is loaded (a prologue of elementwise ops) goes to the tensor cores in
   // bf16 where its inputs are bf16, as an elementwise kernel would have stored it.
   const bool computedA = gemm.aValue != nullptr;
-  bool aBf16 = !computedA && source.dtype(gemm.a) == DType::BF16;
-  if (computedA) {
-    std::vector<const ElementExpr *> loads = leaves(gemm.aValue, ElementExpr::Kind::Load);
-    aBf16 = std::all_of(loads.begin(), loads.end(), [&](const ElementExpr *load) { return source.dtype(load->param) == DType::BF16; });
-  }
-  bool bf16 = aBf16 && source.dtype(gemm.b) == DType::BF16 && (gemm.gain < 0 || source.dtype(gemm.gain) == DType::BF16);
   std::optional<Separated> aParts =
       computedA ? std::nullopt : separate(gemm.aOffset, "m", gemm.M, gemm.batch, gemm.K);
   if (aParts && aParts->row.maxValue() > INT32_MAX) aParts.reset();  // row offsets are 32-bit
@@ -147,18 +166,19 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   if (bParts && !gemm.bKN && bParts->row.maxValue() > INT32_MAX) bParts.reset();
   // A stored [K, M] (read down its columns): NVIDIA's mma.sync path transposes it as it
   // loads; the other paths read A along k.
-  bool aKM = bf16 && !computedA && !gemm.rowNorm && !ElementCode::contiguous(gemm.aOffset, alongK) &&
+  bool aKM = operands.matrixUnits && !computedA && !gemm.rowNorm && !ElementCode::contiguous(gemm.aOffset, alongK) &&
              ElementCode::contiguous(gemm.aOffset, alongM);
-  bool matrixUnits = bf16 && gemm.K % 8 == 0 &&
+  bool matrixUnits = operands.matrixUnits && gemm.K % 8 == 0 &&
                      (computedA || aKM || (ElementCode::contiguous(gemm.aOffset, alongK) && aParts)) &&
                      ElementCode::contiguous(gemm.bOffset, gemm.bKN ? alongN : alongK) &&
                      (!gemm.bKN || gemm.groups.size() == 1) && tileHoldsEpilogue(gemm, kFixedTile) && bParts;
   const Machine &machine = source.machine();
-  GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, machine) : GemmTile{64, 64, 2, 2, 1, 1};
+  GemmTile nvidia = matrixUnits ? chooseGemmTile(gemm, machine, operands.tf32Products > 0) : GemmTile{64, 64, 2, 2, 1, 1};
   // RMSNorm's backward runs on wgmma clustered only (without clusters: the mma.sync path's workspace form).
-  std::optional<WgmmaTile> hopper = matrixUnits && (!gemm.normGrad || maxClusterTiles(machine) > 0)
-                                        ? chooseWgmmaTile(gemm, machine, aKM)
-                                        : std::nullopt;
+  std::optional<WgmmaTile> hopper =
+      !matrixUnits || (gemm.normGrad && maxClusterTiles(machine) == 0) ? std::nullopt
+      : operands.tf32Products                                         ? chooseWgmmaTf32Tile(gemm, machine, aKM)
+                                                                      : chooseWgmmaTile(gemm, machine, aKM);
   int64_t hopperRowTiles = hopper ? gemm.batch * ceilDiv(gemm.M, hopper->BM) : 0;
   int64_t hopperTiles = hopper ? hopperRowTiles * columnTiles(gemm, hopper->BN) : 0;
   // Split-K: every tile, or only those of a short last wave.
@@ -234,6 +254,8 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                       normShared);
   spec += fmt::format("  static constexpr bool NORM_GRAD = {};  // the epilogue is RMSNorm's backward (gemm_norm_grad.cuh)\n",
                       gemm.normGrad.has_value());
+  spec += fmt::format("  static constexpr int TF32_PRODUCTS = {};  // fp32 operands on tensor cores: 3 (3xTF32) or 1\n",
+                      operands.tf32Products);
   spec += fmt::format("  static constexpr int CLUSTER_N = {} && TILES_N <= {} ? TILES_N : 1;  // a row's tiles, one "
                       "cluster where the target has them\n",
                       gemm.normGrad && maxClusterTiles(machine) > 0, kMaxClusterTiles);
@@ -373,6 +395,12 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                           nvidiaColumnTiles));
   }
   headerLines.insert(headerLines.end(), details.begin(), details.end());
+  if (matrixUnits && operands.tf32Products == 3)
+    headerLines.push_back("fp32 operands on NVIDIA tensor cores (matmul precision high): each element a tf32 high part "
+                          "and residual, three tf32 products accumulated in fp32 (3xTF32)");
+  else if (matrixUnits && operands.tf32Products == 1)
+    headerLines.push_back("fp32 operands on NVIDIA tensor cores (matmul precision medium): one product of the "
+                          "tf32-rounded operands (plain TF32)");
   if (hopper)
     headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups{}, {} stages{}{}{}",
                                       hopper->BM, hopper->BN, hopper->BM / 64,
@@ -400,11 +428,16 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
                                                   hopper ? "other NVIDIA" : "NVIDIA", nvidia.BM, nvidia.BN,
                                                   nvidia.threads() / 32,
                                                   nvidia.slices > 1 ? fmt::format(" in {} k slices", nvidia.slices) : "",
-                                                  nvidia.stages, aKM ? "fp32 FMAs" : "MFMA on gfx90a")
+                                                  nvidia.stages, aKM                   ? "fp32 FMAs"
+                                                                 : operands.tf32Products ? "fp32 MFMA on gfx90a"
+                                                                                         : "MFMA on gfx90a")
                                     : "fp32 FMAs (gemm_simt.cuh), 64x64 tiles");
 
   std::string out = source.header("a fused linear", headerLines);
-  out += source.prelude({"gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"});
+  // The mainloops: bf16, or fp32 operands split for tf32 products.
+  const bool tf32 = matrixUnits && operands.tf32Products;
+  out += source.prelude(tf32 ? std::vector<std::string>{"gemm_wgmma_tf32.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"}
+                             : std::vector<std::string>{"gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"});
   out += code.globals();
   out += source.paramsStruct();
   out += spec;
@@ -432,9 +465,10 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   // AMD's MFMA path reads A along k only: A stored [K, M] runs on FMAs there.
   std::string body =
       matrixUnits
-          ? fmt::format("#if {}\n  tl_gemm_wgmma{}<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma<{}>(p);\n"
+          ? fmt::format("#if {}\n  tl_gemm_wgmma{}<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma{}<{}>(p);\n"
                         "{}#else\n  tl_gemm_simt<{}>(p);\n#endif\n",
-                        hopperCase, hopper && hopper->producer ? "_ws" : "", hopperSpec, nvSpec,
+                        hopperCase, tf32 ? "_tf32" : hopper && hopper->producer ? "_ws" : "", hopperSpec,
+                        tf32 ? "_tf32" : "", nvSpec,
                         aKM ? "" : fmt::format("#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n", fixedSpec), fixedSpec)
           : fmt::format("  tl_gemm_simt<{}>(p);\n", fixedSpec);
   out += source.entryPoint(entry + "_BOUNDS", body, {}, clusterAttribute);

@@ -4,6 +4,7 @@
 #include "compiler/codegen/EmitterSupport.h"
 #include "compiler/codegen/Templates.h"
 #include "runtime/Error.h"
+#include "runtime/OutputFile.h"
 #include "runtime/Tensor.h"
 
 #include <fmt/format.h>
@@ -11,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <set>
 #include <sys/stat.h>
 
@@ -209,23 +209,30 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
     Kernel &kernel = program.kernels[k];
     codegen::KernelSpec spec = specs[k];
     spec.provenance.clear();
-    codegen::EmittedKernel emitted = codegen::emitKernel(program, spec, machine);
+    // The source opens with what it was written for (the runtime checks it against the Program).
+    codegen::TaskPlan tasks;
+    auto emitSigned = [&] {
+      codegen::EmittedKernel emitted = codegen::emitKernel(program, spec, machine);
+      tasks = std::move(emitted.tasks);
+      kernel.launch = std::move(emitted.launch);
+      kernel.workspaceBytes = emitted.workspaceBytes;
+      kernel.syncWords = emitted.syncWords;
+      return kKernelSignaturePrefix + kernelSignature(program, kernel) + "\n" + emitted.source;
+    };
+    std::string source = emitSigned();
     auto found = sourceOf.find(spec.entry);
-    if (found != sourceOf.end() && found->second != emitted.source) {
+    if (found != sourceOf.end() && found->second != source) {
       // Same name, different code: keep names unique per distinct computation.
-      spec.entry = fmt::format("{}_{:08x}", spec.entry, fnv1a(emitted.source));
-      emitted = codegen::emitKernel(program, spec, machine);
+      spec.entry = fmt::format("{}_{:08x}", spec.entry, fnv1a(source));
+      source = emitSigned();
     }
-    sourceOf.emplace(spec.entry, emitted.source);
+    sourceOf.emplace(spec.entry, source);
     launchesOf[spec.entry].push_back(k);
     kernel.entry = spec.entry;
-    kernel.source = std::move(emitted.source);
-    kernel.launch = std::move(emitted.launch);
+    kernel.source = std::move(source);
     kernel.chained = spec.chained;
-    kernel.workspaceBytes = emitted.workspaceBytes;
-    kernel.syncWords = emitted.syncWords;
     program.workspaceBytes = std::max(program.workspaceBytes, kernel.workspaceBytes);
-    plans.push_back(std::move(emitted.tasks));
+    plans.push_back(std::move(tasks));
   }
   // Each source again, its header naming the model ops of every launch of it.
   for (const auto &[entry, launches] : launchesOf) {
@@ -234,7 +241,8 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
     spec.entry = entry;
     spec.provenance = provenanceLines(program, launches);
     std::string source = codegen::emitKernel(program, spec, machine).source;
-    for (size_t k : launches) program.kernels[k].source = source;
+    for (size_t k : launches)
+      program.kernels[k].source = kKernelSignaturePrefix + kernelSignature(program, program.kernels[k]) + "\n" + source;
   }
   return plans;
 }
@@ -252,9 +260,7 @@ int writeHipSources(const Program &program, const std::string &directory) {
   for (const Kernel *kernel : kernels) {
     if (kernel->entry.empty() || !written.insert(kernel->entry).second) continue;
     std::string path = directory + "/" + kernel->entry + ".hip";
-    std::ofstream file(path, std::ios::binary | std::ios::trunc);
-    file << kernel->source;
-    if (!file) throw Error(fmt::format("cannot write '{}'", path));
+    writeFileAtomically(path, kernel->source, "kernel source");
   }
   return int(written.size());
 }

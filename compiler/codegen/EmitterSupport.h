@@ -11,6 +11,12 @@
 
 namespace tlc::codegen {
 
+// Tensor-core products per fp32 product at a matmul precision (mma_tf32.cuh): 3 (3xTF32),
+// 1 (plain TF32), or 0 for fp32 FMAs.
+inline int tf32Products(MatmulPrecision precision) {
+  return precision == MatmulPrecision::High ? 3 : precision == MatmulPrecision::Medium ? 1 : 0;
+}
+
 class KernelSource {
 public:
   KernelSource(const Program &program, const KernelSpec &spec, const Machine &machine);
@@ -24,6 +30,7 @@ public:
   bool chained() const { return spec_.chained; }
   // What the NVIDIA launch shapes are chosen for, and the compile options' overrides.
   const Machine &machine() const { return machine_; }
+  MatmulPrecision matmulPrecision() const { return program_.matmulPrecision; }
 
   // struct <entry>_params { const tl_bf16 *__restrict__ in0; ...; float *ws; unsigned *sync; };
   std::string paramsStruct() const;

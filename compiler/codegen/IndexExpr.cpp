@@ -269,4 +269,17 @@ Index delinearize(const IndexExpr &offset, const std::vector<int64_t> &shape) {
   return index;
 }
 
+bool isShiftedIdentity(const IndexExpr &expr, const std::string &name, int64_t extent, int64_t delta,
+                       std::map<std::string, int64_t> at) {
+  auto value = [&](int64_t x) {
+    at[name] = x;
+    return expr.evaluate(at);
+  };
+  int64_t period = expr.period(name), walked = std::min(period, extent);
+  if (walked > (int64_t(1) << 16)) return false;
+  for (int64_t x = 0; x < walked; ++x)
+    if (value(x) != x + delta) return false;
+  return extent <= period || value(period) == period + delta;
+}
+
 } // namespace tlc::codegen

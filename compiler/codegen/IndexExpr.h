@@ -67,6 +67,14 @@ private:
 
 using Index = std::vector<IndexExpr>;
 
+// Whether `expr` at name = x is x + delta for every x in 0 .. extent - 1, the other
+// variables as in `at`. Decided over one period of `name` (the expression repeats from
+// there, shifted by its value at the period less its value at 0), not value by value, so
+// the work is bounded by the layout, not the extent; false where the period is too long
+// to walk (callers then take the general path).
+bool isShiftedIdentity(const IndexExpr &expr, const std::string &name, int64_t extent, int64_t delta,
+                       std::map<std::string, int64_t> at = {});
+
 // Row-major offset of `index` in a tensor of `shape`.
 IndexExpr linearize(const Index &index, const std::vector<int64_t> &shape);
 // The coordinates of linear position `offset` in a row-major tensor of `shape`.

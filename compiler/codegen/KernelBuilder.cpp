@@ -296,10 +296,7 @@ public:
       for (const Store &store : group.stores)
         for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator)) {
           int64_t delta = leaf->column.evaluate({{"c", 0}, {"m", 0}});
-          bool constant = true;
-          for (int64_t c = 0; c < group.width && constant; ++c)
-            constant = leaf->column.evaluate({{"c", c}, {"m", 0}}) - c == delta;
-          if (constant && std::find(group.bands.begin(), group.bands.end(), delta) == group.bands.end())
+          if (isShiftedIdentity(leaf->column, "c", group.width, delta, {{"m", 0}}) && std::find(group.bands.begin(), group.bands.end(), delta) == group.bands.end())
             group.bands.push_back(delta);
         }
     }

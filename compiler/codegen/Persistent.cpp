@@ -128,7 +128,8 @@ std::vector<int64_t> paramOffsets(const std::vector<Kernel> &parts) {
   return offsets;
 }
 
-std::string persistentSource(const std::string &name, const Kernel &kernel, int threads, const Program &program) {
+std::string persistentSource(const std::string &name, const Kernel &kernel, int threads, int workersPerSM,
+                             const Program &program) {
   std::string out = fmt::format("// {}: the {} forward as one persistent kernel: {} parts, {} tasks on {} workers "
                                 "(tlc --emit=schedule shows them)\n",
                                 name, program.model, kernel.parts.size(), kernel.tasks.size(), kernel.workers.size());
@@ -138,9 +139,9 @@ std::string persistentSource(const std::string &name, const Kernel &kernel, int 
     out += fmt::format("//   part {}: {}, {} blocks of {} threads\n", p, part.entry, launch.gridBlocks, launch.blockThreads);
   }
   out += vendorPrelude() + "#define TL_PERSISTENT 1\n";
-  out += assembleTemplates({"prelude.cuh", "elementwise_ops.cuh", "gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mfma.cuh",
-                            "gemm_simt.cuh", "attention_mma.cuh", "attention_rows.cuh", "row_ops.cuh", "elementwise.cuh",
-                            "persistent.cuh"});
+  out += assembleTemplates({"prelude.cuh", "elementwise_ops.cuh", "gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mma_tf32.cuh",
+                            "gemm_wgmma_tf32.cuh", "gemm_mfma.cuh", "gemm_simt.cuh", "attention_mma.cuh",
+                            "attention_rows.cuh", "row_ops.cuh", "elementwise.cuh", "persistent.cuh"});
   out += "// ---- end of templates ----\n\n";
   std::set<std::string> bodies;
   for (const Kernel &part : kernel.parts)
@@ -154,9 +155,9 @@ std::string persistentSource(const std::string &name, const Kernel &kernel, int 
     out += fmt::format("    case {0}: {1}_body(*reinterpret_cast<const {1}_params *>(params + {2})); break;\n", p,
                        kernel.parts[p].entry, offsets[p]);
   out += "    }\n  }\n};\n";
-  out += fmt::format("extern \"C\" __global__ void __launch_bounds__({0}, 1)\n{1}(const unsigned char *params, "
+  out += fmt::format("extern \"C\" __global__ void __launch_bounds__({0}, {2})\n{1}(const unsigned char *params, "
                      "tl_persistent_tables tables) {{\n  tl_persistent_worker<{1}_parts>(params, tables);\n}}\n",
-                     threads, name);
+                     threads, name, workersPerSM);
   return out;
 }
 
@@ -286,7 +287,8 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
   persistent.name = persistent.entry = fmt::format("tl_persistent_{}_{}_{}x{}", identifier(program.model),
                                                    dtypeName(program.dtype), program.batch, program.seqLen);
   persistent.launch[path] = {workers, threads, shared};
-  persistent.source = persistentSource(persistent.entry, persistent, threads, program);
+  persistent.source = kKernelSignaturePrefix + kernelSignature(program, persistent) + "\n" +
+                      persistentSource(persistent.entry, persistent, threads, machine.workersPerSM, program);
   program.kernels = {std::move(persistent)};
   program.workspaceBytes = program.kernels[0].workspaceBytes;
   return "";

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 
 namespace tlc::codegen {
 namespace {
@@ -43,6 +44,20 @@ bool gemmOverride(const Machine &machine, GemmTile &tile) {
 }
 
 } // namespace
+
+Machine persistentMachine(Machine machine, int workers) {
+  workers = std::max(1, workers);
+  machine.persistent = true;
+  machine.workersPerSM = workers;
+  machine.multiprocessors *= workers;
+  machine.sharedBytesPerSM /= workers;
+  machine.sharedBytesPerBlock = std::min(machine.sharedBytesPerBlock, machine.sharedBytesPerSM - machine.reservedPerBlock);
+  machine.registersPerSM /= workers;
+  machine.maxThreadsPerSM /= workers;
+  // At least 128 registers a thread, what the largest tiles' accumulators need.
+  machine.maxThreadsPerBlock = std::min(machine.maxThreadsPerSM, machine.registersPerSM / 128 / 32 * 32);
+  return machine;
+}
 
 Machine machineFor(const TargetDesc &target, const ScheduleOverrides &overrides) {
   const TargetDesc &nvidia = target.vendor == Vendor::NVIDIA ? target : findTarget(kDefaultTarget);
@@ -89,6 +104,36 @@ int64_t columnTiles(const GemmSpec &gemm, int BN) {
   return tiles;
 }
 
+// Whether every column c of `group` reads `column` (an accumulator column) inside c's own
+// tile of `width` columns, decided from the expression's structure rather than column by
+// column: it repeats every L = lcm(its period in c, width) columns, shifted by
+// column(L) - column(0). When that shift is L the reads keep pace with c, so the first L
+// columns and the last L + width (where the group ends) decide it; otherwise they drift
+// by a column or more each L and leave the tile within 2 * width + 2 repeats.
+static bool readsStayInTile(const IndexExpr &column, const GemmGroup &group, int64_t width) {
+  auto at = [&](int64_t c) { return column.evaluate({{"c", c}, {"m", 0}}); };
+  auto inTile = [&](int64_t c) {
+    for (int64_t start : group.bands) {
+      int64_t local = at(c) - start;
+      if (local >= 0 && local < group.width && local / width == c / width) return true;
+    }
+    return false;
+  };
+  auto allInTile = [&](int64_t from, int64_t to) {
+    for (int64_t c = std::max<int64_t>(0, from); c < to; ++c)
+      if (!inTile(c)) return false;
+    return true;
+  };
+  constexpr int64_t kMaxPeriod = 4096, kMaxColumnsWalked = 1 << 16;
+  int64_t period = column.period("c");
+  if (period > kMaxPeriod) return group.width <= kMaxColumnsWalked && allInTile(0, group.width);
+  int64_t repeat = std::lcm(period, width);
+  if (repeat >= group.width) return allInTile(0, group.width);
+  if (at(repeat) - at(0) == repeat)
+    return allInTile(0, repeat) && allInTile(group.width - repeat - width, group.width);
+  return group.width <= (2 * width + 2) * repeat && allInTile(0, group.width);
+}
+
 bool tileHoldsEpilogue(const GemmSpec &gemm, int BN) {
   if (flatColumns(gemm)) return BN % 8 == 0;
   for (const GemmGroup &group : gemm.groups) {
@@ -96,20 +141,12 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN) {
     if (width % 8 != 0) return false;
     for (const Store &store : group.stores)
       for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator))
-        for (int64_t c = 0; c < group.width; ++c) {
-          int64_t column = leaf->column.evaluate({{"c", c}, {"m", 0}});
-          bool inTile = false;
-          for (int64_t start : group.bands) {
-            int64_t local = column - start;
-            if (local >= 0 && local < group.width && local / width == c / width) inTile = true;
-          }
-          if (!inTile) return false;
-        }
+        if (!readsStayInTile(leaf->column, group, width)) return false;
   }
   return true;
 }
 
-GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine) {
+GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine, bool fp32) {
   const int multiprocessors = machine.multiprocessors;
   GemmTile forced;
   if (gemmOverride(machine, forced) && tileHoldsEpilogue(gemm, forced.BN)) return forced;
@@ -122,7 +159,7 @@ GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine) {
   };
   bool someClusterFits = std::any_of(candidates().begin(), candidates().end(), clusterFits);
   for (const Candidate &candidate : candidates()) {
-    if (!tileHoldsEpilogue(gemm, candidate.tile.BN)) continue;
+    if (!tileHoldsEpilogue(gemm, candidate.tile.BN) || (fp32 && candidate.tile.BN > 128)) continue;
     if (gemm.normGrad && someClusterFits && !clusterFits(candidate)) continue;
     int64_t tiles = gemm.batch * ceilDiv(gemm.M, candidate.tile.BM) * columnTiles(gemm, candidate.tile.BN);
     int64_t slots = int64_t(multiprocessors) * candidate.blocksPerSM;
@@ -140,7 +177,8 @@ GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine) {
 }
 
 int64_t WgmmaTile::sharedBytes(int64_t afterTile) const {
-  int64_t pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 128);  // A, B and a norm gain per stage
+  // A, B and a norm gain per stage, rows of 128 bytes; with tf32 two buffers of their residuals.
+  int64_t pipeline = int64_t(stages) * ((BM + BN) * 128 + 128) + (tf32 ? 2 * (BM + BN) * 128 : 0);
   int64_t epilogue = int64_t(BM) * (BN + 8) * 4 + BM * 4 + afterTile;
   if (producer) {  // two mbarriers per stage after the stages, then the rows' inverse RMS; no gain
     pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 16) + BM * 4;
@@ -176,11 +214,19 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
 
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, const Machine &machine, bool aKM) {
   std::optional<WgmmaTile> tile = chooseWgmmaTileAnySplit(gemm, machine, aKM);
-  if (tile && machine.persistent) {
-    tile->splits = 1;
-    tile->splitTiles = 0;
-  }
-  return tile;
+  if (!tile || !machine.persistent) return tile;
+  tile->splits = 1;
+  tile->splitTiles = 0;
+  // A task fits its worker: else the largest of the v1 tiles that does.
+  auto fits = [&](const WgmmaTile &t) {
+    return t.threads() <= machine.maxThreadsPerBlock && t.sharedBytes() <= machine.sharedBytesPerBlock &&
+           tileHoldsEpilogue(gemm, t.BN) && (!(aKM || gemm.bKN) || t.BN % 64 == 0);
+  };
+  if (fits(*tile)) return tile;
+  for (WgmmaTile candidate : {WgmmaTile{128, 128, 3, 1, 2}, WgmmaTile{128, 64, 4}, WgmmaTile{64, 128, 4},
+                              WgmmaTile{64, 64, 4}})
+    if (fits(candidate)) return candidate;
+  return std::nullopt;
 }
 
 namespace {
@@ -288,19 +334,41 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
 }
 } // namespace
 
+std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine &machine, bool aKM) {
+  if (!machine.wgmma || aKM || gemm.bKN || gemm.normGrad) return std::nullopt;
+  const int multiprocessors = machine.multiprocessors;
+  auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
+  // At most two waves of 64x64 tiles: those, two blocks an SM (one's split pass in shared
+  // memory beside the other's wgmma), K split two ways where one wave of whole tiles would
+  // leave half the block slots idle and K is long.
+  if (tileHoldsEpilogue(gemm, 64) && tilesOf(64, 64) <= 2 * multiprocessors) {
+    WgmmaTile tile{64, 64, 4, 1, 2};
+    // (Not in a persistent kernel: the next part's tasks fill the idle slots there.)
+    if (ceilDiv(gemm.K, 32) >= 32 && tilesOf(64, 64) <= multiprocessors && !machine.persistent) tile.splits = 2;
+    tile.tf32 = true;
+    return tile;
+  }
+  for (WgmmaTile tile : {WgmmaTile{128, 128, 4}, WgmmaTile{128, 64, 4}})
+    if (tileHoldsEpilogue(gemm, tile.BN)) {
+      tile.tf32 = true;
+      return tile;
+    }
+  return std::nullopt;
+}
+
 int64_t AttentionTile::blocks(const AttentionSpec &spec) const {
   return spec.B * spec.HKV * (spec.H / spec.HKV / heads) * ceilDiv(spec.SQ, queries);
 }
 
 int64_t AttentionTile::sharedBytes(const AttentionSpec &spec) const {
-  return int64_t(heads) * queries * spec.D * 2 + 2 * 64 * (spec.D + spec.DV) * 2;
+  return (int64_t(heads) * queries * spec.D + 2 * 64 * (spec.D + spec.DV)) * elementBytes;
 }
 
-AttentionTile chooseAttentionTile(const AttentionSpec &spec, const Machine &machine) {
+static AttentionTile attentionTileOf(const AttentionSpec &spec, const Machine &machine, int mostMTiles) {
   const int multiprocessors = machine.multiprocessors;
   int group = int(spec.H / spec.HKV);
   // Two m16 tiles a warp hold 32 query rows of scores and outputs: registers allow it at head size 64.
-  int maxMTiles = spec.D <= 64 && spec.DV <= 64 ? 2 : 1;
+  int maxMTiles = spec.D <= 64 && spec.DV <= 64 ? mostMTiles : 1;
   // overrides.attentionTile: QTxHB[xMT[xRESIDENT]].
   if (const std::string &text = machine.overrides.attentionTile; !text.empty()) {
     AttentionTile forced;
@@ -338,6 +406,12 @@ AttentionTile chooseAttentionTile(const AttentionSpec &spec, const Machine &mach
     best = {16, heads};
   }
   return capped(best);
+}
+
+AttentionTile chooseAttentionTile(const AttentionSpec &spec, const Machine &machine, bool fp32) {
+  AttentionTile tile = attentionTileOf(spec, machine, fp32 ? 1 : 2);
+  tile.elementBytes = fp32 ? 4 : 2;
+  return tile;
 }
 
 } // namespace tlc::codegen

@@ -25,10 +25,18 @@ struct Machine {
   bool wgmma = true;     // the sm_90a path (gemm_wgmma.cuh) is generated
   bool clusters = true;  // thread-block clusters (RMSNorm's backward in a GEMM)
   // The kernels run as tasks of a persistent kernel (O3): no K split across blocks (the
-  // next kernel's tasks fill the SMs a short last wave leaves idle).
+  // next kernel's tasks fill the SMs a short last wave leaves idle); its workers share each
+  // SM `workersPerSM` ways, each block (task) at most `maxThreadsPerBlock` threads.
   bool persistent = false;
+  int workersPerSM = 1;
+  int maxThreadsPerBlock = 1024;
   ScheduleOverrides overrides;
 };
+
+// The machine a persistent kernel's tasks are scheduled for: `machine`'s SMs each shared by
+// `workers` workers, so every limit of an SM divided among them (the workers are the
+// schedule's "SMs").
+Machine persistentMachine(Machine machine, int workers);
 
 // The machine of `target` (an AMD target's sources still carry the NVIDIA paths: they are
 // tuned for kDefaultTarget's), less what the overrides turn off.
@@ -64,8 +72,9 @@ int64_t columnTiles(const GemmSpec &gemm, int BN);
 bool tileHoldsEpilogue(const GemmSpec &gemm, int BN);
 
 // The tensor-core (mma.sync) tile for this GEMM on `machine` (overrides.gemmTile forces
-// one); throws when no candidate holds the epilogue's reads.
-GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine);
+// one); throws when no candidate holds the epilogue's reads. `fp32`: operands split for
+// 3xTF32 (gemm_mma_tf32.cuh), whose fragments leave registers for at most 128 columns.
+GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine, bool fp32 = false);
 
 // The Hopper warpgroup (wgmma) tile: BM 64, 128 or 256 (not warp-specialized), BN 64, 128,
 // 160, 192 or 256; none when no candidate holds the epilogue's reads or the machine runs
@@ -79,6 +88,7 @@ struct WgmmaTile {
   // Warp-specialized (gemm_wgmma.cuh v4): a producer warpgroup besides the BM / 64 consumers.
   bool producer = false;
   int splitTiles = 0;  // with splits > 1: only the last this many tiles are split (0: all of them)
+  bool tf32 = false;   // gemm_wgmma_tf32.cuh: fp32 stages with their residuals beside them
   int threads() const { return (BM / 64 + (producer ? 1 : 0)) * 128; }
   // Stages, or the accumulator tile and `afterTile` bytes more (an epilogue's own), plus
   // 1 KiB for alignment.
@@ -89,6 +99,10 @@ struct WgmmaTile {
 // RMSNorm's backward in the epilogue (gemm.normGrad) takes a tile only where a row's
 // column tiles fit one cluster (kMaxClusterTiles), K unsplit.
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, const Machine &machine, bool aKM = false);
+// The tile of gemm_wgmma_tf32.cuh (fp32 operands, K-major, the Spec's own epilogue): none
+// for the backward's transposed operands or RMSNorm's backward (they run on mma.sync), or
+// where the machine runs no wgmma.
+std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine &machine, bool aKM);
 // Whether the warp-specialized `tile` may split the K of its last wave's tiles: beyond one
 // wave, and with RMSNorm from two waves on and only past column tile 0 (whose whole tiles
 // share the sums).
@@ -99,12 +113,15 @@ struct AttentionTile {
   int heads = 1;     // HB: query heads sharing the block's K and V
   int mTiles = 1;    // MT: m16 tiles of queries per warp (2 only for head size 64)
   int resident = 1;  // blocks meant to share an SM: registers capped to fit them
+  int elementBytes = 2;  // of the operands: bf16, or fp32 (split for tf32 products)
   int threads() const { return heads * (queries / (16 * mTiles)) * 32; }
   int64_t blocks(const AttentionSpec &spec) const;
   int64_t sharedBytes(const AttentionSpec &spec) const;
 };
 
-// overrides.attentionTile forces one.
-AttentionTile chooseAttentionTile(const AttentionSpec &spec, const Machine &machine);
+// overrides.attentionTile forces one. `fp32`: operands split for tf32 products
+// (attention_tiles.cuh's tl_attention_tf32): one m16 tile a warp (their fragments leave no
+// registers for two).
+AttentionTile chooseAttentionTile(const AttentionSpec &spec, const Machine &machine, bool fp32 = false);
 
 } // namespace tlc::codegen

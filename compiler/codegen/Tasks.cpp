@@ -156,6 +156,9 @@ BlockAccess rowBlockAccess(const RowSpec &spec, int64_t rowsPerBlock, int64_t gr
   const int64_t rows = spec.kind == RowSpec::Kind::CrossEntropy ? spec.batch * std::max<int64_t>(spec.seq - 1, 0)
                                                                 : spec.rows;
   const int64_t first = block * rowsPerBlock, last = std::min(rows, first + rowsPerBlock);
+  // The loss is the mean the last block to finish writes (NaN without predictions): each
+  // block claims it.
+  if (spec.kind == RowSpec::Kind::CrossEntropy) access.writes.push_back({spec.y, 0, 1});
   if (first >= last) return access;
   switch (spec.kind) {
   case RowSpec::Kind::RmsNorm:
@@ -177,7 +180,6 @@ BlockAccess rowBlockAccess(const RowSpec &spec, int64_t rowsPerBlock, int64_t gr
       access.reads.push_back({spec.x, (b * spec.seq + s) * spec.cols, (b * spec.seq + s + 1) * spec.cols});
       access.reads.push_back({spec.ids, b * spec.seq + s + 1, b * spec.seq + s + 2});
     }
-    access.writes.push_back({spec.y, 0, 1});
     break;
   default: break;
   }

@@ -25,7 +25,7 @@ int main(int argc, char **argv) {
       backend->load(program, tlc::Weights::random(program.parameters, /*seed=*/7));
       tlc::ForwardResult out = backend->forward(tlc::randomTokenIds(program, /*seed=*/7));
       if (level == 0) reference = out.logits;
-      // O3 is one persistent kernel whose parts are O2's kernels.
+      // (CompileOptions::persistent makes O3 one persistent kernel whose parts are O2's kernels.)
       std::printf("O%d on %s: %zu kernels in %zu launches, loss %.4f, logits rel. error vs O0 %.2e\n", level,
                   backend->name().c_str(), tlc::computeKernels(program).size(), program.kernels.size(), out.loss,
                   tlc::relativeError(out.logits.data, reference.data));

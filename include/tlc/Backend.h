@@ -21,11 +21,21 @@ struct KernelTiming {
   double milliseconds = 0;
 };
 
+// One task of a persistent kernel as its worker ran it, in µs of the GPU's clock from the
+// launch's first task: from `waitFrom` it waited for the tasks it reads, from `start` it
+// computed, until `end`.
+struct TaskTiming {
+  int task = 0;               // index in Kernel::tasks
+  int worker = 0;
+  double waitFrom = 0, start = 0, end = 0;
+};
+
 struct ForwardResult {
   Tensor logits;              // [batch, seq, vocab], widened to fp32
   float loss = 0;             // next-token cross-entropy
   double milliseconds = 0;    // wall time of the forward
   std::vector<KernelTiming> kernelTimes;  // one per launch, in order
+  std::vector<TaskTiming> taskTimes;      // profiling a persistent kernel on a GPU: each task
 };
 
 // What a training step does besides computing the loss.

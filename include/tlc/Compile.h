@@ -22,10 +22,11 @@ struct ScheduleOverrides {
   bool noWgmma = false;       // sm_90a runs the mma.sync path
   bool noClusters = false;    // no thread-block clusters (RMSNorm's backward through the workspace)
   bool dependentsAtStart = false;  // chained kernels let the next one launch at their start
+  int workersPerSM = 0;       // O3's persistent kernel: workers sharing an SM (0: the schedule's)
 
   bool empty() const {
     return gemmTile.empty() && wgmmaTile.empty() && attentionTile.empty() && attentionGradRows == 0 && !noWgmma &&
-           !noClusters && !dependentsAtStart;
+           !noClusters && !dependentsAtStart && workersPerSM == 0;
   }
 };
 
@@ -38,11 +39,19 @@ struct CompileOptions {
   // (tl-fuse-norm-grad-gemm), for rows of at most 1024 columns and GEMMs reducing over at
   // most 1024 (where it measured faster on an H100: docs/training.md).
   bool fuseNormGrad = true;
+  // f32 matrix products (Program.h): the default is the fastest that keeps fp32's accuracy
+  // (on NVIDIA tensor cores, 3xTF32); Highest keeps fp32 FMAs, Medium trades accuracy
+  // (about 1e-3) for speed. bf16 models are not affected.
+  MatmulPrecision matmulPrecision = MatmulPrecision::High;
   // The GPU the kernels are tuned for (compiler/Targets.h): sm_90a, sm_90, sm_80, gfx90a or
   // gfx942; empty: sm_90a (an H100). tlc takes the device's own when it runs the model.
   std::string targetArch;
   int multiprocessors = 0;    // the device's SM (CU) count; 0: the target's usual one
   ScheduleOverrides overrides;
+  // O3's forward as one persistent kernel (O2's kernels its parts, their blocks tasks that
+  // wait only for what they read: codegen/Persistent.h), rather than O2's kernels chained
+  // block by block. Off by default while it measures slower (docs/megakernel.md).
+  bool persistent = false;
 };
 
 // Tunes `options` for the GPU `device` runs on (its arch's target description and its own

@@ -33,12 +33,18 @@ struct KernelStats {
 class TLC_API Profiler {
 public:
   Profiler(const Program &program, std::string deviceName);
-  // Adds one forward's per-launch times (ForwardResult::kernelTimes).
-  void add(const std::vector<KernelTiming> &times);
+  // Adds one forward's per-launch times (ForwardResult::kernelTimes) and a persistent
+  // kernel's task times (ForwardResult::taskTimes).
+  void add(const std::vector<KernelTiming> &times, const std::vector<TaskTiming> &tasks = {});
   std::vector<KernelStats> stats() const;  // by total time, largest first
   std::string table() const;
+  // A persistent kernel's tasks, by part (the kernel each is a block of): tasks, their time
+  // computing and waiting, per forward; how busy the workers were and their longest idle
+  // gap. Empty without task times.
+  std::string taskTable() const;
   // Chrome trace events (Perfetto opens it): the launches of every recorded forward,
-  // laid end to end on one track per forward (times are GPU event times).
+  // laid end to end on one track per forward (times are GPU event times); a persistent
+  // kernel's tasks of the last forward on a track per worker (a wait, then the task).
   std::string chromeTrace() const;
   // Name,Calls,TotalDurationNs,AverageNs,Percentage,MinNs,MaxNs,StdDev... as rocprofv3.
   std::string statsCsv() const;
@@ -47,6 +53,7 @@ private:
   const Program &program_;
   std::string device_;
   std::vector<std::vector<KernelTiming>> runs_;
+  std::vector<std::vector<TaskTiming>> taskRuns_;
 };
 
 } // namespace tlc

@@ -169,12 +169,23 @@ enum class ProgramKind { Forward, TrainStep };
 TLC_API const char *programKindName(ProgramKind kind);          // "forward", "train_step"
 TLC_API ProgramKind parseProgramKind(const std::string &name);  // throws tlc::Error on an unknown name
 
+// How f32 matrix products are computed where the hardware offers a choice, by the names of
+// PyTorch's torch.set_float32_matmul_precision: Highest, fp32 FMAs (exact products);
+// High, NVIDIA tensor cores with each operand split into a tf32 high part and residual
+// and three products accumulated in fp32 (3xTF32, about fp32's accuracy); Medium, one
+// tensor-core product of tf32-rounded operands (plain TF32). bf16 models multiply bf16.
+enum class MatmulPrecision { Highest, High, Medium };
+
+TLC_API const char *matmulPrecisionName(MatmulPrecision precision);  // "highest", "high", "medium"
+TLC_API MatmulPrecision parseMatmulPrecision(const std::string &name);  // throws tlc::Error on an unknown name
+
 struct Program {
   std::string model;          // e.g. "workshop"
   ProgramKind kind = ProgramKind::Forward;
   int optLevel = 0;
   std::string pipeline;       // the pass pipeline that produced it
   DType dtype = DType::F32;   // storage dtype of weights and activations
+  MatmulPrecision matmulPrecision = MatmulPrecision::Highest;  // of f32 matrix products
   int64_t batch = 0, seqLen = 0, vocab = 0;
   std::vector<Parameter> parameters;
   std::vector<Value> values;  // indexed by id
@@ -205,8 +216,17 @@ struct Program {
 // parts in its place.
 TLC_API std::vector<const Kernel *> computeKernels(const Program &program);
 
+// What a kernel's generated source was written for: the dtype and shape of each buffer
+// it is given, in launch order, its workspace and counters, and its launch shapes. The
+// code generator writes it as the source's first line (kKernelSignaturePrefix + this);
+// the validator computes it again from the Program and refuses a source that disagrees
+// (a program.json whose dtypes or sizes were edited while the kernels were not).
+TLC_API std::string kernelSignature(const Program &program, const Kernel &kernel);
+inline constexpr const char *kKernelSignaturePrefix = "// tl-signature: ";
+
 // Checks internal consistency (ids in range, shapes present, kernels reference
-// only existing values, views of the right size). Throws tlc::Error naming the problem.
+// only existing values, views of the right size, sources written for the kernel's
+// buffers). Throws tlc::Error naming the problem.
 TLC_API void validateProgram(const Program &program);
 
 // Serialization as readable JSON (`program.json`). Throw tlc::Error on bad input.

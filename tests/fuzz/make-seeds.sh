@@ -34,11 +34,13 @@ for kernel in program["kernels"]:
 json.dump(program, open(sys.argv[2], "w"), separators=(",", ":"))
 PY
 done
-# O3 with its GPU fields, each source cut to a line (the runtime reads sources as text).
+# O3 with its GPU fields, each source cut to its signature line and one more (the runtime
+# reads sources as text, and checks the signature against the kernel).
 python3 - "$work/o3.json" corpus/program/o3-with-launch.json <<'PY'
 import json, sys
 program = json.load(open(sys.argv[1]))
-program["sources"] = {entry: "// " + entry for entry in program.get("sources", {})}
+program["sources"] = {entry: source.split("\n", 1)[0] + "\n// " + entry
+                      for entry, source in program.get("sources", {}).items()}
 json.dump(program, open(sys.argv[2], "w"), separators=(",", ":"))
 PY
 

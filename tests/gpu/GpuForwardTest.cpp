@@ -57,5 +57,83 @@ TEST_P(GpuForward, MatchesTheCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(Levels, GpuForward, ::testing::ValuesIn(allCases(3)), caseName);
 
+// The f32 matmul precisions at O2 against the CPU reference (exact fp32 products): highest
+// (fp32 FMAs) and high (3xTF32 on tensor cores, the default) within fp32's tolerance,
+// medium (plain TF32) within 2e-2. The errors are printed for the record.
+TEST(GpuForwardPrecision, EachF32PrecisionKeepsItsTolerance) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  GpuOptions options;
+  options.verbose = false;
+  options.graph = !small();
+  auto gpu = createGpuBackend(std::move(device), options);
+  auto cpu = createCpuBackend();
+  for (const char *model : {"workshop", "tinyllama-1.1b"}) {
+    Shape shape = testShape(model);
+    uint64_t seed = freshSeed();
+    std::vector<float> expected;
+    Weights weights;
+    std::vector<int32_t> tokens;
+    for (MatmulPrecision precision : {MatmulPrecision::Highest, MatmulPrecision::High, MatmulPrecision::Medium}) {
+      Program program = compile(shape.config, 2, shape.batch, shape.seq, "f32", nullptr, true, {}, precision);
+      if (expected.empty()) {
+        weights = Weights::random(program.parameters, seed);
+        tokens = randomTokenIds(program, seed + 1);
+        cpu->load(program, weights);
+        expected = cpu->forward(tokens).logits.data;
+      }
+      gpu->load(program, weights);
+      ForwardResult result = gpu->forward(tokens);
+      double error = relativeError(result.logits.data, expected);
+      double limit = precision == MatmulPrecision::Medium ? 2e-2 : tolerance("f32");
+      std::printf("RESULT_PRECISION model=%s level=O2 precision=%s logits_rel_err=%.3e forward_ms=%.3f seed=%llu\n", model,
+                  matmulPrecisionName(precision), error, result.milliseconds, (unsigned long long)seed);
+      EXPECT_LE(error, limit) << model << " " << matmulPrecisionName(precision) << ", seed " << seed;
+    }
+  }
+}
+
+// O3 --persistent: the forward as one persistent kernel of tile tasks (docs/megakernel.md)
+// runs as that one launch here (not its parts' fallback), matches the CPU reference, and
+// gives the logits of O2's kernels, whose tiles its tasks are.
+TEST(GpuPersistent, OneKernelMatchesTheCpuReferenceAndO2) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  GpuOptions options;
+  options.verbose = false;
+  options.graph = !small();
+  auto gpu = createGpuBackend(std::move(device), options);
+  auto cpu = createCpuBackend();
+  for (const char *model : {"workshop", "tinyllama-1.1b"})
+    for (const char *dtype : {"bf16", "f32"}) {
+      Shape shape = testShape(model);
+      Program persistent = compile(shape.config, 3, shape.batch, shape.seq, dtype, nullptr, true, {},
+                                   MatmulPrecision::High, /*persistent=*/true);
+      ASSERT_EQ(persistent.kernels.size(), 1u) << persistent.persistentFallback;
+      ASSERT_FALSE(persistent.kernels[0].parts.empty());
+      Program o2 = compile(shape.config, 2, shape.batch, shape.seq, dtype);
+      uint64_t seed = freshSeed();
+      Weights weights = Weights::random(persistent.parameters, seed);
+      std::vector<int32_t> tokens = randomTokenIds(persistent, seed + 1);
+      cpu->load(persistent, weights);
+      std::vector<float> expected = cpu->forward(tokens).logits.data;
+      gpu->load(o2, weights);
+      std::vector<float> chained = gpu->forward(tokens).logits.data;
+      gpu->load(persistent, weights);
+      ASSERT_TRUE(gpuReport(*gpu)->persistentNote.empty()) << gpuReport(*gpu)->persistentNote;
+      ForwardResult first = gpu->forward(tokens);
+      ForwardResult second = gpu->forward(tokens);
+      double error = relativeError(first.logits.data, expected);
+      double fromO2 = relativeError(first.logits.data, chained);
+      std::printf("RESULT_PERSISTENT model=%s dtype=%s tasks=%zu logits_rel_err=%.3e vs_o2=%.3e forward_ms=%.3f "
+                  "seed=%llu\n",
+                  model, dtype, persistent.kernels[0].tasks.size(), error, fromO2, second.milliseconds,
+                  (unsigned long long)seed);
+      EXPECT_LE(error, tolerance(dtype)) << model << " " << dtype << ", seed " << seed;
+      EXPECT_LE(fromO2, tolerance(dtype)) << model << " " << dtype << ", seed " << seed;
+      EXPECT_EQ(first.logits.data, second.logits.data) << "two runs of the same forward differ";
+    }
+}
+
 } // namespace
 } // namespace tlc

@@ -35,14 +35,16 @@ inline std::unique_ptr<GpuDevice> openDevice() {
 // `edit` changes the built model first (tests/support/ModelVariants.h).
 inline Program compile(const LlamaConfig &config, int level, int64_t batch, int64_t seq, const std::string &dtype,
                        const AdamWOptions *training = nullptr, bool fuseNormGrad = true,
-                       const std::function<void(mlir::ModuleOp)> &edit = {}) {
+                       const std::function<void(mlir::ModuleOp)> &edit = {},
+                       MatmulPrecision precision = MatmulPrecision::High, bool persistent = false) {
   mlir::DialectRegistry registry;
   registerTlcDialects(registry);
   mlir::MLIRContext context(registry);
   context.loadAllAvailableDialects();
   auto module = buildLlamaModule(context, config);
   if (edit) edit(*module);
-  CompileOptions options{level, batch, seq, dtype, fuseNormGrad};
+  CompileOptions options{level, batch, seq, dtype, fuseNormGrad, precision};
+  options.persistent = persistent;
   EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, training)));
   auto program = buildProgram(*module, options, training);
   EXPECT_TRUE(mlir::succeeded(program));

@@ -234,6 +234,34 @@ TEST(GpuAttentionTiles, EveryTileMatchesTheCpuReference) {
   }
 }
 
+// f32 on tensor cores (3xTF32, the default matmul precision): sm_90a's forward GEMMs run
+// wgmma, so TLC_NO_WGMMA=1 puts them on mma.sync's K-major path as other NVIDIA GPUs run
+// them (the backward's transposed operands take mma.sync anyway); and the attention
+// tiles f32 may pick, on the 100 queries of GpuAttentionTiles. fp32's tolerance holds.
+TEST(GpuKernelsTf32, MmaSyncAndEveryAttentionTileMatchTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  AdamWOptions adamw;
+  ::setenv("TLC_NO_WGMMA", "1", 1);
+  auto mma = [](const Kernel &kernel) { return kernel.source.find("  tl_gemm_mma_tf32<") != std::string::npos; };
+  Shape shape = testShape("workshop");
+  EXPECT_GE(checkKernels(*device, compile(shape.config, 2, shape.batch, shape.seq, "f32"), "f32", mma), 4);
+  EXPECT_GE(checkKernels(*device, compile(shape.config, 2, shape.batch, shape.seq, "f32", &adamw), "f32", mma), 8);
+  ::unsetenv("TLC_NO_WGMMA");
+  for (auto [model, tiles] : {std::pair{"workshop", std::vector<const char *>{"64x1x1", "16x2x1", "32x2x1", "64x2x1"}},
+                              std::pair{"tinyllama-1.1b", std::vector<const char *>{"16x8x1", "32x4x1"}}}) {
+    LlamaConfig config = oneLayerOf(model);
+    for (const char *tile : tiles) {
+      ::setenv("TLC_ATTENTION_TILE", tile, 1);
+      auto attention = [](const Kernel &kernel) { return kernel.source.find(", tl_attention_tf32<3>>(p);") != std::string::npos; };
+      SCOPED_TRACE(std::string(model) + " tile " + tile);
+      EXPECT_EQ(checkKernels(*device, compile(config, 1, 2, 100, "f32"), "f32", attention), 1);
+      EXPECT_EQ(checkKernels(*device, compile(config, 1, 2, 100, "f32", &adamw), "f32", attention), 2);  // forward, backward
+    }
+    ::unsetenv("TLC_ATTENTION_TILE");
+  }
+}
+
 // A training step's kernels, each alone: the forward's (attention also writing its
 // log-sum-exp), the backward's and the gradients' global norm (clipping on). AdamW reads
 // the optimizer's state, which only a backend holds: GpuTraining checks it.

@@ -15,19 +15,22 @@
 //       many warps covers MT times the queries per K/V tile it loads.
 //   v5  blocks ordered query tile first (all heads' last query tiles, then the ones
 //       before), so the longest blocks start first and the last wave holds the shortest.
+//   v6  the operands' type a policy E (attention_tiles.cuh): bf16 (tl_attention_bf16), or
+//       fp32 split for tf32 products, 3xTF32 or plain TF32 (tl_attention_tf32), which
+//       keeps an f32 model's attention on the tensor cores at fp32's accuracy.
 //
 // Spec S: D, DV, QT, HB, MT, B, H, HKV, SQ, SK, CAUSAL, SCALE_LOG2 (scale * log2 e), LSE,
 // Params, q_src(p, b, h, s), k_src(p, b, hkv, s), v_src(p, b, hkv, s) (rows of D or DV
-// contiguous bf16), out_dst(p, b, h, s) and lse_dst(p, b, h, s) (one float).
+// contiguous elements of E::T), out_dst(p, b, h, s) and lse_dst(p, b, h, s) (one float).
 #pragma once
 #include "attention_tiles.cuh"
 
 #if defined(TL_NVIDIA)
 
-template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) {
+template <class S, class E = tl_attention_bf16> TL_DEVICE void tl_attention_mma(const typename S::Params &p) {
   constexpr int D = S::D, DV = S::DV, KT = 64, QT = S::QT, HB = S::HB, MT = S::MT, WQ = 16 * MT;
-  constexpr int WARPS = HB * (QT / WQ), THREADS = WARPS * 32, G = S::H / S::HKV;
-  constexpr int Q_ROW = D * 2, K_ROW = D * 2, V_ROW = DV * 2;
+  constexpr int WARPS = HB * (QT / WQ), THREADS = WARPS * 32, G = S::H / S::HKV, BYTES = E::BYTES;
+  constexpr int Q_ROW = D * BYTES, K_ROW = D * BYTES, V_ROW = DV * BYTES;
   constexpr int Q_BYTES = HB * QT * Q_ROW, K_BYTES = KT * K_ROW, V_BYTES = KT * V_ROW;
   static_assert(D % 64 == 0 && DV % 64 == 0 && QT % WQ == 0 && G % HB == 0, "supported attention shape");
   extern __shared__ __align__(128) unsigned char tl_smem[];
@@ -51,15 +54,18 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
   const int tiles = keys > 0 ? (keys + KT - 1) / KT : 0;
 
   auto loadKV = [&](int buffer, int t) {
-    tl_attention_stage<KT, D, THREADS>(sK + buffer * K_BYTES, t * KT, S::SK, [&](int key) { return S::k_src(p, b, hkv, key); });
-    tl_attention_stage<KT, DV, THREADS>(sV + buffer * V_BYTES, t * KT, S::SK, [&](int key) { return S::v_src(p, b, hkv, key); });
+    tl_attention_stage<KT, D, THREADS, BYTES>(sK + buffer * K_BYTES, t * KT, S::SK,
+                                              [&](int key) { return S::k_src(p, b, hkv, key); });
+    tl_attention_stage<KT, DV, THREADS, BYTES>(sV + buffer * V_BYTES, t * KT, S::SK,
+                                               [&](int key) { return S::v_src(p, b, hkv, key); });
   };
 
   tl_wait_for_producers();
-  for (int i = threadIdx.x; i < HB * QT * (D / 8); i += THREADS) {
-    const int r = i / (D / 8), c = i % (D / 8), head = hkv * G + hg * HB + r / QT, query = qt * QT + r % QT;
+  constexpr int Q_CHUNKS = Q_ROW / 16;
+  for (int i = threadIdx.x; i < HB * QT * Q_CHUNKS; i += THREADS) {
+    const int r = i / Q_CHUNKS, c = i % Q_CHUNKS, head = hkv * G + hg * HB + r / QT, query = qt * QT + r % QT;
     const bool inside = query < S::SQ;
-    tl_cp_async16(tl_smem_addr(sQ + tl_swizzle(r, c, Q_ROW)), S::q_src(p, b, head, inside ? query : 0) + c * 8,
+    tl_cp_async16(tl_smem_addr(sQ + tl_swizzle(r, c, Q_ROW)), S::q_src(p, b, head, inside ? query : 0) + c * (16 / BYTES),
                   inside ? 16 : 0);
   }
   if (tiles > 0) loadKV(0, 0);
@@ -69,9 +75,9 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
 
   // Shared-memory rows are head-major (head hw's QT queries together), so warp w's
   // queries are rows w * WQ ...
-  unsigned qf[MT][D / 16][4];
+  typename E::template AFrags<D> qf[MT];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) tl_attention_fragments<D>(sQ, warp * WQ + mt * 16, qf[mt]);
+  for (int mt = 0; mt < MT; ++mt) E::template fragments<D>(sQ, warp * WQ + mt * 16, qf[mt]);
 
   float o[MT][DV / 8][4];
 #pragma unroll
@@ -90,23 +96,15 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
     tl_cp_async_commit();
     // Keys of this tile that any of the warp's queries can see.
     if (S::CAUSAL && t * KT > q0 + WQ - 1 + OFFSET) continue;
-    const unsigned kBase = tl_smem_addr(sK + (t % 2) * K_BYTES), vBase = tl_smem_addr(sV + (t % 2) * V_BYTES);
-
     float s[MT][KT / 8][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) tl_zero_fragments(s[mt]);
-    tl_attention_nt_fragments<KT, D>(kBase, [&](int kk, int j, const unsigned (&r)[4]) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        tl_mma_bf16(s[mt][2 * j], qf[mt][kk], r[0], r[1]);
-        tl_mma_bf16(s[mt][2 * j + 1], qf[mt][kk], r[2], r[3]);
-      }
-    });
+    E::template nt<KT, D, MT>(s, qf, sK + (t % 2) * K_BYTES);
 
     // Scale into log2 units, mask (only tiles that reach past the diagonal or the last
     // key need it), and update the running max and sum of each row.
     const bool masked = (t + 1) * KT > S::SK || (S::CAUSAL && (t + 1) * KT - 1 > q0 + OFFSET);
-    unsigned pf[MT][KT / 16][4];
+    typename E::template Probs<KT> pf[MT];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       float tileMax[2] = {-tl_inf(), -tl_inf()};
@@ -135,7 +133,7 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
         const float p2 = tl_exp2(s[mt][j][2] - base[1]), p3 = tl_exp2(s[mt][j][3] - base[1]);
         rowSum[mt][0] += p0 + p1;
         rowSum[mt][1] += p2 + p3;
-        tl_attention_pack<KT>(pf[mt], j, p0, p1, p2, p3);
+        E::template pack<KT>(pf[mt], j, p0, p1, p2, p3);
       }
 #pragma unroll
       for (int j = 0; j < DV / 8; ++j) {
@@ -145,13 +143,7 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
         o[mt][j][3] *= correction[1];
       }
     }
-    tl_attention_nn_fragments<KT, DV>(vBase, [&](int kc, int j, const unsigned (&r)[4]) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        tl_mma_bf16(o[mt][2 * j], pf[mt][kc], r[0], r[1]);
-        tl_mma_bf16(o[mt][2 * j + 1], pf[mt][kc], r[2], r[3]);
-      }
-    });
+    E::template nn<KT, DV, MT>(o, pf, sV + (t % 2) * V_BYTES);
   }
   tl_cp_async_wait<0>();
   tl_allow_dependents();
@@ -164,13 +156,11 @@ template <class S> TL_DEVICE void tl_attention_mma(const typename S::Params &p) 
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const int query = q0 + mt * 16 + g + r * 8;
       if (query >= S::SQ) continue;
-      tl_bf16 *out = S::out_dst(p, b, h, query);
+      auto *out = S::out_dst(p, b, h, query);
       const float inverse = 1.0f / sum;  // no visible key: 0 / 0, NaN as in the reference
       // rowMax is in log2 units: ln(sum e^s) = (max + log2(sum)) ln 2.
       if (S::LSE && tig == 0) *S::lse_dst(p, b, h, query) = (rowMax[mt][r] + log2f(sum)) * 0.6931471805599453f;
-      for (int j = 0; j < DV / 8; ++j)
-        *reinterpret_cast<unsigned *>(out + j * 8 + tig * 2) =
-            tl_pack_bf16(o[mt][j][2 * r] * inverse, o[mt][j][2 * r + 1] * inverse);
+      for (int j = 0; j < DV / 8; ++j) tl_st2(out, j * 8 + tig * 2, o[mt][j][2 * r] * inverse, o[mt][j][2 * r + 1] * inverse);
     }
 }
 

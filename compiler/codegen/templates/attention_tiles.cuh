@@ -1,42 +1,50 @@
 // attention_tiles.cuh: what the flash-attention kernels on mma.sync (attention_mma.cuh,
 // attention_grad_mma.cuh) share: staging rows of an operand into swizzled shared memory,
 // a warp's rows as A fragments, and the two products with a staged tile, A · Tᵀ (its rows
-// are the product's columns: Q Kᵀ) and A · T (P V).
+// are the product's columns: Q Kᵀ) and A · T (P V); the operand types as policies
+// (tl_attention_bf16, tl_attention_tf32).
+//
+// Operands are BYTES wide (bf16 2, fp32 4); a k step of an ldmatrix fragment is 32 bytes
+// of a row either way (16 bf16 for m16n8k16, 8 floats for m16n8k8 tf32).
 #pragma once
 #include "gemm_mma.cuh"
+#include "mma_tf32.cuh"
 
 #if defined(TL_NVIDIA)
 
-// Rows r0 .. r0+TILE-1 of a [rows, COLS] bf16 operand into a swizzled tile, zeros past
-// `rows` (cp.async, not yet waited for).
-template <int TILE, int COLS, int THREADS, class Row>
+// Rows r0 .. r0+TILE-1 of a [rows, COLS] operand into a swizzled tile, zeros past `rows`
+// (cp.async, not yet waited for).
+template <int TILE, int COLS, int THREADS, int BYTES = 2, class Row>
 TL_DEVICE void tl_attention_stage(unsigned char *tile, int r0, int rows, Row row) {
-  for (int i = threadIdx.x; i < TILE * (COLS / 8); i += THREADS) {
-    const int r = i / (COLS / 8), c = i % (COLS / 8);
+  constexpr int CHUNKS = COLS * BYTES / 16;
+  for (int i = threadIdx.x; i < TILE * CHUNKS; i += THREADS) {
+    const int r = i / CHUNKS, c = i % CHUNKS;
     const bool inside = r0 + r < rows;
-    tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, COLS * 2)), row(inside ? r0 + r : 0) + c * 8, inside ? 16 : 0);
+    tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, COLS * BYTES)), row(inside ? r0 + r : 0) + c * (16 / BYTES),
+                  inside ? 16 : 0);
   }
 }
 
-// Rows row0 .. row0+15 of a staged tile as this warp's A fragments, COLS / 16 k-steps.
-template <int COLS>
-TL_DEVICE void tl_attention_fragments(const unsigned char *tile, int row0, unsigned (&f)[COLS / 16][4]) {
+// Rows row0 .. row0+15 of a staged tile as this warp's A fragments, a k step per 32 bytes.
+template <int COLS, int BYTES = 2>
+TL_DEVICE void tl_attention_fragments(const unsigned char *tile, int row0, unsigned (&f)[COLS * BYTES / 32][4]) {
   const int lane = threadIdx.x % 32, row = row0 + lane % 16;
 #pragma unroll
-  for (int kk = 0; kk < COLS / 16; ++kk) tl_ldmatrix_x4(tl_smem_addr(tile) + tl_swizzle(row, kk * 2 + lane / 16, COLS * 2), f[kk]);
+  for (int kk = 0; kk < COLS * BYTES / 32; ++kk)
+    tl_ldmatrix_x4(tl_smem_addr(tile) + tl_swizzle(row, kk * 2 + lane / 16, COLS * BYTES), f[kk]);
 }
 
 // The B fragments of A[16 x COLS] · Tᵀ, T a staged [TILE, COLS] tile: use(kk, j, r) for
-// k16 step kk and columns 16 j .. 16 j + 15 (r[0..1] the first 8, r[2..3] the next), so
+// k step kk and columns 16 j .. 16 j + 15 (r[0..1] the first 8, r[2..3] the next), so
 // that several A fragment sets can share each fragment read.
-template <int TILE, int COLS, class Use> TL_DEVICE void tl_attention_nt_fragments(unsigned tile, Use use) {
+template <int TILE, int COLS, int BYTES = 2, class Use> TL_DEVICE void tl_attention_nt_fragments(unsigned tile, Use use) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int kk = 0; kk < COLS / 16; ++kk)
+  for (int kk = 0; kk < COLS * BYTES / 32; ++kk)
 #pragma unroll
     for (int j = 0; j < TILE / 16; ++j) {
       unsigned r[4];
-      tl_ldmatrix_x4(tile + tl_swizzle(j * 16 + lane % 8 + (lane / 16) * 8, kk * 2 + (lane / 8) % 2, COLS * 2), r);
+      tl_ldmatrix_x4(tile + tl_swizzle(j * 16 + lane % 8 + (lane / 16) * 8, kk * 2 + (lane / 8) % 2, COLS * BYTES), r);
       use(kk, j, r);
     }
 }
@@ -55,29 +63,137 @@ template <int TILE, int COLS, class Use> TL_DEVICE void tl_attention_nn_fragment
     }
 }
 
-// acc[16 x TILE] += A[16 x COLS] · Tᵀ (Q Kᵀ, dO Vᵀ, K Qᵀ, V dOᵀ).
-template <int TILE, int COLS>
-TL_DEVICE void tl_attention_mma_nt(float (&acc)[TILE / 8][4], const unsigned (&a)[COLS / 16][4], unsigned tile) {
-  tl_attention_nt_fragments<TILE, COLS>(tile, [&](int kk, int j, const unsigned (&r)[4]) {
-    tl_mma_bf16(acc[2 * j], a[kk], r[0], r[1]);
-    tl_mma_bf16(acc[2 * j + 1], a[kk], r[2], r[3]);
-  });
-}
-
-// acc[16 x COLS] += A[16 x TILE] · T (P V, dS K, Pᵀ dO, dSᵀ Q).
-template <int TILE, int COLS>
-TL_DEVICE void tl_attention_mma_nn(float (&acc)[COLS / 8][4], const unsigned (&a)[TILE / 16][4], unsigned tile) {
-  tl_attention_nn_fragments<TILE, COLS>(tile, [&](int kc, int j, const unsigned (&r)[4]) {
-    tl_mma_bf16(acc[2 * j], a[kc], r[0], r[1]);
-    tl_mma_bf16(acc[2 * j + 1], a[kc], r[2], r[3]);
-  });
-}
-
 // Accumulators of columns 8j .. 8j+7 are the A-fragment layout of half a k16 step.
 template <int TILE>
 TL_DEVICE void tl_attention_pack(unsigned (&f)[TILE / 16][4], int j, float v0, float v1, float v2, float v3) {
   f[j / 2][(j % 2) * 2] = tl_pack_bf16(v0, v1);
   f[j / 2][(j % 2) * 2 + 1] = tl_pack_bf16(v2, v3);
 }
+
+// The operand types of the attention kernels, as policies: T and BYTES, a warp's rows of a
+// COLS-wide staged operand as A operands (AFrags: fragments in registers, or with
+// ROWS_IN_SHARED where they stay in shared memory, read at each product), P or dS as A
+// fragments (Probs), and
+//   nt<TILE, COLS, MT>(acc, a, tile)   acc[mt] += a[mt] · Tᵀ   (Q Kᵀ, dO Vᵀ, K Qᵀ, V dOᵀ)
+//   nn<TILE, COLS, MT>(acc, p, tile)   acc[mt] += p[mt] · T    (P V, dS K, Pᵀ dO, dSᵀ Q)
+// for T a staged [TILE, COLS] tile, MT row tiles sharing each B fragment read; mma_nt and
+// mma_nn for one row tile.
+template <class E> struct tl_attention_products {
+  template <int TILE, int COLS, class A>
+  TL_DEVICE static void mma_nt(float (&acc)[TILE / 8][4], const A &a, const unsigned char *tile) {
+    E::template nt<TILE, COLS, 1>(reinterpret_cast<float (&)[1][TILE / 8][4]>(acc), reinterpret_cast<const A(&)[1]>(a), tile);
+  }
+  template <int TILE, int COLS, class A>
+  TL_DEVICE static void mma_nn(float (&acc)[COLS / 8][4], const A &p, const unsigned char *tile) {
+    E::template nn<TILE, COLS, 1>(reinterpret_cast<float (&)[1][COLS / 8][4]>(acc), reinterpret_cast<const A(&)[1]>(p), tile);
+  }
+};
+
+// bf16 operands on m16n8k16.
+struct tl_attention_bf16 : tl_attention_products<tl_attention_bf16> {
+  using T = tl_bf16;
+  static constexpr int BYTES = 2;
+  static constexpr bool ROWS_IN_SHARED = false;
+  template <int COLS> using AFrags = unsigned[COLS / 16][4];
+  template <int TILE> using Probs = unsigned[TILE / 16][4];
+  template <int COLS> TL_DEVICE static void fragments(const unsigned char *tile, int row0, AFrags<COLS> &f) {
+    tl_attention_fragments<COLS>(tile, row0, f);
+  }
+  template <int TILE> TL_DEVICE static void pack(Probs<TILE> &f, int j, float v0, float v1, float v2, float v3) {
+    tl_attention_pack<TILE>(f, j, v0, v1, v2, v3);
+  }
+  template <int TILE, int COLS, int MT>
+  TL_DEVICE static void nt(float (&acc)[MT][TILE / 8][4], const AFrags<COLS> (&a)[MT], const unsigned char *tile) {
+    tl_attention_nt_fragments<TILE, COLS>(tl_smem_addr(tile), [&](int kk, int j, const unsigned (&r)[4]) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        tl_mma_bf16(acc[mt][2 * j], a[mt][kk], r[0], r[1]);
+        tl_mma_bf16(acc[mt][2 * j + 1], a[mt][kk], r[2], r[3]);
+      }
+    });
+  }
+  template <int TILE, int COLS, int MT>
+  TL_DEVICE static void nn(float (&acc)[MT][COLS / 8][4], const Probs<TILE> (&p)[MT], const unsigned char *tile) {
+    tl_attention_nn_fragments<TILE, COLS>(tl_smem_addr(tile), [&](int kc, int j, const unsigned (&r)[4]) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        tl_mma_bf16(acc[mt][2 * j], p[mt][kc], r[0], r[1]);
+        tl_mma_bf16(acc[mt][2 * j + 1], p[mt][kc], r[2], r[3]);
+      }
+    });
+  }
+};
+
+// fp32 operands on m16n8k8, split for tf32 products (mma_tf32.cuh: PRODUCTS 3 or 1) as
+// they are used: each A fragment once per k step, each B fragment once per read. A warp's
+// own rows stay in shared memory (fp32 fragments of a row of 64 take 32 registers, twice
+// bf16's, and the backward holds two such operands), read by ldmatrix at each product.
+// P (or dS) leaves the accumulators with its k (keys, or queries) permuted within each 8:
+// a thread's columns 2 tig and 2 tig + 1 become the fragment's k tig and tig + 4, and nn's
+// B fragments read T's rows in that order (the sum over k does not care).
+struct tl_tf32_fragment {
+  unsigned hi[4], lo[4];
+};
+struct tl_tf32_rows {  // rows row0 .. row0 + 15 of a staged tile
+  const unsigned char *tile;
+  int row0;
+};
+template <int PRODUCTS> struct tl_attention_tf32 : tl_attention_products<tl_attention_tf32<PRODUCTS>> {
+  using T = float;
+  static constexpr int BYTES = 4;
+  static constexpr bool ROWS_IN_SHARED = true;
+  template <int COLS> using AFrags = tl_tf32_rows;
+  template <int TILE> using Probs = unsigned[TILE / 8][4];
+  template <int COLS> TL_DEVICE static void fragments(const unsigned char *tile, int row0, AFrags<COLS> &f) {
+    f = {tile, row0};
+  }
+  template <int TILE> TL_DEVICE static void pack(Probs<TILE> &f, int j, float v0, float v1, float v2, float v3) {
+    f[j][0] = __float_as_uint(v0);  // (row g, k 2 tig) as k tig
+    f[j][1] = __float_as_uint(v2);  // (row g + 8, k 2 tig)
+    f[j][2] = __float_as_uint(v1);  // (row g, k 2 tig + 1) as k tig + 4
+    f[j][3] = __float_as_uint(v3);
+  }
+  template <int TILE, int COLS, int MT>
+  TL_DEVICE static void nt(float (&acc)[MT][TILE / 8][4], const AFrags<COLS> (&a)[MT], const unsigned char *tile) {
+    const int lane = threadIdx.x % 32;
+    tl_tf32_fragment split[MT];
+    tl_attention_nt_fragments<TILE, COLS, 4>(tl_smem_addr(tile), [&](int kk, int j, const unsigned (&r)[4]) {
+      if (j == 0)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          unsigned x[4];
+          tl_ldmatrix_x4(tl_smem_addr(a[mt].tile) + tl_swizzle(a[mt].row0 + lane % 16, kk * 2 + lane / 16, COLS * 4), x);
+          tl_split_tf32(x, split[mt].hi, split[mt].lo);
+        }
+      unsigned hi[4], lo[4];
+      tl_split_tf32(r, hi, lo);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        tl_mma_split<PRODUCTS>(acc[mt][2 * j], split[mt].hi, split[mt].lo, hi[0], hi[1], lo[0], lo[1]);
+        tl_mma_split<PRODUCTS>(acc[mt][2 * j + 1], split[mt].hi, split[mt].lo, hi[2], hi[3], lo[2], lo[3]);
+      }
+    });
+  }
+  template <int TILE, int COLS, int MT>
+  TL_DEVICE static void nn(float (&acc)[MT][COLS / 8][4], const Probs<TILE> (&p)[MT], const unsigned char *tile) {
+    const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+#pragma unroll
+    for (int kc = 0; kc < TILE / 8; ++kc) {
+      tl_tf32_fragment a[MT];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) tl_split_tf32(p[mt][kc], a[mt].hi, a[mt].lo);
+#pragma unroll
+      for (int j = 0; j < COLS / 8; ++j) {
+        // B (k, n g) for the permuted k: T's rows 8 kc + 2 tig and 8 kc + 2 tig + 1.
+        const unsigned b[2] = {tl_swizzled_f32(tile, kc * 8 + 2 * tig, j * 8 + g, COLS * 4),
+                               tl_swizzled_f32(tile, kc * 8 + 2 * tig + 1, j * 8 + g, COLS * 4)};
+        unsigned hi[2], lo[2];
+        tl_split_tf32(b, hi, lo);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) tl_mma_split<PRODUCTS>(acc[mt][j], a[mt].hi, a[mt].lo, hi[0], hi[1], lo[0], lo[1]);
+      }
+    }
+  }
+};
 
 #endif // TL_NVIDIA

@@ -5,8 +5,10 @@
 //       A and B staged through LDS by 16-byte loads into registers (RMSNorm's gain
 //       applied and its sum of squares taken there); the shared epilogue of
 //       gemm_common.cuh.
+//   v2  fp32 operands (a Spec with TF32_PRODUCTS, the precisions NVIDIA runs on tensor
+//       cores) stay fp32 in LDS and multiply on v_mfma_f32_32x32x2f32: fp32 products.
 //
-// Spec hooks: a_src, b_src, gain (as gemm_mma.cuh).
+// Spec hooks: a_src, b_src, gain (as gemm_mma.cuh), TF32_PRODUCTS.
 #pragma once
 #include "gemm_norm_grad.cuh"
 
@@ -14,12 +16,17 @@
 
 typedef short tl_bf16x4 __attribute__((ext_vector_type(4)));
 typedef float tl_f32x16 __attribute__((ext_vector_type(16)));
+// The operands as staged in LDS: bf16, or fp32 (v2).
+template <bool F32> struct tl_mfma_operand { using type = tl_bf16; };
+template <> struct tl_mfma_operand<true> { using type = float; };
 
 template <class S> TL_DEVICE void tl_gemm_mfma(const typename S::Params &p) {
-  constexpr int BM = 64, BN = 64, BK = 32, THREADS = 256, LDK = BK + 8, LD = BN + 8;
+  constexpr bool F32 = S::TF32_PRODUCTS > 0;
+  using T = typename tl_mfma_operand<F32>::type;
+  constexpr int BM = 64, BN = 64, BK = 32, THREADS = 256, LDK = BK + (F32 ? 4 : 8), LD = BN + 8;
   static_assert(S::BM == BM && S::BN == BN, "the MFMA GEMM runs 64x64 tiles");
   extern __shared__ __align__(128) unsigned char tl_smem[];
-  tl_bf16 *As = reinterpret_cast<tl_bf16 *>(tl_smem), *Bs = As + BM * LDK;
+  T *As = reinterpret_cast<T *>(tl_smem), *Bs = As + BM * LDK;
 
   const tl_tile_coords at = tl_tile_of_block<S>();
   const int tm = at.tm, tn = at.tn, bt = at.bt;
@@ -53,24 +60,31 @@ template <class S> TL_DEVICE void tl_gemm_mfma(const typename S::Params &p) {
     if constexpr (!S::B_KN) {
       const int r = threadIdx.x / 4, c = threadIdx.x % 4, k = k0 + c * 8;
       float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      const tl_bf16 *src = k < S::K ? S::b_src(p, bt, cols, r, k) : nullptr;
+      const T *src = k < S::K ? S::b_src(p, bt, cols, r, k) : nullptr;
       if (src) tl_ld8(src, 0, v);
       tl_st8(Bs, r * LDK + c * 8, v);
     } else {  // B stored [K, N]: 8 columns of one k, transposed into Bs[n][k]
       for (int i = threadIdx.x; i < BK * (BN / 8); i += THREADS) {
         const int kk = i / (BN / 8), c = i % (BN / 8), k = k0 + kk;
         float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        const tl_bf16 *src = k < S::K ? S::b_src(p, bt, cols, c * 8, k) : nullptr;
+        const T *src = k < S::K ? S::b_src(p, bt, cols, c * 8, k) : nullptr;
         if (src) tl_ld8(src, 0, v);
         for (int j = 0; j < 8; ++j) tl_st(Bs, (c * 8 + j) * LDK + kk, v[j]);
       }
     }
     tl_sync();
-    for (int kk = 0; kk < BK; kk += 8) {
-      // Lane l: A row l % 32 and B column l % 32, k = (l / 32) * 4 + 0..3.
-      const tl_bf16x4 a = *reinterpret_cast<const tl_bf16x4 *>(As + (wm * 32 + lane % 32) * LDK + kk + (lane / 32) * 4);
-      const tl_bf16x4 b = *reinterpret_cast<const tl_bf16x4 *>(Bs + (wn * 32 + lane % 32) * LDK + kk + (lane / 32) * 4);
-      acc = __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(a, b, acc, 0, 0, 0);
+    if constexpr (F32) {
+      // Lane l: A row l % 32 and B column l % 32, k = l / 32.
+      for (int kk = 0; kk < BK; kk += 2)
+        acc = __builtin_amdgcn_mfma_f32_32x32x2f32(As[(wm * 32 + lane % 32) * LDK + kk + lane / 32],
+                                                   Bs[(wn * 32 + lane % 32) * LDK + kk + lane / 32], acc, 0, 0, 0);
+    } else {
+      for (int kk = 0; kk < BK; kk += 8) {
+        // Lane l: A row l % 32 and B column l % 32, k = (l / 32) * 4 + 0..3.
+        const tl_bf16x4 a = *reinterpret_cast<const tl_bf16x4 *>(As + (wm * 32 + lane % 32) * LDK + kk + (lane / 32) * 4);
+        const tl_bf16x4 b = *reinterpret_cast<const tl_bf16x4 *>(Bs + (wn * 32 + lane % 32) * LDK + kk + (lane / 32) * 4);
+        acc = __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(a, b, acc, 0, 0, 0);
+      }
     }
     tl_sync();
   }

@@ -78,23 +78,24 @@ TL_DEVICE int tl_swizzle(int row, int chunk, int rowBytes) { return row * rowByt
 // (then the copies need no test).
 template <class S> TL_DEVICE bool tl_k_inside(int k) { return S::K % 64 == 0 || k < S::K; }
 
-// The copies one thread makes into every stage of a tile of ROWS rows of 64 bf16: thread
-// t copies 16-byte chunk t % 8 of rows t / 8 + i * THREADS / 8. It keeps each row's
+// The copies one thread makes into every stage of a tile of ROWS rows of 128 bytes (64 bf16,
+// or 32 floats for T = float): thread t copies 16-byte chunk t % 8 of rows t / 8 + i *
+// THREADS / 8. It keeps each row's
 // address at k = 0 and its first chunk's place in a stage, so a copy is an add and the
 // cp.async (v5: the offsets of v3 were recomputed from the layout every stage).
-template <int ROWS, int THREADS> struct tl_stage_copies {
+template <int ROWS, int THREADS, class T = tl_bf16> struct tl_stage_copies {
   // The last pass may cover only some threads (160 rows over 512 threads: 2.5 passes).
   static constexpr int COPIES = (ROWS * 8 + THREADS - 1) / THREADS;
   static constexpr bool PARTIAL = ROWS * 8 % THREADS != 0;
   // Rows THREADS / 8 apart share their swizzle when that is a multiple of 8.
   static constexpr int PASS_BYTES = THREADS % 64 == 0 ? THREADS / 8 * 128 : 0;
   static_assert(THREADS % 8 == 0 && COPIES <= 32, "whole rows per pass, one valid bit per copy");
-  const tl_bf16 *row[COPIES];  // element k = 0 of the row, or the base outside the problem
+  const T *row[COPIES];        // element k = 0 of the row, or the base outside the problem
   unsigned valid = 0;          // bit i: copy i's row is inside the problem
   unsigned first = 0;          // byte offset of copy 0's chunk in a stage
 
   TL_DEVICE static int row_of(int i) { return int(threadIdx.x / 8 + i * (THREADS / 8)); }
-  template <class RowOffset> TL_DEVICE void init(const tl_bf16 *base, RowOffset rowOffset) {
+  template <class RowOffset> TL_DEVICE void init(const T *base, RowOffset rowOffset) {
     first = tl_swizzle(row_of(0), threadIdx.x % 8, 128);
 #pragma unroll
     for (int i = 0; i < COPIES; ++i) {

@@ -11,7 +11,8 @@
 //       advances: repeated launches and graph replays need no reset from the host. A
 //       wait gives up after `timeout` nanoseconds (globaltimer): it writes which worker
 //       waited for which task into `status` (host-mapped memory the runtime reads after
-//       the fault) and traps, rather than hang.
+//       the fault) and traps, rather than hang. The first warp waits, a lane a task.
+//       With TL_TRACE each task's wait, start and end are stamped with the global timer.
 //
 // The generated kernel defines a struct of the parts, whose run(params, part) switches over
 // their bodies (a static member, inlined: a call would serialize the wgmma pipelines), and
@@ -35,6 +36,8 @@ struct tl_persistent_tables {
   unsigned *done;
   unsigned *control;
   unsigned *status;  // {1, worker, task, waited-for task} after a timeout; may be null
+  // With TL_TRACE: per task, the GPU clock when its waits began, when it began and ended.
+  unsigned long long *trace;
   unsigned long long timeout;
 };
 
@@ -106,19 +109,33 @@ template <class Parts> TL_DEVICE void tl_persistent_worker(const unsigned char *
   __syncthreads();
   for (int i = t.workerBegin[blockIdx.x]; i < t.workerBegin[blockIdx.x + 1]; ++i) {
     const int self = t.workerTasks[i];
-    if (threadIdx.x == 0) {
+#if defined(TL_TRACE)
+    if (threadIdx.x == 0) t.trace[3 * self] = tl_nanoseconds();
+#endif
+    // The first warp waits, a lane for each task waited for (their round trips overlap).
+    if (threadIdx.x < 32) {
       const tl_task_entry task = t.tasks[self];
-      for (int w = task.waitBegin; w < task.waitEnd; ++w)
+      for (int w = task.waitBegin + (int)threadIdx.x; w < task.waitEnd; w += 32)
         if (!tl_wait_for_task(t, t.waits[w], epoch, self)) tl_trap();
-      part = task.part;
-      tl_task = {task.block, task.grid, task.threads};
+#if defined(TL_NVIDIA)
+      __syncwarp();
+#endif
+      if (threadIdx.x == 0) {
+        part = task.part;
+        tl_task = {task.block, task.grid, task.threads};
+      }
     }
     __syncthreads();
+#if defined(TL_TRACE)
+    if (threadIdx.x == 0) t.trace[3 * self + 1] = tl_nanoseconds();
+#endif
     if ((int)threadIdx.x < tl_task.threads) Parts::run(params, part);
-    __syncthreads();
+    __syncthreads();  // the task's stores, ordered before the release of its done word
     if (threadIdx.x == 0) {
-      __threadfence();
       tl_release_u32(t.done + self, epoch);
+#if defined(TL_TRACE)
+      t.trace[3 * self + 2] = tl_nanoseconds();
+#endif
     }
   }
   // The last worker to finish advances the epoch: every worker has read it by then.

@@ -13,8 +13,10 @@
 namespace tlc {
 namespace {
 
-Program workshop(int level, const char *dtype = "bf16", int64_t batch = 8, int64_t seq = 128) {
-  return compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", {level, batch, seq, dtype});
+Program workshop(int level, const char *dtype = "bf16", int64_t batch = 8, int64_t seq = 128, bool persistent = false) {
+  CompileOptions options{level, batch, seq, dtype};
+  options.persistent = persistent;
+  return compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", options);
 }
 
 const Kernel &kernelNamed(const Program &program, const std::string &prefix) {
@@ -311,21 +313,81 @@ TEST(Codegen, NormBackwardInsideTheDxGemm) {
   EXPECT_EQ(count(apart, "tl_rmsnorm_grad"), 17);
 }
 
-TEST(Codegen, Fp32UsesFmaTemplates) {
-  Program program = workshop(2, "f32", 2, 16);
-  for (const Kernel &kernel : program.kernels) {
-    EXPECT_FALSE(contains(kernel.source, "tl_gemm_mma<")) << kernel.name;
-    EXPECT_FALSE(contains(kernel.source, "tl_attention_mma<")) << kernel.name;
+// f32 matrix products follow the matmul precision: "high" (the default) splits each
+// operand for three tf32 tensor-core products, "medium" keeps one, "highest" the fp32 FMA
+// templates; forward and backward, GEMMs and attention alike.
+TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
+  std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
+  auto step = [&](MatmulPrecision precision) {
+    CompileOptions options{2, 2, 16, "f32"};
+    options.matmulPrecision = precision;
+    return compileTrainingStepFile(path, options, AdamWOptions{});
+  };
+  for (MatmulPrecision precision : {MatmulPrecision::High, MatmulPrecision::Medium}) {
+    Program program = step(precision);
+    EXPECT_EQ(program.matmulPrecision, precision);
+    const std::string products = precision == MatmulPrecision::High ? "3" : "1";
+    const Kernel &qkv = kernelNamed(program, "tl_rmsnorm_linear_split_rope_transpose_f32");
+    EXPECT_TRUE(contains(qkv.source, "tl_gemm_wgmma_tf32<")) << qkv.name;  // sm_90a
+    EXPECT_TRUE(contains(qkv.source, "tl_gemm_mma_tf32<")) << qkv.name;    // other NVIDIA
+    EXPECT_TRUE(contains(qkv.source, "static constexpr int TF32_PRODUCTS = " + products + ";"));
+    // The backward's transposed operands run on mma.sync (wgmma has no tf32 transpose).
+    const Kernel &dW = kernelNamed(program, "tl_linear_grad_weight_f32");
+    EXPECT_TRUE(contains(dW.source, "  tl_gemm_mma_tf32<")) << dW.name;
+    EXPECT_TRUE(contains(dW.source, "B_KN = true, A_KM = true"));
+    const Kernel &normGrad = kernelNamed(program, "tl_linear_grad_input_rmsnorm_grad");
+    EXPECT_TRUE(contains(normGrad.source, "  tl_gemm_mma_tf32<")) << normGrad.name;
+    EXPECT_TRUE(contains(normGrad.source, "NORM_GRAD = true"));
+    EXPECT_TRUE(contains(kernelNamed(program, "tl_flash_attention_f32").source,
+                         ", tl_attention_tf32<" + products + ">>(p);"));
+    EXPECT_TRUE(contains(kernelNamed(program, "tl_flash_attention_grad").source,
+                         ", tl_attention_tf32<" + products + ">>(p);"));
+    // fp32 tiles are twice bf16's: the backward's three buffers of 64 rows of q and do (or k and v).
+    EXPECT_EQ(kernelNamed(program, "tl_flash_attention_grad").launch.at("cuda").sharedBytes, 3 * 64 * 128 * 4);
+    // AMD's gfx90a multiplies fp32 on MFMA.
+    EXPECT_TRUE(contains(qkv.source, "#elif defined(__gfx90a__)\n  tl_gemm_mfma<"));
   }
-  EXPECT_TRUE(contains(kernelNamed(program, "tl_rmsnorm_linear").source, "tl_gemm_simt<"));
+  Program exact = step(MatmulPrecision::Highest);
+  for (const Kernel &kernel : exact.kernels)
+    for (const char *tensorCores : {"tl_gemm_mma", "tl_gemm_mma_tf32", "tl_gemm_wgmma", "tl_gemm_wgmma_tf32",
+                                    "tl_attention_mma", "tl_attention_grad_mma"})
+      EXPECT_FALSE(contains(kernel.source, std::string(tensorCores) + "<" + kernel.entry)) << kernel.name;
+  EXPECT_TRUE(contains(kernelNamed(exact, "tl_rmsnorm_linear").source, "  tl_gemm_simt<"));
+  // The precision travels with the Program.
+  EXPECT_EQ(programFromJson(programToJson(step(MatmulPrecision::Medium))).matmulPrecision, MatmulPrecision::Medium);
+  EXPECT_EQ(programFromJson(programToJson(exact)).matmulPrecision, MatmulPrecision::Highest);
+}
+
+// bf16 models multiply bf16 whatever the precision says: their kernels do not change.
+TEST(Codegen, MatmulPrecisionLeavesBf16Alone) {
+  CompileOptions high{2, 2, 16, "bf16"}, exact = high;
+  exact.matmulPrecision = MatmulPrecision::Highest;
+  std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
+  Program a = compileModelFile(path, high), b = compileModelFile(path, exact);
+  ASSERT_EQ(a.kernels.size(), b.kernels.size());
+  for (size_t k = 0; k < a.kernels.size(); ++k) EXPECT_EQ(a.kernels[k].source, b.kernels[k].source) << a.kernels[k].name;
 }
 
 // O3 runs the same kernels as O2, each block's as one dependent chain.
-// O3's forward is one persistent kernel: O2's kernels are its parts (unsplit GEMM tiles),
-// their blocks on sm_90a its tasks, one worker an SM, each task waiting only for earlier
-// tasks of earlier parts.
-TEST(Codegen, O3IsOnePersistentKernelOfO2sKernels) {
+TEST(Codegen, O3ChainsEachBlocksKernels) {
   Program o2 = workshop(2), o3 = workshop(3);
+  ASSERT_EQ(o2.kernels.size(), o3.kernels.size());
+  std::map<int, int> seen;
+  for (size_t k = 0; k < o3.kernels.size(); ++k) {
+    const Kernel &kernel = o3.kernels[k];
+    EXPECT_EQ(kernel.name, o2.kernels[k].name);
+    EXPECT_FALSE(o2.kernels[k].chained);
+    bool firstOfBlock = kernel.layer >= 0 && seen[kernel.layer]++ == 0;
+    EXPECT_EQ(kernel.chained, kernel.layer >= 0 && !firstOfBlock) << kernel.name;
+    if (kernel.chained) EXPECT_TRUE(contains(kernel.source, "chained: may start")) << kernel.name;
+  }
+}
+
+// With --persistent, O3's forward is one persistent kernel: O2's kernels are its parts
+// (unsplit GEMM tiles), their blocks on sm_90a its tasks, one worker an SM, each task
+// waiting only for earlier tasks of earlier parts.
+TEST(Codegen, PersistentO3IsOneKernelOfO2sKernels) {
+  Program o2 = workshop(2), o3 = workshop(3, "bf16", 8, 128, true);
   ASSERT_EQ(o3.kernels.size(), 1u);
   const Kernel &persistent = o3.kernels[0];
   ASSERT_EQ(persistent.parts.size(), o2.kernels.size());
@@ -340,7 +402,7 @@ TEST(Codegen, O3IsOnePersistentKernelOfO2sKernels) {
   }
   // A part splits no K across blocks (the next part's tasks fill a short last wave): at 68
   // sequences O2 splits some GEMMs' last waves, and O3's parts have only their tiles.
-  Program wideO2 = workshop(2, "bf16", 68, 128), wideO3 = workshop(3, "bf16", 68, 128);
+  Program wideO2 = workshop(2, "bf16", 68, 128), wideO3 = workshop(3, "bf16", 68, 128, true);
   ASSERT_EQ(wideO3.kernels.size(), 1u);
   int fewer = 0;
   for (size_t p = 0; p < wideO2.kernels.size(); ++p) {
@@ -369,7 +431,7 @@ TEST(Codegen, O3IsOnePersistentKernelOfO2sKernels) {
 
 TEST(Codegen, ProgramJsonKeepsSourcesAndLaunchShapes) {
   for (int level : {2, 3}) {
-    Program program = workshop(level, "bf16", 2, 16);
+    Program program = workshop(level, "bf16", 2, 16, /*persistent=*/level == 3);
     Program back = programFromJson(programToJson(program));
     std::vector<const Kernel *> kernels = computeKernels(program), backKernels = computeKernels(back);
     ASSERT_EQ(backKernels.size(), kernels.size());

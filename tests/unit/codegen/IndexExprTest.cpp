@@ -54,6 +54,33 @@ TEST(IndexExpr, SimplificationsKeepTheValue) {
   EXPECT_EQ(c.floorDiv(512).str(), "0");
 }
 
+// Whether a column expression is c shifted by a constant, decided over one period:
+// the same answer as walking every column, for layouts of heads and halves, and for a
+// plain column of a 2^31 - 1 wide GEMM without walking it.
+TEST(IndexExpr, ShiftedIdentityIsDecidedOverOnePeriod) {
+  std::mt19937 random(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    int64_t width = 1 + int64_t(random() % 700), head = 1 + int64_t(random() % 40), shift = int64_t(random() % 5);
+    IndexExpr c = IndexExpr::variable("c", width);
+    std::vector<IndexExpr> layouts = {
+        c + shift,
+        c.floorDiv(head) * head + c.mod(head) + shift,                    // a head split and merge
+        c.mod(head) * (width / head + 1) + c.floorDiv(head),              // heads transposed
+        c.floorDiv(2 * head) * 2 * head + (c.mod(2 * head) + head).mod(2 * head),  // halves swapped
+        (c + shift).floorDiv(head) * head + c.mod(head),
+    };
+    for (const IndexExpr &column : layouts) {
+      int64_t delta = column.evaluate({{"c", 0}});
+      bool walked = true;
+      for (int64_t x = 0; x < width && walked; ++x) walked = column.evaluate({{"c", x}}) == x + delta;
+      ASSERT_EQ(isShiftedIdentity(column, "c", width, delta), walked) << column.str() << " over " << width;
+    }
+  }
+  int64_t vocab = 2147483647;
+  EXPECT_TRUE(isShiftedIdentity(IndexExpr::variable("c", vocab) + 7, "c", vocab, 7));
+  EXPECT_FALSE(isShiftedIdentity(IndexExpr::variable("c", vocab).mod(1000) + 7, "c", vocab, 7));
+}
+
 // A GEMM tile's 8 columns of a head, stored transposed [B, S, H, D] -> [B, H, S, D]: still
 // 8 consecutive elements; with the head dimension split finer than 8, no longer.
 TEST(IndexExpr, ContiguityIsFoundWhereItHolds) {

@@ -1,6 +1,6 @@
 // Every generated kernel of every level, dtype and model file (forwards and training
-// steps) compiles with NVRTC for sm_80, sm_90 and sm_90a and hipRTC for gfx90a (Debian's
-// hipRTC aborts on gfx942, so no test here compiles for it). Identical kernels are compiled once; compiles run in
+// steps; f32 at every matmul precision) compiles with NVRTC for sm_80, sm_90 and sm_90a and
+// hipRTC for gfx90a (Debian's hipRTC aborts on gfx942, so no test here compiles for it). Identical kernels are compiled once; compiles run in
 // parallel; the cache is off so the compilers really run.
 #include "runtime/CallerBuffers.h"
 #include "runtime/Jit.h"
@@ -38,6 +38,16 @@ std::vector<JitSource> allKernelSources() {
             entryOf.emplace(kernel.source, kernel.entry);
         }
       }
+  // O3's forward as one persistent kernel (the templates under TL_PERSISTENT, the worker
+  // loop), both model files in both dtypes at a small shape.
+  for (const char *model : {"tinyllama.tl", "tinyllama-1.1b.tl"})
+    for (const char *dtype : {"f32", "bf16"}) {
+      CompileOptions options{3, 2, 16, dtype};
+      options.persistent = true;
+      Program program = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, options);
+      EXPECT_EQ(program.kernels.size(), 1u) << model << " " << dtype << ": " << program.persistentFallback;
+      for (const Kernel &kernel : program.kernels) entryOf.emplace(kernel.source, kernel.entry);
+    }
   // Models off the builder's path: elementwise GEMM prologues (A computed as it loads).
   for (const support::ModelVariant &variant : support::prologueVariants())
     for (const char *dtype : {"f32", "bf16"})
@@ -55,11 +65,21 @@ std::vector<JitSource> allKernelSources() {
         if (mlir::succeeded(program))
           for (const Kernel &kernel : program->kernels) entryOf.emplace(kernel.source, kernel.entry);
       }
+  // f32 at the other matmul precisions (the default, high, is above): fp32 FMAs, and one
+  // tf32 product.
+  for (MatmulPrecision precision : {MatmulPrecision::Highest, MatmulPrecision::Medium})
+    for (int level = 0; level <= 3; ++level) {
+      CompileOptions options{level, 2, 16, "f32", true, precision};
+      std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
+      for (const Program &program : {compileModelFile(path, options), compileTrainingStepFile(path, options)})
+        for (const Kernel &kernel : program.kernels) entryOf.emplace(kernel.source, kernel.entry);
+    }
   for (auto [model, batch, seq] : {std::tuple{"tinyllama.tl", 8, 128}, std::tuple{"tinyllama-1.1b.tl", 1, 2048}})
     for (int level : {1, 2})
-      for (const Kernel &kernel :
-           compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, {level, batch, seq, "bf16"}).kernels)
-        entryOf.emplace(kernel.source, kernel.entry);
+      for (const char *dtype : {"bf16", "f32"})
+        for (const Kernel &kernel :
+             compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, {level, batch, seq, dtype}).kernels)
+          entryOf.emplace(kernel.source, kernel.entry);
   std::vector<JitSource> sources;
   for (const auto &[source, entry] : entryOf) sources.push_back({entry, source});
   return sources;

@@ -14,6 +14,12 @@ using namespace tlc;
 
 namespace {
 
+CompileOptions persistentO3(int64_t batch, int64_t seq, const std::string &dtype) {
+  CompileOptions options{3, batch, seq, dtype};
+  options.persistent = true;
+  return options;
+}
+
 std::string errorOf(const std::function<void()> &body) {
   try {
     body();
@@ -40,7 +46,7 @@ TEST(Persistent, ScheduleOnTheCpuMatchesO0) {
     const int64_t batch = 2, seq = 16;
     uint64_t seed = ::testing::UnitTest::GetInstance()->random_seed() + 23;
     Program o0 = support::compileConfig(c.config, {0, batch, seq, c.dtype});
-    Program o3 = support::compileConfig(c.config, {3, batch, seq, c.dtype});
+    Program o3 = support::compileConfig(c.config, persistentO3(batch, seq, c.dtype));
     ASSERT_EQ(o3.kernels.size(), 1u) << o3.persistentFallback;
     ASSERT_FALSE(o3.kernels[0].tasks.empty());
     Weights weights = Weights::random(o0.parameters, seed);
@@ -65,7 +71,7 @@ TEST(Persistent, DroppedWaitsGiveWrongLogitsOnTheCpu) {
   LlamaConfig config = support::smallConfig("workshop");
   const int64_t batch = 2, seq = 16;
   Program o0 = support::compileConfig(config, {0, batch, seq, "f32"});
-  Program o3 = support::compileConfig(config, {3, batch, seq, "f32"});
+  Program o3 = support::compileConfig(config, persistentO3(batch, seq, "f32"));
   ASSERT_EQ(o3.kernels.size(), 1u);
   for (Task &task : o3.kernels[0].tasks) task.waits.clear();
   Weights weights = Weights::random(o0.parameters, 5);
@@ -81,7 +87,7 @@ TEST(Persistent, DroppedWaitsGiveWrongLogitsOnTheCpu) {
 // The runtime refuses a task table that could hang or race: a wait for a later task, a
 // worker running its tasks out of order, a task run twice, a block its part does not have.
 TEST(Persistent, TheValidatorRefusesBrokenTaskTables) {
-  Program o3 = support::compileConfig(support::smallConfig("workshop"), {3, 2, 16, "f32"});
+  Program o3 = support::compileConfig(support::smallConfig("workshop"), persistentO3(2, 16, "f32"));
   ASSERT_EQ(o3.kernels.size(), 1u);
   auto broken = [&](const std::function<void(Kernel &)> &edit) {
     Program program = o3;

@@ -259,3 +259,39 @@ TEST(ProgramValidation, ColumnScalesNameAFittingParameterOfAForward) {
 
 } // namespace
 } // namespace tlc
+
+namespace tlc {
+namespace {
+
+// A kernel's source carries what it was generated for; a Program that gives the kernel
+// other dtypes, sizes, workspace or launch shape is refused, naming both.
+TEST(ProgramValidation, KernelSourcesAgreeWithTheirKernels) {
+  Program program = validProgram();
+  for (Kernel &kernel : program.kernels) {
+    kernel.entry = kernel.name;
+    kernel.launch["cuda"] = {2, 128, 0};
+    kernel.source = kKernelSignaturePrefix + kernelSignature(program, kernel) + "\nextern \"C\" __global__ void f() {}";
+  }
+  validateProgram(program);
+  EXPECT_EQ(kernelSignature(program, program.kernels[0]),
+            "in f32[7,4] i32[2,3]; out f32[2,3,4]; workspace 0; sync 0; launch cuda 2x128+0");
+
+  Program bf16 = program;
+  bf16.values[size_t(bf16.kernels[0].outputs[0])].dtype = DType::BF16;
+  EXPECT_CONTAINS(invalid(bf16), "kernels[0].source: was generated for 'in f32[7,4] i32[2,3]; out f32[2,3,4]; "
+                                 "workspace 0; sync 0; launch cuda 2x128+0', but the program gives the kernel 'in "
+                                 "f32[7,4] i32[2,3]; out bf16[2,3,4];");
+  Program wider = program;
+  wider.kernels[2].launch["cuda"].gridBlocks = 3;
+  EXPECT_CONTAINS(invalid(wider), "kernels[2].source: was generated for");
+  Program scratch = program;
+  scratch.workspaceBytes = 64;
+  scratch.kernels[1].workspaceBytes = 64;
+  EXPECT_CONTAINS(invalid(scratch), "kernels[1].source: was generated for");
+  Program unsigned_ = program;
+  unsigned_.kernels[1].source = "extern \"C\" __global__ void f() {}";
+  EXPECT_CONTAINS(invalid(unsigned_), "kernels[1].source: has no signature line");
+}
+
+} // namespace
+} // namespace tlc

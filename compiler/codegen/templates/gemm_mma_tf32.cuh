@@ -1,0 +1,254 @@
+// gemm_mma_tf32.cuh: C = A · Bᵀ with fp32 operands on NVIDIA tensor cores (sm_80 and
+// later) at fp32-class accuracy, with the fused kernel's prologue and epilogue.
+//
+//   v1  mma.sync m16n8k8 tf32, each product split into three (3xTF32, mma_tf32.cuh) or
+//       one (plain TF32: S::TF32_PRODUCTS). Stages of rows of 32 floats, 128 bytes: the
+//       bf16 kernel's swizzle, copies (tl_stage_copies) and ldmatrix addressing, so a
+//       k8 step of floats is where a k16 step of bf16 is. A stored [K, M] or B stored
+//       [K, N] (the backward's) are read a float at a time (ldmatrix.trans moves 16-bit
+//       elements). RMSNorm: the gain scales the fp32 A fragments before the split; the
+//       sums of squares come from the A stages; K slices as gemm_mma.cuh v2.
+//
+// Spec hooks as gemm_mma.cuh (operand pointers to float), and TF32_PRODUCTS.
+#pragma once
+#include "gemm_mma.cuh"
+#include "mma_tf32.cuh"
+
+#if defined(TL_NVIDIA)
+
+// Whether the 4-float chunk at k lies inside K (no test where K is whole 32-wide k tiles).
+template <class S> TL_DEVICE bool tl_k_inside_f32(int k) { return S::K % 32 == 0 || k < S::K; }
+
+// Adds the squares of this thread's chunks of row `row` of an fp32 stage (rows of 8
+// chunks of 4 floats, tl_swizzle's layout) to `sum`; `parts` threads share a row.
+TL_DEVICE void tl_row_sum_squares_f32(const unsigned char *tile, int row, int part, int parts, float &sum) {
+  for (int c = part * (8 / parts); c < (part + 1) * (8 / parts); ++c) {
+    const tl_u32x4 raw = *reinterpret_cast<const tl_u32x4 *>(tile + row * 128 + ((c ^ (row & 7)) << 4));
+    const float x[4] = {__uint_as_float(raw.x), __uint_as_float(raw.y), __uint_as_float(raw.z), __uint_as_float(raw.w)};
+    for (int e = 0; e < 4; ++e) sum = fmaf(x[e], x[e], sum);
+  }
+}
+
+// The pipeline's first `ahead` stages in flight, one commit group each: stage s takes k
+// tile kBegin + s of the block's `count`. Chained, the weights' stages (B) are copied
+// before the wait for the kernel before, whose output A may be.
+template <bool CHAINED, class LoadA, class LoadB>
+TL_DEVICE void tl_gemm_prologue(int ahead, int kBegin, int count, LoadA loadA, LoadB loadB) {
+  if constexpr (CHAINED) {
+    for (int s = 0; s < ahead; ++s)
+      if (s < count) loadB(s, kBegin + s);
+    tl_wait_for_producers();
+  }
+  for (int s = 0; s < ahead; ++s) {
+    if (s < count) {
+      if constexpr (!CHAINED) loadB(s, kBegin + s);
+      loadA(s, kBegin + s);
+    }
+    tl_cp_async_commit();
+  }
+}
+
+// m16n8 accumulator fragments (rows g and g + 8, columns 2 tig + {0, 1} of each 8) into
+// the tile's rows in shared memory, scaled by the rows' factors; `add`: onto what is there
+// (the k slices after the first).
+template <int MT, int NT, int LD>
+TL_DEVICE void tl_store_fragments(const float (&acc)[MT][NT][4], float *tileRows, int row0, int col0,
+                                  const float *rowScale, bool add) {
+  const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+    const int r = row0 + i * 16 + g;
+    const float s0 = rowScale ? rowScale[r] : 1.0f, s8 = rowScale ? rowScale[r + 8] : 1.0f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      float *top = tileRows + r * LD + col0 + j * 8 + tig * 2, *bottom = top + 8 * LD;
+      top[0] = (add ? top[0] : 0.0f) + acc[i][j][0] * s0;
+      top[1] = (add ? top[1] : 0.0f) + acc[i][j][1] * s0;
+      bottom[0] = (add ? bottom[0] : 0.0f) + acc[i][j][2] * s8;
+      bottom[1] = (add ? bottom[1] : 0.0f) + acc[i][j][3] * s8;
+    }
+  }
+}
+
+template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) {
+  constexpr int BM = S::BM, BN = S::BN, BK = 32, SLICES = S::K_SLICES;
+  constexpr int WARPS = S::WARPS_M * S::WARPS_N * SLICES, THREADS = WARPS * 32;
+  constexpr int WTM = BM / S::WARPS_M, WTN = BN / S::WARPS_N, MT = WTM / 16, NT = WTN / 8;
+  constexpr int A_BYTES = BM * BK * 4, B_BYTES = BN * BK * 4, STAGE_BYTES = A_BYTES + B_BYTES;
+  constexpr int KT = (S::K + BK - 1) / BK, STEPS = BK / 8 / SLICES;  // k8 steps per stage, per slice
+  constexpr int A_ROW_BYTES = S::A_KM ? BM * 4 : BK * 4, B_ROW_BYTES = S::B_KN ? BN * 4 : BK * 4;
+  static_assert(WTM % 16 == 0 && WTN % 16 == 0 && STEPS >= 2, "warp tiles are whole 16x16 pieces");
+  static_assert(!(S::A_KM && S::ROW_NORM), "RMSNorm reads A's rows along k");
+  static_assert(THREADS % BM == 0 || BM % THREADS == 0, "rows split evenly for the norm");
+  static_assert(S::K_SPLITS == 1, "the mma.sync GEMM does not split K");
+  extern __shared__ __align__(128) unsigned char tl_smem[];
+
+  const tl_tile_coords at = tl_tile_of_block<S>();
+  const int tm = at.tm, tn = at.tn, bt = at.bt;
+  const tl_tile_cols cols = S::tile_cols(tn);
+  const int m0 = tm * BM;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const int slice = warp / (S::WARPS_M * S::WARPS_N), spatial = warp % (S::WARPS_M * S::WARPS_N);
+  const int wm = spatial / S::WARPS_N, wn = spatial % S::WARPS_N;
+
+  tl_stage_copies<BM, THREADS, float> aCopies;
+  if constexpr (!S::A_KM) aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+  tl_stage_copies<BN, THREADS, float> bCopies;
+  if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
+  // k-major stages ([K, M] or [K, N] operands): chunk c (4 columns) of k row r.
+  auto copyKMajor = [&](unsigned char *tile, int rowBytes, int columns, auto source) {
+#pragma unroll
+    for (int i = threadIdx.x; i < BK * (columns / 4); i += THREADS) {
+      const int r = i / (columns / 4), c = i % (columns / 4);
+      const float *src = source(r, c * 4);
+      tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, rowBytes)), src ? src : S::a_base(p), src ? 16 : 0);
+    }
+  };
+  auto loadB = [&](int stage, int kt) {
+    unsigned char *sB = tl_smem + stage * STAGE_BYTES + A_BYTES;
+    if constexpr (!S::B_KN) {
+      const int k = kt * BK + (threadIdx.x % 8) * 4;
+      bCopies.copy(tl_smem_addr(sB), S::b_col(k), tl_k_inside_f32<S>(k));
+    } else {
+      copyKMajor(sB, B_ROW_BYTES, BN, [&](int r, int n) -> const float * {
+        const int k = kt * BK + r;
+        return k < S::K ? S::b_src(p, bt, cols, n, k) : nullptr;
+      });
+    }
+  };
+  // RMSNorm's gain for the stage's 32 k: 128 bytes after all the stages.
+  unsigned char *sGain = tl_smem + S::STAGES * STAGE_BYTES;
+  auto loadA = [&](int stage, int kt) {
+    unsigned char *sA = tl_smem + stage * STAGE_BYTES;
+    if constexpr (S::A_KM) {
+      copyKMajor(sA, A_ROW_BYTES, BM, [&](int r, int m) -> const float * {
+        const int k = kt * BK + r;
+        return k < S::K && m0 + m < S::M ? S::a_src(p, bt, m0 + m, k) : nullptr;
+      });
+    } else {
+      const int k = kt * BK + (threadIdx.x % 8) * 4;
+      aCopies.copy(tl_smem_addr(sA), S::a_col(k), tl_k_inside_f32<S>(k));
+    }
+    const int k = kt * BK + threadIdx.x * 4;
+    if (S::NORM_GAIN && threadIdx.x < 8)
+      tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
+  };
+  // The fp32 fragments of k8 step `step` of a stage (A gain-scaled for RMSNorm): K-major
+  // operands by ldmatrix, k-major ones a float at a time.
+  auto loadFragments = [&](int stage, int step, unsigned (&a)[MT][4], unsigned (&b)[NT][2]) {
+    const unsigned char *sA = tl_smem + stage * STAGE_BYTES, *sB = sA + A_BYTES;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const int row = wm * WTM + i * 16;
+      if constexpr (S::A_KM) {  // (m g, k tig), (m g + 8, k tig), (m g, k tig + 4), (m g + 8, k tig + 4)
+        for (int e = 0; e < 4; ++e)
+          a[i][e] = tl_swizzled_f32(sA, step * 8 + tig + (e / 2) * 4, row + g + (e % 2) * 8, A_ROW_BYTES);
+      } else {
+        tl_ldmatrix_x4(tl_smem_addr(sA) + tl_swizzle(row + lane % 16, step * 2 + lane / 16, A_ROW_BYTES), a[i]);
+      }
+    }
+    if constexpr (S::NORM_GAIN) {  // the gain multiplies A along k: k = tig (a0, a1) and tig + 4 (a2, a3)
+      const float *gain = reinterpret_cast<const float *>(sGain + stage * 128) + step * 8 + tig;
+      const float g0 = gain[0], g4 = gain[4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+        for (int e = 0; e < 4; ++e) a[i][e] = __float_as_uint(__uint_as_float(a[i][e]) * (e < 2 ? g0 : g4));
+    }
+#pragma unroll
+    for (int j = 0; j < NT / 2; ++j) {
+      const int col = wn * WTN + j * 16;
+      if constexpr (S::B_KN) {  // (k tig, n g) and (k tig + 4, n g) of both column tiles
+        for (int e = 0; e < 4; ++e)
+          b[2 * j + e / 2][e % 2] = tl_swizzled_f32(sB, step * 8 + tig + (e % 2) * 4, col + g + (e / 2) * 8, B_ROW_BYTES);
+      } else {
+        unsigned r[4];
+        const int n = col + (lane % 8) + (lane / 16) * 8, chunk = step * 2 + (lane / 8) % 2;
+        tl_ldmatrix_x4(tl_smem_addr(sB) + tl_swizzle(n, chunk, B_ROW_BYTES), r);
+        b[2 * j][0] = r[0];
+        b[2 * j][1] = r[1];
+        b[2 * j + 1][0] = r[2];
+        b[2 * j + 1][1] = r[3];
+      }
+    }
+  };
+
+  tl_gemm_prologue<S::CHAINED>(S::STAGES - 1, 0, KT, loadA, loadB);  // STAGES - 1 stages in flight
+  tl_cp_async_wait<S::STAGES - 2>();
+  tl_sync();
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) tl_zero_fragments(acc[i]);
+
+  constexpr int NORM_THREADS_PER_ROW = THREADS >= BM ? THREADS / BM : 1;
+  constexpr int NORM_ROWS_PER_THREAD = THREADS >= BM ? 1 : BM / THREADS;
+  auto normRow = [&](int i) {
+    return THREADS >= BM ? int(threadIdx.x) / NORM_THREADS_PER_ROW : int(threadIdx.x) * NORM_ROWS_PER_THREAD + i;
+  };
+  float sumSquares[NORM_ROWS_PER_THREAD];
+  for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i) sumSquares[i] = 0.0f;
+
+  // The mainloop: at each k8 step the warp reads its fragments and multiplies them (three
+  // products each leave enough tensor work to cover the reads, so they are not
+  // double-buffered as in gemm_mma.cuh: that cost registers the splits need); the next
+  // stage's copy is issued at the first step, the wait for the stage after this one
+  // comes after the last.
+  int readStage = 0, writeStage = S::STAGES - 1;
+  for (int kt = 0; kt < KT; ++kt) {
+    if constexpr (S::ROW_NORM)
+      for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i)
+        tl_row_sum_squares_f32(tl_smem + readStage * STAGE_BYTES, normRow(i),
+                               THREADS >= BM ? threadIdx.x % NORM_THREADS_PER_ROW : 0, NORM_THREADS_PER_ROW, sumSquares[i]);
+    if (kt + S::STAGES - 1 < KT) {
+      loadB(writeStage, kt + S::STAGES - 1);
+      loadA(writeStage, kt + S::STAGES - 1);
+    }
+    tl_cp_async_commit();
+    writeStage = writeStage + 1 == S::STAGES ? 0 : writeStage + 1;
+#pragma unroll
+    for (int step = 0; step < STEPS; ++step) {
+      unsigned a[MT][4], b[NT][2];
+      loadFragments(readStage, slice * STEPS + step, a, b);
+      // B split once for the warp's MT row tiles, each A row tile once for its NT columns.
+      unsigned bHi[NT][2], bLo[NT][2];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) tl_split_tf32(b[j], bHi[j], bLo[j]);
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        unsigned aHi[4], aLo[4];
+        tl_split_tf32(a[i], aHi, aLo);
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          tl_mma_split<S::TF32_PRODUCTS>(acc[i][j], aHi, aLo, bHi[j][0], bHi[j][1], bLo[j][0], bLo[j][1]);
+      }
+    }
+    readStage = readStage + 1 == S::STAGES ? 0 : readStage + 1;
+    tl_cp_async_wait<S::STAGES - 2>();
+    tl_sync();
+  }
+  tl_cp_async_wait<0>();
+  tl_sync();
+  tl_allow_dependents();
+
+  // The accumulator tile to shared memory (rows scaled by the inverse RMS, the k slices
+  // summed), where the epilogue reads whole rows.
+  constexpr int LD = BN + 8;
+  float *tileRows = reinterpret_cast<float *>(tl_smem);
+  float *rowScale = tileRows + BM * LD;
+  if constexpr (S::ROW_NORM) {
+    for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i) {
+      float sum = sumSquares[i];
+      for (int m = 1; m < NORM_THREADS_PER_ROW; m <<= 1) sum += TL_SHFL_XOR(sum, m);
+      if (THREADS < BM || threadIdx.x % NORM_THREADS_PER_ROW == 0) rowScale[normRow(i)] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
+    }
+    tl_sync();
+  }
+#pragma unroll
+  for (int s = 0; s < SLICES; ++s) {
+    if (slice == s) tl_store_fragments<MT, NT, LD>(acc, tileRows, wm * WTM, wn * WTN, S::ROW_NORM ? rowScale : nullptr, s > 0);
+    tl_sync();
+  }
+  tl_gemm_finish_tile<S, THREADS, LD>(p, cols, at, m0, tileRows);
+}
+
+#endif // TL_NVIDIA

@@ -1,0 +1,207 @@
+// gemm_wgmma_tf32.cuh: C = A · Bᵀ with fp32 operands on Hopper's warpgroup tensor cores
+// (sm_90a) at fp32-class accuracy, with the fused kernel's prologue and epilogue.
+//
+//   v1  wgmma m64nNk8 tf32, 3xTF32 or plain TF32 as mma_tf32.cuh, A and B both read by
+//       descriptor, so the split is made in shared memory: once a stage lands, the block
+//       rewrites its A rows (times RMSNorm's gain, their squares summed on the way) and B
+//       rows as tf32 high parts and writes the residuals to one of two buffers (the group
+//       in flight reads the other); each warpgroup then
+//       issues l·h, h·l and h·h for the stage's four k8 slices of its 64 rows. Stages
+//       come through gemm_wgmma.cuh v1's cp.async pipeline with one wgmma group in
+//       flight; split-K for a short last wave and RMSNorm's sums shared by column tiles
+//       are gemm_wgmma.cuh's (tl_block_work, tl_gemm_join_splits, tl_share_row_norm).
+//       A from registers (split there) made ptxas serialize the wgmma groups (C7513).
+//
+// K-major operands only (wgmma has no transpose for tf32): the backward's A stored [K, M]
+// and B stored [K, N] run on gemm_mma_tf32.cuh. BM 64 or 128, BN 64 or 128.
+#pragma once
+#include "gemm_mma_tf32.cuh"
+#include "gemm_wgmma.cuh"
+
+#if defined(TL_NVIDIA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// wgmma m64nNk8 tf32, A and B by descriptor, N = 64 or 128.
+TL_DEVICE void tl_wgmma_tf32_m64n64k8(float (&d)[32], unsigned long long descA, unsigned long long descB) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" TL_WGMMA_D32 "}, %32, %33, p, 1, 1;\n}\n"
+               : TL_WGMMA_ACC32(0)
+               : "l"(descA), "l"(descB), "r"(1));
+}
+
+TL_DEVICE void tl_wgmma_tf32_m64n128k8(float (&d)[64], unsigned long long descA, unsigned long long descB) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {" TL_WGMMA_D64 "}, %64, %65, p, 1, 1;\n}\n"
+               : TL_WGMMA_ACC32(0), TL_WGMMA_ACC32(32)
+               : "l"(descA), "l"(descB), "r"(1));
+}
+
+template <int BN> TL_DEVICE void tl_wgmma_tf32(float (&d)[BN / 2], unsigned long long descA, unsigned long long descB) {
+  static_assert(BN == 64 || BN == 128, "tf32 wgmma tiles: 64 or 128 columns");
+  if constexpr (BN == 64) tl_wgmma_tf32_m64n64k8(d, descA, descB);
+  else tl_wgmma_tf32_m64n128k8(d, descA, descB);
+}
+
+// A stage's A and B rows (ROWS of 128 bytes, A's first) rewritten as their tf32 high parts,
+// with the residuals at the same places of `residual` (PRODUCTS 3); A's rows
+// multiplied by RMSNorm's gain first (`gain`, the stage's 32 floats, or null), and their
+// squares added to sum[j] (the thread's row threadIdx.x / 8 + j * THREADS / 8). Block-wide,
+// no barrier.
+template <int ROWS, int A_ROWS, int THREADS, int PRODUCTS>
+TL_DEVICE void tl_split_stage_tf32(unsigned char *tile, unsigned char *residual, const float *gain,
+                                   float (&sum)[A_ROWS * 8 / THREADS]) {
+  constexpr int PASSES = ROWS * 8 / THREADS, A_PASSES = A_ROWS * 8 / THREADS;
+  static_assert(ROWS * 8 % THREADS == 0 && A_ROWS * 8 % THREADS == 0, "whole rows per pass");
+#pragma unroll
+  for (int j = 0; j < PASSES; ++j) {
+    const int c = threadIdx.x + j * THREADS;  // 16-byte chunk c % 8 of row c / 8
+    tl_u32x4 *at = reinterpret_cast<tl_u32x4 *>(tile) + c;
+    const tl_u32x4 raw = *at;
+    unsigned x[4] = {raw.x, raw.y, raw.z, raw.w}, hi[4], lo[4];
+    if (j < A_PASSES) {
+      const int k = ((c % 8) ^ (c / 8 % 8)) * 4;  // the chunk's first k in the stage (unswizzled)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = __uint_as_float(x[e]);
+        sum[j] = fmaf(v, v, sum[j]);
+        if (gain) x[e] = __float_as_uint(v * gain[k + e]);
+      }
+    }
+    tl_split_tf32(x, hi, lo);
+    *at = tl_u32x4{hi[0], hi[1], hi[2], hi[3]};
+    if constexpr (PRODUCTS == 3)
+      reinterpret_cast<tl_u32x4 *>(residual)[c] = tl_u32x4{lo[0], lo[1], lo[2], lo[3]};
+  }
+}
+
+template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p) {
+  constexpr int BM = S::BM, BN = S::BN, BK = 32, GROUPS = BM / 64, THREADS = GROUPS * 128, P = S::TF32_PRODUCTS;
+  // A stage: A and B rows (their high parts once split). Their residuals go to one of two
+  // buffers after the stages, in turn: only the group in flight still reads the other.
+  constexpr int A_BYTES = BM * BK * 4, STAGE_BYTES = (BM + BN) * BK * 4;
+  constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES;
+  static_assert((BM == 64 || BM == 128) && STAGES >= 3 && !S::A_KM && !S::B_KN && !S::NORM_GRAD,
+                "tf32 wgmma: 64 or 128 rows, K-major operands, the Spec's own epilogue");
+  static_assert(!S::NORM_SHARED || (S::ROW_NORM && S::K_SPLITS == 1), "shared norm sums: unsplit norm GEMMs only");
+  extern __shared__ __align__(128) unsigned char tl_smem_raw[];
+  // Swizzled stages must start on 1024 bytes (the launch asks for 1 KiB more).
+  unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
+  const unsigned smem = tl_smem_addr(tl_smem);
+
+  const tl_tile_work work = tl_block_work<S, KT>();
+  const int kBegin = work.kBegin, kCount = work.kCount;
+  const bool splitTile = work.splits > 1;
+  const int tm = work.tile % S::TILES_M, tn = (work.tile / S::TILES_M) % S::TILES_N, bt = work.tile / (S::TILES_M * S::TILES_N);
+  const tl_tile_cols cols = S::tile_cols(tn);
+  const int m0 = tm * BM;
+  const int warp = threadIdx.x / 32;
+  const int rowTile = bt * S::TILES_M + tm;
+  const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
+
+  tl_stage_copies<BM, THREADS, float> aCopies;
+  aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+  tl_stage_copies<BN, THREADS, float> bCopies;
+  bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
+  unsigned char *residuals = tl_smem + STAGES * STAGE_BYTES;
+  unsigned char *sGain = residuals + 2 * STAGE_BYTES;  // RMSNorm's gain, 32 floats a stage
+  auto loadB = [&](int stage, int kt) {
+    const int k = kt * BK + (threadIdx.x % 8) * 4;
+    bCopies.copy(smem + stage * STAGE_BYTES + A_BYTES, S::b_col(k), tl_k_inside_f32<S>(k));
+  };
+  auto loadA = [&](int stage, int kt) {
+    const int k = kt * BK + (threadIdx.x % 8) * 4, kGain = kt * BK + threadIdx.x * 4;
+    aCopies.copy(smem + stage * STAGE_BYTES, S::a_col(k), tl_k_inside_f32<S>(k));
+    if (S::NORM_GAIN && threadIdx.x < 8)
+      tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (kGain < S::K ? kGain : 0),
+                    kGain < S::K ? 16 : 0);
+  };
+
+  // STAGES - 2 stages in flight ahead of the one computed; the stage before that may
+  // still be read by the wgmma group in flight.
+  tl_gemm_prologue<S::CHAINED>(STAGES - 2, kBegin, kCount, loadA, loadB);
+
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+  // RMSNorm: this thread's squares of rows threadIdx.x / 8 + j * THREADS / 8, from the split.
+  float squares[BM * 8 / THREADS] = {};
+
+  // One k tile: wait for its stage and for the group before the last, start the copy of a
+  // later stage, split this one in place (high parts, residuals beside them), then each
+  // warpgroup issues l·h, h·l and h·h for four k8 slices of its 64 rows.
+  for (int i = 0; i < kCount; ++i) {
+    const int kt = kBegin + i, stage = i % STAGES;
+    tl_cp_async_wait<STAGES - 3>();
+    tl_wgmma_wait<1>();
+    tl_wgmma_pin(acc);
+    tl_sync();
+    if (i + STAGES - 2 < kCount) {
+      loadB((i + STAGES - 2) % STAGES, kt + STAGES - 2);
+      loadA((i + STAGES - 2) % STAGES, kt + STAGES - 2);
+    }
+    tl_cp_async_commit();
+
+    unsigned char *sA = tl_smem + stage * STAGE_BYTES, *residual = residuals + (i % 2) * STAGE_BYTES;
+    tl_split_stage_tf32<BM + BN, BM, THREADS, P>(
+        sA, residual, S::NORM_GAIN ? reinterpret_cast<const float *>(sGain + stage * 128) : nullptr, squares);
+    // Written through the generic proxy; wgmma reads through the async one.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    tl_sync();
+    const unsigned aHigh = tl_smem_addr(sA) + (warp / 4) * 64 * 128, bHigh = tl_smem_addr(sA) + A_BYTES;
+    const unsigned aLow = tl_smem_addr(residual) + (warp / 4) * 64 * 128, bLow = tl_smem_addr(residual) + A_BYTES;
+    tl_wgmma_fence();
+    tl_wgmma_pin(acc);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      if constexpr (P == 3) {
+        tl_wgmma_tf32<BN>(acc, tl_wgmma_descriptor(aLow, s * 32), tl_wgmma_descriptor(bHigh, s * 32));
+        tl_wgmma_tf32<BN>(acc, tl_wgmma_descriptor(aHigh, s * 32), tl_wgmma_descriptor(bLow, s * 32));
+      }
+      tl_wgmma_tf32<BN>(acc, tl_wgmma_descriptor(aHigh, s * 32), tl_wgmma_descriptor(bHigh, s * 32));
+    }
+    tl_wgmma_commit();
+    tl_wgmma_pin(acc);
+  }
+  tl_wgmma_wait<0>();
+  tl_wgmma_pin(acc);
+  tl_cp_async_wait<0>();
+  tl_sync();
+  tl_allow_dependents();
+
+  // The epilogue as gemm_wgmma.cuh v1's: rows scaled by the inverse RMS (their sums from
+  // this block, or shared by column tile 0), split tiles joined first. The 8 threads of a
+  // row (neighbouring lanes) add their squares; each row's sum passes through rowScale to
+  // the row's thread in gemm_wgmma.cuh's layout (NORM_THREADS_PER_ROW a row).
+  constexpr int LD = BN + 8, NORM_THREADS_PER_ROW = THREADS / BM;
+  float *tileRows = reinterpret_cast<float *>(tl_smem);
+  float *rowScale = tileRows + BM * LD;
+  float rowSum = 0.0f;
+  if (sumsSquares) {
+#pragma unroll
+    for (int j = 0; j < BM * 8 / THREADS; ++j) {
+      float sum = squares[j];
+      for (int m = 1; m < 8; m <<= 1) sum += TL_SHFL_XOR(sum, m);
+      if (threadIdx.x % 8 == 0) rowScale[threadIdx.x / 8 + j * (THREADS / 8)] = sum;
+    }
+    tl_sync();
+    if (threadIdx.x % NORM_THREADS_PER_ROW == 0) rowSum = rowScale[threadIdx.x / NORM_THREADS_PER_ROW];
+    tl_sync();
+  }
+  if constexpr (S::NORM_SHARED) {
+    float *rowSquares = tl_norm_sums<S>(p, rowTile);
+    if (tn == 0 && threadIdx.x % NORM_THREADS_PER_ROW == 0) rowSquares[threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
+    tl_share_row_norm<S, THREADS>(tn == 0, rowSquares, tl_norm_flag<S>(p, rowTile), rowScale, [] { tl_sync(); });
+  } else if constexpr (S::ROW_NORM) {
+    if (!splitTile && threadIdx.x % NORM_THREADS_PER_ROW == 0)
+      rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(rowSum / (float)S::K + S::NORM_EPS);
+    tl_sync();
+  }
+  const int r = warp * 16 + (threadIdx.x % 32) / 4;
+  const bool scaleRows = S::ROW_NORM && !splitTile;
+  tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, scaleRows ? rowScale[r] : 1.0f, scaleRows ? rowScale[r + 8] : 1.0f);
+  if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, NORM_THREADS_PER_ROW>(p, work, tileRows, rowScale, rowSum))
+    return;
+  tl_sync();
+  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
+}
+
+#endif // TL_NVIDIA && __CUDA_ARCH_FEAT_SM90_ALL

@@ -1,0 +1,62 @@
+// mma_tf32.cuh: fp32 matrix products on NVIDIA tensor cores (sm_80 and later) at fp32-class
+// accuracy, for the GEMM (gemm_mma_tf32.cuh, gemm_wgmma_tf32.cuh) and attention kernels.
+//
+// The tensor cores multiply tf32 (fp32 with a 10-bit mantissa). An fp32 x is split into a
+// tf32 high part h = tf32(x) and a tf32 residual l = tf32(x - h), so x = h + l to about
+// 2^-22 |x|; a product a b is then h_a h_b + h_a l_b + l_a h_b, the dropped l_a l_b being
+// about 2^-22 of it: three tensor-core products accumulated in fp32 ("3xTF32"). PRODUCTS
+// is the precision a Spec asks for: 3 for that, 1 for the high parts alone (plain TF32,
+// about 2^-11 per product).
+//
+// Fragments hold fp32 bits as loaded from shared memory (an ldmatrix of 8x8 b16 is 8 rows
+// of 4 floats, which is how m16n8k8 lays out a tf32 fragment); they are split at use.
+#pragma once
+#include "prelude.cuh"
+
+#if defined(TL_NVIDIA)
+
+// x rounded to the nearest tf32, as fp32 bits (the low 13 mantissa bits zero).
+TL_DEVICE unsigned tl_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// N fp32 values (bits) split into tf32 high parts and residuals.
+template <int N> TL_DEVICE void tl_split_tf32(const unsigned (&x)[N], unsigned (&hi)[N], unsigned (&lo)[N]) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    hi[e] = tl_tf32(__uint_as_float(x[e]));
+    lo[e] = tl_tf32(__uint_as_float(x[e]) - __uint_as_float(hi[e]));
+  }
+}
+
+// d += a · b for one 16x8x8 tile of tf32: a row-major 16x8, b 8x8 given column by column.
+TL_DEVICE void tl_mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += a · b from split fragments (b's two registers hi0, hi1 and lo0, lo1): the residual
+// products first (small terms before the large one), then the high parts; PRODUCTS 1 only
+// the latter.
+template <int PRODUCTS>
+TL_DEVICE void tl_mma_split(float (&d)[4], const unsigned (&aHi)[4], const unsigned (&aLo)[4], unsigned bHi0,
+                            unsigned bHi1, unsigned bLo0, unsigned bLo1) {
+  static_assert(PRODUCTS == 1 || PRODUCTS == 3, "3xTF32 or plain TF32");
+  if constexpr (PRODUCTS == 3) {
+    tl_mma_tf32(d, aLo, bHi0, bHi1);
+    tl_mma_tf32(d, aHi, bLo0, bLo1);
+  }
+  tl_mma_tf32(d, aHi, bHi0, bHi1);
+}
+
+// The float at column `col` of row `row` of a tile of rows `rowBytes` long, 16-byte chunks
+// XOR-swizzled by row (tl_swizzle's layout, 4 floats a chunk), as bits.
+TL_DEVICE unsigned tl_swizzled_f32(const unsigned char *tile, int row, int col, int rowBytes) {
+  return *reinterpret_cast<const unsigned *>(tile + row * rowBytes + (((col >> 2) ^ (row & 7)) << 4) + (col & 3) * 4);
+}
+
+#endif // TL_NVIDIA
