@@ -18,7 +18,7 @@
 namespace tlc {
 
 // NaN is a difference: std::max would drop it, so it is returned as soon as it is met.
-static double maxAbsDifference(const std::vector<float> &a, const std::vector<float> &b) {
+double maxAbsDifference(const std::vector<float> &a, const std::vector<float> &b) {
   if (a.size() != b.size()) return std::numeric_limits<double>::quiet_NaN();
   double largest = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -127,11 +127,13 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
   return ladder;
 }
 
+std::string dtypeOf(const Ladder &ladder) {
+  return ladder.dtype == "f32" ? fmt::format("f32 (matmul precision {})", matmulPrecisionName(ladder.matmulPrecision))
+                               : ladder.dtype;
+}
+
 std::string ladderTable(const Ladder &ladder) {
-  std::string dtype = ladder.dtype == "f32"
-                          ? fmt::format("f32 (matmul precision {})", matmulPrecisionName(ladder.matmulPrecision))
-                          : ladder.dtype;
-  std::string out = fmt::format("tlc ladder: {}, {}, batch {} x seq {}, target {}\n", ladder.model, dtype, ladder.batch,
+  std::string out = fmt::format("tlc ladder: {}, {}, batch {} x seq {}, target {}\n", ladder.model, dtypeOf(ladder), ladder.batch,
                                 ladder.seqLen, ladder.target);
   out += fmt::format("  inputs    weights {}; tokens {} (the same at every level)\n", ladder.weightsFrom,
                      ladder.tokensFrom);

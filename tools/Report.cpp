@@ -7,6 +7,8 @@
 #include "compiler/Provenance.h"
 #include "compiler/TlDialect.h"
 #include "passes/Remarks.h"
+#include "runtime/Error.h"
+#include "runtime/FiniteResults.h"
 #include "runtime/JitBackend.h"
 #include "runtime/OptLevels.h"
 #include "runtime/Progress.h"
@@ -129,14 +131,9 @@ ForwardResult timeLaunches(Backend &backend, const std::vector<int32_t> &tokens,
     return values[values.size() / 2];
   };
   for (const std::vector<double> &times : perLaunch) run.launchMs.push_back(median(times));
+  run.taskTimes = result.taskTimes;
   result.milliseconds = median(totals);
   return result;
-}
-
-double maxAbsDifference(const std::vector<float> &a, const std::vector<float> &b) {
-  double largest = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) largest = std::max(largest, std::fabs(double(a[i]) - b[i]));
-  return largest;
 }
 
 } // namespace
@@ -177,6 +174,13 @@ mlir::FailureOr<ReportData> collectReport(mlir::ModuleOp parsed, const std::stri
     ProgressLine progress(fmt::format("O{}: timing every launch on {}", level, backend->name()));
     backend->load(run->program, weights);
     ForwardResult result = timeLaunches(*backend, tokens, options.iterations, *run);
+    if (!options.allowNonFinite) {
+      try {
+        checkFiniteForward(run->program, result, weights, tokens, options.inputs.threads);
+      } catch (const Error &error) {
+        throw Error(fmt::format("O{}: {}", level, error.what()));
+      }
+    }
     run->rung.milliseconds = result.milliseconds;
     run->rung.loss = result.loss;
     if (level == 0) reference = result.logits.data;

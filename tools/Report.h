@@ -48,6 +48,9 @@ struct LevelRun {
   Program program;
   std::vector<PassStep> steps;
   std::vector<double> launchMs;  // per launch, the median over the timed forwards
+  // A persistent kernel's tasks as a GPU stamped them in the last timed forward; none on
+  // the CPU, or without a persistent kernel.
+  std::vector<TaskTiming> taskTimes;
   LadderRung rung;
 };
 

@@ -1,4 +1,4 @@
-// The report's stylesheet and script (report/report.css, report/report.js), embedded at
+// The report's stylesheet and script (tools/report/), embedded at
 // build time so that tlc report needs no files beside the binary.
 #pragma once
 

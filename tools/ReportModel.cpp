@@ -326,54 +326,70 @@ std::string rooflineSvg(const ReportModel &model) {
 
 namespace {
 
-// A persistent kernel's tasks on its workers: each starts when its worker is free and
-// the tasks it waits for are done, at the schedule's estimated costs.
-std::string scheduleSvg(const LevelModel &lm) {
-  const Kernel &kernel = *lm.persistent;
-  std::vector<double> start(kernel.tasks.size(), 0), end(kernel.tasks.size(), 0);
-  std::vector<int> workerOf(kernel.tasks.size(), 0);
+// Where one task of a persistent kernel ran, in µs from the kernel's start.
+struct TaskSpan {
+  double start = 0, end = 0;
+};
+
+// The schedule's placement: each task starts when its worker is free and the tasks it
+// waits for are done, at the schedule's estimated costs.
+std::vector<TaskSpan> estimatedSpans(const Kernel &kernel) {
+  std::vector<TaskSpan> spans(kernel.tasks.size());
   std::vector<int> before(kernel.tasks.size(), -1);  // the worker's task before it
-  for (size_t w = 0; w < kernel.workers.size(); ++w)
-    for (size_t i = 0; i < kernel.workers[w].size(); ++i) {
-      workerOf[size_t(kernel.workers[w][i])] = int(w);
-      before[size_t(kernel.workers[w][i])] = i > 0 ? kernel.workers[w][i - 1] : -1;
-    }
-  double total = 0;
+  for (const std::vector<int> &worker : kernel.workers)
+    for (size_t i = 1; i < worker.size(); ++i) before[size_t(worker[i])] = worker[i - 1];
   for (size_t t = 0; t < kernel.tasks.size(); ++t) {  // tasks are in a topological order
-    double ready = before[t] >= 0 ? end[size_t(before[t])] : 0;
-    for (int wait : kernel.tasks[t].waits) ready = std::max(ready, end[size_t(wait)]);
-    start[t] = ready;
-    end[t] = ready + kernel.tasks[t].cost;
-    total = std::max(total, end[t]);
+    double ready = before[t] >= 0 ? spans[size_t(before[t])].end : 0;
+    for (int wait : kernel.tasks[t].waits) ready = std::max(ready, spans[size_t(wait)].end);
+    spans[t] = {ready, ready + kernel.tasks[t].cost};
   }
+  return spans;
+}
+
+// As the GPU stamped them: from each task's start (after its waits) to its end.
+std::vector<TaskSpan> measuredSpans(const Kernel &kernel, const std::vector<TaskTiming> &times) {
+  std::vector<TaskSpan> spans(kernel.tasks.size());
+  for (const TaskTiming &timing : times)
+    if (timing.task >= 0 && size_t(timing.task) < spans.size()) spans[size_t(timing.task)] = {timing.start, timing.end};
+  return spans;
+}
+
+// A persistent kernel's tasks on its workers (one row each; a worker is an SM's, or a
+// share of one): a run of one part's tasks back to back on a worker is one bar.
+std::string tasksSvg(const LevelModel &lm, const std::vector<TaskSpan> &spans, const std::string &caption) {
+  const Kernel &kernel = *lm.persistent;
+  double total = 0;
+  for (const TaskSpan &span : spans) total = std::max(total, span.end);
   constexpr double W = 960, left = 90, right = 10, rowHeight = 4, top = 10;
   double H = top + rowHeight * double(kernel.workers.size()) + 25;
   std::string svg = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{}" height="{}" viewBox="0 0 {} {}" font-family="sans-serif" font-size="10">)"
                                 "\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{} workers</text>\n",
                                 W, H, W, H, left - 6, top + 10, kernel.workers.size());
   size_t firstPart = size_t(std::find(lm.kernels.begin(), lm.kernels.end(), &kernel.parts.front()) - lm.kernels.begin());
-  double scale = (W - left - right) / total;
-  for (const std::vector<int> &worker : kernel.workers)
+  double scale = total > 0 ? (W - left - right) / total : 0;
+  for (size_t w = 0; w < kernel.workers.size(); ++w) {
+    const std::vector<int> &worker = kernel.workers[w];
     for (size_t i = 0; i < worker.size();) {
-      // A run of one part's tasks back to back on this worker is one bar.
       size_t j = i + 1;
       const Task &first = kernel.tasks[size_t(worker[i])];
       while (j < worker.size() && kernel.tasks[size_t(worker[j])].part == first.part &&
-             start[size_t(worker[j])] <= end[size_t(worker[j - 1])])
+             spans[size_t(worker[j])].start <= spans[size_t(worker[j - 1])].end)
         ++j;
-      size_t t = size_t(worker[i]), last = size_t(worker[j - 1]);
+      const TaskSpan &from = spans[size_t(worker[i])], &to = spans[size_t(worker[j - 1])];
       int group = lm.groupOfLaunch[firstPart + size_t(first.part)];
       svg += fmt::format(R"(<rect class="launch" data-kernel="{}" data-tasks="{}" x="{:.1f}" y="{}" width="{:.1f}" height="{}" fill="{}">)"
-                         R"(<title>part {} ({}): {} task{} from {:.1f} µs</title></rect>)"
+                         R"(<title>worker {}, part {} ({}): {} task{}, {:.1f}-{:.1f} µs</title></rect>)"
                          "\n",
-                         group, j - i, left + start[t] * scale, top + rowHeight * workerOf[t],
-                         std::max(0.5, (end[last] - start[t]) * scale), rowHeight - 1, lm.groups[size_t(group)].color,
-                         first.part, escapeHtml(lm.groups[size_t(group)].entry), j - i, j - i == 1 ? "" : "s", start[t]);
+                         group, j - i, left + from.start * scale, top + rowHeight * double(w),
+                         std::max(0.5, (to.end - from.start) * scale), rowHeight - 1, lm.groups[size_t(group)].color, w,
+                         first.part, escapeHtml(lm.groups[size_t(group)].entry), j - i, j - i == 1 ? "" : "s",
+                         from.start, to.end);
       i = j;
     }
-  svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end">{:.1f} µs: the schedule's estimate (Task::cost) for {}, not a measurement</text>)"
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end">{:.1f} µs: {}</text>)"
                      "\n",
-                     W - right, H - 6, total, kernel.taskPath);
+                     W - right, H - 6, total, escapeHtml(caption));
   return svg + "</svg>\n";
 }
 
@@ -381,7 +397,14 @@ std::string scheduleSvg(const LevelModel &lm) {
 
 std::string timelineSvg(const ReportModel &model, int level) {
   const LevelModel &lm = model.levels[size_t(level)];
-  if (lm.persistent) return scheduleSvg(lm);
+  if (lm.persistent) {
+    const std::vector<TaskTiming> &times = model.data.levels[size_t(level)].taskTimes;
+    if (!times.empty())
+      return tasksSvg(lm, measuredSpans(*lm.persistent, times),
+                      "each task as the GPU's clock stamped it in the last timed forward; a gap is a worker waiting");
+    return tasksSvg(lm, estimatedSpans(*lm.persistent),
+                    fmt::format("the schedule's estimate (Task::cost) for {}, not a measurement", lm.persistent->taskPath));
+  }
   double total = 0;
   for (double ms : lm.kernelMs) total += std::max(0.0, ms);
   constexpr double W = 960, left = 90, right = 10, rowHeight = 16, top = 20;

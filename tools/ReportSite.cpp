@@ -1,12 +1,12 @@
 // The report's pages: one index.html with every view, report.css and report.js beside
-// it (embedded at build time from report/). Everything a view needs is in the HTML; the
+// it (embedded at build time from tools/report/). Everything a view needs is in the HTML; the
 // script only switches views and follows a selection across them.
 #include "tools/Report.h"
-#include "tools/ReportModel.h"
 
 #include "runtime/Error.h"
 #include "runtime/MemoryBudget.h"
 #include "runtime/OptLevels.h"
+#include "runtime/OutputFile.h"
 #include "tools/LadderChart.h"
 #include "tools/ReportAssets.h"
 #include "tools/ReportModel.h"
@@ -18,7 +18,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <numeric>
 
 namespace tlc {
@@ -206,6 +205,29 @@ std::string howItRuns(const ReportModel &model, int level) {
   return escapeHtml(text);
 }
 
+// What the timeline shows, and where a persistent kernel's measured tasks need a GPU.
+std::string timelineNote(const ReportModel &model, int level) {
+  const LevelModel &lm = model.levels[size_t(level)];
+  const LevelRun &run = model.data.levels[size_t(level)];
+  std::string text;
+  if (lm.persistent && !run.taskTimes.empty())
+    text = "One launch of the persistent kernel: a row per worker (an SM, or a share of one), a bar per run of one "
+           "part's tasks, as the GPU's clock stamped them.";
+  else if (lm.persistent)
+    text = fmt::format("One launch of the persistent kernel: a row per worker, its tasks where the static schedule "
+                       "placed them at its estimated costs. Measured per-SM task times need a GPU: {}.",
+                       model.data.device == "cpu"
+                           ? "on the CPU the parts run one after another, so nothing here ran per SM (tlc report "
+                             "--persistent on a GPU draws the tasks as they ran)"
+                           : "this run recorded none");
+  else if (level == kMaxOptLevel)
+    text = "Each launch's median time, laid end to end. With --persistent, O3's forward is one persistent kernel "
+           "instead, and on a GPU this view draws its tasks on each SM's workers as they ran.";
+  else
+    text = "Each launch's median time, laid end to end.";
+  return "<p class=\"hint\">" + escapeHtml(text) + "</p>\n";
+}
+
 std::string levelSection(const ReportModel &model, int level) {
   const LevelRun &run = model.data.levels[size_t(level)];
   std::string articles;
@@ -221,7 +243,8 @@ std::string levelSection(const ReportModel &model, int level) {
       "what the pass said it fused and left apart (<code>tlc --remarks</code>).</p>\n{9}</section>\n",
       level, escapeHtml(optLevelInfo(level).workshopVersion), escapeHtml(optLevelInfo(level).idea),
       howItRuns(model, level), escapeHtml(run.program.pipeline),
-      graphSvg(model, level), kernelTable(model, level), articles, timelineSvg(model, level), stepper(model, level));
+      graphSvg(model, level), kernelTable(model, level), articles, timelineNote(model, level) + timelineSvg(model, level),
+      stepper(model, level));
 }
 
 std::string ladderSection(const ReportModel &model) {
@@ -313,7 +336,7 @@ std::string page(const ReportModel &model) {
       "before and after its passes, their launches, the bytes they must move and their time (ms: the launches' "
       "medians, summed).</p>\n{13}</section>\n</main>\n<script type=\"application/json\" id=\"report-data\">{14}</script>\n"
       "<script src=\"report.js\"></script>\n</body>\n</html>\n",
-      escapeHtml(data.ladder.model), escapeHtml(data.modelPath), escapeHtml(data.ladder.dtype), data.ladder.batch,
+      escapeHtml(data.ladder.model), escapeHtml(data.modelPath), escapeHtml(dtypeOf(data.ladder)), data.ladder.batch,
       data.ladder.seqLen, escapeHtml(data.device),
       std::accumulate(data.levels.begin(), data.levels.end(), size_t(0),
                       [](size_t n, const LevelRun &run) { return n + run.program.kernels.size(); }),
@@ -322,11 +345,7 @@ std::string page(const ReportModel &model) {
 }
 
 int64_t writeFile(const std::string &directory, const std::string &name, const std::string &text) {
-  std::string path = directory + "/" + name;
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file << text;
-  file.close();
-  if (!file) throw Error(fmt::format("cannot write '{}'", path));
+  writeFileAtomically(directory + "/" + name, text, "report file");
   return int64_t(text.size());
 }
 

@@ -8,7 +8,12 @@ Fails on any console error, uncaught exception or resource that does not load; c
 through the DOM that every level has its graph, kernels, timeline and pass stepper with
 the counts the Programs themselves give (tlc --emit=program), that every kernel of every
 level is reached by selecting the ops of its graph, and that the roofline has a point
-per kernel; saves a screenshot of O2 with an op selected (<work dir>/report.png).
+per kernel; saves a screenshot of O2 with an op selected (<work dir>/report.png). Then
+the same checks for the report with --persistent (O3 one persistent kernel, its tasks on
+the timeline), whose O3 must say that measured task times need a GPU.
+
+The model is given to tlc as a path relative to the folder above its own (models/x.tl),
+as a reader would type it: the page shows that command.
 """
 import base64
 import fcntl
@@ -116,27 +121,28 @@ def problems(events):
     return found
 
 
-def expected_counts(tlc, model, work):
+def expected_counts(tlc, model, work, persistent):
     """What the Programs say each level has: distinct kernels (a persistent kernel's parts
     in its place), the timeline's bars (its launches, or a persistent kernel's tasks),
     passes, roofline points, and the model ops the graph draws (those of block 0 and
     outside the blocks)."""
     levels = []
     for level in range(LEVELS):
-        out = os.path.join(work, f"program-O{level}.json")
-        subprocess.run([tlc, model, f"-O{level}", "--emit=program", "-o", out], check=True)
+        out = os.path.join(work, f"program-O{level}{'-persistent' if persistent else ''}.json")
+        flags = ["--persistent"] if persistent and level == LEVELS - 1 else []
+        subprocess.run([tlc, model, f"-O{level}", "--emit=program", "-o", out] + flags, check=True)
         program = json.load(open(out))
-        kernels, bars, persistent = [], 0, 0
+        kernels, bars, persistents = [], 0, 0
         for kernel in program["kernels"]:
             parts = kernel.get("persistent", {}).get("parts", [])
             kernels += parts or [kernel]
             bars += len(kernel["persistent"]["tasks"]) if parts else 1
-            persistent += bool(parts)
+            persistents += bool(parts)
         shown = {op for k in kernels if k["layer"] <= 0 for op, role in k.get("origins", []) if role == "computes"}
         distinct = {k.get("entry", k["name"]): k for k in kernels}
-        timed = 0 if persistent else sum(1 for k in distinct.values() if k["min_bytes"] > 0)
+        timed = 0 if persistents else sum(1 for k in distinct.values() if k["min_bytes"] > 0)
         levels.append({"kernels": len(distinct), "launches": bars, "steps": len(program["pipeline"].split(", ")) + 1,
-                       "ops": len(shown), "points": timed + persistent})
+                       "ops": len(shown), "points": timed + persistents})
     return levels
 
 
@@ -145,19 +151,101 @@ def check(condition, message, failures):
         failures.append(message)
 
 
+def make_site(tlc, model, work, name, flags, failures):
+    """tlc report into <work>/<name>, from the folder above the model's (models/x.tl)."""
+    site = os.path.join(work, name)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(model)))
+    started = time.time()
+    subprocess.run([tlc, "report", os.path.relpath(os.path.abspath(model), root), "-o", site, "--target=cpu"] + flags,
+                   check=True, cwd=root)
+    print(" ".join(["tlc report"] + flags), f"took {time.time() - started:.1f} s")
+    size = sum(os.path.getsize(os.path.join(site, f)) for f in os.listdir(site))
+    print(f"the site: {sorted(os.listdir(site))}, {size / 2**20:.2f} MiB")
+    check(size < 10 * 2**20, f"{name}: the site is {size} bytes, over 10 MiB", failures)
+    return site
+
+
+def check_site(browser, site, expected, failures):
+    """Opens the site and checks every level's views, the roofline and the fusion tables."""
+    browser.page("Page.navigate", {"url": "file://" + os.path.abspath(os.path.join(site, "index.html"))})
+    browser.wait_for("Page.loadEventFired")
+    for level, want in enumerate(expected):
+        got = browser.evaluate(f"""(() => {{
+            const s = document.getElementById('O{level}');
+            return {{nodes: s.querySelectorAll('.graph g.node').length,
+                    opNodes: s.querySelectorAll('.graph g.node[id^="O{level}-op"]').length,
+                    articles: s.querySelectorAll('article.kernel').length,
+                    rows: s.querySelectorAll('table.kernels tr[data-kernel]').length,
+                    launches: [...s.querySelectorAll('rect.launch')].reduce((n, r) => n + +(r.dataset.tasks || 1), 0),
+                    steps: s.querySelectorAll('article.step').length,
+                    options: s.querySelectorAll('.stepper option').length}};
+        }})()""")
+        print(f"O{level}: {got} (the Program: {want})")
+        check(got["opNodes"] == want["ops"], f"O{level}: {got['opNodes']} ops drawn, {want['ops']} computed", failures)
+        check(got["nodes"] == want["ops"] + 1, f"O{level}: the other blocks' node is missing", failures)
+        for key, what in (("articles", "kernels"), ("rows", "kernels"), ("launches", "launches"),
+                          ("steps", "steps"), ("options", "steps")):
+            check(got[key] == want[what], f"O{level}: {got[key]} {key}, expected {want[what]}", failures)
+        # Selecting each op of the graph (its link) shows a kernel; together they show every kernel.
+        reached = browser.evaluate(f"""(() => {{
+            const shown = new Set();
+            for (const link of document.querySelectorAll('#O{level} .graph a')) {{
+              const href = link.getAttribute('href') || link.getAttribute('xlink:href');
+              if (!href || !href.includes('/op')) continue;
+              show(href);
+              const open = [...document.querySelectorAll('#O{level} article.kernel')].filter(a => !a.hidden);
+              if (open.length !== 1) return -1;
+              shown.add(open[0].id);
+            }}
+            return shown.size;
+        }})()""")
+        check(reached == want["kernels"], f"O{level}: the graph reaches {reached} of {want['kernels']} kernels", failures)
+        # Every pass can be stepped to, and shows its diff.
+        stepped = browser.evaluate(f"""(() => {{
+            const stepper = document.querySelector('#O{level} .stepper');
+            const next = stepper.querySelector('.next');
+            let seen = 0;
+            stepper.querySelector('select').value = '0';
+            stepper.querySelector('select').dispatchEvent(new Event('change'));
+            for (let i = 0; i < 100; ++i) {{
+              const open = [...stepper.querySelectorAll('article.step')].filter(a => !a.hidden);
+              if (open.length !== 1 || !open[0].querySelector('pre.diff')) return -1;
+              if (+open[0].dataset.step !== i) break;
+              ++seen;
+              next.click();
+            }}
+            return seen;
+        }})()""")
+        check(stepped == want["steps"], f"O{level}: stepped through {stepped} of {want['steps']} passes", failures)
+        # The walkthrough's links go to headings inside the level's view.
+        for heading in ("timeline", "passes"):
+            shown = browser.evaluate(f"""(() => {{ show('#O{level}-{heading}');
+                return [...document.querySelectorAll('section.view')].filter(s => !s.hidden).map(s => s.id); }})()""")
+            check(shown == [f"O{level}"], f"#O{level}-{heading} shows {shown}", failures)
+
+    points = browser.evaluate("document.querySelectorAll('svg.roofline circle.point').length")
+    check(points == sum(l["points"] for l in expected), f"the roofline has {points} points", failures)
+    ladder = browser.evaluate("document.querySelectorAll('table.ladder tr').length")
+    check(ladder == LEVELS + 1, f"the ladder table has {ladder} rows", failures)
+    fusion = browser.evaluate("document.querySelectorAll('#fusion table.fusion').length")
+    check(fusion == LEVELS - 1, f"{fusion} level-to-level tables", failures)
+
+
+def timeline_note(browser, level):
+    return browser.evaluate(f"document.querySelector('#O{level}-timeline + p.hint').textContent")
+
+
 def main():
     tlc, chromium, model, work = sys.argv[1:5]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    site = os.path.join(work, "report")
-    started = time.time()
-    subprocess.run([tlc, "report", model, "-o", site, "--target=cpu"], check=True)
-    print(f"tlc report took {time.time() - started:.1f} s")
-    size = sum(os.path.getsize(os.path.join(site, f)) for f in os.listdir(site))
-    print(f"the site: {sorted(os.listdir(site))}, {size / 2**20:.2f} MiB")
     failures = []
-    check(size < 10 * 2**20, f"the site is {size} bytes, over 10 MiB", failures)
-    expected = expected_counts(tlc, model, work)
+    site = make_site(tlc, model, work, "report", [], failures)
+    persistent_site = make_site(tlc, model, work, "report-persistent", ["--persistent"], failures)
+    expected = expected_counts(tlc, model, work, False)
+    persistent_expected = expected_counts(tlc, model, work, True)
+    check(persistent_expected[3]["launches"] > persistent_expected[2]["launches"],
+          "--persistent: O3 has no more tasks than O2 has launches", failures)
 
     browser = Chromium(chromium, os.path.join(work, "profile"))
     try:
@@ -165,69 +253,16 @@ def main():
             browser.page(domain + ".enable")
         browser.page("Emulation.setDeviceMetricsOverride",
                      {"width": 1400, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
-        browser.page("Page.navigate", {"url": "file://" + os.path.abspath(os.path.join(site, "index.html"))})
-        browser.wait_for("Page.loadEventFired")
 
-        for level, want in enumerate(expected):
-            got = browser.evaluate(f"""(() => {{
-                const s = document.getElementById('O{level}');
-                return {{nodes: s.querySelectorAll('.graph g.node').length,
-                        opNodes: s.querySelectorAll('.graph g.node[id^="O{level}-op"]').length,
-                        articles: s.querySelectorAll('article.kernel').length,
-                        rows: s.querySelectorAll('table.kernels tr[data-kernel]').length,
-                        launches: [...s.querySelectorAll('rect.launch')].reduce((n, r) => n + +(r.dataset.tasks || 1), 0),
-                        steps: s.querySelectorAll('article.step').length,
-                        options: s.querySelectorAll('.stepper option').length}};
-            }})()""")
-            print(f"O{level}: {got} (the Program: {want})")
-            check(got["opNodes"] == want["ops"], f"O{level}: {got['opNodes']} ops drawn, {want['ops']} computed", failures)
-            check(got["nodes"] == want["ops"] + 1, f"O{level}: the other blocks' node is missing", failures)
-            for key, what in (("articles", "kernels"), ("rows", "kernels"), ("launches", "launches"),
-                              ("steps", "steps"), ("options", "steps")):
-                check(got[key] == want[what], f"O{level}: {got[key]} {key}, expected {want[what]}", failures)
-            # Selecting each op of the graph (its link) shows a kernel; together they show every kernel.
-            reached = browser.evaluate(f"""(() => {{
-                const shown = new Set();
-                for (const link of document.querySelectorAll('#O{level} .graph a')) {{
-                  const href = link.getAttribute('href') || link.getAttribute('xlink:href');
-                  if (!href || !href.includes('/op')) continue;
-                  show(href);
-                  const open = [...document.querySelectorAll('#O{level} article.kernel')].filter(a => !a.hidden);
-                  if (open.length !== 1) return -1;
-                  shown.add(open[0].id);
-                }}
-                return shown.size;
-            }})()""")
-            check(reached == want["kernels"], f"O{level}: the graph reaches {reached} of {want['kernels']} kernels", failures)
-            # Every pass can be stepped to, and shows its diff.
-            stepped = browser.evaluate(f"""(() => {{
-                const stepper = document.querySelector('#O{level} .stepper');
-                const next = stepper.querySelector('.next');
-                let seen = 0;
-                stepper.querySelector('select').value = '0';
-                stepper.querySelector('select').dispatchEvent(new Event('change'));
-                for (let i = 0; i < 100; ++i) {{
-                  const open = [...stepper.querySelectorAll('article.step')].filter(a => !a.hidden);
-                  if (open.length !== 1 || !open[0].querySelector('pre.diff')) return -1;
-                  if (+open[0].dataset.step !== i) break;
-                  ++seen;
-                  next.click();
-                }}
-                return seen;
-            }})()""")
-            check(stepped == want["steps"], f"O{level}: stepped through {stepped} of {want['steps']} passes", failures)
-            # The walkthrough's links go to headings inside the level's view.
-            for heading in ("timeline", "passes"):
-                shown = browser.evaluate(f"""(() => {{ show('#O{level}-{heading}');
-                    return [...document.querySelectorAll('section.view')].filter(s => !s.hidden).map(s => s.id); }})()""")
-                check(shown == [f"O{level}"], f"#O{level}-{heading} shows {shown}", failures)
+        print("--persistent:")
+        check_site(browser, persistent_site, persistent_expected, failures)
+        note = timeline_note(browser, 3)
+        check("Measured per-SM task times need a GPU" in note, f"--persistent, O3's timeline says: {note}", failures)
 
-        points = browser.evaluate("document.querySelectorAll('svg.roofline circle.point').length")
-        check(points == sum(l["points"] for l in expected), f"the roofline has {points} points", failures)
-        ladder = browser.evaluate("document.querySelectorAll('table.ladder tr').length")
-        check(ladder == LEVELS + 1, f"the ladder table has {ladder} rows", failures)
-        fusion = browser.evaluate("document.querySelectorAll('#fusion table.fusion').length")
-        check(fusion == LEVELS - 1, f"{fusion} level-to-level tables", failures)
+        print("the default:")
+        check_site(browser, site, expected, failures)
+        note = timeline_note(browser, 3)
+        check("With --persistent" in note, f"O3's timeline says: {note}", failures)
 
         # The screenshot: O2 with the first block's first norm selected.
         rmsnorm = browser.evaluate("""[...document.querySelectorAll('#O2 .graph g.node')]

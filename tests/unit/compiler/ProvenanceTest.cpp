@@ -19,10 +19,12 @@ struct Case {
   const char *path;
   int level;
   bool training;
+  bool persistent = false;  // O3's forward as one persistent kernel (its parts hold the origins)
 };
 
 std::ostream &operator<<(std::ostream &os, const Case &c) {
-  return os << c.path << " O" << c.level << (c.training ? " training step" : " forward");
+  return os << c.path << " O" << c.level << (c.training ? " training step" : " forward")
+            << (c.persistent ? ", persistent" : "");
 }
 
 using Place = std::pair<int, int>;  // line, column
@@ -59,6 +61,7 @@ TEST_P(ProvenanceTest, EveryOpInExactlyOneKernel) {
   ASSERT_GT(ops.size(), 100u);
 
   CompileOptions options{c.level, 1, 16, "f32"};
+  options.persistent = c.persistent;
   AdamWOptions adamw;
   ASSERT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, c.training ? &adamw : nullptr)));
   auto program = buildProgram(*module, options, c.training ? &adamw : nullptr);
@@ -76,14 +79,17 @@ TEST_P(ProvenanceTest, EveryOpInExactlyOneKernel) {
       kernelsOf[{op.line, op.column}][origin.role].insert(k);
     }
   }
+  size_t persistentKernels = 0;
   for (const Kernel &kernel : program->kernels) {
     if (kernel.parts.empty()) continue;
+    ++persistentKernels;
     std::set<std::pair<int, OriginRole>> own, ofParts;
     for (const OpOrigin &origin : kernel.origins) own.insert({origin.op, origin.role});
     for (const Kernel &part : kernel.parts)
       for (const OpOrigin &origin : part.origins) ofParts.insert({origin.op, origin.role});
     EXPECT_EQ(own, ofParts) << kernel.name << " names other ops than its parts";
   }
+  ASSERT_EQ(persistentKernels, c.persistent ? 1u : 0u) << program->persistentFallback;
   size_t gradients = 0, computed = 0;
   for (const auto &[place, isWeight] : ops) {
     auto &roles = kernelsOf[place];
@@ -109,13 +115,14 @@ std::vector<Case> cases() {
   for (const char *path : {"models/tinyllama.tl", "models/tinyllama-1.1b.tl"})
     for (int level = 0; level <= 3; ++level)
       for (bool training : {false, true}) all.push_back({path, level, training});
+  for (const char *path : {"models/tinyllama.tl", "models/tinyllama-1.1b.tl"}) all.push_back({path, 3, false, true});
   return all;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ProvenanceTest, ::testing::ValuesIn(cases()), [](const auto &info) {
   const Case &c = info.param;
   return std::string(std::string(c.path).find("1.1b") == std::string::npos ? "workshop" : "tinyllama_1_1b") + "_O" +
-         std::to_string(c.level) + (c.training ? "_train" : "_forward");
+         std::to_string(c.level) + (c.training ? "_train" : "_forward") + (c.persistent ? "_persistent" : "");
 });
 
 } // namespace
