@@ -5,7 +5,10 @@
 namespace tlc {
 
 CapturedDiagnostics::CapturedDiagnostics(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr)
-    : stream_(text_), handler_(sourceMgr, &context, stream_) {
+    : stream_(text_), handler_(sourceMgr, &context, stream_),
+      dropRemarks_(&context, [](mlir::Diagnostic &diagnostic) {
+        return mlir::success(diagnostic.getSeverity() == mlir::DiagnosticSeverity::Remark);
+      }) {
   context.printOpOnDiagnostic(false);  // a located line, not the module behind it
 }
 

@@ -22,6 +22,7 @@ private:
   std::string text_;
   llvm::raw_string_ostream stream_;
   mlir::SourceMgrDiagnosticHandler handler_;
+  mlir::ScopedDiagnosticHandler dropRemarks_;  // the passes' fusion remarks are no errors
 };
 
 } // namespace tlc

@@ -1,5 +1,6 @@
 #include "compiler/ModelIO.h"
 
+#include "compiler/Provenance.h"
 #include "compiler/TlDialect.h"
 #include "runtime/Error.h"
 #include "runtime/MappedFile.h"
@@ -94,7 +95,9 @@ mlir::OwningOpRef<mlir::ModuleOp> parseModelSource(mlir::MLIRContext &context, l
     return nullptr;
   }
   // parseSourceFile verifies the module: shape errors surface here, located.
-  return mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
+  auto module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
+  if (module) nameSourceOps(*module, sourceMgr);
+  return module;
 }
 
 mlir::func::FuncOp getForwardFunction(mlir::ModuleOp module) {

@@ -5,6 +5,7 @@
 #include "compiler/CostModel.h"
 #include "compiler/Layers.h"
 #include "compiler/ModelIO.h"
+#include "compiler/Provenance.h"
 #include "compiler/TlDialect.h"
 #include "compiler/codegen/KernelBuilder.h"
 #include "runtime/Error.h"
@@ -12,6 +13,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -150,6 +152,7 @@ public:
       for (int id : kernel.inputs) kernel.minBytes += bytesRead(kernel, id);
       for (int id : kernel.outputs) kernel.minBytes += program.value(id).bytes();
     }
+    sortOrigins();
     return mlir::success();
   }
 
@@ -219,6 +222,9 @@ private:
     if (isView(op)) {
       int id = addValue(op->getResult(0), Storage::View);
       program.values[id].viewOf = program.storageOf(ids.lookup(op->getOperand(0))).id;
+      // A view computes nothing: the first kernel to read through it does its indexing.
+      viewLocations[id] = viewLocations.lookup(ids.lookup(op->getOperand(0)));
+      viewLocations[id].push_back(op->getLoc());
       return mlir::success();
     }
     if (auto split = llvm::dyn_cast<tl::SplitOp>(op); split && foldIntoProducer(split))
@@ -232,6 +238,7 @@ private:
     Kernel kernel;
     kernel.layer = layers.lookup(op);
     for (mlir::Value operand : op->getOperands()) addInput(kernel, ids.lookup(operand));
+    op->walk([&](mlir::Operation *inner) { addOrigins(kernel, inner->getLoc()); });
     if (auto fused = llvm::dyn_cast<tl::FusedLinearOp>(op)) {
       kernel.name = fusedLinearName(fused, program.dtype);
       if (mlir::failed(emitFusedLinear(fused, kernel))) return mlir::failure();
@@ -292,6 +299,7 @@ private:
     }
     Kernel &kernel = program.kernels.back();
     for (mlir::Value operand : update->getOperands()) addInput(kernel, ids.lookup(operand));
+    addOrigins(kernel, update.getLoc());
     if (mlir::failed(emitOp(update, kernel))) return mlir::failure();
     kernel.name = fmt::format("tl_adamw_{}_{}_tensors", dtypeName(program.dtype), kernel.ops.size());
     return mlir::success();
@@ -316,6 +324,7 @@ private:
       producer[id] = found->second;
     }
     kernel.ops.push_back(std::move(record));
+    addOrigins(kernel, split.getLoc());
     kernel.name += "_split";
     roots[size_t(found->second)].foldedSplit = split;
     return true;
@@ -420,6 +429,45 @@ private:
 
   void addInput(Kernel &kernel, int id) {
     if (std::find(kernel.inputs.begin(), kernel.inputs.end(), id) == kernel.inputs.end()) kernel.inputs.push_back(id);
+    auto views = viewLocations.find(id);
+    if (views == viewLocations.end()) return;
+    for (mlir::Location loc : views->second)
+      if (claimedViews.insert(loc).second) addOrigins(kernel, loc);
+  }
+
+  // Source ops in the file's order, each kernel's origins by source op.
+  void sortOrigins() {
+    std::vector<int> order(program.sourceOps.size()), renumbered(order.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+    auto place = [&](int i) { return std::make_pair(program.sourceOps[i].line, program.sourceOps[i].column); };
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return place(a) < place(b); });
+    std::vector<SourceOp> sorted;
+    for (int old : order) {
+      renumbered[size_t(old)] = int(sorted.size());
+      sorted.push_back(program.sourceOps[size_t(old)]);
+    }
+    program.sourceOps = std::move(sorted);
+    for (Kernel &kernel : program.kernels) {
+      for (OpOrigin &origin : kernel.origins) origin.op = renumbered[size_t(origin.op)];
+      std::sort(kernel.origins.begin(), kernel.origins.end(), [](const OpOrigin &a, const OpOrigin &b) {
+        return std::make_pair(a.op, int(a.role)) < std::make_pair(b.op, int(b.role));
+      });
+    }
+  }
+
+  // Records the source ops named in `loc` as the kernel's origins, once each.
+  void addOrigins(Kernel &kernel, mlir::Location loc) {
+    forEachSourceOp(loc, [&](const SourceRef &source) {
+      if (program.sourceFile.empty()) program.sourceFile = source.place.getFilename().str();
+      auto [found, added] =
+          sourceIndex.try_emplace({source.place.getLine(), source.place.getColumn()}, int(program.sourceOps.size()));
+      if (added)
+        program.sourceOps.push_back({int(source.place.getLine()), int(source.place.getColumn()), source.text.str()});
+      OpOrigin origin{found->second, source.role};
+      if (std::none_of(kernel.origins.begin(), kernel.origins.end(),
+                       [&](const OpOrigin &o) { return o.op == origin.op && o.role == origin.role; }))
+        kernel.origins.push_back(origin);
+    });
   }
 
   void addParameter(tl::WeightOp weight) {
@@ -453,6 +501,9 @@ private:
   llvm::DenseMap<mlir::Value, std::vector<std::string>> weightKeys;  // checkpoint keys behind a weight value
   llvm::DenseMap<mlir::Value, std::string> columnScaleKeys;         // and the parameter scaling its columns
   std::map<int, int> producer;  // value id -> index of the kernel that writes it
+  llvm::DenseMap<int, llvm::SmallVector<mlir::Location>> viewLocations;  // a View's ops (through views of views)
+  llvm::DenseSet<mlir::Location> claimedViews;                           // those a kernel has taken
+  std::map<std::pair<unsigned, unsigned>, int> sourceIndex;              // (line, column) -> Program::sourceOps
   std::vector<codegen::KernelRoot> roots;  // what each kernel was lowered from
 };
 

@@ -4,6 +4,7 @@
 
 #include "compiler/AttrPrinting.h"
 #include "compiler/InferenceHelpers.h"
+#include "compiler/Provenance.h"
 #include "compiler/Vjp.h"
 #include "runtime/AttributeRanges.h"
 #include "runtime/Checked.h"
@@ -20,10 +21,11 @@ using namespace tl::infer;
 
 namespace tl {
 
-// An op of a VJP, built where the backward is being written, at the location of the
-// forward op `at`, its result types inferred.
+// An op of a VJP, built where the backward is being written, located as part of the
+// gradient of the forward op `at`, its result types inferred.
 template <typename OpTy, typename... Args> static OpTy create(VjpBuilder &vjp, Operation *at, Args &&...args) {
-  return vjp.builder().create<OpTy>(at->getLoc(), std::forward<Args>(args)...);
+  return vjp.builder().create<OpTy>(tlc::withRole(at->getLoc(), tlc::OriginRole::Gradient),
+                                    std::forward<Args>(args)...);
 }
 
 // Why `type` breaks hasBoundedShapes, or an empty string.

@@ -138,6 +138,13 @@ def main():
     w("")
     w("The arithmetic barely changes (flash attention skips the masked half of the scores); "
       "what fusion removes is launches and memory traffic.")
+    w("")
+    w("All of it is on one page too: `tlc report models/tinyllama.tl -o report/` (add the flags above for "
+      "these shapes) writes `report/index.html`, which opens from disk. The links in each section below "
+      "go to its views there: block 0 as a graph with each op coloured by the kernel it runs in, the "
+      "kernels with their generated source, the IR after each pass with its diff and the passes' remarks "
+      "(`tlc --remarks`), and [what each level's fusion bought](../report/index.html#fusion) "
+      "on [the roofline](../report/index.html#roofline).")
     for i, ((name, version, passes, why), s, ir) in enumerate(zip(LEVELS, stats, irs)):
         w("")
         w(f"## {name}: {version}")
@@ -146,6 +153,10 @@ def main():
             w("Passes added: " + ", ".join(f"`{p}`" for p in passes) + ". " + why)
         else:
             w(why)
+        w("")
+        w(f"In the report: [{name}'s graph and kernels](../report/index.html#{name}), "
+          f"[its timeline](../report/index.html#{name}-timeline) and "
+          f"[its passes, step by step](../report/index.html#{name}-passes).")
         w("")
         w(f"Block 0's {len(s['block0'])} kernels, in launch order:")
         w("")
@@ -162,8 +173,9 @@ def main():
             w("")
             w("What the code generator made of the QKV `tl.fused_linear` (`tlc --opt-level=2 --emit=hip -o out/`, "
               "one file per kernel): its first line is the signature the runtime checks the Program against (the "
-              "buffers' dtypes and shapes, scratch, launch shapes), its header says what the kernel computes, and "
-              "the epilogue hook the GEMM "
+              "buffers' dtypes and shapes, scratch, launch shapes), its header says what the kernel computes and which "
+              "ops of the model file each launch of it computes (every op keeps its location through the fusion "
+              "passes), and the epilogue hook the GEMM "
               "template calls with 8 accumulator values of a row shows RoPE and the [B, H, S, D] stores; "
               "`v` is the 8 values, `row` the whole accumulator row in shared memory.")
             w("")

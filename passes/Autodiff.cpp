@@ -24,6 +24,7 @@
 #include "passes/Passes.h"
 
 #include "compiler/AttrPrinting.h"
+#include "compiler/Provenance.h"
 #include "compiler/TlDialect.h"
 #include "compiler/Vjp.h"
 
@@ -165,6 +166,7 @@ private:
     if (mode_ == Mode::Plan) return def->getResult(result);
     mlir::Operation *copy = builder_.clone(*def, operands);
     copy->setAttr(kRecomputed, builder_.getUnitAttr());
+    copy->setLoc(tlc::withRole(def->getLoc(), tlc::OriginRole::Recomputes));
     for (auto [original, again] : llvm::zip(def->getResults(), copy->getResults())) primals_[original] = again;
     return copy->getResult(result);
   }
@@ -354,12 +356,19 @@ struct AutodiffPass : impl::TlAutodiffBase<AutodiffPass> {
     mlir::FloatAttr bound;
     if (maxGradNorm > 0) {
       llvm::SmallVector<mlir::Value> all;
-      for (auto &entry : gradients) all.push_back(entry.second);
-      norm = builder.create<GlobalNormOp>(func.getLoc(), all);
+      llvm::SmallVector<mlir::Location> parameters;
+      for (auto &entry : gradients) {
+        all.push_back(entry.second);
+        parameters.push_back(entry.first.getLoc());
+      }
+      // Part of every parameter's update.
+      norm = builder.create<GlobalNormOp>(tlc::withRole(builder.getFusedLoc(parameters), tlc::OriginRole::Updates),
+                                          all);
       bound = builder.getF64FloatAttr(maxGradNorm);
     }
     for (auto [weight, gradient] : gradients)
-      builder.create<AdamWOp>(weight.getLoc(), gradient, norm, weight.getKeyAttr(),
+      builder.create<AdamWOp>(tlc::withRole(weight.getLoc(), tlc::OriginRole::Updates), gradient, norm,
+                              weight.getKeyAttr(),
                               builder.getF64FloatAttr(learningRate), builder.getF64FloatAttr(beta1),
                               builder.getF64FloatAttr(beta2), builder.getF64FloatAttr(eps),
                               builder.getF64FloatAttr(weightDecay), bound);

@@ -9,6 +9,7 @@
 #include "compiler/Layers.h"
 #include "compiler/TlDialect.h"
 #include "passes/Outline.h"
+#include "passes/Remarks.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -31,10 +32,20 @@ struct BlockFusionPass : impl::TlFuseBlocksBase<BlockFusionPass> {
         if (llvm::isa<BlockOp>(op) || isLoadTimeOp(&op) || op.hasTrait<mlir::OpTrait::IsTerminator>()) continue;
         if (int layer = layers.lookup(&op); layer >= 0) groups[layer].push_back(&op);
       }
-      for (auto &[layer, group] : groups)
-        outlineOps(group, b, [&](mlir::Location loc, mlir::TypeRange results, mlir::ValueRange inputs) {
-          return b.create<BlockOp>(loc, results, inputs, b.getI64IntegerAttr(layer)).getOperation();
-        });
+      for (auto &[layer, group] : groups) {
+        mlir::Operation *last = group.back();
+        size_t ops = group.size();
+        mlir::Operation *block =
+            outlineOps(group, b, [&](mlir::Location loc, mlir::TypeRange results, mlir::ValueRange inputs) {
+              return b.create<BlockOp>(loc, results, inputs, b.getI64IntegerAttr(layer)).getOperation();
+            });
+        if (block)
+          remarkFused(block, "tl-fuse-blocks") << "block " << layer << ": its " << ops
+                                               << " ops in one tl.block, its kernels launched as one chain";
+        else
+          remarkMissed(last, "tl-fuse-blocks") << "block " << layer
+                                               << " stays apart: a value it computes is read before its last op";
+      }
     }
   }
 };

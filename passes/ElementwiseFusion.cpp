@@ -14,6 +14,7 @@
 
 #include "compiler/TlDialect.h"
 #include "passes/Outline.h"
+#include "passes/Remarks.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/EquivalenceClasses.h"
@@ -55,10 +56,20 @@ struct ElementwiseFusionPass : impl::TlFuseElementwiseBase<ElementwiseFusionPass
       for (auto &[leader, group] : groups) {
         // A chain of views alone moves no data: leave it.
         bool computes = llvm::any_of(group, [](mlir::Operation *op) { return !llvm::isa<SplitHeadsOp, MergeHeadsOp>(op); });
-        if (group.size() > 1 && computes)
-          outlineOps(group, b, [&](mlir::Location loc, mlir::TypeRange results, mlir::ValueRange inputs) {
-            return b.create<FusedElementwiseOp>(loc, results, inputs).getOperation();
-          });
+        if (group.size() <= 1 || !computes) continue;
+        mlir::Operation *last = group.back();
+        size_t ops = group.size();
+        mlir::Operation *chain =
+            outlineOps(group, b, [&](mlir::Location loc, mlir::TypeRange results, mlir::ValueRange inputs) {
+              return b.create<FusedElementwiseOp>(loc, results, inputs).getOperation();
+            });
+        if (chain)
+          remarkFused(chain, "tl-fuse-elementwise")
+              << ops << " per-element ops in one kernel (" << describeOp(chain, /*nested=*/true)
+              << "): only what leaves it is stored";
+        else
+          remarkMissed(last, "tl-fuse-elementwise")
+              << "a chain of " << ops << " per-element ops stays apart: a value it computes is read before its end";
       }
     }
   }

@@ -14,6 +14,7 @@
 
 #include "passes/ApplyPattern.h"
 #include "passes/BuildInferred.h"
+#include "passes/Remarks.h"
 
 namespace tl {
 #define GEN_PASS_DEF_TLFOLDNORMGAIN
@@ -21,22 +22,41 @@ namespace tl {
 
 namespace {
 
+constexpr llvm::StringLiteral kPass = "tl-fold-norm-gain";
+
+// A GEMM's prologue norm whose gain can move into the weight.
+struct GainToFold {
+  RMSNormOp norm;
+  mlir::BlockArgument gainArgument;  // the prologue's argument holding the gain
+  mlir::Value gain;                  // the parameter outside
+};
+
+// Whether `fused`'s A is an RMSNorm whose gain can be folded: empty with `match` set,
+// else why not; null when A is no RMSNorm with a gain (nothing to fold).
+std::optional<std::string> matchGain(FusedLinearOp fused, GainToFold &match) {
+  auto norm = fused.prologueYield().getOperand(0).getDefiningOp<RMSNormOp>();
+  if (!norm || !norm.getGain()) return std::nullopt;
+  if (!norm->hasOneUse()) return "the norm's output is read by more than the GEMM";
+  auto gainArgument = llvm::dyn_cast<mlir::BlockArgument>(norm.getGain());
+  mlir::Operation *weightDef = fused.getWeight().getDefiningOp();
+  if (!gainArgument || !weightDef || !isLoadTimeOp(weightDef)) return "the gain or the weight is not made at load time";
+  mlir::Value gain = fused.getPrologueInputs()[gainArgument.getArgNumber()];
+  mlir::Operation *gainDef = gain.getDefiningOp();
+  if (!gainDef || !isLoadTimeOp(gainDef)) return "the gain is not a weight";
+  match = {norm, gainArgument, gain};
+  return std::string();
+}
+
 struct FoldNormGain : mlir::OpRewritePattern<FusedLinearOp> {
   using OpRewritePattern::OpRewritePattern;
 
   mlir::LogicalResult matchAndRewrite(FusedLinearOp fused, mlir::PatternRewriter &rewriter) const override {
-    auto norm = fused.prologueYield().getOperand(0).getDefiningOp<RMSNormOp>();
-    if (!norm || !norm.getGain() || !norm->hasOneUse())
-      return rewriter.notifyMatchFailure(fused, "A is not an RMSNorm with a gain, read only by the GEMM");
-    auto gainArgument = llvm::dyn_cast<mlir::BlockArgument>(norm.getGain());
-    mlir::Operation *weightDef = fused.getWeight().getDefiningOp();
-    if (!gainArgument || !weightDef || !isLoadTimeOp(weightDef))
-      return rewriter.notifyMatchFailure(fused, "the gain or the weight is not made at load time");
-    mlir::Value gain = fused.getPrologueInputs()[gainArgument.getArgNumber()];
-    mlir::Operation *gainDef = gain.getDefiningOp();
-    if (!gainDef || !isLoadTimeOp(gainDef)) return rewriter.notifyMatchFailure(fused, "the gain is not a weight");
-
-    auto scaled = buildInferred<ScaleColumnsOp>(getContext(), norm.getLoc(), {fused.getWeight(), gain});
+    GainToFold match;
+    std::optional<std::string> why = matchGain(fused, match);
+    if (!why) return rewriter.notifyMatchFailure(fused, "A is not an RMSNorm with a gain");
+    if (!why->empty()) return rewriter.notifyMatchFailure(fused, *why);
+    RMSNormOp norm = match.norm;
+    auto scaled = buildInferred<ScaleColumnsOp>(getContext(), norm.getLoc(), {fused.getWeight(), match.gain});
     if (!scaled) return rewriter.notifyMatchFailure(fused, "the gain does not fit the weight's columns");
     auto normalize = buildInferred<RMSNormOp>(getContext(), norm.getLoc(), {norm.getInput()},
                                               {rewriter.getNamedAttr("eps", norm.getEpsAttr())});
@@ -52,12 +72,14 @@ struct FoldNormGain : mlir::OpRewritePattern<FusedLinearOp> {
     rewriter.modifyOpInPlace(fused, [&] {
       fused.getWeightMutable().assign(scaled.getResult());
       // The gain is no longer a prologue input where nothing else in the prologue reads it.
-      if (gainArgument.use_empty()) {
-        unsigned index = gainArgument.getArgNumber();
+      if (match.gainArgument.use_empty()) {
+        unsigned index = match.gainArgument.getArgNumber();
         fused.getPrologueInputsMutable().erase(index);
         fused.getPrologue().front().eraseArgument(index);
       }
     });
+    remarkFused(normalize, kPass) << "the gain of " << describeOp(normalize) << " folds into the columns of "
+                                  << describeOp(fused) << "'s weight at load: A streams to the GEMM as it is in memory";
     return mlir::success();
   }
 };
@@ -65,6 +87,14 @@ struct FoldNormGain : mlir::OpRewritePattern<FusedLinearOp> {
 struct FoldNormGainPass : impl::TlFoldNormGainBase<FoldNormGainPass> {
   void runOnOperation() override {
     if (mlir::failed(applyPatternGreedily<FoldNormGain>(getOperation()))) return signalPassFailure();
+    // Norms whose gain stayed in the prologue, and why.
+    getOperation().walk([](FusedLinearOp fused) {
+      GainToFold match;
+      if (std::optional<std::string> why = matchGain(fused, match))
+        remarkMissed(match.norm ? match.norm.getOperation() : fused.getOperation(), kPass)
+            << "the gain stays in the prologue of " << describeOp(fused) << ": "
+            << (why->empty() ? "the gain does not fit the weight's columns" : *why);
+    });
   }
 };
 

@@ -15,6 +15,7 @@
 #include "passes/Passes.h"
 
 #include "compiler/TlDialect.h"
+#include "passes/Remarks.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -46,18 +47,32 @@ bool fitsOnAccumulator(FusedElementwiseOp chain, mlir::BlockArgument accumulator
   return true;
 }
 
+constexpr llvm::StringLiteral kPass = "tl-fuse-grad-epilogue";
+
+// Why `chain` cannot move into the dX GEMM computing its input `index`: empty when it
+// can, null when that input is no dX GEMM's.
+std::optional<std::string> whyNotGemm(FusedElementwiseOp chain, unsigned index) {
+  mlir::Value input = chain.getInputs()[index];
+  if (!input.getDefiningOp<LinearGradInputOp>()) return std::nullopt;
+  if (!input.hasOneUse()) return std::string("dX has other readers, so it is stored anyway");
+  if (!fitsOnAccumulator(chain, chain.getBody().front().getArgument(index)))
+    return std::string("an op of the chain needs more than dX's element, or does not derive from it");
+  return std::string();
+}
+
 // Folds `chain` into the GEMM that computes its input `index`, if it fits; true if so.
 bool foldIntoGemm(FusedElementwiseOp chain, unsigned index, mlir::OpBuilder &b) {
+  if (whyNotGemm(chain, index) != std::string()) return false;
   mlir::Value input = chain.getInputs()[index];
   auto grad = input.getDefiningOp<LinearGradInputOp>();
   mlir::Block &body = chain.getBody().front();
-  if (!grad || !input.hasOneUse() || !fitsOnAccumulator(chain, body.getArgument(index))) return false;
 
   llvm::SmallVector<mlir::Value> others;
   for (auto [i, other] : llvm::enumerate(chain.getInputs()))
     if (i != index) others.push_back(other);
   b.setInsertionPoint(chain);
-  auto fused = b.create<FusedLinearGradInputOp>(chain.getLoc(), chain.getResultTypes(), grad.getGrad(),
+  auto fused = b.create<FusedLinearGradInputOp>(b.getFusedLoc({grad.getLoc(), chain.getLoc()}), chain.getResultTypes(),
+                                                grad.getGrad(),
                                                 grad.getWeight(), others);
   fused.getEpilogue().takeBody(chain.getBody());
   // The accumulator becomes the epilogue's first argument.
@@ -120,7 +135,8 @@ bool foldIntoAttentionGrad(FusedElementwiseOp chain, mlir::OpBuilder &b) {
     gradientOf.push_back(result.getResultNumber());
   }
   b.setInsertionPoint(chain);
-  auto fused = b.create<FusedFlashAttentionGradOp>(chain.getLoc(), chain.getResultTypes(), grad.getQuery(),
+  auto fused = b.create<FusedFlashAttentionGradOp>(b.getFusedLoc({grad.getLoc(), chain.getLoc()}),
+                                                   chain.getResultTypes(), grad.getQuery(),
                                                    grad.getKey(), grad.getValue(), grad.getOutput(), grad.getLse(),
                                                    grad.getGrad(), grad.getScaleAttr(), grad.getCausalAttr());
   // The epilogue's arguments are d query, d key, d value, in the backward's order.
@@ -140,9 +156,27 @@ struct GradEpilogueFusionPass : impl::TlFuseGradEpilogueBase<GradEpilogueFusionP
     for (auto func : getOperation().getOps<mlir::func::FuncOp>()) {
       llvm::SmallVector<FusedElementwiseOp> chains(func.getBody().front().getOps<FusedElementwiseOp>());
       for (FusedElementwiseOp chain : chains) {
-        if (foldIntoAttentionGrad(chain, b)) continue;
+        std::string what = describeOp(chain, /*nested=*/true);
+        mlir::Operation *next = chain->getNextNode();  // where the fused op will stand
+        if (foldIntoAttentionGrad(chain, b)) {
+          remarkFused(next->getPrevNode(), kPass) << what << " in the stores of flash attention's backward";
+          continue;
+        }
+        bool folded = false;
+        for (unsigned i = 0; i < chain.getInputs().size() && !folded; ++i)
+          folded = foldIntoGemm(chain, i, b);
+        if (folded) {
+          remarkFused(next->getPrevNode(), kPass)
+              << what << " in the epilogue of the dX GEMM before it: dX is never stored";
+          continue;
+        }
         for (unsigned i = 0; i < chain.getInputs().size(); ++i)
-          if (foldIntoGemm(chain, i, b)) break;
+          if (std::optional<std::string> why = whyNotGemm(chain, i))
+            remarkMissed(chain, kPass) << what << " stays out of the epilogue of the dX GEMM of "
+                                       << describeOp(chain.getInputs()[i].getDefiningOp()) << ": " << *why;
+        if (llvm::any_of(chain.getInputs(), [](mlir::Value v) { return v.getDefiningOp<FlashAttentionGradOp>(); }))
+          remarkMissed(chain, kPass) << what << " stays out of flash attention's backward: its stores cannot apply it "
+                                            "(each gradient read once, by layout ops and one RoPE inverse)";
       }
     }
   }

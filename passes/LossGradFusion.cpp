@@ -10,6 +10,7 @@
 #include "passes/Passes.h"
 
 #include "compiler/TlDialect.h"
+#include "passes/Remarks.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -33,12 +34,20 @@ struct LossGradFusionPass : impl::TlFuseLossGradBase<LossGradFusionPass> {
     mlir::OpBuilder b(&getContext());
     for (auto func : getOperation().getOps<mlir::func::FuncOp>())
       for (CrossEntropyGradOp grad : llvm::make_early_inc_range(func.getBody().front().getOps<CrossEntropyGradOp>())) {
-        CrossEntropyOp loss = grad.getWithLoss() ? CrossEntropyOp() : lossOf(grad);
-        if (!loss) continue;
+        if (grad.getWithLoss()) continue;
+        CrossEntropyOp loss = lossOf(grad);
+        if (!loss) {
+          remarkMissed(grad, "tl-fuse-loss-grad")
+              << describeOp(grad) << " stays apart: no loss of the same logits and ids before it";
+          continue;
+        }
         b.setInsertionPoint(loss);
-        auto fused = b.create<CrossEntropyGradOp>(grad.getLoc(), grad.getLogits(), grad.getIds(), b.getUnitAttr());
+        auto fused = b.create<CrossEntropyGradOp>(b.getFusedLoc({loss.getLoc(), grad.getLoc()}), grad.getLogits(),
+                                                  grad.getIds(), b.getUnitAttr());
         loss.getResult().replaceAllUsesWith(fused.getLoss());
         grad.getResult().replaceAllUsesWith(fused.getResult());
+        remarkFused(fused, "tl-fuse-loss-grad")
+            << describeOp(fused) << ": the loss and its gradient from one pass over the logits";
         grad.erase();
         loss.erase();
       }

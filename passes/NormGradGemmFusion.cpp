@@ -20,9 +20,12 @@
 #include "passes/Passes.h"
 
 #include "compiler/TlDialect.h"
+#include "passes/Remarks.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
+
+#include <fmt/format.h>
 
 namespace tl {
 #define GEN_PASS_DEF_TLFUSENORMGRADGEMM
@@ -42,13 +45,15 @@ std::pair<LinearGradInputOp, unsigned> gemmOperand(mlir::Operation *op) {
   return found;
 }
 
-void foldIntoGemm(mlir::Operation *op, LinearGradInputOp grad, unsigned gemmIndex, mlir::OpBuilder &b) {
+constexpr llvm::StringLiteral kPass = "tl-fuse-norm-grad-gemm";
+
+mlir::Operation *foldIntoGemm(mlir::Operation *op, LinearGradInputOp grad, unsigned gemmIndex, mlir::OpBuilder &b) {
   llvm::SmallVector<mlir::Value> inputs;
   for (auto [i, operand] : llvm::enumerate(op->getOperands()))
     if (i != gemmIndex) inputs.push_back(operand);
   b.setInsertionPoint(op);
-  auto fused = b.create<FusedLinearGradInputOp>(op->getLoc(), op->getResultTypes(), grad.getGrad(), grad.getWeight(),
-                                                inputs);
+  auto fused = b.create<FusedLinearGradInputOp>(b.getFusedLoc({grad.getLoc(), op->getLoc()}), op->getResultTypes(),
+                                                grad.getGrad(), grad.getWeight(), inputs);
   // The epilogue: the accumulator, then the other operands; the op itself, yielded.
   llvm::SmallVector<mlir::Type> types{grad.getType()};
   for (mlir::Value input : inputs) types.push_back(input.getType());
@@ -62,6 +67,7 @@ void foldIntoGemm(mlir::Operation *op, LinearGradInputOp grad, unsigned gemmInde
   op->replaceAllUsesWith(fused->getResults());
   op->erase();
   grad->erase();
+  return fused;
 }
 
 struct NormGradGemmFusionPass : impl::TlFuseNormGradGemmBase<NormGradGemmFusionPass> {
@@ -77,7 +83,20 @@ struct NormGradGemmFusionPass : impl::TlFuseNormGradGemmBase<NormGradGemmFusionP
         if (!grad) continue;
         int64_t width = llvm::cast<mlir::RankedTensorType>(grad.getType()).getShape().back();
         int64_t reduction = llvm::cast<mlir::RankedTensorType>(grad.getGrad().getType()).getShape().back();
-        if (width % 8 == 0 && width <= maxRow && reduction <= maxK) foldIntoGemm(op, grad, index, b);
+        std::string what = describeOp(op), gemm = describeOp(grad);
+        std::string why = width % 8 != 0 ? fmt::format("rows of {} columns are not a multiple of 8", width)
+                          : width > maxRow
+                              ? fmt::format("rows of {} columns are over max-row {}", width, maxRow.getValue())
+                          : reduction > maxK
+                              ? fmt::format("reduction of {} columns is over max-k {}", reduction, maxK.getValue())
+                              : "";
+        if (!why.empty()) {
+          remarkMissed(op, kPass) << what << " not folded into the dX GEMM (" << gemm << "): " << why;
+          continue;
+        }
+        mlir::Operation *fused = foldIntoGemm(op, grad, index, b);
+        remarkFused(fused, kPass) << what << " in the epilogue of the dX GEMM (" << gemm
+                                  << "): a row's tiles share its sums, d y is never stored";
       }
     }
   }

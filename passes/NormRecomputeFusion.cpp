@@ -10,6 +10,7 @@
 #include "passes/Passes.h"
 
 #include "compiler/TlDialect.h"
+#include "passes/Remarks.h"
 
 #include "mlir/Analysis/SliceAnalysis.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -66,12 +67,20 @@ struct NormRecomputeFusionPass : impl::TlFuseNormRecomputeBase<NormRecomputeFusi
       mlir::Block &body = func.getBody().front();
       for (RMSNormOp norm : llvm::make_early_inc_range(body.getOps<RMSNormOp>())) {
         RMSNormGradOp grad = backwardOf(norm);
-        if (!grad) continue;
+        if (!grad) {
+          if (norm->hasAttr("tl.recomputed"))
+            remarkMissed(norm, "tl-fuse-norm-recompute")
+                << describeOp(norm) << " stays its own kernel: no backward of the same norm can write it";
+          continue;
+        }
         b.setInsertionPoint(grad);
-        auto fused = b.create<RMSNormGradOp>(grad.getLoc(), grad.getInput(), grad.getGain(), grad.getGrad(),
+        auto fused = b.create<RMSNormGradOp>(b.getFusedLoc({grad.getLoc(), norm.getLoc()}), grad.getInput(),
+                                             grad.getGain(), grad.getGrad(),
                                              grad.getResidual(), grad.getEpsAttr(), b.getUnitAttr());
         grad->replaceAllUsesWith(fused->getResults().take_front(grad->getNumResults()));
         norm.getResult().replaceAllUsesWith(fused.getNormalized());
+        remarkFused(fused, "tl-fuse-norm-recompute")
+            << describeOp(fused) << ": the norm's backward writes the normalized rows the weight gradients read";
         grad.erase();
         norm.erase();
         // The readers of the normalized input (the weight gradients) now run right

@@ -9,6 +9,7 @@
 #include "passes/Passes.h"
 
 #include "compiler/TlDialect.h"
+#include "passes/Remarks.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Dominance.h"
@@ -44,10 +45,21 @@ struct NormResidualFusionPass : impl::TlFuseNormResidualBase<NormResidualFusionP
       for (AddOp add : llvm::make_early_inc_range(func.getBody().front().getOps<AddOp>())) {
         mlir::Value residual;
         RMSNormGradOp norm = absorbingNorm(add, dominance, residual);
-        if (!norm) continue;
+        if (!norm) {
+          if (llvm::any_of(add->getOperands(), [](mlir::Value v) { return v.getDefiningOp<RMSNormGradOp>(); }))
+            remarkMissed(add, "tl-fuse-norm-residual")
+                << "an add of " << describeOp(add)
+                << " stays its own kernel: the norm's backward already adds a residual, its d x "
+                << "has other readers, or the other term comes after it";
+          continue;
+        }
         // The norm now returns residual + d x: the add's value, with the same type.
         norm.getResidualMutable().assign(residual);
+        norm->setLoc(mlir::FusedLoc::get(&getContext(), {norm.getLoc(), add.getLoc()}));
         add.getResult().replaceAllUsesWith(norm.getInputGrad());
+        remarkFused(norm, "tl-fuse-norm-residual")
+            << "the residual's gradient is added by " << describeOp(norm)
+            << " as it writes d x: one pass, not two kernels";
         add.erase();
       }
     }

@@ -14,15 +14,20 @@
 
 #include "compiler/TlDialect.h"
 #include "compiler/codegen/KernelBuilder.h"
+#include "passes/Remarks.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/StringExtras.h"
 
 namespace tl {
 #define GEN_PASS_DEF_TLFUSEPROLOGUEEPILOGUE
 #include "passes/Passes.h.inc"
 
 namespace {
+
+constexpr llvm::StringLiteral kPass = "tl-fuse-prologue-epilogue";
 
 // Per output element, or a relabeling of where it is stored: fits after the GEMM. A
 // concatenation is left out: later consumers absorbed after it would read it, and the
@@ -85,17 +90,28 @@ FusedLinearOp orderResultsByPiece(FusedLinearOp fused, mlir::OpBuilder &b) {
   return rebuilt;
 }
 
+// Why the reader of `result` cannot move into the epilogue; empty when it can.
+std::string whyNotConsumer(FusedLinearOp fused, mlir::OpResult result) {
+  if (result.use_empty()) return "nothing reads it";
+  if (!result.hasOneUse()) return "the GEMM's result has several readers, so it is stored for them";
+  mlir::Operation *consumer = *result.getUsers().begin();
+  if (consumer->getBlock() != fused->getBlock()) return "its reader is in another region";
+  if (!fitsInEpilogue(consumer))
+    return llvm::isa<YieldOp, mlir::func::ReturnOp>(consumer)
+               ? "it is returned"
+               : "its reader needs more than one element of each output tile";
+  bool movable = llvm::all_of(consumer->getOperands(), [&](mlir::Value operand) {
+    return operand.getDefiningOp() == fused ? onlyUsedBy(operand, consumer) : availableAt(operand, fused);
+  });
+  return movable ? "" : "its reader also reads a value computed after the GEMM";
+}
+
 // Moves the single consumer of one of `fused`'s results into its epilogue. The op's
 // results change, so it is rebuilt; returns the new op, or null if nothing moved.
 FusedLinearOp absorbConsumer(FusedLinearOp fused, mlir::OpBuilder &b) {
   for (mlir::OpResult result : fused->getResults()) {
-    if (!result.hasOneUse()) continue;
+    if (!whyNotConsumer(fused, result).empty()) continue;
     mlir::Operation *consumer = *result.getUsers().begin();
-    if (!fitsInEpilogue(consumer) || consumer->getBlock() != fused->getBlock()) continue;
-    bool movable = llvm::all_of(consumer->getOperands(), [&](mlir::Value operand) {
-      return operand.getDefiningOp() == fused ? onlyUsedBy(operand, consumer) : availableAt(operand, fused);
-    });
-    if (!movable) continue;
 
     mlir::Block &epilogue = fused.getEpilogue().front();
     YieldOp yield = fused.epilogueYield();
@@ -125,6 +141,8 @@ FusedLinearOp absorbConsumer(FusedLinearOp fused, mlir::OpBuilder &b) {
     for (auto [i, old] : llvm::enumerate(kept)) old.replaceAllUsesWith(rebuilt.getResult(i));
     for (auto [i, out] : llvm::enumerate(consumer->getResults()))
       out.replaceAllUsesWith(rebuilt.getResult(kept.size() + i));
+    remarkFused(moved, kPass) << nameOp(moved) << " moves into the epilogue of " << nameOp(rebuilt)
+                              << ": computed on the accumulator tile, stored once";
     consumer->erase();
     fused->erase();
     return rebuilt;
@@ -132,18 +150,32 @@ FusedLinearOp absorbConsumer(FusedLinearOp fused, mlir::OpBuilder &b) {
   return nullptr;
 }
 
+// Why the producer of prologue input `index` cannot move into the prologue; empty when
+// it can. Parameters and the model's inputs are no candidates: null.
+std::optional<std::string> whyNotProducer(FusedLinearOp fused, unsigned index) {
+  mlir::Value input = fused.getPrologueInputs()[index];
+  mlir::Operation *producer = input.getDefiningOp();
+  if (!producer || isLoadTimeOp(producer)) return std::nullopt;
+  if (producer->getBlock() != fused->getBlock()) return "it is in another region";
+  // The code generator decides what a prologue can hold: per element ops anywhere, a
+  // row norm (RMSNorm needs the whole row, which the GEMM reads anyway) only as A itself.
+  mlir::Block &prologue = fused.getPrologue().front();
+  bool yieldsA = llvm::is_contained(fused.prologueYield()->getOperands(), prologue.getArgument(index));
+  if (producer->getNumResults() != 1 || !tlc::codegen::fitsGemmPrologue(producer, yieldsA))
+    return yieldsA ? "it is not a per-row or per-element op the GEMM can apply while loading A"
+                   : "it is not a per-element op the GEMM can apply to what its prologue reads";
+  if (!onlyUsedBy(input, fused)) return "its result is also read elsewhere, so it is stored anyway";
+  if (llvm::count(fused->getOperands(), input) != 1) return "the GEMM reads its result twice";
+  return std::string();
+}
+
 // Moves the producer of one prologue input into the prologue; true if one moved.
 bool absorbProducer(FusedLinearOp fused, mlir::OpBuilder &b) {
   mlir::Block &prologue = fused.getPrologue().front();
   for (auto [index, input] : llvm::enumerate(fused.getPrologueInputs())) {
+    std::optional<std::string> why = whyNotProducer(fused, unsigned(index));
+    if (!why || !why->empty()) continue;
     mlir::Operation *producer = input.getDefiningOp();
-    // The code generator decides what a prologue can hold: per element ops anywhere, a
-    // row norm (RMSNorm needs the whole row, which the GEMM reads anyway) only as A itself.
-    bool yieldsA = llvm::is_contained(fused.prologueYield()->getOperands(), prologue.getArgument(index));
-    if (!producer || producer->getNumResults() != 1 || !tlc::codegen::fitsGemmPrologue(producer, yieldsA) ||
-        producer->getBlock() != fused->getBlock() || !onlyUsedBy(input, fused) ||
-        llvm::count(fused->getOperands(), input) != 1)
-      continue;
     mlir::IRMapping map;
     for (mlir::Value operand : producer->getOperands()) {
       if (map.contains(operand)) continue;
@@ -160,6 +192,8 @@ bool absorbProducer(FusedLinearOp fused, mlir::OpBuilder &b) {
     prologue.getArgument(index).replaceAllUsesWith(moved->getResult(0));
     prologue.eraseArgument(index);
     fused.getPrologueInputsMutable().erase(index);
+    remarkFused(moved, kPass) << nameOp(moved) << " moves into the prologue of " << nameOp(fused)
+                              << ": applied as A is loaded, never stored";
     producer->erase();
     return true;
   }
@@ -179,6 +213,37 @@ struct PrologueEpilogueFusionPass : impl::TlFusePrologueEpilogueBase<PrologueEpi
         while (absorbProducer(fused, b)) {
         }
       for (FusedLinearOp &fused : fusedOps) fused = orderResultsByPiece(fused, b);
+      for (FusedLinearOp fused : fusedOps) remarkMissedNeighbours(fused);
+    }
+  }
+
+  // What stayed outside a GEMM's regions, and why.
+  static void remarkMissedNeighbours(FusedLinearOp fused) {
+    llvm::SmallPtrSet<mlir::Operation *, 4> said;
+    for (mlir::OpResult result : fused->getResults()) {
+      std::string why = whyNotConsumer(fused, result);
+      if (result.use_empty() || why.empty()) continue;
+      if (result.hasOneUse()) {
+        mlir::Operation *reader = *result.getUsers().begin();
+        if (said.insert(reader).second)
+          remarkMissed(reader, kPass) << nameOp(reader) << " stays out of the epilogue of " << nameOp(fused) << ": "
+                                      << why;
+        continue;
+      }
+      // Where the epilogue ends: the value it stores for several readers.
+      mlir::Operation *last = fused.epilogueYield().getOperand(result.getResultNumber()).getDefiningOp();
+      llvm::SmallVector<std::string> readers;
+      for (mlir::Operation *reader : result.getUsers()) readers.push_back(nameOp(reader));
+      remarkMissed(fused, kPass) << "the epilogue of " << nameOp(fused) << " ends at "
+                                 << (last ? nameOp(last) : std::string("the GEMM's output")) << ": read by "
+                                 << llvm::join(readers, " and ") << ", so it is stored for them";
+    }
+    for (unsigned index = 0; index < fused.getPrologueInputs().size(); ++index) {
+      std::optional<std::string> why = whyNotProducer(fused, index);
+      if (!why || why->empty()) continue;
+      mlir::Operation *producer = fused.getPrologueInputs()[index].getDefiningOp();
+      remarkMissed(producer, kPass) << nameOp(producer) << " stays out of the prologue of " << nameOp(fused) << ": "
+                                    << *why;
     }
   }
 };

@@ -12,12 +12,15 @@
 #include "passes/Passes.h"
 
 #include "passes/ApplyPattern.h"
+#include "passes/Remarks.h"
 
 namespace tl {
 #define GEN_PASS_DEF_TLMERGEQKV
 #include "passes/Passes.h.inc"
 
 namespace {
+
+constexpr llvm::StringLiteral kPass = "tl-merge-qkv";
 
 // A projection whose result is only split into heads: a query, key or value.
 bool isAttentionProjection(LinearOp linear) {
@@ -30,18 +33,31 @@ struct MergeAttentionProjections : mlir::OpRewritePattern<LinearOp> {
 
   mlir::LogicalResult matchAndRewrite(LinearOp linear, mlir::PatternRewriter &rewriter) const override {
     if (!isAttentionProjection(linear)) return mlir::failure();
-    // Siblings: the other attention projections of the same input, in the order the
-    // attention uses them (query heads first, then key, then value).
+    llvm::SmallVector<LinearOp> siblings = siblingsOf(linear);
+    if (siblings.size() < 2) return rewriter.notifyMatchFailure(linear, kNoSibling);
+    auto pieces = mergeProjections(rewriter, siblings);
+    if (mlir::failed(pieces)) return rewriter.notifyMatchFailure(linear, kOtherTypes);
+    mlir::Operation *split = pieces->front().getDefiningOp();
+    auto merged = llvm::cast<mlir::RankedTensorType>(split->getOperand(0).getType());
+    remarkFused(split, kPass) << describeOp(split) << " read the same input: one GEMM of " << merged.getShape().back()
+                              << " columns reads it once";
+    return mlir::success();
+  }
+
+  static constexpr llvm::StringLiteral kNoSibling = "no other projection of the same input feeds the attention";
+  static constexpr llvm::StringLiteral kOtherTypes =
+      "the weights do not concatenate into one projection of the same types";
+
+  // The attention projections of linear's input, in the order the attention uses them
+  // (query heads first, then key, then value).
+  static llvm::SmallVector<LinearOp> siblingsOf(LinearOp linear) {
     llvm::SmallVector<LinearOp> siblings;
     for (mlir::Operation *user : linear.getInput().getUsers())
       if (auto other = llvm::dyn_cast<LinearOp>(user); other && other.getInput() == linear.getInput() &&
                                                        isAttentionProjection(other))
         if (!llvm::is_contained(siblings, other)) siblings.push_back(other);
-    if (siblings.size() < 2) return rewriter.notifyMatchFailure(linear, "no sibling projection to merge with");
     llvm::stable_sort(siblings, [](LinearOp a, LinearOp b) { return roleOf(a) < roleOf(b); });
-    if (mlir::failed(mergeProjections(rewriter, siblings)))
-      return rewriter.notifyMatchFailure(linear, "the merged projection would not have the same types");
-    return mlir::success();
+    return siblings;
   }
 
   // 0 for a query (its heads reach the scores as the left operand), 1 for a key,
@@ -69,6 +85,14 @@ struct MergeAttentionProjections : mlir::OpRewritePattern<LinearOp> {
 struct QkvMergePass : impl::TlMergeQkvBase<QkvMergePass> {
   void runOnOperation() override {
     if (mlir::failed(applyPatternGreedily<MergeAttentionProjections>(getOperation()))) return signalPassFailure();
+    // The attention projections left apart, and why.
+    getOperation().walk([](LinearOp linear) {
+      if (!isAttentionProjection(linear)) return;
+      remarkMissed(linear, kPass) << describeOp(linear) << " stays its own GEMM: "
+                                  << (MergeAttentionProjections::siblingsOf(linear).size() < 2
+                                          ? MergeAttentionProjections::kNoSibling
+                                          : MergeAttentionProjections::kOtherTypes);
+    });
   }
 };
 

@@ -11,6 +11,7 @@
 #include "passes/Passes.h"
 
 #include "passes/ApplyPattern.h"
+#include "passes/Remarks.h"
 
 namespace tl {
 #define GEN_PASS_DEF_TLFUSESWIGLU
@@ -18,35 +19,72 @@ namespace tl {
 
 namespace {
 
+constexpr llvm::StringLiteral kPass = "tl-fuse-swiglu";
+constexpr llvm::StringLiteral kNoSilu = "no factor is a silu";
+constexpr llvm::StringLiteral kOtherTypes = "the gate and up weights do not concatenate into one projection";
+
+struct Swiglu {
+  SiluOp silu;
+  LinearOp gate, up;
+};
+
+// Whether silu(activated) * other is silu(x W_gate) * (x W_up) with both projections
+// free to merge: empty with `match` set, else why not.
+std::string matchSwiglu(mlir::Value activated, mlir::Value other, Swiglu &match) {
+  auto silu = activated.getDefiningOp<SiluOp>();
+  if (!silu) return kNoSilu.str();
+  if (!silu->hasOneUse()) return "the silu's result is also read elsewhere";
+  auto gate = silu.getInput().getDefiningOp<LinearOp>();
+  auto up = other.getDefiningOp<LinearOp>();
+  if (!gate || !up || gate == up) return "the silu's input and the other factor are not two projections";
+  if (gate.getInput() != up.getInput()) return "gate and up do not project the same input";
+  if (!gate->hasOneUse()) return "the gate projection is also read elsewhere";
+  if (!hasParameterWeight(gate) || !hasParameterWeight(up)) return "a projection's weight is not a parameter";
+  match = {silu, gate, up};
+  return "";
+}
+
+// Why `mul` does not fuse, trying both operand orders; empty where it matches (`match`).
+std::string whyNot(MulOp mul, Swiglu &match) {
+  std::string why = matchSwiglu(mul.getLhs(), mul.getRhs(), match);
+  if (why.empty()) return why;
+  std::string swapped = matchSwiglu(mul.getRhs(), mul.getLhs(), match);
+  return swapped.empty() || why == kNoSilu ? swapped : why;
+}
+
 struct FuseSwiglu : mlir::OpRewritePattern<MulOp> {
   using OpRewritePattern::OpRewritePattern;
 
   mlir::LogicalResult matchAndRewrite(MulOp mul, mlir::PatternRewriter &rewriter) const override {
-    for (auto [activated, other] : {std::pair(mul.getLhs(), mul.getRhs()), std::pair(mul.getRhs(), mul.getLhs())}) {
-      auto silu = activated.getDefiningOp<SiluOp>();
-      if (!silu || !silu->hasOneUse()) continue;  // silu's result is needed elsewhere
-      auto gate = silu.getInput().getDefiningOp<LinearOp>();
-      auto up = other.getDefiningOp<LinearOp>();
-      if (!gate || !up || gate == up || gate.getInput() != up.getInput() || !gate->hasOneUse() ||
-          !hasParameterWeight(gate) || !hasParameterWeight(up))
-        continue;
-      auto pieces = mergeProjections(rewriter, {gate, up});
-      if (mlir::failed(pieces)) continue;
-      rewriter.setInsertionPoint(mul);
-      // The silu now reads the gate piece; the fused op replaces silu and product. The
-      // pieces have gate's and up's types, which the product already combined, so
-      // swiglu's inference accepts them.
-      rewriter.replaceOpWithNewOp<SwigluOp>(mul, (*pieces)[0], (*pieces)[1]);
-      rewriter.eraseOp(silu);
-      return mlir::success();
-    }
-    return rewriter.notifyMatchFailure(mul, "not silu(x W_gate) * (x W_up)");
+    Swiglu match;
+    if (std::string why = whyNot(mul, match); !why.empty()) return rewriter.notifyMatchFailure(mul, why);
+    auto pieces = mergeProjections(rewriter, {match.gate, match.up});
+    if (mlir::failed(pieces)) return rewriter.notifyMatchFailure(mul, kOtherTypes);
+    rewriter.setInsertionPoint(mul);
+    // The silu now reads the gate piece; the fused op replaces silu and product. The
+    // pieces have gate's and up's types, which the product already combined, so
+    // swiglu's inference accepts them.
+    auto swiglu = rewriter.create<SwigluOp>(rewriter.getFusedLoc({match.silu.getLoc(), mul.getLoc()}), (*pieces)[0],
+                                            (*pieces)[1]);
+    rewriter.replaceOp(mul, swiglu.getResult());
+    rewriter.eraseOp(match.silu);
+    remarkFused(swiglu, kPass) << describeOp(swiglu) << ": gate and up in one GEMM ("
+                               << describeOp((*pieces)[0].getDefiningOp())
+                               << "), silu and the product in one pass; the silu is never stored";
+    return mlir::success();
   }
 };
 
 struct SwigluFusePass : impl::TlFuseSwigluBase<SwigluFusePass> {
   void runOnOperation() override {
     if (mlir::failed(applyPatternGreedily<FuseSwiglu>(getOperation()))) return signalPassFailure();
+    // Products of a silu left as they are, and why.
+    getOperation().walk([](MulOp mul) {
+      Swiglu match;
+      std::string why = whyNot(mul, match);
+      if (why != kNoSilu)
+        remarkMissed(mul, kPass) << describeOp(mul) << " stays apart: " << (why.empty() ? kOtherTypes.str() : why);
+    });
   }
 };
 

@@ -61,6 +61,16 @@ ProgramKind parseProgramKind(const std::string &name) {
   throw Error(fmt::format("unknown program kind '{}' (expected forward, train_step, prefill or decode)", name));
 }
 
+const char *originRoleName(OriginRole role) {
+  switch (role) {
+  case OriginRole::Computes: return "computes";
+  case OriginRole::Gradient: return "gradient";
+  case OriginRole::Recomputes: return "recomputes";
+  case OriginRole::Updates: return "updates";
+  }
+  return "?";
+}
+
 const char *matmulPrecisionName(MatmulPrecision precision) {
   switch (precision) {
   case MatmulPrecision::Highest: return "highest";
@@ -68,6 +78,12 @@ const char *matmulPrecisionName(MatmulPrecision precision) {
   case MatmulPrecision::Medium: return "medium";
   }
   return "?";
+}
+
+OriginRole parseOriginRole(const std::string &name) {
+  for (OriginRole role : {OriginRole::Computes, OriginRole::Gradient, OriginRole::Recomputes, OriginRole::Updates})
+    if (name == originRoleName(role)) return role;
+  throw Error(fmt::format("unknown origin role '{}' (expected computes, gradient, recomputes or updates)", name));
 }
 
 MatmulPrecision parseMatmulPrecision(const std::string &name) {
@@ -172,6 +188,7 @@ public:
       if (program_.values[index].storage == Storage::View)
         checkId(program_.values[index].viewOf, fmt::format("values[{}].view_of", index));
     for (const Value &value : program_.values) checkValue(value);
+    checkSources();
     checkKernels();
     checkUpdates();
     checkDataflow();
@@ -361,6 +378,21 @@ private:
     }
   }
 
+  // Provenance is text for readers: valid UTF-8 and origins that name a source op.
+  void checkSources() const {
+    checkText(program_.sourceFile, "source_file");
+    for (size_t i = 0; i < program_.sourceOps.size(); ++i)
+      checkText(program_.sourceOps[i].text, fmt::format("source_ops[{}].text", i));
+  }
+
+  void checkOrigins(const Kernel &kernel, const std::string &path) const {
+    for (size_t i = 0; i < kernel.origins.size(); ++i)
+      if (kernel.origins[i].op < 0 || size_t(kernel.origins[i].op) >= program_.sourceOps.size())
+        fail(fmt::format("{}.origins[{}]", path, i),
+             fmt::format("refers to source op {}, but the program has {}", kernel.origins[i].op,
+                         program_.sourceOps.size()));
+  }
+
   void checkKernels() {
     // A Local belongs to exactly one kernel.
     std::vector<int> localOwner(program_.values.size(), -1);
@@ -372,6 +404,7 @@ private:
       checkText(kernel.entry, path + ".entry");
       checkText(kernel.source, path + ".source");
       checkKernelFields(kernel, path);
+      checkOrigins(kernel, path);
       std::optional<int64_t> flops = checkedAdd(totalFlops, kernel.flops);
       std::optional<int64_t> bytes = checkedAdd(totalBytes, kernel.minBytes);
       if (!flops || !bytes) fail(path, "the program's total flops or min_bytes overflow");
@@ -420,6 +453,7 @@ private:
       std::string where = fmt::format("{}.parts[{}]", path, p);
       checkText(part.name, where + ".name");
       checkKernelFields(part, where);
+      checkOrigins(part, where);
       if (!part.parts.empty()) fail(where, "a part of a persistent kernel is not persistent itself");
       if (!part.source.empty()) checkSignature(part, where);
       for (const std::vector<int> *list : {&part.inputs, &part.outputs})

@@ -137,6 +137,11 @@ Json kernelHeader(const Kernel &kernel) {
   Json header{{"name", kernel.name},     {"layer", kernel.layer},
               {"flops", kernel.flops},   {"min_bytes", kernel.minBytes},
               {"inputs", kernel.inputs}, {"outputs", kernel.outputs}};
+  if (!kernel.origins.empty()) {
+    Json origins = Json::array();
+    for (const OpOrigin &origin : kernel.origins) origins.push_back(Json{origin.op, originRoleName(origin.role)});
+    header["origins"] = origins;
+  }
   if (!kernel.entry.empty()) {
     header["entry"] = kernel.entry;
     Json launch = Json::object();
@@ -322,6 +327,14 @@ Parameter parameterFromJson(const JsonReader &reader, const nlohmann::json &json
   return parameter;
 }
 
+SourceOp sourceOpFromJson(const JsonReader &reader, const nlohmann::json &json, const std::string &where) {
+  SourceOp op;
+  op.line = reader.intField(json, "line", where);
+  op.column = reader.intField(json, "column", where);
+  op.text = reader.string(json, "text", where);
+  return op;
+}
+
 Value valueFromJson(const JsonReader &reader, const nlohmann::json &json,
                     const std::string &where) {
   Value value;
@@ -399,6 +412,18 @@ Kernel kernelFromJson(const JsonReader &reader, const nlohmann::json &json,
     kernel.workspaceBytes = reader.integer(json, "workspace_bytes", where);
     if (reader.optionalField(json, "sync_words")) kernel.syncWords = reader.integer(json, "sync_words", where);
   }
+  if (const nlohmann::json *origins = reader.optionalField(json, "origins")) {
+    std::string originsWhere = JsonReader::join(where, "origins");
+    reader.array(*origins, originsWhere);
+    for (size_t i = 0; i < origins->size(); ++i) {
+      std::string itemWhere = fmt::format("{}[{}]", originsWhere, i);
+      const nlohmann::json &item = (*origins)[i];
+      if (!item.is_array() || item.size() != 2) reader.fail(itemWhere, "expected [source op, role]");
+      std::string role = reader.string(item[1], itemWhere + "[1]");
+      kernel.origins.push_back({reader.narrow(reader.integer(item[0], itemWhere + "[0]"), itemWhere + "[0]"),
+                                reader.located(itemWhere + "[1]", [&] { return parseOriginRole(role); })});
+    }
+  }
   const nlohmann::json &ops = reader.array(json, "ops", where);
   for (size_t i = 0; i < ops.size(); ++i)
     kernel.ops.push_back(opFromJson(reader, ops[i], fmt::format("{}.ops[{}]", where, i)));
@@ -469,6 +494,12 @@ std::string programToJson(const Program &program) {
     header["matmul_precision"] = matmulPrecisionName(program.matmulPrecision);
   for (const auto &item : header.items())
     out << "  " << Json(item.key()).dump() << ": " << inlineJson(item.value()) << ",\n";
+  if (!program.sourceOps.empty()) {
+    out << "  \"source_file\": " << Json(program.sourceFile).dump() << ",\n";
+    writeList(out, "source_ops", program.sourceOps, [&](const SourceOp &op) {
+      out << "    " << inlineJson(Json{{"line", op.line}, {"column", op.column}, {"text", op.text}});
+    });
+  }
   writeList(out, "parameters", program.parameters,
             [&](const Parameter &p) { out << "    " << inlineJson(parameterToJson(p)); });
   writeList(out, "values", program.values,
@@ -544,6 +575,10 @@ Program programFromJson(const std::string &text, const std::string &origin) {
   program.arenaBytes = reader.integer(root, "arena_bytes", "");
   program.inputs = reader.ids(root, "inputs", "");
   program.outputs = reader.ids(root, "outputs", "");
+  if (reader.optionalField(root, "source_ops")) {
+    program.sourceFile = reader.string(root, "source_file", "");
+    program.sourceOps = listFromJson<SourceOp>(reader, root, "source_ops", sourceOpFromJson);
+  }
   program.parameters = listFromJson<Parameter>(reader, root, "parameters", parameterFromJson);
   program.values = listFromJson<Value>(reader, root, "values", valueFromJson);
   program.kernels = listFromJson<Kernel>(reader, root, "kernels", kernelFromJson);

@@ -18,7 +18,7 @@
 namespace tlc {
 
 // NaN is a difference: std::max would drop it, so it is returned as soon as it is met.
-static double maxAbsDifference(const std::vector<float> &a, const std::vector<float> &b) {
+double maxAbsDifference(const std::vector<float> &a, const std::vector<float> &b) {
   if (a.size() != b.size()) return std::numeric_limits<double>::quiet_NaN();
   double largest = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -29,7 +29,28 @@ static double maxAbsDifference(const std::vector<float> &a, const std::vector<fl
   return largest;
 }
 
-static LadderRung countKernels(const Program &program) {
+Ladder ladderFor(const LadderOptions &options) {
+  Ladder ladder;
+  ladder.batch = options.batch;
+  ladder.seqLen = options.seqLen;
+  ladder.dtype = options.dtype;
+  ladder.matmulPrecision = options.matmulPrecision;
+  ladder.weightsFrom = describeWeights(options.inputs);
+  ladder.tokensFrom = describeTokens(options.inputs);
+  ladder.timedRuns = std::max(1, options.iterations);
+  return ladder;
+}
+
+CompileOptions levelOptions(const LadderOptions &options, int level, const Backend &backend) {
+  CompileOptions compile{level, options.batch, options.seqLen, options.dtype, true, options.matmulPrecision};
+  compile.targetArch = options.targetArch;
+  compile.overrides = options.overrides;
+  compile.persistent = options.persistent;
+  tuneForDevice(compile, backend.deviceInfo());
+  return compile;
+}
+
+LadderRung ladderRungOf(const Program &program) {
   LadderRung rung;
   rung.level = program.optLevel;
   rung.kernels = int(program.kernels.size());
@@ -59,26 +80,14 @@ static LadderRung countKernels(const Program &program) {
 }
 
 mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &options) {
-  Ladder ladder;
-  ladder.batch = options.batch;
-  ladder.seqLen = options.seqLen;
-  ladder.dtype = options.dtype;
-  ladder.matmulPrecision = options.matmulPrecision;
-  ladder.weightsFrom = describeWeights(options.inputs);
-  ladder.tokensFrom = describeTokens(options.inputs);
-  ladder.timedRuns = std::max(1, options.iterations);
-
+  Ladder ladder = ladderFor(options);
   std::unique_ptr<Backend> backend = createBackend(options.backend);
   ladder.target = backend->name();
   Weights weights;
   std::vector<int32_t> tokens;
   std::vector<float> reference;
   for (int level = 0; level <= kMaxOptLevel; ++level) {
-    CompileOptions compile{level, options.batch, options.seqLen, options.dtype, true, options.matmulPrecision};
-    compile.targetArch = options.targetArch;
-    compile.overrides = options.overrides;
-    compile.persistent = options.persistent;
-    tuneForDevice(compile, backend->deviceInfo());
+    CompileOptions compile = levelOptions(options, level, *backend);
     mlir::FailureOr<Program> program = mlir::failure();
     {
       ProgressLine progress(fmt::format("O{}: compiling", level));
@@ -108,7 +117,7 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
         throw Error(fmt::format("O{}: {}", level, error.what()));
       }
     }
-    LadderRung rung = countKernels(*program);
+    LadderRung rung = ladderRungOf(*program);
     rung.milliseconds = run.result.milliseconds;
     rung.loss = run.result.loss;
     if (level == 0) reference = run.result.logits.data;
@@ -118,11 +127,13 @@ mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &
   return ladder;
 }
 
+std::string dtypeOf(const Ladder &ladder) {
+  return ladder.dtype == "f32" ? fmt::format("f32 (matmul precision {})", matmulPrecisionName(ladder.matmulPrecision))
+                               : ladder.dtype;
+}
+
 std::string ladderTable(const Ladder &ladder) {
-  std::string dtype = ladder.dtype == "f32"
-                          ? fmt::format("f32 (matmul precision {})", matmulPrecisionName(ladder.matmulPrecision))
-                          : ladder.dtype;
-  std::string out = fmt::format("tlc ladder: {}, {}, batch {} x seq {}, target {}\n", ladder.model, dtype, ladder.batch,
+  std::string out = fmt::format("tlc ladder: {}, {}, batch {} x seq {}, target {}\n", ladder.model, dtypeOf(ladder), ladder.batch,
                                 ladder.seqLen, ladder.target);
   out += fmt::format("  inputs    weights {}; tokens {} (the same at every level)\n", ladder.weightsFrom,
                      ladder.tokensFrom);

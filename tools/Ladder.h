@@ -54,6 +54,22 @@ struct Ladder {
 // reported through the context's diagnostics; run errors throw tlc::Error.
 mlir::FailureOr<Ladder> climbLadder(mlir::ModuleOp parsed, const LadderOptions &options);
 
+// The ladder's description before any level has run: shape, inputs, timed runs.
+Ladder ladderFor(const LadderOptions &options);
+
+// How each level is compiled: the ladder's shape and target, tuned for the backend's device.
+CompileOptions levelOptions(const LadderOptions &options, int level, const Backend &backend);
+
+// The largest |a[i] - b[i]|: the logits' difference from O0's. NaN where the sizes differ
+// or any difference is NaN.
+double maxAbsDifference(const std::vector<float> &a, const std::vector<float> &b);
+
+// A level's static counts (kernels, per block, GFLOP, bytes); no time yet.
+LadderRung ladderRungOf(const Program &program);
+
+// "bf16", or "f32 (matmul precision high)": what the ladder's f32 matrix products ran as.
+std::string dtypeOf(const Ladder &ladder);
+
 // The table tlc ladder prints.
 std::string ladderTable(const Ladder &ladder);
 

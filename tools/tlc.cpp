@@ -7,6 +7,7 @@
 //   tlc ladder models/tinyllama.tl --chart=ladder.svg
 //   tlc train models/tinyllama.tl --batch-size 8 --seq-len 128 --num-steps 50 --learning-rate 3e-4
 //   tlc generate models/tinyllama.tl --prompt-ids "1 2 3" --max-new-tokens 16 -O2 --target=cpu
+//   tlc report models/tinyllama.tl -o report/
 #include "runtime/AttributeRanges.h"
 #include "api/Compile.h"
 #include "compiler/BlockView.h"
@@ -15,6 +16,7 @@
 #include "compiler/Targets.h"
 #include "compiler/ModelIO.h"
 #include "passes/Pipelines.h"
+#include "passes/Remarks.h"
 #include "runtime/Checked.h"
 #include "runtime/FiniteResults.h"
 #include "runtime/FlagRanges.h"
@@ -30,6 +32,7 @@
 #include "tools/Ladder.h"
 #include "tools/LadderChart.h"
 #include "tools/Generation.h"
+#include "tools/Report.h"
 #include "tools/Training.h"
 
 #include <tlc/Error.h>
@@ -48,6 +51,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -70,7 +74,13 @@ cl::SubCommand generateCommand("generate",
                                "continue a prompt on the CPU with the KV cache (tl-kv-cache's @prefill and @decode), "
                                "greedy or sampled: the new token ids as they come, then the prefill's and each "
                                "decode step's speed, the peak memory and the kernels a step");
-cl::SubCommandGroup everywhere = {&cl::SubCommand::getTopLevel(), &ladderCommand, &trainCommand, &generateCommand};
+cl::SubCommand reportCommand("report",
+                              "write a static site (-o dir/; open dir/index.html from disk) that shows, for every "
+                              "level, which kernel each op of the model runs in, what each pass did and why, and "
+                              "what fusion bought: the ladder, block graphs, kernels with their source, a pass "
+                              "stepper, a roofline and a timeline");
+cl::SubCommandGroup everywhere = {&cl::SubCommand::getTopLevel(), &ladderCommand, &trainCommand, &generateCommand,
+                                  &reportCommand};
 // What compiles one level and may be read after each pass: tlc itself, tlc train and tlc generate.
 cl::SubCommandGroup oneLevel = {&cl::SubCommand::getTopLevel(), &trainCommand, &generateCommand};
 
@@ -172,6 +182,11 @@ cl::opt<std::string> dumpIrDir("dump-ir-dir",
                                cl::desc("write the input and the IR after each pass to numbered files in <dir>: "
                                         "diff two neighbours to see one pass"),
                                cl::value_desc("dir"), cl::cat(irCategory), cl::sub(oneLevel));
+// --remarks: both kinds; =fused or =missed, one of them (checked in checkFlags).
+cl::opt<std::string> remarks("remarks",
+                             cl::desc("print what each fusion pass fused and what it left apart, and why, as clang's "
+                                      "-Rpass (=fused or =missed: only those)"),
+                             cl::value_desc("fused|missed"), cl::ValueOptional, cl::cat(irCategory), cl::sub(oneLevel));
 cl::opt<int> irBlock("ir-block", cl::desc("show transformer block <n> only (the others hold the same ops), for the "
                                           "printed IR, the dump files and --emit=ir"),
                      cl::value_desc("n"), cl::init(-1), cl::cat(irCategory), cl::sub(oneLevel));
@@ -227,7 +242,8 @@ cl::opt<std::string> statsCsvPath("stats-csv", cl::desc("with --profile: write p
                                   cl::value_desc("file"), cl::cat(runCategory));
 cl::opt<bool> allowNonFinite("allow-nonfinite",
                              cl::desc("report logits or a loss that are not finite (NaN, inf) instead of failing"),
-                             cl::cat(runCategory), cl::sub(cl::SubCommand::getTopLevel()), cl::sub(ladderCommand));
+                             cl::cat(runCategory), cl::sub(cl::SubCommand::getTopLevel()), cl::sub(ladderCommand),
+                             cl::sub(reportCommand));
 cl::opt<tlc::ProgressMode> progress(
     "progress", cl::desc("progress lines for steps over a second (default auto: on a terminal)"),
     cl::init(tlc::ProgressMode::Auto),
@@ -363,9 +379,10 @@ std::string checkGenerateFlags() {
   return "";
 }
 
-// What -o names: nothing ("-": stdout), a file, or a directory (--emit=hip; --emit=program
-// with a directory or a path ending in '/', written as dir/program.json).
+// What -o names: nothing ("-": stdout), a file, or a directory (tlc report, --emit=hip;
+// --emit=program with a directory or a path ending in '/', written as dir/program.json).
 tlc::FilePath emittedOutput() {
+  if (reportCommand) return {"-o", outputPath == "-" ? "" : outputPath.getValue(), true};
   Emit what = emit == Emit::None && !run && outputPath != "-" ? Emit::Program : emit;
   if (what == Emit::None) return {"-o", "", false};
   bool directory = what == Emit::Hip || (what == Emit::Program && outputPath != "-" &&
@@ -434,6 +451,9 @@ std::string checkFlags() {
   if (matmulPrecision.getNumOccurrences() && dtype != "f32")
     return fmt::format("--matmul-precision applies to f32 models; --dtype={} multiplies {}", dtype.getValue(),
                        dtype.getValue());
+  if (remarks.getNumOccurrences() && !remarks.empty() && remarks != "fused" && remarks != "missed")
+    return fmt::format("unknown --remarks={}: use --remarks (both), --remarks=fused or --remarks=missed",
+                       remarks.getValue());
   std::vector<tlc::cli::Ranged> ranged = {
       {batchSize, batchSize, {1, tlc::kMaxTokens}}, {seqLen, seqLen, {1, tlc::kMaxTokens}},
       {iterations, iterations, tlc::kIterationsRange}, {threads, threads, tlc::kThreadsRange},
@@ -450,19 +470,21 @@ std::string checkFlags() {
   if (generateCommand) {
     if (std::string problem = checkGenerateFlags(); !problem.empty()) return problem;
   }
-  if (ladderCommand) {
+  if (ladderCommand || reportCommand) {
     // LLVM's parser lets a subcommand take the top level's options too; these mean
     // nothing to the ladder, so they are refused rather than ignored.
     const cl::Option *runOnly[] = {
         &optLevelShort, &optLevelLong, &emit, &outputPath, &printKernels, &printIrAfterAll, &printIrBeforeAll,
              &static_cast<cl::Option &>(printIrAfter), &printIrAfterChange, &dumpIrDir, &irBlock, &run, &saveWeightsPath, &saveLogitsPath, &profile, &tracePath,
              &statsCsvPath};
+    const char *command = ladderCommand ? "ladder" : "report";
     for (const cl::Option *option : runOnly)
-      if (option->getNumOccurrences())
-        return fmt::format("--{} does not apply to tlc ladder (it runs every level; see tlc ladder --help)",
-                           option->ArgStr.str());
+      if (option->getNumOccurrences() && !(reportCommand && option == &outputPath))
+        return fmt::format("--{} does not apply to tlc {} (it runs every level; see tlc {} --help)",
+                           option->ArgStr.str(), command, command);
+    if (reportCommand && outputPath == "-") return "tlc report writes a directory: give -o dir/";
   }
-  auto runs = [] { return run || ladderCommand || trainCommand || generateCommand; };
+  auto runs = [] { return run || ladderCommand || trainCommand || generateCommand || reportCommand; };
   std::vector<tlc::cli::Requirement> requirements = {
       {profile, [] { return bool(run); }, "--profile needs --run"},
       {tracePath, [] { return bool(profile); }, "--trace needs --profile (and --run)"},
@@ -530,7 +552,7 @@ std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &
   }
   if (persistent && trainCommand)
     return "--persistent applies to a forward: a training step keeps O2's launches";
-  if (persistent && optLevel < 3 && !ladderCommand)
+  if (persistent && optLevel < 3 && !ladderCommand && !reportCommand)
     return fmt::format("--persistent needs -O3 (the level that fuses the whole forward), not -O{}", optLevel);
   if (attentionGradRows != 0 && attentionGradRows != 8 && attentionGradRows != 16 && attentionGradRows != 32)
     return fmt::format("--attention-grad-rows={} must be 8, 16 or 32", attentionGradRows.getValue());
@@ -859,12 +881,20 @@ int generateTokens(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   return 0;
 }
 
-int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+// The model parsed for every level (ladder, report), its flags checked: null once an
+// error has been said.
+mlir::OwningOpRef<mlir::ModuleOp> parseForEveryLevel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   auto module = tlc::parseModelFile(context, inputFile, sourceMgr);
-  if (!module) return 1;
+  if (!module) return nullptr;
   fitDefaultSeqLen(*module);
-  if (std::string problem = checkFlagsAgainst(*module, {0, batchSize, seqLen, dtype}); !problem.empty())
-    return fail(problem);
+  if (std::string problem = checkFlagsAgainst(*module, {0, batchSize, seqLen, dtype}); !problem.empty()) {
+    fail(problem);
+    return nullptr;
+  }
+  return module;
+}
+
+tlc::LadderOptions ladderOptions() {
   tlc::LadderOptions options;
   options.batch = batchSize;
   options.seqLen = seqLen;
@@ -877,6 +907,30 @@ int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   options.inputs = runInputs();
   options.iterations = iterations.getNumOccurrences() ? int(iterations) : 3;
   options.allowNonFinite = allowNonFinite;
+  return options;
+}
+
+int writeReport(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  auto start = std::chrono::steady_clock::now();
+  auto module = parseForEveryLevel(context, sourceMgr);
+  if (!module) return 1;
+  mlir::FailureOr<tlc::ReportData> data = tlc::collectReport(*module, inputFile, ladderOptions());
+  if (mlir::failed(data)) return 1;
+  int64_t bytes = 0;
+  {
+    tlc::ProgressLine line("writing the report (laying out the graphs)");
+    bytes = tlc::writeReportSite(*data, outputPath);
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("tlc report: {}/index.html, {:.2f} MiB, made in {:.1f} s\n", outputPath.getValue(),
+             double(bytes) / (1 << 20), seconds);
+  return 0;
+}
+
+int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  auto module = parseForEveryLevel(context, sourceMgr);
+  if (!module) return 1;
+  tlc::LadderOptions options = ladderOptions();
   mlir::FailureOr<tlc::Ladder> ladder = tlc::climbLadder(*module, options);
   if (mlir::failed(ladder)) return 1;
   fmt::print("{}", tlc::ladderTable(*ladder));
@@ -899,6 +953,7 @@ int main(int argc, char **argv) {
   tlc::cli::showOnly({&compileCategory, &runCategory, &ladderCategory}, ladderCommand);
   tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &trainCategory}, trainCommand);
   tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &generateCategory}, generateCommand);
+  tlc::cli::showOnly({&compileCategory, &runCategory}, reportCommand);
   cl::ParseCommandLineOptions(argc, argv,
                               "tlc: compile a transformer written in the tl dialect into fused kernels, show what "
                               "each pass did, and run it\n");
@@ -914,6 +969,12 @@ int main(int argc, char **argv) {
   // Registered last, so it sees diagnostics first: those with no place in a file
   // (a file that cannot be opened) read as tlc's own errors, not "<unknown>:0:".
   context.getDiagEngine().registerHandler([](mlir::Diagnostic &diagnostic) {
+    if (diagnostic.getSeverity() == mlir::DiagnosticSeverity::Remark) {  // printed, located, only when asked for
+      std::optional<tl::FusionRemark> remark = tl::parseFusionRemark(diagnostic);
+      bool wanted = remark && remarks.getNumOccurrences() &&
+                    (remarks.empty() || (remarks == "fused") == remark->fused);
+      return mlir::success(!wanted);
+    }
     if (!llvm::isa<mlir::UnknownLoc>(diagnostic.getLocation())) return mlir::failure();
     llvm::WithColor::error(llvm::errs(), "tlc") << diagnostic.str() << "\n";
     return mlir::success();
@@ -922,6 +983,7 @@ int main(int argc, char **argv) {
   try {
     int status = trainCommand      ? trainModel(context, sourceMgr)
                  : generateCommand ? generateTokens(context, sourceMgr)
+                 : reportCommand   ? writeReport(context, sourceMgr)
                  : ladderCommand   ? climbLadder(context, sourceMgr)
                                    : compileAndRun(context, sourceMgr);
     tlc::checkStdout();  // a summary lost to a full disk or a closed pipe is a failure too

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 #include <sys/stat.h>
@@ -75,6 +76,7 @@ std::string KernelSource::header(const std::string &what, const std::vector<std:
   if (spec_.chained)
     out += "//   chained: may start while the kernel before it finishes; reads its inputs after "
            "tl_wait_for_producers()\n";
+  for (const std::string &line : spec_.provenance) out += "//   " + line + "\n";
   return out;
 }
 
@@ -130,16 +132,83 @@ uint32_t fnv1a(const std::string &text) {
 
 } // namespace
 
+// "6:5 %rmsnorm = tl.rmsnorm", "gradient of 8:5 %q_proj = tl.linear".
+static std::string describeOrigin(const Program &program, const OpOrigin &origin) {
+  const SourceOp &op = program.sourceOps.at(size_t(origin.op));
+  const char *role = origin.role == OriginRole::Gradient     ? "gradient of "
+                     : origin.role == OriginRole::Recomputes ? "recomputes "
+                     : origin.role == OriginRole::Updates    ? "updates "
+                                                             : "";
+  return fmt::format("{}{}:{} {}", role, op.line, op.column, op.text);
+}
+
+// What a launch computes, up to its lines: each origin's role and op ("tl.rope").
+static std::vector<std::string> originKinds(const Program &program, const Kernel &kernel) {
+  std::vector<std::string> kinds;
+  for (const OpOrigin &origin : kernel.origins) {
+    const std::string &text = program.sourceOps.at(size_t(origin.op)).text;
+    kinds.push_back(fmt::format("{} {}", originRoleName(origin.role), text.substr(text.rfind(' ') + 1)));
+  }
+  return kinds;
+}
+
+static std::string describeLaunch(const Program &program, size_t index) {
+  int layer = program.kernels[index].layer;
+  return fmt::format("launch {}, {}", index, layer < 0 ? "outside the blocks" : fmt::format("block {}", layer));
+}
+
+// Appends `items` to `lines` as one comma-separated list, wrapped, indented by `indent`.
+static void appendWrapped(std::vector<std::string> &lines, const std::vector<std::string> &items,
+                          const std::string &indent) {
+  lines.push_back(indent);
+  for (size_t i = 0; i < items.size(); ++i) {
+    std::string item = items[i] + (i + 1 < items.size() ? "," : "");
+    if (lines.back().size() > indent.size() && lines.back().size() + 1 + item.size() > 110) lines.push_back(indent);
+    lines.back() += (lines.back().size() > indent.size() ? " " : "") + item;
+  }
+}
+
+// The header's provenance lines for the kernels `launches`, which share one source: the
+// first launch's model ops in full, then each launch that computes the same kinds of
+// ops in the same order as a range of lines, any other in full.
+static std::vector<std::string> provenanceLines(const Program &program, const std::vector<size_t> &launches) {
+  std::string file = program.sourceFile.substr(program.sourceFile.find_last_of('/') + 1);
+  std::vector<std::string> lines, same;
+  std::vector<std::string> firstKinds = originKinds(program, program.kernels[launches.front()]);
+  for (size_t n = 0; n < launches.size(); ++n) {
+    const Kernel &kernel = program.kernels[launches[n]];
+    if (n > 0 && !kernel.origins.empty() && originKinds(program, kernel) == firstKinds) {
+      auto [low, high] = std::minmax_element(kernel.origins.begin(), kernel.origins.end(),
+                                             [&](const OpOrigin &a, const OpOrigin &b) { return a.op < b.op; });
+      same.push_back(fmt::format("{}-{} ({})", program.sourceOps[size_t(low->op)].line,
+                                 program.sourceOps[size_t(high->op)].line, describeLaunch(program, launches[n])));
+      continue;
+    }
+    lines.push_back(fmt::format("model ops ({} line:column), {}:", file, describeLaunch(program, launches[n])));
+    std::vector<std::string> items;
+    for (const OpOrigin &origin : kernel.origins) items.push_back(describeOrigin(program, origin));
+    if (items.empty()) items.push_back("none");
+    appendWrapped(lines, items, "  ");
+  }
+  if (!same.empty()) {
+    lines.push_back("the same ops at lines:");
+    appendWrapped(lines, same, "  ");
+  }
+  return lines;
+}
+
 std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vector<codegen::KernelSpec> &specs,
                                               const codegen::Machine &machine) {
   if (specs.size() != program.kernels.size())
     throw Error(fmt::format("code generation: {} kernel specs for {} kernels", specs.size(), program.kernels.size()));
-  std::map<std::string, std::string> sourceOf;  // entry -> source
+  std::map<std::string, std::string> sourceOf;  // entry -> source, without provenance
+  std::map<std::string, std::vector<size_t>> launchesOf;  // entry -> kernels
   std::vector<codegen::TaskPlan> plans;
   program.workspaceBytes = 0;
   for (size_t k = 0; k < specs.size(); ++k) {
     Kernel &kernel = program.kernels[k];
     codegen::KernelSpec spec = specs[k];
+    spec.provenance.clear();
     // The source opens with what it was written for (the runtime checks it against the Program).
     codegen::TaskPlan tasks;
     auto emitSigned = [&] {
@@ -158,11 +227,22 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
       source = emitSigned();
     }
     sourceOf.emplace(spec.entry, source);
+    launchesOf[spec.entry].push_back(k);
     kernel.entry = spec.entry;
     kernel.source = std::move(source);
     kernel.chained = spec.chained;
     program.workspaceBytes = std::max(program.workspaceBytes, kernel.workspaceBytes);
     plans.push_back(std::move(tasks));
+  }
+  // Each source again, its header naming the model ops of every launch of it.
+  for (const auto &[entry, launches] : launchesOf) {
+    if (program.sourceOps.empty()) break;
+    codegen::KernelSpec spec = specs[launches.front()];
+    spec.entry = entry;
+    spec.provenance = provenanceLines(program, launches);
+    std::string source = codegen::emitKernel(program, spec, machine).source;
+    for (size_t k : launches)
+      program.kernels[k].source = kKernelSignaturePrefix + kernelSignature(program, program.kernels[k]) + "\n" + source;
   }
   return plans;
 }
@@ -170,10 +250,17 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
 int writeHipSources(const Program &program, const std::string &directory) {
   ::mkdir(directory.c_str(), 0777);
   std::set<std::string> written;
+  // A persistent kernel, then its parts: each also runs as a launch of its own, and its
+  // header names the model ops it computes.
+  std::vector<const Kernel *> kernels;
   for (const Kernel &kernel : program.kernels) {
-    if (kernel.entry.empty() || !written.insert(kernel.entry).second) continue;
-    std::string path = directory + "/" + kernel.entry + ".hip";
-    writeFileAtomically(path, kernel.source, "kernel source");
+    kernels.push_back(&kernel);
+    for (const Kernel &part : kernel.parts) kernels.push_back(&part);
+  }
+  for (const Kernel *kernel : kernels) {
+    if (kernel->entry.empty() || !written.insert(kernel->entry).second) continue;
+    std::string path = directory + "/" + kernel->entry + ".hip";
+    writeFileAtomically(path, kernel->source, "kernel source");
   }
   return int(written.size());
 }

@@ -126,6 +126,9 @@ struct KernelSpec {
   std::string entry;          // the kernel function's name
   std::vector<KernelParam> params;
   bool chained = false;       // launched as a dependent of the kernel before it
+  // Provenance for the header comment: which ops of the model file each launch of this
+  // source computes, one line each (filled by emitHipKernels from Kernel::origins).
+  std::vector<std::string> provenance;
   std::variant<GemmSpec, AttentionSpec, AttentionGradSpec, RowSpec, ElementwiseSpec, OptimizerSpec> body;
 };
 

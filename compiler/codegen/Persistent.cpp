@@ -277,6 +277,10 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
     for (int id : part.outputs)
       if (outputs.insert(id).second) persistent.outputs.push_back(id);
     persistent.ops.insert(persistent.ops.end(), part.ops.begin(), part.ops.end());
+    for (const OpOrigin &origin : part.origins)
+      if (std::none_of(persistent.origins.begin(), persistent.origins.end(),
+                       [&](const OpOrigin &o) { return o.op == origin.op && o.role == origin.role; }))
+        persistent.origins.push_back(origin);
     persistent.flops += part.flops;
     persistent.minBytes += part.minBytes;
   }

@@ -77,6 +77,28 @@ struct OpRecord {
   TLC_API const std::vector<int64_t> &intsAttr(const std::string &key) const;
 };
 
+// Provenance: an op of the model file, as the compiler parsed it. Every op keeps its
+// location through fusion (MLIR's fused locations), so each kernel can say which ops
+// of the file it computes (Kernel::origins); `tlc --emit=hip` lists them in each
+// kernel's header, and `tlc report` draws them.
+struct SourceOp {
+  int line = 0, column = 0;   // in Program::sourceFile
+  std::string text;           // how its line begins: "%q_proj = tl.linear"
+};
+
+// What a kernel does for a source op: computes it (the forward), computes part of its
+// gradient (the backward), computes it again for the backward, or updates the
+// parameter it declares (the optimizer).
+enum class OriginRole { Computes, Gradient, Recomputes, Updates };
+
+TLC_API const char *originRoleName(OriginRole role);           // "computes", "gradient", "recomputes", "updates"
+TLC_API OriginRole parseOriginRole(const std::string &name);   // throws tlc::Error on an unknown name
+
+struct OpOrigin {
+  int op = -1;                            // index in Program::sourceOps
+  OriginRole role = OriginRole::Computes;
+};
+
 // How a backend launches a kernel: a 1-D grid of blocks.
 struct KernelLaunch {
   int64_t gridBlocks = 0;
@@ -103,6 +125,7 @@ struct Kernel {
   int64_t flops = 0;          // arithmetic work, counted as in the cost model
   int64_t minBytes = 0;       // bytes it must move at least: inputs (a gathered table: its rows read) and outputs once
   int layer = -1;             // transformer block it belongs to, -1 outside blocks
+  std::vector<OpOrigin> origins;  // the source ops it computes (or differentiates, ...), by op
 
   // GPU code, set by the code generator (compiler/codegen/Emitter.h); empty until then.
   std::string entry;          // the kernel function in `source` (Kernel::name unless taken)
@@ -184,6 +207,10 @@ struct Program {
   // O3: why the forward runs as separate launches rather than one persistent kernel ("" if
   // it does, or the level never makes one).
   std::string persistentFallback;
+  // Provenance: the model file and those of its ops the kernels name in their origins
+  // (none for a model built in memory).
+  std::string sourceFile;
+  std::vector<SourceOp> sourceOps;
 
   const Value &value(int id) const { return values.at(id); }
   // The value owning `id`'s bytes (follows views).

@@ -59,6 +59,11 @@ Program programWithEverything() {
   program.kernels[1].flops = 123456789012;
   program.kernels[1].minBytes = 4096;
   program.kernels[1].layer = 3;
+  program.sourceFile = "models/tiny.tl";
+  program.sourceOps = {{4, 18, "%embedding = tl.embedding"}, {8, 15, "%q_proj = tl.linear"}, {9, 3, "tl.weight"}};
+  program.kernels[0].origins = {{0, OriginRole::Computes}};
+  program.kernels[1].origins = {{1, OriginRole::Computes}, {1, OriginRole::Gradient}, {2, OriginRole::Updates},
+                                {0, OriginRole::Recomputes}};
   planMemory(program);
   return program;
 }
@@ -74,6 +79,13 @@ void expectSamePrograms(const Program &a, const Program &b) {
   EXPECT_EQ(a.arenaBytes, b.arenaBytes);
   EXPECT_EQ(a.inputs, b.inputs);
   EXPECT_EQ(a.outputs, b.outputs);
+  EXPECT_EQ(a.sourceFile, b.sourceFile);
+  ASSERT_EQ(a.sourceOps.size(), b.sourceOps.size());
+  for (size_t i = 0; i < a.sourceOps.size(); ++i) {
+    EXPECT_EQ(a.sourceOps[i].line, b.sourceOps[i].line);
+    EXPECT_EQ(a.sourceOps[i].column, b.sourceOps[i].column);
+    EXPECT_EQ(a.sourceOps[i].text, b.sourceOps[i].text);
+  }
   ASSERT_EQ(a.parameters.size(), b.parameters.size());
   for (size_t i = 0; i < a.parameters.size(); ++i) {
     EXPECT_EQ(a.parameters[i].key, b.parameters[i].key);
@@ -101,6 +113,11 @@ void expectSamePrograms(const Program &a, const Program &b) {
     EXPECT_EQ(x.flops, y.flops);
     EXPECT_EQ(x.minBytes, y.minBytes);
     EXPECT_EQ(x.layer, y.layer);
+    ASSERT_EQ(x.origins.size(), y.origins.size());
+    for (size_t o = 0; o < x.origins.size(); ++o) {
+      EXPECT_EQ(x.origins[o].op, y.origins[o].op);
+      EXPECT_EQ(x.origins[o].role, y.origins[o].role);
+    }
     ASSERT_EQ(x.ops.size(), y.ops.size());
     for (size_t o = 0; o < x.ops.size(); ++o) {
       EXPECT_EQ(x.ops[o].op, y.ops[o].op);
@@ -134,6 +151,22 @@ TEST(ProgramJson, TrainingStepsKeepTheirKind) {
   unknown.replace(unknown.find("\"train_step\""), 12, "\"inference\"");
   EXPECT_CONTAINS(errorMessage([&] { programFromJson(unknown, "p.json"); }),
                   "kind: unknown program kind 'inference' (expected forward, train_step, prefill or decode)");
+}
+
+// Provenance names an op of the source table and a known role, or the file is refused.
+TEST(ProgramJson, OriginsNameSourceOpsAndRoles) {
+  std::string text = programToJson(programWithEverything());
+  EXPECT_CONTAINS(text, "\"origins\": [[1, \"computes\"], [1, \"gradient\"], [2, \"updates\"], [0, \"recomputes\"]]");
+  auto replaced = [&](const std::string &from, const std::string &to) {
+    std::string changed = text;
+    return changed.replace(changed.find(from), from.size(), to);
+  };
+  std::string outOfRange = replaced("[2, \"updates\"]", "[7, \"updates\"]");
+  EXPECT_CONTAINS(errorMessage([&] { programFromJson(outOfRange, "p.json"); }),
+                  "kernels[1].origins[2]: refers to source op 7, but the program has 3");
+  std::string badRole = replaced("\"updates\"", "\"guesses\"");
+  EXPECT_CONTAINS(errorMessage([&] { programFromJson(badRole, "p.json"); }),
+                  "kernels[1].origins[2][1]: unknown origin role 'guesses'");
 }
 
 TEST(ProgramJson, IntegralDoublesStayDoubles) {
