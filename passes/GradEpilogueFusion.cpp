@@ -163,7 +163,7 @@ struct GradEpilogueFusionPass : impl::TlFuseGradEpilogueBase<GradEpilogueFusionP
           continue;
         }
         bool folded = false;
-        for (unsigned i = 0; i < chain.getInputs().size() && !folded; ++i)
+        for (unsigned i = 0; !folded && i < chain.getInputs().size(); ++i)  // a folded chain is erased
           folded = foldIntoGemm(chain, i, b);
         if (folded) {
           remarkFused(next->getPrevNode(), kPass)
