@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -195,14 +196,26 @@ std::vector<std::string> commandFrom(const uint8_t *data, size_t size) {
   return argv;
 }
 
+// The first line of a crash or sanitizer report in `err` ("" if none). Reports start their
+// lines; a tool quoting a mutated argument back ("unknown argument '-xSanitizer'") is not one.
+std::string crashReport(const std::string &err) {
+  static const std::regex report(
+      R"((==[0-9]+==\s*ERROR: .*Sanitizer.*)|(SUMMARY: [A-Za-z]*Sanitizer.*)|([^ '"]+:[0-9]+:[0-9]+: runtime error: .*))"
+      R"(|(Stack dump:.*)|(PLEASE submit a bug report.*)|(LLVM ERROR: .*))");
+  std::istringstream lines(err);
+  for (std::string line; std::getline(lines, line);)
+    if (std::regex_match(line, report)) return line;
+  return "";
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::vector<std::string> argv = commandFrom(data, size);
   Result run = runTool(argv, scratch().directory, 10);
   const std::string &err = run.err;
-  for (const char *report : {"Sanitizer", "runtime error:", "Stack dump", "PLEASE submit a bug report", "LLVM ERROR"})
-    if (err.find(report) != std::string::npos) finding(std::string("a crash or sanitizer report: ") + report, argv, err);
+  if (std::string report = crashReport(err); !report.empty())
+    finding("a crash or sanitizer report: " + report, argv, err);
   if (run.timedOut) {
     if (run.cpuSeconds < 1) finding("waited 10 s without working (blocked on an input?)", argv, err);
     cleanScratch(argv, err);
