@@ -92,10 +92,10 @@ std::string describePipeline(mlir::OpPassManager &pm) {
       pm.getPasses(), os,
       [&](mlir::Pass &pass) {
         llvm::StringRef name = pass.getArgument();
-        bool configuredByTheRun = name == tl::createTlSpecialize()->getArgument() ||
-                                  name == tl::createTlAutodiff()->getArgument() ||
-                                  name == tl::createTlKvCache()->getArgument();
-        if (configuredByTheRun) pass.printAsTextualPipeline(os);
+        static const std::string configuredByTheRun[] = {tl::createTlSpecialize()->getArgument().str(),
+                                                         tl::createTlAutodiff()->getArgument().str(),
+                                                         tl::createTlKvCache()->getArgument().str()};
+        if (llvm::is_contained(configuredByTheRun, name)) pass.printAsTextualPipeline(os);
         else os << name;
       },
       ", ");

@@ -17,6 +17,15 @@ namespace {
 
 using namespace gputest;
 
+// A GPU backend that prints nothing and replays graphs (launches one by one under the
+// sanitizer, TLC_GPU_TEST_SMALL).
+template <typename Device> auto quietGpuBackend(Device device) {
+  GpuOptions options;
+  options.verbose = false;
+  options.graph = !small();
+  return createGpuBackend(std::move(device), options);
+}
+
 class GpuForward : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GpuForward, MatchesTheCpuReference) {
@@ -32,10 +41,7 @@ TEST_P(GpuForward, MatchesTheCpuReference) {
   cpu->load(program, weights);
   ForwardResult expected = cpu->forward(tokens);
 
-  GpuOptions options;
-  options.verbose = false;
-  options.graph = !small();  // the sanitizer runs launches one by one
-  auto gpu = createGpuBackend(std::move(device), options);
+  auto gpu = quietGpuBackend(std::move(device));
   gpu->load(program, weights);
   ForwardResult first = gpu->forward(tokens);
   ForwardResult second = gpu->forward(tokens);  // graph replay (or a second run) must agree
@@ -63,10 +69,7 @@ INSTANTIATE_TEST_SUITE_P(Levels, GpuForward, ::testing::ValuesIn(allCases(3)), c
 TEST(GpuForwardPrecision, EachF32PrecisionKeepsItsTolerance) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);
-  GpuOptions options;
-  options.verbose = false;
-  options.graph = !small();
-  auto gpu = createGpuBackend(std::move(device), options);
+  auto gpu = quietGpuBackend(std::move(device));
   auto cpu = createCpuBackend();
   for (const char *model : {"workshop", "tinyllama-1.1b"}) {
     Shape shape = testShape(model);
@@ -99,10 +102,7 @@ TEST(GpuForwardPrecision, EachF32PrecisionKeepsItsTolerance) {
 TEST(GpuPersistent, OneKernelMatchesTheCpuReferenceAndO2) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);
-  GpuOptions options;
-  options.verbose = false;
-  options.graph = !small();
-  auto gpu = createGpuBackend(std::move(device), options);
+  auto gpu = quietGpuBackend(std::move(device));
   auto cpu = createCpuBackend();
   for (const char *model : {"workshop", "tinyllama-1.1b"})
     for (const char *dtype : {"bf16", "f32"}) {
