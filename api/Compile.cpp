@@ -39,6 +39,7 @@ ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
   if (const char *rows = std::getenv("TLC_ATTENTION_GRAD_ROWS"); rows && overrides.attentionGradRows == 0)
     overrides.attentionGradRows = std::atoi(rows);
   flag("TLC_NO_WGMMA", overrides.noWgmma);
+  flag("TLC_NO_GEMV", overrides.noGemv);
   flag("TLC_NO_CLUSTERS", overrides.noClusters);
   if (const char *workers = std::getenv("TLC_WORKERS_PER_SM"); workers && overrides.workersPerSM == 0)
     overrides.workersPerSM = std::atoi(workers);
@@ -55,6 +56,7 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
   if (!overrides.attentionTile.empty()) parts.push_back("attention-tile=" + overrides.attentionTile);
   if (overrides.attentionGradRows) parts.push_back(fmt::format("attention-grad-rows={}", overrides.attentionGradRows));
   if (overrides.noWgmma) parts.push_back("no-wgmma");
+  if (overrides.noGemv) parts.push_back("no-gemv");
   if (overrides.noClusters) parts.push_back("no-clusters");
   if (overrides.dependentsAtStart) parts.push_back("dependents-at-start");
   if (overrides.workersPerSM) parts.push_back(fmt::format("workers-per-sm={}", overrides.workersPerSM));

@@ -231,7 +231,7 @@ public:
   void allowSharedMemory(Function function, int64_t bytes) override {
     // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; HIP kernels stay within the 64 KiB
     // a workgroup may use without asking.
-    if (api_.setAttribute && bytes > (48 << 10))
+    if (api_.setAttribute && bytes > 0)  // static shared memory counts against the 48 KiB too
       check(api_.setAttribute(function, 8, int(bytes)), fmt::format("allowing {} bytes of shared memory", bytes));
   }
   int blocksPerMultiprocessor(Function function, int threads, int64_t sharedBytes) override {

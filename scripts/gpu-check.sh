@@ -12,7 +12,8 @@
 # the chart), trainbench (bench/train.py: training steps beside PyTorch's, the loss
 # curves), micro (bench/kernels.py: GEMM and attention alone beside cuBLAS and SDPA) and
 # profile (per-kernel tables of O0 and O2, workshop and 1.1B shapes) and o3 (the persistent
-# kernel: O3 against the CPU reference and O2, at the workshop, decode and 1.1B shapes).
+# kernel: O3 against the CPU reference and O2, at the workshop, decode and 1.1B shapes) and decode
+# (the matrix-vector GEMMs of 1 to 16 rows: checked, then timed beside the tiled paths).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
@@ -31,6 +32,17 @@ want() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 ldd "$TLC" | grep -Eq 'libLLVM|libMLIR' && note "WARNING: tlc links libLLVM/libMLIR" || note "tlc: self-contained"
+
+o3run() {  # model batch seq level [flags...]: one timed bf16 forward line (--dtype=f32 later overrides)
+  local model=$1 batch=$2 seq=$3 level=$4 log
+  shift 4
+  log="$LOGS/o3-$(basename "$model" .tl)-${batch}x$seq-O$level-$(echo "$@" | tr -cd 'a-z0-9').txt"
+  last_log=$log
+  timeout 300 "$TLC" "$model" -O$level --dtype=bf16 --batch-size=$batch --seq-len=$seq --run --target=cuda \
+    --progress=never "$@" > "$log" 2>&1
+  note "$(basename "$model" .tl) ${batch}x$seq O$level $*: rc=$? $(grep '  forward ' "$log" | sed 's/^ *forward *//; s/ on the GPU.*//')" \
+       "| $(grep '  loss ' "$log" | awk '{print "loss", $2}') $(grep -h 'error\|  o3 ' "$log" | head -2)"
+}
 
 if want kernels; then  # every distinct kernel alone against the CPU reference's ops
   "$TESTS" --gtest_filter='Levels/GpuKernels.*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:GpuKernelsFlatTiles.*:GpuAttentionTiles.*:GpuKernelsComputedPrologue.*' > "$LOGS/kernels.txt" 2>&1
@@ -118,6 +130,22 @@ if want profile; then  # where the time goes, per kernel
   done
   note "profile: $(ls "$LOGS"/profile-*.txt | wc -l) tables"
 fi
+if want decode; then  # decode shapes: the matrix-vector GEMMs against the CPU reference, timed beside the tiled paths
+  timeout 900 "$TESTS" --gtest_filter='GpuDecodeShapes.*' > "$LOGS/decode.txt" 2>&1
+  note "decode shapes: rc=$? $(grep -c '^RESULT_DECODE' "$LOGS/decode.txt") forwards checked," \
+       "worst bf16 $(grep '^RESULT_DECODE.*bf16' "$LOGS/decode.txt" | sed 's/.*logits_rel_err=//; s/ .*//' | sort -g | tail -1)," \
+       "worst f32 $(grep '^RESULT_DECODE.*f32' "$LOGS/decode.txt" | sed 's/.*logits_rel_err=//; s/ .*//' | sort -g | tail -1)"
+  IFS=';' read -r -a shapes <<< "${DECODE_SHAPES:-$MODEL 1 1;$MODEL 8 1;models/tinyllama-1.1b.tl 1 1;models/tinyllama-1.1b.tl 8 1}"
+  for shape in "${shapes[@]}"; do
+    set -- $shape
+    o3run "$1" "$2" "$3" 2 --iterations=50 --no-gemv
+    o3run "$1" "$2" "$3" 2 --iterations=50
+    o3run "$1" "$2" "$3" 3 --iterations=50
+    o3run "$1" "$2" "$3" 3 --iterations=50 --persistent
+  done
+  o3run models/tinyllama-1.1b.tl 1 1 2 --iterations=20 --profile
+  sed -n '/^ *kernel/,/^$/p' "$last_log" | head -30 | tee -a "$summary"
+fi
 if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2, traced
   timeout 600 "$TESTS" --gtest_filter="${O3_TESTS:-GpuPersistent.*}" > "$LOGS/o3-forward.txt" 2>&1
   note "o3 forward: rc=$? $(grep -c '^\[       OK' "$LOGS/o3-forward.txt") passed, $(grep -c '^\[  FAILED  \] Levels' "$LOGS/o3-forward.txt") failed"
@@ -126,16 +154,6 @@ if want o3; then  # the persistent kernel: correct against the CPU reference, ti
   timeout 120 "$TLC" $MODEL -O3 --persistent --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cuda --save-logits="$LOGS/o3-1x1.npy" \
     > /dev/null 2>&1
   note "o3 1x1 against the cpu: $(python3 -c "import numpy as n; a=n.load('$LOGS/o3-1x1.npy'); b=n.load('$LOGS/cpu-1x1.npy'); print('rel. error %.3e' % (n.linalg.norm(a-b)/n.linalg.norm(b)))" 2>&1)"
-  o3run() {  # model batch seq level [flags...]: one timed forward line
-    local model=$1 batch=$2 seq=$3 level=$4 log
-    shift 4
-    log="$LOGS/o3-$(basename "$model" .tl)-${batch}x$seq-O$level-$(echo "$@" | tr -cd 'a-z0-9').txt"
-    last_log=$log
-    timeout 300 "$TLC" "$model" -O$level --dtype=bf16 --batch-size=$batch --seq-len=$seq --run --target=cuda \
-      --progress=never "$@" > "$log" 2>&1
-    note "$(basename "$model" .tl) ${batch}x$seq O$level $*: rc=$? $(grep '  forward ' "$log" | sed 's/^ *forward *//; s/ on the GPU.*//')" \
-         "| $(grep '  loss ' "$log" | awk '{print "loss", $2}') $(grep -h 'error\|  o3 ' "$log" | head -2)"
-  }
   IFS=';' read -r -a shapes <<< "${O3_SHAPES:-$MODEL 8 128;$MODEL 1 1;models/tinyllama-1.1b.tl 1 1;models/tinyllama-1.1b.tl 1 2048}"
   for shape in "${shapes[@]}"; do
     set -- $shape

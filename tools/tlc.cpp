@@ -162,6 +162,8 @@ cl::opt<int> attentionGradRows("attention-grad-rows", cl::desc("attention backwa
                                cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> noWgmma("no-wgmma", cl::desc("sm_90a runs the mma.sync GEMMs"), cl::Hidden, cl::cat(scheduleCategory),
                       cl::sub(everywhere));
+cl::opt<bool> noGemv("no-gemv", cl::desc("few-row GEMMs run the tiled paths, not the matrix-vector one"), cl::Hidden,
+                     cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> noClusters("no-clusters", cl::desc("no thread-block clusters (RMSNorm's backward through the workspace)"),
                          cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> workersPerSM("workers-per-sm", cl::desc("O3: workers of the persistent kernel sharing an SM"),
@@ -422,6 +424,7 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.attentionTile = attentionTile;
   overrides.attentionGradRows = attentionGradRows;
   overrides.noWgmma = noWgmma;
+  overrides.noGemv = noGemv;
   overrides.noClusters = noClusters;
   overrides.dependentsAtStart = dependentsAtStart;
   overrides.workersPerSM = workersPerSM;

@@ -156,6 +156,7 @@ struct GemmPlan {
   std::optional<Separated> aParts, bParts;
   GemmTile nvidia;                 // mma.sync (or the fixed 64x64 tile off the matrix units)
   std::optional<WgmmaTile> hopper;  // sm_90a's wgmma tile, where it runs
+  std::optional<GemvTile> gemv;     // a few rows: the matrix-vector path on every target
   int64_t hopperRowTiles = 0, hopperTiles = 0, hopperSplitTiles = 0;
   int64_t nvidiaColumnTiles = 0, clusterTiles = 1, hopperColumnTiles = 0, hopperCluster = 1;
 };
@@ -180,6 +181,16 @@ GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm) {
   plan.bParts =
       gemm.bKN ? std::optional<Separated>(Separated{}) : separate(gemm.bOffset, "n", gemm.N, gemm.batch, gemm.K);
   if (plan.bParts && !gemm.bKN && plan.bParts->row.maxValue() > INT32_MAX) plan.bParts.reset();
+  // A few rows (a decode step): B streamed once by the matrix-vector path, which reads A
+  // (or computes it) and B 8 k at a time.
+  ChunkLoop eightAlongK{"k", "k", 8, gemm.K, gemmSamples(gemm, false), {}};
+  eightAlongK.samples["n"] = sampleValues(gemm.N);
+  plan.flat = flatColumns(gemm);
+  if ((plan.computedA || (plan.aParts && ElementCode::contiguous(gemm.aOffset, eightAlongK))) && plan.bParts &&
+      !gemm.bKN && ElementCode::contiguous(gemm.bOffset, eightAlongK)) {
+    plan.gemv = chooseGemvTile(gemm, source.machine());
+    if (plan.gemv) return plan;
+  }
   // A stored [K, M] (read down its columns): NVIDIA's mma.sync path transposes it as it
   // loads; the other paths read A along k.
   plan.aKM = plan.operands.matrixUnits && !plan.computedA && !gemm.rowNorm &&
@@ -253,7 +264,7 @@ ColumnMapping columnMapping(const GemmSpec &gemm, bool flat) {
     for (size_t band = 1; band < group.bands.size(); ++band)
       start = fmt::format("band == {} ? {} : {}", band, group.bands[band], start);
     map.bColumn += fmt::format(
-        "    case {}: {{ const int w = {}, band = j / w, c = t.col0 + j % w; return c < {} ? ({}) + c : -1; }}\n", g,
+        "    case {}: {{ const int w = {}, band = j / w, c = t.col0 + j % w; (void)band; return c < {} ? ({}) + c : -1; }}\n", g,
         bandWidth(group), group.width, start);
   }
   map.tilesN = fmt::format("{};", fmt::join(groupTiles, " + "));
@@ -444,6 +455,27 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
   headerLines.push_back(fmt::format("GEMM [batch {}] M {} x N {} x K {}: acc = A · B{} in fp32{}", gemm.batch, gemm.M,
                                     gemm.N, gemm.K, gemm.bKN ? " (B stored [K, N])" : "ᵀ",
                                     plan.aKM ? " (A stored [K, M])" : ""));
+  if (plan.gemv) {
+    headerLines.push_back(fmt::format("prologue: A = {}, staged in shared memory in fp32{}",
+                                      plan.computedA ? describe(gemm.aValue, source.names()) + " computed as it is loaded"
+                                                     : source.name(gemm.a),
+                                      !gemm.rowNorm ? ""
+                                                    : fmt::format(", normalized per row (rmsnorm, eps {}{}): the inverse "
+                                                                  "RMS scales the accumulator rows",
+                                                                  gemm.eps,
+                                                                  gemm.gain >= 0 ? ", gain " + source.name(gemm.gain)
+                                                                                 : std::string(", gain folded into B"))));
+    headerLines.insert(headerLines.end(), epilogueDetails.begin(), epilogueDetails.end());
+    const GemvTile &gemv = *plan.gemv;
+    headerLines.push_back(fmt::format("every target: matrix-vector (gemm_gemv.cuh), {} row{}: blocks of {} warps over {} "
+                                      "columns{}, fp32 FMAs on B streamed with 16-byte loads",
+                                      gemv.BM, gemv.BM == 1 ? "" : "s", gemv.warps, gemv.BN,
+                                      gemv.splits > 1 ? fmt::format(", K split {} ways (partial tiles added by the "
+                                                                    "last split to arrive)",
+                                                                    gemv.splits)
+                                                      : std::string()));
+    return headerLines;
+  }
   headerLines.push_back(fmt::format("prologue: A = {}{}",
                                     plan.computedA ? describe(gemm.aValue, source.names()) + " computed as it is loaded"
                                                    : source.name(gemm.a),
@@ -507,6 +539,14 @@ std::string gemmEntry(const KernelSource &source, const GemmPlan &plan) {
   const std::optional<WgmmaTile> &hopper = plan.hopper;
   const bool tf32 = plan.matrixUnits && plan.operands.tf32Products;
   std::string out;
+  if (plan.gemv) {
+    const GemvTile &gemv = *plan.gemv;
+    std::string spec =
+        fmt::format("{}_spec<{}, {}, 1, {}, 1, 1, {}, 0>", entry, gemv.BM, gemv.BN, gemv.warps, gemv.splits);
+    out += fmt::format("#define {}_BOUNDS {} * TL_WARP\n", entry, gemv.warps);
+    return out + source.entryPoint(entry + "_BOUNDS", fmt::format("  tl_gemm_gemv<{}>(p);\n", spec), {}, "",
+                                   fmt::format("  tl_gemm_gemv_prefetch<{}>(p, thread, threads);\n", spec));
+  }
   std::string nvSpec = fmt::format("{}_spec<{}, {}, {}, {}, {}, {}, 1, 0>", entry, nvidia.BM, nvidia.BN, nvidia.warpsM,
                                    nvidia.warpsN, nvidia.stages, nvidia.slices);
   std::string fixedSpec = fmt::format("{}_spec<64, 64, 2, 2, 1, 1, 1, 0>", entry);
@@ -544,7 +584,23 @@ std::string gemmEntry(const KernelSource &source, const GemmPlan &plan) {
 
 // Each path's launch shape, the workspace and sync words its tiles share, and the tile
 // tasks a persistent kernel runs it as.
+void gemvLaunches(const GemmSpec &gemm, const GemvTile &gemv, EmittedKernel &emitted) {
+  const int64_t tiles = gemm.batch * columnTiles(gemm, gemv.BN);
+  emitted.launch["cuda"] = {tiles * gemv.splits, gemv.threads(32), gemv.sharedBytes(gemm)};
+  emitted.launch["hip"] = {tiles * gemv.splits, gemv.threads(64), gemv.sharedBytes(gemm)};
+  if (gemv.splits > 1) {
+    emitted.workspaceBytes = tiles * gemv.splits * gemv.BM * gemv.BN * 4;
+    emitted.syncWords = tiles;
+  } else {
+    const KernelLaunch &launch = emitted.launch.at("cuda");
+    GemmTileShape shape{gemv.BM, gemv.BN, flatColumns(gemm)};
+    emitted.tasks = {launch.gridBlocks, launch.blockThreads, launch.sharedBytes,
+                     [gemm, shape](int64_t block) { return gemmBlockAccess(gemm, shape, block); }};
+  }
+}
+
 void gemmLaunches(const GemmSpec &gemm, const GemmPlan &plan, EmittedKernel &emitted) {
+  if (plan.gemv) return gemvLaunches(gemm, *plan.gemv, emitted);
   const GemmTile &nvidia = plan.nvidia;
   const std::optional<WgmmaTile> &hopper = plan.hopper;
   int64_t fixedTiles = gemm.batch * ceilDiv(gemm.M, kFixedTile) * columnTiles(gemm, kFixedTile);
@@ -604,8 +660,9 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   std::string out = source.header("a fused linear", gemmHeader(source, gemm, plan, epilogue.details));
   // The mainloops: bf16, or fp32 operands split for tf32 products.
   const bool tf32 = plan.matrixUnits && plan.operands.tf32Products;
-  out += source.prelude(tf32 ? std::vector<std::string>{"gemm_wgmma_tf32.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"}
-                             : std::vector<std::string>{"gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"});
+  out += source.prelude(plan.gemv ? std::vector<std::string>{"gemm_gemv.cuh"}
+                        : tf32  ? std::vector<std::string>{"gemm_wgmma_tf32.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"}
+                                : std::vector<std::string>{"gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mfma.cuh", "gemm_simt.cuh"});
   out += code.globals();
   out += source.paramsStruct();
   out += spec;

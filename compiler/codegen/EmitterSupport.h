@@ -39,9 +39,11 @@ public:
   // body per task) the entry point extern "C" __global__ void __launch_bounds__(threads)
   // <entry>(...) that calls it. `extra`: parameters after `sync` that are not Program values
   // (the optimizer's state); `attributes`: more of the kernel's attributes (a macro for its
-  // cluster shape).
+  // cluster shape). In a persistent kernel, <entry>_prefetch(p, thread, threads) runs on
+  // the worker's other threads while its first warp waits for the task's producers:
+  // `prefetch` loads what does not depend on them (a GEMV's weights), or nothing.
   std::string entryPoint(const std::string &threads, const std::string &body, const std::vector<std::string> &extra = {},
-                         const std::string &attributes = "") const;
+                         const std::string &attributes = "", const std::string &prefetch = "") const;
   // The comment every kernel starts with: what it computes and its arguments.
   std::string header(const std::string &what, const std::vector<std::string> &details) const;
   // The vendor block and the named templates.

@@ -140,7 +140,7 @@ std::string persistentSource(const std::string &name, const Kernel &kernel, int 
   }
   out += vendorPrelude() + "#define TL_PERSISTENT 1\n";
   out += assembleTemplates({"prelude.cuh", "elementwise_ops.cuh", "gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mma_tf32.cuh",
-                            "gemm_wgmma_tf32.cuh", "gemm_mfma.cuh", "gemm_simt.cuh", "attention_mma.cuh",
+                            "gemm_wgmma_tf32.cuh", "gemm_mfma.cuh", "gemm_simt.cuh", "gemm_gemv.cuh", "attention_mma.cuh",
                             "attention_rows.cuh", "row_ops.cuh", "elementwise.cuh", "persistent.cuh"});
   out += "// ---- end of templates ----\n\n";
   std::set<std::string> bodies;
@@ -154,6 +154,13 @@ std::string persistentSource(const std::string &name, const Kernel &kernel, int 
   for (size_t p = 0; p < kernel.parts.size(); ++p)
     out += fmt::format("    case {0}: {1}_body(*reinterpret_cast<const {1}_params *>(params + {2})); break;\n", p,
                        kernel.parts[p].entry, offsets[p]);
+  out += "    }\n  }\n";
+  out += "  TL_DEVICE static void prefetch(const unsigned char *params, int part, int thread, int threads) {\n"
+         "    switch (part) {\n";
+  for (size_t p = 0; p < kernel.parts.size(); ++p)
+    out += fmt::format("    case {0}: {1}_prefetch(*reinterpret_cast<const {1}_params *>(params + {2}), thread, threads); "
+                       "break;\n",
+                       p, kernel.parts[p].entry, offsets[p]);
   out += "    }\n  }\n};\n";
   out += fmt::format("extern \"C\" __global__ void __launch_bounds__({0}, {2})\n{1}(const unsigned char *params, "
                      "tl_persistent_tables tables) {{\n  tl_persistent_worker<{1}_parts>(params, tables);\n}}\n",

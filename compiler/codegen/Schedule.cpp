@@ -69,6 +69,7 @@ Machine machineFor(const TargetDesc &target, const ScheduleOverrides &overrides)
   machine.maxThreadsPerSM = nvidia.maxThreadsPerSM;
   machine.registersPerSM = nvidia.registersPerSM;
   machine.wgmma = nvidia.matrixUnits == MatrixUnits::Wgmma && !overrides.noWgmma;
+  machine.gemv = !overrides.noGemv;
   machine.clusters = nvidia.clusters && !overrides.noClusters;
   machine.overrides = overrides;
   return machine;
@@ -144,6 +145,36 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN) {
         if (!readsStayInTile(leaf->column, group, width)) return false;
   }
   return true;
+}
+
+int64_t GemvTile::kRange(const GemmSpec &gemm) const { return ceilDiv(gemm.K / 8, splits) * 8; }
+int64_t GemvTile::sharedBytes(const GemmSpec &gemm) const {
+  return (int64_t(BM) * kRange(gemm) + int64_t(BM) * (BN + 4) + BM) * 4;
+}
+
+std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &machine) {
+  if (!machine.gemv || gemm.M > 2 || gemm.K % 8 != 0 || gemm.bKN || gemm.normGrad) return std::nullopt;
+  GemvTile tile;
+  tile.BM = int(gemm.M);
+  tile.BN = 0;
+  // At least 16 columns a row: a warp's 2 columns a row share each staged element of A.
+  for (int BN : {16, 32, 64, 128, 256})
+    if (BN >= 16 * tile.BM && tileHoldsEpilogue(gemm, BN)) {
+      tile.BN = BN;
+      break;
+    }
+  if (tile.BN == 0) return std::nullopt;
+  // K split only where the tiles leave SMs idle (a split costs a round trip through the
+  // workspace); each split at least two warps' worth of k, A's range in at most 64 KiB.
+  const int64_t tiles = gemm.batch * columnTiles(gemm, tile.BN), chunks = gemm.K / 8;
+  const int64_t minChunks = 2 * 32, sharedTarget = int64_t(64) << 10;
+  if (!machine.persistent) {
+    tile.splits = int(std::clamp<int64_t>(machine.multiprocessors / tiles, 1, std::max<int64_t>(1, chunks / minChunks)));
+    while (tile.sharedBytes(gemm) > sharedTarget && tile.splits < chunks) ++tile.splits;
+    tile.splits = int(ceilDiv(chunks, ceilDiv(chunks, tile.splits)));  // no empty split
+  }
+  if (tile.sharedBytes(gemm) > machine.sharedBytesPerBlock - machine.reservedPerBlock) return std::nullopt;
+  return tile;
 }
 
 GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine, bool fp32) {

@@ -24,6 +24,7 @@ struct Machine {
   int maxThreadsPerSM = 2048, registersPerSM = 65536;
   bool wgmma = true;     // the sm_90a path (gemm_wgmma.cuh) is generated
   bool clusters = true;  // thread-block clusters (RMSNorm's backward in a GEMM)
+  bool gemv = true;      // GEMMs of a few rows run the matrix-vector path (gemm_gemv.cuh)
   // The kernels run as tasks of a persistent kernel (O3): no K split across blocks (the
   // next kernel's tasks fill the SMs a short last wave leaves idle); its workers share each
   // SM `workersPerSM` ways, each block (task) at most `maxThreadsPerBlock` threads.
@@ -107,6 +108,22 @@ std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine
 // wave, and with RMSNorm from two waves on and only past column tile 0 (whose whole tiles
 // share the sums).
 bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, const Machine &machine);
+
+// The matrix-vector path of a GEMM with at most 2 rows (gemm_gemv.cuh): blocks of `warps`
+// warps over BN columns and a K_SPLITS-th of K each, A's rows staged in shared memory.
+struct GemvTile {
+  int BM = 1, BN = 16, splits = 1, warps = 8;
+  int threads(int warpSize) const { return warps * warpSize; }
+  int64_t kRange(const GemmSpec &gemm) const;  // of each split, in elements
+  int64_t sharedBytes(const GemmSpec &gemm) const;
+};
+// That path's tile, where the GEMM is one (M <= 2: at 4 rows the 1.1B's decode ran faster on
+// the tiled paths; K a multiple of 8, B stored [N, K], not
+// RMSNorm's backward) and the machine runs it: the narrowest BN of 16 columns a row or more
+// that holds the epilogue, K split where the tiles leave SMs idle (never in a persistent
+// kernel).
+// The caller checks that A and B can be read 8 k at a time.
+std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &machine);
 
 struct AttentionTile {
   int queries = 64;  // QT: queries per head per block

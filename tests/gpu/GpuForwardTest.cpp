@@ -26,6 +26,21 @@ template <typename Device> auto quietGpuBackend(Device device) {
   return createGpuBackend(std::move(device), options);
 }
 
+// The CPU's logits for fresh random weights and tokens from `seed`, made for the first of
+// the Programs compared with them (they share parameters and token shapes).
+struct CpuReference {
+  Weights weights;
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+  void makeOnce(const Program &program, uint64_t seed, Backend &cpu) {
+    if (!logits.empty()) return;
+    weights = Weights::random(program.parameters, seed);
+    tokens = randomTokenIds(program, seed + 1);
+    cpu.load(program, weights);
+    logits = cpu.forward(tokens).logits.data;
+  }
+};
+
 class GpuForward : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GpuForward, MatchesTheCpuReference) {
@@ -74,26 +89,66 @@ TEST(GpuForwardPrecision, EachF32PrecisionKeepsItsTolerance) {
   for (const char *model : {"workshop", "tinyllama-1.1b"}) {
     Shape shape = testShape(model);
     uint64_t seed = freshSeed();
-    std::vector<float> expected;
-    Weights weights;
-    std::vector<int32_t> tokens;
+    CpuReference reference;
     for (MatmulPrecision precision : {MatmulPrecision::Highest, MatmulPrecision::High, MatmulPrecision::Medium}) {
       Program program = compile(shape.config, 2, shape.batch, shape.seq, "f32", nullptr, true, {}, precision);
-      if (expected.empty()) {
-        weights = Weights::random(program.parameters, seed);
-        tokens = randomTokenIds(program, seed + 1);
-        cpu->load(program, weights);
-        expected = cpu->forward(tokens).logits.data;
-      }
-      gpu->load(program, weights);
-      ForwardResult result = gpu->forward(tokens);
-      double error = relativeError(result.logits.data, expected);
+      reference.makeOnce(program, seed, *cpu);
+      gpu->load(program, reference.weights);
+      ForwardResult result = gpu->forward(reference.tokens);
+      double error = relativeError(result.logits.data, reference.logits);
       double limit = precision == MatmulPrecision::Medium ? 2e-2 : tolerance("f32");
       std::printf("RESULT_PRECISION model=%s level=O2 precision=%s logits_rel_err=%.3e forward_ms=%.3f seed=%llu\n", model,
                   matmulPrecisionName(precision), error, result.milliseconds, (unsigned long long)seed);
       EXPECT_LE(error, limit) << model << " " << matmulPrecisionName(precision) << ", seed " << seed;
     }
   }
+}
+
+// Decode-shaped forwards (a token or two: batch x seq of 1 or 2 rows), where the GEMMs run
+// the matrix-vector path (gemm_gemv.cuh, K split across blocks where the tiles are few):
+// O2, O3's chained launches and (at 1 x 1) O3's persistent kernel against the CPU reference, fp32 and
+// bf16, both models' widths. The Programs must hold matrix-vector kernels, or this tests
+// nothing new.
+TEST(GpuDecodeShapes, MatrixVectorGemmsMatchTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  auto gpu = quietGpuBackend(std::move(device));
+  auto cpu = createCpuBackend();
+  struct Rows {
+    int64_t batch, seq;
+  };
+  for (const char *model : {"workshop", "tinyllama-1.1b"})
+    for (Rows rows : {Rows{1, 1}, Rows{2, 1}, Rows{1, 2}})
+      for (const char *dtype : {"bf16", "f32"}) {
+        LlamaConfig config = *presetConfig(model);
+        config.layers = 2;
+        uint64_t seed = freshSeed();
+        CpuReference reference;
+        // The persistent kernel (a long compile) at one token a sequence only.
+        const int variants = rows.batch == 1 && rows.seq == 1 ? 3 : 2;
+        for (int variant = 0; variant < variants; ++variant) {
+          Program program = compile(config, variant == 0 ? 2 : 3, rows.batch, rows.seq, dtype, nullptr, true, {},
+                                    MatmulPrecision::High, /*persistent=*/variant == 2);
+          size_t gemv = 0;
+          for (const Kernel &kernel : program.kernels) {
+            gemv += kernel.source.find("tl_gemm_gemv<") != std::string::npos;
+            for (const Kernel &part : kernel.parts) gemv += part.source.find("tl_gemm_gemv<") != std::string::npos;
+          }
+          EXPECT_GT(gemv, 0u) << model << " " << rows.batch << "x" << rows.seq << ": no matrix-vector GEMM";
+          reference.makeOnce(program, seed, *cpu);
+          gpu->load(program, reference.weights);
+          ForwardResult first = gpu->forward(reference.tokens);
+          ForwardResult second = gpu->forward(reference.tokens);
+          double error = relativeError(first.logits.data, reference.logits);
+          const char *name = variant == 0 ? "O2" : variant == 1 ? "O3" : "O3-persistent";
+          std::printf("RESULT_DECODE model=%s rows=%lldx%lld dtype=%s level=%s gemv_kernels=%zu logits_rel_err=%.3e "
+                      "forward_ms=%.3f seed=%llu\n",
+                      model, (long long)rows.batch, (long long)rows.seq, dtype, name, gemv, error, second.milliseconds,
+                      (unsigned long long)seed);
+          EXPECT_LE(error, tolerance(dtype)) << model << " " << name << " " << dtype << ", seed " << seed;
+          EXPECT_EQ(first.logits.data, second.logits.data) << "two runs of the same forward differ";
+        }
+      }
 }
 
 // O3 --persistent: the forward as one persistent kernel of tile tasks (docs/megakernel.md)

@@ -26,6 +26,46 @@ struct tl_tile_cols {
   int group, col0, width;
 };
 
+// 8 elements of T as one or two 16-byte loads left them, unconverted (bf16: 4 registers).
+template <class T> struct tl_raw8 {
+  tl_u32x4 w[sizeof(T) / 2];
+};
+template <class T> TL_DEVICE void tl_ld8_raw(const T *p, tl_i64 i, tl_raw8<T> &r) {
+#pragma unroll
+  for (int q = 0; q < int(sizeof(T)) / 2; ++q) r.w[q] = *reinterpret_cast<const tl_u32x4 *>(p + i + q * (16 / sizeof(T)));
+}
+template <class T> TL_DEVICE void tl_unpack8(const tl_raw8<T> &r, float (&v)[8]) {
+#pragma unroll
+  for (int q = 0; q < int(sizeof(T)) / 2; ++q) {
+    const unsigned w[4] = {r.w[q].x, r.w[q].y, r.w[q].z, r.w[q].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (sizeof(T) == 2) {
+        v[2 * j] = tl_bf16_lo(w[j]);
+        v[2 * j + 1] = tl_bf16_hi(w[j]);
+      } else {
+        v[q * 4 + j] = __uint_as_float(w[j]);
+      }
+    }
+  }
+}
+
+// The same, read once: not kept in L1 (NVIDIA), so a stream of weights leaves it to what
+// is reused.
+template <class T> TL_DEVICE void tl_ld8_raw_stream(const T *p, tl_i64 i, tl_raw8<T> &r) {
+#pragma unroll
+  for (int q = 0; q < int(sizeof(T)) / 2; ++q) {
+    const tl_u32x4 *at = reinterpret_cast<const tl_u32x4 *>(p + i + q * (16 / sizeof(T)));
+#if defined(TL_NVIDIA)
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.w[q].x), "=r"(r.w[q].y), "=r"(r.w[q].z), "=r"(r.w[q].w)
+                 : "l"(at));
+#else
+    r.w[q] = *at;
+#endif
+  }
+}
+
 // Adds the squares of the 8 bf16 of a 16-byte chunk in shared memory to `sum`.
 TL_DEVICE void tl_add_chunk_squares(const unsigned char *chunk, float &sum) {
   const tl_u32x4 raw = *reinterpret_cast<const tl_u32x4 *>(chunk);

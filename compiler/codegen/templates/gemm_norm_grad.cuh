@@ -94,29 +94,6 @@ template <class S> struct tl_norm_grad_loads {
   TL_DEVICE void residual(int, tl_i64 at, float (&v)[8]) const { tl_ld8(S::norm_residual(p), at, v); }
 };
 
-// 8 elements of T as one or two 16-byte loads left them, unconverted (bf16: 4 registers).
-template <class T> struct tl_raw8 {
-  tl_u32x4 w[sizeof(T) / 2];
-};
-template <class T> TL_DEVICE void tl_ld8_raw(const T *p, tl_i64 i, tl_raw8<T> &r) {
-#pragma unroll
-  for (int q = 0; q < int(sizeof(T)) / 2; ++q) r.w[q] = *reinterpret_cast<const tl_u32x4 *>(p + i + q * (16 / sizeof(T)));
-}
-template <class T> TL_DEVICE void tl_unpack8(const tl_raw8<T> &r, float (&v)[8]) {
-#pragma unroll
-  for (int q = 0; q < int(sizeof(T)) / 2; ++q) {
-    const unsigned w[4] = {r.w[q].x, r.w[q].y, r.w[q].z, r.w[q].w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if constexpr (sizeof(T) == 2) {
-        v[2 * j] = tl_bf16_lo(w[j]);
-        v[2 * j + 1] = tl_bf16_hi(w[j]);
-      } else {
-        v[q * 4 + j] = __uint_as_float(w[j]);
-      }
-    }
-  }
-}
 
 // v2: this thread's chunks of x and the residual (zero outside the rows or columns) and
 // its gain columns, loaded while the mainloop runs: the epilogue then waits on no load.

@@ -13,6 +13,8 @@
 //       waited for which task into `status` (host-mapped memory the runtime reads after
 //       the fault) and traps, rather than hang. The first warp waits, a lane a task.
 //       With TL_TRACE each task's wait, start and end are stamped with the global timer.
+//   v2  while the first warp waits, the task's other threads run its part's prefetch (a
+//       GEMV's weights into L2): what a task reads that no task writes streams in early.
 //
 // The generated kernel defines a struct of the parts, whose run(params, part) switches over
 // their bodies (a static member, inlined: a call would serialize the wgmma pipelines), and
@@ -112,18 +114,20 @@ template <class Parts> TL_DEVICE void tl_persistent_worker(const unsigned char *
 #if defined(TL_TRACE)
     if (threadIdx.x == 0) t.trace[3 * self] = tl_nanoseconds();
 #endif
-    // The first warp waits, a lane for each task waited for (their round trips overlap).
+    if (threadIdx.x == 0) {
+      const tl_task_entry task = t.tasks[self];
+      part = task.part;
+      tl_task = {task.block, task.grid, task.threads};
+    }
+    __syncthreads();
+    // The first warp waits, a lane for each task waited for (their round trips overlap);
+    // meanwhile the task's other threads prefetch what does not depend on those tasks.
     if (threadIdx.x < 32) {
       const tl_task_entry task = t.tasks[self];
       for (int w = task.waitBegin + (int)threadIdx.x; w < task.waitEnd; w += 32)
         if (!tl_wait_for_task(t, t.waits[w], epoch, self)) tl_trap();
-#if defined(TL_NVIDIA)
-      __syncwarp();
-#endif
-      if (threadIdx.x == 0) {
-        part = task.part;
-        tl_task = {task.block, task.grid, task.threads};
-      }
+    } else if ((int)threadIdx.x < tl_task.threads) {
+      Parts::prefetch(params, part, (int)threadIdx.x - 32, tl_task.threads - 32);
     }
     __syncthreads();
 #if defined(TL_TRACE)

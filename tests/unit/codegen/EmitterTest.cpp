@@ -411,6 +411,56 @@ TEST(Codegen, O3ChainsEachBlocksKernels) {
   }
 }
 
+// A decode step's GEMMs (one or two rows) run the matrix-vector path on every target, its
+// tile read from the call's spec arguments (<name>_spec<BM, BN, 1, WARPS, 1, 1, K_SPLITS,
+// 0>); three rows take the tiled paths again. Split tiles get a workspace slot each and a
+// counter; in a persistent kernel nothing is split and every block is a task.
+TEST(Codegen, DecodeGemmsStreamWeightsThroughTheMatrixVectorPath) {
+  struct GemvSpec {
+    int BM = 0, BN = 0, warps = 0, splits = 0;
+  };
+  auto gemvSpec = [](const Kernel &kernel) {
+    GemvSpec spec;
+    size_t call = kernel.source.find("  tl_gemm_gemv<");
+    if (call == std::string::npos) return spec;
+    int one = 0, stages = 0, slices = 0, splitTiles = 0;
+    std::sscanf(kernel.source.c_str() + kernel.source.find("_spec<", call), "_spec<%d, %d, %d, %d, %d, %d, %d, %d>",
+                &spec.BM, &spec.BN, &one, &spec.warps, &stages, &slices, &spec.splits, &splitTiles);
+    return spec;
+  };
+  for (int64_t rows : {1, 2}) {
+    Program decode = workshop(2, "bf16", rows, 1);
+    int gemms = 0;
+    for (const Kernel &kernel : decode.kernels) {
+      if (!contains(kernel.name, "linear")) continue;
+      ++gemms;
+      GemvSpec spec = gemvSpec(kernel);
+      ASSERT_EQ(spec.BM, rows) << kernel.name;
+      EXPECT_GE(spec.BN, 16 * rows) << kernel.name;
+      const KernelLaunch *launch = findLaunch(kernel, "cuda", "sm_90a");
+      ASSERT_NE(launch, nullptr);
+      EXPECT_EQ(launch->blockThreads, spec.warps * 32) << kernel.name;
+      EXPECT_EQ(findLaunch(kernel, "hip", "gfx90a")->blockThreads, spec.warps * 64) << kernel.name;
+      EXPECT_EQ(launch->gridBlocks % spec.splits, 0) << kernel.name;
+      EXPECT_EQ(kernel.syncWords, spec.splits > 1 ? launch->gridBlocks / spec.splits : 0) << kernel.name;
+      EXPECT_EQ(kernel.workspaceBytes, spec.splits > 1 ? launch->gridBlocks * spec.BM * spec.BN * 4 : 0) << kernel.name;
+    }
+    EXPECT_EQ(gemms, 4 * 8 + 1) << "four projections a layer, and the logits";
+  }
+  // The 1.1B's RoPE pairs (i, i + 32) of a head sit in one tile: 64 columns.
+  Program large = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama-1.1b.tl", {2, 1, 1, "bf16"});
+  EXPECT_EQ(gemvSpec(kernelNamed(large, "tl_rmsnorm_linear_split_rope")).BN, 64);
+  for (const Kernel &kernel : workshop(2, "bf16", 3, 1).kernels)
+    if (contains(kernel.name, "linear")) EXPECT_EQ(gemvSpec(kernel).BM, 0) << kernel.name << ": three rows, tiled";
+  Program persistent = workshop(3, "bf16", 1, 1, /*persistent=*/true);
+  ASSERT_EQ(persistent.kernels.size(), 1u) << persistent.persistentFallback;
+  for (const Kernel &part : persistent.kernels[0].parts)
+    if (contains(part.name, "linear")) {
+      EXPECT_EQ(gemvSpec(part).splits, 1) << part.name;
+      EXPECT_TRUE(contains(persistent.kernels[0].source, part.entry + "_prefetch(")) << part.name;
+    }
+}
+
 // With --persistent, O3's forward is one persistent kernel: O2's kernels are its parts
 // (unsplit GEMM tiles), their blocks on sm_90a its tasks, one worker an SM, each task
 // waiting only for earlier tasks of earlier parts.

@@ -165,5 +165,26 @@ TEST(Schedule, RopeHalfPairsNeedWholeHeadsPerTile) {
   EXPECT_GE(chooseGemmTile(gemm, machineFor(findTarget("sm_90a"), {})).BN, 128);
 }
 
+// The matrix-vector tile: one or two rows only, 16 columns a row at least, K split only
+// where the tiles leave SMs idle (and never in a persistent kernel's tasks).
+TEST(Schedule, MatrixVectorTilesForOneOrTwoRows) {
+  const Machine h100 = machineFor(findTarget("sm_90a"), {});
+  std::optional<GemvTile> wide = chooseGemvTile(plainGemm(1, 11264, 2048), h100);
+  ASSERT_TRUE(wide);
+  EXPECT_EQ(wide->BN, 16);
+  EXPECT_EQ(wide->splits, 1) << "704 tiles fill 132 SMs";
+  std::optional<GemvTile> narrow = chooseGemvTile(plainGemm(1, 1024, 2048), h100);
+  ASSERT_TRUE(narrow);
+  EXPECT_EQ(narrow->splits, 2) << "64 tiles: K split in two";
+  EXPECT_EQ(narrow->kRange(plainGemm(1, 1024, 2048)), 1024);
+  EXPECT_EQ(chooseGemvTile(plainGemm(2, 1024, 2048), h100)->BN, 32);
+  EXPECT_FALSE(chooseGemvTile(plainGemm(3, 1024, 2048), h100));
+  EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2044), h100)) << "K not a multiple of 8";
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), persistentMachine(h100, 1))->splits, 1);
+  ScheduleOverrides off;
+  off.noGemv = true;
+  EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), off)));
+}
+
 } // namespace
 } // namespace tlc::codegen

@@ -1,0 +1,192 @@
+// gemm_gemv.cuh: C = A · Bᵀ for a few rows of A (a decode step: a token a sequence), where
+// a GEMM is a stream of weights: each weight is used by M ≤ 4 rows only, so the kernel's
+// speed is how fast B comes from memory, not how fast it multiplies.
+//
+//   v1  a block takes BN columns of one tile and, split K_SPLITS ways, a range of K. A's
+//       rows of that range are staged in shared memory in fp32 (computed by the prologue
+//       as they are staged, RMSNorm's gain applied); each warp then streams whole columns
+//       of B with 16-byte loads, UNROLL of them in flight a lane, and multiplies them with
+//       every staged row in fp32 FMAs (exact in fp32: no tensor-core rounding). The
+//       block's L2 prefetch of its B slice is issued before waiting for the producers:
+//       weights do not depend on them, so under a dependent launch the next kernel's
+//       weights stream in while this one finishes. Split tiles leave their partial tile
+//       in the workspace and the last to arrive adds the parts in split order. RMSNorm's
+//       sum of squares is taken over each whole row by every block (a few KiB from L2).
+//   v2  a warp's columns are loaded together, up to 16 loads a lane in flight (v1 took
+//       them one after another, a couple of loads each: latency-bound at the 1.1B's QKV,
+//       19 µs for 10 MB); the schedule takes it for at most 2 rows (at 4 the 1.1B's
+//       decode ran faster on the tiled paths; at 8, twice as slow).
+//
+// Spec (gemm_common.cuh's): BM = M rows (one row tile), BN, K_SPLITS (every tile split
+// alike), WARPS_N warps; hooks a_src/a_chunk, b_src, gain_elem, epilogue.
+#pragma once
+#include "gemm_common.cuh"
+
+// Shared memory of a GEMV block: its K range of A's rows, the accumulator tile, row scales.
+template <class P> struct tl_remove_const_ptr;
+template <class T> struct tl_remove_const_ptr<const T *> { using type = T; };
+
+template <class S> TL_DEVICE constexpr int tl_gemv_k_range() {
+  return ((S::K / 8 + S::K_SPLITS - 1) / S::K_SPLITS) * 8;
+}
+
+// The block's tile, its split and its K range.
+template <class S> struct tl_gemv_work {
+  int tile, split, tn, bt, kBegin, kEnd;
+  TL_DEVICE tl_gemv_work() {
+    constexpr int TILES = S::BATCH * S::TILES_N, KR = tl_gemv_k_range<S>();
+    tile = tl_block_index() % TILES;
+    split = tl_block_index() / TILES;
+    tn = tile % S::TILES_N;
+    bt = tile / S::TILES_N;
+    kBegin = split * KR;
+    kEnd = kBegin + KR < S::K ? kBegin + KR : S::K;
+  }
+};
+
+// The block's slice of B into L2, by `threads` threads from `thread` on: issued before the
+// block waits for its producers (weights do not depend on them), a chained launch's or a
+// persistent task's.
+template <class S> TL_DEVICE void tl_gemm_gemv_prefetch(const typename S::Params &p, int thread, int threads) {
+#if defined(TL_NVIDIA)
+  constexpr int LINE = 128;
+  const tl_gemv_work<S> work;
+  const tl_tile_cols cols = S::tile_cols(work.tn);
+  const int lines = ((work.kEnd - work.kBegin) * (int)sizeof(*S::b_base(p)) + LINE - 1) / LINE;
+  for (int e = thread; e < S::BN * lines; e += threads) {
+    const int j = e / lines, line = e % lines;
+    if (S::b_column(cols, j) < 0) continue;
+    const char *row = reinterpret_cast<const char *>(S::b_src(p, work.bt, cols, j, work.kBegin));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(row + line * LINE));
+  }
+#else
+  (void)p, (void)thread, (void)threads;
+#endif
+}
+
+template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
+  constexpr int BM = S::BM, BN = S::BN, WARPS = S::WARPS_N, THREADS = WARPS * TL_WARP, LD = BN + 4;
+  constexpr int KR = tl_gemv_k_range<S>();
+  constexpr int STEP = TL_WARP * 8;  // k a warp covers per load: 8 a lane
+  static_assert(S::TILES_M == 1 && BM == S::M && BM <= 4 && S::K % 8 == 0 && !S::B_KN && !S::NORM_GRAD,
+                "GEMV: one row tile of at most 4 rows, K a multiple of 8, B stored [N, K]");
+  extern __shared__ __align__(128) unsigned char tl_smem[];
+  float *As = reinterpret_cast<float *>(tl_smem);  // [BM][KR]
+  float *tileRows = As + BM * KR;                  // [BM][LD]
+  float *rowScale = tileRows + BM * LD;            // [BM]
+
+  const tl_gemv_work<S> work;
+  const int tile = work.tile, split = work.split, bt = work.bt, kBegin = work.kBegin, kEnd = work.kEnd;
+  const tl_tile_cols cols = S::tile_cols(work.tn);
+  const int warp = threadIdx.x / TL_WARP, lane = threadIdx.x % TL_WARP;
+
+#if !defined(TL_PERSISTENT)  // a persistent kernel's worker prefetches while it waits
+  tl_gemm_gemv_prefetch<S>(p, threadIdx.x, THREADS);
+#endif
+  tl_wait_for_producers();
+
+  // A's rows of this K range, 8 k a thread at a time (the prologue computes them here).
+  for (int e = threadIdx.x; e < BM * (KR / 8); e += THREADS) {
+    const int r = e / (KR / 8), k = kBegin + e % (KR / 8) * 8;
+    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (k < kEnd) {
+      if constexpr (S::A_COMPUTED) S::a_chunk(p, bt, r, k, v);
+      else tl_ld8(S::a_src(p, bt, r, k), 0, v);
+      if constexpr (S::ROW_NORM && S::NORM_GAIN)
+        for (int i = 0; i < 8; ++i) v[i] *= S::gain_elem(p, k + i);
+    }
+    for (int i = 0; i < 8; ++i) As[r * KR + (k - kBegin) + i] = v[i];
+  }
+  // RMSNorm: each row's sum of squares over the whole of K (warp w takes rows w, w + WARPS..).
+  if constexpr (S::ROW_NORM) {
+    for (int r = warp; r < BM; r += WARPS) {
+      float sum = 0.0f;
+      for (int k = lane * 8; k < S::K; k += STEP) {
+        float v[8];
+        if constexpr (S::A_COMPUTED) S::a_chunk(p, bt, r, k, v);
+        else tl_ld8(S::a_src(p, bt, r, k), 0, v);
+        for (int i = 0; i < 8; ++i) sum = fmaf(v[i], v[i], sum);
+      }
+      sum = tl_warp_sum(sum);
+      if (lane == 0) rowScale[r] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
+    }
+  }
+  tl_sync();
+
+  // Warp w computes columns w, w + WARPS, ... (CPW of them): a lane's 8 k of a column at a
+  // time, STEP apart, ROUND of each column loaded before any is used (LOADS chunks of 8 a
+  // lane in flight), then multiplied with every staged row.
+  using BType = typename tl_remove_const_ptr<decltype(S::b_base(p))>::type;
+  constexpr int CPW = (BN + WARPS - 1) / WARPS, CHUNKS = (KR + STEP - 1) / STEP;
+  constexpr int LOADS = 32 / sizeof(BType);  // 16 loads of bf16, 8 of fp32 (two 16-byte loads each)
+  constexpr int ROUND = CHUNKS < (LOADS / CPW > 0 ? LOADS / CPW : 1) ? CHUNKS : (LOADS / CPW > 0 ? LOADS / CPW : 1);
+  float acc[CPW][BM];
+#pragma unroll
+  for (int c = 0; c < CPW; ++c)
+#pragma unroll
+    for (int r = 0; r < BM; ++r) acc[c][r] = 0.0f;
+  for (int q0 = 0; q0 < CHUNKS; q0 += ROUND) {
+    tl_raw8<BType> b[CPW][ROUND];
+#pragma unroll
+    for (int c = 0; c < CPW; ++c) {
+      const int j = warp + c * WARPS;
+      const bool column = j < BN && S::b_column(cols, j) >= 0;
+#pragma unroll
+      for (int q = 0; q < ROUND; ++q) {
+        const int k = kBegin + lane * 8 + (q0 + q) * STEP;
+        if (column && q0 + q < CHUNKS && k < kEnd) tl_ld8_raw_stream(S::b_src(p, bt, cols, j, k), 0, b[c][q]);
+        else b[c][q] = {};
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < ROUND; ++q) {
+      const int k = kBegin + lane * 8 + (q0 + q) * STEP;
+      if (q0 + q >= CHUNKS || k >= kEnd) break;
+      float a[BM][8];
+#pragma unroll
+      for (int r = 0; r < BM; ++r) tl_ld8(As + r * KR, k - kBegin, a[r]);
+#pragma unroll
+      for (int c = 0; c < CPW; ++c) {
+        float w[8];
+        tl_unpack8(b[c][q], w);
+#pragma unroll
+        for (int r = 0; r < BM; ++r)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[c][r] = fmaf(a[r][i], w[i], acc[c][r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < CPW; ++c)
+#pragma unroll
+    for (int r = 0; r < BM; ++r) {
+      const float sum = tl_warp_sum(acc[c][r]);
+      if (lane == 0 && warp + c * WARPS < BN) tileRows[r * LD + warp + c * WARPS] = sum;
+    }
+  tl_allow_dependents();
+  tl_sync();
+
+  if constexpr (S::K_SPLITS > 1) {  // the parts, added in split order by the last to arrive
+    __shared__ bool last;
+    float *slots = p.ws + (tl_i64)tile * S::K_SPLITS * BM * BN;
+    for (int e = threadIdx.x; e < BM * BN; e += THREADS) slots[split * BM * BN + e] = tileRows[e / BN * LD + e % BN];
+    __threadfence();
+    tl_sync();
+    if (threadIdx.x == 0) last = atomicAdd(p.sync + tile, 1u) == unsigned(S::K_SPLITS - 1);
+    tl_sync();
+    if (!last) return;
+    __threadfence();
+    for (int e = threadIdx.x; e < BM * BN; e += THREADS) {
+      float sum = 0.0f;
+      for (int s = 0; s < S::K_SPLITS; ++s) sum += ((volatile const float *)slots)[s * BM * BN + e];
+      tileRows[e / BN * LD + e % BN] = sum;
+    }
+    if (threadIdx.x == 0) p.sync[tile] = 0u;  // left zero for the next kernel that counts
+    tl_sync();
+  }
+  if constexpr (S::ROW_NORM) {
+    for (int e = threadIdx.x; e < BM * BN; e += THREADS) tileRows[e / BN * LD + e % BN] *= rowScale[e / BN];
+    tl_sync();
+  }
+  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, 0, tileRows);
+}
