@@ -361,11 +361,8 @@ std::string checkGenerateFlags() {
     if (option->getNumOccurrences())
       return fmt::format("--{} does not apply to tlc generate (the prompt sets the shape; it runs on the CPU)",
                          option->ArgStr.str());
-  if (emit != Emit::None && emit != Emit::IR)
-    return "tlc generate --emit writes only the IR (--emit=ir): @prefill and @decode have no GPU kernels yet";
-  if (target == "cuda" || target == "hip")
-    return fmt::format("tlc generate runs on the CPU only so far (--target=cpu): the GPU kernels of @prefill and "
-                       "@decode are not generated yet, and --target={} cannot run them", target.getValue());
+  if (emit != Emit::None && emit != Emit::IR && emit != Emit::Hip)
+    return "tlc generate --emit writes the IR (--emit=ir) or the kernels of @prefill and @decode (--emit=hip -o dir/)";
   if (maxNewTokens < 1) return fmt::format("--max-new-tokens={} must be 1 or more", maxNewTokens.getValue());
   if (!(temperature >= 0) || !std::isfinite(temperature))
     return fmt::format("--temperature={} must be 0 (greedy) or positive", temperature.getValue());
@@ -854,6 +851,22 @@ int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   return 0;
 }
 
+// tlc generate --emit=hip: each Program's kernel sources and program.json in dir/prefill/
+// and dir/decode/.
+int writeGenerationSources(const tlc::GenerationPrograms &programs) {
+  if (outputPath == "-") return fail("--emit=hip writes a directory: give -o dir/");
+  for (auto [name, program] : {std::pair<const char *, const tlc::Program *>{"prefill", &programs.prefill},
+                               {"decode", &programs.decode}}) {
+    std::string directory = outputPath + "/" + name;
+    if (std::error_code error = llvm::sys::fs::create_directories(directory))
+      return fail(fmt::format("cannot create '{}': {}", directory, error.message()));
+    int files = tlc::writeHipSources(*program, directory);
+    tlc::writeFileAtomically(directory + "/program.json", tlc::programToJson(*program), "program file");
+    fmt::print(stderr, "tlc: wrote {} kernel sources and program.json to {}\n", files, directory);
+  }
+  return 0;
+}
+
 // tlc generate: @prefill and @decode built at the level (their IR printable as any
 // level's), then the prompt continued on the CPU; with --emit=ir, their IR instead.
 int generateTokens(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
@@ -874,6 +887,7 @@ int generateTokens(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
     programs = tlc::buildGenerationPrograms(*module, compileOptions(), options);
   }
   if (mlir::failed(programs)) return 1;
+  if (emit == Emit::Hip) return writeGenerationSources(*programs);
   generation.maxNewTokens = maxNewTokens;
   generation.sampling = {temperature, topK, topP, seed};
   generation.inputs = runInputs();
