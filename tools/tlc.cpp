@@ -71,7 +71,8 @@ cl::SubCommand trainCommand("train",
                             "print the loss, samples/s and tokens/s of every step and the peak memory, as the "
                             "workshop's scripts do");
 cl::SubCommand generateCommand("generate",
-                               "continue a prompt on the CPU with the KV cache (tl-kv-cache's @prefill and @decode), "
+                               "continue a prompt with the KV cache (tl-kv-cache's @prefill and @decode), on a GPU "
+                               "or the CPU, "
                                "greedy or sampled: the new token ids as they come, then the prefill's and each "
                                "decode step's speed, the peak memory and the kernels a step");
 cl::SubCommand reportCommand("report",
@@ -89,7 +90,7 @@ cl::OptionCategory irCategory("Reading the IR (stderr, or one file per pass)");
 cl::OptionCategory runCategory("Running (--run, and tlc ladder)");
 cl::OptionCategory ladderCategory("tlc ladder");
 cl::OptionCategory trainCategory("tlc train (as the workshop's scripts: AdamW, random tokens unless --data)");
-cl::OptionCategory generateCategory("tlc generate (the CPU backend; --seed seeds the weights and the sampling)");
+cl::OptionCategory generateCategory("tlc generate (--seed seeds the weights and the sampling)");
 
 // -- Compiling ---------------------------------------------------------------------
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.tl>"), cl::Required, cl::cat(compileCategory),
@@ -352,14 +353,14 @@ std::string checkTrainFlags() {
   return "";
 }
 
-// tlc generate's own flags: the prompt sets the shape; only the CPU runs generation yet.
+// tlc generate's own flags: the prompt sets the shape.
 std::string checkGenerateFlags() {
   if (promptIds.empty()) return "tlc generate needs --prompt-ids (the prompt's token ids, e.g. --prompt-ids=\"1 2 3\")";
   const cl::Option *notHere[] = {&batchSize, &seqLen, &iterations, &tokensPath, &persistent, &saveWeightsPath,
                                  &matmulPrecision, &precompile};
   for (const cl::Option *option : notHere)
     if (option->getNumOccurrences())
-      return fmt::format("--{} does not apply to tlc generate (the prompt sets the shape; it runs on the CPU)",
+      return fmt::format("--{} does not apply to tlc generate (the prompt sets the shape)",
                          option->ArgStr.str());
   if (emit != Emit::None && emit != Emit::IR && emit != Emit::Hip)
     return "tlc generate --emit writes the IR (--emit=ir) or the kernels of @prefill and @decode (--emit=hip -o dir/)";
@@ -868,8 +869,11 @@ int writeGenerationSources(const tlc::GenerationPrograms &programs) {
 }
 
 // tlc generate: @prefill and @decode built at the level (their IR printable as any
-// level's), then the prompt continued on the CPU; with --emit=ir, their IR instead.
+// level's), then the prompt continued on the chosen backend; with --emit=ir or hip, their
+// IR or kernels instead.
 int generateTokens(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  // The device first (a missing GPU is said before any compiling), unless only emitting.
+  if (emit == Emit::None) runDevice = tlc::createBackend(backendOptions())->deviceInfo();
   tlc::GenerationRun generation;
   generation.prompt = tlc::parseTokenIds(promptIds);
   batchSize = 1;  // the prompt is the shape: one sequence, its length the prefill's
@@ -891,6 +895,7 @@ int generateTokens(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   generation.maxNewTokens = maxNewTokens;
   generation.sampling = {temperature, topK, topP, seed};
   generation.inputs = runInputs();
+  generation.backend = backendOptions();
   tlc::generate(*programs, generation);
   return 0;
 }
