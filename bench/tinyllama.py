@@ -104,10 +104,12 @@ class TinyLlama(torch.nn.Module):
         device = self.w["model.embed_tokens.weight"].device
         return (torch.zeros(shape, dtype=self.dtype, device=device), torch.zeros(shape, dtype=self.dtype, device=device))
 
-    def forward_cached(self, ids, positions, cache, cos_table, sin_table):
+    def forward_cached(self, ids, positions, cache, cos_table, sin_table, prompt=False):
         """Token s of sequence b (ids [B, S]) at position positions[b] + s: RoPE there (rows
         of cos_table, sin_table [context, D/2]), its key and value written into the cache
-        there, attention over cache rows 0..that position. Returns the logits [B, S, V]."""
+        there, attention over cache rows 0..that position. Returns the logits [B, S, V].
+        `prompt`: the positions are 0, and attention is causal over the tokens' own keys
+        (flash attention rather than a masked pass over the whole cache)."""
         B, S = ids.shape
         at = positions[:, None] + torch.arange(S, device=ids.device)[None, :]  # [B, S]
         context = cache[0].shape[3]
@@ -119,6 +121,8 @@ class TinyLlama(torch.nn.Module):
             keys, values = cache[0][layer], cache[1][layer]  # [B, Hkv, context, D], views
             keys[rows, :, at] = k.transpose(1, 2)
             values[rows, :, at] = v.transpose(1, 2)
+            if prompt:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
             return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=scale, enable_gqa=True)
 
         return self.logits(ids, cos_table[at], sin_table[at], self.w, attend)
