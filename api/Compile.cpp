@@ -121,13 +121,11 @@ mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &
   return pm.run(module);
 }
 
-mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options,
-                                      const AdamWOptions *training) {
-  if (mlir::failed(checkCostsFit(module))) return mlir::failure();
-  std::vector<codegen::KernelSpec> specs;
-  auto program = lowerToProgram(module, {options.optLevel, pipelineText(options, training)}, &specs);
-  if (mlir::failed(program)) return mlir::failure();
-  planMemory(*program);
+// The Program's kernels written for the options' target (its HIP/CUDA sources and launch
+// shapes): O3's forward as one persistent kernel where asked (`persistentAllowed`).
+static mlir::LogicalResult emitKernels(mlir::ModuleOp module, Program &program,
+                                       const std::vector<codegen::KernelSpec> &specs, const CompileOptions &options,
+                                       bool persistentAllowed) {
   TargetDesc target;
   try {
     target = targetFor(options.targetArch, options.multiprocessors);
@@ -135,19 +133,30 @@ mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOption
     return module.emitError(error.what());
   }
   ScheduleOverrides overrides = withEnvironment(options.overrides);
-  program->targetArch = target.name;
-  program->targetMultiprocessors = target.multiprocessors;
-  program->scheduleOverrides = describeOverrides(overrides);
-  program->matmulPrecision = options.matmulPrecision;
+  program.targetArch = target.name;
+  program.targetMultiprocessors = target.multiprocessors;
+  program.scheduleOverrides = describeOverrides(overrides);
+  program.matmulPrecision = options.matmulPrecision;
   codegen::Machine machine = codegen::machineFor(target, overrides);
-  // O3's forward as one persistent kernel where asked (a training step keeps O2's launches).
-  if (options.persistent && options.optLevel >= 3 && !training)
+  if (options.persistent && options.optLevel >= 3 && persistentAllowed)
     machine = codegen::persistentMachine(machine, overrides.workersPerSM > 0 ? overrides.workersPerSM : 1);
-  std::vector<codegen::TaskPlan> plans = emitHipKernels(*program, specs, machine);
+  std::vector<codegen::TaskPlan> plans = emitHipKernels(program, specs, machine);
   if (machine.persistent) {
-    std::string why = codegen::formPersistentKernel(*program, plans, machine);
-    if (!why.empty()) program->persistentFallback = why;
+    std::string why = codegen::formPersistentKernel(program, plans, machine);
+    if (!why.empty()) program.persistentFallback = why;
   }
+  return mlir::success();
+}
+
+mlir::FailureOr<Program> buildProgram(mlir::ModuleOp module, const CompileOptions &options,
+                                      const AdamWOptions *training) {
+  if (mlir::failed(checkCostsFit(module))) return mlir::failure();
+  std::vector<codegen::KernelSpec> specs;
+  auto program = lowerToProgram(module, {options.optLevel, pipelineText(options, training)}, &specs);
+  if (mlir::failed(program)) return mlir::failure();
+  planMemory(*program);
+  // O3's forward as one persistent kernel where asked (a training step keeps O2's launches).
+  if (mlir::failed(emitKernels(module, *program, specs, options, !training))) return mlir::failure();
   // What tlc writes, the runtime accepts: a model the verifier passed may still break
   // the runtime's contract (say, logits narrower than the embedding's vocabulary).
   try {
@@ -164,10 +173,14 @@ mlir::FailureOr<GenerationPrograms> buildGenerationPrograms(mlir::ModuleOp modul
   GenerationPrograms programs;
   for (auto [entry, program] : {std::pair<const char *, Program *>{"prefill", &programs.prefill},
                                 {"decode", &programs.decode}}) {
-    // No GPU code yet: the CPU backend runs the ops themselves.
-    auto lowered = lowerToProgram(module, {options.optLevel, pipelineText(options, nullptr, &generation), entry});
+    std::vector<codegen::KernelSpec> specs;
+    auto lowered =
+        lowerToProgram(module, {options.optLevel, pipelineText(options, nullptr, &generation), entry}, &specs);
     if (mlir::failed(lowered)) return mlir::failure();
     planMemory(*lowered);
+    // Generation keeps O2's launches at O3 (no persistent kernel: the cache's rows are
+    // written at run-time positions, which a task table cannot see).
+    if (mlir::failed(emitKernels(module, *lowered, specs, options, false))) return mlir::failure();
     try {
       validateProgram(*lowered);
     } catch (const Error &error) {

@@ -4,6 +4,12 @@ Loads the safetensors tlc writes (`tlc --run --save-weights=w.safetensors`, Hugg
 Llama keys), so the same weights run in both. RoPE rotates adjacent pairs (the workshop,
 `style = "adjacent"`) or halves (Hugging Face checkpoints, `"half"`); query head h reads
 kv head h // (heads / kv_heads).
+
+For generation (bench/generate.py) it also runs with a static KV cache, as tlc's
+@prefill and @decode do: `new_cache` makes the cache [layers, batch, kv heads, context,
+head dim], `forward_cached` runs tokens at each sequence's own positions, writing their
+keys and values there and attending over the cache up to them (a fixed-shape step, so a
+decode step can be captured as a CUDA graph).
 """
 import math
 
@@ -32,9 +38,13 @@ def rope_tables(seq, head_dim, theta, device):
 
 
 def apply_rope(x, cos, sin, style):
-    # x: [B, S, H, D]; pair i rotated by angle s * theta^(-2i/D)
+    # x: [B, S, H, D]; pair i rotated by angle p * theta^(-2i/D), p the token's position:
+    # cos, sin [S, D/2] for positions 0..S-1, or [B, S, D/2] for each sequence's own
     x32 = x.float()
-    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    if cos.dim() == 2:
+        c, s = cos[None, :, None, :], sin[None, :, None, :]
+    else:
+        c, s = cos[:, :, None, :], sin[:, :, None, :]
     if style == "adjacent":
         first, second = x32[..., 0::2], x32[..., 1::2]
         out = torch.stack((first * c - second * s, first * s + second * c), dim=-1).flatten(-2)
@@ -57,6 +67,16 @@ class TinyLlama(torch.nn.Module):
         # weights: tensors by key to compute with instead of the model's own (bench/train.py
         # passes bf16 casts of its fp32 parameters, made inside the step so gradients reach them)
         c, w = self.cfg, (self.w if weights is None else weights)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        logits = self.logits(ids, cos, sin, w, lambda layer, q, k, v: F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=scale, enable_gqa=True))
+        loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, c["vocab"]), ids[:, 1:].reshape(-1))
+        return logits, loss
+
+    def logits(self, ids, cos, sin, w, attend):
+        """The logits of `ids` [B, S], RoPE by `cos`, `sin`; attend(layer, q [B, H, S, D],
+        k, v [B, Hkv, S, D]) -> [B, H, S, D] is each layer's attention."""
+        c = self.cfg
         B, S = ids.shape
         H, Hkv, D = c["heads"], c["kv_heads"], self.head_dim
         x = w["model.embed_tokens.weight"][ids]
@@ -67,9 +87,7 @@ class TinyLlama(torch.nn.Module):
             k = (h @ w[p + "self_attn.k_proj.weight"].T).view(B, S, Hkv, D)
             v = (h @ w[p + "self_attn.v_proj.weight"].T).view(B, S, Hkv, D)
             q, k = apply_rope(q, cos, sin, c["rope"]), apply_rope(k, cos, sin, c["rope"])
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(D),
-                                               enable_gqa=True)
+            a = attend(layer, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
             x = x + a.transpose(1, 2).reshape(B, S, H * D) @ w[p + "self_attn.o_proj.weight"].T
             h = rms_norm(x, w[p + "post_attention_layernorm.weight"], c["eps"])
             g = h @ w[p + "mlp.gate_proj.weight"].T
@@ -77,6 +95,34 @@ class TinyLlama(torch.nn.Module):
             x = x + (F.silu(g) * u) @ w[p + "mlp.down_proj.weight"].T
         h = rms_norm(x, w["model.norm.weight"], c["eps"])
         head = w["model.embed_tokens.weight"] if c["tied"] else w["lm_head.weight"]
-        logits = h @ head.T
-        loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, c["vocab"]), ids[:, 1:].reshape(-1))
-        return logits, loss
+        return h @ head.T
+
+    def new_cache(self, batch, context):
+        """Keys and values of every layer, [layers, batch, kv heads, context, head dim], zeros."""
+        c = self.cfg
+        shape = (c["layers"], batch, c["kv_heads"], context, self.head_dim)
+        device = self.w["model.embed_tokens.weight"].device
+        return (torch.zeros(shape, dtype=self.dtype, device=device), torch.zeros(shape, dtype=self.dtype, device=device))
+
+    def forward_cached(self, ids, positions, cache, cos_table, sin_table, prompt=False):
+        """Token s of sequence b (ids [B, S]) at position positions[b] + s: RoPE there (rows
+        of cos_table, sin_table [context, D/2]), its key and value written into the cache
+        there, attention over cache rows 0..that position. Returns the logits [B, S, V].
+        `prompt`: the positions are 0, and attention is causal over the tokens' own keys
+        (flash attention rather than a masked pass over the whole cache)."""
+        B, S = ids.shape
+        at = positions[:, None] + torch.arange(S, device=ids.device)[None, :]  # [B, S]
+        context = cache[0].shape[3]
+        visible = torch.arange(context, device=ids.device)[None, None, None, :] <= at[:, None, :, None]
+        rows = torch.arange(B, device=ids.device)[:, None].expand(B, S)
+        scale = 1.0 / math.sqrt(self.head_dim)
+
+        def attend(layer, q, k, v):
+            keys, values = cache[0][layer], cache[1][layer]  # [B, Hkv, context, D], views
+            keys[rows, :, at] = k.transpose(1, 2)
+            values[rows, :, at] = v.transpose(1, 2)
+            if prompt:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=scale, enable_gqa=True)
+
+        return self.logits(ids, cos_table[at], sin_table[at], self.w, attend)

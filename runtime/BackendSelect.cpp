@@ -22,7 +22,8 @@ void Backend::forwardOnDevice(const DeviceForward &) {
 }
 
 ForwardResult Backend::generationStep(const std::vector<int32_t> &, const std::vector<int32_t> &) {
-  throw Error(fmt::format("the {} backend does not run generation (prefill and decode programs) yet: use target cpu",
+  throw Error(fmt::format("the {} backend does not run generation (prefill and decode programs): use target cpu, "
+                          "cuda or hip",
                           name()));
 }
 
@@ -30,29 +31,39 @@ Weights Backend::trainedWeights() const {
   throw Error(fmt::format("the {} backend holds no trained parameters: it runs no training step", name()));
 }
 
-std::unique_ptr<Backend> createBackend(const BackendOptions &options) {
-  const std::string &wanted = options.target;
-  if (wanted != "auto" && wanted != "cpu" && wanted != "cuda" && wanted != "hip")
-    throw Error(fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", wanted));
-  if (wanted == "cpu" && options.stream.handle)
-    throw Error("a stream was given (BackendOptions::stream), but target cpu runs no GPU stream");
-  if (wanted == "cpu") return createCpuBackend(options.cpuThreads, options.cpuSchedule);
+GpuOptions gpuOptionsFor(const BackendOptions &options) {
   GpuOptions gpu;
   gpu.useCache = options.useCache;
   gpu.graph = options.graph && !options.profile;
   gpu.profile = options.profile;
   gpu.verbose = options.progress;
+  return gpu;
+}
+
+std::unique_ptr<GpuDevice> openDeviceFor(const BackendOptions &options) {
+  const std::string &wanted = options.target;
+  if (wanted != "auto" && wanted != "cpu" && wanted != "cuda" && wanted != "hip")
+    throw Error(fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", wanted));
+  if (wanted == "cpu" && options.stream.handle)
+    throw Error("a stream was given (BackendOptions::stream), but target cpu runs no GPU stream");
+  if (wanted == "cpu") return nullptr;
   DeviceSelection selection{options.device, options.stream.handle};
   std::string whyCuda, whyHip;
   std::unique_ptr<GpuDevice> device;
   if (wanted == "cuda" || wanted == "auto") device = openCudaDevice(&whyCuda, selection);
   if (!device && (wanted == "hip" || wanted == "auto")) device = openHipDevice(&whyHip, selection);
-  if (device) return createGpuBackend(std::move(device), gpu);
+  if (device) return device;
   // A caller's stream is a GPU's: running on the CPU instead would ignore it.
-  if (wanted == "auto" && !options.stream.handle) return createCpuBackend(options.cpuThreads, options.cpuSchedule);
+  if (wanted == "auto" && !options.stream.handle) return nullptr;
   if (wanted == "auto")
     throw Error(fmt::format("a stream was given (BackendOptions::stream) but no GPU answers: {}; {}", whyCuda, whyHip));
   throw Error(fmt::format("--target={}: no device: {}", wanted, wanted == "cuda" ? whyCuda : whyHip));
+}
+
+std::unique_ptr<Backend> createBackend(const BackendOptions &options) {
+  std::unique_ptr<GpuDevice> device = openDeviceFor(options);
+  if (device) return createGpuBackend(std::move(device), gpuOptionsFor(options));
+  return createCpuBackend(options.cpuThreads, options.cpuSchedule);
 }
 
 } // namespace tlc

@@ -248,14 +248,6 @@ private:
         .check();
   }
 
-  static int64_t stateBytesOf(const Program &program) {
-    int64_t bytes = 0;
-    for (const Value &value : program.values)
-      if (value.storage == Storage::State)
-        bytes = checkedAdd(bytes, value.bytes()).value_or(std::numeric_limits<int64_t>::max());
-    return bytes;
-  }
-
   // Each Weight value is its keys' tensors concatenated along dim 0 (columns scaled if it
   // says so); values with the same contents (a tied embedding used twice) share one copy. Training reads them from the
   // parameters' masters (`weights` null): a single f32 one in place, others as copies.

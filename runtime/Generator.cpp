@@ -12,6 +12,7 @@
 
 #include "runtime/CpuState.h"
 #include "runtime/Error.h"
+#include "runtime/JitBackend.h"
 
 namespace tlc {
 
@@ -46,6 +47,12 @@ int32_t chooseToken(const float *logits, int64_t vocab, const SamplingOptions &o
 
 namespace {
 
+std::vector<int64_t> promptLengths(const std::vector<std::vector<int32_t>> &prompts) {
+  std::vector<int64_t> lengths;
+  for (const std::vector<int32_t> &prompt : prompts) lengths.push_back(int64_t(prompt.size()));
+  return lengths;
+}
+
 const Value *stateValue(const Program &program) {
   for (const Value &value : program.values)
     if (value.storage == Storage::State) return &value;
@@ -65,12 +72,23 @@ std::map<std::string, std::vector<int64_t>> stateShapes(const Program &program) 
 struct Generator::Impl {
   GenerationPrograms programs;
   std::unique_ptr<Backend> prefill, decode;
+  bool onDevice = false;  // a GPU: tokens chosen there
   std::vector<int64_t> lengths;
   bool started = false;
   Times times;
 };
 
+static BackendOptions cpuOptions(int threads) {
+  BackendOptions options;
+  options.target = "cpu";
+  options.cpuThreads = threads;
+  return options;
+}
+
 Generator::Generator(const GenerationPrograms &programs, const Weights &weights, int cpuThreads)
+    : Generator(programs, weights, cpuOptions(cpuThreads)) {}
+
+Generator::Generator(const GenerationPrograms &programs, const Weights &weights, const BackendOptions &options)
     : impl_(std::make_unique<Impl>()) {
   const Program &prefill = programs.prefill, &decode = programs.decode;
   if (prefill.kind != ProgramKind::Prefill || decode.kind != ProgramKind::Decode)
@@ -80,9 +98,18 @@ Generator::Generator(const GenerationPrograms &programs, const Weights &weights,
       prefill.dtype != decode.dtype || !stateValue(decode) || stateShapes(prefill) != stateShapes(decode))
     throw Error("the prefill and decode programs are not of one model, batch and KV cache");
   impl_->programs = programs;
-  auto state = std::make_shared<CpuState>();
-  impl_->prefill = createCpuBackend(cpuThreads, state);
-  impl_->decode = createCpuBackend(cpuThreads, state);
+  if (std::shared_ptr<GpuDevice> device = openDeviceFor(options)) {
+    // One device, one state: the cache, the weights and the decode's inputs are shared.
+    GpuOptions gpu = gpuOptionsFor(options);
+    auto state = makeGpuGenerationState(device, gpu.useCache);
+    impl_->prefill = createGpuBackend(device, gpu, state);
+    impl_->decode = createGpuBackend(device, gpu, state);
+    impl_->onDevice = true;
+  } else {
+    auto state = std::make_shared<CpuState>();
+    impl_->prefill = createCpuBackend(options.cpuThreads, state);
+    impl_->decode = createCpuBackend(options.cpuThreads, state);
+  }
   impl_->prefill->load(prefill, weights);
   impl_->decode->load(decode, weights);
   impl_->lengths.assign(size_t(prefill.batch), 0);
@@ -90,34 +117,47 @@ Generator::Generator(const GenerationPrograms &programs, const Weights &weights,
 
 Generator::~Generator() = default;
 
-ForwardResult Generator::prefill(const std::vector<std::vector<int32_t>> &prompts) {
-  const Program &program = impl_->programs.prefill;
+// The prompts right-padded to the prefill's length (with id 0), checked.
+static std::vector<int32_t> paddedPrompts(const Program &program, const std::vector<std::vector<int32_t>> &prompts) {
   if (int64_t(prompts.size()) != program.batch)
     throw Error(fmt::format("expected {} prompts (the batch), got {}", program.batch, prompts.size()));
-  std::vector<int32_t> ids(size_t(program.batch * program.seqLen), 0);  // padded with id 0
+  std::vector<int32_t> ids(size_t(program.batch * program.seqLen), 0);
   for (size_t b = 0; b < prompts.size(); ++b) {
     if (prompts[b].empty() || int64_t(prompts[b].size()) > program.seqLen)
       throw Error(fmt::format("prompt {} has {} tokens; the prefill takes 1 to {}", b, prompts[b].size(),
                               program.seqLen));
     std::copy(prompts[b].begin(), prompts[b].end(), ids.begin() + ptrdiff_t(b * size_t(program.seqLen)));
   }
-  ForwardResult result = impl_->prefill->generationStep(ids);
+  return ids;
+}
+
+void Generator::started(const std::vector<std::vector<int32_t>> &prompts, double milliseconds) {
   for (size_t b = 0; b < prompts.size(); ++b) impl_->lengths[b] = int64_t(prompts[b].size());
   impl_->started = true;
-  impl_->times = {result.milliseconds, {}};
+  impl_->times = {milliseconds, {}};
+}
+
+ForwardResult Generator::prefill(const std::vector<std::vector<int32_t>> &prompts) {
+  ForwardResult result = impl_->prefill->generationStep(paddedPrompts(impl_->programs.prefill, prompts));
+  started(prompts, result.milliseconds);
   return result;
 }
 
-ForwardResult Generator::step(const std::vector<int32_t> &tokens) {
+std::vector<int32_t> Generator::nextPositions() const {
   if (!impl_->started) throw Error("a generator steps only after its prefill");
-  if (int64_t(tokens.size()) != batch())
-    throw Error(fmt::format("expected {} tokens (one a sequence), got {}", batch(), tokens.size()));
   std::vector<int32_t> positions;
-  for (size_t b = 0; b < tokens.size(); ++b) {
+  for (size_t b = 0; b < impl_->lengths.size(); ++b) {
     if (impl_->lengths[b] >= context())
       throw Error(fmt::format("sequence {} has filled the KV cache's {} positions", b, context()));
     positions.push_back(int32_t(impl_->lengths[b]));
   }
+  return positions;
+}
+
+ForwardResult Generator::step(const std::vector<int32_t> &tokens) {
+  std::vector<int32_t> positions = nextPositions();
+  if (int64_t(tokens.size()) != batch())
+    throw Error(fmt::format("expected {} tokens (one a sequence), got {}", batch(), tokens.size()));
   ForwardResult result = impl_->decode->generationStep(tokens, positions);
   for (int64_t &length : impl_->lengths) ++length;
   impl_->times.steps.push_back(result.milliseconds);
@@ -126,21 +166,47 @@ ForwardResult Generator::step(const std::vector<int32_t> &tokens) {
 
 std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vector<int32_t>> &prompts,
                                                       int64_t maxNewTokens, const SamplingOptions &sampling,
-                                                      const TokenCallback &onToken) {
+                                                      const TokenCallback &onToken,
+                                                      const std::vector<int32_t> &stopTokens) {
   std::mt19937_64 random(sampling.seed);
   int64_t vocabulary = vocab();
   std::vector<std::vector<int32_t>> generated(prompts.size());
-  ForwardResult logits = prefill(prompts);
   std::vector<int32_t> next(prompts.size());
-  for (size_t b = 0; b < prompts.size(); ++b) {  // each prompt's last row
-    int64_t row = int64_t(b) * promptCapacity() + int64_t(prompts[b].size()) - 1;
-    next[b] = chooseToken(logits.logits.data.data() + row * vocabulary, vocabulary, sampling, random());
+  if (impl_->onDevice) {  // the first tokens chosen on the device from each prompt's last row
+    setDeviceSampling(*impl_->prefill, sampling);
+    SampledStep first = prefillAndSample(*impl_->prefill, paddedPrompts(impl_->programs.prefill, prompts),
+                                         promptLengths(prompts));
+    started(prompts, first.milliseconds);
+    next = first.tokens;
+  } else {
+    ForwardResult logits = prefill(prompts);
+    for (size_t b = 0; b < prompts.size(); ++b) {  // each prompt's last row
+      int64_t row = int64_t(b) * promptCapacity() + int64_t(prompts[b].size()) - 1;
+      next[b] = chooseToken(logits.logits.data.data() + row * vocabulary, vocabulary, sampling, random());
+    }
   }
+  std::vector<bool> stopped(prompts.size(), false);
   for (int64_t i = 0; i < maxNewTokens; ++i) {
-    for (size_t b = 0; b < next.size(); ++b) generated[b].push_back(next[b]);
-    if (onToken && !onToken(i, next)) break;
-    if (i + 1 == maxNewTokens) break;
-    logits = step(next);
+    std::vector<int32_t> told = next;
+    for (size_t b = 0; b < next.size(); ++b) {
+      if (stopped[b]) {
+        told[b] = -1;
+        continue;
+      }
+      generated[b].push_back(next[b]);
+      stopped[b] = std::find(stopTokens.begin(), stopTokens.end(), next[b]) != stopTokens.end();
+    }
+    if (onToken && !onToken(i, told)) break;
+    if (i + 1 == maxNewTokens || std::all_of(stopped.begin(), stopped.end(), [](bool s) { return s; })) break;
+    if (impl_->onDevice) {
+      nextPositions();  // each sequence has room
+      SampledStep step = decodeAndSample(*impl_->decode);
+      for (int64_t &length : impl_->lengths) ++length;
+      impl_->times.steps.push_back(step.milliseconds);
+      next = step.tokens;
+      continue;
+    }
+    ForwardResult logits = step(next);
     for (size_t b = 0; b < next.size(); ++b)
       next[b] = chooseToken(logits.logits.data.data() + int64_t(b) * vocabulary, vocabulary, sampling, random());
   }
@@ -160,5 +226,7 @@ int64_t Generator::peakActivationBytes() const {
 int64_t Generator::weightBytes() const { return impl_->prefill->weightBytes() + impl_->decode->weightBytes(); }
 int64_t Generator::kernelsPerStep() const { return int64_t(impl_->programs.decode.kernels.size()); }
 int64_t Generator::kernelsPerPrefill() const { return int64_t(impl_->programs.prefill.kernels.size()); }
+std::string Generator::backendName() const { return impl_->decode->name(); }
+DeviceInfo Generator::deviceInfo() const { return impl_->decode->deviceInfo(); }
 
 } // namespace tlc

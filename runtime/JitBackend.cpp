@@ -31,10 +31,154 @@ int64_t alignUp(int64_t bytes, int64_t alignment = 256) { return (bytes + alignm
 // wait and stops the kernel, rather than hang: far beyond any task's time.
 constexpr unsigned long long kPersistentTimeoutNanoseconds = 5'000'000'000ull;
 
+} // namespace
+
+// Device memory a generator's prefill and decode backends share, owned here and released
+// with the last of them; the device sampler, compiled on first use.
+class GpuGenerationState {
+public:
+  GpuGenerationState(std::shared_ptr<GpuDevice> device, bool useCache)
+      : device_(std::move(device)), useCache_(useCache) {}
+  ~GpuGenerationState() {
+    try {
+      CurrentDevice current(*device_);
+      sampler_ = {};
+      for (void *block : owned_) device_->release(block);
+    } catch (...) { // a destructor must not throw: the driver may already be gone
+    }
+  }
+  GpuGenerationState(const GpuGenerationState &) = delete;
+  GpuGenerationState &operator=(const GpuGenerationState &) = delete;
+
+  GpuDevice &device() const { return *device_; }
+
+  // State `name` (a KV cache) of `bytes`, zeroed: each load starts the cache empty. The
+  // device must be current.
+  void *state(const std::string &name, int64_t bytes, const std::string &who) {
+    auto found = states_.find(name);
+    if (found == states_.end()) found = states_.emplace(name, std::make_pair(allocate(bytes), bytes)).first;
+    else if (found->second.second != bytes)
+      throw Error(fmt::format("{}: state '{}' of {} bytes is shared with a backend that holds {}", who, name, bytes,
+                              found->second.second));
+    device_->fill(found->second.first, 0, size_t(bytes));
+    return found->second.first;
+  }
+  void *state(const std::string &name) const { return states_.at(name).first; }
+  int64_t stateBytes() const {
+    int64_t total = 0;
+    for (const auto &[name, state] : states_) total += state.second;
+    return total;
+  }
+
+  // The decode's inputs and the sampler's buffers for `batch` sequences (greedy until
+  // setSampling says otherwise); the device must be current.
+  void prepare(int64_t batch, const std::string &who) {
+    if (batch_ == batch) return;
+    if (batch_ != 0)
+      throw Error(fmt::format("{}: a generator's programs take one batch; this one takes {}, the other {}", who, batch,
+                              batch_));
+    batch_ = batch;
+    size_t words = size_t(batch) * 4;
+    decodeIds_ = static_cast<int *>(allocate(int64_t(words)));
+    positions_ = static_cast<int *>(allocate(int64_t(words)));
+    chosen_ = static_cast<int *>(allocate(int64_t(words)));
+    prefillRows_ = static_cast<int *>(allocate(int64_t(words)));
+    decodeRows_ = static_cast<int *>(allocate(int64_t(words)));
+    random_ = allocate(batch * 8);
+    settings_ = allocate(int64_t(sizeof(Settings)));
+    std::vector<int32_t> rows(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) rows[size_t(b)] = int32_t(b);
+    device_->copyToDevice(decodeRows_, rows.data(), words);
+    device_->fill(decodeIds_, 0, words);
+    device_->fill(positions_, 0, words);
+    setSampling({});
+    const std::string &source = embeddedRuntimeKernels().at("sampling.cuh");
+    JitOptions options;
+    options.arch = device_->arch();
+    options.useCache = useCache_;
+    options.progress = false;
+    auto compiler = device_->compiler();
+    sampler_ = device_->load(jitCompileAll(*compiler, {{"tl_sample", source}}, options)[0], "tl_sample");
+  }
+
+  // The sampler's settings, and each sequence's random stream seeded from the seed and its
+  // index (chooseToken's checks first).
+  void setSampling(const SamplingOptions &sampling) {
+    std::vector<float> logits{0.0f};
+    chooseToken(logits.data(), 1, sampling, 0);  // throws for options out of range
+    Settings settings{float(sampling.temperature), float(sampling.topP), int(std::min<int64_t>(sampling.topK, INT32_MAX)), 0};
+    device_->copyToDevice(settings_, &settings, sizeof settings);
+    std::vector<uint64_t> seeds(static_cast<size_t>(batch_));
+    for (size_t b = 0; b < seeds.size(); ++b) seeds[b] = sampling.seed * 0x9e3779b97f4a7c15ull + b * 0xd1b54a32d192ed03ull;
+    device_->copyToDevice(random_, seeds.data(), seeds.size() * 8);
+  }
+
+  // The sampler after a run of `program`: each sequence's row of its logits (the prefill's
+  // rows from the host at each prefill, the decode's row b), its choice the decode's next
+  // input, a decode moving the positions on.
+  struct SamplerLaunch {
+    GpuDevice::Function function;
+    std::vector<unsigned char> args;  // tl_sample_args (sampling.cuh), by value
+  };
+  SamplerLaunch samplerAfter(const Program &program, const void *logits) const {
+    struct Args {
+      const void *logits;
+      const int *rows;
+      const void *settings;
+      void *random;
+      int *chosen, *next, *positions;
+      int vocab, bf16, advance;
+    } args{logits,    program.kind == ProgramKind::Decode ? decodeRows_ : prefillRows_,
+           settings_, random_,
+           chosen_,   decodeIds_,
+           positions_, int(program.vocab),
+           program.value(program.outputs[0]).dtype == DType::BF16, program.kind == ProgramKind::Decode};
+    const auto *bytes = reinterpret_cast<const unsigned char *>(&args);
+    return {sampler_.function, std::vector<unsigned char>(bytes, bytes + sizeof args)};
+  }
+
+  // Where a decode's inputs live (not in its arena: the sampler writes them for the next
+  // step, and a run's poisoning must leave them).
+  int *decodeIds() const { return decodeIds_; }
+  int *positions() const { return positions_; }
+  int *prefillRows() const { return prefillRows_; }
+  int *chosen() const { return chosen_; }
+
+  // Weights uploaded by either backend, by contents and dtype.
+  std::map<std::pair<WeightContents, DType>, void *> weights;
+  void *allocate(int64_t bytes) {
+    owned_.push_back(device_->allocate(size_t(std::max<int64_t>(bytes, 4))));
+    return owned_.back();
+  }
+
+private:
+  struct Settings {  // tl_sampling_settings (sampling.cuh)
+    float temperature, topP;
+    int topK, unused;
+  };
+  std::shared_ptr<GpuDevice> device_;
+  bool useCache_;
+  std::vector<void *> owned_;
+  std::map<std::string, std::pair<void *, int64_t>> states_;  // by name: pointer, bytes
+  int64_t batch_ = 0;
+  int *decodeIds_ = nullptr, *positions_ = nullptr, *chosen_ = nullptr, *prefillRows_ = nullptr,
+      *decodeRows_ = nullptr;
+  void *random_ = nullptr, *settings_ = nullptr;
+  LoadedKernel sampler_;
+};
+
+std::shared_ptr<GpuGenerationState> makeGpuGenerationState(std::shared_ptr<GpuDevice> device, bool useCache) {
+  if (!device) throw Error("makeGpuGenerationState: no device");
+  return std::make_shared<GpuGenerationState>(std::move(device), useCache);
+}
+
+namespace {
+
 class GpuBackend : public Backend {
 public:
-  GpuBackend(std::unique_ptr<GpuDevice> device, const GpuOptions &options)
-      : device_(std::move(device)), options_(options) {
+  GpuBackend(std::shared_ptr<GpuDevice> device, const GpuOptions &options,
+             std::shared_ptr<GpuGenerationState> generation = nullptr)
+      : device_(std::move(device)), options_(options), generation_(std::move(generation)) {
     report_.device = device_->name();
     report_.arch = device_->arch();
   }
@@ -54,9 +198,6 @@ public:
     CurrentDevice current(*device_);
     freeAll();
     validateProgram(program);
-    if (program.kind == ProgramKind::Prefill || program.kind == ProgramKind::Decode)
-      throw Error(fmt::format("{} backend: generation ({} program) has no GPU kernels yet: run it on target cpu",
-                              device_->vendor(), programKindName(program.kind)));
     program_ = program;
     planMemoryIfNeeded(program_);
     for (const Kernel &kernel : program_.kernels)
@@ -105,6 +246,7 @@ public:
     for (const Kernel &kernel : program_.kernels) syncWords = std::max(syncWords, kernel.syncWords);
     sync_ = static_cast<char *>(device_->allocate(size_t(syncWords) * 4));
     device_->fill(sync_, 0, size_t(syncWords) * 4);
+    if (generating()) prepareGeneration();
     uploadWeights(weights);
     if (program_.kind == ProgramKind::TrainStep) {
       parameters_ = std::make_unique<GpuParameters>(*device_, program_, weights);
@@ -146,6 +288,7 @@ public:
       }
       launches_.push_back(kernelLaunch(kernel, functions.at(kernel.entry), 0, 0));
     }
+    if (generating()) launches_.push_back(samplerLaunch());
     for (Launch &launch : launches_)
       if (launch.args.empty())
         for (void *&pointer : launch.pointers) launch.args.push_back(&pointer);
@@ -164,8 +307,7 @@ public:
   ForwardResult forward(const std::vector<int32_t> &tokenIds) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!loaded_) throw Error(device_->vendor() + " backend: forward called before load");
-    if (program_.kind != ProgramKind::Forward)
-      throw Error(device_->vendor() + " backend: the loaded Program is a training step: run it with trainStep()");
+    checkForward();
     CurrentDevice current(*device_);
     startRun(tokenIds);
     enqueueLaunches();
@@ -243,8 +385,7 @@ public:
     std::lock_guard<std::mutex> lock(mutex_);
     std::string who = device_->vendor() + " backend";
     if (!loaded_) throw Error(who + ": forwardOnDevice called before load");
-    if (program_.kind != ProgramKind::Forward)
-      throw Error(who + ": the loaded Program is a training step: run it with trainStep()");
+    checkForward();
     checkDeviceForward(request, program_.batch, program_.seqLen, program_.vocab, who);
     CurrentDevice current(*device_);
     void *caller = request.stream.handle;
@@ -277,6 +418,82 @@ public:
       device_->record(forwardDone_.get());
       device_->waitOn(caller, forwardDone_.get());
     }
+  }
+
+  // A prefill or decode on ids (and positions) from the host: the logits come back.
+  ForwardResult generationStep(const std::vector<int32_t> &tokenIds, const std::vector<int32_t> &positions) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string who = device_->vendor() + " backend";
+    if (!loaded_) throw Error(who + ": generationStep called before load");
+    checkGeneration(who);
+    bool decode = program_.kind == ProgramKind::Decode;
+    if (positions.size() != (decode ? size_t(program_.batch) : 0))
+      throw Error(fmt::format("{}: a {} takes {} positions, got {}", who, programKindName(program_.kind),
+                              decode ? program_.batch : 0, positions.size()));
+    checkTokenIds(program_, tokenIds);
+    checkPositions(positions, who);
+    CurrentDevice current(*device_);
+    poisonBuffers();
+    device_->copyToDevice(pointerOf(program_.inputs[0]), tokenIds.data(), tokenIds.size() * 4);
+    if (decode) device_->copyToDevice(generation_->positions(), positions.data(), positions.size() * 4);
+    else uploadPrefillRows(std::vector<int64_t>(size_t(program_.batch), program_.seqLen));
+    enqueueLaunches();
+    ForwardResult result;
+    result.milliseconds = device_->elapsedMs(start_.get(), end_.get());
+    device_->synchronize();
+    const Value &logits = program_.value(program_.outputs[0]);
+    result.logits.shape = logits.shape;
+    result.logits.data = readAsFloats(logits.id);
+    result.loss = std::numeric_limits<float>::quiet_NaN();
+    return result;
+  }
+
+  void setSampling(const SamplingOptions &sampling) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!loaded_ || !generating()) throw Error(device_->vendor() + " backend: sampling needs a loaded prefill or decode");
+    CurrentDevice current(*device_);
+    generation_->setSampling(sampling);
+  }
+
+  // The loaded prefill on right-padded prompts of `lengths`, then the sampler on each
+  // prompt's last row; the decode's positions set to the lengths.
+  SampledStep prefillAndSample(const std::vector<int32_t> &tokenIds, const std::vector<int64_t> &lengths) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string who = device_->vendor() + " backend";
+    if (!loaded_ || program_.kind != ProgramKind::Prefill) throw Error(who + ": prefillAndSample needs a loaded prefill");
+    checkTokenIds(program_, tokenIds);
+    if (int64_t(lengths.size()) != program_.batch)
+      throw Error(fmt::format("{}: {} prompt lengths for a batch of {}", who, lengths.size(), program_.batch));
+    std::vector<int32_t> positions;
+    for (int64_t length : lengths) {
+      if (length < 1 || length > program_.seqLen)
+        throw Error(fmt::format("{}: a prompt of {} tokens; the prefill takes 1 to {}", who, length, program_.seqLen));
+      positions.push_back(int32_t(length));
+    }
+    CurrentDevice current(*device_);
+    poisonBuffers();
+    device_->copyToDevice(pointerOf(program_.inputs[0]), tokenIds.data(), tokenIds.size() * 4);
+    device_->copyToDevice(generation_->positions(), positions.data(), positions.size() * 4);
+    uploadPrefillRows(lengths);
+    enqueueLaunches();
+    return chosenTokens();
+  }
+
+  // The loaded decode on what the sampler left: one step, one graph replay.
+  SampledStep decodeAndSample() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!loaded_ || program_.kind != ProgramKind::Decode)
+      throw Error(device_->vendor() + " backend: decodeAndSample needs a loaded decode");
+    CurrentDevice current(*device_);
+    // Not poisoned: every step would add a fill of the arena, and no logits are read here
+    // (generationStep, which returns them, poisons).
+    enqueueLaunches();
+    return chosenTokens();
+  }
+
+  int64_t stateBytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stateBytesOf(program_);
   }
 
   DeviceInfo deviceInfo() const override {
@@ -504,9 +721,88 @@ private:
     }
   }
 
+  bool generating() const { return program_.kind == ProgramKind::Prefill || program_.kind == ProgramKind::Decode; }
+
+  void checkForward() const {
+    if (program_.kind == ProgramKind::TrainStep)
+      throw Error(device_->vendor() + " backend: the loaded Program is a training step: run it with trainStep()");
+    if (program_.kind != ProgramKind::Forward)
+      throw Error(fmt::format("{} backend: the loaded Program is a {}: run it with generationStep()",
+                              device_->vendor(), programKindName(program_.kind)));
+  }
+  void checkGeneration(const std::string &who) const {
+    if (!generating())
+      throw Error(fmt::format("{}: the loaded Program is a {}, not a prefill or decode", who,
+                              programKindName(program_.kind)));
+  }
+  // As the CPU reference checks them: no position negative, none past the cache.
+  void checkPositions(const std::vector<int32_t> &positions, const std::string &who) const {
+    int64_t context = 0;
+    for (const Value &value : program_.values)
+      if (value.storage == Storage::State) context = value.shape[3];
+    for (size_t b = 0; b < positions.size(); ++b) {
+      if (positions[b] < 0)
+        throw Error(fmt::format("{}: sequence {} is at position {}, which is negative", who, b, positions[b]));
+      if (positions[b] + program_.seqLen > context)
+        throw Error(fmt::format("{}: sequence {} reaches position {}, past the cache's {} positions", who, b,
+                                positions[b] + program_.seqLen - 1, context));
+    }
+  }
+
+  // The KV cache, the decode's inputs and the sampler, in the generation state (made here
+  // for a backend that shares none).
+  void prepareGeneration() {
+    std::string who = device_->vendor() + " backend";
+    if (!generation_) {
+      generation_ = makeGpuGenerationState(device_, options_.useCache);
+      ownGeneration_ = true;
+    }
+    generation_->prepare(program_.batch, who);
+    for (const Value &value : program_.values)
+      if (value.storage == Storage::State) generation_->state(value.name, value.bytes(), who);
+  }
+
+  // The sampler after the Program's launches: captured with them in one graph.
+  Launch samplerLaunch() {
+    GpuGenerationState::SamplerLaunch sampler = generation_->samplerAfter(program_, pointerOf(program_.outputs[0]));
+    Launch launch;
+    launch.entry = "tl_sample";
+    launch.function = sampler.function;
+    launch.byValue = std::move(sampler.args);
+    launch.args = {launch.byValue.data()};
+    launch.blocks = program_.batch;
+    launch.threads = 1024;
+    if (device_->blocksPerMultiprocessor(launch.function, launch.threads, 0) < 1)
+      throw Error(fmt::format("{} backend: the sampler cannot run a block of {} threads on {}", device_->vendor(),
+                              launch.threads, device_->name()));
+    return launch;
+  }
+
+  // Sequence b's last prompt row of the prefill's logits, for the sampler.
+  void uploadPrefillRows(const std::vector<int64_t> &lengths) {
+    std::vector<int32_t> rows;
+    for (size_t b = 0; b < lengths.size(); ++b) rows.push_back(int32_t(int64_t(b) * program_.seqLen + lengths[b] - 1));
+    device_->copyToDevice(generation_->prefillRows(), rows.data(), rows.size() * 4);
+  }
+
+  // The sampler's choices, once the run has finished, and the run's time.
+  SampledStep chosenTokens() {
+    SampledStep step;
+    step.tokens.resize(size_t(program_.batch));
+    device_->copyToHost(step.tokens.data(), generation_->chosen(), step.tokens.size() * 4);
+    step.milliseconds = device_->elapsedMs(start_.get(), end_.get());
+    device_->synchronize();
+    return step;
+  }
+
   void *pointerOf(int id) {
     const Value &base = program_.storageOf(id);
     if (base.storage == Storage::Weight) return weightPointer_.at(base.id);
+    if (base.storage == Storage::State) return generation_->state(base.name);
+    // A decode's token ids and positions: where the sampler writes the next step's.
+    if (program_.kind == ProgramKind::Decode && base.storage == Storage::Input)
+      return base.id == program_.storageOf(program_.inputs[0]).id ? static_cast<void *>(generation_->decodeIds())
+                                                                    : static_cast<void *>(generation_->positions());
     if (!livesInArena(base.storage))
       throw Error(fmt::format("{} backend: value '{}' is passed to a kernel but has no memory ({})", device_->vendor(),
                               base.name, storageName(base.storage)));
@@ -521,11 +817,16 @@ private:
     std::vector<std::pair<int64_t, std::vector<char>>> blobs;
     int64_t total = 0;
     std::map<int, int64_t> offsets;
+    std::map<int, void *> shared;
     for (const Value &value : program_.values) {
       if (value.storage != Storage::Weight) continue;
       // A training step reads these from the parameters' masters (GpuParameters).
       if (readsMasterInPlace(program_, value)) continue;
       auto key = std::make_pair(weightContents(value), value.dtype);
+      if (generation_ && generation_->weights.count(key)) {  // the other backend of a generator uploaded it
+        shared[value.id] = generation_->weights.at(key);
+        continue;
+      }
       auto found = offsetOf.find(key);
       if (found == offsetOf.end()) {
         std::vector<float> data = weights.concatenated(value, device_->vendor());
@@ -544,9 +845,16 @@ private:
       }
       offsets[value.id] = found->second;
     }
-    weights_ = static_cast<char *>(device_->allocate(size_t(std::max<int64_t>(total, 1))));
-    for (const auto &[offset, bytes] : blobs) device_->copyToDevice(weights_ + offset, bytes.data(), bytes.size());
-    for (const auto &[id, offset] : offsets) weightPointer_[id] = weights_ + offset;
+    // A generator's weights belong to its state, which both backends keep.
+    char *block = static_cast<char *>(generation_ ? generation_->allocate(total)
+                                                  : device_->allocate(size_t(std::max<int64_t>(total, 1))));
+    if (!generation_) weights_ = block;
+    for (const auto &[offset, bytes] : blobs) device_->copyToDevice(block + offset, bytes.data(), bytes.size());
+    for (const auto &[id, offset] : offsets) weightPointer_[id] = block + offset;
+    for (const auto &[id, pointer] : shared) weightPointer_[id] = pointer;
+    if (generation_)
+      for (const Value &value : program_.values)
+        if (offsets.count(value.id)) generation_->weights[{weightContents(value), value.dtype}] = weightPointer_[value.id];
     report_.weightBytes = total;
   }
 
@@ -586,12 +894,16 @@ private:
     traced_ = {};
     arena_ = workspace_ = sync_ = weights_ = nullptr;
     weightPointer_.clear();
+    if (ownGeneration_) generation_.reset();  // its cache and weights were this load's
+    ownGeneration_ = false;
     loaded_ = false;
   }
 
   mutable std::mutex mutex_; // load and forward share the arena and the stream: calls serialize
-  std::unique_ptr<GpuDevice> device_;
+  std::shared_ptr<GpuDevice> device_;
   GpuOptions options_;
+  std::shared_ptr<GpuGenerationState> generation_;  // a prefill's or decode's cache, inputs and sampler
+  bool ownGeneration_ = false;                      // made by this backend's load, not shared
   Program program_;
   bool loaded_ = false;
   char *arena_ = nullptr, *workspace_ = nullptr, *sync_ = nullptr, *weights_ = nullptr;
@@ -636,8 +948,33 @@ private:
 
 std::unique_ptr<Backend> createGpuBackend(std::unique_ptr<GpuDevice> device, const GpuOptions &options) {
   if (!device) throw Error("createGpuBackend: no device");
-  return std::make_unique<GpuBackend>(std::move(device), options);
+  return std::make_unique<GpuBackend>(std::shared_ptr<GpuDevice>(std::move(device)), options);
 }
+
+std::unique_ptr<Backend> createGpuBackend(std::shared_ptr<GpuDevice> device, const GpuOptions &options,
+                                          std::shared_ptr<GpuGenerationState> generation) {
+  if (!device) throw Error("createGpuBackend: no device");
+  return std::make_unique<GpuBackend>(std::move(device), options, std::move(generation));
+}
+
+// The GPU backend behind `backend`, for generation's steps on the device.
+static GpuBackend &generationBackend(Backend &backend, const char *call) {
+  if (backend.name() != "cuda" && backend.name() != "hip")
+    throw Error(fmt::format("{}: the {} backend samples on the host (tlc::chooseToken); this needs a GPU backend",
+                            call, backend.name()));
+  return static_cast<GpuBackend &>(backend);
+}
+
+void setDeviceSampling(Backend &backend, const SamplingOptions &sampling) {
+  generationBackend(backend, "setDeviceSampling").setSampling(sampling);
+}
+
+SampledStep prefillAndSample(Backend &prefill, const std::vector<int32_t> &tokenIds,
+                             const std::vector<int64_t> &lengths) {
+  return generationBackend(prefill, "prefillAndSample").prefillAndSample(tokenIds, lengths);
+}
+
+SampledStep decodeAndSample(Backend &decode) { return generationBackend(decode, "decodeAndSample").decodeAndSample(); }
 
 const GpuReport *gpuReport(const Backend &backend) {
   // Only GpuBackend answers to these names (no dynamic_cast: the tools build without RTTI).

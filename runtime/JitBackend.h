@@ -10,6 +10,8 @@
 #include "runtime/Backend.h"
 #include "runtime/Jit.h"
 
+#include <tlc/Generate.h>
+
 namespace tlc {
 
 // What the driver says of a pointer a caller hands in.
@@ -165,6 +167,48 @@ struct GpuOptions {
 
 // A Backend running a Program (with sources: compiler/codegen/Emitter.h) on `device`.
 std::unique_ptr<Backend> createGpuBackend(std::unique_ptr<GpuDevice> device, const GpuOptions &options);
+
+// The GPU `options` asks for (target cuda, hip, or auto: CUDA, then HIP), or null where
+// the CPU runs (target cpu, or auto with no GPU and no stream). Throws tlc::Error as
+// createBackend does for a GPU target with no device, a device number no GPU has, or a
+// stream with no GPU to run it.
+std::unique_ptr<GpuDevice> openDeviceFor(const BackendOptions &options);
+GpuOptions gpuOptionsFor(const BackendOptions &options);
+
+// ---- generation on a GPU (docs/generation.md) -------------------------------------------
+
+// What a generator's prefill and decode backends share on their one device: the KV cache
+// (state, by name, zeros at each load), the weights (each uploaded once), the decode's
+// inputs (token ids and positions, which the sampler writes for the next step) and the
+// device sampler (runtime/kernels/sampling.cuh) with its buffers. A backend loading a
+// prefill or decode without one makes its own.
+class GpuGenerationState;
+std::shared_ptr<GpuGenerationState> makeGpuGenerationState(std::shared_ptr<GpuDevice> device, bool useCache);
+
+// A backend on a device shared with others (a generator's two), sharing `generation`.
+std::unique_ptr<Backend> createGpuBackend(std::shared_ptr<GpuDevice> device, const GpuOptions &options,
+                                          std::shared_ptr<GpuGenerationState> generation);
+
+// The next token of each sequence, chosen on the device; only these ids come back.
+struct SampledStep {
+  std::vector<int32_t> tokens;  // one a sequence
+  double milliseconds = 0;      // the run on the device, sampling included
+};
+
+// Steps of generation with the sampling on the device, on GPU backends sharing one
+// GpuGenerationState (each throws tlc::Error for another backend or kind of Program):
+// - setDeviceSampling: the choice each later step makes (chooseToken's options; each
+//   sequence's random stream seeded from sampling.seed and its index);
+// - prefillAndSample: the loaded prefill on `tokenIds` [batch * seq] (prompts right-padded,
+//   sequence b `lengths[b]` long), each sequence's next token from its last prompt row;
+//   it becomes the decode's input at position lengths[b];
+// - decodeAndSample: the loaded decode on the tokens the last step chose, at their
+//   positions, which then move on by one; replayed as one captured graph (decode and
+//   sampler) where graphs are on.
+void setDeviceSampling(Backend &backend, const SamplingOptions &sampling);
+SampledStep prefillAndSample(Backend &prefill, const std::vector<int32_t> &tokenIds,
+                             const std::vector<int64_t> &lengths);
+SampledStep decodeAndSample(Backend &decode);
 
 // What the GPU backend reports besides the Backend interface.
 struct GpuReport {

@@ -176,6 +176,14 @@ void checkPlacement(const Program &program) {
   }
 }
 
+int64_t stateBytesOf(const Program &program) {
+  int64_t bytes = 0;
+  for (const Value &value : program.values)
+    if (value.storage == Storage::State)
+      bytes = checkedAdd(bytes, value.bytes()).value_or(std::numeric_limits<int64_t>::max());
+  return bytes;
+}
+
 bool livesInArena(Storage storage) {
   return storage == Storage::Input || storage == Storage::Output || storage == Storage::Activation;
 }

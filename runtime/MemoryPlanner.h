@@ -26,6 +26,9 @@ bool livesInArena(Storage storage);
 // tlc comes planned; a hand-built one may not).
 void planMemoryIfNeeded(Program &program);
 
+// Bytes of the state a Program keeps between runs (generation's KV cache).
+int64_t stateBytesOf(const Program &program);
+
 // Sum of the bytes of every planned value: what the arena would be without reuse.
 int64_t unplannedBytes(const Program &program);
 

@@ -17,20 +17,8 @@
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
-RESULTS=${OUT:-$PWD/gpu-check-out}
-mkdir -p "$RESULTS"
-LOGS=$(mktemp -d /tmp/gpu-check.XXXXXX)
-TLC=$BUILD/tools/tlc
-TESTS=$BUILD/tests/gpu/tlc_gpu_tests
-SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-export TLC_CACHE_DIR=${TLC_CACHE_DIR:-$(mktemp -d /tmp/tlc-cache.XXXXXX)}
-MODEL=models/tinyllama.tl
-summary=$LOGS/summary.txt
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
-want() { [[ ",$STEPS," == *",$1,"* ]]; }
-
-note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+NAME=gpu-check
+source "$(dirname "$0")/gpu-common.sh"
 ldd "$TLC" | grep -Eq 'libLLVM|libMLIR' && note "WARNING: tlc links libLLVM/libMLIR" || note "tlc: self-contained"
 
 o3run() {  # model batch seq level [flags...]: one timed bf16 forward line (--dtype=f32 later overrides)

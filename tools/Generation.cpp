@@ -51,16 +51,20 @@ void generate(const GenerationPrograms &programs, const GenerationRun &run) {
   Weights weights = loadWeights(run.inputs, programs.prefill);
   std::unique_ptr<Generator> generator;
   {
-    ProgressLine line("loading onto cpu (weights, KV cache)");
-    generator = std::make_unique<Generator>(programs, weights, run.inputs.threads);
+    ProgressLine line(fmt::format("loading onto {} (weights, KV cache{})",
+                                  run.backend.target == "auto" ? "the device" : run.backend.target,
+                                  run.backend.target == "cpu" ? "" : ", JIT where a GPU runs it"));
+    generator = std::make_unique<Generator>(programs, weights, run.backend);
   }
   int64_t room = generator->context() - int64_t(run.prompt.size()) + 1;
   if (run.maxNewTokens > room)
     throw Error(fmt::format("--max-new-tokens={}: a prompt of {} tokens leaves room for {} in the cache of {} "
                             "positions (--max-context)", run.maxNewTokens, run.prompt.size(), room,
                             generator->context()));
-  fmt::print("tlc generate: {} at {}, {}, on cpu, {}\n", decode.model, describeOptLevel(decode.optLevel),
-             dtypeName(decode.dtype), describeSampling(run.sampling));
+  DeviceInfo device = generator->deviceInfo();
+  fmt::print("tlc generate: {} at {}, {}, on {}, {}\n", decode.model, describeOptLevel(decode.optLevel),
+             dtypeName(decode.dtype), device.backend == "cpu" ? device.backend : device.backend + " (" + device.name + ")",
+             describeSampling(run.sampling));
   fmt::print("  pipeline  {}\n", decode.pipeline);
   fmt::print("  inputs    weights {}; KV cache of {} positions\n", describeWeights(run.inputs), generator->context());
   std::fflush(stdout);

@@ -1,4 +1,4 @@
-// tlc generate: a prompt continued on the CPU with the KV cache, greedy or sampled; the
+// tlc generate: a prompt continued with the KV cache on a GPU or the CPU, greedy or sampled; the
 // new token ids stream as they come, then a summary (prefill and decode speed, memory,
 // kernels a step).
 #pragma once
@@ -17,6 +17,7 @@ struct GenerationRun {
   int64_t maxNewTokens = 32;
   SamplingOptions sampling;
   RunInputs inputs;             // the weights (file or seeded random) and CPU threads
+  BackendOptions backend;       // where it runs (a GPU: the cache and the sampling there)
 };
 
 // Throws tlc::Error on bad input (weights, ids out of range, a full cache).

@@ -71,7 +71,8 @@ cl::SubCommand trainCommand("train",
                             "print the loss, samples/s and tokens/s of every step and the peak memory, as the "
                             "workshop's scripts do");
 cl::SubCommand generateCommand("generate",
-                               "continue a prompt on the CPU with the KV cache (tl-kv-cache's @prefill and @decode), "
+                               "continue a prompt with the KV cache (tl-kv-cache's @prefill and @decode), on a GPU "
+                               "or the CPU, "
                                "greedy or sampled: the new token ids as they come, then the prefill's and each "
                                "decode step's speed, the peak memory and the kernels a step");
 cl::SubCommand reportCommand("report",
@@ -89,7 +90,7 @@ cl::OptionCategory irCategory("Reading the IR (stderr, or one file per pass)");
 cl::OptionCategory runCategory("Running (--run, and tlc ladder)");
 cl::OptionCategory ladderCategory("tlc ladder");
 cl::OptionCategory trainCategory("tlc train (as the workshop's scripts: AdamW, random tokens unless --data)");
-cl::OptionCategory generateCategory("tlc generate (the CPU backend; --seed seeds the weights and the sampling)");
+cl::OptionCategory generateCategory("tlc generate (--seed seeds the weights and the sampling)");
 
 // -- Compiling ---------------------------------------------------------------------
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.tl>"), cl::Required, cl::cat(compileCategory),
@@ -354,20 +355,17 @@ std::string checkTrainFlags() {
   return "";
 }
 
-// tlc generate's own flags: the prompt sets the shape; only the CPU runs generation yet.
+// tlc generate's own flags: the prompt sets the shape.
 std::string checkGenerateFlags() {
   if (promptIds.empty()) return "tlc generate needs --prompt-ids (the prompt's token ids, e.g. --prompt-ids=\"1 2 3\")";
   const cl::Option *notHere[] = {&batchSize, &seqLen, &iterations, &tokensPath, &persistent, &saveWeightsPath,
                                  &matmulPrecision, &precompile};
   for (const cl::Option *option : notHere)
     if (option->getNumOccurrences())
-      return fmt::format("--{} does not apply to tlc generate (the prompt sets the shape; it runs on the CPU)",
+      return fmt::format("--{} does not apply to tlc generate (the prompt sets the shape)",
                          option->ArgStr.str());
-  if (emit != Emit::None && emit != Emit::IR)
-    return "tlc generate --emit writes only the IR (--emit=ir): @prefill and @decode have no GPU kernels yet";
-  if (target == "cuda" || target == "hip")
-    return fmt::format("tlc generate runs on the CPU only so far (--target=cpu): the GPU kernels of @prefill and "
-                       "@decode are not generated yet, and --target={} cannot run them", target.getValue());
+  if (emit != Emit::None && emit != Emit::IR && emit != Emit::Hip)
+    return "tlc generate --emit writes the IR (--emit=ir) or the kernels of @prefill and @decode (--emit=hip -o dir/)";
   if (maxNewTokens < 1) return fmt::format("--max-new-tokens={} must be 1 or more", maxNewTokens.getValue());
   if (!(temperature >= 0) || !std::isfinite(temperature))
     return fmt::format("--temperature={} must be 0 (greedy) or positive", temperature.getValue());
@@ -857,9 +855,28 @@ int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   return 0;
 }
 
+// tlc generate --emit=hip: each Program's kernel sources and program.json in dir/prefill/
+// and dir/decode/.
+int writeGenerationSources(const tlc::GenerationPrograms &programs) {
+  if (outputPath == "-") return fail("--emit=hip writes a directory: give -o dir/");
+  for (auto [name, program] : {std::pair<const char *, const tlc::Program *>{"prefill", &programs.prefill},
+                               {"decode", &programs.decode}}) {
+    std::string directory = outputPath + "/" + name;
+    if (std::error_code error = llvm::sys::fs::create_directories(directory))
+      return fail(fmt::format("cannot create '{}': {}", directory, error.message()));
+    int files = tlc::writeHipSources(*program, directory);
+    tlc::writeFileAtomically(directory + "/program.json", tlc::programToJson(*program), "program file");
+    fmt::print(stderr, "tlc: wrote {} kernel sources and program.json to {}\n", files, directory);
+  }
+  return 0;
+}
+
 // tlc generate: @prefill and @decode built at the level (their IR printable as any
-// level's), then the prompt continued on the CPU; with --emit=ir, their IR instead.
+// level's), then the prompt continued on the chosen backend; with --emit=ir or hip, their
+// IR or kernels instead.
 int generateTokens(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  // The device first (a missing GPU is said before any compiling), unless only emitting.
+  if (emit == Emit::None) runDevice = tlc::createBackend(backendOptions())->deviceInfo();
   tlc::GenerationRun generation;
   generation.prompt = tlc::parseTokenIds(promptIds);
   batchSize = 1;  // the prompt is the shape: one sequence, its length the prefill's
@@ -877,9 +894,11 @@ int generateTokens(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
     programs = tlc::buildGenerationPrograms(*module, compileOptions(), options);
   }
   if (mlir::failed(programs)) return 1;
+  if (emit == Emit::Hip) return writeGenerationSources(*programs);
   generation.maxNewTokens = maxNewTokens;
   generation.sampling = {temperature, topK, topP, seed};
   generation.inputs = runInputs();
+  generation.backend = backendOptions();
   tlc::generate(*programs, generation);
   return 0;
 }

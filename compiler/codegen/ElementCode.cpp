@@ -28,14 +28,11 @@ std::string floatLiteral(double value) {
   return text + "f";
 }
 
-bool ElementCode::contiguous(const IndexExpr &offset, const ChunkLoop &loop) {
-  if (loop.vector == 1) return true;
-  if (loop.extent % loop.vector != 0) return false;
-  if (offset.alignedRuns(loop.variable, loop.vector)) return true;
-  // Every combination of the sampled values of the other variables it uses.
+// Every combination of the sampled values of the other variables `index` uses.
+static std::vector<std::map<std::string, int64_t>> samplePoints(const IndexExpr &index, const ChunkLoop &loop) {
   std::vector<std::map<std::string, int64_t>> points(1);
   for (const auto &[name, values] : loop.samples) {
-    if (!offset.uses(name)) continue;
+    if (!index.uses(name)) continue;
     std::vector<std::map<std::string, int64_t>> more;
     for (const auto &point : points)
       for (int64_t value : values) {
@@ -45,6 +42,14 @@ bool ElementCode::contiguous(const IndexExpr &offset, const ChunkLoop &loop) {
       }
     points = more;
   }
+  return points;
+}
+
+bool ElementCode::contiguous(const IndexExpr &offset, const ChunkLoop &loop) {
+  if (loop.vector == 1) return true;
+  if (loop.extent % loop.vector != 0) return false;
+  if (offset.alignedRuns(loop.variable, loop.vector)) return true;
+  std::vector<std::map<std::string, int64_t>> points = samplePoints(offset, loop);
   if (!offset.uses(loop.variable)) return false;
   // One period along the loop variable decides it, when a period's step keeps alignment.
   int64_t period = std::lcm(offset.period(loop.variable), int64_t(loop.vector)), span = loop.extent;
@@ -68,6 +73,26 @@ bool ElementCode::contiguous(const IndexExpr &offset, const ChunkLoop &loop) {
       for (int64_t i = 1; i < loop.vector; ++i) {
         point[loop.variable] = base + i;
         if (offset.evaluate(point) != first + i) return false;
+      }
+    }
+  return true;
+}
+
+bool ElementCode::constantOverChunks(const IndexExpr &index, const ChunkLoop &loop) {
+  if (loop.vector == 1 || !index.uses(loop.variable)) return true;
+  if (loop.extent % loop.vector != 0) return false;
+  // After one period along the loop variable the value only shifts by a constant, and a
+  // period is whole chunks: one period decides it.
+  int64_t span = std::min(std::lcm(index.period(loop.variable), int64_t(loop.vector)), loop.extent);
+  std::vector<std::map<std::string, int64_t>> points = samplePoints(index, loop);
+  if (span * int64_t(points.size()) > (1 << 16)) return false;
+  for (auto &point : points)
+    for (int64_t base = 0; base < span; base += loop.vector) {
+      point[loop.variable] = base;
+      int64_t first = index.evaluate(point);
+      for (int64_t i = 1; i < loop.vector; ++i) {
+        point[loop.variable] = base + i;
+        if (index.evaluate(point) != first) return false;
       }
     }
   return true;
@@ -147,9 +172,12 @@ std::string ElementCode::code(const std::vector<Store> &stores, const Into &into
     case ElementExpr::Kind::Rope: {
       std::string first = value(expr->args[0]), second = value(expr->args[1]);
       std::string table = ropeTable(expr->theta, expr->headDim);
+      std::string position = at(expr->position);
+      if (expr->positions >= 0)  // generation: the sequence's position, read at run time
+        position = fmt::format("p.{}[{}] + ({})", params_.names.at(size_t(expr->positions)), at(expr->sequence), position);
       body += fmt::format("      float {0}c, {0}s;\n"
                           "      tl_rope_cos_sin((float)({1}), {2}[2 * ({3})], {2}[2 * ({3}) + 1], {0}c, {0}s);\n",
-                          name, at(expr->position), table, at(expr->pair));
+                          name, position, table, at(expr->pair));
       code = fmt::format("tl_rope({}, {}, ({}) != 0, {}c, {}{}s)", first, second, at(expr->isSecond), name,
                          expr->inverse ? "-" : "", name);
       break;
@@ -183,12 +211,27 @@ std::string ElementCode::code(const std::vector<Store> &stores, const Into &into
   for (size_t s = 0; s < stores.size(); ++s) {
     const Store &store = stores[s];
     const std::string &param = params_.names.at(size_t(store.param));
-    if (loop.vector > 1 && loop.extent % loop.vector == 0 && contiguous(store.offset, loop)) {
-      out += fmt::format("    tl_st8(p.{}, {}, r{});\n", param, atBase(store.offset), s);
+    // A KV cache row at a run-time position: the offset's run-time part, and where it fits.
+    auto cacheRow = [&](auto &&index) -> std::pair<std::string, std::string> {
+      if (!store.cacheRow.atRunTime()) return {"", ""};
+      std::string position = fmt::format("p.{}[{}]", params_.names.at(size_t(store.cacheRow.param)),
+                                         index(store.cacheRow.sequence));
+      return {fmt::format(" + (tl_i64){} * {}", position, store.stride),
+              fmt::format("{} + ({}) < {}", position, index(store.cacheRow.token), store.context)};
+    };
+    bool rowPerChunk = !store.cacheRow.atRunTime() ||
+                       (store.stride % loop.vector == 0 && constantOverChunks(store.cacheRow.sequence, loop) &&
+                        constantOverChunks(store.cacheRow.token, loop));
+    if (loop.vector > 1 && loop.extent % loop.vector == 0 && contiguous(store.offset, loop) && rowPerChunk) {
+      auto [shift, fits] = cacheRow(atBase);
+      std::string write = fmt::format("tl_st8(p.{}, {}{}, r{});", param, atBase(store.offset), shift, s);
+      out += fits.empty() ? "    " + write + "\n" : fmt::format("    if ({}) {}\n", fits, write);
     } else {
+      auto [shift, fits] = cacheRow(at);
       out += fmt::format("    for (int i = 0; i < {}; ++i) {{\n      const auto {} = {} + i;\n"
-                         "      if ({} < {}) tl_st(p.{}, {}, r{}[i]);\n    }}\n",
-                         loop.vector, var, loop.base, var, loop.extent, param, at(store.offset), s);
+                         "      if ({}{} < {}) tl_st(p.{}, {}{}, r{}[i]);\n    }}\n",
+                         loop.vector, var, loop.base, fits.empty() ? "" : fits + " && ", var, loop.extent, param,
+                         at(store.offset), shift, s);
     }
   }
   out += "  }\n";

@@ -52,6 +52,8 @@ public:
 
   // Whether `offset` moves `loop.vector` consecutive, aligned elements for every chunk.
   static bool contiguous(const IndexExpr &offset, const ChunkLoop &loop);
+  // Whether `index` takes one value over each chunk (a cache row's sequence and token).
+  static bool constantOverChunks(const IndexExpr &index, const ChunkLoop &loop);
 
 private:
   struct Into {

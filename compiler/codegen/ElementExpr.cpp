@@ -31,7 +31,8 @@ ElementRef ElementExpr::apply(std::string op, std::vector<ElementRef> args, doub
 
 ElementRef substitute(const ElementRef &expr, const std::string &variable, const IndexExpr &value) {
   auto copy = std::make_shared<ElementExpr>(*expr);
-  for (IndexExpr *index : {&copy->offset, &copy->column, &copy->row, &copy->isSecond, &copy->position, &copy->pair})
+  for (IndexExpr *index :
+       {&copy->offset, &copy->column, &copy->row, &copy->isSecond, &copy->position, &copy->pair, &copy->sequence})
     *index = index->substitute(variable, value);
   for (ElementRef &arg : copy->args) arg = substitute(arg, variable, value);
   return copy;

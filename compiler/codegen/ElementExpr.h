@@ -17,6 +17,16 @@ namespace tlc::codegen {
 struct ElementExpr;
 using ElementRef = std::shared_ptr<const ElementExpr>;
 
+// A token's place in generation's KV cache, known only at run time (tl.rope_at,
+// tl.kv_cache_store): token `token` of sequence `sequence` sits at position
+// p.<param>[sequence] + token, param being a positions argument ([batch] int32). Without
+// a param (-1) the position is `token` alone (a prompt from its start).
+struct TokenPosition {
+  int param = -1;
+  IndexExpr sequence, token;
+  bool atRunTime() const { return param >= 0; }
+};
+
 struct ElementExpr {
   enum class Kind {
     Load,         // input `param` at element `offset`
@@ -32,8 +42,11 @@ struct ElementExpr {
   double attr = 0;
   std::vector<ElementRef> args;
   // Rope: whether this element is the pair's second, its position and pair index, and
-  // the rotation frequencies theta^(-2 pair / headDim).
+  // the rotation frequencies theta^(-2 pair / headDim). With positions (tl.rope_at) the
+  // angle's position is positions[sequence] + position.
   IndexExpr isSecond, position, pair;
+  int positions = -1;
+  IndexExpr sequence;
   double theta = 0;
   int64_t headDim = 0;
   int64_t shift = 0;
@@ -56,6 +69,11 @@ struct Store {
   IndexExpr offset;
   ElementRef value;
   int64_t limit = -1;  // elementwise kernels: computed and written only where e < limit (-1: everywhere)
+  // A row of generation's KV cache at a position known at run time: the element goes to
+  // offset + (the token's position - the static token) * stride, and only where the
+  // position is below `context` (a position past the cache writes nothing).
+  TokenPosition cacheRow;
+  int64_t stride = 0, context = 0;
 };
 
 } // namespace tlc::codegen

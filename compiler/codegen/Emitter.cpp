@@ -100,6 +100,7 @@ std::string describe(const ElementRef &expr, const ParamNames &names) {
     return fmt::format("{}({})", expr->op, fmt::join(args, ", "));
   }
   case ElementExpr::Kind::Rope:
+    if (expr->positions >= 0) return fmt::format("rope_at({}, {})", describe(expr->args[0], names), names.names.at(size_t(expr->positions)));
     return fmt::format("{}({})", expr->inverse ? "rope_grad" : "rope", describe(expr->args[0], names));
   case ElementExpr::Kind::CausalMask:
     return fmt::format("{}({})", expr->inverse ? "causal_mask_grad" : "causal_mask", describe(expr->args[0], names));
@@ -115,6 +116,7 @@ EmittedKernel emitKernel(const Program &program, const KernelSpec &spec, const M
         if constexpr (std::is_same_v<T, GemmSpec>) return emitGemm(source, body);
         else if constexpr (std::is_same_v<T, AttentionSpec>) return emitAttention(source, body);
         else if constexpr (std::is_same_v<T, AttentionGradSpec>) return emitAttentionGrad(source, body);
+        else if constexpr (std::is_same_v<T, CacheAttentionSpec>) return emitCacheAttention(source, body);
         else if constexpr (std::is_same_v<T, OptimizerSpec>) return emitOptimizer(source, body);
         else if constexpr (std::is_same_v<T, RowSpec>) return emitRows(source, body);
         else return emitElementwise(source, body);

@@ -61,6 +61,7 @@ std::string describe(const ElementRef &expr, const ParamNames &names);
 
 EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm);
 EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &attention);
+EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentionSpec &attention);
 EmittedKernel emitRows(const KernelSource &source, const RowSpec &rows);
 EmittedKernel emitElementwise(const KernelSource &source, const ElementwiseSpec &elementwise);
 EmittedKernel emitAttentionGrad(const KernelSource &source, const AttentionGradSpec &attention);

@@ -141,6 +141,9 @@ public:
     }
     if (auto rope = llvm::dyn_cast<tl::RopeOp>(op))
       return rotated(rope.getInput(), index, rope.getThetaAttr().getValueAsDouble(), rope.getStyle(), false);
+    if (auto rope = llvm::dyn_cast<tl::RopeAtOp>(op))
+      return rotated(rope.getInput(), index, rope.getThetaAttr().getValueAsDouble(), rope.getStyle(), false,
+                     rope.getPositions());
     if (auto rope = llvm::dyn_cast<tl::RopeGradOp>(op))
       return rotated(rope.getGrad(), index, rope.getThetaAttr().getValueAsDouble(), rope.getStyle(), true);
     if (auto repeat = llvm::dyn_cast<tl::RepeatKvGradOp>(op)) {
@@ -178,8 +181,10 @@ public:
   }
 
   // RoPE of `input` at `index` ([B, S, H, D]): the pair holding it rotated by the
-  // position's angle, or back by minus it (`inverse`, the VJP).
-  ElementRef rotated(mlir::Value input, const Index &index, double theta, llvm::StringRef style, bool inverse) {
+  // position's angle, or back by minus it (`inverse`, the VJP). With `positions`
+  // (tl.rope_at) token s of sequence b is at positions[b] + s.
+  ElementRef rotated(mlir::Value input, const Index &index, double theta, llvm::StringRef style, bool inverse,
+                     mlir::Value positions = {}) {
     int64_t headDim = shapeOf(input).back();
     const IndexExpr &d = index.back();
     auto expr = std::make_shared<ElementExpr>();
@@ -204,6 +209,10 @@ public:
     secondIndex.back() = second;
     expr->args = {at(input, firstIndex), at(input, secondIndex)};
     expr->position = index[1];
+    if (positions) {
+      expr->positions = context_.requireParam(positions, "positions");
+      expr->sequence = index[0];
+    }
     expr->theta = theta;
     expr->headDim = headDim;
     return expr;
@@ -253,6 +262,63 @@ bool relabelForward(mlir::Operation *op, Index &index) {
   return true;
 }
 
+// ---- generation's KV cache ------------------------------------------------------------
+
+// Element `index` ([b, h, s, d] of the stored keys or values, `value`) of a
+// tl.kv_cache_store, written into its layer of the cache [L, B, Hkv, T, D] at row s, or
+// at the sequence's position positions[b] + s where the store has positions.
+Store cacheStore(const KernelContext &context, tl::KvCacheStoreOp store, const Index &index, ElementRef value) {
+  Shape cache = shapeOf(store.getCache());
+  Store out;
+  out.param = context.requireParam(store.getResult(), "cache");
+  out.offset = linearize({IndexExpr(int64_t(store.getLayer())), index[0], index[1], index[2], index[3]}, cache);
+  out.value = std::move(value);
+  if (store.getPositions()) {
+    out.cacheRow = {context.requireParam(store.getPositions(), "positions"), index[0], index[2]};
+    out.stride = cache[4];
+    out.context = cache[3];
+  }
+  return out;
+}
+
+// A stand-alone tl.kv_cache_store: an elementwise kernel over the stored keys or values,
+// the cache's other rows untouched (it is written in place).
+ElementwiseSpec buildCacheStore(KernelContext &context, tl::KvCacheStoreOp store) {
+  Shape shape = shapeOf(store.getValue());
+  ElementwiseSpec spec;
+  spec.count = product(shape);
+  Index index = delinearize(IndexExpr::variable("e", spec.count), shape);
+  ElementPuller puller(context);
+  spec.stores.push_back(cacheStore(context, store, index, puller.at(store.getValue(), index)));
+  return spec;
+}
+
+// Decode attention over the cache (tl.cache_attention).
+CacheAttentionSpec buildCacheAttention(KernelContext &context, tl::CacheAttentionOp attention) {
+  CacheAttentionSpec spec;
+  Shape q = shapeOf(attention.getQuery()), keys = shapeOf(attention.getKeys()), values = shapeOf(attention.getValues());
+  spec.B = q[0];
+  spec.H = q[1];
+  spec.SQ = q[2];
+  spec.D = q[3];
+  spec.layers = keys[0];
+  spec.HKV = keys[2];
+  spec.context = keys[3];
+  spec.DV = values[4];
+  spec.layer = int64_t(attention.getLayer());
+  spec.scale = attention.getScaleAttr().getValueAsDouble();
+  spec.q = context.requireParam(attention.getQuery(), "query");
+  spec.keys = context.requireParam(attention.getKeys(), "key cache");
+  spec.values = context.requireParam(attention.getValues(), "value cache");
+  spec.positions = context.requireParam(attention.getPositions(), "positions");
+  spec.out = context.requireParam(attention.getResult(), "output");
+  IndexExpr b = IndexExpr::variable("b", spec.B), h = IndexExpr::variable("h", spec.H),
+            s = IndexExpr::variable("s", spec.SQ);
+  spec.qRow = linearize({b, h, s, IndexExpr(0)}, q);
+  spec.outRow = linearize({b, h, s, IndexExpr(0)}, shapeOf(attention.getResult()));
+  return spec;
+}
+
 // ---- GEMMs --------------------------------------------------------------------------
 
 // Where the accumulator's element (row m, column c of a group) lands in `value`: the
@@ -278,6 +344,10 @@ public:
   // Stores `stored` to argument `param`. A concatenation computed in the epilogue
   // (tl.split_grad: SwiGLU's d gate and d up) is stored piece by piece at its columns.
   void addOutput(mlir::Value stored, int param) {
+    if (auto store = stored.getDefiningOp<tl::KvCacheStoreOp>(); store && context_.isComputed(stored)) {
+      addCacheStore(store, param);
+      return;
+    }
     if (auto concat = stored.getDefiningOp<tl::SplitGradOp>(); concat && context_.isComputed(stored)) {
       int64_t column = 0;
       for (mlir::Value piece : concat.getPieces()) {
@@ -311,19 +381,34 @@ private:
   // shifted by `column` in the last dimension of an output of shape `out`.
   void addStore(mlir::Value value, int param, const Shape &out, int64_t column) {
     ForwardIndex forward = forwardIndex(value);
+    ElementRef element = pull(value, forward);
+    Index at = forward.index;
+    at.back() = at.back() + column;
+    groupOf(forward).stores.push_back({param, linearize(at, out), element});
+  }
+
+  // A tl.kv_cache_store computed in the epilogue: its keys or values go from the
+  // accumulator into the cache (argument `param`), at each sequence's position.
+  void addCacheStore(tl::KvCacheStoreOp store, int param) {
+    ForwardIndex forward = forwardIndex(store.getValue());
+    Store cached = cacheStore(context_, store, forward.index, pull(store.getValue(), forward));
+    cached.param = param;
+    groupOf(forward).stores.push_back(cached);
+  }
+
+  // `value` at its forward index, its accumulator reads checked to be of the row.
+  ElementRef pull(mlir::Value value, const ForwardIndex &forward) {
     ElementPuller puller(context_, accumulator_);
     ElementRef element = puller.at(value, forward.index);
     puller.checkAccumulatorRows(leadShape_, row(), M_, forward.width);
-    GemmGroup *group = nullptr;
+    return element;
+  }
+
+  GemmGroup &groupOf(const ForwardIndex &forward) {
     for (GemmGroup &existing : groups_)
-      if (existing.bands.front() == forward.start && existing.width == forward.width) group = &existing;
-    if (!group) {
-      groups_.push_back({forward.width, {forward.start}, {}});
-      group = &groups_.back();
-    }
-    Index at = forward.index;
-    at.back() = at.back() + column;
-    group->stores.push_back({param, linearize(at, out), element});
+      if (existing.bands.front() == forward.start && existing.width == forward.width) return existing;
+    groups_.push_back({forward.width, {forward.start}, {}});
+    return groups_.back();
   }
 
   ForwardIndex forwardIndex(mlir::Value stored) {
@@ -855,6 +940,8 @@ KernelSpec buildKernelSpec(const Program &program, const Kernel &kernel, const K
   else if (auto fused = llvm::dyn_cast<tl::FusedLinearOp>(op)) spec.body = buildFusedLinear(context, fused);
   else if (auto matmul = llvm::dyn_cast<tl::BatchMatmulOp>(op)) spec.body = buildBatchMatmul(context, matmul);
   else if (auto attention = llvm::dyn_cast<tl::FlashAttentionOp>(op)) spec.body = buildAttention(context, attention);
+  else if (auto attention = llvm::dyn_cast<tl::CacheAttentionOp>(op)) spec.body = buildCacheAttention(context, attention);
+  else if (auto store = llvm::dyn_cast<tl::KvCacheStoreOp>(op)) spec.body = buildCacheStore(context, store);
   else if (auto grad = llvm::dyn_cast<tl::FlashAttentionGradOp>(op)) spec.body = buildAttentionGrad(context, grad);
   else if (auto grad = llvm::dyn_cast<tl::FusedFlashAttentionGradOp>(op))
     spec.body = buildFusedAttentionGrad(context, grad);

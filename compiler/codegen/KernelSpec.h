@@ -106,6 +106,16 @@ struct AttentionGradSpec {
 };
 
 
+// Decode attention over generation's KV cache (tl.cache_attention): query row (b, h, s)
+// sits at position positions[b] + s and reads cache rows 0..that position of layer
+// `layer` of the caches [layers, B, HKV, context, D], query head h the kv head h / (H / HKV).
+struct CacheAttentionSpec {
+  int q = -1, keys = -1, values = -1, positions = -1, out = -1;  // arguments
+  IndexExpr qRow, outRow;                    // first element of row (b, h, s), over H heads
+  int64_t B = 0, H = 0, HKV = 0, SQ = 0, D = 0, DV = 0, layers = 0, layer = 0, context = 0;
+  double scale = 1;
+};
+
 struct ElementwiseSpec {
   int64_t count = 0;          // output elements e = 0 .. count - 1
   std::vector<Store> stores;
@@ -129,7 +139,8 @@ struct KernelSpec {
   // Provenance for the header comment: which ops of the model file each launch of this
   // source computes, one line each (filled by emitHipKernels from Kernel::origins).
   std::vector<std::string> provenance;
-  std::variant<GemmSpec, AttentionSpec, AttentionGradSpec, RowSpec, ElementwiseSpec, OptimizerSpec> body;
+  std::variant<GemmSpec, AttentionSpec, AttentionGradSpec, CacheAttentionSpec, RowSpec, ElementwiseSpec, OptimizerSpec>
+      body;
 };
 
 } // namespace tlc::codegen

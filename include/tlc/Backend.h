@@ -114,8 +114,9 @@ public:
   // `tokenIds` [batch * seq] and, for a decode, `positions` [batch] (each sequence's
   // position; a prefill starts at 0 and takes none), reading and writing the KV cache the
   // backend keeps between calls (zeros at load). Returns the logits. Throws tlc::Error for
-  // another kind of Program, ids out of range, positions past the cache; only the CPU
-  // backend runs generation so far, the others (the default) throw saying so.
+  // another kind of Program, ids out of range, positions past the cache; the CPU and GPU
+  // backends run generation, others (the default) throw saying so. A GPU backend keeps the
+  // cache on the device (shared with another backend through a Generator).
   virtual ForwardResult generationStep(const std::vector<int32_t> &tokenIds, const std::vector<int32_t> &positions = {});
   // Bytes held for state kept between calls (the KV cache).
   virtual int64_t stateBytes() const { return 0; }

@@ -71,8 +71,8 @@ struct GenerationOptions {
   int64_t maxContext = 0;  // positions the cache holds; 0: the model's tl.max_seq_len
 };
 
-// Parses, specializes and optimizes a .tl file for generation and lowers both functions.
-// The Programs carry no GPU kernels yet: the CPU backend runs them. Throws tlc::Error
+// Parses, specializes and optimizes a .tl file for generation and lowers both functions,
+// with their GPU kernels for options.targetArch (docs/generation.md). Throws tlc::Error
 // carrying the located diagnostics on failure.
 TLC_API GenerationPrograms compileGenerationFile(const std::string &path, const CompileOptions &options,
                                                  const GenerationOptions &generation = {});

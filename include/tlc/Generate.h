@@ -36,10 +36,16 @@ TLC_API int32_t chooseToken(const float *logits, int64_t vocab, const SamplingOp
 
 class TLC_API Generator {
 public:
-  // Loads both Programs on the CPU backend (the only one that runs generation so far),
-  // their KV cache shared. Throws tlc::Error when the Programs are not a prefill and a
-  // decode of one model and batch, or the weights do not fit them.
+  // Loads both Programs on the CPU backend, their KV cache shared. Throws tlc::Error when
+  // the Programs are not a prefill and a decode of one model and batch, or the weights do
+  // not fit them.
   Generator(const GenerationPrograms &programs, const Weights &weights, int cpuThreads = 0);
+  // The same on the backend `options` chooses (createBackend's rules). On a GPU the KV
+  // cache, the weights (one copy) and the decode's inputs stay on the device from step to
+  // step, and generate() chooses each token there: only the chosen ids come back, and the
+  // decode and its sampling replay as one captured graph where graphs are on. Also throws
+  // what createBackend throws.
+  Generator(const GenerationPrograms &programs, const Weights &weights, const BackendOptions &options);
   ~Generator();
   Generator(const Generator &) = delete;
   Generator &operator=(const Generator &) = delete;
@@ -54,10 +60,15 @@ public:
   ForwardResult step(const std::vector<int32_t> &tokens);
 
   // Per sequence, what `onToken(step, tokens)` is told each step (one token a sequence);
-  // it returns false to stop between steps. Returns the tokens generated for each sequence.
+  // it returns false to stop between steps. A sequence that chooses one of `stopTokens`
+  // ends with it (its later entries in `tokens` are -1), and generation ends when every
+  // sequence has. Returns the tokens generated for each sequence. On a GPU the sampled
+  // tokens follow chooseToken's distribution from a random stream of the device's own (the
+  // same seed, the same tokens on that backend; greedy choices are the CPU's).
   using TokenCallback = std::function<bool(int64_t step, const std::vector<int32_t> &tokens)>;
   std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>> &prompts, int64_t maxNewTokens,
-                                             const SamplingOptions &sampling, const TokenCallback &onToken = {});
+                                             const SamplingOptions &sampling, const TokenCallback &onToken = {},
+                                             const std::vector<int32_t> &stopTokens = {});
 
   // Wall time of the last prefill and of each step since, in ms.
   struct Times {
@@ -76,8 +87,12 @@ public:
   int64_t weightBytes() const;                  // both backends' copies of the weights
   int64_t kernelsPerStep() const;               // the decode's launches
   int64_t kernelsPerPrefill() const;
+  std::string backendName() const;              // "cpu", "cuda" or "hip"
+  DeviceInfo deviceInfo() const;
 
 private:
+  void started(const std::vector<std::vector<int32_t>> &prompts, double milliseconds);
+  std::vector<int32_t> nextPositions() const;  // each sequence's length; throws when one has filled the cache
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

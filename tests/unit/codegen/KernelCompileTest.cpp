@@ -20,6 +20,14 @@
 namespace tlc {
 namespace {
 
+std::unique_ptr<mlir::MLIRContext> tlContext() {
+  mlir::DialectRegistry registry;
+  registerTlcDialects(registry);
+  auto context = std::make_unique<mlir::MLIRContext>(registry);
+  context->loadAllAvailableDialects();
+  return context;
+}
+
 // Small batch and sequence keep the Programs quick to build; the tiles the schedule picks
 // only at full size come from the benchmarks' shapes (the 1.1B QKV's 256x160 flat tiles,
 // the workshop down projection's 8-stage pipeline).
@@ -52,12 +60,9 @@ std::vector<JitSource> allKernelSources() {
   for (const support::ModelVariant &variant : support::prologueVariants())
     for (const char *dtype : {"f32", "bf16"})
       for (int level : {2, 3}) {
-        mlir::DialectRegistry registry;
-        registerTlcDialects(registry);
-        mlir::MLIRContext context(registry);
-        context.loadAllAvailableDialects();
+        auto context = tlContext();
         CompileOptions options{level, 8, 128, dtype};
-        auto module = buildLlamaModule(context, *presetConfig("workshop"));
+        auto module = buildLlamaModule(*context, *presetConfig("workshop"));
         variant.apply(*module);
         EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options))) << variant.name;
         auto program = buildProgram(*module, options);
@@ -100,18 +105,55 @@ const std::vector<JitSource> &sources() {
   return all;
 }
 
-void compileAll(const JitCompiler &compiler, const std::string &arch) {
+// Generation's own kernels (tl-kv-cache's @prefill and @decode: the cache stores, RoPE at
+// run-time positions, decode attention over the cache, the QKV GEMM storing into the
+// cache), for one layer of both models' shapes (GQA groups of 2 and 8) in both dtypes: O0's
+// stand-alone kernels and O3's fused and chained ones. The rest of those Programs are the
+// forward's kernels, compiled above.
+std::vector<JitSource> generationKernelSources() {
+  std::map<std::string, std::string> entryOf;
+  for (const char *preset : {"workshop", "tinyllama-1.1b"})
+    for (const char *dtype : {"f32", "bf16"})
+      for (int level : {0, 3}) {
+        auto context = tlContext();
+        LlamaConfig config = *presetConfig(preset);
+        config.layers = 1;
+        auto module = buildLlamaModule(*context, config);
+        CompileOptions options{level, 2, 16, dtype};
+        GenerationOptions generation{256};
+        EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, nullptr, &generation))) << preset;
+        auto programs = buildGenerationPrograms(*module, options, generation);
+        EXPECT_TRUE(mlir::succeeded(programs)) << preset;
+        if (mlir::failed(programs)) continue;
+        for (const Program *program : {&programs->prefill, &programs->decode})
+          for (const Kernel &kernel : program->kernels)
+            for (const OpRecord &op : kernel.ops)
+              if (op.op == "kv_cache_store" || op.op == "rope_at" || op.op == "cache_attention")
+                entryOf.emplace(kernel.source, kernel.entry);
+      }
+  std::vector<JitSource> sources;
+  for (const auto &[source, entry] : entryOf) sources.push_back({entry, source});
+  return sources;
+}
+
+const std::vector<JitSource> &generationSources() {
+  static const std::vector<JitSource> all = generationKernelSources();
+  return all;
+}
+
+void compileAll(const JitCompiler &compiler, const std::string &arch,
+                const std::vector<JitSource> &(*kernels)() = sources) {
   JitOptions options;
   options.arch = arch;
   options.useCache = false;
   options.progress = false;
   JitStats stats;
   auto start = std::chrono::steady_clock::now();
-  std::vector<std::string> binaries = jitCompileAll(compiler, sources(), options, &stats);
+  std::vector<std::string> binaries = jitCompileAll(compiler, kernels(), options, &stats);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ASSERT_EQ(binaries.size(), sources().size());
-  for (size_t i = 0; i < binaries.size(); ++i) EXPECT_FALSE(binaries[i].empty()) << sources()[i].entry;
-  std::printf("%s compiled %zu distinct kernels for %s in %.1f s\n", compiler.version().c_str(), sources().size(),
+  ASSERT_EQ(binaries.size(), kernels().size());
+  for (size_t i = 0; i < binaries.size(); ++i) EXPECT_FALSE(binaries[i].empty()) << kernels()[i].entry;
+  std::printf("%s compiled %zu distinct kernels for %s in %.1f s\n", compiler.version().c_str(), kernels().size(),
               arch.c_str(), seconds);
 }
 
@@ -139,6 +181,15 @@ TEST(KernelCompile, EveryKernelCompilesWithHiprtcForGfx90a) {
   std::unique_ptr<JitCompiler> hiprtc;
   ASSERT_NO_THROW(hiprtc = createHiprtcCompiler()) << "hipRTC (libamdhip64-dev) must be installed where the tests run";
   compileAll(*hiprtc, "gfx90a");
+}
+
+TEST(KernelCompile, GenerationKernelsCompileForEveryArch) {
+  std::unique_ptr<JitCompiler> nvrtc, hiprtc;
+  ASSERT_NO_THROW(nvrtc = createNvrtcCompiler()) << "NVRTC must be installed where the tests run";
+  ASSERT_NO_THROW(hiprtc = createHiprtcCompiler()) << "hipRTC (libamdhip64-dev) must be installed where the tests run";
+  ASSERT_GE(generationSources().size(), 8u);
+  for (const char *arch : {"sm_80", "sm_90", "sm_90a"}) compileAll(*nvrtc, arch, generationSources);
+  compileAll(*hiprtc, "gfx90a", generationSources);
 }
 
 // The runtime's own kernels (runtime/kernels: a forward on the caller's device buffers)

@@ -230,4 +230,45 @@ TEST(Generation, GeneratesReproduciblyAndStopsWhenAsked) {
   EXPECT_EQ(first.lengths(), (std::vector<int64_t>{3 + 2, 1 + 2}));
 }
 
+// A stop token ends its sequence with it (the callback then sees -1 for it); the other
+// runs on, and generation ends when every sequence has stopped.
+TEST(Generation, EachSequenceStopsAtItsFirstStopToken) {
+  LlamaConfig config = support::smallConfig("workshop");
+  GenerationPrograms programs = compileGeneration(config, {2, 2, 3, "f32"}, 32);
+  Weights weights = Weights::random(programs.prefill.parameters, 4);
+  std::vector<std::vector<int32_t>> prompts{{1, 2, 3}, {4}};
+  Generator generator(programs, weights, 1);
+  SamplingOptions sampling{1.0, 0, 1.0, 3};  // sampled: the sequences' tokens vary
+  auto free = generator.generate(prompts, 12, sampling);
+  // A token sequence 0 first chooses at a later step, and sequence 1 never.
+  size_t first = 1;
+  auto newAt = [&](size_t step) {
+    auto end = free[0].begin() + ptrdiff_t(step);
+    return std::find(free[0].begin(), end, free[0][step]) == end &&
+           std::find(free[1].begin(), free[1].end(), free[0][step]) == free[1].end();
+  };
+  while (first < free[0].size() && !newAt(first)) ++first;
+  ASSERT_LT(first, free[0].size() - 1);
+  int32_t stop = free[0][first];
+  std::vector<std::vector<int32_t>> told;
+  auto stopped = generator.generate(
+      prompts, 12, sampling,
+      [&](int64_t, const std::vector<int32_t> &tokens) {
+        told.push_back(tokens);
+        return true;
+      },
+      {stop});
+  EXPECT_EQ(stopped[0], std::vector<int32_t>(free[0].begin(), free[0].begin() + ptrdiff_t(first) + 1));
+  EXPECT_EQ(stopped[1], free[1]);
+  ASSERT_EQ(told.size(), free[1].size());
+  EXPECT_EQ(told[first][0], stop);
+  EXPECT_EQ(told[first + 1][0], -1);
+  // Every sequence stopping ends generation: a stop set of the whole vocabulary.
+  std::vector<int32_t> everything(size_t(programs.decode.vocab));
+  for (size_t id = 0; id < everything.size(); ++id) everything[id] = int32_t(id);
+  auto one = generator.generate(prompts, 12, sampling, {}, everything);
+  EXPECT_EQ(one, (std::vector<std::vector<int32_t>>{{free[0][0]}, {free[1][0]}}));
+  EXPECT_TRUE(generator.times().steps.empty());
+}
+
 } // namespace

@@ -1,0 +1,92 @@
+// Decode attention over generation's KV cache: a Spec for cache_attention.cuh, with the
+// split of the cache that lets one sequence fill the GPU (flash-decoding).
+#include "compiler/codegen/EmitterSupport.h"
+
+#include "runtime/Error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tlc::codegen {
+namespace {
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Keys a tile: as many as keep the block's shared memory (the query rows, a tile of keys
+// and of values in fp32, the tile's scores) within 40 KiB, 8 to 64.
+int64_t keysPerTile(const CacheAttentionSpec &spec, int64_t rows) {
+  for (int64_t keys = 64; keys >= 8; keys /= 2)
+    if ((rows * spec.D + keys * (spec.D + 1) + keys * (spec.DV + 1) + rows * keys + 3 * rows) * 4 <= (40 << 10))
+      return keys;
+  return 0;
+}
+
+} // namespace
+
+EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentionSpec &spec) {
+  const std::string &entry = source.entry();
+  if (spec.HKV < 1 || spec.H % spec.HKV)
+    throw Error(fmt::format("code generation: kernel '{}': {} query heads are not a multiple of {} kv heads", entry,
+                            spec.H, spec.HKV));
+  const int64_t group = spec.H / spec.HKV, rows = group * spec.SQ, tile = keysPerTile(spec, rows);
+  if (tile == 0)
+    throw Error(fmt::format("code generation: kernel '{}': {} query rows a kv head of head size {} do not fit a "
+                            "block's shared memory",
+                            entry, rows, spec.D));
+  // Enough splits that the sequences' kv heads make two blocks an SM, each split at least
+  // a tile of keys.
+  const int64_t heads = spec.B * spec.HKV;
+  const int64_t splits = std::clamp<int64_t>(ceilDiv(2 * source.machine().multiprocessors, heads), 1,
+                                             ceilDiv(spec.context, tile));
+  const int vec = spec.D % 8 == 0 && spec.DV % 8 == 0 ? 8 : 1;
+  const std::vector<int64_t> cache{spec.layers, spec.B, spec.HKV, spec.context, spec.D};
+
+  auto cacheRow = [&](int param, const char *name, int64_t width) {
+    IndexExpr b = IndexExpr::variable("b", spec.B), h = IndexExpr::variable("h", spec.HKV),
+              t = IndexExpr::variable("s", spec.context);
+    std::vector<int64_t> shape = cache;
+    shape.back() = width;
+    return fmt::format("  TL_DEVICE static const {} *{}(const Params &p, int b, int h, int s) {{ return p.{} + ({}); }}\n",
+                       source.type(param), name, source.name(param),
+                       indexCode(linearize({IndexExpr(spec.layer), b, h, t, IndexExpr(0)}, shape)));
+  };
+  auto queryRow = [&](int param, const char *name, const IndexExpr &offset) {
+    return fmt::format("  TL_DEVICE static {}{} *{}(const Params &p, int b, int h, int s) {{ return p.{} + ({}); }}\n",
+                       param == spec.out ? "" : "const ", source.type(param), name, source.name(param), indexCode(offset));
+  };
+
+  std::string out = source.header(
+      "decode attention over the KV cache (flash-decoding): softmax(q kᵀ · scale) v over each query's cache rows "
+      "0..its position",
+      {fmt::format("q {} = [{}, {}, {}, {}] at positions {}[b] + s; caches {}, {} = [{}, {}, {}, {}, {}], layer {}",
+                   source.name(spec.q), spec.B, spec.H, spec.SQ, spec.D, source.name(spec.positions),
+                   source.name(spec.keys), source.name(spec.values), spec.layers, spec.B, spec.HKV, spec.context,
+                   spec.D, spec.layer),
+       fmt::format("a block per (sequence, kv head, split): the {} query heads of a kv head x {} rows share each tile "
+                   "of {} keys; up to {} splits of at least {} keys a sequence, combined by the last to finish",
+                   group, spec.SQ, tile, splits, tile),
+       fmt::format("scale {}", spec.scale)});
+  out += source.prelude({"cache_attention.cuh"});
+  out += source.paramsStruct();
+  out += fmt::format("struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
+  out += fmt::format("  static constexpr int B = {}, H = {}, HKV = {}, SQ = {}, D = {}, DV = {}, T = {};\n", spec.B,
+                     spec.H, spec.HKV, spec.SQ, spec.D, spec.DV, spec.context);
+  out += fmt::format("  static constexpr int SPLITS = {}, KT = {}, MIN_KEYS = {}, VEC = {};\n", splits, tile, tile, vec);
+  out += fmt::format("  static constexpr float SCALE_LOG2 = {};\n", floatLiteral(spec.scale * 1.4426950408889634));
+  out += queryRow(spec.q, "q_src", spec.qRow) + queryRow(spec.out, "out_dst", spec.outRow);
+  out += cacheRow(spec.keys, "k_src", spec.D) + cacheRow(spec.values, "v_src", spec.DV);
+  out += fmt::format("  TL_DEVICE static int position(const Params &p, int b) {{ return p.{}[b]; }}\n",
+                     source.name(spec.positions));
+  out += "};\n";
+  out += source.entryPoint("128", fmt::format("  tl_cache_attention<{}_spec>(p);\n", entry));
+
+  EmittedKernel emitted;
+  emitted.source = std::move(out);
+  emitted.launch["cuda"] = emitted.launch["hip"] = {heads * splits, 128, 0};
+  emitted.workspaceBytes = splits > 1 ? heads * splits * rows * (spec.DV + 1) * 4 : 0;
+  emitted.syncWords = heads;
+  return emitted;
+}
+
+} // namespace tlc::codegen

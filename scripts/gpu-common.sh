@@ -1,0 +1,16 @@
+# What the GPU machine's check scripts share (sourced after they set BUILD, STEPS and
+# NAME): where the results and logs go, the binaries, the JIT cache, the summary.
+RESULTS=${OUT:-$PWD/$NAME-out}
+mkdir -p "$RESULTS"
+LOGS=$(mktemp -d "/tmp/$NAME.XXXXXX")
+TLC=$BUILD/tools/tlc
+TESTS=$BUILD/tests/gpu/tlc_gpu_tests
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+export TLC_CACHE_DIR=${TLC_CACHE_DIR:-$(mktemp -d /tmp/tlc-cache.XXXXXX)}
+MODEL=models/tinyllama.tl
+summary=$LOGS/summary.txt
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
+
+note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
