@@ -399,15 +399,32 @@ private:
 
 } // namespace
 
-std::unique_ptr<Tokenizer> loadHfTokenizer(const std::string &path) {
-  Json json = readStrictJsonFile(path, "tokenizer");
+namespace {
+
+std::unique_ptr<Tokenizer> fromJson(const Json &json, const std::string &origin) {
   try {
-    return std::make_unique<HfTokenizer>(json, path);
+    return std::make_unique<HfTokenizer>(json, origin);
   } catch (const Json::exception &error) {
-    throw Error(fmt::format("tokenizer '{}': malformed: {}", path, error.what()));
+    throw Error(fmt::format("tokenizer '{}': malformed: {}", origin, error.what()));
   } catch (const Error &error) {
-    throw Error(fmt::format("tokenizer '{}': {}", path, error.what()));
+    throw Error(fmt::format("tokenizer '{}': {}", origin, error.what()));
   }
+}
+
+} // namespace
+
+std::unique_ptr<Tokenizer> loadHfTokenizer(const std::string &path) {
+  return fromJson(readStrictJsonFile(path, "tokenizer"), path);
+}
+
+std::unique_ptr<Tokenizer> parseHfTokenizer(const std::string &text, const std::string &origin) {
+  Json json;
+  try {
+    json = parseStrictJson(text);
+  } catch (const Error &error) {
+    throw Error(fmt::format("{}: {}", origin, error.what()));
+  }
+  return fromJson(json, origin);
 }
 
 } // namespace tlc

@@ -38,6 +38,8 @@ public:
 std::unique_ptr<Tokenizer> loadTokenizer(const std::string &path);
 
 std::unique_ptr<Tokenizer> loadHfTokenizer(const std::string &path);       // tokenizer.json
+// tokenizer.json's text, named `origin` in messages.
+std::unique_ptr<Tokenizer> parseHfTokenizer(const std::string &text, const std::string &origin);
 std::unique_ptr<Tokenizer> loadSentencePiece(const std::string &path);     // tokenizer.model
 
 // Generated text as it comes: fed one id at a time after `context` (the prompt's ids),

@@ -51,7 +51,10 @@ const char *kCorpus =
     "change the works. By contrast, the GNU General Public License is intended to guarantee your freedom to share "
     "and change all versions of a program, to make sure it remains free software for all its users.\n";
 
-// A BPE model as Llama's: byte fallback, no normalization, spaces kept as they are.
+std::string asTokenizerJson(const sentencepiece::SentencePieceProcessor &sp);
+
+// A BPE model as Llama's: byte fallback, no normalization, spaces kept as they are; the
+// same model as a tokenizer.json beside it.
 class SentencePieceModel : public ::testing::Test {
 protected:
   static void SetUpTestSuite() {
@@ -63,13 +66,28 @@ protected:
         " --remove_extra_whitespaces=false --split_digits=true --allow_whitespace_only_pieces=true"
         " --character_coverage=1.0 --minloglevel=2");
     ASSERT_TRUE(status.ok()) << status.ToString();
+    library_ = new sentencepiece::SentencePieceProcessor;
+    ASSERT_TRUE(library_->Load(modelPath()).ok());
+    writeFileAtomically(jsonPath(), asTokenizerJson(*library_), "tokenizer");
   }
-  static void TearDownTestSuite() { delete directory_; }
+  static void TearDownTestSuite() {
+    delete library_;
+    delete directory_;
+  }
   static std::string modelPath() { return directory_->file("tiny.model"); }
+  static std::string jsonPath() { return directory_->file("tokenizer.json"); }
+  // The library's own ids of `text`.
+  static std::vector<int32_t> libraryIds(const std::string &text) {
+    std::vector<int> ids;
+    EXPECT_TRUE(library_->Encode(text, &ids).ok());
+    return std::vector<int32_t>(ids.begin(), ids.end());
+  }
 
   static test::TempDir *directory_;
+  static sentencepiece::SentencePieceProcessor *library_;
 };
 test::TempDir *SentencePieceModel::directory_ = nullptr;
+sentencepiece::SentencePieceProcessor *SentencePieceModel::library_ = nullptr;
 
 // What transformers' LlamaConverter writes for a SentencePiece BPE model: the vocabulary,
 // merges of every pair of pieces that makes a piece (by the made piece's score, highest
@@ -124,37 +142,27 @@ std::string asTokenizerJson(const sentencepiece::SentencePieceProcessor &sp) {
 }
 
 TEST_F(SentencePieceModel, RoundTripsThroughThePluginAsTheLibraryEncodes) {
-  sentencepiece::SentencePieceProcessor sp;
-  ASSERT_TRUE(sp.Load(modelPath()).ok());
   std::unique_ptr<Tokenizer> tokenizer = loadTokenizer(modelPath());
   EXPECT_EQ(tokenizer->vocabSize(), 350);
   EXPECT_EQ(tokenizer->bos(), 1);
   EXPECT_EQ(tokenizer->eos(), 2);
   for (const std::string &text : kTexts) {
-    std::vector<int> expected;
-    ASSERT_TRUE(sp.Encode(text, &expected).ok());
     std::vector<int32_t> ids = tokenizer->encode(text);
-    EXPECT_EQ(ids, std::vector<int32_t>(expected.begin(), expected.end())) << text;
+    EXPECT_EQ(ids, libraryIds(text)) << text;
     EXPECT_EQ(tokenizer->decode(ids), text);
   }
   EXPECT_CONTAINS(errorMessage([&] { tokenizer->decode({5, 350}); }), "token id 350 is not in the vocabulary");
 }
 
 TEST_F(SentencePieceModel, ItsTokenizerJsonGivesTheLibrarysIds) {
-  sentencepiece::SentencePieceProcessor sp;
-  ASSERT_TRUE(sp.Load(modelPath()).ok());
-  std::string path = directory_->file("tokenizer.json");
-  writeFileAtomically(path, asTokenizerJson(sp), "tokenizer");
-  std::unique_ptr<Tokenizer> tokenizer = loadTokenizer(path);
+  std::unique_ptr<Tokenizer> tokenizer = loadTokenizer(jsonPath());
   EXPECT_EQ(tokenizer->vocabSize(), 350);
   size_t bytePieces = 0;
   for (const std::string &text : kTexts) {
-    std::vector<int> expected;
-    ASSERT_TRUE(sp.Encode(text, &expected).ok());
     std::vector<int32_t> ids = tokenizer->encode(text);
-    EXPECT_EQ(ids, std::vector<int32_t>(expected.begin(), expected.end())) << text;
+    EXPECT_EQ(ids, libraryIds(text)) << text;
     EXPECT_EQ(tokenizer->decode(ids), text);
-    for (int32_t id : ids) bytePieces += sp.IsByte(id);
+    for (int32_t id : ids) bytePieces += library_->IsByte(id);
   }
   EXPECT_GT(bytePieces, 10u) << "the texts exercise byte fallback";
   // Special tokens split out of the text and left out of decoding, as the library does.
@@ -165,9 +173,7 @@ TEST_F(SentencePieceModel, ItsTokenizerJsonGivesTheLibrarysIds) {
 
 TEST_F(SentencePieceModel, ADirectoryPrefersTokenizerModel) {
   test::TempDir checkpoint;
-  sentencepiece::SentencePieceProcessor sp;
-  ASSERT_TRUE(sp.Load(modelPath()).ok());
-  writeFileAtomically(checkpoint.file("tokenizer.json"), asTokenizerJson(sp), "tokenizer");
+  writeFileAtomically(checkpoint.file("tokenizer.json"), asTokenizerJson(*library_), "tokenizer");
   EXPECT_CONTAINS(loadTokenizer(checkpoint.file(""))->describe(), "tokenizer.json");
   std::ifstream in(modelPath(), std::ios::binary);
   writeFileAtomically(checkpoint.file("tokenizer.model"), std::string(std::istreambuf_iterator<char>(in), {}), "model");
@@ -264,12 +270,7 @@ TEST(ByteLevelBpe, RefusesWhatItDoesNotReadByName) {
 // Streamed one id at a time, the pieces add up to the whole decoding, and no piece ends
 // inside a character (byte-fallback pieces of 漢 and 😀 arrive a byte at a time).
 TEST_F(SentencePieceModel, StreamedTextNeverCutsACharacter) {
-  for (const std::string &path : {modelPath(), directory_->file("tokenizer.json")}) {
-    if (path != modelPath()) {
-      sentencepiece::SentencePieceProcessor sp;
-      ASSERT_TRUE(sp.Load(modelPath()).ok());
-      writeFileAtomically(path, asTokenizerJson(sp), "tokenizer");
-    }
+  for (const std::string &path : {modelPath(), jsonPath()}) {
     std::unique_ptr<Tokenizer> tokenizer = loadTokenizer(path);
     std::vector<int32_t> context = tokenizer->encode("free");
     std::vector<int32_t> ids = tokenizer->encode("free software: 漢字 and 😀 emoji");
