@@ -62,7 +62,7 @@ public:
       : prompts_(prompts), generated_(prompts.ids.size()), stoppedAt_(prompts.ids.size()) {
     if (streams() && prompts.tokenizer) {
       stream_.emplace(*prompts.tokenizer, prompts.ids[0]);
-      show(prompts.texts.empty() ? std::string() : prompts.texts[0]);
+      show(promptText(0));
     }
   }
 
@@ -92,7 +92,7 @@ public:
     }
     for (size_t b = 0; b < generated_.size(); ++b) {
       if (prompts_.tokenizer)
-        show(fmt::format("[{}] {}{}\n", b, prompts_.texts[b], prompts_.tokenizer->decode(generated_[b])));
+        show(fmt::format("[{}] {}{}\n", b, promptText(b), prompts_.tokenizer->decode(generated_[b])));
       else
         show(fmt::format("[{}] {}\n", b, fmt::join(generated_[b], " ")));
     }
@@ -114,6 +114,11 @@ public:
 
 private:
   bool streams() const { return generated_.size() == 1; }
+
+  // The prompt as given, or its ids' text.
+  std::string promptText(size_t b) const {
+    return b < prompts_.texts.size() ? prompts_.texts[b] : prompts_.tokenizer->decode(prompts_.ids[b]);
+  }
 
   static void show(const std::string &text) {
     fmt::print("{}", printable(text));  // a model's bytes never drive the terminal

@@ -59,13 +59,13 @@ Prompts readPrompts(const PromptFlags &flags, const std::string &checkpointDir, 
   Prompts prompts;
   prompts.tokenizer = tokenizerFor(flags, checkpointDir);
   std::vector<int32_t> eos;
-  if (checkpoint) {  // the config says; the tokenizer's own ids are for models without one
+  if (checkpoint) {  // the config says; the tokenizer's own ids serve where it does not
     if (addsBos(checkpointDir)) prompts.bos = checkpoint->bos;
     eos = checkpoint->eos;
-  } else if (prompts.tokenizer) {
-    prompts.bos = prompts.tokenizer->bos();
-    if (auto id = prompts.tokenizer->eos()) eos.push_back(*id);
   }
+  if (prompts.tokenizer && !checkpoint) prompts.bos = prompts.tokenizer->bos();
+  if (prompts.tokenizer && eos.empty())
+    if (auto id = prompts.tokenizer->eos()) eos.push_back(*id);
   if (!flags.ignoreEos) prompts.stops.insert(eos.begin(), eos.end());
   for (int64_t id : flags.stopTokens) prompts.stops.insert(int32_t(id));
 

@@ -40,11 +40,7 @@ std::vector<int32_t> parseIds(const std::string &text) {
   for (size_t at = text.find_first_not_of(" ,\t\n"); at != std::string::npos; at = text.find_first_not_of(" ,\t\n", at)) {
     size_t end = text.find_first_of(" ,\t\n", at);
     std::string word = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
-    char *stop = nullptr;
-    long long id = std::strtoll(word.c_str(), &stop, 10);
-    if (*stop != '\0' || id < 0 || id > std::numeric_limits<int32_t>::max())
-      throw tlc::Error(fmt::format("--ids: '{}' is not a token id", word));
-    ids.push_back(int32_t(id));
+    ids.push_back(int32_t(tlc::parseFlagInteger("--ids", word, {0, std::numeric_limits<int32_t>::max()})));
     at = end;
   }
   return ids;

@@ -386,8 +386,9 @@ std::string checkGenerateFlags() {
            "or --prompts FILE";
   if (prompts > 1) return "give one of --prompt, --prompt-ids and --prompts";
   for (int64_t id : stopTokens)
-    if (id < 0 || id > std::numeric_limits<int32_t>::max())
-      return fmt::format("--stop-token={} is not a token id (0 to 2^31 - 1)", id);
+    if (std::string problem = tlc::outOfRange("--stop-token", id, {0, std::numeric_limits<int32_t>::max()});
+        !problem.empty())
+      return problem;
   const cl::Option *notHere[] = {&batchSize, &seqLen, &iterations, &tokensPath, &persistent, &saveWeightsPath,
                                  &matmulPrecision, &precompile};
   for (const cl::Option *option : notHere)
@@ -562,10 +563,11 @@ void fitDefaultSeqLen(mlir::ModuleOp module) {
 std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &options) {
   auto maxSeq = module->getAttrOfType<mlir::IntegerAttr>("tl.max_seq_len");
   if (maxSeq && seqLen > maxSeq.getInt())
-    return fmt::format("{} the model's maximum of {} (tl.max_seq_len in {})",
+    return fmt::format("{} the model's maximum of {} ({} in {})",
                        generateCommand ? fmt::format("{}: {} tokens exceed", promptFlag(), seqLen.getValue())
                                        : fmt::format("--seq-len={} exceeds", seqLen.getValue()),
-                       maxSeq.getInt(), modelName());
+                       maxSeq.getInt(), checkpointDir.empty() ? "tl.max_seq_len" : "max_position_embeddings",
+                       modelName());
   if (irBlock >= 0) {
     int blocks = tlc::countBlocks(module);
     if (irBlock >= blocks)
