@@ -21,6 +21,7 @@ tlc's SentencePiece plugin (build/tools/libtlc-sentencepiece.so) needs libsenten
 where Debian's package is not installed, copy that library beside the plugin.
 """
 import argparse
+import copy
 import json
 import os
 import re
@@ -55,10 +56,14 @@ def report(ok, what):
         failures.append(what)
 
 
+class Failed(Exception):
+    pass
+
+
 def run(command, **kwargs):
     result = subprocess.run(command, capture_output=True, text=True, **kwargs)
     if result.returncode != 0:
-        sys.exit(f"failed ({result.returncode}): {' '.join(command)}\n{result.stdout}\n{result.stderr}")
+        raise Failed(f"{' '.join(command)} exited {result.returncode}: {result.stderr.strip()[-2000:]}")
     return result.stdout
 
 
@@ -166,13 +171,18 @@ def check_logits(tlc, model, directory, target, work):
         f.write(" ".join(str(int(i)) for i in ids[0]))
     with torch.no_grad():
         reference = model(ids).logits.float().numpy()
-        own_bf16 = relative_error(model.to(torch.bfloat16)(ids).logits.float().numpy(), reference)
-        model.float()
+        halved = copy.deepcopy(model).to(torch.bfloat16)  # the fp32 model stays as saved, for generation
+        own_bf16 = relative_error(halved(ids).logits.float().numpy(), reference)
+        del halved
     print(f"(transformers' own bf16 forward: relative error {own_bf16:.3g} against its fp32)", flush=True)
     for dtype, tolerance in (("f32", 1e-4), ("bf16", 2e-2)):
         out = os.path.join(work, f"logits-{dtype}.npy")
-        run([tlc, "--checkpoint", directory, "--run", "-O2", f"--target={target}", f"--dtype={dtype}",
-             "--batch-size=1", "--seq-len=32", "--tokens", tokens, "--save-logits", out])
+        try:
+            run([tlc, "--checkpoint", directory, "--run", "-O2", f"--target={target}", f"--dtype={dtype}",
+                 "--batch-size=1", "--seq-len=32", "--tokens", tokens, "--save-logits", out])
+        except Failed as error:
+            report(False, f"prefill logits {dtype} on {target}: {error}")
+            continue
         error = relative_error(np.load(out), reference)
         report(error <= tolerance, f"prefill logits {dtype} on {target}: relative error {error:.3g} (<= {tolerance:g})")
 
@@ -183,8 +193,12 @@ def check_greedy(tlc, model, bare, target, prompt, new_tokens=128):
         ids = torch.tensor([prompt])
         expected = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
                                   pad_token_id=0)[0, len(prompt):].tolist()
-    out = run([tlc, "generate", "--checkpoint", bare, "-O2", f"--target={target}", "--ignore-eos",
-               "--max-new-tokens", str(new_tokens), "--prompt-ids", " ".join(map(str, prompt))])
+    try:
+        out = run([tlc, "generate", "--checkpoint", bare, "-O2", f"--target={target}", "--ignore-eos",
+                   "--max-new-tokens", str(new_tokens), "--prompt-ids", " ".join(map(str, prompt))])
+    except Failed as error:
+        report(False, f"greedy generation fp32 on {target}: {error}")
+        return
     lines = [line for line in out.splitlines() if re.fullmatch(r"\d+( \d+)*", line)]
     got = [int(t) for t in lines[0].split()] if lines else []
     same = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None)
@@ -200,20 +214,30 @@ def tl_tokenize(build, tokenizer, texts):
     return json.loads(out)
 
 
+def compare_tokenizer(build, path, texts, encode, decode, what):
+    """tl-tokenize's ids and decoded text of `texts` against the reference's."""
+    try:
+        ours = tl_tokenize(build, path, texts)
+    except Failed as error:
+        report(False, f"{what}: {error}")
+        return
+    ids = [encode(t) for t in texts]
+    wrong = [t for t, mine, theirs in zip(texts, ours["ids"], ids) if mine != theirs]
+    wrong += [t for t, mine, i in zip(texts, ours["decoded"], ids) if mine != decode(i)]
+    report(not wrong, f"{what}" + (f": differs on {wrong[:3]}" if wrong else f", {len(texts)} texts"))
+
+
 def check_tokenizers(build, directory, work):
     import sentencepiece as spm
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
     sp = spm.SentencePieceProcessor(model_file=os.path.join(directory, "tokenizer.model"))
-    ours = tl_tokenize(build, os.path.join(directory, "tokenizer.model"), TEXTS)
-    ids = [sp.encode(t) for t in TEXTS]
-    report(ours["ids"] == ids and ours["decoded"] == [sp.decode(i) for i in ids],
-           "tokenizer.model: ids and decoded text as sentencepiece's Python binding gives them")
-
+    compare_tokenizer(build, os.path.join(directory, "tokenizer.model"), TEXTS, sp.encode, sp.decode,
+                      "tokenizer.model against sentencepiece's Python binding")
     fast = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
-    ours = tl_tokenize(build, os.path.join(directory, "tokenizer.json"), TEXTS)
-    ids = [fast.encode(t, add_special_tokens=False).ids for t in TEXTS]
-    report(ours["ids"] == ids and ours["decoded"] == [fast.decode(i, skip_special_tokens=True) for i in ids],
-           "tokenizer.json (transformers' conversion of the same model): as the tokenizers library")
+    compare_tokenizer(build, os.path.join(directory, "tokenizer.json"), TEXTS,
+                      lambda t: fast.encode(t, add_special_tokens=False).ids,
+                      lambda i: fast.decode(i, skip_special_tokens=True),
+                      "tokenizer.json of the same model against the tokenizers library")
 
     for name, splitter in (("GPT-2", pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)),
                            ("Llama 3", pre_tokenizers.Sequence([
@@ -226,11 +250,8 @@ def check_tokenizers(build, directory, work):
             vocab_size=1500, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=["<|end|>"]))
         path = os.path.join(work, f"byte-level-{name.replace(' ', '')}.json")
         byte_level.save(path)
-        texts = TEXTS + ["hello<|end|>world"]
-        ours = tl_tokenize(build, path, texts)
-        ids = [byte_level.encode(t).ids for t in texts]
-        report(ours["ids"] == ids and ours["decoded"] == [byte_level.decode(i) for i in ids],
-               f"byte-level BPE with {name}'s splitting: as the tokenizers library")
+        compare_tokenizer(build, path, TEXTS + ["hello<|end|>world"], lambda t: byte_level.encode(t).ids,
+                          byte_level.decode, f"byte-level BPE with {name}'s splitting against the tokenizers library")
 
 
 def tokenizers_regex(pattern):
