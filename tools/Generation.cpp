@@ -150,7 +150,7 @@ std::string describePrompts(const Prompts &prompts, int64_t &total) {
     lengths.push_back(std::to_string(ids.size()));
     total += int64_t(ids.size());
   }
-  if (lengths.size() == 1) return fmt::format("{} tokens", total);
+  if (lengths.size() == 1) return fmt::format("{} token{}", total, total == 1 ? "" : "s");
   return fmt::format("{} prompts of {} tokens ({} in all)", lengths.size(), listed(lengths), total);
 }
 

@@ -69,14 +69,14 @@ Prompts readPrompts(const PromptFlags &flags, const std::string &checkpointDir, 
   if (!flags.ignoreEos) prompts.stops.insert(eos.begin(), eos.end());
   for (int64_t id : flags.stopTokens) prompts.stops.insert(int32_t(id));
 
-  prompts.source = !flags.ids.empty() ? "--prompt-ids" : flags.file.empty() ? "--prompt" : "--prompts";
-  if (!flags.ids.empty()) {
-    prompts.ids.push_back(parseTokenIds(flags.ids, "--prompt-ids"));
+  prompts.source = flags.ids ? "--prompt-ids" : flags.file ? "--prompts" : "--prompt";
+  if (flags.ids) {
+    prompts.ids.push_back(parseTokenIds(*flags.ids, "--prompt-ids"));
     return prompts;
   }
-  std::vector<std::string> lines = flags.file.empty() ? std::vector<std::string>{flags.text} : promptLines(flags.file);
+  std::vector<std::string> lines = flags.file ? promptLines(*flags.file) : std::vector<std::string>{flags.text.value_or("")};
   if (!prompts.tokenizer) {
-    if (flags.file.empty())
+    if (!flags.file)
       throw Error("--prompt needs a tokenizer: a --checkpoint directory with tokenizer.model or tokenizer.json, or "
                   "--tokenizer FILE (or give --prompt-ids)");
     for (const std::string &line : lines) prompts.ids.push_back(parseTokenIds(line, "--prompts (ids: no tokenizer)"));

@@ -15,10 +15,11 @@
 
 namespace tlc {
 
+// One of the three prompt flags is given (an empty --prompt is a prompt of BOS alone).
 struct PromptFlags {
-  std::string text;                 // --prompt
-  std::string ids;                  // --prompt-ids
-  std::string file;                 // --prompts: one prompt a line (text with a tokenizer, else ids)
+  std::optional<std::string> text;  // --prompt
+  std::optional<std::string> ids;   // --prompt-ids
+  std::optional<std::string> file;  // --prompts: one prompt a line (text with a tokenizer, else ids)
   std::string tokenizer;            // --tokenizer: a file or a directory; else the checkpoint's
   std::vector<int64_t> stopTokens;  // --stop-token
   bool ignoreEos = false;           // --ignore-eos

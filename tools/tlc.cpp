@@ -380,7 +380,7 @@ std::string checkTrainFlags() {
 
 // tlc generate's own flags: the prompt sets the shape; only the CPU runs generation yet.
 std::string checkGenerateFlags() {
-  int prompts = !promptText.empty() + !promptIds.empty() + !promptsPath.empty();
+  int prompts = promptText.getNumOccurrences() + promptIds.getNumOccurrences() + promptsPath.getNumOccurrences();
   if (prompts == 0)
     return "tlc generate needs --prompt \"text\", --prompt-ids (the prompt's token ids, e.g. --prompt-ids=\"1 2 3\") "
            "or --prompts FILE";
@@ -841,7 +841,14 @@ const tlc::HfConfig &checkpointConfig() {
 // The model as messages name it: the .tl file, or the checkpoint's config.json.
 std::string modelName() { return checkpointDir.empty() ? inputFile.getValue() : checkpointDir + "/config.json"; }
 
-std::string promptFlag() { return !promptIds.empty() ? "--prompt-ids" : !promptsPath.empty() ? "--prompts" : "--prompt"; }
+std::string promptFlag() {
+  return promptIds.getNumOccurrences() ? "--prompt-ids" : promptsPath.getNumOccurrences() ? "--prompts" : "--prompt";
+}
+
+// An option's value if it was given (even empty), else nothing.
+std::optional<std::string> given(const cl::opt<std::string> &option) {
+  return option.getNumOccurrences() ? std::optional<std::string>(option.getValue()) : std::nullopt;
+}
 
 // The model: a .tl file parsed, or a checkpoint's graph built from its config.json.
 mlir::OwningOpRef<mlir::ModuleOp> parseModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
@@ -924,8 +931,8 @@ int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
 // level's), then the prompt continued on the CPU; with --emit=ir, their IR instead.
 int generateTokens(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   tlc::GenerationRun generation;
-  tlc::PromptFlags flags{promptText, promptIds, promptsPath, tokenizerPath, {stopTokens.begin(), stopTokens.end()},
-                         ignoreEos};
+  tlc::PromptFlags flags{given(promptText), given(promptIds), given(promptsPath), tokenizerPath,
+                         {stopTokens.begin(), stopTokens.end()}, ignoreEos};
   generation.prompts = tlc::readPrompts(flags, checkpointDir, checkpointDir.empty() ? nullptr : &checkpointConfig());
   // The prompts are the shape: a sequence each, the longest the prefill's length.
   batchSize = int64_t(generation.prompts.ids.size());
