@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "runtime/Error.h"
 
@@ -43,6 +44,13 @@ uint64_t parseFlagUnsigned(std::string_view flag, std::string_view text) {
   if (text.empty() || text[0] == '-' || !parseWhole(text, value, std::strtoull))
     throw Error(fmt::format("{}={} is not a whole number", flag, text));
   return value;
+}
+
+bool flagValue(const char *arg, const char *flag, std::string &value) {
+  size_t n = std::strlen(flag);
+  if (std::strncmp(arg, flag, n) != 0 || arg[n] != '=') return false;
+  value = arg + n + 1;
+  return true;
 }
 
 } // namespace tlc

@@ -30,4 +30,8 @@ int64_t parseFlagInteger(std::string_view flag, std::string_view text, const Fla
 // A whole number 0 .. 2^64-1 (a seed).
 uint64_t parseFlagUnsigned(std::string_view flag, std::string_view text);
 
+// For tools without a command-line library: true, with `value` set, when `arg` is
+// `flag`=value.
+bool flagValue(const char *arg, const char *flag, std::string &value);
+
 } // namespace tlc

@@ -12,10 +12,11 @@
 namespace tlc {
 
 struct RunInputs {
-  std::string weightsPath;  // a safetensors file; empty: seeded random
-  std::string tokensPath;   // whitespace-separated token ids; empty: seeded random
+  std::string weightsPath;    // a safetensors file; empty: seeded random
+  std::string checkpointDir;  // a Hugging Face checkpoint's directory: its safetensors instead
+  std::string tokensPath;     // whitespace-separated token ids; empty: seeded random
   uint64_t seed = 0;
-  int threads = 0;          // for drawing random weights (0: every core)
+  int threads = 0;            // for drawing random weights (0: every core)
 };
 
 // The weights, checked against the Program's parameters (tlc::Error naming every
@@ -26,7 +27,8 @@ Weights loadWeights(const RunInputs &inputs, const Program &program);
 // runtime/TokenFile.h).
 std::vector<int32_t> loadTokens(const RunInputs &inputs, const Program &program);
 
-// For summaries: "seeded random normal(0, 0.02), seed 0" or "file 'w.safetensors'".
+// For summaries: "seeded random normal(0, 0.02), seed 0", "file 'w.safetensors'" or
+// "checkpoint 'dir' (model.safetensors)".
 std::string describeWeights(const RunInputs &inputs);
 std::string describeTokens(const RunInputs &inputs);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/Error.h"
+#include "runtime/MappedFile.h"
 
 namespace tlc {
 
@@ -28,6 +29,15 @@ nlohmann::json parseStrictJson(const std::string &text) {
     return nlohmann::json::parse(text, check);
   } catch (const nlohmann::json::exception &error) {
     throw Error(fmt::format("malformed JSON: {}", error.what()));
+  }
+}
+
+nlohmann::json readStrictJsonFile(const std::string &path, const std::string &what) {
+  MappedFile file(path, what);
+  try {
+    return parseStrictJson(std::string(file.text()));
+  } catch (const Error &error) {
+    throw Error(fmt::format("{}: {}", path, error.what()));
   }
 }
 

@@ -16,4 +16,8 @@ constexpr int kMaxJsonDepth = 64;
 // keys are an error because JSON parsers disagree on which one wins.
 nlohmann::json parseStrictJson(const std::string &text);
 
+// The file at `path` (a regular file, `what` in messages: "checkpoint index") parsed the
+// same way; its problems are said as "<path>: malformed JSON: ...".
+nlohmann::json readStrictJsonFile(const std::string &path, const std::string &what);
+
 } // namespace tlc

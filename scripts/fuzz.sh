@@ -18,7 +18,7 @@ mkdir -p "$build/fuzz-findings"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 failed=0
-for name in tl program safetensors tokens writers flags; do
+for name in tl program safetensors tokens tokenizer writers flags; do
   fuzzer="$build/tests/fuzz/fuzz-$name"
   mkdir -p "$scratch/$name"
   seeds=("$source_dir/tests/fuzz/corpus/$name")

@@ -35,13 +35,6 @@ const char *kUsage =
     "  --allow-nonfinite    report logits or a loss that are not finite instead of failing\n"
     "  --version            which tlc this is\n";
 
-bool consume(const char *arg, const char *flag, std::string &value) {
-  size_t n = std::strlen(flag);
-  if (std::strncmp(arg, flag, n) != 0 || arg[n] != '=') return false;
-  value = arg + n + 1;
-  return true;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -64,13 +57,13 @@ int main(int argc, char **argv) {
         fmt::print("{}\n  the runtime alone: no MLIR, no LLVM\n", tlc::versionLine("tl-run"));
         return 0;
       }
-      if (consume(arg, "--seed", value)) inputs.seed = tlc::parseFlagUnsigned("--seed", value);
-      else if (consume(arg, "--weights", value)) inputs.weightsPath = value;
-      else if (consume(arg, "--tokens", value)) inputs.tokensPath = value;
-      else if (consume(arg, "--target", value)) backendOptions.target = value;
-      else if (consume(arg, "--cpu-threads", value))
+      if (tlc::flagValue(arg, "--seed", value)) inputs.seed = tlc::parseFlagUnsigned("--seed", value);
+      else if (tlc::flagValue(arg, "--weights", value)) inputs.weightsPath = value;
+      else if (tlc::flagValue(arg, "--tokens", value)) inputs.tokensPath = value;
+      else if (tlc::flagValue(arg, "--target", value)) backendOptions.target = value;
+      else if (tlc::flagValue(arg, "--cpu-threads", value))
         inputs.threads = backendOptions.cpuThreads = int(tlc::parseFlagInteger("--cpu-threads", value, tlc::kThreadsRange));
-      else if (consume(arg, "--iterations", value))
+      else if (tlc::flagValue(arg, "--iterations", value))
         iterations = int(tlc::parseFlagInteger("--iterations", value, tlc::kIterationsRange));
       else if (!std::strcmp(arg, "--allow-nonfinite")) allowNonFinite = true;
       else if (arg[0] != '-' && programPath.empty()) programPath = arg;

@@ -7,6 +7,7 @@
 //   tlc ladder models/tinyllama.tl --chart=ladder.svg
 //   tlc train models/tinyllama.tl --batch-size 8 --seq-len 128 --num-steps 50 --learning-rate 3e-4
 //   tlc generate models/tinyllama.tl --prompt-ids "1 2 3" --max-new-tokens 16 -O2 --target=cpu
+//   tlc generate --checkpoint tinyllama-hf/ --prompt "Once upon a time" --max-new-tokens 64
 //   tlc report models/tinyllama.tl -o report/
 #include "runtime/AttributeRanges.h"
 #include "api/Compile.h"
@@ -15,6 +16,7 @@
 #include "compiler/codegen/Persistent.h"
 #include "compiler/Targets.h"
 #include "compiler/ModelIO.h"
+#include "models/CheckpointModel.h"
 #include "passes/Pipelines.h"
 #include "passes/Remarks.h"
 #include "runtime/Checked.h"
@@ -72,9 +74,9 @@ cl::SubCommand trainCommand("train",
                             "workshop's scripts do");
 cl::SubCommand generateCommand("generate",
                                "continue a prompt with the KV cache (tl-kv-cache's @prefill and @decode), on a GPU "
-                               "or the CPU, "
-                               "greedy or sampled: the new token ids as they come, then the prefill's and each "
-                               "decode step's speed, the peak memory and the kernels a step");
+                               "or the CPU, greedy or sampled: the new text (token ids without a tokenizer) as it "
+                               "comes, then the prefill's and each decode step's speed, the peak memory and the "
+                               "kernels a step");
 cl::SubCommand reportCommand("report",
                               "write a static site (-o dir/; open dir/index.html from disk) that shows, for every "
                               "level, which kernel each op of the model runs in, what each pass did and why, and "
@@ -93,8 +95,12 @@ cl::OptionCategory trainCategory("tlc train (as the workshop's scripts: AdamW, r
 cl::OptionCategory generateCategory("tlc generate (--seed seeds the weights and the sampling)");
 
 // -- Compiling ---------------------------------------------------------------------
-cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.tl>"), cl::Required, cl::cat(compileCategory),
-                               cl::sub(everywhere));
+cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.tl>"), cl::cat(compileCategory), cl::sub(everywhere));
+cl::opt<std::string> checkpointDir("checkpoint",
+                                   cl::desc("a Hugging Face Llama checkpoint's directory instead of a .tl file: the "
+                                            "graph built from its config.json, the weights read from its safetensors "
+                                            "by their names, its tokenizer for tlc generate"),
+                                   cl::value_desc("dir"), cl::cat(compileCategory), cl::sub(everywhere));
 int optLevel = 0;
 cl::opt<int, true> optLevelShort("O", cl::Prefix, cl::location(optLevel), cl::value_desc("n"),
                                  cl::desc("optimization level, -O0..-O3: the workshop's V1..V4 (default -O0)"),
@@ -292,8 +298,24 @@ cl::opt<std::string> saveGradientsPath("save-gradients",
                                        cl::value_desc("file"), cl::cat(trainCategory), cl::sub(trainCommand));
 
 // -- tlc generate ---------------------------------------------------------------------
+cl::opt<std::string> promptText("prompt", cl::desc("the prompt's text (needs a tokenizer: the checkpoint's, or "
+                                                   "--tokenizer)"),
+                                cl::value_desc("text"), cl::cat(generateCategory), cl::sub(generateCommand));
 cl::opt<std::string> promptIds("prompt-ids", cl::desc("the prompt's token ids, e.g. \"1 2 3\""), cl::value_desc("ids"),
                                cl::cat(generateCategory), cl::sub(generateCommand));
+cl::opt<std::string> promptsPath("prompts",
+                                 cl::desc("a file of prompts, one a line (text with a tokenizer, else token ids), "
+                                          "generated as one ragged batch"),
+                                 cl::value_desc("file"), cl::cat(generateCategory), cl::sub(generateCommand));
+cl::opt<std::string> tokenizerPath("tokenizer",
+                                   cl::desc("a tokenizer.model (SentencePiece), a tokenizer.json, or a directory "
+                                            "holding one (default: the checkpoint's)"),
+                                   cl::value_desc("path"), cl::cat(generateCategory), cl::sub(generateCommand));
+cl::list<int64_t> stopTokens("stop-token", cl::desc("token ids that end a sequence, besides EOS"),
+                             cl::value_desc("ids"), cl::CommaSeparated, cl::cat(generateCategory),
+                             cl::sub(generateCommand));
+cl::opt<bool> ignoreEos("ignore-eos", cl::desc("go on past EOS, to --max-new-tokens"), cl::cat(generateCategory),
+                        cl::sub(generateCommand));
 cl::opt<int64_t> maxNewTokens("max-new-tokens", cl::desc("tokens to generate (default 32)"), cl::init(32),
                               cl::cat(generateCategory), cl::sub(generateCommand));
 cl::opt<double> temperature("temperature", cl::desc("sampling temperature (default 0: greedy)"), cl::init(0),
@@ -316,6 +338,10 @@ int fail(const std::string &message) {
 bool wantsIrPrinting() {
   return printIrAfterAll || printIrBeforeAll || !printIrAfter.empty() || !dumpIrDir.empty();
 }
+
+std::string modelName();
+std::string promptFlag();
+const tlc::HfConfig &checkpointConfig();
 
 // tlc train's own flags, and the top-level ones that mean nothing to it.
 std::string checkTrainFlags() {
@@ -357,7 +383,15 @@ std::string checkTrainFlags() {
 
 // tlc generate's own flags: the prompt sets the shape.
 std::string checkGenerateFlags() {
-  if (promptIds.empty()) return "tlc generate needs --prompt-ids (the prompt's token ids, e.g. --prompt-ids=\"1 2 3\")";
+  int prompts = promptText.getNumOccurrences() + promptIds.getNumOccurrences() + promptsPath.getNumOccurrences();
+  if (prompts == 0)
+    return "tlc generate needs --prompt \"text\", --prompt-ids (the prompt's token ids, e.g. --prompt-ids=\"1 2 3\") "
+           "or --prompts FILE";
+  if (prompts > 1) return "give one of --prompt, --prompt-ids and --prompts";
+  for (int64_t id : stopTokens)
+    if (std::string problem = tlc::outOfRange("--stop-token", id, {0, std::numeric_limits<int32_t>::max()});
+        !problem.empty())
+      return problem;
   const cl::Option *notHere[] = {&batchSize, &seqLen, &iterations, &tokensPath, &persistent, &saveWeightsPath,
                                  &matmulPrecision, &precompile};
   for (const cl::Option *option : notHere)
@@ -395,8 +429,9 @@ tlc::FilePath emittedOutput() {
 // written, none the same file as another, before any work is done.
 std::string checkPaths() {
   std::vector<tlc::FilePath> inputs = {
-      {"(the model)", inputFile}, {"--weights", weightsPath}, {"--tokens", tokensPath}, {"--data", dataPath}};
-  const char *what[] = {"model file", "weights file", "token file", "token file"};
+      {"(the model)", inputFile}, {"--weights", weightsPath}, {"--tokens", tokensPath}, {"--data", dataPath},
+      {"--prompts", promptsPath}};
+  const char *what[] = {"model file", "weights file", "token file", "token file", "prompts file"};
   for (size_t i = 0; i < inputs.size(); ++i)
     if (!inputs[i].path.empty() && inputs[i].path != "-")
       if (std::string problem = tlc::inputFileProblem(inputs[i].path); !problem.empty())
@@ -446,6 +481,11 @@ tlc::AdamWOptions adamwOptions() {
 
 // Flags that need another flag, or a valid value, said before any work is done.
 std::string checkFlags() {
+  if (inputFile.empty() == checkpointDir.empty())
+    return inputFile.empty() ? "give a model: a .tl file, or --checkpoint DIR (a Hugging Face checkpoint's directory)"
+                             : "give a .tl file or --checkpoint, not both";
+  if (!checkpointDir.empty() && weightsPath.getNumOccurrences())
+    return "--weights does not apply with --checkpoint: the weights are the checkpoint's safetensors";
   if (optLevel < 0 || optLevel > tlc::kMaxOptLevel)
     return fmt::format("-O{0} (--opt-level={0}): the levels are -O0 to -O{1}", optLevel, tlc::kMaxOptLevel);
   if (dtype != "f32" && dtype != "bf16") return fmt::format("unknown --dtype '{}': use f32 or bf16", dtype.getValue());
@@ -524,14 +564,15 @@ void fitDefaultSeqLen(mlir::ModuleOp module) {
 std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &options) {
   auto maxSeq = module->getAttrOfType<mlir::IntegerAttr>("tl.max_seq_len");
   if (maxSeq && seqLen > maxSeq.getInt())
-    return fmt::format("{} the model's maximum of {} (tl.max_seq_len in {})",
-                       generateCommand ? fmt::format("--prompt-ids: {} tokens exceed", seqLen.getValue())
+    return fmt::format("{} the model's maximum of {} ({} in {})",
+                       generateCommand ? fmt::format("{}: {} tokens exceed", promptFlag(), seqLen.getValue())
                                        : fmt::format("--seq-len={} exceeds", seqLen.getValue()),
-                       maxSeq.getInt(), inputFile.getValue());
+                       maxSeq.getInt(), checkpointDir.empty() ? "tl.max_seq_len" : "max_position_embeddings",
+                       modelName());
   if (irBlock >= 0) {
     int blocks = tlc::countBlocks(module);
     if (irBlock >= blocks)
-      return fmt::format("--ir-block={}: {} has {} transformer block{}{}", irBlock.getValue(), inputFile.getValue(),
+      return fmt::format("--ir-block={}: {} has {} transformer block{}{}", irBlock.getValue(), modelName(),
                          blocks, blocks == 1 ? "" : "s", blocks ? fmt::format(" (0..{})", blocks - 1) : "");
   }
   if (!printIrAfter.empty()) {
@@ -614,6 +655,7 @@ tlc::BackendOptions backendOptions() {
 tlc::RunInputs runInputs() {
   tlc::RunInputs inputs;
   inputs.weightsPath = weightsPath;
+  inputs.checkpointDir = checkpointDir;
   inputs.tokensPath = tokensPath;
   inputs.seed = seed;
   inputs.threads = threads;
@@ -784,6 +826,37 @@ int writeProgram(const tlc::Program &program) {
   return 0;
 }
 
+// The checkpoint's config.json, read once; the fields tlc passes over are said once.
+const tlc::HfConfig &checkpointConfig() {
+  static std::optional<tlc::HfConfig> config;
+  if (!config) {
+    config = tlc::readHfConfig(checkpointDir);
+    if (!config->unknown.empty())
+      llvm::WithColor::warning(llvm::errs(), "tlc")
+          << fmt::format("{}/config.json: tlc does not read {}, taken not to change the model\n",
+                         checkpointDir.getValue(), fmt::join(config->unknown, ", "));
+  }
+  return *config;
+}
+
+// The model as messages name it: the .tl file, or the checkpoint's config.json.
+std::string modelName() { return checkpointDir.empty() ? inputFile.getValue() : checkpointDir + "/config.json"; }
+
+std::string promptFlag() {
+  return promptIds.getNumOccurrences() ? "--prompt-ids" : promptsPath.getNumOccurrences() ? "--prompts" : "--prompt";
+}
+
+// An option's value if it was given (even empty), else nothing.
+std::optional<std::string> given(const cl::opt<std::string> &option) {
+  return option.getNumOccurrences() ? std::optional<std::string>(option.getValue()) : std::nullopt;
+}
+
+// The model: a .tl file parsed, or a checkpoint's graph built from its config.json.
+mlir::OwningOpRef<mlir::ModuleOp> parseModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  if (checkpointDir.empty()) return tlc::parseModelFile(context, inputFile, sourceMgr);
+  return tlc::buildCheckpointModule(context, checkpointConfig(), checkpointDir, sourceMgr);
+}
+
 // Parses the model, checks the flags against it and runs the level's passes (with
 // `training`, then tl-autodiff; with `generation`, after tl-kv-cache): null once an error
 // has been said.
@@ -792,8 +865,8 @@ mlir::OwningOpRef<mlir::ModuleOp> parseAndOptimize(mlir::MLIRContext &context, l
                                                    const tlc::GenerationOptions *generation = nullptr) {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   {
-    tlc::ProgressLine line(fmt::format("parsing {}", inputFile.getValue()));
-    module = tlc::parseModelFile(context, inputFile, sourceMgr);
+    tlc::ProgressLine line(fmt::format("parsing {}", modelName()));
+    module = parseModel(context, sourceMgr);
   }
   if (!module) return nullptr;
   fitDefaultSeqLen(*module);
@@ -878,9 +951,13 @@ int generateTokens(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   // The device first (a missing GPU is said before any compiling), unless only emitting.
   if (emit == Emit::None) runDevice = tlc::createBackend(backendOptions())->deviceInfo();
   tlc::GenerationRun generation;
-  generation.prompt = tlc::parseTokenIds(promptIds);
-  batchSize = 1;  // the prompt is the shape: one sequence, its length the prefill's
-  seqLen = int64_t(generation.prompt.size());
+  tlc::PromptFlags flags{given(promptText), given(promptIds), given(promptsPath), tokenizerPath,
+                         {stopTokens.begin(), stopTokens.end()}, ignoreEos};
+  generation.prompts = tlc::readPrompts(flags, checkpointDir, checkpointDir.empty() ? nullptr : &checkpointConfig());
+  // The prompts are the shape: a sequence each, the longest the prefill's length.
+  batchSize = int64_t(generation.prompts.ids.size());
+  seqLen = 0;
+  for (const std::vector<int32_t> &ids : generation.prompts.ids) seqLen = std::max<int64_t>(seqLen, int64_t(ids.size()));
   tlc::GenerationOptions options{maxContext};
   mlir::OwningOpRef<mlir::ModuleOp> module = parseAndOptimize(context, sourceMgr, nullptr, &options);
   if (!module) return 1;
@@ -906,7 +983,7 @@ int generateTokens(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
 // The model parsed for every level (ladder, report), its flags checked: null once an
 // error has been said.
 mlir::OwningOpRef<mlir::ModuleOp> parseForEveryLevel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
-  auto module = tlc::parseModelFile(context, inputFile, sourceMgr);
+  auto module = parseModel(context, sourceMgr);
   if (!module) return nullptr;
   fitDefaultSeqLen(*module);
   if (std::string problem = checkFlagsAgainst(*module, {0, batchSize, seqLen, dtype}); !problem.empty()) {
@@ -936,7 +1013,7 @@ int writeReport(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   auto start = std::chrono::steady_clock::now();
   auto module = parseForEveryLevel(context, sourceMgr);
   if (!module) return 1;
-  mlir::FailureOr<tlc::ReportData> data = tlc::collectReport(*module, inputFile, ladderOptions());
+  mlir::FailureOr<tlc::ReportData> data = tlc::collectReport(*module, modelName(), ladderOptions());
   if (mlir::failed(data)) return 1;
   int64_t bytes = 0;
   {

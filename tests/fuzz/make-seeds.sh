@@ -7,7 +7,7 @@ cd "$(dirname "$0")"
 tools=$(cd "../../$1/tools" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-rm -rf corpus && mkdir -p corpus/{tl,program,safetensors,tokens}
+rm -rf corpus/{tl,program,safetensors,tokens,tokenizer} && mkdir -p corpus/{tl,program,safetensors,tokens,tokenizer}
 
 # .tl: the hand-written tiny model, a generated one-block model, the pass tests' IR.
 cp ../lit/Inputs/tiny.tl corpus/tl/tiny.tl
@@ -98,4 +98,48 @@ PY
 printf '\x03 1 2 3 4\n' > corpus/tokens/four.txt
 printf '\x07 0\t999\n5 6\r\n7 8 9 10' > corpus/tokens/eight-mixed-space.txt
 printf '\x01 -1 2' > corpus/tokens/negative.txt
+# tokenizer.json: byte-level BPE (GPT-2's splitting; Llama 3's with ignore_merges) and
+# SentencePiece-style BPE with byte fallback (normalizers; Metaspace), a few merges each.
+python3 - corpus/tokenizer <<'PY'
+import json, sys
+out = sys.argv[1]
+def byte_alphabet():
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xa1, 0xad)) + list(range(0xae, 0x100))
+    extra = iter(range(256, 512))
+    return {b: chr(b if b in printable else next(extra)) for b in range(256)}
+alphabet = byte_alphabet()
+merges = [["l", "l"], ["e", "ll"], ["h", "ell"], ["hell", "o"], ["\u0120", "t"], ["h", "e"], ["\u0120t", "he"]]
+vocab = {alphabet[b]: b for b in range(256)}
+for a, b in merges:
+    vocab[a + b] = len(vocab)
+added = [{"id": len(vocab), "content": "<|end|>", "special": True}]
+def save(name, pre, model_extra=None, decoder=None, normalizer=None, vocab=vocab, merges=merges, added=added):
+    model = {"type": "BPE", "vocab": vocab, "merges": merges}
+    model.update(model_extra or {})
+    json.dump({"added_tokens": added, "normalizer": normalizer, "pre_tokenizer": pre, "decoder": decoder,
+               "model": model}, open(f"{out}/{name}.json", "w"), ensure_ascii=False, separators=(",", ":"))
+save("gpt2", {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}, decoder={"type": "ByteLevel"})
+llama3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+          r"\s*[\r\n]+|\s+(?!\S)|\s+")
+save("llama3", {"type": "Sequence", "pretokenizers": [
+         {"type": "Split", "pattern": {"Regex": llama3}, "behavior": "Isolated", "invert": False},
+         {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
+     {"ignore_merges": True}, {"type": "ByteLevel"})
+space = "\u2581"
+pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + [space] + list("abcdefghijklmnopqrstuvwxyz")
+spm_merges = [[space, "t"], ["h", "e"], [space + "t", "he"], ["i", "s"]]
+pieces += [a + b for a, b in spm_merges]
+spm_vocab = {p: i for i, p in enumerate(pieces)}
+spm_added = [{"id": i, "content": p, "special": True} for i, p in enumerate(pieces[:3])]
+bpe = {"unk_token": "<unk>", "fuse_unk": True, "byte_fallback": True}
+save("sentencepiece", None, bpe, {"type": "Sequence", "decoders": [
+         {"type": "Replace", "pattern": {"String": space}, "content": " "}, {"type": "ByteFallback"},
+         {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+     {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": space},
+                                          {"type": "Replace", "pattern": {"String": " "}, "content": space}]},
+     spm_vocab, spm_merges, spm_added)
+save("metaspace", {"type": "Metaspace", "replacement": space, "prepend_scheme": "first", "split": False}, bpe,
+     {"type": "Metaspace", "replacement": space, "prepend_scheme": "first", "split": False}, None,
+     spm_vocab, spm_merges, spm_added)
+PY
 echo "seeds written to $(pwd)/corpus"
