@@ -30,18 +30,23 @@ Weights Backend::trainedWeights() const {
   throw Error(fmt::format("the {} backend holds no trained parameters: it runs no training step", name()));
 }
 
-std::unique_ptr<Backend> createBackend(const BackendOptions &options) {
+std::unique_ptr<Backend> createBackend(const BackendOptions &options) { return createBackend(options, nullptr); }
+
+std::unique_ptr<Backend> createBackend(const BackendOptions &options, std::shared_ptr<Communicator> ranks,
+                                       bool overlapCollectives) {
   const std::string &wanted = options.target;
   if (wanted != "auto" && wanted != "cpu" && wanted != "cuda" && wanted != "hip")
     throw Error(fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", wanted));
   if (wanted == "cpu" && options.stream.handle)
     throw Error("a stream was given (BackendOptions::stream), but target cpu runs no GPU stream");
-  if (wanted == "cpu") return createCpuBackend(options.cpuThreads, options.cpuSchedule);
+  if (wanted == "cpu") return createCpuBackend(options.cpuThreads, options.cpuSchedule, ranks);
   GpuOptions gpu;
   gpu.useCache = options.useCache;
   gpu.graph = options.graph && !options.profile;
   gpu.profile = options.profile;
   gpu.verbose = options.progress;
+  gpu.ranks = ranks;
+  gpu.overlapCollectives = overlapCollectives;
   DeviceSelection selection{options.device, options.stream.handle};
   std::string whyCuda, whyHip;
   std::unique_ptr<GpuDevice> device;
@@ -49,7 +54,7 @@ std::unique_ptr<Backend> createBackend(const BackendOptions &options) {
   if (!device && (wanted == "hip" || wanted == "auto")) device = openHipDevice(&whyHip, selection);
   if (device) return createGpuBackend(std::move(device), gpu);
   // A caller's stream is a GPU's: running on the CPU instead would ignore it.
-  if (wanted == "auto" && !options.stream.handle) return createCpuBackend(options.cpuThreads, options.cpuSchedule);
+  if (wanted == "auto" && !options.stream.handle) return createCpuBackend(options.cpuThreads, options.cpuSchedule, ranks);
   if (wanted == "auto")
     throw Error(fmt::format("a stream was given (BackendOptions::stream) but no GPU answers: {}; {}", whyCuda, whyHip));
   throw Error(fmt::format("--target={}: no device: {}", wanted, wanted == "cuda" ? whyCuda : whyHip));
