@@ -140,7 +140,8 @@ std::string stoppedRanks(Communicator &ranks) {
         stopped += fmt::format("{}rank {} {}", stopped.empty() ? "" : "; ", rank, *why);
     }
   } catch (const std::exception &error) {
-    stopped += fmt::format("{}the rendezvous store ({}) no longer answers: {}", stopped.empty() ? "" : "; ",
+    std::string who = ranks.storeRank() >= 0 ? fmt::format("rank {} stopped: ", ranks.storeRank()) : "";
+    stopped += fmt::format("{}{}the rendezvous store ({}) no longer answers ({})", stopped.empty() ? "" : "; ", who,
                            ranks.describe(), error.what());
   }
   return stopped;

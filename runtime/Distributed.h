@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/Program.h"
+
 namespace tlc {
 
 // This process among the ranks of a run.
@@ -59,6 +61,7 @@ public:
   virtual void set(const std::string &key, const std::string &value) = 0;
   virtual std::optional<std::string> peek(const std::string &key) = 0;
   virtual std::chrono::milliseconds timeout() const = 0;  // RendezvousOptions::timeout
+  virtual int storeRank() const = 0;  // the rank whose process serves the store; -1: none (a file store)
 
   // Each element replaced by its mean over the ranks, every rank getting the same bits
   // (Gloo's ring all-reduce, sums in fp32, then divided by the world size).
@@ -99,6 +102,10 @@ void barrier(Communicator &ranks, const std::string &name);
 // The key of a rank's value in an exchange named `name` ("tlc.failed.1"): no '/', which
 // a file store would take for a directory.
 inline std::string rankKey(const std::string &name, int rank) { return "tlc." + name + "." + std::to_string(rank); }
+
+// A Program kernel that is one bucket's tl.all_reduce: NCCL, RCCL or Gloo runs it, and it
+// has no generated source.
+inline bool isCollective(const Kernel &kernel) { return kernel.ops.size() == 1 && kernel.ops[0].op == "all_reduce"; }
 
 // ---- The plugin's entry point -------------------------------------------------------
 

@@ -124,6 +124,10 @@ public:
   virtual void waitOn(void *stream, void *event) = 0;
   // Whether `stream` is capturing a graph (false where the driver cannot say).
   virtual bool capturing(void *stream) = 0;
+  // Whether the work before `event` (recorded) is done, without waiting.
+  virtual bool done(void *event) = 0;
+  // A stream of the device's own besides its main one (the all-reduces of several ranks).
+  virtual DeviceObject createStream() = 0;
 
   // Graphs: capture the stream's launches, then replay them.
   virtual void beginCapture() = 0;

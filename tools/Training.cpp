@@ -18,8 +18,6 @@
 namespace tlc {
 namespace {
 
-bool isCollective(const Kernel &kernel) { return !kernel.ops.empty() && kernel.ops.front().op == "all_reduce"; }
-
 // How the step's kernels divide: the forward ends with the kernel that writes the
 // loss, the optimizer is the last kernel (one update over every parameter), and the
 // all-reduces of a run of several ranks sit among the backward's kernels.
@@ -49,7 +47,7 @@ std::string describeRanks(const Program &program, const Backend &backend, const 
       for (int id : kernel.ops.front().operands) bytes += program.value(id).bytes();
     }
   const GpuReport *gpu = gpuReport(backend);
-  return fmt::format("  ranks     {} ranks ({}), met at {}; the gradients and the loss averaged over them in {} "
+  return fmt::format("  ranks     {} ranks ({}), met through {}; the gradients and the loss averaged over them in {} "
                      "bucket{} ({}) by {}\n",
                      run.ranks->worldSize(), run.launcher, run.ranks->describe(), buckets, buckets == 1 ? "" : "s",
                      mib(bytes), gpu ? gpu->collectives : std::string("Gloo's ring all-reduce"));

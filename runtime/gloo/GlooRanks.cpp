@@ -52,10 +52,11 @@ public:
   int rank() const override { return options_.place.rank; }
   int worldSize() const override { return options_.place.worldSize; }
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
+  int storeRank() const override { return tcp_ ? 0 : -1; }
 
   std::string describe() const override {
     if (file_) return fmt::format("Gloo's file store in '{}'", options_.fileStore);
-    return fmt::format("a TCP store that rank 0 serves at {}:{}", options_.place.host, options_.place.port);
+    return fmt::format("the TCP store rank 0 serves at {}:{}", options_.place.host, options_.place.port);
   }
 
   void set(const std::string &key, const std::string &value) override {
