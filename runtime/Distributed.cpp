@@ -49,7 +49,7 @@ RankPlace rankPlaceFromEnvironment(const Environment &environment) {
     if (!worldSize && !rank) continue;
     if (!worldSize || !rank)
       throw Error(fmt::format("{} sets {} without {}: both say where this process stands among the ranks",
-                              worldSize ? names.worldSize : names.rank, names.launcher,
+                              names.launcher, worldSize ? names.worldSize : names.rank,
                               worldSize ? names.rank : names.worldSize));
     if (*rank >= *worldSize)
       throw Error(fmt::format("{}={} is outside the world of {}={} ranks", names.rank, *rank, names.worldSize,
@@ -179,7 +179,7 @@ std::string waitFor(Communicator &ranks, const std::string &key) {
 }
 
 void barrier(Communicator &ranks, const std::string &name) {
-  ranks.set(rankKey(name, ranks.rank()), "");
+  ranks.set(rankKey(name, ranks.rank()), "here");  // not empty: Gloo's file store refuses empty values
   for (int rank = 0; rank < ranks.worldSize(); ++rank) waitFor(ranks, rankKey(name, rank));
 }
 

@@ -7,7 +7,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ python3
           libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools
-          libfmt-dev libgtest-dev nlohmann-json3-dev libamdhip64-dev
+          libfmt-dev libgtest-dev nlohmann-json3-dev libamdhip64-dev libgloo-dev
           libgraphviz-dev chromium fonts-dejavu-core
           clang-19 libclang-rt-19-dev libfuzzer-19-dev)
 run() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

@@ -14,7 +14,11 @@
 
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 namespace tlc {
@@ -35,7 +39,11 @@ public:
       tcp_ = std::make_unique<TcpStore>(place.host, place.port, place.rank, place.worldSize, options.timeout);
       store_ = tcp_.get();
     } else {
-      file_ = std::make_unique<FileStore>(options.fileStore);
+      // Every rank makes it where it does not exist yet (one of them first).
+      if (::mkdir(options.fileStore.c_str(), 0777) != 0 && errno != EEXIST)
+        throw Error(fmt::format("cannot make the file store's directory '{}': {}", options.fileStore,
+                                std::strerror(errno)));
+      guarded("Gloo's file store", [&] { file_ = std::make_unique<FileStore>(options.fileStore); });
       store_ = file_.get();
       if (file_->has(rankKey("joined", place.rank)))
         throw Error(fmt::format("the file store '{}' holds the keys of an earlier run: give each run an empty "
@@ -43,7 +51,7 @@ public:
                                 options.fileStore));
     }
     // Every rank is here before any computes: a missing one is said now, not at the first step.
-    set(rankKey("joined", place.rank), "");
+    set(rankKey("joined", place.rank), "here");
     std::vector<std::string> everyone;
     for (int rank = 0; rank < place.worldSize; ++rank) everyone.push_back(rankKey("joined", rank));
     guarded("joining the ranks", [&] { store_->wait(everyone, options.timeout); });
