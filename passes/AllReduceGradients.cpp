@@ -11,6 +11,7 @@
 // later read of a gradient (the updates, the global norm of clipping) reads the mean.
 #include "passes/Passes.h"
 
+#include "compiler/AttrPrinting.h"
 #include "compiler/TlDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -45,7 +46,8 @@ struct AllReduceGradientsPass : impl::TlAllReduceGradientsBase<AllReduceGradient
       return signalPassFailure();
     }
     if (!(bucketMib > 0) || !std::isfinite(bucketMib)) {
-      func.emitError("tl-all-reduce-gradients: bucket-mib = ") << bucketMib << " must be a positive number of MiB";
+      func.emitError("tl-all-reduce-gradients: bucket-mib = ") << shortestFloat(bucketMib)
+                                                               << " must be a positive number of MiB";
       return signalPassFailure();
     }
     mlir::Block &body = func.getBody().front();

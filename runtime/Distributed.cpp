@@ -1,6 +1,9 @@
 #include "runtime/Distributed.h"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -9,6 +12,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "runtime/Error.h"
@@ -122,6 +126,20 @@ JoinRanksFunction loadGlooPlugin() {
 
 std::shared_ptr<Communicator> joinRanks(const RendezvousOptions &options) {
   return std::shared_ptr<Communicator>(loadGlooPlugin()(options));
+}
+
+int unusedPort() {
+  int socket = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  bool found = socket >= 0 && ::bind(socket, reinterpret_cast<sockaddr *>(&address), sizeof address) == 0 &&
+               ::getsockname(socket, reinterpret_cast<sockaddr *>(&address), &length) == 0;
+  std::string why = std::strerror(errno);
+  if (socket >= 0) ::close(socket);
+  if (!found) throw Error(fmt::format("no free TCP port for the rendezvous store: {}", why));
+  return ntohs(address.sin_port);
 }
 
 void announceFailure(Communicator &ranks, const std::string &why) {

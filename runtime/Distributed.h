@@ -78,6 +78,9 @@ public:
 // what to install) or a rank does not come within the timeout.
 std::shared_ptr<Communicator> joinRanks(const RendezvousOptions &options);
 
+// A TCP port of this machine that no one listens on now (for rank 0's store).
+int unusedPort();
+
 // ---- Failures: every rank learns which rank stopped, and why ------------------------
 
 // Tells the other ranks this one stopped, and why (before it exits with the error).

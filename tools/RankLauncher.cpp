@@ -1,16 +1,14 @@
 #include "tools/RankLauncher.h"
 
+#include "runtime/Distributed.h"
 #include "runtime/Error.h"
 
 #include <fmt/format.h>
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,20 +22,6 @@
 
 namespace tlc {
 namespace {
-
-// A port no one listens on now, for rank 0's store (MASTER_PORT, where set, wins).
-int freePort() {
-  int socket = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (socket < 0 || ::bind(socket, reinterpret_cast<sockaddr *>(&address), sizeof address) != 0 ||
-      ::getsockname(socket, reinterpret_cast<sockaddr *>(&address), &length) != 0)
-    throw Error(fmt::format("tlc train --nproc: no free port for the rendezvous store: {}", std::strerror(errno)));
-  ::close(socket);
-  return ntohs(address.sin_port);
-}
 
 // One rank's child process and the pipes its output comes back on.
 struct Rank {
@@ -124,7 +108,7 @@ std::vector<std::string> withoutNproc(int argc, char **argv) {
 int launchRanks(const std::vector<std::string> &arguments, int ranks, std::chrono::seconds grace) {
   const char *givenHost = std::getenv("MASTER_ADDR"), *givenPort = std::getenv("MASTER_PORT");
   std::string host = givenHost && *givenHost ? givenHost : "127.0.0.1";
-  int port = givenPort && *givenPort ? std::atoi(givenPort) : freePort();
+  int port = givenPort && *givenPort ? std::atoi(givenPort) : unusedPort();
   std::vector<Rank> children(static_cast<size_t>(ranks));
   std::string pids;
   for (int r = 0; r < ranks; ++r) {
