@@ -523,10 +523,11 @@ private:
 
   // ---- The all-reduces of several ranks ------------------------------------------------
 
-  // NCCL (RCCL) among the ranks, once, where the Program averages gradients over them.
+  // NCCL (RCCL) among the ranks, once, where the Program averages gradients over them
+  // (in a world of one too, where its mean is each value itself: what a test on one GPU runs).
   void openCollectives() {
     bool averages = std::any_of(program_.kernels.begin(), program_.kernels.end(), isCollective);
-    if (!averages || !options_.ranks || options_.ranks->worldSize() < 2 || collectives_) return;
+    if (!averages || !options_.ranks || collectives_) return;
     collectives_ = std::make_unique<DeviceCollectives>(device_->vendor(), *options_.ranks);
     if (options_.overlapCollectives) collectiveStream_ = device_->createStream();
     report_.collectives = collectives_->describe() + (options_.overlapCollectives
@@ -599,8 +600,9 @@ private:
                           std::chrono::duration_cast<std::chrono::seconds>(options_.ranks->timeout()).count());
       if (!why.empty()) {
         collectives_->abort();
-        loaded_ = false;  // its kernels may never finish: nothing waits for them again
-        throw Error(fmt::format("{} backend: the step's all-reduces stopped: {}", device_->vendor(), why));
+        loaded_ = false;
+        abandoned_ = true;
+        failBecauseOfPeer(*options_.ranks, fmt::format("{} backend: the step's all-reduces", device_->vendor()), why);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -694,7 +696,9 @@ private:
   }
 
   void freeAll() {
-    if (!device_) return;
+    // After an abort the GPU may still run the aborted all-reduce: freeing what it uses
+    // would wait for it. The process is ending; the driver takes it all back.
+    if (!device_ || abandoned_) return;
     // A forward on device pointers returns before the GPU is done with these buffers.
     if (loaded_) device_->synchronize();
     parameters_.reset();
@@ -761,6 +765,7 @@ private:
   std::vector<std::pair<DeviceObject, DeviceObject>> bucketEvents_;
   std::vector<int> pendingBuckets_;
   int64_t eagerSteps_ = 0;  // runs launched one by one (not replayed)
+  bool abandoned_ = false;  // a step's all-reduces were aborted: nothing waits for the GPU again
   std::unique_ptr<GpuParameters> parameters_;  // training: masters, moments, the optimizer's table
   int64_t optimizerStep_ = 0;                  // training: updates applied so far
 };

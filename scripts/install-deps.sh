@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tlc builds against (Debian 12 packages): MLIR/LLVM 19, fmt, GoogleTest,
-# nlohmann-json and the HIP headers with hipRTC; Graphviz's library, which lays out tlc
+# nlohmann-json, the HIP headers with hipRTC, Gloo (the ranks of tlc train --nproc meet and
+# average CPU gradients through it: docs/distributed.md); Graphviz's library, which lays out tlc
 # report's graphs, and Chromium (with a font) that the report's test opens it in; and
 # clang 19 with its sanitizers and libFuzzer for the hostile-input check
 # (scripts/sanitize-and-fuzz.sh). Needs root (or sudo).

@@ -27,7 +27,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def read_until(streams, pattern, timeout=120):
+def read_until(streams, pattern, timeout=600):
     """Reads the streams until one line matches; returns the match and what was read."""
     selector = selectors.DefaultSelector()
     for stream in streams:
