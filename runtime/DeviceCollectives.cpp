@@ -4,7 +4,11 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "runtime/Error.h"
 
@@ -12,11 +16,6 @@ namespace tlc {
 namespace {
 
 using Handle = void *;
-
-// nccl.h's ncclUniqueId: 128 opaque bytes that locate rank 0's bootstrap.
-struct NcclUniqueId {
-  char internal[128];
-};
 
 // nccl.h's enums, as NCCL and RCCL both number them.
 constexpr int kNcclFloat32 = 7, kNcclBfloat16 = 9;
@@ -41,8 +40,14 @@ Flavor flavorOf(const std::string &vendor) {
 
 } // namespace
 
+// nccl.h's ncclUniqueId: 128 opaque bytes that locate rank 0's bootstrap.
+struct DeviceCollectives::UniqueId {
+  char internal[128];
+};
+
 // The library's entry points, one slot per row of runtime/NcclCalls.def.
 struct DeviceCollectives::Library {
+  using NcclUniqueId = UniqueId;
   void *handle = nullptr;
   Flavor flavor;
 #define TLC_NCCL_CALL(slot, result, parameters, name, need) result(*slot) parameters = nullptr;
@@ -73,7 +78,8 @@ struct DeviceCollectives::Library {
   }
 };
 
-DeviceCollectives::DeviceCollectives(const std::string &vendor, Communicator &ranks)
+DeviceCollectives::DeviceCollectives(const std::string &vendor, Communicator &ranks,
+                                     const OnDevice &onDevice)
     : library_(std::make_unique<Library>(vendor)) {
   Library &nccl = *library_;
   int version = 0;
@@ -82,7 +88,7 @@ DeviceCollectives::DeviceCollectives(const std::string &vendor, Communicator &ra
   name_ = fmt::format("{} {}.{}.{}", nccl.flavor.name, version / 10000, version / 100 % 100, version % 100);
   if (version < kFirstWithAverage)
     throw Error(fmt::format("{} is too old: averaging over the ranks (ncclAvg) needs 2.10 or later", name_));
-  NcclUniqueId id{};
+  UniqueId id{};
   const std::string key = "tlc.nccl.unique-id";
   if (ranks.rank() == 0) {
     if (int status = nccl.getUniqueId(&id))
@@ -94,10 +100,59 @@ DeviceCollectives::DeviceCollectives(const std::string &vendor, Communicator &ra
       throw Error(fmt::format("{}: rank 0's unique id has {} bytes, not {}", name_, bytes.size(), sizeof id.internal));
     std::memcpy(id.internal, bytes.data(), sizeof id.internal);
   }
-  if (int status = nccl.commInitRank(&communicator_, ranks.worldSize(), id, ranks.rank()))
-    throw Error(fmt::format("{}: ncclCommInitRank (rank {} of {}) failed: {}{}", name_, ranks.rank(),
-                            ranks.worldSize(), nccl.errorString(status),
-                            nccl.lastError ? fmt::format(" ({})", nccl.lastError(nullptr)) : std::string()));
+  initialize(ranks, id, onDevice);
+}
+
+// ncclCommInitRank waits until every rank has called it: on a thread of its own (on the
+// device), watched as a step is, so a rank that never comes is named, not waited for.
+void DeviceCollectives::initialize(Communicator &ranks, const UniqueId &id, const OnDevice &onDevice) {
+  struct Init {
+    std::mutex mutex;
+    std::condition_variable finished;
+    bool done = false;
+    int status = 0;
+    std::string failed;
+    Handle communicator = nullptr;
+  };
+  auto init = std::make_shared<Init>();
+  Library *nccl = library_.get();
+  int worldSize = ranks.worldSize(), rank = ranks.rank();
+  std::thread([init, nccl, id, worldSize, rank, onDevice] {
+    Handle communicator = nullptr;
+    int status = 0;
+    std::string failed;
+    try {
+      status = onDevice([&] { return nccl->commInitRank(&communicator, worldSize, id, rank); });
+    } catch (const std::exception &error) {  // the device could not be made current there
+      failed = error.what();
+    }
+    std::lock_guard<std::mutex> lock(init->mutex);
+    init->failed = failed;
+    init->status = status;
+    init->communicator = communicator;
+    init->done = true;
+    init->finished.notify_all();
+  }).detach();  // left behind only when this rank gives up on it, as the process ends
+  auto deadline = std::chrono::steady_clock::now() + ranks.timeout();
+  std::unique_lock<std::mutex> lock(init->mutex);
+  while (!init->finished.wait_for(lock, std::chrono::milliseconds(200), [&] { return init->done; })) {
+    lock.unlock();
+    std::string stopped = stoppedRanks(ranks);
+    lock.lock();
+    if (!stopped.empty())
+      throw Error(fmt::format("{}: setting up the ranks' communicator stopped because another rank did: {}", name_,
+                              stopped));
+    if (std::chrono::steady_clock::now() > deadline)
+      throw Error(fmt::format("{}: the ranks' communicator was not set up within {} s (--dist-timeout): a rank did "
+                              "not come",
+                              name_, std::chrono::duration_cast<std::chrono::seconds>(ranks.timeout()).count()));
+  }
+  if (!init->failed.empty()) throw Error(fmt::format("{}: setting up the ranks' communicator: {}", name_, init->failed));
+  if (init->status)
+    throw Error(fmt::format("{}: ncclCommInitRank (rank {} of {}) failed: {}{}", name_, rank, worldSize,
+                            library_->errorString(init->status),
+                            library_->lastError ? fmt::format(" ({})", library_->lastError(nullptr)) : std::string()));
+  communicator_ = init->communicator;
 }
 
 DeviceCollectives::~DeviceCollectives() {

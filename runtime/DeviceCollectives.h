@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,11 +18,13 @@ namespace tlc {
 
 class DeviceCollectives {
 public:
+  // Runs a call with the device current on the calling thread (and as it was after).
+  using OnDevice = std::function<int(const std::function<int()> &)>;
   // Loads `vendor`'s library ("cuda": libnccl.so.2, "hip": librccl.so.1) and makes the
-  // communicator of `ranks` on the device current on the calling thread. Throws
-  // tlc::Error saying what to install (or put on LD_LIBRARY_PATH) when the library is
-  // missing, and naming the call that failed otherwise.
-  DeviceCollectives(const std::string &vendor, Communicator &ranks);
+  // communicator of `ranks` on the device, through `onDevice` on a thread of its own. Throws tlc::Error saying what to install (or put on LD_LIBRARY_PATH) when the
+  // library is missing, naming a rank that stopped or did not come within the ranks'
+  // timeout, or the call that failed.
+  DeviceCollectives(const std::string &vendor, Communicator &ranks, const OnDevice &onDevice);
   ~DeviceCollectives();
   DeviceCollectives(const DeviceCollectives &) = delete;
   DeviceCollectives &operator=(const DeviceCollectives &) = delete;
@@ -44,6 +47,8 @@ public:
 
 private:
   struct Library;
+  struct UniqueId;
+  void initialize(Communicator &ranks, const UniqueId &id, const OnDevice &onDevice);
   std::unique_ptr<Library> library_;
   void *communicator_ = nullptr;
   std::string name_;

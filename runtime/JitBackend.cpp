@@ -528,7 +528,11 @@ private:
   void openCollectives() {
     bool averages = std::any_of(program_.kernels.begin(), program_.kernels.end(), isCollective);
     if (!averages || !options_.ranks || collectives_) return;
-    collectives_ = std::make_unique<DeviceCollectives>(device_->vendor(), *options_.ranks);
+    collectives_ = std::make_unique<DeviceCollectives>(device_->vendor(), *options_.ranks,
+                                                       [device = device_.get()](const std::function<int()> &call) {
+                                                         CurrentDevice current(*device);
+                                                         return call();
+                                                       });
     if (options_.overlapCollectives) collectiveStream_ = device_->createStream();
     report_.collectives = collectives_->describe() + (options_.overlapCollectives
                                                           ? ", on a stream of its own beside the backward's kernels"
