@@ -12,8 +12,9 @@
 #   scripts/gpu-distributed.sh --bundle DIR [build-dir]   (here, where tlc was built)
 #       copies tlc, its Gloo plugin libtlc-gloo.so and Gloo's libraries (libgloo.so.0 and
 #       what it needs beyond the C and C++ libraries) into DIR, to carry to the GPU machine
-#   scripts/gpu-distributed.sh DIR [steps]                (on the GPU machine, in the repository)
-#       steps: comma-separated parity,kill,bench (default all three)
+#   scripts/gpu-distributed.sh DIR [steps [scaling.py's flags...]]   (on the GPU machine, in the repository)
+#       steps: comma-separated parity,kill,bench (default all three); flags after them go to
+#       bench/scaling.py (e.g. --configs workshop --steps 20)
 set -u
 if [ "${1:-}" = "--bundle" ]; then
   DIR=${2:?--bundle DIR}
@@ -27,6 +28,7 @@ if [ "${1:-}" = "--bundle" ]; then
 fi
 DIR=$(cd "${1:?usage: scripts/gpu-distributed.sh DIR [parity,kill,bench]}" && pwd)
 STEPS=${2:-parity,kill,bench}
+shift $(( $# < 2 ? $# : 2 ))
 TLC=$DIR/tlc
 RESULTS=${OUT:-$PWD/gpu-distributed-out}
 mkdir -p "$RESULTS"
@@ -42,7 +44,7 @@ note() { echo "$*" | tee -a "$summary"; }
 NCCL_DIR=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
 export LD_LIBRARY_PATH=$DIR${NCCL_DIR:+:$NCCL_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0
-export TLC_CACHE_DIR=${TLC_CACHE_DIR:-$(mktemp -d /tmp/tlc-cache.XXXXXX)}
+export TLC_CACHE_DIR=${TLC_CACHE_DIR:-/tmp/tlc-cache-distributed}  # kept between calls on one machine
 GPUS=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 note "device: $GPUS x $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 note "NCCL: ${NCCL_DIR:-the system library}; tlc: $TLC"
@@ -90,7 +92,7 @@ fi
 
 if want bench; then
   cp bench/RESULTS.md "$LOGS/RESULTS.before.md"
-  python3 bench/scaling.py --tlc "$TLC" > "$LOGS/scaling.txt" 2>&1
+  python3 bench/scaling.py --tlc "$TLC" "$@" > "$LOGS/scaling.txt" 2>&1
   note "bench/scaling.py: rc=$?"
   diff "$LOGS/RESULTS.before.md" bench/RESULTS.md | sed -n 's/^> //p' > "$RESULTS/RESULTS-new.md"
   grep -E '^\|' "$RESULTS/RESULTS-new.md" | tee -a "$summary"
