@@ -148,6 +148,13 @@ private:
         return;
       }
       if (polled[0].revents) return;
+      // The connections polled, backwards, so a closed one can be erased in place; then a new one.
+      for (size_t i = polled.size() - 2; i-- > 0;)
+        if (polled[i + 2].revents && !receive(connections_[i])) {
+          closed(connections_[i]);
+          ::close(connections_[i].socket);
+          connections_.erase(connections_.begin() + ptrdiff_t(i));
+        }
       if (polled[1].revents & POLLIN) {
         int socket = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
         if (socket >= 0) {
@@ -156,13 +163,6 @@ private:
           connections_.push_back({socket, "", -1, false});
         }
       }
-      // Backwards, so a closed connection can be erased in place.
-      for (size_t i = connections_.size(); i-- > 0;)
-        if (polled[i + 2].revents && !receive(connections_[i])) {
-          closed(connections_[i]);
-          ::close(connections_[i].socket);
-          connections_.erase(connections_.begin() + ptrdiff_t(i));
-        }
     }
   }
 
