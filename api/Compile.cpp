@@ -84,6 +84,7 @@ static PipelineOptions pipelineOptions(const CompileOptions &options, const Adam
   pipeline.autodiff = {training->learningRate, training->beta1,       training->beta2,
                        training->eps,          training->weightDecay, training->maxGradNorm};
   pipeline.fuseNormGrad = options.fuseNormGrad;
+  if (options.allReduceBucketMib > 0) pipeline.allReduce = tl::TlAllReduceGradientsOptions{options.allReduceBucketMib};
   return pipeline;
 }
 

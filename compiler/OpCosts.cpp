@@ -131,6 +131,14 @@ Flops GlobalNormOp::flops() {
     if (total) total = tlc::checkedAdd(*total, 2 * elements(input));
   return total;
 }
+// The mean over the ranks: an add an element from each other rank and a division; the
+// ranks are known only at run time, so one operation an element is counted.
+Flops AllReduceOp::flops() {
+  Flops total = 0;
+  for (mlir::Value input : getInputs())
+    if (total) total = tlc::checkedAdd(*total, elements(input));
+  return total;
+}
 // moments, bias corrections, square root, decay and step: about 12 an element
 Flops AdamWOp::flops() { return product({12, elements(getGrad())}); }
 

@@ -22,6 +22,7 @@
 #include <fmt/ranges.h>
 
 #include <map>
+#include <set>
 
 namespace tlc {
 namespace {
@@ -137,7 +138,9 @@ public:
       if (auto ret = llvm::dyn_cast<mlir::func::ReturnOp>(op)) {
         for (mlir::Value out : ret.getOperands()) {
           if (program.storageOf(ids.lookup(out)).storage == Storage::State) continue;  // the caches stay
-          Value &value = program.values[ids.lookup(out)];
+          int id = ids.lookup(out);
+          if (reducedInPlace.count(id)) id = program.storageOf(id).id;  // the loss, averaged where it lies
+          Value &value = program.values[id];
           if (value.storage != Storage::Activation)
             return op.emitError("a returned value must be computed by a kernel");
           value.storage = Storage::Output;
@@ -234,6 +237,7 @@ private:
 
     if (auto block = llvm::dyn_cast<tl::BlockOp>(op)) return lowerBlock(block);
     if (auto update = llvm::dyn_cast<tl::AdamWOp>(op)) return lowerUpdate(update);
+    if (auto reduce = llvm::dyn_cast<tl::AllReduceOp>(op)) return lowerAllReduce(reduce);
 
     Kernel kernel;
     kernel.layer = layers.lookup(op);
@@ -302,6 +306,31 @@ private:
     addOrigins(kernel, update.getLoc());
     if (mlir::failed(emitOp(update, kernel))) return mlir::failure();
     kernel.name = fmt::format("tl_adamw_{}_{}_tensors", dtypeName(program.dtype), kernel.ops.size());
+    return mlir::success();
+  }
+
+  // A bucket's mean over the ranks, computed where its operands lie: each result is a
+  // view of its operand, so what reads it after reads the mean.
+  mlir::LogicalResult lowerAllReduce(tl::AllReduceOp reduce) {
+    Kernel kernel;
+    kernel.layer = -1;
+    OpRecord record = makeRecord(reduce);
+    for (auto [input, result] : llvm::zip(reduce.getInputs(), reduce.getResults())) {
+      int operand = ids.lookup(input);
+      addInput(kernel, operand);
+      record.operands.push_back(operand);
+      int id = addValue(result, Storage::View);
+      program.values[size_t(id)].viewOf = program.storageOf(operand).id;
+      record.results.push_back(id);
+      kernel.outputs.push_back(id);
+      reducedInPlace.insert(id);
+    }
+    addOrigins(kernel, reduce.getLoc());
+    kernel.flops = countFlops(reduce);
+    kernel.name = fmt::format("tl_all_reduce_{}_{}_tensors", dtypeName(program.dtype), record.operands.size());
+    kernel.ops.push_back(std::move(record));
+    program.kernels.push_back(std::move(kernel));
+    roots.push_back({reduce, nullptr, false});
     return mlir::success();
   }
 
@@ -501,6 +530,7 @@ private:
   llvm::DenseMap<mlir::Value, std::vector<std::string>> weightKeys;  // checkpoint keys behind a weight value
   llvm::DenseMap<mlir::Value, std::string> columnScaleKeys;         // and the parameter scaling its columns
   std::map<int, int> producer;  // value id -> index of the kernel that writes it
+  std::set<int> reducedInPlace;  // the results of all_reduce ops: views of their operands
   llvm::DenseMap<int, llvm::SmallVector<mlir::Location>> viewLocations;  // a View's ops (through views of views)
   llvm::DenseSet<mlir::Location> claimedViews;                           // those a kernel has taken
   std::map<std::pair<unsigned, unsigned>, int> sourceIndex;              // (line, column) -> Program::sourceOps

@@ -21,6 +21,10 @@ class VjpBuilder;  // compiler/Vjp.h
 struct ParametersResource : mlir::SideEffects::Resource::Base<ParametersResource> {
   llvm::StringRef getName() final { return "tl.parameters"; }
 };
+// The other ranks of a data-parallel run: what tl.all_reduce exchanges with.
+struct RanksResource : mlir::SideEffects::Resource::Base<RanksResource> {
+  llvm::StringRef getName() final { return "tl.ranks"; }
+};
 } // namespace tl
 
 #include "compiler/TlInterfaces.h.inc"

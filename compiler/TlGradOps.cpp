@@ -27,6 +27,7 @@ TL_COMPATIBLE_RETURN_TYPES(FlashAttentionGradOp)
 TL_COMPATIBLE_RETURN_TYPES(ConcatGradOp)
 TL_COMPATIBLE_RETURN_TYPES(SplitGradOp)
 TL_COMPATIBLE_RETURN_TYPES(GlobalNormOp)
+TL_COMPATIBLE_RETURN_TYPES(AllReduceOp)
 #undef TL_COMPATIBLE_RETURN_TYPES
 
 // A cotangent has its primal's type: `grad` must match `primal` in element type and shape.
@@ -187,6 +188,15 @@ LogicalResult GlobalNormOp::inferReturnTypes(MLIRContext *context, std::optional
                                              SmallVectorImpl<Type> &inferred) {
   if (adaptor.getInputs().empty()) return emitOptionalError(loc, "global_norm needs at least one input");
   inferred.push_back(RankedTensorType::get({}, Float32Type::get(context)));
+  return success();
+}
+
+LogicalResult AllReduceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  if (adaptor.getInputs().empty()) return emitOptionalError(loc, "all_reduce needs at least one input");
+  if (adaptor.getBucketAttr().getInt() < 0)
+    return emitOptionalError(loc, "all_reduce bucket must be 0 or more, got ", adaptor.getBucketAttr().getInt());
+  for (Value input : adaptor.getInputs()) inferred.push_back(input.getType());
   return success();
 }
 

@@ -184,6 +184,27 @@ def Tl_GlobalNormOp : Tl_InferredOp<"global_norm"> {
   let results = (outs TensorRankOf<[F32], [0]>:$result);
 }
 
+// The other ranks of a data-parallel run, as state the op exchanges with: what
+// tl.all_reduce reads and writes, so no pass reorders, merges or drops one.
+def Tl_RanksResource : Resource<"::tl::RanksResource">;
+
+def Tl_AllReduceOp : Tl_Op<"all_reduce", [MemoryEffects<[MemRead<Tl_RanksResource>, MemWrite<Tl_RanksResource>]>,
+                                          InferTypeOpAdaptorWithIsCompatible]> {
+  let summary = "each operand averaged over every rank of a data-parallel run (one bucket of gradients)";
+  let description = [{
+    Data parallelism (tl-all-reduce-gradients): every rank runs the step on its own
+    share of the global batch, and each of its gradients, and the loss, becomes the
+    mean of that value over the ranks: what one process computes on the whole global
+    batch, whose loss is the mean over all of its tokens. The runtime reduces the
+    operands of one op together (a bucket: NCCL or RCCL on a GPU, Gloo on the CPU), in
+    place, as soon as the op is reached, so the rest of the backward overlaps the
+    exchange. On one process it is the identity. `bucket` numbers the op in the step.
+  }];
+  let arguments = (ins Variadic<Tl_FloatTensor>:$inputs, I64Attr:$bucket);
+  let results = (outs Variadic<Tl_FloatTensor>:$results);
+  let assemblyFormat = "operands `` custom<TlAttrs>(attr-dict) `:` functional-type(operands, results)";
+}
+
 // The parameters as state of the runtime: tl.weight reads a parameter's value at the
 // start of the step; tl.adamw writes the next step's, after every read.
 def Tl_ParametersResource : Resource<"::tl::ParametersResource">;

@@ -172,4 +172,24 @@ def TlAutodiff : Pass<"tl-autodiff", "mlir::ModuleOp"> {
   let dependentDialects = ["tl::TlDialect"];
 }
 
+def TlAllReduceGradients : Pass<"tl-all-reduce-gradients", "mlir::ModuleOp"> {
+  let summary = "Data parallelism: the gradients averaged over the ranks in buckets, each as soon as it is final";
+  let description = [{
+    Runs last on a training step of several ranks (tlc train --nproc, torchrun):
+    every rank runs @train_step on its own share of the global batch, and AdamW must
+    read what one process would compute on the whole batch, the mean of each
+    gradient over the ranks. The gradients are grouped in the order the backward
+    finishes them (the last layers' first) into buckets of about `bucket-mib` MiB;
+    each bucket becomes one tl.all_reduce placed right after its last gradient is
+    computed, so its exchange runs while the backward goes on, and the updates (and
+    the global norm clipping reads, which is then the whole batch's) read its results.
+    The loss joins the first bucket: the step returns the global batch's mean loss.
+  }];
+  let options = [
+    Option<"bucketMib", "bucket-mib", "double", "25",
+           "the gradients of a bucket, in MiB: a bucket closes once it holds this much">,
+  ];
+  let dependentDialects = ["tl::TlDialect"];
+}
+
 #endif // TL_PASSES_TD

@@ -65,6 +65,7 @@ static void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &option
   if (options.mode != PipelineMode::TrainStep) return;
   pm.addPass(std::move(autodiff));
   buildBackwardPipeline(pm, options.level, options.fuseNormGrad);
+  if (options.allReduce) pm.addPass(tl::createTlAllReduceGradients(*options.allReduce));
 }
 
 void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &options) {
@@ -94,7 +95,8 @@ std::string describePipeline(mlir::OpPassManager &pm) {
         llvm::StringRef name = pass.getArgument();
         static const std::string configuredByTheRun[] = {tl::createTlSpecialize()->getArgument().str(),
                                                          tl::createTlAutodiff()->getArgument().str(),
-                                                         tl::createTlKvCache()->getArgument().str()};
+                                                         tl::createTlKvCache()->getArgument().str(),
+                                                         tl::createTlAllReduceGradients()->getArgument().str()};
         if (llvm::is_contained(configuredByTheRun, name)) pass.printAsTextualPipeline(os);
         else os << name;
       },

@@ -27,6 +27,8 @@ struct PipelineOptions {
   tl::TlAutodiffOptions autodiff;                     // TrainStep: the optimizer tl-autodiff appends
   tl::TlKvCacheOptions kvCache;                       // Generate: the cache tl-kv-cache builds
   bool fuseNormGrad = true;                           // TrainStep at O2+: the norms' backward in the dX GEMMs
+  // TrainStep of several ranks: the gradients averaged over them in buckets, last
+  std::optional<tl::TlAllReduceGradientsOptions> allReduce;
 };
 
 // Adds the pipeline's passes to a module pass manager.

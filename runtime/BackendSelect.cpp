@@ -60,10 +60,16 @@ std::unique_ptr<GpuDevice> openDeviceFor(const BackendOptions &options) {
   throw Error(fmt::format("--target={}: no device: {}", wanted, wanted == "cuda" ? whyCuda : whyHip));
 }
 
-std::unique_ptr<Backend> createBackend(const BackendOptions &options) {
+std::unique_ptr<Backend> createBackend(const BackendOptions &options) { return createBackend(options, nullptr); }
+
+std::unique_ptr<Backend> createBackend(const BackendOptions &options, std::shared_ptr<Communicator> ranks,
+                                       bool overlapCollectives) {
   std::unique_ptr<GpuDevice> device = openDeviceFor(options);
-  if (device) return createGpuBackend(std::move(device), gpuOptionsFor(options));
-  return createCpuBackend(options.cpuThreads, options.cpuSchedule);
+  if (!device) return createCpuBackend(options.cpuThreads, options.cpuSchedule, ranks);
+  GpuOptions gpu = gpuOptionsFor(options);
+  gpu.ranks = ranks;
+  gpu.overlapCollectives = overlapCollectives;
+  return createGpuBackend(std::move(device), gpu);
 }
 
 } // namespace tlc

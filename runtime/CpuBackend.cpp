@@ -29,6 +29,7 @@
 #include "runtime/CpuOps.h"
 #include "runtime/CpuState.h"
 #include "runtime/Checked.h"
+#include "runtime/Distributed.h"
 #include "runtime/Error.h"
 #include "runtime/FiniteResults.h"
 #include "runtime/MasterWeights.h"
@@ -36,6 +37,7 @@
 #include "runtime/MemoryPlanner.h"
 #include "runtime/PersistentRun.h"
 #include "runtime/ThreadPool.h"
+#include "runtime/Tensor.h"
 #include "runtime/WeightContents.h"
 
 namespace tlc {
@@ -48,8 +50,10 @@ double millisecondsSince(std::chrono::steady_clock::time_point start) {
 
 class CpuBackend : public Backend {
 public:
-  CpuBackend(int threads, const PersistentSchedule &schedule, std::shared_ptr<CpuState> state = nullptr)
-      : pool_(threads), schedule_(schedule), state_(state ? std::move(state) : std::make_shared<CpuState>()) {}
+  CpuBackend(int threads, const PersistentSchedule &schedule, std::shared_ptr<CpuState> state = nullptr,
+             std::shared_ptr<Communicator> ranks = nullptr)
+      : pool_(threads), schedule_(schedule), state_(state ? std::move(state) : std::make_shared<CpuState>()),
+        ranks_(std::move(ranks)) {}
 
   std::string name() const override { return "cpu"; }
 
@@ -439,6 +443,27 @@ private:
     }
   }
 
+  // An all_reduce's results (each its operand, as a world of one computes it), averaged
+  // over the ranks in one exchange.
+  void averageOverRanks(const std::vector<cpu::OpOutput> &results) {
+    if (!ranks_ || ranks_->worldSize() < 2) return;
+    std::vector<float> packed;
+    for (const cpu::OpOutput &result : results)
+      packed.insert(packed.end(), result.data, result.data + Tensor::elementsOf(result.shape));
+    try {
+      ranks_->allReduceMean(packed.data(), packed.size());
+    } catch (const Error &error) {
+      failBecauseOfPeer(*ranks_, fmt::format("kernel '{}' (the gradients' all-reduce)", currentKernel_->name),
+                        error.what());
+    }
+    const float *next = packed.data();
+    for (const cpu::OpOutput &result : results) {
+      size_t count = size_t(Tensor::elementsOf(result.shape));
+      std::copy(next, next + count, result.data);
+      next += count;
+    }
+  }
+
   void runKernel(const Kernel &kernel) {
     if (!kernel.parts.empty()) return runPersistent(kernel);
     currentKernel_ = &kernel;
@@ -458,6 +483,7 @@ private:
         outputs.push_back(
             {program_.value(op.results[i]).shape, resultBuffer(op.results[i], resultScratch[i])});
       cpu::runOp(op, inputs, outputs, pool_, kernel.name);
+      if (op.op == "all_reduce") averageOverRanks(outputs);
       for (size_t i = 0; i < op.results.size(); ++i) storeResult(op.results[i], resultScratch[i]);
       if (locating_ && firstNonFinite_.empty()) findNonFinite(kernel, op);
     }
@@ -509,6 +535,7 @@ private:
   ThreadPool pool_;
   PersistentSchedule schedule_;
   std::shared_ptr<CpuState> state_;  // State values by name (the KV cache), kept between runs
+  std::shared_ptr<Communicator> ranks_;  // a data-parallel run's ranks; null: one process
   Program program_;
   bool loaded_ = false;
   std::vector<std::byte> arena_;
@@ -528,15 +555,20 @@ private:
 } // namespace
 
 std::unique_ptr<Backend> createCpuBackend(int threads, const PersistentSchedule &schedule) {
-  try {
-    return std::make_unique<CpuBackend>(threads, schedule);
-  } catch (const Error &error) {
-    throw Error(fmt::format("cpu backend (--cpu-threads={}): {}", threads, error.what()));
-  }
+  return createCpuBackend(threads, schedule, nullptr);
 }
 
 std::unique_ptr<Backend> createCpuBackend(int threads, std::shared_ptr<CpuState> state) {
   return std::make_unique<CpuBackend>(threads, PersistentSchedule{}, std::move(state));
+}
+
+std::unique_ptr<Backend> createCpuBackend(int threads, const PersistentSchedule &schedule,
+                                          std::shared_ptr<Communicator> ranks) {
+  try {
+    return std::make_unique<CpuBackend>(threads, schedule, nullptr, std::move(ranks));
+  } catch (const Error &error) {
+    throw Error(fmt::format("cpu backend (--cpu-threads={}): {}", threads, error.what()));
+  }
 }
 
 std::string locateNonFinite(const Program &program, const Weights &weights, const std::vector<int32_t> &tokenIds,
@@ -560,12 +592,16 @@ void checkTokenIds(const Program &program, const std::vector<int32_t> &tokenIds)
 }
 
 std::vector<int32_t> randomTokenIds(const Program &program, uint64_t seed) {
+  return randomTokenIds(size_t(program.batch * program.seqLen), program.vocab, seed);
+}
+
+std::vector<int32_t> randomTokenIds(size_t count, int64_t vocab, uint64_t seed) {
   std::mt19937_64 generator(seed);
-  std::vector<int32_t> ids(size_t(program.batch * program.seqLen));
+  std::vector<int32_t> ids(count);
   // Multiply-high maps 64 random bits onto [0, vocab) the same way on every platform
   // (std::uniform_int_distribution does not).
   for (int32_t &id : ids)
-    id = int32_t((unsigned __int128)generator() * uint64_t(program.vocab) >> 64);
+    id = int32_t((unsigned __int128)generator() * uint64_t(vocab) >> 64);
   return ids;
 }
 

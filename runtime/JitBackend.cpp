@@ -7,14 +7,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <thread>
 
 #include "runtime/CallerBuffers.h"
+#include "runtime/DeviceCollectives.h"
+#include "runtime/Distributed.h"
 #include "runtime/Error.h"
 #include "runtime/GpuParameters.h"
 #include "runtime/MasterWeights.h"
@@ -187,6 +192,9 @@ public:
       CurrentDevice current(*device_);
       freeAll();
       callerBuffers_.reset();
+      bucketEvents_.clear();
+      collectiveStream_.reset();
+      collectives_.reset();
     } catch (...) { // a destructor must not throw: the driver may already be gone
     }
   }
@@ -201,7 +209,7 @@ public:
     program_ = program;
     planMemoryIfNeeded(program_);
     for (const Kernel &kernel : program_.kernels)
-      if (kernel.entry.empty() || kernel.source.empty())
+      if (!isCollective(kernel) && (kernel.entry.empty() || kernel.source.empty()))
         throw Error(fmt::format("{} backend: kernel '{}' has no GPU source; the Program must come from the HIP "
                                 "emitter (tlc does this; a program.json written by tlc --emit=program has it)",
                                 device_->vendor(), kernel.name));
@@ -220,6 +228,7 @@ public:
     };
     report_.persistentNote.clear();
     for (const Kernel &kernel : program_.kernels) {
+      if (isCollective(kernel)) continue;
       if (kernel.parts.empty() || persistentRunsHere(kernel)) compile(kernel);
       else
         for (const Kernel &part : kernel.parts) compile(part);
@@ -260,33 +269,22 @@ public:
 
     // Launches, in the shape the source's code path for this vendor wants.
     launches_.clear();
+    buckets_.clear();
+    openCollectives();
+    std::map<int, int> reducedBy;  // a value's bytes -> the bucket averaging them
+    std::set<int> joined;
     for (const Kernel &kernel : program_.kernels) {
-      if (!kernel.parts.empty() && functions.count(kernel.entry)) {
-        std::optional<Launch> persistent = persistentLaunch(kernel, functions.at(kernel.entry));
-        if (persistent) {
-          launches_.push_back(std::move(*persistent));
-          continue;
-        }
-        // Its workers do not all fit on the device at once: its parts as launches.
-        std::vector<JitSource> parts;
-        for (const Kernel &part : kernel.parts) parts.push_back({part.entry, part.source});
-        JitStats partStats;
-        std::vector<std::string> partBinaries = jitCompileAll(*compiler, parts, jit, &partStats);
-        report_.jit.compiled += partStats.compiled;
-        report_.jit.cached += partStats.cached;
-        for (size_t p = 0; p < parts.size(); ++p)
-          if (!functions.count(parts[p].entry)) {
-            modules_.push_back(device_->load(partBinaries[p], parts[p].entry));
-            functions[parts[p].entry] = modules_.back().function;
-          }
-      }
-      if (!kernel.parts.empty()) {
-        for (size_t p = 0; p < kernel.parts.size(); ++p)
-          launches_.push_back(kernelLaunch(kernel.parts[p], functions.at(kernel.parts[p].entry),
-                                           kernel.partWorkspaceOffsets[p], kernel.partSyncOffsets[p]));
+      if (isCollective(kernel)) {
+        if (std::optional<Launch> launch = collectiveLaunch(kernel, reducedBy)) launches_.push_back(std::move(*launch));
         continue;
       }
-      launches_.push_back(kernelLaunch(kernel, functions.at(kernel.entry), 0, 0));
+      size_t first = launches_.size();
+      addLaunches(kernel, functions, compiler.get(), jit);
+      // Its first launch waits for the all-reduces of what it reads.
+      for (int id : kernel.inputs)
+        if (auto bucket = reducedBy.find(program_.storageOf(id).id);
+            bucket != reducedBy.end() && collectiveStream_ && joined.insert(bucket->second).second)
+          launches_[first].joins.push_back(bucket->second);
     }
     if (generating()) launches_.push_back(samplerLaunch());
     for (Launch &launch : launches_)
@@ -302,6 +300,38 @@ public:
     size_t usedAfter = device_->usedBytes();
     report_.peakDeviceBytes = int64_t(usedAfter > usedBefore ? usedAfter - usedBefore : 0);
     loaded_ = true;
+  }
+
+  // A kernel's launches: one, or a persistent kernel's (one, or its parts' where its
+  // workers cannot all be resident).
+  void addLaunches(const Kernel &kernel, std::map<std::string, GpuDevice::Function> &functions,
+                   JitCompiler *compiler, const JitOptions &jit) {
+    if (!kernel.parts.empty() && functions.count(kernel.entry)) {
+      std::optional<Launch> persistent = persistentLaunch(kernel, functions.at(kernel.entry));
+      if (persistent) {
+        launches_.push_back(std::move(*persistent));
+        return;
+      }
+      // Its workers do not all fit on the device at once: its parts as launches.
+      std::vector<JitSource> parts;
+      for (const Kernel &part : kernel.parts) parts.push_back({part.entry, part.source});
+      JitStats partStats;
+      std::vector<std::string> partBinaries = jitCompileAll(*compiler, parts, jit, &partStats);
+      report_.jit.compiled += partStats.compiled;
+      report_.jit.cached += partStats.cached;
+      for (size_t p = 0; p < parts.size(); ++p)
+        if (!functions.count(parts[p].entry)) {
+          modules_.push_back(device_->load(partBinaries[p], parts[p].entry));
+          functions[parts[p].entry] = modules_.back().function;
+        }
+    }
+    if (!kernel.parts.empty()) {
+      for (size_t p = 0; p < kernel.parts.size(); ++p)
+        launches_.push_back(kernelLaunch(kernel.parts[p], functions.at(kernel.parts[p].entry),
+                                         kernel.partWorkspaceOffsets[p], kernel.partSyncOffsets[p]));
+      return;
+    }
+    launches_.push_back(kernelLaunch(kernel, functions.at(kernel.entry), 0, 0));
   }
 
   ForwardResult forward(const std::vector<int32_t> &tokenIds) override {
@@ -342,6 +372,7 @@ public:
     startRun(tokenIds);
     parameters_->setStep(optimizerStep_ + 1);
     enqueueLaunches(/*withUpdates=*/options.update);
+    if (collectives_) awaitStep();
 
     TrainStepResult result;
     if (options_.profile) {
@@ -530,6 +561,8 @@ private:
     int threads = 256;
     bool chained = false;
     bool updates = false;  // the optimizer: skipped by a training step that only wants gradients
+    int bucket = -1;       // an all-reduce among the ranks (buckets_), not a kernel
+    std::vector<int> joins;  // buckets whose all-reduce must be done before it starts
   };
 
   // A kernel's launch, its workspace and counters `workspaceOffset` bytes and `syncOffset`
@@ -667,11 +700,12 @@ private:
   // (or one by one where capture failed or is off). Without updates (a training step
   // asked for gradients only) the optimizer's launches are left out, one by one.
   void enqueueLaunches(bool withUpdates = true) {
+    pendingBuckets_.clear();
     if (options_.profile)
       while (profileEvents_.size() < launches_.size())
         profileEvents_.push_back({device_->createEvent(), device_->createEvent()});
-    else if (withUpdates && options_.graph && graphUsable_ && !graph_)
-      capture();
+    else if (withUpdates && options_.graph && graphUsable_ && !graph_ && (!collectives_ || eagerSteps_ > 0))
+      capture();  // NCCL connects its ranks at its first all-reduce: that step runs uncaptured
     device_->record(start_.get());
     if (options_.profile) {
       size_t timed = 0;
@@ -682,21 +716,117 @@ private:
         device_->record(profileEvents_[timed].second.get());
         ++timed;
       }
+      joinRemaining();
     } else if (graph_ && withUpdates) {
       device_->replay(graph_.get());
     } else {
       runAll(withUpdates);
+      ++eagerSteps_;
     }
     device_->record(end_.get());
   }
 
   void run(const Launch &launch) {
+    for (int bucket : launch.joins) join(bucket);
+    if (launch.bucket >= 0) return allReduce(launch.bucket);
     device_->launch(launch.function, launch.entry, launch.blocks, launch.threads, launch.sharedBytes,
                     const_cast<void **>(launch.args.data()), launch.chained);
   }
   void runAll(bool withUpdates = true) {
     for (const Launch &launch : launches_)
       if (withUpdates || !launch.updates) run(launch);
+    joinRemaining();
+  }
+
+  // ---- The all-reduces of several ranks ------------------------------------------------
+
+  // NCCL (RCCL) among the ranks, once, where the Program averages gradients over them
+  // (in a world of one too, where its mean is each value itself: what a test on one GPU runs).
+  void openCollectives() {
+    bool averages = std::any_of(program_.kernels.begin(), program_.kernels.end(), isCollective);
+    if (!averages || !options_.ranks || collectives_) return;
+    collectives_ = std::make_unique<DeviceCollectives>(device_->vendor(), *options_.ranks,
+                                                       [device = device_.get()](const std::function<int()> &call) {
+                                                         CurrentDevice current(*device);
+                                                         return call();
+                                                       });
+    if (options_.overlapCollectives) collectiveStream_ = device_->createStream();
+    report_.collectives = collectives_->describe() + (options_.overlapCollectives
+                                                          ? ", on a stream of its own beside the backward's kernels"
+                                                          : ", on the compute stream");
+  }
+
+  // A bucket's all-reduce, in place; none for one process (each value is its own mean).
+  std::optional<Launch> collectiveLaunch(const Kernel &kernel, std::map<int, int> &reducedBy) {
+    if (!collectives_) return std::nullopt;
+    const OpRecord &op = kernel.ops.front();
+    std::vector<DeviceCollectives::Buffer> bucket;
+    for (size_t i = 0; i < op.operands.size(); ++i) {
+      void *data = pointerOf(op.operands[i]);
+      if (pointerOf(op.results[i]) != data)
+        throw Error(fmt::format("{} backend: kernel '{}' writes '{}' apart from its operand; a GPU averages over the "
+                                "ranks in place",
+                                device_->vendor(), kernel.name, program_.value(op.results[i]).name));
+      const Value &value = program_.value(op.operands[i]);
+      bucket.push_back({data, size_t(value.numElements()), value.dtype});
+      reducedBy[program_.storageOf(op.operands[i]).id] = int(buckets_.size());
+    }
+    Launch launch;
+    launch.entry = kernel.name;
+    launch.bucket = int(buckets_.size());
+    buckets_.push_back(std::move(bucket));
+    while (bucketEvents_.size() < buckets_.size()) bucketEvents_.push_back({device_->createEvent(), device_->createEvent()});
+    return launch;
+  }
+
+  // On its own stream, once the compute stream has reached it (the bucket's gradients are
+  // written), so the kernels after it run meanwhile; else in order on the compute stream.
+  void allReduce(int bucket) {
+    if (!collectiveStream_) return collectives_->allReduceMean(buckets_[size_t(bucket)], device_->stream());
+    auto &[ready, done] = bucketEvents_[size_t(bucket)];
+    device_->record(ready.get());
+    device_->waitOn(collectiveStream_.get(), ready.get());
+    collectives_->allReduceMean(buckets_[size_t(bucket)], collectiveStream_.get());
+    device_->recordOn(collectiveStream_.get(), done.get());
+    pendingBuckets_.push_back(bucket);
+  }
+
+  // The compute stream waits for the bucket's all-reduce.
+  void join(int bucket) {
+    auto pending = std::find(pendingBuckets_.begin(), pendingBuckets_.end(), bucket);
+    if (pending == pendingBuckets_.end()) return;
+    device_->waitOn(device_->stream(), bucketEvents_[size_t(bucket)].second.get());
+    pendingBuckets_.erase(pending);
+  }
+  // Before the step ends (and a captured graph closes), every all-reduce is joined.
+  void joinRemaining() {
+    while (!pendingBuckets_.empty()) join(pendingBuckets_.front());
+  }
+
+  // Waits for the step's end while watching the other ranks: a rank that stops would
+  // leave this one's all-reduce waiting forever on the GPU, so it is named and the
+  // communicator aborted instead (and after the timeout, a rank that is stuck).
+  void awaitStep() {
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point start = Clock::now(), lastLook = start;
+    while (!device_->done(end_.get())) {
+      Clock::time_point now = Clock::now();
+      std::string why = collectives_->asyncError();
+      if (why.empty() && now - lastLook > std::chrono::milliseconds(200)) {
+        lastLook = now;
+        why = stoppedRanks(*options_.ranks);
+      }
+      if (why.empty() && now - start > options_.ranks->timeout())
+        why = fmt::format("the step did not end within {} s (--dist-timeout): a rank is stuck",
+                          std::chrono::duration_cast<std::chrono::seconds>(options_.ranks->timeout()).count());
+      if (!why.empty()) {
+        collectives_->abort();
+        loaded_ = false;
+        abandoned_ = true;
+        failBecauseOfPeer(*options_.ranks, fmt::format("{} backend: the step's all-reduces", device_->vendor()), why);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 
   // Graph capture of the whole forward; if the driver refuses (say, a chained launch it
@@ -878,7 +1008,9 @@ private:
   }
 
   void freeAll() {
-    if (!device_) return;
+    // After an abort the GPU may still run the aborted all-reduce: freeing what it uses
+    // would wait for it. The process is ending; the driver takes it all back.
+    if (!device_ || abandoned_) return;
     // A forward on device pointers returns before the GPU is done with these buffers.
     if (loaded_) device_->synchronize();
     parameters_.reset();
@@ -940,6 +1072,16 @@ private:
   bool graphUsable_ = true;
   std::vector<std::pair<DeviceObject, DeviceObject>> profileEvents_;
   GpuReport report_;
+  // Several ranks: NCCL (RCCL) among them, the stream their all-reduces run on, each
+  // bucket's buffers, its events (computed on the compute stream, averaged), and the
+  // all-reduces of the run being enqueued that the compute stream has not joined yet.
+  std::unique_ptr<DeviceCollectives> collectives_;
+  DeviceObject collectiveStream_;
+  std::vector<std::vector<DeviceCollectives::Buffer>> buckets_;
+  std::vector<std::pair<DeviceObject, DeviceObject>> bucketEvents_;
+  std::vector<int> pendingBuckets_;
+  int64_t eagerSteps_ = 0;  // runs launched one by one (not replayed)
+  bool abandoned_ = false;  // a step's all-reduces were aborted: nothing waits for the GPU again
   std::unique_ptr<GpuParameters> parameters_;  // training: masters, moments, the optimizer's table
   int64_t optimizerStep_ = 0;                  // training: updates applied so far
 };

@@ -126,6 +126,10 @@ public:
   virtual void waitOn(void *stream, void *event) = 0;
   // Whether `stream` is capturing a graph (false where the driver cannot say).
   virtual bool capturing(void *stream) = 0;
+  // Whether the work before `event` (recorded) is done, without waiting.
+  virtual bool done(void *event) = 0;
+  // A stream of the device's own besides its main one (the all-reduces of several ranks).
+  virtual DeviceObject createStream() = 0;
 
   // Graphs: capture the stream's launches, then replay them.
   virtual void beginCapture() = 0;
@@ -158,11 +162,19 @@ struct DeviceSelection {
 std::unique_ptr<GpuDevice> openCudaDevice(std::string *why = nullptr, const DeviceSelection &selection = {});
 std::unique_ptr<GpuDevice> openHipDevice(std::string *why = nullptr, const DeviceSelection &selection = {});
 
+class Communicator;  // runtime/Distributed.h
+
 struct GpuOptions {
   bool useCache = true;
   bool graph = true;    // replay a captured graph of the forward (off when profiling)
   bool profile = false; // time every launch with events
   bool verbose = true;  // JIT progress line
+  // A data-parallel run's ranks: tl.all_reduce through NCCL (RCCL) among them, its
+  // communicator set up through their store. Null: one process.
+  std::shared_ptr<Communicator> ranks;
+  // Each all-reduce on a stream of its own, joined back before what reads its results,
+  // so the backward's kernels after it run meanwhile; false: on the compute stream.
+  bool overlapCollectives = true;
 };
 
 // A Backend running a Program (with sources: compiler/codegen/Emitter.h) on `device`.
@@ -214,6 +226,7 @@ SampledStep decodeAndSample(Backend &decode);
 struct GpuReport {
   std::string device, arch, compiler;
   std::string persistentNote;  // why a persistent kernel runs as its parts' launches here ("" if it does not)
+  std::string collectives;     // what runs the all-reduces of several ranks: "NCCL 2.27.3, ..." ("" for one process)
   JitStats jit;
   int64_t arenaBytes = 0, weightBytes = 0, workspaceBytes = 0;
   int64_t peakDeviceBytes = 0;  // device memory in use at the end of load, above what was in use before

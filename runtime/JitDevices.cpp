@@ -18,6 +18,9 @@ namespace {
 
 using Handle = void *;
 
+// CUDA_ERROR_NOT_READY and hipErrorNotReady: an event or stream still has work to do.
+constexpr int kNotReady = 600;
+
 enum class Need { Required, Optional };
 
 // Live driver objects of the whole process, by kind: every backend's device counts here.
@@ -223,7 +226,8 @@ public:
     case DriverObject::Event: api_.eventDestroy(handle); break;
     case DriverObject::Graph: api_.graphDestroy(handle); break;
     case DriverObject::GraphExec: api_.graphExecDestroy(handle); break;
-    default: break;  // streams, memory and contexts have their own calls
+    case DriverObject::Stream: api_.streamDestroy(handle); break;
+    default: break;  // memory and contexts have their own calls
     }
     counted(kind, -1);
     if (current) leave();
@@ -290,6 +294,18 @@ public:
   }
   void waitOn(void *stream, void *event) override {
     check(api_.streamWaitEvent(stream, event, 0), "making a stream wait for an event");
+  }
+  bool done(void *event) override {
+    int status = api_.eventQuery(event);
+    if (status == kNotReady) return false;
+    check(status, "event query (a kernel may have faulted)");
+    return true;
+  }
+  DeviceObject createStream() override {
+    Handle stream = nullptr;
+    check(api_.streamCreate(&stream, 1 /* non-blocking */), api_.vendor + " stream create");
+    counted(DriverObject::Stream, 1);
+    return DeviceObject(*this, DriverObject::Stream, stream);
   }
   bool capturing(void *stream) override {
     int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE / hipStreamCaptureStatusNone

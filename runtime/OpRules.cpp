@@ -59,6 +59,8 @@ public:
         {"split_grad", &OpRules::splitGrad},
         {"global_norm", &OpRules::globalNorm},
         {"adamw", &OpRules::adamw},
+        // Data parallelism: the mean over the ranks (tl-all-reduce-gradients).
+        {"all_reduce", &OpRules::allReduce},
     };
     return table;
   }
@@ -559,6 +561,13 @@ private:
       if (!in_[1].empty()) fail(fmt::format("grad_norm has shape {}, expected a scalar", shapeString(in_[1])));
     }
     return {};
+  }
+
+  // all_reduce(x0, x1, ...) (bucket) -> each operand's shape: its mean over the ranks.
+  std::vector<Shape> allReduce() {
+    if (in_.empty()) fail("expects one or more operands");
+    if (op_.intAttr("bucket") < 0) fail(fmt::format("attribute 'bucket' is {}; it must be 0 or more", op_.intAttr("bucket")));
+    return in_;
   }
 
   const OpRecord &op_;

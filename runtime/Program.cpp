@@ -521,6 +521,12 @@ private:
            base(op.results[0]).storage == Storage::State && base(op.operands[0]).id == base(op.results[0]).id;
   }
 
+  // Result `result` of `op` is the mean over the ranks of its operand of the same
+  // place, written where that operand lies (tl.all_reduce in place).
+  bool reducesInPlace(const OpRecord &op, size_t result) const {
+    return op.op == "all_reduce" && result < op.operands.size() && base(op.operands[result]).id == base(op.results[result]).id;
+  }
+
   void checkOp(const Kernel &kernel, const std::string &path, const OpRecord &op, int k,
                std::vector<int> &localOwner) const {
     checkText(op.op, path + ".op");
@@ -586,6 +592,14 @@ private:
              fmt::format("{} has shape {}, but {} computes {}", describe(result.id),
                          shapeString(result.shape), where, shapeString(expected[i])));
     }
+    // A collective hands each rank's buffer to the library as it is: the mean keeps the dtype.
+    if (op.op == "all_reduce")
+      for (size_t i = 0; i < op.results.size(); ++i)
+        if (program_.value(op.results[i]).dtype != program_.value(op.operands[i]).dtype)
+          fail(fmt::format("{}.results[{}]", path, i),
+               fmt::format("{} is {}, but its operand {} is {}", describe(op.results[i]),
+                           dtypeName(program_.value(op.results[i]).dtype), describe(op.operands[i]),
+                           dtypeName(program_.value(op.operands[i]).dtype)));
   }
 
   // A training step updates each parameter at most once, from a gradient of its shape;
@@ -634,6 +648,7 @@ private:
         for (size_t i = 0; i < op.results.size(); ++i) {
           int written = base(op.results[i]).id;
           if (updatesStateInPlace(op, i)) continue;  // the cache, layer after layer
+          if (reducesInPlace(op, i)) continue;        // a gradient, averaged where it lies
           for (int operand : op.operands)
             if (base(operand).id == written)
               fail(fmt::format("{}.results[{}]", path, i),

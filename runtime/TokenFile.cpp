@@ -64,12 +64,11 @@ std::vector<int32_t> readTokenFile(const std::string &path, const Program &progr
   return parseTokenIds(file.text(), path, program.batch * program.seqLen, program.vocab);
 }
 
-std::vector<int32_t> readTokenStream(const std::string &path, const Program &program) {
+std::vector<int32_t> readTokenStream(const std::string &path, const Program &program, int64_t stepTokens) {
   MappedFile file(path, "token file");
   // 2^28 ids: a corpus of 1 GiB in memory at most.
-  const int64_t maximum = std::max(program.batch * program.seqLen, int64_t(1) << 28);
-  return parseTokenIds(file.text(), path, {program.batch * program.seqLen, maximum, "a training step takes"},
-                       program.vocab);
+  const int64_t maximum = std::max(stepTokens, int64_t(1) << 28);
+  return parseTokenIds(file.text(), path, {stepTokens, maximum, "a training step takes"}, program.vocab);
 }
 
 } // namespace tlc

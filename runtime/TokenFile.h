@@ -28,7 +28,8 @@ std::vector<int32_t> parseTokenIds(std::string_view text, const std::string &ori
 // The file is mapped, not read whole.
 std::vector<int32_t> readTokenFile(const std::string &path, const Program &program);
 
-// A training corpus: at least one step's batch x seq ids, at most 2^28, each in [0, vocab).
-std::vector<int32_t> readTokenStream(const std::string &path, const Program &program);
+// A training corpus: at least one step's `stepTokens` ids (the global batch's, of every
+// rank), at most 2^28, each in [0, vocab).
+std::vector<int32_t> readTokenStream(const std::string &path, const Program &program, int64_t stepTokens);
 
 } // namespace tlc

@@ -1,6 +1,7 @@
 #include "tools/Training.h"
 
 #include "runtime/FiniteResults.h"
+#include "runtime/JitBackend.h"
 #include "runtime/OptLevels.h"
 #include "runtime/Progress.h"
 #include "runtime/RunSummary.h"
@@ -18,7 +19,8 @@ namespace tlc {
 namespace {
 
 // How the step's kernels divide: the forward ends with the kernel that writes the
-// loss, the optimizer is the last kernel (one update over every parameter).
+// loss, the optimizer is the last kernel (one update over every parameter), and the
+// all-reduces of a run of several ranks sit among the backward's kernels.
 std::string kernelSplit(const Program &program) {
   size_t forward = 0;
   for (size_t k = 0; k < program.kernels.size(); ++k)
@@ -26,12 +28,58 @@ std::string kernelSplit(const Program &program) {
       if (output == program.outputs.back()) forward = k + 1;
   const Kernel &last = program.kernels.back();
   bool optimizer = !last.ops.empty() && last.ops.front().op == "adamw";
-  size_t backward = program.kernels.size() - forward - (optimizer ? 1 : 0);
+  size_t collectives = size_t(std::count_if(program.kernels.begin(), program.kernels.end(), isCollective));
+  size_t backward = program.kernels.size() - forward - (optimizer ? 1 : 0) - collectives;
   int64_t flops = 0;
   for (const Kernel &kernel : program.kernels) flops += kernel.flops;
-  return fmt::format("  kernels   {} per step: {} forward, {} backward, {} AdamW over {} parameters; {:.2f} GFLOP\n",
-                     program.kernels.size(), forward, backward, optimizer ? 1 : 0,
+  return fmt::format("  kernels   {} per step: {} forward, {} backward, {}{} AdamW over {} parameters; {:.2f} GFLOP\n",
+                     program.kernels.size(), forward, backward,
+                     collectives ? fmt::format("{} all-reduce, ", collectives) : std::string(), optimizer ? 1 : 0,
                      optimizer ? last.ops.size() : 0, double(flops) / 1e9);
+}
+
+// Who the ranks are, where they met, and what averages the gradients among them.
+std::string describeRanks(const Program &program, const Backend &backend, const TrainingRun &run) {
+  int64_t buckets = 0, bytes = 0;
+  for (const Kernel &kernel : program.kernels)
+    if (isCollective(kernel)) {
+      ++buckets;
+      for (int id : kernel.ops.front().operands) bytes += program.value(id).bytes();
+    }
+  const GpuReport *gpu = gpuReport(backend);
+  return fmt::format("  ranks     {} ranks ({}), met through {}; the gradients and the loss averaged over them in {} "
+                     "bucket{} ({}) by {}\n",
+                     run.ranks->worldSize(), run.launcher, run.ranks->describe(), buckets, buckets == 1 ? "" : "s",
+                     mib(bytes), gpu ? gpu->collectives : std::string("Gloo's ring all-reduce"));
+}
+
+// The trained weights' bits, every parameter by key: ranks that trained alike agree.
+std::string weightsChecksum(const Weights &weights) {
+  uint64_t hash = 1469598103934665603ull;
+  auto mix = [&](const void *data, size_t bytes) {
+    for (size_t i = 0; i < bytes; ++i) hash = (hash ^ static_cast<const unsigned char *>(data)[i]) * 1099511628211ull;
+  };
+  for (const auto &[key, tensor] : weights.all()) {
+    mix(key.data(), key.size() + 1);
+    mix(tensor.data.data(), tensor.data.size() * sizeof(float));
+  }
+  return fmt::format("{:016x}", hash);
+}
+
+// Every rank's trained weights must be rank 0's, bit for bit: the same updates of the
+// same averaged gradients. A rank that differs says so, on every rank.
+void checkRanksAgree(Communicator &ranks, const Weights &trained) {
+  std::string mine = weightsChecksum(trained);
+  ranks.set(rankKey("weights", ranks.rank()), mine);
+  std::string differ;
+  std::string first = waitFor(ranks, rankKey("weights", 0));
+  for (int rank = 1; rank < ranks.worldSize(); ++rank)
+    if (std::string theirs = waitFor(ranks, rankKey("weights", rank)); theirs != first)
+      differ += fmt::format(", rank {} has {}", rank, theirs);
+  if (!differ.empty())
+    throw Error(fmt::format("the ranks' trained weights differ (checksums of every parameter's bits: rank 0 has {}{}): "
+                            "their updates diverged, so no weights are saved",
+                            first, differ));
 }
 
 std::string describeAdamW(const AdamWOptions &adamw) {
@@ -80,30 +128,41 @@ void saveGradients(const TrainStepResult &result, const std::string &path) {
 
 void train(const Program &program, Backend &backend, const TrainingRun &run) {
   Weights weights = loadWeights(run.inputs, program);
-  TrainingBatches batches(program, run.dataPath, run.inputs.seed);
+  int rank = run.ranks ? run.ranks->rank() : 0, ranks = run.ranks ? run.ranks->worldSize() : 1;
+  TrainingBatches batches(program, run.dataPath, run.inputs.seed, rank, ranks);
   {
     ProgressLine line(fmt::format("loading onto {} (weights, optimizer state)", backend.name()));
     backend.load(program, weights);
   }
-  const int64_t tokensPerStep = program.batch * program.seqLen;
-  std::string header = fmt::format("tlc train: {} at {}, {}, batch {} x seq {}, {} step{} on {}\n", program.model,
-                                   describeOptLevel(program.optLevel), dtypeName(program.dtype), program.batch,
-                                   program.seqLen, run.steps, run.steps == 1 ? "" : "s", backend.name());
+  if (run.ranks) {
+    ProgressLine line("waiting for every rank to load");
+    barrier(*run.ranks, "loaded");
+  }
+  // Rank 0 speaks for the run: every rank's loss is the global batch's.
+  bool speaks = rank == 0;
+  const int64_t globalBatch = program.batch * ranks, tokensPerStep = globalBatch * program.seqLen;
+  std::string batchText = ranks > 1 ? fmt::format("batch {} x seq {} a rank, global batch {}", program.batch,
+                                                  program.seqLen, globalBatch)
+                                    : fmt::format("batch {} x seq {}", program.batch, program.seqLen);
+  std::string header = fmt::format("tlc train: {} at {}, {}, {}, {} step{} on {}\n", program.model,
+                                   describeOptLevel(program.optLevel), dtypeName(program.dtype), batchText, run.steps,
+                                   run.steps == 1 ? "" : "s", backend.name());
   header += fmt::format("  pipeline  {}\n", program.pipeline);
   header += matmulPrecisionLine(program, backend);
   header += kernelSplit(program);
+  if (run.ranks) header += describeRanks(program, backend, run);
   header += fmt::format("  optimizer {}\n", describeAdamW(run.adamw));
   header += fmt::format("  inputs    weights {}; tokens {}\n", describeWeights(run.inputs), batches.describe());
-  fmt::print("{}", header);
+  if (speaks) fmt::print("{}", header);
   std::fflush(stdout);
 
-  ProgressBar bar(run.progressBar, run.steps);
+  ProgressBar bar(run.progressBar && speaks, run.steps);
   bar.draw(0);
   double totalMilliseconds = 0;
   float firstLoss = 0, lastLoss = 0;
   for (int64_t step = 1; step <= run.steps; ++step) {
     TrainStepOptions options;
-    options.keepGradients = step == 1 && !run.saveGradientsPath.empty();
+    options.keepGradients = step == 1 && !run.saveGradientsPath.empty() && speaks;
     TrainStepResult result = backend.trainStep(batches.next(), options);
     if (!std::isfinite(result.loss))
       throw Error(fmt::format("step {}: the loss is {}; training diverged (try a smaller --learning-rate)", step,
@@ -114,9 +173,10 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
     lastLoss = result.loss;
     double seconds = result.milliseconds / 1000;
     bar.erase();
-    fmt::print("step {:>{}}/{} | loss {:.4f} | {:.1f} samples/s | {:.0f} tokens/s | {:.1f} ms\n", step,
-               std::to_string(run.steps).size(), run.steps, result.loss, double(program.batch) / seconds,
-               double(tokensPerStep) / seconds, result.milliseconds);
+    if (speaks)
+      fmt::print("step {:>{}}/{} | loss {:.4f} | {:.1f} samples/s | {:.0f} tokens/s | {:.1f} ms\n", step,
+                 std::to_string(run.steps).size(), run.steps, result.loss, double(globalBatch) / seconds,
+                 double(tokensPerStep) / seconds, result.milliseconds);
     std::fflush(stdout);
     bar.draw(step, result.loss, totalMilliseconds / 1000 / double(step) * double(run.steps - step));
   }
@@ -125,17 +185,28 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
   double seconds = totalMilliseconds / 1000;
   int64_t activations = backend.peakActivationBytes(), weightBytes = backend.weightBytes(),
           moments = backend.optimizerStateBytes();
-  fmt::print("Training completed: {} steps, batch size {}, loss {:.4f} -> {:.4f}\n", run.steps, program.batch,
-             firstLoss, lastLoss);
-  fmt::print("Performance: {:.1f} samples/sec, {:.0f} tokens/sec ({:.1f} ms a step)\n",
-             double(program.batch * run.steps) / seconds, double(tokensPerStep * run.steps) / seconds,
-             totalMilliseconds / double(run.steps));
-  fmt::print("Memory usage: {} peak (activations and gradients {}, weights {}, AdamW moments {})\n",
-             mib(activations + weightBytes + moments), mib(activations), mib(weightBytes), mib(moments));
-  if (!run.saveWeightsPath.empty()) {
+  if (speaks) {
+    fmt::print("Training completed: {} steps, {}, loss {:.4f} -> {:.4f}\n", run.steps,
+               ranks > 1 ? fmt::format("global batch size {} ({} a rank x {} ranks)", globalBatch, program.batch, ranks)
+                         : fmt::format("batch size {}", program.batch),
+               firstLoss, lastLoss);
+    fmt::print("Performance: {:.1f} samples/sec, {:.0f} tokens/sec ({:.1f} ms a step)\n",
+               double(globalBatch * run.steps) / seconds, double(tokensPerStep * run.steps) / seconds,
+               totalMilliseconds / double(run.steps));
+    fmt::print("Memory usage: {} peak{} (activations and gradients {}, weights {}, AdamW moments {})\n",
+               mib(activations + weightBytes + moments), ranks > 1 ? " a rank" : "", mib(activations), mib(weightBytes),
+               mib(moments));
+  }
+  if (run.ranks || !run.saveWeightsPath.empty()) {
+    Weights trained;
     {
+      ProgressLine line(run.ranks ? "checking that every rank's weights agree" : "saving the trained weights");
+      trained = backend.trainedWeights();
+      if (run.ranks) checkRanksAgree(*run.ranks, trained);
+    }
+    if (speaks && run.ranks) fmt::print("Ranks agree: every rank's trained weights are rank 0's, bit for bit\n");
+    if (speaks && !run.saveWeightsPath.empty()) {
       ProgressLine line("saving the trained weights");
-      Weights trained = backend.trainedWeights();
       // The last update is checked by no loss: a weight that is not a number is said here,
       // and nothing is written (no loader would take it back).
       if (std::string bad = nonFiniteWeight(trained); !bad.empty())
@@ -143,11 +214,12 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
                                 "smaller --learning-rate, or --clip-grad-norm)",
                                 run.steps, bad, run.saveWeightsPath));
       trained.saveSafetensors(run.saveWeightsPath);
+      fmt::print("Saved the trained weights to {}\n", run.saveWeightsPath);
     }
-    fmt::print("Saved the trained weights to {}\n", run.saveWeightsPath);
   }
-  if (!run.saveGradientsPath.empty())
+  if (speaks && !run.saveGradientsPath.empty())
     fmt::print("Saved the first step's gradients to {}\n", run.saveGradientsPath);
+  if (run.ranks) run.ranks->leave();
 }
 
 } // namespace tlc

@@ -7,9 +7,11 @@
 #include <tlc/Backend.h>
 #include <tlc/Train.h>
 
+#include "runtime/Distributed.h"
 #include "runtime/RunInputs.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace tlc {
@@ -22,6 +24,10 @@ struct TrainingRun {
   std::string saveWeightsPath; // where to write the trained weights, or empty
   std::string saveGradientsPath; // where to write the first step's gradients, or empty
   bool progressBar = false;    // redraw a bar on stderr after each step (a terminal)
+  // A data-parallel run (docs/distributed.md): this rank among them; null for one
+  // process. Rank 0 alone prints and saves; every rank checks the weights agree at the end.
+  std::shared_ptr<Communicator> ranks;
+  std::string launcher;        // who started the ranks ("torchrun", "tlc train --nproc"), for the header
 };
 
 // Loads the weights into `backend`, trains for `run.steps` steps and prints as it goes.

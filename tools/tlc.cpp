@@ -19,7 +19,9 @@
 #include "models/CheckpointModel.h"
 #include "passes/Pipelines.h"
 #include "passes/Remarks.h"
+#include "runtime/Backend.h"
 #include "runtime/Checked.h"
+#include "runtime/Distributed.h"
 #include "runtime/FiniteResults.h"
 #include "runtime/FlagRanges.h"
 #include "runtime/MappedFile.h"
@@ -34,6 +36,7 @@
 #include "tools/Ladder.h"
 #include "tools/LadderChart.h"
 #include "tools/Generation.h"
+#include "tools/RankLauncher.h"
 #include "tools/Report.h"
 #include "tools/Training.h"
 
@@ -58,6 +61,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include <unistd.h>
 
@@ -297,6 +301,31 @@ cl::opt<std::string> saveGradientsPath("save-gradients",
                                                 "safetensors file"),
                                        cl::value_desc("file"), cl::cat(trainCategory), cl::sub(trainCommand));
 
+cl::OptionCategory ranksCategory("tlc train on several ranks (data parallelism; docs/distributed.md)");
+cl::opt<int> nproc("nproc",
+                   cl::desc("start this many ranks on this machine, one a GPU, as torchrun does: each trains on its "
+                            "share of the global batch (--batch-size is a rank's), the gradients averaged among them "
+                            "inside the step. Under torchrun, srun or mpirun leave it out: the ranks come from their "
+                            "variables. With --emit: the step of one rank of that many (default 1)"),
+                   cl::init(1), cl::cat(ranksCategory), cl::sub(trainCommand));
+cl::opt<std::string> rendezvousDir("rendezvous-dir",
+                                   cl::desc("the ranks meet through Gloo's file store in this directory (empty, on a "
+                                            "filesystem every rank sees) instead of the TCP store rank 0 serves at "
+                                            "MASTER_ADDR:MASTER_PORT"),
+                                   cl::value_desc("dir"), cl::cat(ranksCategory), cl::sub(trainCommand));
+cl::opt<double> bucketMib("bucket-mib",
+                          cl::desc("the gradients one all-reduce averages, in MiB: each bucket is exchanged as soon "
+                                   "as the backward has finished it (default 25, as PyTorch DDP's)"),
+                          cl::init(25), cl::cat(ranksCategory), cl::sub(trainCommand));
+cl::opt<int> distTimeout("dist-timeout",
+                         cl::desc("the longest a rank waits for another (to join, load, exchange), in seconds; a "
+                                  "rank that stops is said at once (default 300)"),
+                         cl::init(300), cl::cat(ranksCategory), cl::sub(trainCommand));
+cl::opt<bool> overlapAllReduce("overlap-all-reduce",
+                               cl::desc("GPU: each all-reduce on a stream of its own, so the rest of the backward "
+                                        "runs meanwhile (default on; =false: on the compute stream, in order)"),
+                               cl::init(true), cl::cat(ranksCategory), cl::sub(trainCommand));
+
 // -- tlc generate ---------------------------------------------------------------------
 cl::opt<std::string> promptText("prompt", cl::desc("the prompt's text (needs a tokenizer: the checkpoint's, or "
                                                    "--tokenizer)"),
@@ -328,6 +357,12 @@ cl::opt<double> topP("top-p", cl::desc("sample among the fewest most likely toke
 cl::opt<int64_t> maxContext("max-context", cl::desc("positions the KV cache holds (default 0: the model's "
                                                     "tl.max_seq_len)"),
                             cl::init(0), cl::cat(generateCategory), cl::sub(generateCommand));
+
+// The command line as main was given it.
+struct {
+  int argc = 0;
+  char **argv = nullptr;
+} commandLine;
 
 int fail(const std::string &message) {
   llvm::WithColor::error(llvm::errs(), "tlc") << message << "\n";
@@ -369,10 +404,16 @@ std::string checkTrainFlags() {
                                    "0 (off) or a positive normal f32"}})
     if (!bound.valid)
       return fmt::format("--{}={} must be {}", bound.option.ArgStr.str(), bound.option.getValue(), bound.range);
+  std::vector<tlc::cli::Ranged> ranged = {{nproc, nproc, {1, 1024}}, {distTimeout, distTimeout, {1, 86'400}}};
+  if (std::string problem = tlc::cli::firstOutOfRange(ranged); !problem.empty()) return problem;
+  if (!(bucketMib > 0) || !std::isfinite(bucketMib) || bucketMib > 1 << 20)
+    return fmt::format("--bucket-mib={} must be a positive number of MiB, at most 1048576", bucketMib.getValue());
   if (emit != Emit::None) {
     // It writes the training step and trains nothing: what only training reads is refused.
-    const cl::Option *trainingOnly[] = {&numSteps, &dataPath,  &saveWeightsPath, &saveGradientsPath, &weightsPath,
-                                        &seed,     &target,    &threads,         &noCache,           &graph};
+    const cl::Option *trainingOnly[] = {&numSteps,     &dataPath, &saveWeightsPath, &saveGradientsPath,
+                                        &weightsPath,  &seed,     &target,          &threads,
+                                        &noCache,      &graph,    &rendezvousDir,   &distTimeout,
+                                        &overlapAllReduce};
     for (const cl::Option *option : trainingOnly)
       if (option->getNumOccurrences())
         return fmt::format("--{} does not apply to tlc train --emit (it writes the training step and trains nothing)",
@@ -450,6 +491,14 @@ std::string checkPaths() {
 // The GPU a run goes to, once its backend is made: what the kernels are tuned for.
 std::optional<tlc::DeviceInfo> runDevice;
 
+// tlc train: this process among the ranks (from torchrun's, Slurm's or Open MPI's
+// variables), and once they have met, the group they form.
+tlc::RankPlace rankPlace;
+std::shared_ptr<tlc::Communicator> trainingRanks;
+
+// The ranks a training step is compiled for: the run's, or --nproc's (with --emit).
+int trainingWorldSize() { return rankPlace.worldSize > 1 ? rankPlace.worldSize : int(nproc); }
+
 tlc::ScheduleOverrides scheduleOverrides() {
   tlc::ScheduleOverrides overrides;
   overrides.gemmTile = gemmTile;
@@ -471,6 +520,7 @@ tlc::CompileOptions compileOptions() {
   options.targetArch = targetArch;
   options.overrides = scheduleOverrides();
   options.persistent = persistent;
+  if (trainCommand && trainingWorldSize() > 1) options.allReduceBucketMib = bucketMib;
   if (runDevice) tlc::tuneForDevice(options, *runDevice);
   return options;
 }
@@ -898,9 +948,33 @@ int compileAndRun(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
 // tlc train: the training step built at the level (its IR printable as any level's),
 // then the workshop's loop on the chosen backend; with --emit, its IR, Program or
 // kernels instead.
+// A rank of several: meets the others, then takes its GPU (LOCAL_RANK) or its share of
+// this machine's cores.
+std::unique_ptr<tlc::Backend> createRankBackend() {
+  tlc::BackendOptions options = backendOptions();
+  if (rankPlace.worldSize < 2) return tlc::createBackend(options);
+  tlc::RendezvousOptions rendezvous{rankPlace, rendezvousDir, std::chrono::seconds(distTimeout)};
+  {
+    tlc::ProgressLine line(fmt::format("rank {} of {}: meeting the others", rankPlace.rank, rankPlace.worldSize));
+    trainingRanks = tlc::joinRanks(rendezvous);
+  }
+  options.device = rankPlace.localRank;
+  if (!threads.getNumOccurrences() && rankPlace.localWorldSize > 1)
+    options.cpuThreads = std::max(1, int(std::thread::hardware_concurrency()) / rankPlace.localWorldSize);
+  return tlc::createBackend(options, trainingRanks, overlapAllReduce);
+}
+
 int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  rankPlace = tlc::rankPlaceFromEnvironment();
+  if (nproc > 1 && emit == Emit::None) {
+    if (rankPlace.worldSize > 1)
+      return fail(fmt::format("--nproc={} starts ranks, but this process is already rank {} of {} ({} set its "
+                              "variables): leave --nproc out under a launcher",
+                              nproc.getValue(), rankPlace.rank, rankPlace.worldSize, rankPlace.launcher));
+    return tlc::launchRanks(tlc::withoutNproc(commandLine.argc, commandLine.argv), nproc);
+  }
   // The device first (a missing GPU is said before any compiling), unless only emitting.
-  std::unique_ptr<tlc::Backend> backend = emit == Emit::None ? tlc::createBackend(backendOptions()) : nullptr;
+  std::unique_ptr<tlc::Backend> backend = emit == Emit::None ? createRankBackend() : nullptr;
   if (backend) runDevice = backend->deviceInfo();
   tlc::AdamWOptions adamw = adamwOptions();
   mlir::OwningOpRef<mlir::ModuleOp> module = parseAndOptimize(context, sourceMgr, &adamw);
@@ -924,6 +998,9 @@ int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   training.saveWeightsPath = saveWeightsPath;
   training.saveGradientsPath = saveGradientsPath;
   training.progressBar = progress != tlc::ProgressMode::Never && ::isatty(::fileno(stderr));
+  training.ranks = trainingRanks;
+  training.launcher = rankPlace.launcher == "torchrun" ? "RANK, WORLD_SIZE as torchrun and tlc train --nproc set them"
+                                                       : rankPlace.launcher + "'s variables";
   tlc::train(*program, *backend, training);
   return 0;
 }
@@ -1043,6 +1120,7 @@ int climbLadder(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
 } // namespace
 
 int main(int argc, char **argv) {
+  commandLine = {argc, argv};  // before LLVM reads it: the ranks of --nproc get the same
   llvm::InitLLVM init(argc, argv);
   tlc::reportOversizedWrites();  // after LLVM's handlers, which would report SIGXFSZ as a crash
   tlc::cli::registerMlirOptions();
@@ -1050,7 +1128,7 @@ int main(int argc, char **argv) {
   tlc::cli::setVersionPrinter("tlc");
   tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &tlc::cli::passManagerCategory()});
   tlc::cli::showOnly({&compileCategory, &runCategory, &ladderCategory}, ladderCommand);
-  tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &trainCategory}, trainCommand);
+  tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &trainCategory, &ranksCategory}, trainCommand);
   tlc::cli::showOnly({&compileCategory, &irCategory, &runCategory, &generateCategory}, generateCommand);
   tlc::cli::showOnly({&compileCategory, &runCategory}, reportCommand);
   cl::ParseCommandLineOptions(argc, argv,
@@ -1085,13 +1163,16 @@ int main(int argc, char **argv) {
                  : reportCommand   ? writeReport(context, sourceMgr)
                  : ladderCommand   ? climbLadder(context, sourceMgr)
                                    : compileAndRun(context, sourceMgr);
+    if (status != 0 && trainingRanks) tlc::announceFailure(*trainingRanks, "failed (its error is in its output)");
     tlc::checkStdout();  // a summary lost to a full disk or a closed pipe is a failure too
     return status;
   } catch (const tlc::Error &error) {
+    if (trainingRanks) tlc::announceFailure(*trainingRanks, fmt::format("failed: {}", error.what()));
     return fail(error.what());
   } catch (const std::bad_alloc &) {  // a safety net: memory budgets refuse before allocating
     return fail("out of memory");
   } catch (const std::exception &error) {
+    if (trainingRanks) tlc::announceFailure(*trainingRanks, fmt::format("failed: {}", error.what()));
     return fail(fmt::format("unexpected error: {}", error.what()));
   }
 }

@@ -213,6 +213,10 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
   for (size_t k = 0; k < specs.size(); ++k) {
     Kernel &kernel = program.kernels[k];
     codegen::KernelSpec spec = specs[k];
+    if (spec.collective) {  // NCCL, RCCL or Gloo runs it
+      plans.emplace_back();
+      continue;
+    }
     spec.provenance.clear();
     // The source opens with what it was written for (the runtime checks it against the Program).
     codegen::TaskPlan tasks;

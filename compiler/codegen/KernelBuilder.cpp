@@ -930,9 +930,13 @@ ElementwiseSpec buildElementwise(KernelContext &context, mlir::Operation *op, ml
 
 KernelSpec buildKernelSpec(const Program &program, const Kernel &kernel, const KernelRoot &root,
                            const ValueIds &idOf) {
-  KernelContext context(program, kernel, idOf);
   KernelSpec spec;
   spec.entry = kernel.name;
+  if (llvm::isa<tl::AllReduceOp>(root.op)) {
+    spec.collective = true;
+    return spec;
+  }
+  KernelContext context(program, kernel, idOf);
   spec.params = context.params();
   spec.chained = root.chained;
   mlir::Operation *op = root.op;

@@ -136,6 +136,7 @@ struct KernelSpec {
   std::string entry;          // the kernel function's name
   std::vector<KernelParam> params;
   bool chained = false;       // launched as a dependent of the kernel before it
+  bool collective = false;    // a tl.all_reduce: the runtime's collectives library runs it, no source
   // Provenance for the header comment: which ops of the model file each launch of this
   // source computes, one line each (filled by emitHipKernels from Kernel::origins).
   std::vector<std::string> provenance;

@@ -54,6 +54,10 @@ struct CompileOptions {
   // wait only for what they read: codegen/Persistent.h), rather than O2's kernels chained
   // block by block. Off by default while it measures slower (docs/megakernel.md).
   bool persistent = false;
+  // Training on several ranks (data parallelism, docs/distributed.md): the gradients are
+  // averaged over the ranks inside the step, in buckets of this many MiB, each as soon as
+  // the backward has finished it (tl-all-reduce-gradients). 0: one process, no exchange.
+  double allReduceBucketMib = 0;
 };
 
 // Tunes `options` for the GPU `device` runs on (its arch's target description and its own

@@ -36,7 +36,8 @@ inline std::unique_ptr<GpuDevice> openDevice() {
 inline Program compile(const LlamaConfig &config, int level, int64_t batch, int64_t seq, const std::string &dtype,
                        const AdamWOptions *training = nullptr, bool fuseNormGrad = true,
                        const std::function<void(mlir::ModuleOp)> &edit = {},
-                       MatmulPrecision precision = MatmulPrecision::High, bool persistent = false) {
+                       MatmulPrecision precision = MatmulPrecision::High, bool persistent = false,
+                       double allReduceBucketMib = 0) {
   mlir::DialectRegistry registry;
   registerTlcDialects(registry);
   mlir::MLIRContext context(registry);
@@ -45,6 +46,7 @@ inline Program compile(const LlamaConfig &config, int level, int64_t batch, int6
   if (edit) edit(*module);
   CompileOptions options{level, batch, seq, dtype, fuseNormGrad, precision};
   options.persistent = persistent;
+  options.allReduceBucketMib = allReduceBucketMib;
   EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, training)));
   auto program = buildProgram(*module, options, training);
   EXPECT_TRUE(mlir::succeeded(program));

@@ -8,10 +8,13 @@
 #include "tests/gpu/GpuTestSupport.h"
 
 #include "runtime/Backend.h"
+#include "runtime/Distributed.h"
 #include "runtime/Tensor.h"
 #include "runtime/Weights.h"
 
 #include <cmath>
+#include <map>
+#include <tuple>
 
 namespace tlc {
 namespace {
@@ -113,6 +116,70 @@ std::vector<Case> trainingCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, GpuTraining, ::testing::ValuesIn(trainingCases()), caseName);
+
+// The ranks of a run of one: its store a map, its host all-reduce the identity. NCCL's
+// mean over one rank is the value itself, so a step through it must be the plain step.
+class OneRank : public Communicator {
+public:
+  int rank() const override { return 0; }
+  int worldSize() const override { return 1; }
+  std::string describe() const override { return "one rank"; }
+  void set(const std::string &key, const std::string &value) override { values_[key] = value; }
+  std::optional<std::string> peek(const std::string &key) override {
+    auto found = values_.find(key);
+    return found == values_.end() ? std::nullopt : std::optional<std::string>(found->second);
+  }
+  std::chrono::milliseconds timeout() const override { return std::chrono::seconds(60); }
+  int storeRank() const override { return -1; }
+  void allReduceMean(float *, size_t) override {}
+  void leave() override {}
+
+private:
+  std::map<std::string, std::string> values_;
+};
+
+// A step compiled for several ranks (buckets of 1 MiB), its all-reduces run by NCCL (RCCL)
+// in a world of one, on their own stream and captured in the step's graph from the
+// second step, or on the compute stream: the same loss and gradients, bit for bit, and
+// the same trained weights as the step without them. (Ranks on several GPUs:
+// scripts/gpu-distributed.sh.)
+TEST(GpuDataParallel, AllReducesThroughNcclInAWorldOfOneLeaveTheStepAsItIs) {
+  auto probe = openDevice();
+  TLC_SKIP_WITHOUT_GPU(probe);
+  Shape shape = trainingShape("workshop");
+  AdamWOptions adamw;
+  adamw.learningRate = 1e-3;
+  adamw.maxGradNorm = 0.5;
+  Program plain = compile(shape.config, 2, shape.batch, shape.seq, "bf16", &adamw);
+  Program ranked = compile(shape.config, 2, shape.batch, shape.seq, "bf16", &adamw, true, {}, MatmulPrecision::High,
+                           false, /*allReduceBucketMib=*/1);
+  uint64_t seed = freshSeed();
+  Weights weights = Weights::random(plain.parameters, seed);
+  auto run = [&](const Program &program, std::shared_ptr<Communicator> ranks, bool overlap) {
+    GpuOptions options;
+    options.verbose = false;
+    options.ranks = std::move(ranks);
+    options.overlapCollectives = overlap;
+    auto gpu = createGpuBackend(openDevice(), options);
+    gpu->load(program, weights);
+    std::vector<float> losses;
+    TrainStepResult first = gpu->trainStep(randomTokenIds(program, seed + 1), {/*update=*/true, /*keepGradients=*/true});
+    losses.push_back(first.loss);
+    for (int step = 2; step <= 4; ++step) losses.push_back(gpu->trainStep(randomTokenIds(program, seed + step)).loss);
+    return std::make_tuple(losses, first.gradients, gpu->trainedWeights(), gpuReport(*gpu)->collectives);
+  };
+  auto [losses, gradients, trained, none] = run(plain, nullptr, true);
+  EXPECT_EQ(none, "");
+  for (bool overlap : {true, false}) {
+    auto [rankLosses, rankGradients, rankTrained, collectives] = run(ranked, std::make_shared<OneRank>(), overlap);
+    std::printf("DATAPARALLEL overlap=%d collectives=\"%s\" losses=%.5f..%.5f seed=%llu\n", overlap,
+                collectives.c_str(), rankLosses.front(), rankLosses.back(), (unsigned long long)seed);
+    EXPECT_TRUE(collectives.rfind("NCCL ", 0) == 0 || collectives.rfind("RCCL ", 0) == 0) << collectives;
+    EXPECT_EQ(rankLosses, losses) << "overlap " << overlap;
+    for (const auto &[key, gradient] : gradients) EXPECT_EQ(rankGradients.at(key).data, gradient.data) << key;
+    for (const Parameter &p : plain.parameters) EXPECT_EQ(rankTrained.at(p.key).data, trained.at(p.key).data) << p.key;
+  }
+}
 
 } // namespace
 } // namespace tlc

@@ -3,26 +3,10 @@
 # where a gradient is far above eps the move is lr * (sign(g) + wd * w). Fails unless
 # every parameter has a finite, non-zero gradient whose signs the update followed.
 #   first-update.py START.safetensors TRAINED.safetensors GRADIENTS.safetensors LR WD
-import json
 import math
-import struct
 import sys
 
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        size = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(size))
-        data = f.read()
-    tensors = {}
-    for key, info in header.items():
-        if key == "__metadata__":
-            continue
-        if info["dtype"] != "F32":
-            sys.exit(f"{path}: {key} is {info['dtype']}, expected F32")
-        begin, end = info["data_offsets"]
-        tensors[key] = (info["shape"], struct.unpack(f"<{(end - begin) // 4}f", data[begin:end]))
-    return tensors
+from safetensors_f32 import read_safetensors
 
 
 start, trained, gradients = (read_safetensors(p) for p in sys.argv[1:4])

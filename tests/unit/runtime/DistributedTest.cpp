@@ -1,0 +1,218 @@
+// The ranks of a data-parallel run: where a process stands (the launchers' variables),
+// the group they form through the Gloo plugin (its TCP store, its all-reduce), how a
+// rank that stops is named, and each rank's share of the training data.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "TestUtil.h"
+#include "runtime/Distributed.h"
+#include "runtime/Error.h"
+#include "runtime/TrainingData.h"
+
+namespace tlc {
+namespace {
+
+using test::errorMessage;
+
+RankPlace placeFrom(const std::map<std::string, std::string> &variables) {
+  return rankPlaceFromEnvironment([&](const char *name) -> const char * {
+    auto found = variables.find(name);
+    return found == variables.end() ? nullptr : found->second.c_str();
+  });
+}
+
+TEST(RankPlace, ReadsEachLaunchersVariables) {
+  RankPlace alone = placeFrom({});
+  EXPECT_EQ(alone.worldSize, 1);
+  EXPECT_EQ(alone.launcher, "");
+
+  RankPlace torchrun = placeFrom({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                                  {"MASTER_ADDR", "node7"}, {"MASTER_PORT", "1234"}});
+  EXPECT_EQ(torchrun.launcher, "torchrun");
+  EXPECT_EQ(torchrun.rank, 3);
+  EXPECT_EQ(torchrun.worldSize, 8);
+  EXPECT_EQ(torchrun.localRank, 1);
+  EXPECT_EQ(torchrun.localWorldSize, 2);
+  EXPECT_EQ(torchrun.host, "node7");
+  EXPECT_EQ(torchrun.port, 1234);
+
+  RankPlace slurm = placeFrom({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "2"}});
+  EXPECT_EQ(slurm.launcher, "Slurm");
+  EXPECT_EQ(slurm.rank, 5);
+  EXPECT_EQ(slurm.worldSize, 6);
+  EXPECT_EQ(slurm.localRank, 2);
+  EXPECT_EQ(slurm.host, "127.0.0.1");
+  EXPECT_EQ(slurm.port, 29500);
+
+  RankPlace mpi = placeFrom({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
+  EXPECT_EQ(mpi.launcher, "Open MPI");
+  EXPECT_EQ(mpi.rank, 1);
+  EXPECT_EQ(mpi.localWorldSize, 4);
+
+  // torchrun inside a Slurm job: torchrun's variables say where this process is.
+  RankPlace both = placeFrom({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+  EXPECT_EQ(both.launcher, "torchrun");
+  EXPECT_EQ(both.rank, 1);
+}
+
+TEST(RankPlace, RefusesVariablesThatDisagree) {
+  EXPECT_EQ(errorMessage([] { placeFrom({{"RANK", "2"}, {"WORLD_SIZE", "2"}}); }),
+            "RANK=2 is outside the world of WORLD_SIZE=2 ranks");
+  EXPECT_EQ(errorMessage([] { placeFrom({{"WORLD_SIZE", "2"}}); }),
+            "torchrun sets WORLD_SIZE without RANK: both say where this process stands among the ranks");
+  EXPECT_EQ(errorMessage([] { placeFrom({{"RANK", "-1"}, {"WORLD_SIZE", "2"}}); }),
+            "RANK='-1' must be an integer from 0 to 2147483647");
+  EXPECT_EQ(errorMessage([] { placeFrom({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "99999"}}); }),
+            "MASTER_PORT='99999' must be an integer from 1 to 65535");
+  EXPECT_EQ(errorMessage([] { placeFrom({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "x"}}); }),
+            "LOCAL_RANK='x' must be an integer from 0 to 1");
+}
+
+// Runs `body(rank)` on `ranks` threads, each joined to one run through the plugin's TCP
+// store on a free port; returns what each threw ("" if nothing).
+std::vector<std::string> onRanks(int ranks, const std::function<void(Communicator &)> &body,
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  ::setenv("TLC_GLOO_PLUGIN", TLC_GLOO_PLUGIN_PATH, 0);
+  int port = unusedPort();
+  std::vector<std::string> errors(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < ranks; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        RendezvousOptions options;
+        options.place.rank = rank;
+        options.place.worldSize = ranks;
+        options.place.port = port;
+        options.timeout = timeout;
+        std::shared_ptr<Communicator> group = joinRanks(options);
+        body(*group);
+      } catch (const std::exception &error) {
+        errors[size_t(rank)] = error.what();
+      }
+    });
+  for (std::thread &thread : threads) thread.join();
+  return errors;
+}
+
+// Gloo's ring all-reduce: every rank ends with the mean, the same bits on each.
+TEST(Ranks, AllReduceGivesEveryRankTheSameMean) {
+  const int ranks = 3;
+  const size_t count = 100'003;  // not a multiple of the ranks: uneven ring segments
+  std::vector<std::vector<float>> data(ranks), expected(1, std::vector<float>(count, 0.0f));
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::mt19937 generator(unsigned(rank) + 7);
+    std::normal_distribution<float> normal;
+    for (size_t i = 0; i < count; ++i) data[size_t(rank)].push_back(normal(generator));
+  }
+  std::vector<double> mean(count, 0.0);
+  for (const auto &values : data)
+    for (size_t i = 0; i < count; ++i) mean[i] += values[i] / ranks;
+  std::vector<std::string> errors = onRanks(ranks, [&](Communicator &group) {
+    group.allReduceMean(data[size_t(group.rank())].data(), count);
+    barrier(group, "reduced");
+    group.leave();
+  });
+  for (int rank = 0; rank < ranks; ++rank) EXPECT_EQ(errors[size_t(rank)], "") << "rank " << rank;
+  double worst = 0;
+  for (size_t i = 0; i < count; ++i) worst = std::max(worst, std::abs(data[0][i] - mean[i]));
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_EQ(data[0], data[1]);
+  EXPECT_EQ(data[0], data[2]);
+}
+
+// The store: a value set by one rank is what the others wait for and read.
+TEST(Ranks, TheStoreCarriesValuesBetweenRanks) {
+  std::vector<std::string> read(2);
+  std::vector<std::string> errors = onRanks(2, [&](Communicator &group) {
+    EXPECT_FALSE(group.peek("tlc.test.value").has_value());
+    barrier(group, "looked");
+    if (group.rank() == 1) group.set("tlc.test.value", std::string("a\0b", 3));
+    read[size_t(group.rank())] = waitFor(group, "tlc.test.value");
+    EXPECT_EQ(stoppedRanks(group), "");
+    barrier(group, "done");
+    group.leave();
+  });
+  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
+  EXPECT_EQ(read[0], std::string("a\0b", 3));
+  EXPECT_EQ(read[1], std::string("a\0b", 3));
+}
+
+// A rank that goes without leaving (as a killed one) is named by the store; one that
+// fails says why; a key no rank sets runs into the timeout.
+TEST(Ranks, ARankThatStopsIsNamed) {
+  std::vector<std::string> errors = onRanks(
+      3,
+      [&](Communicator &group) {
+        barrier(group, "joined");
+        if (group.rank() == 2) return;  // gone: its connection closes with no goodbye
+        if (group.rank() == 1) {
+          announceFailure(group, "failed: out of memory");
+          return group.leave();
+        }
+        // Rank 0 serves the store: it stays until the others are gone.
+        for (int attempt = 0; attempt < 100 && stoppedRanks(group).find("rank 2") == std::string::npos; ++attempt)
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::string stopped = stoppedRanks(group);
+        EXPECT_CONTAINS(stopped, "rank 1 failed: out of memory");
+        EXPECT_CONTAINS(stopped, "rank 2 stopped: its connection to the rendezvous store closed before it finished");
+        EXPECT_CONTAINS(errorMessage([&] { waitFor(group, "tlc.never"); }), "another rank stopped: rank 1 failed");
+      },
+      std::chrono::seconds(5));
+  EXPECT_EQ(errors, std::vector<std::string>(3, ""));
+
+  std::vector<std::string> timedOut = onRanks(
+      2, [&](Communicator &group) { waitFor(group, "tlc.never"); }, std::chrono::milliseconds(300));
+  EXPECT_CONTAINS(timedOut[0], "waiting for 'tlc.never': no rank set it within 0 s");
+}
+
+TEST(Ranks, WithoutRank0sStoreOthersSaySoInTime) {
+  RendezvousOptions options;
+  options.place.rank = 1;
+  options.place.worldSize = 2;
+  options.place.port = unusedPort();
+  options.timeout = std::chrono::milliseconds(300);
+  ::setenv("TLC_GLOO_PLUGIN", TLC_GLOO_PLUGIN_PATH, 0);
+  EXPECT_CONTAINS(errorMessage([&] { joinRanks(options); }),
+                  "no rendezvous store answers at 127.0.0.1:");
+}
+
+// Each rank's batches are its share of what one process of the whole batch reads:
+// random tokens and a token file alike.
+TEST(Ranks, EachRankReadsItsShareOfTheGlobalBatch) {
+  auto program = [](int64_t batch) {
+    Program p;
+    p.batch = batch;
+    p.seqLen = 4;
+    p.vocab = 50;
+    return p;
+  };
+  Program whole = program(6), share = program(2);
+  test::TempDir dir;
+  std::string corpus = dir.file("corpus.txt");
+  {
+    std::ofstream file(corpus);
+    for (int i = 0; i < 50; ++i) file << i << " ";
+  }
+  for (const std::string &path : {std::string(), corpus}) {
+    TrainingBatches one(whole, path, 9);
+    std::vector<TrainingBatches> ranks;
+    for (int rank = 0; rank < 3; ++rank) ranks.emplace_back(share, path, 9, rank, 3);
+    for (int step = 0; step < 4; ++step) {
+      std::vector<int32_t> global = one.next(), joined;
+      for (TrainingBatches &rank : ranks) {
+        std::vector<int32_t> part = rank.next();
+        joined.insert(joined.end(), part.begin(), part.end());
+      }
+      EXPECT_EQ(joined, global) << (path.empty() ? "random tokens" : "token file") << ", step " << step;
+    }
+  }
+}
+
+} // namespace
+} // namespace tlc
