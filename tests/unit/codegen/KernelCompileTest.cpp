@@ -79,16 +79,19 @@ std::vector<JitSource> allKernelSources() {
       for (const Program &program : {compileModelFile(path, options), compileTrainingStepFile(path, options)})
         for (const Kernel &kernel : program.kernels) entryOf.emplace(kernel.source, kernel.entry);
     }
-  // Decode shapes (a token a sequence, or a few): the matrix-vector GEMMs (gemm_gemv.cuh),
-  // K split or not, chained and as a persistent kernel's tasks.
-  for (const char *model : {"tinyllama.tl", "tinyllama-1.1b.tl"})
-    for (const char *dtype : {"f32", "bf16"})
-      for (auto [batch, seq, persistent] : {std::tuple{1, 1, false}, std::tuple{1, 2, false}, std::tuple{1, 1, true}}) {
-        CompileOptions options{persistent ? 3 : 2, batch, seq, dtype};
-        options.persistent = persistent;
-        for (const Kernel &kernel : compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, options).kernels)
-          entryOf.emplace(kernel.source, kernel.entry);
-      }
+  // Decode shapes (a token a sequence, or two): the matrix-vector GEMMs (gemm_gemv.cuh),
+  // K split or not, in both dtypes; two rows; and as a persistent kernel's tasks (one
+  // model in each dtype: those compile for long).
+  for (auto [model, dtype, batch, seq, persistent] :
+       {std::tuple{"tinyllama.tl", "f32", 1, 1, false}, std::tuple{"tinyllama.tl", "bf16", 1, 1, false},
+        std::tuple{"tinyllama-1.1b.tl", "f32", 1, 1, false}, std::tuple{"tinyllama-1.1b.tl", "bf16", 1, 1, false},
+        std::tuple{"tinyllama-1.1b.tl", "bf16", 1, 2, false}, std::tuple{"tinyllama.tl", "bf16", 1, 1, true},
+        std::tuple{"tinyllama-1.1b.tl", "f32", 1, 1, true}}) {
+    CompileOptions options{persistent ? 3 : 2, batch, seq, dtype};
+    options.persistent = persistent;
+    for (const Kernel &kernel : compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, options).kernels)
+      entryOf.emplace(kernel.source, kernel.entry);
+  }
   for (auto [model, batch, seq] : {std::tuple{"tinyllama.tl", 8, 128}, std::tuple{"tinyllama-1.1b.tl", 1, 2048}})
     for (int level : {1, 2})
       for (const char *dtype : {"bf16", "f32"})
