@@ -8,6 +8,8 @@
 #include "runtime/Backend.h"
 #include "runtime/Error.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 using namespace tlc;
@@ -30,8 +32,8 @@ std::string errorOf(const std::function<void()> &body) {
 }
 
 // O3's persistent kernel run task by task on the CPU, as its workers would run it (in turn
-// and in random orders): each task waits only for what the compiler derived, and the
-// logits equal O0's. A task run too early would keep values computed from unwritten
+// and in random orders), at 2 x 16 and at decode shapes (matrix-vector GEMM tasks): each
+// task waits only for what the compiler derived, and the logits equal O0's. A task run too early would keep values computed from unwritten
 // (NaN-poisoned) inputs.
 TEST(Persistent, ScheduleOnTheCpuMatchesO0) {
   struct Config {
@@ -40,27 +42,37 @@ TEST(Persistent, ScheduleOnTheCpuMatchesO0) {
     const char *dtype;
     double tolerance;
   };
+  struct Shape {
+    int64_t batch, seq;
+  };
+  // 2 x 16, and decode shapes, whose GEMM tasks are matrix-vector tiles (gemm_gemv.cuh).
   for (const Config &c : {Config{"workshop small f32", support::smallConfig("workshop"), "f32", 1e-5},
                           Config{"1.1B narrow bf16", support::smallConfig("tinyllama-1.1b"), "bf16", 2e-2}}) {
-    SCOPED_TRACE(c.name);
-    const int64_t batch = 2, seq = 16;
-    uint64_t seed = ::testing::UnitTest::GetInstance()->random_seed() + 23;
-    Program o0 = support::compileConfig(c.config, {0, batch, seq, c.dtype});
-    Program o3 = support::compileConfig(c.config, persistentO3(batch, seq, c.dtype));
-    ASSERT_EQ(o3.kernels.size(), 1u) << o3.persistentFallback;
-    ASSERT_FALSE(o3.kernels[0].tasks.empty());
-    Weights weights = Weights::random(o0.parameters, seed);
-    std::vector<int32_t> tokens = randomTokenIds(o0, seed);
-    auto reference = createCpuBackend(2);
-    reference->load(o0, weights);
-    std::vector<float> expected = reference->forward(tokens).logits.data;
-    for (PersistentSchedule schedule : {PersistentSchedule{PersistentOnCpu::Workers, 0},
-                                        PersistentSchedule{PersistentOnCpu::Random, seed},
-                                        PersistentSchedule{PersistentOnCpu::Random, seed + 1}}) {
-      auto backend = createCpuBackend(2, schedule);
-      backend->load(o3, weights);
-      EXPECT_LE(relativeError(backend->forward(tokens).logits.data, expected), c.tolerance)
-          << "order " << int(schedule.order) << " seed " << schedule.seed;
+    for (Shape shape : {Shape{2, 16}, Shape{1, 1}, Shape{2, 1}}) {
+      SCOPED_TRACE(fmt::format("{} at {} x {}", c.name, shape.batch, shape.seq));
+      const int64_t batch = shape.batch, seq = shape.seq;
+      uint64_t seed = ::testing::UnitTest::GetInstance()->random_seed() + 23;
+      Program o0 = support::compileConfig(c.config, {0, batch, seq, c.dtype});
+      Program o3 = support::compileConfig(c.config, persistentO3(batch, seq, c.dtype));
+      ASSERT_EQ(o3.kernels.size(), 1u) << o3.persistentFallback;
+      ASSERT_FALSE(o3.kernels[0].tasks.empty());
+      const bool gemv = std::any_of(o3.kernels[0].parts.begin(), o3.kernels[0].parts.end(), [](const Kernel &part) {
+        return part.source.find("tl_gemm_gemv<") != std::string::npos;
+      });
+      EXPECT_EQ(gemv, batch * seq <= 2) << "matrix-vector tasks exactly at one or two rows";
+      Weights weights = Weights::random(o0.parameters, seed);
+      std::vector<int32_t> tokens = randomTokenIds(o0, seed);
+      auto reference = createCpuBackend(2);
+      reference->load(o0, weights);
+      std::vector<float> expected = reference->forward(tokens).logits.data;
+      for (PersistentSchedule schedule : {PersistentSchedule{PersistentOnCpu::Workers, 0},
+                                          PersistentSchedule{PersistentOnCpu::Random, seed},
+                                          PersistentSchedule{PersistentOnCpu::Random, seed + 1}}) {
+        auto backend = createCpuBackend(2, schedule);
+        backend->load(o3, weights);
+        EXPECT_LE(relativeError(backend->forward(tokens).logits.data, expected), c.tolerance)
+            << "order " << int(schedule.order) << " seed " << schedule.seed;
+      }
     }
   }
 }
