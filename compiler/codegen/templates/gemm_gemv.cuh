@@ -22,10 +22,11 @@
 #pragma once
 #include "gemm_common.cuh"
 
-// Shared memory of a GEMV block: its K range of A's rows, the accumulator tile, row scales.
+// The element type behind a `const T *` (a weight's storage type, from the Spec's b_base).
 template <class P> struct tl_remove_const_ptr;
 template <class T> struct tl_remove_const_ptr<const T *> { using type = T; };
 
+// The K range of each split, in elements (a multiple of 8): what a block stages of A's rows.
 template <class S> TL_DEVICE constexpr int tl_gemv_k_range() {
   return ((S::K / 8 + S::K_SPLITS - 1) / S::K_SPLITS) * 8;
 }
