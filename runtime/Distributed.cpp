@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -125,6 +126,10 @@ JoinRanksFunction loadGlooPlugin() {
 } // namespace
 
 std::shared_ptr<Communicator> joinRanks(const RendezvousOptions &options) {
+  // A rank writes to the other ranks' sockets (Gloo's pairs, NCCL's bootstrap); one that
+  // died must make such a write fail with EPIPE, reported with the rank's name, not raise
+  // SIGPIPE, whose handler (LLVM's, in tlc) exits 74 without a word.
+  std::signal(SIGPIPE, SIG_IGN);
   return std::shared_ptr<Communicator>(loadGlooPlugin()(options));
 }
 
