@@ -46,6 +46,13 @@ uint64_t parseFlagUnsigned(std::string_view flag, std::string_view text) {
   return value;
 }
 
+bool printHelpOrVersion(const char *arg, std::string_view usage, std::string_view version) {
+  if (!std::strcmp(arg, "--help") || !std::strcmp(arg, "-h")) fmt::print("{}", usage);
+  else if (!std::strcmp(arg, "--version")) fmt::print("{}\n", version);
+  else return false;
+  return true;
+}
+
 bool flagValue(const char *arg, const char *flag, std::string &value) {
   size_t n = std::strlen(flag);
   if (std::strncmp(arg, flag, n) != 0 || arg[n] != '=') return false;

@@ -33,5 +33,8 @@ uint64_t parseFlagUnsigned(std::string_view flag, std::string_view text);
 // For tools without a command-line library: true, with `value` set, when `arg` is
 // `flag`=value.
 bool flagValue(const char *arg, const char *flag, std::string &value);
+// For those tools too: prints `usage` for --help (-h) or `version` for --version and
+// returns true (the tool then exits 0); false for any other argument.
+bool printHelpOrVersion(const char *arg, std::string_view usage, std::string_view version);
 
 } // namespace tlc

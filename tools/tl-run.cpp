@@ -49,14 +49,8 @@ int main(int argc, char **argv) {
   try {
     for (int i = 1; i < argc; ++i) {
       const char *arg = argv[i];
-      if (!std::strcmp(arg, "--help") || !std::strcmp(arg, "-h")) {
-        fmt::print("{}", kUsage);
+      if (tlc::printHelpOrVersion(arg, kUsage, tlc::versionLine("tl-run") + "\n  the runtime alone: no MLIR, no LLVM"))
         return 0;
-      }
-      if (!std::strcmp(arg, "--version")) {
-        fmt::print("{}\n  the runtime alone: no MLIR, no LLVM\n", tlc::versionLine("tl-run"));
-        return 0;
-      }
       if (tlc::flagValue(arg, "--seed", value)) inputs.seed = tlc::parseFlagUnsigned("--seed", value);
       else if (tlc::flagValue(arg, "--weights", value)) inputs.weightsPath = value;
       else if (tlc::flagValue(arg, "--tokens", value)) inputs.tokensPath = value;

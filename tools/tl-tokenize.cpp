@@ -72,14 +72,7 @@ int main(int argc, char **argv) {
   try {
     for (int i = 1; i < argc; ++i) {
       const char *arg = argv[i];
-      if (!std::strcmp(arg, "--help") || !std::strcmp(arg, "-h")) {
-        fmt::print("{}", kUsage);
-        return 0;
-      }
-      if (!std::strcmp(arg, "--version")) {
-        fmt::print("{}\n", tlc::versionLine("tl-tokenize"));
-        return 0;
-      }
+      if (tlc::printHelpOrVersion(arg, kUsage, tlc::versionLine("tl-tokenize"))) return 0;
       if (tlc::flagValue(arg, "--text", value)) text = value, haveText = true;
       else if (tlc::flagValue(arg, "--ids", value)) ids = value;
       else if (!std::strcmp(arg, "--json")) json = true;

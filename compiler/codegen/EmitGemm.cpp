@@ -455,27 +455,6 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
   headerLines.push_back(fmt::format("GEMM [batch {}] M {} x N {} x K {}: acc = A · B{} in fp32{}", gemm.batch, gemm.M,
                                     gemm.N, gemm.K, gemm.bKN ? " (B stored [K, N])" : "ᵀ",
                                     plan.aKM ? " (A stored [K, M])" : ""));
-  if (plan.gemv) {
-    headerLines.push_back(fmt::format("prologue: A = {}, staged in shared memory in fp32{}",
-                                      plan.computedA ? describe(gemm.aValue, source.names()) + " computed as it is loaded"
-                                                     : source.name(gemm.a),
-                                      !gemm.rowNorm ? ""
-                                                    : fmt::format(", normalized per row (rmsnorm, eps {}{}): the inverse "
-                                                                  "RMS scales the accumulator rows",
-                                                                  gemm.eps,
-                                                                  gemm.gain >= 0 ? ", gain " + source.name(gemm.gain)
-                                                                                 : std::string(", gain folded into B"))));
-    headerLines.insert(headerLines.end(), epilogueDetails.begin(), epilogueDetails.end());
-    const GemvTile &gemv = *plan.gemv;
-    headerLines.push_back(fmt::format("every target: matrix-vector (gemm_gemv.cuh), {} row{}: blocks of {} warps over {} "
-                                      "columns{}, fp32 FMAs on B streamed with 16-byte loads",
-                                      gemv.BM, gemv.BM == 1 ? "" : "s", gemv.warps, gemv.BN,
-                                      gemv.splits > 1 ? fmt::format(", K split {} ways (partial tiles added by the "
-                                                                    "last split to arrive)",
-                                                                    gemv.splits)
-                                                      : std::string()));
-    return headerLines;
-  }
   headerLines.push_back(fmt::format("prologue: A = {}{}",
                                     plan.computedA ? describe(gemm.aValue, source.names()) + " computed as it is loaded"
                                                    : source.name(gemm.a),
@@ -490,6 +469,18 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
                                                       gemm.eps, source.name(gemm.b))));
   std::vector<std::string> details = gemm.normGrad ? normGradDetails(source, gemm, plan) : epilogueDetails;
   headerLines.insert(headerLines.end(), details.begin(), details.end());
+  if (plan.gemv) {
+    const GemvTile &gemv = *plan.gemv;
+    headerLines.push_back(fmt::format("every target: matrix-vector (gemm_gemv.cuh), {} row{}: A's rows staged in shared "
+                                      "memory in fp32, blocks of {} warps over {} columns{}, fp32 FMAs on B streamed "
+                                      "with 16-byte loads",
+                                      gemv.BM, gemv.BM == 1 ? "" : "s", gemv.warps, gemv.BN,
+                                      gemv.splits > 1 ? fmt::format(", K split {} ways (partial tiles added by the "
+                                                                    "last split to arrive)",
+                                                                    gemv.splits)
+                                                      : std::string()));
+    return headerLines;
+  }
   if (plan.matrixUnits && plan.operands.tf32Products == 3)
     headerLines.push_back("fp32 operands on NVIDIA tensor cores (matmul precision high): each element a tf32 high part "
                           "and residual, three tf32 products accumulated in fp32 (3xTF32)");

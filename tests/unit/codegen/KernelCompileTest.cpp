@@ -28,6 +28,13 @@ std::unique_ptr<mlir::MLIRContext> tlContext() {
   return context;
 }
 
+// Distinct kernel sources (each compiled once) with their entries, to compile.
+std::vector<JitSource> asSources(const std::map<std::string, std::string> &entryOf) {
+  std::vector<JitSource> sources;
+  for (const auto &[source, entry] : entryOf) sources.push_back({entry, source});
+  return sources;
+}
+
 // Small batch and sequence keep the Programs quick to build; the tiles the schedule picks
 // only at full size come from the benchmarks' shapes (the 1.1B QKV's 256x160 flat tiles,
 // the workshop down projection's 8-stage pipeline).
@@ -98,9 +105,7 @@ std::vector<JitSource> allKernelSources() {
         for (const Kernel &kernel :
              compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, {level, batch, seq, dtype}).kernels)
           entryOf.emplace(kernel.source, kernel.entry);
-  std::vector<JitSource> sources;
-  for (const auto &[source, entry] : entryOf) sources.push_back({entry, source});
-  return sources;
+  return asSources(entryOf);
 }
 
 const std::vector<JitSource> &sources() {
@@ -134,9 +139,7 @@ std::vector<JitSource> generationKernelSources() {
               if (op.op == "kv_cache_store" || op.op == "rope_at" || op.op == "cache_attention")
                 entryOf.emplace(kernel.source, kernel.entry);
       }
-  std::vector<JitSource> sources;
-  for (const auto &[source, entry] : entryOf) sources.push_back({entry, source});
-  return sources;
+  return asSources(entryOf);
 }
 
 const std::vector<JitSource> &generationSources() {
