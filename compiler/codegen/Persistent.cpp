@@ -5,6 +5,7 @@
 #include "runtime/Error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -128,6 +129,38 @@ std::vector<int64_t> paramOffsets(const std::vector<Kernel> &parts) {
   return offsets;
 }
 
+// The parts' dispatch: each distinct body is instantiated once (a switch over bodies, not
+// over parts: a 22-layer model's 100+ parts share 5 bodies), and a part finds its body and
+// its parameters' offset in `params` through two constant tables.
+std::string partDispatch(const std::string &name, const std::vector<Kernel> &parts) {
+  std::vector<std::string> bodies;  // distinct entries, in first-use order
+  std::vector<int> bodyOf;
+  for (const Kernel &part : parts) {
+    auto at = std::find(bodies.begin(), bodies.end(), part.entry);
+    bodyOf.push_back(int(at - bodies.begin()));
+    if (at == bodies.end()) bodies.push_back(part.entry);
+  }
+  std::vector<int64_t> offsets = paramOffsets(parts);
+  std::string out = fmt::format("\n// Each part's body and the offset of its parameters in `params`.\n"
+                                "__constant__ int {0}_body_of[{1}] = {{{2}}};\n"
+                                "__constant__ int {0}_params_at[{1}] = {{{3}}};\n",
+                                name, parts.size(), fmt::join(bodyOf, ", "), fmt::join(offsets, ", "));
+  auto dispatch = [&](const char *signature, const char *suffix, const char *arguments) {
+    std::string text = fmt::format("  TL_DEVICE static void {}{{\n    const unsigned char *p = params + {}_params_at[part];\n"
+                                   "    switch ({}_body_of[part]) {{\n",
+                                   signature, name, name);
+    for (size_t b = 0; b < bodies.size(); ++b)
+      text += fmt::format("    case {0}: {1}{2}(*reinterpret_cast<const {1}_params *>(p){3}); break;\n", b, bodies[b],
+                          suffix, arguments);
+    return text + "    }\n  }\n";
+  };
+  out += fmt::format("struct {}_parts {{\n", name);
+  out += dispatch("run(const unsigned char *params, int part) ", "_body", "");
+  out += dispatch("prefetch(const unsigned char *params, int part, int thread, int threads) ", "_prefetch",
+                  ", thread, threads");
+  return out + "};\n";
+}
+
 std::string persistentSource(const std::string &name, const Kernel &kernel, int threads, int workersPerSM,
                              const Program &program) {
   std::string out = fmt::format("// {}: the {} forward as one persistent kernel: {} parts, {} tasks on {} workers "
@@ -146,22 +179,7 @@ std::string persistentSource(const std::string &name, const Kernel &kernel, int 
   std::set<std::string> bodies;
   for (const Kernel &part : kernel.parts)
     if (bodies.insert(part.entry).second) out += bodyOf(part);
-  std::vector<int64_t> offsets = paramOffsets(kernel.parts);
-  out += fmt::format("\n// The parts: part `part`'s body, its parameters at their offset in `params`.\n"
-                     "struct {}_parts {{\n  TL_DEVICE static void run(const unsigned char *params, int part) {{\n"
-                     "    switch (part) {{\n",
-                     name);
-  for (size_t p = 0; p < kernel.parts.size(); ++p)
-    out += fmt::format("    case {0}: {1}_body(*reinterpret_cast<const {1}_params *>(params + {2})); break;\n", p,
-                       kernel.parts[p].entry, offsets[p]);
-  out += "    }\n  }\n";
-  out += "  TL_DEVICE static void prefetch(const unsigned char *params, int part, int thread, int threads) {\n"
-         "    switch (part) {\n";
-  for (size_t p = 0; p < kernel.parts.size(); ++p)
-    out += fmt::format("    case {0}: {1}_prefetch(*reinterpret_cast<const {1}_params *>(params + {2}), thread, threads); "
-                       "break;\n",
-                       p, kernel.parts[p].entry, offsets[p]);
-  out += "    }\n  }\n};\n";
+  out += partDispatch(name, kernel.parts);
   out += fmt::format("extern \"C\" __global__ void __launch_bounds__({0}, {2})\n{1}(const unsigned char *params, "
                      "tl_persistent_tables tables) {{\n  tl_persistent_worker<{1}_parts>(params, tables);\n}}\n",
                      threads, name, workersPerSM);

@@ -17,8 +17,9 @@
 //       GEMV's weights into L2): what a task reads that no task writes streams in early.
 //
 // The generated kernel defines a struct of the parts, whose run(params, part) switches over
-// their bodies (a static member, inlined: a call would serialize the wgmma pipelines), and
-// calls tl_persistent_worker with it.
+// the distinct bodies (a static member, inlined: a call would serialize the wgmma
+// pipelines; each body once, found with the part's parameters through constant tables, so
+// a 22-layer model compiles as fast as a 2-layer one), and calls tl_persistent_worker with it.
 #pragma once
 #include "prelude.cuh"
 
