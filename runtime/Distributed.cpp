@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <climits>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -204,6 +205,56 @@ std::string waitFor(Communicator &ranks, const std::string &key) {
 void barrier(Communicator &ranks, const std::string &name) {
   ranks.set(rankKey(name, ranks.rank()), "here");  // not empty: Gloo's file store refuses empty values
   for (int rank = 0; rank < ranks.worldSize(); ++rank) waitFor(ranks, rankKey(name, rank));
+}
+
+} // namespace tlc
+
+namespace tlc {
+
+StepWatchdog::StepWatchdog(Communicator &ranks, std::string what, std::chrono::milliseconds grace)
+    : ranks_(ranks), what_(std::move(what)), grace_(grace), thread_([this] { watch(); }) {}
+
+StepWatchdog::~StepWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void StepWatchdog::stepStarted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  inStep_ = true;
+  ++steps_;
+}
+
+void StepWatchdog::stepEnded() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  inStep_ = false;
+}
+
+void StepWatchdog::watch() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    changed_.wait_for(lock, std::chrono::milliseconds(200));
+    if (stopping_ || !inStep_) continue;
+    uint64_t step = steps_;
+    lock.unlock();
+    std::string stopped = stoppedRanks(ranks_);
+    lock.lock();
+    if (stopped.empty()) continue;
+    // The step's own wait should name it and throw; the grace is for it to do so.
+    changed_.wait_for(lock, grace_, [&] { return stopping_ || !inStep_ || steps_ != step; });
+    if (stopping_ || !inStep_ || steps_ != step) continue;
+    std::string message = fmt::format("{} stopped because another rank did: {} (this rank was blocked in the step, "
+                                      "and ends)",
+                                      what_, stopped);
+    std::fprintf(stderr, "tlc: error: %s\n", message.c_str());
+    std::fflush(stderr);
+    announceFailure(ranks_, "failed: " + message);
+    std::_Exit(1);  // the device may still run the collective: no destructor waits for it
+  }
 }
 
 } // namespace tlc

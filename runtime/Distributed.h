@@ -5,11 +5,14 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/Program.h"
@@ -94,6 +97,34 @@ std::string stoppedRanks(Communicator &ranks);
 // An error of a collective (`what` failed: `error`) as the rank that caused it: waits a
 // moment for the store to learn who stopped, then names it.
 [[noreturn]] void failBecauseOfPeer(Communicator &ranks, const std::string &what, const std::string &error);
+
+// Watches the other ranks while a step's collectives are in flight on a GPU. A rank
+// killed mid-step leaves this one's all-reduce waiting on the device, and the host may be
+// blocked inside the collective library, where no check of ours runs. When another rank is
+// known stopped and the step has not ended `grace` later (the step's own wait names it and
+// throws well within that), the watchdog says which rank stopped, announces this rank's
+// failure and ends the process with status 1, as PyTorch's NCCL watchdog tears its down.
+class StepWatchdog {
+public:
+  StepWatchdog(Communicator &ranks, std::string what,
+               std::chrono::milliseconds grace = std::chrono::milliseconds(2000));
+  ~StepWatchdog();
+  StepWatchdog(const StepWatchdog &) = delete;
+  StepWatchdog &operator=(const StepWatchdog &) = delete;
+  void stepStarted();
+  void stepEnded();
+
+private:
+  void watch();
+  Communicator &ranks_;
+  std::string what_;
+  std::chrono::milliseconds grace_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool inStep_ = false, stopping_ = false;
+  uint64_t steps_ = 0;  // steps started: the grace runs out only on the step that was watched
+  std::thread thread_;
+};
 
 // The value of `key` once a rank sets it. Throws tlc::Error naming the rank that stopped
 // meanwhile, or when the timeout runs out.

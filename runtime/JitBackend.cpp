@@ -179,6 +179,22 @@ std::shared_ptr<GpuGenerationState> makeGpuGenerationState(std::shared_ptr<GpuDe
 
 namespace {
 
+// A step marked in flight for the watchdog (if any) while it lives.
+class WatchedStep {
+public:
+  explicit WatchedStep(StepWatchdog *watchdog) : watchdog_(watchdog) {
+    if (watchdog_) watchdog_->stepStarted();
+  }
+  ~WatchedStep() {
+    if (watchdog_) watchdog_->stepEnded();
+  }
+  WatchedStep(const WatchedStep &) = delete;
+  WatchedStep &operator=(const WatchedStep &) = delete;
+
+private:
+  StepWatchdog *watchdog_;
+};
+
 class GpuBackend : public Backend {
 public:
   GpuBackend(std::shared_ptr<GpuDevice> device, const GpuOptions &options,
@@ -194,6 +210,7 @@ public:
       callerBuffers_.reset();
       bucketEvents_.clear();
       collectiveStream_.reset();
+      watchdog_.reset();
       collectives_.reset();
     } catch (...) { // a destructor must not throw: the driver may already be gone
     }
@@ -371,8 +388,12 @@ public:
     CurrentDevice current(*device_);
     startRun(tokenIds);
     parameters_->setStep(optimizerStep_ + 1);
-    enqueueLaunches(/*withUpdates=*/options.update);
-    if (collectives_) awaitStep();
+    {
+      // The host may block inside the collective library while the step is in flight.
+      WatchedStep watched(watchdog_.get());
+      enqueueLaunches(/*withUpdates=*/options.update);
+      if (collectives_) awaitStep();
+    }
 
     TrainStepResult result;
     if (options_.profile) {
@@ -751,6 +772,8 @@ private:
                                                          return call();
                                                        });
     if (options_.overlapCollectives) collectiveStream_ = device_->createStream();
+    watchdog_ = std::make_unique<StepWatchdog>(*options_.ranks,
+                                               fmt::format("{} backend: the step's all-reduces", device_->vendor()));
     report_.collectives = collectives_->describe() + (options_.overlapCollectives
                                                           ? ", on a stream of its own beside the backward's kernels"
                                                           : ", on the compute stream");
@@ -1076,6 +1099,7 @@ private:
   // bucket's buffers, its events (computed on the compute stream, averaged), and the
   // all-reduces of the run being enqueued that the compute stream has not joined yet.
   std::unique_ptr<DeviceCollectives> collectives_;
+  std::unique_ptr<StepWatchdog> watchdog_;  // while a step with collectives is in flight
   DeviceObject collectiveStream_;
   std::vector<std::vector<DeviceCollectives::Buffer>> buckets_;
   std::vector<std::pair<DeviceObject, DeviceObject>> bucketEvents_;

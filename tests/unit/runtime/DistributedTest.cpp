@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -155,8 +156,12 @@ TEST(Ranks, ARankThatStopsIsNamed) {
           announceFailure(group, "failed: out of memory");
           return group.leave();
         }
-        // Rank 0 serves the store: it stays until the others are gone.
-        for (int attempt = 0; attempt < 100 && stoppedRanks(group).find("rank 2") == std::string::npos; ++attempt)
+        // Rank 0 serves the store: it stays until it has heard of both (in either order).
+        auto heardOfBoth = [&] {
+          std::string stopped = stoppedRanks(group);
+          return stopped.find("rank 1") != std::string::npos && stopped.find("rank 2") != std::string::npos;
+        };
+        for (int attempt = 0; attempt < 100 && !heardOfBoth(); ++attempt)
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         std::string stopped = stoppedRanks(group);
         EXPECT_CONTAINS(stopped, "rank 1 failed: out of memory");
@@ -180,6 +185,59 @@ TEST(Ranks, WithoutRank0sStoreOthersSaySoInTime) {
   ::setenv("TLC_GLOO_PLUGIN", TLC_GLOO_PLUGIN_PATH, 0);
   EXPECT_CONTAINS(errorMessage([&] { joinRanks(options); }),
                   "no rendezvous store answers at 127.0.0.1:");
+}
+
+// Rank 0 of two in memory, where rank 1 has stopped once `stop()` is called.
+class RanksWithAStop : public Communicator {
+public:
+  int rank() const override { return 0; }
+  int worldSize() const override { return 2; }
+  std::string describe() const override { return "a store in memory"; }
+  void set(const std::string &key, const std::string &value) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    values_[key] = value;
+  }
+  std::optional<std::string> peek(const std::string &key) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = values_.find(key);
+    return found == values_.end() ? std::nullopt : std::optional<std::string>(found->second);
+  }
+  std::chrono::milliseconds timeout() const override { return std::chrono::seconds(5); }
+  int storeRank() const override { return 0; }
+  void allReduceMean(float *, size_t) override {}
+  void leave() override {}
+  void stop() { set(rankKey("failed", 1), "stopped: killed"); }
+
+private:
+  std::mutex mutex_;
+  std::map<std::string, std::string> values_;
+};
+
+// A step blocked where no check of its own runs (inside the collective library) is ended
+// by the watchdog, naming the rank that stopped; a step that ends within the grace is not.
+TEST(StepWatchdogDeathTest, ABlockedStepEndsTheProcessNamingTheRankThatStopped) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        RanksWithAStop ranks;
+        StepWatchdog watchdog(ranks, "cuda backend: the step's all-reduces", std::chrono::milliseconds(100));
+        watchdog.stepStarted();
+        ranks.stop();
+        std::this_thread::sleep_for(std::chrono::seconds(10));  // blocked
+      },
+      testing::ExitedWithCode(1), "tlc: error: cuda backend: the step's all-reduces stopped because another rank did: "
+                                  "rank 1 stopped: killed");
+
+  RanksWithAStop ranks;
+  {
+    StepWatchdog watchdog(ranks, "cuda backend: the step's all-reduces", std::chrono::milliseconds(300));
+    watchdog.stepStarted();
+    ranks.stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // seen, within the grace
+    watchdog.stepEnded();  // the step's own wait threw
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  }
+  EXPECT_EQ(ranks.peek(rankKey("failed", 0)), std::nullopt) << "the watchdog ended a step that had ended";
 }
 
 // Each rank's batches are its share of what one process of the whole batch reads:
