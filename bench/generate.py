@@ -301,7 +301,7 @@ def main():
         with open(args.results, "a") as f:
             f.write(f"\n## {datetime.date.today().isoformat()} — {device}, generation: tlc levels beside "
                     "transformers and PyTorch\n\n"
-                    f"Command: `python3 bench/generate.py --tlc {args.tlc} --configs {args.configs} --dtype {args.dtype} "
+                    f"Command: `python3 bench/generate.py --tlc {os.path.relpath(args.tlc)} --configs {args.configs} --dtype {args.dtype} "
                     f"--new-tokens {args.new_tokens} --repeats {args.repeats}`. Greedy decoding. tlc: `tlc generate "
                     "--target=cuda`, its prefill and mean decode step as it prints them, median of the processes; "
                     "peak = its activations + weights + KV cache. transformers: generate(), prefill = generate(1 "

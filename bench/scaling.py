@@ -250,7 +250,7 @@ def main():
         print("\n" + section + "\n", flush=True)
         sections.append(section)
     if args.results and sections:
-        command = (f"python3 bench/scaling.py --tlc {args.tlc} --configs {args.configs} --gpus {args.gpus} "
+        command = (f"python3 bench/scaling.py --tlc {os.path.relpath(args.tlc)} --configs {args.configs} --gpus {args.gpus} "
                    f"--steps {args.steps}" + (" --no-torch" if args.no_torch else "")
                    + (" --no-overlap" if args.no_overlap else ""))
         with open(args.results, "a") as f:
