@@ -87,11 +87,24 @@ __device__ tl_sample_cut tl_sample_radix(const tl_sample_args &a, long long row,
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) bins[i] = 0ull;
     __syncthreads();
+    // A thread's tokens mostly share the digit (logits of one magnitude share their top
+    // bits), so each thread sums runs of one digit and adds a run at a time: adding every
+    // token's weight to one of a few bins serialized the block on those atomics.
+    unsigned runDigit = 0u;
+    unsigned long long runSum = 0ull;
     for (int i = threadIdx.x; i < a.vocab; i += blockDim.x) {
       const float x = tl_sample_logit(a, row, i);
       const unsigned key = tl_sample_key(x);
-      if ((key & mask) == prefix && kept(i, key)) atomicAdd(&bins[(key >> shift) & 255u], weight(x));
+      if ((key & mask) != prefix || !kept(i, key)) continue;
+      const unsigned digit = (key >> shift) & 255u;
+      if (digit != runDigit && runSum) {
+        atomicAdd(&bins[runDigit], runSum);
+        runSum = 0ull;
+      }
+      runDigit = digit;
+      runSum += weight(x);
     }
+    if (runSum) atomicAdd(&bins[runDigit], runSum);
     __syncthreads();
     if (threadIdx.x == 0) {
       unsigned long long above = 0ull;
