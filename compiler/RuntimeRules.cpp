@@ -22,9 +22,14 @@ AttrValue toAttrValue(mlir::Attribute attr) {
   return text;
 }
 
-OpRecord recordOf(mlir::Operation *op) {
+std::optional<OpKind> opKindOf(mlir::Operation *op) {
+  if (!op->getDialect() || op->getDialect()->getNamespace() != "tl") return std::nullopt;
+  return findOpKind(op->getName().stripDialect());
+}
+
+OpRecord recordOf(mlir::Operation *op, OpKind kind) {
   OpRecord record;
-  record.op = op->getName().stripDialect().str();
+  record.kind = kind;
   for (mlir::NamedAttribute attr : op->getAttrDictionary())
     if (attr.getName() != "operandSegmentSizes" && !attr.getName().getValue().starts_with("tl."))
       record.attrs[attr.getName().str()] = toAttrValue(attr.getValue());
@@ -36,16 +41,17 @@ OpRecord recordOf(mlir::Operation *op) {
 // Runs after the op's own checks (a region trait), so the dialect's located messages come
 // first; this one fires only where the two definitions would disagree.
 mlir::LogicalResult tl::OpTrait::verifyRuntimeRules(mlir::Operation *op) {
-  tlc::OpRecord record = tlc::recordOf(op);
-  if (!tlc::isKnownOp(record.op)) return mlir::success();  // kernels made of regions, weights, terminators
+  std::optional<tlc::OpKind> kind = tlc::opKindOf(op);
+  if (!kind) return mlir::success();  // kernels made of regions, weights, terminators
+  tlc::OpRecord record = tlc::recordOf(op, *kind);
   std::vector<tlc::Shape> operands;
   for (auto [index, type] : llvm::enumerate(op->getOperandTypes())) {
     auto tensor = llvm::dyn_cast<mlir::RankedTensorType>(type);
     if (!tensor) return mlir::success();
     // The runtime reads token ids (i32) where the op's ODS definition takes them.
-    if (tensor.getElementType().isInteger(32) != tlc::isTokenIdOperand(record.op, index))
+    if (tensor.getElementType().isInteger(32) != tlc::isTokenIdOperand(*kind, index))
       return op->emitOpError("operand #") << index << " is " << type << " where the runtime's rule reads "
-                                          << (tlc::isTokenIdOperand(record.op, index) ? "token ids" : "floats");
+                                          << (tlc::isTokenIdOperand(*kind, index) ? "token ids" : "floats");
     if (!tensor.hasStaticShape()) return mlir::success();  // checked once tl-specialize fixes the shapes
     operands.emplace_back(tensor.getShape().begin(), tensor.getShape().end());
   }

@@ -6,11 +6,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <unordered_map>
 
 #include "runtime/AttributeRanges.h"
 #include "runtime/Checked.h"
 #include "runtime/ElementwiseOps.h"
+#include "runtime/OpKind.h"
 #include "runtime/Error.h"
 #include "runtime/Tensor.h"
 
@@ -21,61 +21,14 @@ class OpRules {
 public:
   OpRules(const OpRecord &op, const std::vector<Shape> &operands) : op_(op), in_(operands) {}
 
-  using Rule = std::vector<Shape> (OpRules::*)();
-
-  static const std::unordered_map<std::string, Rule> &rules() {
-    static const std::unordered_map<std::string, Rule> table = {
-        {"embedding", &OpRules::embedding},
-        {"rmsnorm", &OpRules::rmsnorm},
-        {"linear", &OpRules::linear},
-        {"transpose", &OpRules::transpose},
-        {"split_heads", &OpRules::splitHeads},
-        {"merge_heads", &OpRules::mergeHeads},
-        {"concat", &OpRules::concat},
-        {"rope", &OpRules::rope},
-        {"repeat_kv", &OpRules::repeatKv},
-        {"batch_matmul", &OpRules::batchMatmul},
-        {"causal_mask", &OpRules::causalMask},
-        {"softmax", &OpRules::softmax},
-        {"split", &OpRules::split},
-        {"flash_attention", &OpRules::flashAttention},
-        {"cross_entropy", &OpRules::crossEntropy},
-        // Generation: the KV cache (tl-kv-cache).
-        {"kv_cache_store", &OpRules::kvCacheStore},
-        {"rope_at", &OpRules::ropeAt},
-        {"cache_attention", &OpRules::cacheAttention},
-        // The backward (the VJPs tl-autodiff builds) and the optimizer.
-        {"embedding_grad", &OpRules::embeddingGrad},
-        {"rmsnorm_grad", &OpRules::rmsnormGrad},
-        {"linear_grad_input", &OpRules::linearGradInput},
-        {"linear_grad_weight", &OpRules::linearGradWeight},
-        {"rope_grad", &OpRules::ropeGrad},
-        {"repeat_kv_grad", &OpRules::repeatKvGrad},
-        {"causal_mask_grad", &OpRules::causalMask},
-        {"softmax_grad", &OpRules::softmaxGrad},
-        {"cross_entropy_grad", &OpRules::crossEntropyGrad},
-        {"flash_attention_grad", &OpRules::flashAttentionGrad},
-        {"concat_grad", &OpRules::concatGrad},
-        {"split_grad", &OpRules::splitGrad},
-        {"global_norm", &OpRules::globalNorm},
-        {"adamw", &OpRules::adamw},
-        // Data parallelism: the mean over the ranks (tl-all-reduce-gradients).
-        {"all_reduce", &OpRules::allReduce},
-    };
-    return table;
-  }
-
   std::vector<Shape> infer() {
-    auto found = rules().find(op_.op);
-    const ElementwiseOp *elementwiseOp = findElementwiseOp(op_.op);
-    if (found == rules().end() && !elementwiseOp) throw Error(fmt::format("unknown op '{}'", op_.op));
     // Every dimension is a count the math divides by or loops over: none may be zero.
     for (size_t i = 0; i < in_.size(); ++i)
       if (!checkedElementCount(in_[i]) || std::count(in_[i].begin(), in_[i].end(), 0) != 0)
         fail(fmt::format("operand {} has shape {}; every dimension must be positive and the "
                          "tensor at most 2^40 elements",
                          i, shapeString(in_[i])));
-    std::vector<Shape> results = elementwiseOp ? elementwise(*elementwiseOp) : (this->*found->second)();
+    std::vector<Shape> results = rule();
     for (const Shape &result : results)
       if (!checkedElementCount(result))
         fail(fmt::format("its result would have shape {}, more than 2^40 elements",
@@ -84,6 +37,17 @@ public:
   }
 
 private:
+  // The op's rule, by its kind's method in runtime/Ops.def.
+  std::vector<Shape> rule() {
+    switch (op_.kind) {
+#define TL_OP(name, method) \
+  case OpKind::name: return method();
+#include "runtime/Ops.def"
+#undef TL_OP
+    }
+    fail(fmt::format("is no op kind ({})", int(op_.kind)));
+  }
+
   [[noreturn]] void fail(const std::string &message) const { throw Error(message); }
 
   void expectOperands(size_t count) const {
@@ -335,7 +299,8 @@ private:
 
   // The ops of runtime/ElementwiseOps.def: equal shapes, no broadcasting; a float
   // attribute (scale's factor) must be zero or a normal f32, like tl.scale's.
-  std::vector<Shape> elementwise(const ElementwiseOp &op) {
+  std::vector<Shape> elementwise() {
+    const ElementwiseOp &op = *findElementwiseOp(op_.kind);
     expectOperands(size_t(op.operands));
     if (op.operands == 2 && in_[0] != in_[1])
       fail(fmt::format("operands 0 and 1 have shapes {} and {}, expected equal shapes",
@@ -461,6 +426,8 @@ private:
 
   std::vector<Shape> ropeGrad() { return rope(); }
 
+  std::vector<Shape> causalMaskGrad() { return causalMask(); }
+
   // repeat_kv_grad(dy[B, Hkv * repeats, S, D]) (repeats) -> [B, Hkv, S, D]
   std::vector<Shape> repeatKvGrad() {
     expectOperands(1);
@@ -576,24 +543,28 @@ private:
 
 } // namespace
 
-bool isKnownOp(const std::string &op) {
-  return OpRules::rules().count(op) != 0 || findElementwiseOp(op) != nullptr;
+bool isTokenIdOperand(OpKind kind, size_t operand) {
+  switch (kind) {
+  case OpKind::rope_at: return operand == 1;
+  case OpKind::kv_cache_store: return operand == 2;
+  case OpKind::cache_attention: return operand == 3;
+  case OpKind::embedding:
+  case OpKind::cross_entropy:
+  case OpKind::embedding_grad:
+  case OpKind::cross_entropy_grad: return operand == 1;
+  default: return false;
+  }
 }
 
-std::vector<std::string> knownOps() {
-  std::vector<std::string> names;
-  for (const auto &rule : OpRules::rules()) names.push_back(rule.first);
-  for (const ElementwiseOp &op : elementwiseOps()) names.push_back(op.name);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-bool isTokenIdOperand(const std::string &op, size_t operand) {
-  if (op == "rope_at") return operand == 1;
-  if (op == "kv_cache_store") return operand == 2;
-  if (op == "cache_attention") return operand == 3;
-  return operand == 1 && (op == "embedding" || op == "cross_entropy" || op == "embedding_grad" ||
-                          op == "cross_entropy_grad");
+std::optional<int64_t> rowsIndexedByIds(OpKind kind, const std::vector<Shape> &operands,
+                                        const std::vector<Shape> &results) {
+  switch (kind) {
+  case OpKind::embedding: return operands[0][0];
+  case OpKind::embedding_grad: return results[0][0];
+  case OpKind::cross_entropy:
+  case OpKind::cross_entropy_grad: return operands[0][2];
+  default: return std::nullopt;
+  }
 }
 
 std::vector<Shape> inferResultShapes(const OpRecord &op, const std::vector<Shape> &operandShapes) {

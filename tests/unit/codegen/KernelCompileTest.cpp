@@ -4,6 +4,7 @@
 // parallel; the cache is off so the compilers really run.
 #include "runtime/CallerBuffers.h"
 #include "runtime/Jit.h"
+#include "runtime/OpKind.h"
 #include "tools/Compile.h"
 #include "compiler/ModelIO.h"
 #include "models/ModelBuilder.h"
@@ -136,7 +137,7 @@ std::vector<JitSource> generationKernelSources() {
         for (const Program *program : {&programs->prefill, &programs->decode})
           for (const Kernel &kernel : program->kernels)
             for (const OpRecord &op : kernel.ops)
-              if (op.op == "kv_cache_store" || op.op == "rope_at" || op.op == "cache_attention")
+              if (op.kind == OpKind::kv_cache_store || op.kind == OpKind::rope_at || op.kind == OpKind::cache_attention)
                 entryOf.emplace(kernel.source, kernel.entry);
       }
   return asSources(entryOf);
