@@ -5,7 +5,10 @@
 #include "runtime/OpRules.h"
 #include "runtime/Tensor.h"
 
+#include <algorithm>
+
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace tlc {
@@ -27,13 +30,41 @@ std::optional<OpKind> opKindOf(mlir::Operation *op) {
   return findOpKind(op->getName().stripDialect());
 }
 
-OpRecord recordOf(mlir::Operation *op, OpKind kind) {
+// The semantic attributes of `attrs`: not operandSegmentSizes, nor annotations for readers
+// of the IR (tl.saved, tl.recomputed).
+static OpRecord recordWith(OpKind kind, llvm::ArrayRef<mlir::NamedAttribute> attrs) {
   OpRecord record;
   record.kind = kind;
-  for (mlir::NamedAttribute attr : op->getAttrDictionary())
+  for (mlir::NamedAttribute attr : attrs)
     if (attr.getName() != "operandSegmentSizes" && !attr.getName().getValue().starts_with("tl."))
       record.attrs[attr.getName().str()] = toAttrValue(attr.getValue());
   return record;
+}
+
+OpRecord recordOf(mlir::Operation *op, OpKind kind) { return recordWith(kind, op->getAttrDictionary().getValue()); }
+
+mlir::LogicalResult inferByRuntimeRule(std::optional<mlir::Location> loc, OpKind kind, mlir::ValueRange operands,
+                                       mlir::DictionaryAttr attrs, llvm::SmallVectorImpl<mlir::Type> &inferred,
+                                       llvm::ArrayRef<mlir::Type> elementTypes) {
+  std::vector<Shape> shapes;
+  for (mlir::Value operand : operands) {
+    auto type = llvm::cast<mlir::RankedTensorType>(operand.getType());
+    Shape &shape = shapes.emplace_back(type.getShape().begin(), type.getShape().end());
+    std::replace(shape.begin(), shape.end(), mlir::ShapedType::kDynamic, kUnknownDim);
+  }
+  std::vector<Shape> results;
+  try {
+    results = inferResultShapesWithUnknownDims(recordWith(kind, attrs ? attrs.getValue() : llvm::ArrayRef<mlir::NamedAttribute>()), shapes);
+  } catch (const Error &error) {
+    return mlir::emitOptionalError(loc, opKindName(kind), ": ", error.what());
+  }
+  for (auto [index, shape] : llvm::enumerate(results)) {
+    std::replace(shape.begin(), shape.end(), kUnknownDim, mlir::ShapedType::kDynamic);
+    mlir::Type element = elementTypes.empty() ? llvm::cast<mlir::RankedTensorType>(operands[0].getType()).getElementType()
+                                              : elementTypes[index];
+    inferred.push_back(mlir::RankedTensorType::get(shape, element));
+  }
+  return mlir::success();
 }
 
 } // namespace tlc

@@ -36,4 +36,12 @@ std::optional<int64_t> rowsIndexedByIds(OpKind kind, const std::vector<Shape> &o
 // shapes it cannot take (including ones that would leave a row with nothing to average).
 std::vector<Shape> inferResultShapes(const OpRecord &op, const std::vector<Shape> &operandShapes);
 
+// A dim not known yet: a `?` of a tl op's type (a model's batch or sequence before
+// tl-specialize fixes them). Programs never hold one.
+constexpr int64_t kUnknownDim = -1;
+
+// inferResultShapes for the tl ops' type inference: operand dims may be kUnknownDim, which
+// a rule accepts as any size; a result dim computed from one is kUnknownDim.
+std::vector<Shape> inferResultShapesWithUnknownDims(const OpRecord &op, const std::vector<Shape> &operandShapes);
+
 } // namespace tlc
