@@ -1,8 +1,7 @@
-// The shape-checking helpers of the tl ops' type inference (TlOps.cpp, TlGradOps.cpp):
-// each says which operand shapes an op accepts, with a message at `loc` when not.
+// The type-checking helpers of the tl ops' inference (TlOps.cpp, TlGradOps.cpp): element
+// types and the checks of the ops whose shapes are not yet the runtime's rule (attention,
+// scale_columns), each with a message at `loc` when not met.
 #pragma once
-
-#include "runtime/Checked.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
@@ -20,9 +19,6 @@ inline RankedTensorType tensorOf(Value value) { return cast<RankedTensorType>(va
 inline bool dimsCompatible(int64_t a, int64_t b) {
   return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
 }
-
-// The more precise of two compatible dims.
-inline int64_t joinDims(int64_t a, int64_t b) { return ShapedType::isDynamic(a) ? b : a; }
 
 // A float attribute within a range the runtime's Program validator checks too.
 inline LogicalResult checkFloatAttr(std::optional<Location> loc, StringRef what, APFloat value,

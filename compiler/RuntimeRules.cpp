@@ -54,14 +54,16 @@ mlir::LogicalResult inferByRuntimeRule(std::optional<mlir::Location> loc, OpKind
   }
   std::vector<Shape> results;
   try {
-    results = inferResultShapesWithUnknownDims(recordWith(kind, attrs ? attrs.getValue() : llvm::ArrayRef<mlir::NamedAttribute>()), shapes);
+    llvm::ArrayRef<mlir::NamedAttribute> named = attrs ? attrs.getValue() : llvm::ArrayRef<mlir::NamedAttribute>();
+    results = inferResultShapesWithUnknownDims(recordWith(kind, named), shapes);
   } catch (const Error &error) {
     return mlir::emitOptionalError(loc, opKindName(kind), ": ", error.what());
   }
   for (auto [index, shape] : llvm::enumerate(results)) {
     std::replace(shape.begin(), shape.end(), kUnknownDim, mlir::ShapedType::kDynamic);
-    mlir::Type element = elementTypes.empty() ? llvm::cast<mlir::RankedTensorType>(operands[0].getType()).getElementType()
-                                              : elementTypes[index];
+    mlir::Type element = elementTypes.empty()
+                             ? llvm::cast<mlir::RankedTensorType>(operands[0].getType()).getElementType()
+                             : elementTypes[index];
     inferred.push_back(mlir::RankedTensorType::get(shape, element));
   }
   return mlir::success();

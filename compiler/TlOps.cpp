@@ -1,5 +1,6 @@
-// Type inference and verification of the tl ops. Inference is the shape checker:
-// every rule here says which operand shapes an op accepts and what it produces.
+// Type inference, verification and VJPs of the tl ops. An op's shapes are the runtime's
+// rule for it (runtime/OpRules.cpp, through tlc::inferByRuntimeRule); its element types,
+// and the shapes of the few ops the rules do not cover yet, are checked here.
 #include "compiler/TlDialect.h"
 
 #include "compiler/AttrPrinting.h"
@@ -111,8 +112,8 @@ LogicalResult EmbeddingOp::buildVjp(VjpBuilder &vjp) {
 
 LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
                                           Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  if (adaptor.getGain() && failed(sameElementType(loc, "rmsnorm input and gain", adaptor.getInput(), adaptor.getGain())))
-    return failure();
+  Value gain = adaptor.getGain();
+  if (gain && failed(sameElementType(loc, "rmsnorm input and gain", adaptor.getInput(), gain))) return failure();
   return tlc::inferByRuntimeRule(loc, tlc::OpKind::rmsnorm, adaptor.getOperands(),
                                  tlc::inherentAttrs<RMSNormOp>(context, adaptor.getProperties()), inferred);
 }

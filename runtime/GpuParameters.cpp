@@ -54,7 +54,8 @@ void *GpuParameters::buildTable(const Kernel &optimizer, const std::map<int, voi
   std::vector<OptimizerTensor> tensors;
   for (const OpRecord &op : optimizer.ops) {
     if (op.kind != OpKind::adamw)
-      throw Error(fmt::format("gpu backend: kernel '{}' mixes '{}' with the updates", optimizer.name, opKindName(op.kind)));
+      throw Error(fmt::format("gpu backend: kernel '{}' mixes '{}' with the updates", optimizer.name,
+                              opKindName(op.kind)));
     const std::string &key = op.stringAttr("key");
     auto found = offsets_.find(key);
     if (found == offsets_.end()) throw Error(fmt::format("gpu backend: the update of '{}' names no parameter", key));

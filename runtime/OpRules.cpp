@@ -253,7 +253,8 @@ private:
     expectRank(rows, 4, "[batch, heads, seq, head_dim]");
     const Shape &c = in_[cache], &r = in_[rows];
     int64_t layer = op_.intAttr("layer");
-    if (layer < 0 || (known(c[0]) && layer >= c[0])) fail(fmt::format("layer {} is not one of the cache's {}", layer, c[0]));
+    if (layer < 0 || (known(c[0]) && layer >= c[0]))
+      fail(fmt::format("layer {} is not one of the cache's {}", layer, c[0]));
     bool grouped = !known(r[1]) || !known(c[2]) || r[1] % c[2] == 0;
     bool fits = !known(r[2]) || !known(c[3]) || r[2] <= c[3];
     if (differ(r[0], c[1]) || differ(r[3], c[4]) || !grouped || !fits)
@@ -501,7 +502,8 @@ private:
   // loss]; S >= 2 (a target each)
   std::vector<Shape> crossEntropyGrad() {
     crossEntropy();
-    if (known(in_[0][1]) && in_[0][1] < 2) fail(fmt::format("a sequence of {} token predicts nothing: it needs 2 or more", in_[0][1]));
+    if (known(in_[0][1]) && in_[0][1] < 2)
+      fail(fmt::format("a sequence of {} token predicts nothing: it needs 2 or more", in_[0][1]));
     if (!op_.attrs.count("with_loss")) return {in_[0]};
     expectBool("with_loss");
     if (op_.intAttr("with_loss") == 0) return {in_[0]};

@@ -1,7 +1,8 @@
 // Every tl op the runtime knows is checked against the runtime's rule for it
-// (runtime/OpRules.cpp) after its own verifier (most infer their types by that rule): the compiler accepts what the Program
-// validator and the CPU reference run, and a result type the op's inference would let
-// through (a dynamic dim where the operands fix it) is refused with the rule's shape.
+// (runtime/OpRules.cpp) after its own verifier (most infer their types by that rule): the
+// compiler accepts what the Program validator and the CPU reference run, and a result type
+// the op's inference would let through (a dynamic dim where the operands fix it) is refused
+// with the rule's shape.
 // RUN: tl-opt %s -split-input-file -verify-diagnostics
 
 func.func @result_wider_than_the_rule(%a: tensor<2x3xf32>) {

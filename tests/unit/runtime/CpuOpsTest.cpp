@@ -361,8 +361,10 @@ TEST(CpuOps, UnknownOpKindNamesTheKernel) {
   OpRecord op = makeOp("silu", {0}, {1});
   op.kind = OpKind(9999);
   std::vector<float> result(2);
-  EXPECT_EQ(errorMessage([&] { cpu::runOp(op, {{x.shape, x.data.data(), nullptr}}, {{{2}, result.data()}}, sharedPool(), "test_kernel"); }),
-            "cpu backend: op '?' in kernel 'test_kernel': is no op kind (9999)");
+  auto runUnknown = [&] {
+    cpu::runOp(op, {{x.shape, x.data.data(), nullptr}}, {{{2}, result.data()}}, sharedPool(), "test_kernel");
+  };
+  EXPECT_EQ(errorMessage(runUnknown), "cpu backend: op '?' in kernel 'test_kernel': is no op kind (9999)");
 }
 
 TEST(CpuOps, MissingAttributeAndBadShapes) {
