@@ -12,6 +12,7 @@
 #include "models/ModelBuilder.h"
 #include "runtime/Error.h"
 #include "runtime/KernelRunner.h"
+#include "runtime/OpKind.h"
 #include "tools/Compile.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -83,11 +84,11 @@ int main(int argc, char **argv) {
     for (const tlc::Kernel &kernel : program->kernels) {
       const tlc::OpRecord *gemm = nullptr, *attention = nullptr;
       for (const tlc::OpRecord &op : kernel.ops) {
-        if (op.op == "linear") gemm = &op;
-        if (op.op == "flash_attention") attention = &op;
+        if (op.kind == tlc::OpKind::linear) gemm = &op;
+        if (op.kind == tlc::OpKind::flash_attention) attention = &op;
       }
       // AdamW reads the optimizer's state, which only a backend holds.
-      bool every = only == "every" && kernel.ops.front().op != "adamw";
+      bool every = only == "every" && !tlc::updatesParameters(kernel);
       bool wanted = every || (gemm && only != "attention" && only != "every") ||
                     (attention && only != "gemm" && only != "every");
       if (!wanted || !timed.insert(kernel.entry).second) continue;
@@ -98,7 +99,7 @@ int main(int argc, char **argv) {
       double tflops = double(kernel.flops) / (us * 1e-6) / 1e12;
       std::string shape;
       if (every) {
-        shape = fmt::format("\"kind\": \"{}\"", kernel.ops.back().op);
+        shape = fmt::format("\"kind\": \"{}\"", tlc::opKindName(kernel.ops.back().kind));
       } else if (gemm) {
         const auto &a = program->value(gemm->operands[0]).shape, &w = program->value(gemm->operands[1]).shape;
         int64_t K = a.back(), M = 1;

@@ -1,8 +1,7 @@
-// The shape-checking helpers of the tl ops' type inference (TlOps.cpp, TlGradOps.cpp):
-// each says which operand shapes an op accepts, with a message at `loc` when not.
+// The type-checking helpers of the tl ops' inference (TlOps.cpp, TlGradOps.cpp): element
+// types and the checks of the ops whose shapes are not yet the runtime's rule (attention,
+// scale_columns), each with a message at `loc` when not met.
 #pragma once
-
-#include "runtime/Checked.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
@@ -19,17 +18,6 @@ inline RankedTensorType tensorOf(Value value) { return cast<RankedTensorType>(va
 
 inline bool dimsCompatible(int64_t a, int64_t b) {
   return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
-}
-
-// The more precise of two compatible dims.
-inline int64_t joinDims(int64_t a, int64_t b) { return ShapedType::isDynamic(a) ? b : a; }
-
-// a * b for dims (dynamic if either is); failure when the product overflows.
-inline FailureOr<int64_t> mulDims(std::optional<Location> loc, int64_t a, int64_t b) {
-  if (ShapedType::isDynamic(a) || ShapedType::isDynamic(b)) return ShapedType::kDynamic;
-  std::optional<int64_t> product = tlc::checkedMul(a, b);
-  if (!product) return emitOptionalError(loc, "dimension ", a, " x ", b, " overflows");
-  return *product;
 }
 
 // A float attribute within a range the runtime's Program validator checks too.
@@ -78,42 +66,17 @@ inline bool compatibleTypes(TypeRange declared, TypeRange inferred) {
   return true;
 }
 
-// An op of runtime/ElementwiseOps.def (Tl_ElementwiseOp): one operand, or two of equal shapes.
+// An op of runtime/ElementwiseOps.def (Tl_ElementwiseOp), by the runtime's rule for it: one
+// operand, or two of equal shapes (and, checked here, element types).
 LogicalResult inferFromElementwiseTable(std::optional<Location> loc, StringRef name, ValueRange operands,
                                         SmallVectorImpl<Type> &inferred);
 
-// Elementwise binary ops: equal shapes (no broadcasting), equal element types.
-inline LogicalResult inferElementwise(std::optional<Location> loc, StringRef name, Value lhs, Value rhs,
-                                      SmallVectorImpl<Type> &inferred) {
-  auto a = tensorOf(lhs), b = tensorOf(rhs);
-  if (failed(sameElementType(loc, name, lhs, rhs))) return failure();
-  if (a.getRank() != b.getRank())
-    return emitOptionalError(loc, name, " operand shapes differ: ", a, " vs ", b);
-  SmallVector<int64_t> shape;
-  for (auto [da, db] : llvm::zip(a.getShape(), b.getShape())) {
-    if (!dimsCompatible(da, db)) return emitOptionalError(loc, name, " operand shapes differ: ", a, " vs ", b);
-    shape.push_back(joinDims(da, db));
-  }
-  inferred.push_back(RankedTensorType::get(shape, a.getElementType()));
-  return success();
-}
-
 // Shape and attribute rules a forward op shares with its backward op (TlOps.cpp); `op`
 // names the op in messages.
-LogicalResult checkRope(std::optional<Location> loc, StringRef op, Value input, APFloat theta, StringRef style);
-// Rows with a gain over their last dim (rmsnorm, its VJP, scale_columns): the input of
+// Rows with a gain over their last dim (rmsnorm_grad, scale_columns): the input of
 // rank >= 1; the gain, where there is one, of rank 1, that dim's size and the input's
 // element type.
 LogicalResult checkRowGain(std::optional<Location> loc, StringRef op, Value input, Value gain);
-LogicalResult checkMaskableScores(std::optional<Location> loc, StringRef op, Value input);
-LogicalResult checkLossOperands(std::optional<Location> loc, StringRef op, Value logits, Value ids);
-// x · W with W [out_features, in_features] contracted over its dim `contracted`:
-// tl.linear (1, x · Wᵀ) and tl.linear_grad_input (0, dy · W).
-LogicalResult inferProjection(std::optional<Location> loc, StringRef op, Value input, Value weight,
-                              unsigned contracted, SmallVectorImpl<Type> &inferred);
-// `value` cut along its last dim (tl.split) or dim 0 (tl.concat_grad) into pieces of `sizes`.
-LogicalResult inferPieces(std::optional<Location> loc, StringRef op, Value value, ArrayRef<int64_t> sizes,
-                          bool lastDim, SmallVectorImpl<Type> &inferred);
 LogicalResult checkAttention(std::optional<Location> loc, StringRef op, Value query, Value key, Value value,
                              APFloat scale);
 // flash attention's backward (tl.flash_attention_grad and its fused form, TlGradOps.cpp):

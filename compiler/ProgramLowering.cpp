@@ -165,7 +165,7 @@ private:
   int64_t bytesRead(const Kernel &kernel, int id) const {
     const Value &value = program.value(id);
     for (const OpRecord &op : kernel.ops)
-      if (op.op == "embedding" && op.operands.size() == 2 && op.operands[0] == id && value.shape.size() == 2 &&
+      if (op.kind == OpKind::embedding && op.operands.size() == 2 && op.operands[0] == id && value.shape.size() == 2 &&
           value.shape[0] > 0) {
         int64_t tokens = 1;
         for (int64_t d : program.value(op.operands[1]).shape) tokens *= d;
@@ -294,7 +294,7 @@ private:
   // The optimizer's updates, one after another at the end of a training step, make one
   // kernel over every parameter (a multi-tensor update).
   mlir::LogicalResult lowerUpdate(tl::AdamWOp update) {
-    bool extends = !program.kernels.empty() && program.kernels.back().ops.back().op == "adamw";
+    bool extends = !program.kernels.empty() && updatesParameters(program.kernels.back());
     if (!extends) {
       Kernel kernel;
       kernel.layer = -1;
@@ -314,7 +314,7 @@ private:
   mlir::LogicalResult lowerAllReduce(tl::AllReduceOp reduce) {
     Kernel kernel;
     kernel.layer = -1;
-    OpRecord record = makeRecord(reduce);
+    OpRecord record = recordOf(reduce, OpKind::all_reduce);
     for (auto [input, result] : llvm::zip(reduce.getInputs(), reduce.getResults())) {
       int operand = ids.lookup(input);
       addInput(kernel, operand);
@@ -344,7 +344,7 @@ private:
     Kernel &kernel = program.kernels[found->second];
     program.values[input].storage = Storage::Local;
     kernel.outputs.erase(std::find(kernel.outputs.begin(), kernel.outputs.end(), input));
-    OpRecord record = makeRecord(split);
+    OpRecord record = recordOf(split, OpKind::split);
     record.operands = {input};
     for (mlir::Value result : split.getResults()) {
       int id = addValue(result, Storage::Activation);
@@ -362,9 +362,9 @@ private:
   // Appends `op` to a kernel; its results are Local until the caller says otherwise.
   mlir::LogicalResult emitOp(mlir::Operation *op, Kernel &kernel) {
     if (auto fused = llvm::dyn_cast<tl::FusedLinearOp>(op)) return emitFusedLinear(fused, kernel);
-    if (op->getNumRegions() != 0 || !op->getDialect() || op->getDialect()->getNamespace() != "tl")
-      return op->emitError("cannot lower '") << op->getName() << "' inside a kernel";
-    OpRecord record = makeRecord(op);
+    std::optional<OpKind> kind = opKindOf(op);
+    if (!kind) return op->emitError("cannot lower '") << op->getName() << "' inside a kernel";
+    OpRecord record = recordOf(op, *kind);
     for (mlir::Value operand : op->getOperands()) record.operands.push_back(ids.lookup(operand));
     for (mlir::Value result : op->getResults()) record.results.push_back(addValue(result, Storage::Local));
     if (llvm::isa<tl::KvCacheStoreOp>(op)) {  // the cache, written where it lies, wherever the store runs
@@ -410,7 +410,7 @@ private:
     if (mlir::failed(emitRegion(fused.getPrologue().front(), fused.getPrologueInputs(), kernel)))
       return mlir::failure();
     mlir::Value a = fused.prologueYield().getValues()[0];
-    if (mlir::failed(emitGemmAndEpilogue("linear", a, fused.getWeight(), fused.getEpilogue().front(),
+    if (mlir::failed(emitGemmAndEpilogue(OpKind::linear, a, fused.getWeight(), fused.getEpilogue().front(),
                                          fused.getEpilogueInputs(), kernel)))
       return mlir::failure();
     return bindResults(fused, fused.epilogueYield());
@@ -418,7 +418,7 @@ private:
 
   // dX's GEMM, then the epilogue ops, in one kernel.
   mlir::LogicalResult emitFusedLinearGradInput(tl::FusedLinearGradInputOp fused, Kernel &kernel) {
-    if (mlir::failed(emitGemmAndEpilogue("linear_grad_input", fused.getGrad(), fused.getWeight(),
+    if (mlir::failed(emitGemmAndEpilogue(OpKind::linear_grad_input, fused.getGrad(), fused.getWeight(),
                                          fused.getEpilogue().front(), fused.getEpilogueInputs(), kernel)))
       return mlir::failure();
     return bindResults(fused, fused.epilogueYield());
@@ -427,8 +427,7 @@ private:
   // Flash attention's backward into the epilogue's arguments (d q, d k, d v), then the
   // epilogue's ops over them.
   mlir::LogicalResult emitFusedAttentionGrad(tl::FusedFlashAttentionGradOp fused, Kernel &kernel) {
-    OpRecord grad = makeRecord(fused);
-    grad.op = "flash_attention_grad";
+    OpRecord grad = recordOf(fused, OpKind::flash_attention_grad);
     for (mlir::Value operand : fused->getOperands()) grad.operands.push_back(ids.lookup(operand));
     mlir::Block &epilogue = fused.getEpilogue().front();
     for (mlir::BlockArgument arg : epilogue.getArguments()) grad.results.push_back(addValue(arg, Storage::Local));
@@ -438,12 +437,12 @@ private:
     return bindResults(fused, fused.epilogueYield());
   }
 
-  // The GEMM `gemmOp` (linear or linear_grad_input) of `a` and `weight` into the
+  // The GEMM `gemm` (linear or linear_grad_input) of `a` and `weight` into the
   // epilogue's first argument, then the epilogue's ops over it and `epilogueInputs`.
-  mlir::LogicalResult emitGemmAndEpilogue(const char *gemmOp, mlir::Value a, mlir::Value weight, mlir::Block &epilogue,
+  mlir::LogicalResult emitGemmAndEpilogue(OpKind gemmKind, mlir::Value a, mlir::Value weight, mlir::Block &epilogue,
                                           mlir::ValueRange epilogueInputs, Kernel &kernel) {
     OpRecord gemm;
-    gemm.op = gemmOp;
+    gemm.kind = gemmKind;
     gemm.operands = {ids.lookup(a), ids.lookup(weight)};
     gemm.results = {addValue(epilogue.getArgument(0), Storage::Local)};
     auto acc = llvm::cast<mlir::RankedTensorType>(epilogue.getArgument(0).getType());
@@ -453,8 +452,6 @@ private:
       ids[arg] = ids.lookup(outer);
     return emitOps(epilogue, kernel);
   }
-
-  OpRecord makeRecord(mlir::Operation *op) { return recordOf(op); }
 
   void addInput(Kernel &kernel, int id) {
     if (std::find(kernel.inputs.begin(), kernel.inputs.end(), id) == kernel.inputs.end()) kernel.inputs.push_back(id);

@@ -3,6 +3,7 @@
 #include "compiler/TlDialect.h"
 
 #include "compiler/InferenceHelpers.h"
+#include "compiler/RuntimeRules.h"
 #include "runtime/AttributeRanges.h"
 #include "runtime/Utf8.h"
 
@@ -37,102 +38,70 @@ static LogicalResult checkSameType(std::optional<Location> loc, StringRef what, 
   return success();
 }
 
-LogicalResult EmbeddingGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult EmbeddingGradOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                                 SmallVectorImpl<Type> &inferred) {
-  auto grad = tensorOf(adaptor.getGrad()), ids = tensorOf(adaptor.getIds());
-  if (failed(checkRank(loc, "embedding_grad grad [B, S, H]", adaptor.getGrad(), 3)) ||
-      failed(checkDim(loc, "embedding_grad batch differs between grad and ids", grad.getDimSize(0),
-                      ids.getDimSize(0))) ||
-      failed(checkDim(loc, "embedding_grad sequence differs between grad and ids", grad.getDimSize(1),
-                      ids.getDimSize(1))))
-    return failure();
-  int64_t rows = adaptor.getRowsAttr().getInt();  // signed: a negative count is refused, not wrapped
-  if (rows <= 0) return emitOptionalError(loc, "embedding_grad needs rows > 0, got ", rows);
-  inferred.push_back(RankedTensorType::get({rows, grad.getDimSize(2)}, grad.getElementType()));
-  return success();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::embedding_grad, adaptor.getOperands(),
+                                 tlc::inherentAttrs<EmbeddingGradOp>(context, adaptor.getProperties()), inferred);
 }
 
-LogicalResult RMSNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult RMSNormGradOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                               SmallVectorImpl<Type> &inferred) {
-  if (failed(checkRowGain(loc, "rmsnorm_grad", adaptor.getInput(), adaptor.getGain())) ||
-      failed(checkSameType(loc, "rmsnorm_grad grad and input differ", adaptor.getGrad(), adaptor.getInput())) ||
-      (adaptor.getResidual() &&
-       failed(checkSameType(loc, "rmsnorm_grad residual and input differ", adaptor.getResidual(), adaptor.getInput()))) ||
-      failed(checkFloatAttr(loc, "rmsnorm_grad eps", adaptor.getEps(), tlc::isValidEps, tlc::kEpsRange)))
-    return failure();
-  inferred.push_back(adaptor.getInput().getType());
-  inferred.push_back(adaptor.getGain().getType());
-  if (adaptor.getWithNormalized()) inferred.push_back(adaptor.getInput().getType());
-  return success();
+  for (Value operand : adaptor.getOperands())
+    if (failed(sameElementType(loc, "rmsnorm_grad operands", adaptor.getInput(), operand))) return failure();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::rmsnorm_grad, adaptor.getOperands(),
+                                 tlc::inherentAttrs<RMSNormGradOp>(context, adaptor.getProperties()), inferred);
 }
 
 LogicalResult LinearGradInputOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                                   SmallVectorImpl<Type> &inferred) {
-  return inferProjection(loc, "linear_grad_input", adaptor.getGrad(), adaptor.getWeight(), /*contracted=*/0, inferred);
+  if (failed(sameElementType(loc, "linear_grad_input grad and weight", adaptor.getGrad(), adaptor.getWeight())))
+    return failure();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::linear_grad_input, adaptor.getOperands(), {}, inferred);
 }
 
 LogicalResult LinearGradWeightOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                                    SmallVectorImpl<Type> &inferred) {
-  auto grad = tensorOf(adaptor.getGrad()), input = tensorOf(adaptor.getInput());
-  if (grad.getRank() < 2 || input.getRank() != grad.getRank())
-    return emitOptionalError(loc, "linear_grad_weight needs grad and input of equal rank >= 2, got ", grad, " and ",
-                             input);
   if (failed(sameElementType(loc, "linear_grad_weight grad and input", adaptor.getGrad(), adaptor.getInput())))
     return failure();
-  for (int64_t i = 0; i + 1 < grad.getRank(); ++i)
-    if (failed(checkDim(loc, "linear_grad_weight grad and input differ in a token dim", grad.getDimSize(i),
-                        input.getDimSize(i))))
-      return failure();
-  inferred.push_back(RankedTensorType::get({grad.getShape().back(), input.getShape().back()}, grad.getElementType()));
-  return success();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::linear_grad_weight, adaptor.getOperands(), {}, inferred);
 }
 
-LogicalResult RopeGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult RopeGradOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                            SmallVectorImpl<Type> &inferred) {
-  if (failed(checkRope(loc, "rope_grad", adaptor.getGrad(), adaptor.getTheta(), adaptor.getStyle())))
-    return failure();
-  return inferSameAsInput(adaptor.getGrad(), inferred);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::rope_grad, adaptor.getOperands(),
+                                 tlc::inherentAttrs<RopeGradOp>(context, adaptor.getProperties()), inferred);
 }
 
-LogicalResult RepeatKvGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult RepeatKvGradOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                                SmallVectorImpl<Type> &inferred) {
-  auto grad = tensorOf(adaptor.getGrad());
-  if (failed(checkRank(loc, "repeat_kv_grad grad [B, H, S, D]", adaptor.getGrad(), 4))) return failure();
-  int64_t repeats = adaptor.getRepeats(), heads = grad.getDimSize(1);
-  if (repeats <= 0) return emitOptionalError(loc, "repeat_kv_grad needs repeats > 0, got ", repeats);
-  if (!ShapedType::isDynamic(heads) && heads % repeats != 0)
-    return emitOptionalError(loc, "repeat_kv_grad: ", heads, " heads are not a multiple of ", repeats, " repeats");
-  SmallVector<int64_t> shape(grad.getShape());
-  shape[1] = ShapedType::isDynamic(heads) ? heads : heads / repeats;
-  inferred.push_back(RankedTensorType::get(shape, grad.getElementType()));
-  return success();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::repeat_kv_grad, adaptor.getOperands(),
+                                 tlc::inherentAttrs<RepeatKvGradOp>(context, adaptor.getProperties()), inferred);
 }
 
 LogicalResult CausalMaskGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                                  SmallVectorImpl<Type> &inferred) {
-  if (failed(checkMaskableScores(loc, "causal_mask_grad", adaptor.getGrad()))) return failure();
-  return inferSameAsInput(adaptor.getGrad(), inferred);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::causal_mask_grad, adaptor.getOperands(), {}, inferred);
 }
 
 LogicalResult SoftmaxGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                               SmallVectorImpl<Type> &inferred) {
-  return inferElementwise(loc, "softmax_grad", adaptor.getResult(), adaptor.getGrad(), inferred);
+  if (failed(sameElementType(loc, "softmax_grad result and grad", adaptor.getResult(), adaptor.getGrad())))
+    return failure();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::softmax_grad, adaptor.getOperands(), {}, inferred);
 }
 
-LogicalResult ZerosLikeOp::inferReturnTypes(MLIRContext *, std::optional<Location>, Adaptor adaptor,
+LogicalResult ZerosLikeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                             SmallVectorImpl<Type> &inferred) {
-  return inferSameAsInput(adaptor.getInput(), inferred);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::zeros_like, adaptor.getOperands(), {}, inferred);
 }
 
 LogicalResult CrossEntropyGradOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                                    SmallVectorImpl<Type> &inferred) {
-  if (failed(checkLossOperands(loc, "cross_entropy_grad", adaptor.getLogits(), adaptor.getIds()))) return failure();
-  int64_t seq = tensorOf(adaptor.getLogits()).getDimSize(1);
-  if (!ShapedType::isDynamic(seq) && seq < 2)
-    return emitOptionalError(loc, "cross_entropy_grad needs sequences of 2 or more tokens (each predicts the next)");
-  inferred.push_back(adaptor.getLogits().getType());
-  if (adaptor.getWithLoss()) inferred.push_back(RankedTensorType::get({}, Float32Type::get(context)));
-  return success();
+  // d logits in the logits' type; the loss, where asked for, f32 whatever the storage dtype.
+  Type logits = tensorOf(adaptor.getLogits()).getElementType(), f32 = Float32Type::get(context);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::cross_entropy_grad, adaptor.getOperands(),
+                                 tlc::inherentAttrs<CrossEntropyGradOp>(context, adaptor.getProperties()), inferred,
+                                 {logits, f32});
 }
 
 LogicalResult infer::checkAttentionGrad(std::optional<Location> loc, StringRef op, Value query, Value key, Value value,
@@ -157,47 +126,33 @@ LogicalResult FlashAttentionGradOp::inferReturnTypes(MLIRContext *, std::optiona
   return success();
 }
 
-LogicalResult ConcatGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult ConcatGradOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                              SmallVectorImpl<Type> &inferred) {
-  return inferPieces(loc, "concat_grad", adaptor.getGrad(), adaptor.getSizes(), /*lastDim=*/false, inferred);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::concat_grad, adaptor.getOperands(),
+                                 tlc::inherentAttrs<ConcatGradOp>(context, adaptor.getProperties()), inferred);
 }
 
 LogicalResult SplitGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                             SmallVectorImpl<Type> &inferred) {
-  if (adaptor.getPieces().empty()) return emitOptionalError(loc, "split_grad needs at least one piece");
-  auto first = tensorOf(adaptor.getPieces()[0]);
-  if (first.getRank() < 1) return emitOptionalError(loc, "split_grad pieces must have rank >= 1");
-  SmallVector<int64_t> shape(first.getShape());
-  for (Value piece : adaptor.getPieces().drop_front()) {
-    auto type = tensorOf(piece);
-    if (type.getRank() != first.getRank() || type.getElementType() != first.getElementType())
-      return emitOptionalError(loc, "split_grad pieces differ in rank or element type: ", first, " vs ", type);
-    for (int64_t i = 0; i + 1 < type.getRank(); ++i)
-      if (failed(checkDim(loc, "split_grad pieces differ outside the last dim", type.getDimSize(i), shape[i])))
-        return failure();
-    bool dynamic = ShapedType::isDynamic(shape.back()) || ShapedType::isDynamic(type.getShape().back());
-    std::optional<int64_t> width = dynamic ? ShapedType::kDynamic : tlc::checkedAdd(shape.back(), type.getShape().back());
-    if (!width) return emitOptionalError(loc, "split_grad width overflows");
-    shape.back() = *width;
-  }
-  inferred.push_back(RankedTensorType::get(shape, first.getElementType()));
-  return success();
+  for (Value piece : adaptor.getPieces())
+    if (failed(sameElementType(loc, "split_grad pieces", adaptor.getPieces()[0], piece))) return failure();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::split_grad, adaptor.getOperands(), {}, inferred);
 }
 
 LogicalResult GlobalNormOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                              SmallVectorImpl<Type> &inferred) {
-  if (adaptor.getInputs().empty()) return emitOptionalError(loc, "global_norm needs at least one input");
-  inferred.push_back(RankedTensorType::get({}, Float32Type::get(context)));
-  return success();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::global_norm, adaptor.getOperands(), {}, inferred,
+                                 {Float32Type::get(context)});
 }
 
-LogicalResult AllReduceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult AllReduceOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                             SmallVectorImpl<Type> &inferred) {
-  if (adaptor.getInputs().empty()) return emitOptionalError(loc, "all_reduce needs at least one input");
-  if (adaptor.getBucketAttr().getInt() < 0)
-    return emitOptionalError(loc, "all_reduce bucket must be 0 or more, got ", adaptor.getBucketAttr().getInt());
-  for (Value input : adaptor.getInputs()) inferred.push_back(input.getType());
-  return success();
+  // Each mean keeps its operand's dtype (the collective reduces the buffers as they are).
+  SmallVector<Type> elementTypes;
+  for (Value input : adaptor.getInputs()) elementTypes.push_back(tensorOf(input).getElementType());
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::all_reduce, adaptor.getOperands(),
+                                 tlc::inherentAttrs<AllReduceOp>(context, adaptor.getProperties()), inferred,
+                                 elementTypes);
 }
 
 LogicalResult AdamWOp::verify() {

@@ -1,10 +1,12 @@
-// Type inference and verification of the tl ops. Inference is the shape checker:
-// every rule here says which operand shapes an op accepts and what it produces.
+// Type inference, verification and VJPs of the tl ops. An op's shapes are the runtime's
+// rule for it (runtime/OpRules.cpp, through tlc::inferByRuntimeRule); its element types,
+// and the shapes of the few ops the rules do not cover yet, are checked here.
 #include "compiler/TlDialect.h"
 
 #include "compiler/AttrPrinting.h"
 #include "compiler/InferenceHelpers.h"
 #include "compiler/Provenance.h"
+#include "compiler/RuntimeRules.h"
 #include "compiler/Vjp.h"
 #include "runtime/AttributeRanges.h"
 #include "runtime/Checked.h"
@@ -96,13 +98,7 @@ LogicalResult WeightOp::verify() {
 
 LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                             Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  auto table = tensorOf(adaptor.getTable()), ids = tensorOf(adaptor.getIds());
-  if (failed(checkRank(loc, "embedding table", adaptor.getTable(), 2)) ||
-      failed(checkRank(loc, "embedding ids [B, S]", adaptor.getIds(), 2)))
-    return failure();
-  inferred.push_back(RankedTensorType::get({ids.getDimSize(0), ids.getDimSize(1), table.getDimSize(1)},
-                                           table.getElementType()));
-  return success();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::embedding, adaptor.getOperands(), {}, inferred);
 }
 
 // d table = scatter-add of d out into the rows the ids read.
@@ -114,12 +110,12 @@ LogicalResult EmbeddingOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
-LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
                                           Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  if (failed(checkRowGain(loc, "rmsnorm", adaptor.getInput(), adaptor.getGain()))) return failure();
-  if (failed(checkFloatAttr(loc, "rmsnorm eps", adaptor.getEps(), tlc::isValidEps, tlc::kEpsRange)))
-    return failure();
-  return inferSameAsInput(adaptor.getInput(), inferred);
+  Value gain = adaptor.getGain();
+  if (gain && failed(sameElementType(loc, "rmsnorm input and gain", adaptor.getInput(), gain))) return failure();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::rmsnorm, adaptor.getOperands(),
+                                 tlc::inherentAttrs<RMSNormOp>(context, adaptor.getProperties()), inferred);
 }
 
 LogicalResult RMSNormOp::buildVjp(VjpBuilder &vjp) {
@@ -133,25 +129,11 @@ LogicalResult RMSNormOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
-LogicalResult infer::inferProjection(std::optional<Location> loc, StringRef op, Value inputValue, Value weightValue,
-                                     unsigned contracted, SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(inputValue), weight = tensorOf(weightValue);
-  const char *dims[] = {"out_features (weight dim 0)", "in_features (weight dim 1)"};
-  if (input.getRank() < 2) return emitOptionalError(loc, op, " input must have rank >= 2, got ", input);
-  if (failed(checkRank(loc, (op + " weight [out_features, in_features]").str(), weightValue, 2)) ||
-      failed(checkDim(loc, (op + " " + dims[contracted] + " must equal the input's last dim").str(),
-                      weight.getDimSize(contracted), input.getDimSize(input.getRank() - 1))) ||
-      failed(sameElementType(loc, (op + " input and weight").str(), inputValue, weightValue)))
-    return failure();
-  SmallVector<int64_t> shape(input.getShape());
-  shape.back() = weight.getDimSize(1 - contracted);
-  inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
-  return success();
-}
-
 LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                          SmallVectorImpl<Type> &inferred) {
-  return inferProjection(loc, "linear", adaptor.getInput(), adaptor.getWeight(), /*contracted=*/1, inferred);
+  if (failed(sameElementType(loc, "linear input and weight", adaptor.getInput(), adaptor.getWeight())))
+    return failure();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::linear, adaptor.getOperands(), {}, inferred);
 }
 
 // dX = dY · W and dW = dYᵀ · X; tl.fused_linear's GEMM shares it.
@@ -165,19 +147,10 @@ LogicalResult LinearOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
-LogicalResult SplitHeadsOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult SplitHeadsOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
                                              Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(adaptor.getInput());
-  int64_t heads = adaptor.getHeads();
-  if (failed(checkRank(loc, "split_heads input [B, S, H*D]", adaptor.getInput(), 3))) return failure();
-  if (heads <= 0) return emitOptionalError(loc, "split_heads needs heads > 0, got ", heads);
-  int64_t width = input.getDimSize(2);
-  if (!ShapedType::isDynamic(width) && width % heads != 0)
-    return emitOptionalError(loc, "split_heads: width ", width, " is not divisible by ", heads, " heads");
-  int64_t headDim = ShapedType::isDynamic(width) ? ShapedType::kDynamic : width / heads;
-  inferred.push_back(RankedTensorType::get({input.getDimSize(0), input.getDimSize(1), heads, headDim},
-                                           input.getElementType()));
-  return success();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::split_heads, adaptor.getOperands(),
+                                 tlc::inherentAttrs<SplitHeadsOp>(context, adaptor.getProperties()), inferred);
 }
 
 LogicalResult SplitHeadsOp::buildVjp(VjpBuilder &vjp) {
@@ -187,13 +160,7 @@ LogicalResult SplitHeadsOp::buildVjp(VjpBuilder &vjp) {
 
 LogicalResult MergeHeadsOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                              Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(adaptor.getInput());
-  if (failed(checkRank(loc, "merge_heads input [B, S, H, D]", adaptor.getInput(), 4))) return failure();
-  FailureOr<int64_t> width = mulDims(loc, input.getDimSize(2), input.getDimSize(3));
-  if (failed(width)) return failure();
-  inferred.push_back(
-      RankedTensorType::get({input.getDimSize(0), input.getDimSize(1), *width}, input.getElementType()));
-  return success();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::merge_heads, adaptor.getOperands(), {}, inferred);
 }
 
 LogicalResult MergeHeadsOp::buildVjp(VjpBuilder &vjp) {
@@ -203,22 +170,10 @@ LogicalResult MergeHeadsOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
-LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
                                             Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(adaptor.getInput());
-  ArrayRef<int64_t> perm = adaptor.getPerm();
-  if (int64_t(perm.size()) != input.getRank())
-    return emitOptionalError(loc, "transpose perm has ", perm.size(), " entries for rank ", input.getRank());
-  SmallVector<bool> seen(perm.size(), false);
-  SmallVector<int64_t> shape;
-  for (int64_t axis : perm) {
-    if (axis < 0 || axis >= input.getRank() || seen[axis])
-      return emitOptionalError(loc, "transpose perm is not a permutation of 0..", input.getRank() - 1);
-    seen[axis] = true;
-    shape.push_back(input.getDimSize(axis));
-  }
-  inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
-  return success();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::transpose, adaptor.getOperands(),
+                                 tlc::inherentAttrs<TransposeOp>(context, adaptor.getProperties()), inferred);
 }
 
 // The inverse permutation moves each dim back.
@@ -243,21 +198,10 @@ LogicalResult infer::checkRowGain(std::optional<Location> loc, StringRef op, Val
   return success();
 }
 
-LogicalResult infer::checkRope(std::optional<Location> loc, StringRef op, Value input, APFloat theta,
-                               StringRef style) {
-  if (failed(checkRank(loc, (op + " input [B, S, H, D]").str(), input, 4))) return failure();
-  int64_t headDim = tensorOf(input).getDimSize(3);
-  if (!ShapedType::isDynamic(headDim) && headDim % 2 != 0)
-    return emitOptionalError(loc, op, " needs an even head dim, got ", headDim);
-  if (style != "adjacent" && style != "half")
-    return emitOptionalError(loc, op, " style must be \"adjacent\" or \"half\", got \"", style, "\"");
-  return checkFloatAttr(loc, (op + " theta").str(), theta, tlc::isValidRopeTheta, tlc::kRopeThetaRange);
-}
-
-LogicalResult RopeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult RopeOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                        SmallVectorImpl<Type> &inferred) {
-  if (failed(checkRope(loc, "rope", adaptor.getInput(), adaptor.getTheta(), adaptor.getStyle()))) return failure();
-  return inferSameAsInput(adaptor.getInput(), inferred);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::rope, adaptor.getOperands(),
+                                 tlc::inherentAttrs<RopeOp>(context, adaptor.getProperties()), inferred);
 }
 
 // A rotation's transpose is the rotation by the opposite angle: nothing of the forward is read.
@@ -267,18 +211,10 @@ LogicalResult RopeOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
-LogicalResult RepeatKvOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult RepeatKvOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
                                            Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(adaptor.getInput());
-  if (failed(checkRank(loc, "repeat_kv input [B, Hkv, S, D]", adaptor.getInput(), 4))) return failure();
-  int64_t repeats = adaptor.getRepeats();
-  if (repeats <= 0) return emitOptionalError(loc, "repeat_kv needs repeats > 0, got ", repeats);
-  SmallVector<int64_t> shape(input.getShape());
-  FailureOr<int64_t> heads = mulDims(loc, shape[1], repeats);
-  if (failed(heads)) return failure();
-  shape[1] = *heads;
-  inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
-  return success();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::repeat_kv, adaptor.getOperands(),
+                                 tlc::inherentAttrs<RepeatKvOp>(context, adaptor.getProperties()), inferred);
 }
 
 LogicalResult RepeatKvOp::buildVjp(VjpBuilder &vjp) {
@@ -286,29 +222,11 @@ LogicalResult RepeatKvOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
-LogicalResult BatchMatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult BatchMatmulOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
                                               Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  auto lhs = tensorOf(adaptor.getLhs()), rhs = tensorOf(adaptor.getRhs());
-  int64_t rank = lhs.getRank();
-  if (rank < 3 || rhs.getRank() != rank)
-    return emitOptionalError(loc, "batch_matmul needs operands of equal rank >= 3, got ", lhs, " and ", rhs);
-  if (failed(sameElementType(loc, "batch_matmul operands", adaptor.getLhs(), adaptor.getRhs())))
-    return failure();
-  SmallVector<int64_t> shape;
-  for (int64_t i = 0; i < rank - 2; ++i) {
-    if (failed(checkDim(loc, "batch_matmul batch dims differ", lhs.getDimSize(i), rhs.getDimSize(i))))
-      return failure();
-    shape.push_back(joinDims(lhs.getDimSize(i), rhs.getDimSize(i)));
-  }
-  bool transposeB = adaptor.getTransposeB();
-  int64_t rhsK = rhs.getDimSize(transposeB ? rank - 1 : rank - 2);
-  int64_t n = rhs.getDimSize(transposeB ? rank - 2 : rank - 1);
-  if (failed(checkDim(loc, "batch_matmul contraction dims differ", lhs.getDimSize(rank - 1), rhsK)))
-    return failure();
-  shape.push_back(lhs.getDimSize(rank - 2));
-  shape.push_back(n);
-  inferred.push_back(RankedTensorType::get(shape, lhs.getElementType()));
-  return success();
+  if (failed(sameElementType(loc, "batch_matmul operands", adaptor.getLhs(), adaptor.getRhs()))) return failure();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::batch_matmul, adaptor.getOperands(),
+                                 tlc::inherentAttrs<BatchMatmulOp>(context, adaptor.getProperties()), inferred);
 }
 
 // Swaps the last two dims of `value`.
@@ -334,15 +252,14 @@ LogicalResult BatchMatmulOp::buildVjp(VjpBuilder &vjp) {
 
 LogicalResult infer::inferFromElementwiseTable(std::optional<Location> loc, StringRef name, ValueRange operands,
                                               SmallVectorImpl<Type> &inferred) {
-  if (operands.size() == 2) return inferElementwise(loc, name, operands[0], operands[1], inferred);
-  return inferSameAsInput(operands[0], inferred);
+  if (operands.size() == 2 && failed(sameElementType(loc, name, operands[0], operands[1]))) return failure();
+  return tlc::inferByRuntimeRule(loc, *tlc::findOpKind(name), operands, {}, inferred);
 }
 
-LogicalResult ScaleOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult ScaleOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                         SmallVectorImpl<Type> &inferred) {
-  if (failed(checkFloatAttr(loc, "scale factor", adaptor.getFactor(), tlc::isValidScale, tlc::kScaleRange)))
-    return failure();
-  return inferSameAsInput(adaptor.getInput(), inferred);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::scale, adaptor.getOperands(),
+                                 tlc::inherentAttrs<ScaleOp>(context, adaptor.getProperties()), inferred);
 }
 
 LogicalResult ScaleOp::buildVjp(VjpBuilder &vjp) {
@@ -350,23 +267,9 @@ LogicalResult ScaleOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
-// The mask keeps col <= row + (C - R): the last R query rows against C >= R keys (square
-// in a whole-sequence forward, wider when earlier keys come from a cache).
-LogicalResult infer::checkMaskableScores(std::optional<Location> loc, StringRef op, Value input) {
-  auto type = tensorOf(input);
-  int64_t rank = type.getRank();
-  if (rank < 2) return emitOptionalError(loc, op, " input must have rank >= 2");
-  int64_t rows = type.getDimSize(rank - 2), cols = type.getDimSize(rank - 1);
-  if (!ShapedType::isDynamic(rows) && !ShapedType::isDynamic(cols) && cols < rows)
-    return emitOptionalError(loc, op, " needs scores [..., R, C] with C >= R (a row would be masked entirely): ", rows,
-                             " rows, ", cols, " columns");
-  return success();
-}
-
 LogicalResult CausalMaskOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                              Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  if (failed(checkMaskableScores(loc, "causal_mask", adaptor.getInput()))) return failure();
-  return inferSameAsInput(adaptor.getInput(), inferred);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::causal_mask, adaptor.getOperands(), {}, inferred);
 }
 
 LogicalResult CausalMaskOp::buildVjp(VjpBuilder &vjp) {
@@ -374,9 +277,9 @@ LogicalResult CausalMaskOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
-LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, std::optional<Location>, Adaptor adaptor,
+LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                           SmallVectorImpl<Type> &inferred) {
-  return inferSameAsInput(adaptor.getInput(), inferred);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::softmax, adaptor.getOperands(), {}, inferred);
 }
 
 // Reads the forward's output (the probabilities), not its input.
@@ -406,23 +309,11 @@ LogicalResult AddOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
-LogicalResult infer::checkLossOperands(std::optional<Location> loc, StringRef op, Value logitsValue,
-                                       Value idsValue) {
-  auto logits = tensorOf(logitsValue), ids = tensorOf(idsValue);
-  if (failed(checkRank(loc, (op + " logits [B, S, V]").str(), logitsValue, 3)) ||
-      failed(checkRank(loc, (op + " ids [B, S]").str(), idsValue, 2)) ||
-      failed(checkDim(loc, (op + " batch differs between logits and ids").str(), logits.getDimSize(0),
-                      ids.getDimSize(0))))
-    return failure();
-  return checkDim(loc, (op + " sequence differs between logits and ids").str(), logits.getDimSize(1),
-                  ids.getDimSize(1));
-}
-
 LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
                                                Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  if (failed(checkLossOperands(loc, "cross_entropy", adaptor.getLogits(), adaptor.getIds()))) return failure();
-  inferred.push_back(RankedTensorType::get({}, Float32Type::get(context)));
-  return success();
+  // The loss is f32 whatever the storage dtype.
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::cross_entropy, adaptor.getOperands(), {}, inferred,
+                                 {Float32Type::get(context)});
 }
 
 // The loss itself: d loss / d loss = 1 is folded into tl.cross_entropy_grad.
@@ -439,24 +330,9 @@ LogicalResult CrossEntropyOp::buildVjp(VjpBuilder &vjp) {
 
 LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                          SmallVectorImpl<Type> &inferred) {
-  if (adaptor.getInputs().empty()) return emitOptionalError(loc, "concat needs at least one input");
-  auto first = tensorOf(adaptor.getInputs()[0]);
-  SmallVector<int64_t> shape(first.getShape());
-  if (shape.empty()) return emitOptionalError(loc, "concat inputs must have rank >= 1");
-  for (Value input : adaptor.getInputs().drop_front()) {
-    auto type = tensorOf(input);
-    if (type.getRank() != first.getRank() || type.getElementType() != first.getElementType())
-      return emitOptionalError(loc, "concat inputs differ in rank or element type: ", first, " vs ", type);
-    for (int64_t i = 1; i < type.getRank(); ++i)
-      if (failed(checkDim(loc, "concat inputs differ outside dim 0", type.getDimSize(i), shape[i])))
-        return failure();
-    bool dynamic = ShapedType::isDynamic(shape[0]) || ShapedType::isDynamic(type.getDimSize(0));
-    std::optional<int64_t> rows = dynamic ? ShapedType::kDynamic : tlc::checkedAdd(shape[0], type.getDimSize(0));
-    if (!rows) return emitOptionalError(loc, "concat rows overflow");
-    shape[0] = *rows;
-  }
-  inferred.push_back(RankedTensorType::get(shape, first.getElementType()));
-  return success();
+  for (Value input : adaptor.getInputs())
+    if (failed(sameElementType(loc, "concat inputs", adaptor.getInputs()[0], input))) return failure();
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::concat, adaptor.getOperands(), {}, inferred);
 }
 
 LogicalResult ScaleColumnsOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
@@ -474,30 +350,10 @@ LogicalResult ConcatOp::buildVjp(VjpBuilder &vjp) {
   return success();
 }
 
-LogicalResult infer::inferPieces(std::optional<Location> loc, StringRef op, Value value, ArrayRef<int64_t> sizes,
-                                 bool lastDim, SmallVectorImpl<Type> &inferred) {
-  auto input = tensorOf(value);
-  if (input.getRank() < 1) return emitOptionalError(loc, op, " input must have rank >= 1");
-  int64_t dim = lastDim ? input.getRank() - 1 : 0, total = 0;
-  for (int64_t size : sizes) {
-    std::optional<int64_t> sum = tlc::checkedAdd(total, size);
-    if (size <= 0 || !sum) return emitOptionalError(loc, op, " sizes must be positive and fit in int64");
-    total = *sum;
-  }
-  if (failed(checkDim(loc, (op + " sizes must add up to " + (lastDim ? "the last dim" : "dim 0")).str(), total,
-                      input.getDimSize(dim))))
-    return failure();
-  for (int64_t size : sizes) {
-    SmallVector<int64_t> shape(input.getShape());
-    shape[size_t(dim)] = size;
-    inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
-  }
-  return success();
-}
-
-LogicalResult SplitOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult SplitOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                         SmallVectorImpl<Type> &inferred) {
-  return inferPieces(loc, "split", adaptor.getInput(), adaptor.getSizes(), /*lastDim=*/true, inferred);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::split, adaptor.getOperands(),
+                                 tlc::inherentAttrs<SplitOp>(context, adaptor.getProperties()), inferred);
 }
 
 // The pieces' gradients joined; a piece that does not reach the loss contributes zeros.
@@ -579,60 +435,27 @@ LogicalResult KvCacheOp::verify() {
   return success();
 }
 
-// A cache [L, B, Hkv, T, D] and what a layer writes into it or reads from it: [B, Hkv or
-// H, S, D] of its element type, at most T positions, positions [B].
-static LogicalResult checkCacheAccess(std::optional<Location> loc, StringRef op, Value cache, Value rows,
-                                      Value positions, int64_t layer, bool groupedHeads) {
-  auto c = tensorOf(cache), r = tensorOf(rows);
-  if (failed(checkRank(loc, (op + " rows [B, H, S, D]").str(), rows, 4)) ||
-      failed(sameElementType(loc, (op + " cache and rows").str(), cache, rows)))
-    return failure();
-  if (layer < 0 || (!ShapedType::isDynamic(c.getDimSize(0)) && layer >= c.getDimSize(0)))
-    return emitOptionalError(loc, op, " layer ", layer, " is not one of the cache's ", c.getDimSize(0), " layers");
-  if (failed(checkDim(loc, (op + " batch of rows and cache").str(), r.getDimSize(0), c.getDimSize(1))) ||
-      failed(checkDim(loc, (op + " head dim of rows and cache").str(), r.getDimSize(3), c.getDimSize(4))))
-    return failure();
-  int64_t heads = r.getDimSize(1), kvHeads = c.getDimSize(2);
-  if (!groupedHeads && failed(checkDim(loc, (op + " kv heads of rows and cache").str(), heads, kvHeads)))
-    return failure();
-  if (groupedHeads && !ShapedType::isDynamic(heads) && !ShapedType::isDynamic(kvHeads) && heads % kvHeads != 0)
-    return emitOptionalError(loc, op, ": ", heads, " query heads are not a multiple of ", kvHeads, " kv heads");
-  int64_t seq = r.getDimSize(2), context = c.getDimSize(3);
-  if (!ShapedType::isDynamic(seq) && !ShapedType::isDynamic(context) && seq > context)
-    return emitOptionalError(loc, op, ": ", seq, " positions do not fit a cache of ", context);
-  if (positions && failed(checkDim(loc, (op + " positions [B] and batch").str(), tensorOf(positions).getDimSize(0),
-                                   r.getDimSize(0))))
-    return failure();
-  return success();
-}
-
-LogicalResult KvCacheStoreOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult KvCacheStoreOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                                SmallVectorImpl<Type> &inferred) {
-  if (failed(checkCacheAccess(loc, "kv_cache_store", adaptor.getCache(), adaptor.getValue(), adaptor.getPositions(),
-                              adaptor.getLayer(), false)))
+  if (failed(sameElementType(loc, "kv_cache_store cache and rows", adaptor.getCache(), adaptor.getValue())))
     return failure();
-  return inferSameAsInput(adaptor.getCache(), inferred);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::kv_cache_store, adaptor.getOperands(),
+                                 tlc::inherentAttrs<KvCacheStoreOp>(context, adaptor.getProperties()), inferred);
 }
 
-LogicalResult RopeAtOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult RopeAtOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                          SmallVectorImpl<Type> &inferred) {
-  if (failed(checkRope(loc, "rope_at", adaptor.getInput(), adaptor.getTheta(), adaptor.getStyle())) ||
-      failed(checkDim(loc, "rope_at positions [B] and batch", tensorOf(adaptor.getPositions()).getDimSize(0),
-                      tensorOf(adaptor.getInput()).getDimSize(0))))
-    return failure();
-  return inferSameAsInput(adaptor.getInput(), inferred);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::rope_at, adaptor.getOperands(),
+                                 tlc::inherentAttrs<RopeAtOp>(context, adaptor.getProperties()), inferred);
 }
 
-LogicalResult CacheAttentionOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+LogicalResult CacheAttentionOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
                                                  SmallVectorImpl<Type> &inferred) {
-  if (tensorOf(adaptor.getKeys()) != tensorOf(adaptor.getValues()))
-    return emitOptionalError(loc, "cache_attention keys and values differ: ", adaptor.getKeys().getType(), " vs ",
-                             adaptor.getValues().getType());
-  if (failed(checkCacheAccess(loc, "cache_attention", adaptor.getKeys(), adaptor.getQuery(), adaptor.getPositions(),
-                              adaptor.getLayer(), true)) ||
-      failed(checkFloatAttr(loc, "cache_attention scale", adaptor.getScale(), tlc::isValidScale, tlc::kScaleRange)))
+  if (failed(sameElementType(loc, "cache_attention query and keys", adaptor.getQuery(), adaptor.getKeys())) ||
+      failed(sameElementType(loc, "cache_attention keys and values", adaptor.getKeys(), adaptor.getValues())))
     return failure();
-  return inferSameAsInput(adaptor.getQuery(), inferred);
+  return tlc::inferByRuntimeRule(loc, tlc::OpKind::cache_attention, adaptor.getOperands(),
+                                 tlc::inherentAttrs<CacheAttentionOp>(context, adaptor.getProperties()), inferred);
 }
 
 // Block arguments must match the operands that feed them, yields the results.

@@ -1,6 +1,7 @@
 #include "passes/Remarks.h"
 
 #include "compiler/Provenance.h"
+#include "compiler/TlDialect.h"
 
 namespace tl {
 
@@ -23,7 +24,7 @@ std::string describeOp(mlir::Operation *op, bool nested) {
 std::string nameOp(mlir::Operation *op) {
   llvm::StringRef kind = op->getName().getStringRef();
   if (op->hasTrait<mlir::OpTrait::IsTerminator>()) return "the function's results";
-  if (kind == "tl.linear" || kind == "tl.fused_linear") return "the GEMM of " + describeOp(op);
+  if (llvm::isa<tl::LinearOp, tl::FusedLinearOp>(op)) return "the GEMM of " + describeOp(op);
   return describeOp(op) + " (" + kind.str() + ")";
 }
 

@@ -28,6 +28,7 @@
 #include "runtime/Backend.h"
 #include "runtime/CpuOps.h"
 #include "runtime/CpuState.h"
+#include "runtime/OpKind.h"
 #include "runtime/Checked.h"
 #include "runtime/Distributed.h"
 #include "runtime/Error.h"
@@ -473,7 +474,7 @@ private:
       std::vector<cpu::OpInput> inputs;
       for (size_t i = 0; i < op.operands.size(); ++i)
         inputs.push_back(operand(op.operands[i], operandScratch[i]));
-      if (op.op == "adamw") {
+      if (op.kind == OpKind::adamw) {
         runOptimizerOp(op, inputs);
         continue;
       }
@@ -483,7 +484,7 @@ private:
         outputs.push_back(
             {program_.value(op.results[i]).shape, resultBuffer(op.results[i], resultScratch[i])});
       cpu::runOp(op, inputs, outputs, pool_, kernel.name);
-      if (op.op == "all_reduce") averageOverRanks(outputs);
+      if (op.kind == OpKind::all_reduce) averageOverRanks(outputs);
       for (size_t i = 0; i < op.results.size(); ++i) storeResult(op.results[i], resultScratch[i]);
       if (locating_ && firstNonFinite_.empty()) findNonFinite(kernel, op);
     }
@@ -516,7 +517,7 @@ private:
       if (base.dtype == DType::I32) continue;
       std::vector<float> stored = base.storage == Storage::Local ? locals_.at(base.id) : readAsFloats(id);
       // A causal mask writes -inf where a position may not look: that is its meaning.
-      bool masks = op.op == "causal_mask";
+      bool masks = op.kind == OpKind::causal_mask;
       auto bad = std::find_if(stored.begin(), stored.end(),
                               [&](float x) { return !std::isfinite(x) && !(masks && x == -INFINITY); });
       if (bad == stored.end()) continue;
@@ -524,7 +525,7 @@ private:
       firstNonFinite_ = fmt::format("kernel {} '{}'{}, op {}, writes {} into '{}' at element {} from finite inputs",
                                     kernelIndex, kernel.name,
                                     kernel.layer >= 0 ? fmt::format(" (block {})", kernel.layer) : std::string(),
-                                    op.op, *bad, program_.value(id).name, bad - stored.begin());
+                                    opKindName(op.kind), *bad, program_.value(id).name, bad - stored.begin());
       return;
     }
   }

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <unordered_map>
 
 #include "runtime/CpuOps.h"
 #include "runtime/ElementwiseOps.h"
@@ -32,46 +31,6 @@ public:
         step_(step) {}
 
   void run() {
-    using Method = void (OpRunner::*)();
-    static const std::unordered_map<std::string, Method> methods = {
-        {"embedding", &OpRunner::embedding},
-        {"rmsnorm", &OpRunner::rmsnorm},
-        {"linear", &OpRunner::linear},
-        {"transpose", &OpRunner::transpose},
-        {"split_heads", &OpRunner::copyReshaped},
-        {"merge_heads", &OpRunner::copyReshaped},
-        {"concat", &OpRunner::concat},
-        {"rope", &OpRunner::rope},
-        {"repeat_kv", &OpRunner::repeatKv},
-        {"batch_matmul", &OpRunner::batchMatmul},
-        {"causal_mask", &OpRunner::causalMask},
-        {"softmax", &OpRunner::softmax},
-        {"split", &OpRunner::split},
-        {"flash_attention", &OpRunner::flashAttention},
-        {"kv_cache_store", &OpRunner::kvCacheStore},
-        {"rope_at", &OpRunner::ropeAt},
-        {"cache_attention", &OpRunner::cacheAttention},
-        {"cross_entropy", &OpRunner::crossEntropy},
-        {"embedding_grad", &OpRunner::embeddingGrad},
-        {"rmsnorm_grad", &OpRunner::rmsnormGrad},
-        {"linear_grad_input", &OpRunner::linearGradInput},
-        {"linear_grad_weight", &OpRunner::linearGradWeight},
-        {"rope_grad", &OpRunner::ropeGrad},
-        {"repeat_kv_grad", &OpRunner::repeatKvGrad},
-        {"causal_mask_grad", &OpRunner::causalMaskGrad},
-        {"softmax_grad", &OpRunner::softmaxGrad},
-        {"cross_entropy_grad", &OpRunner::crossEntropyGrad},
-        {"flash_attention_grad", &OpRunner::flashAttentionGrad},
-        {"concat_grad", &OpRunner::concatGrad},
-        {"split_grad", &OpRunner::splitGrad},
-        {"global_norm", &OpRunner::globalNorm},
-        {"adamw", &OpRunner::adamw},
-        {"all_reduce", &OpRunner::allReduce},
-    };
-    auto found = methods.find(op_.op);
-    const ElementwiseOp *elementwiseOp = findElementwiseOp(op_.op);
-    if (found == methods.end() && !elementwiseOp)
-      throw Error(fmt::format("cpu backend: unknown op '{}' in kernel '{}'", op_.op, kernel_));
     if (operands_.size() != op_.operands.size() || results_.size() != op_.results.size())
       fail(fmt::format("given {} operands and {} results, but the op record lists {} and {}",
                        operands_.size(), results_.size(), op_.operands.size(), op_.results.size()));
@@ -80,15 +39,25 @@ public:
     for (const OpOutput &result : results_)
       if (!result.data) fail("a result has no buffer");
     checkShapes();
-    if (elementwiseOp) elementwise(*elementwiseOp);
-    else (this->*found->second)();
+    compute();
   }
 
 private:
+  // The op's reference semantics, by its kind's method in runtime/Ops.def.
+  void compute() {
+    switch (op_.kind) {
+#define TL_OP(name, method) \
+  case OpKind::name: return method();
+#include "runtime/Ops.def"
+#undef TL_OP
+    }
+    fail("is no op kind");
+  }
+
   // ---- checks and attributes ------------------------------------------------------
 
   [[noreturn]] void fail(const std::string &message) const {
-    throw Error(fmt::format("cpu backend: op '{}' in kernel '{}': {}", op_.op, kernel_, message));
+    throw Error(fmt::format("cpu backend: op '{}' in kernel '{}': {}", opKindName(op_.kind), kernel_, message));
   }
 
   const OpInput &in(size_t index) const { return operands_[index]; }
@@ -215,6 +184,8 @@ private:
   void copyReshaped() {
     std::memcpy(out(0).data, floats(0), size_t(Tensor::elementsOf(out(0).shape)) * 4);
   }
+  void splitHeads() { copyReshaped(); }
+  void mergeHeads() { copyReshaped(); }
 
   // concat(x0, x1, ...) along dim 0; the other dims agree.
   void concat() {
@@ -411,7 +382,8 @@ private:
   }
 
   // Every op of runtime/ElementwiseOps.def: operands of one shape, fp64 arithmetic.
-  void elementwise(const ElementwiseOp &op) {
+  void elementwise() {
+    const ElementwiseOp &op = *findElementwiseOp(op_.kind);
     double attr = std::string(op.attribute) == "none" ? 0.0 : op_.floatAttr(op.attribute);
     const float *a = floats(0), *b = op.operands == 2 ? floats(1) : nullptr;
     float *result = out(0).data;

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/OpKind.h"
 #include "runtime/Program.h"
 
 namespace tlc {
@@ -139,7 +140,7 @@ inline std::string rankKey(const std::string &name, int rank) { return "tlc." + 
 
 // A Program kernel that is one bucket's tl.all_reduce: NCCL, RCCL or Gloo runs it, and it
 // has no generated source.
-inline bool isCollective(const Kernel &kernel) { return kernel.ops.size() == 1 && kernel.ops[0].op == "all_reduce"; }
+inline bool isCollective(const Kernel &kernel) { return kernel.ops.size() == 1 && kernel.ops[0].kind == OpKind::all_reduce; }
 
 // ---- The plugin's entry point -------------------------------------------------------
 

@@ -31,4 +31,6 @@ const ElementwiseOp *findElementwiseOp(const std::string &name) {
   return nullptr;
 }
 
+const ElementwiseOp *findElementwiseOp(OpKind kind) { return findElementwiseOp(opKindName(kind)); }
+
 } // namespace tlc

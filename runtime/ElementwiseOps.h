@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/OpKind.h"
+
 namespace tlc {
 
 struct ElementwiseOp {
@@ -17,7 +19,8 @@ struct ElementwiseOp {
 };
 
 const std::vector<ElementwiseOp> &elementwiseOps();
-// Null when `name` is not an elementwise op.
+// Null when `name` (`kind`) is not an elementwise op.
 const ElementwiseOp *findElementwiseOp(const std::string &name);
+const ElementwiseOp *findElementwiseOp(OpKind kind);
 
 } // namespace tlc

@@ -1,6 +1,7 @@
 #include "runtime/GpuParameters.h"
 
 #include "runtime/Error.h"
+#include "runtime/OpKind.h"
 #include "runtime/Tensor.h"
 
 #include <fmt/format.h>
@@ -52,7 +53,9 @@ GpuParameters::~GpuParameters() {
 void *GpuParameters::buildTable(const Kernel &optimizer, const std::map<int, void *> &weightPointer) {
   std::vector<OptimizerTensor> tensors;
   for (const OpRecord &op : optimizer.ops) {
-    if (op.op != "adamw") throw Error(fmt::format("gpu backend: kernel '{}' mixes '{}' with the updates", optimizer.name, op.op));
+    if (op.kind != OpKind::adamw)
+      throw Error(fmt::format("gpu backend: kernel '{}' mixes '{}' with the updates", optimizer.name,
+                              opKindName(op.kind)));
     const std::string &key = op.stringAttr("key");
     auto found = offsets_.find(key);
     if (found == offsets_.end()) throw Error(fmt::format("gpu backend: the update of '{}' names no parameter", key));

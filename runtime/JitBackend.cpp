@@ -24,6 +24,7 @@
 #include "runtime/GpuParameters.h"
 #include "runtime/MasterWeights.h"
 #include "runtime/MemoryPlanner.h"
+#include "runtime/OpKind.h"
 #include "runtime/Tensor.h"
 #include "runtime/WeightContents.h"
 
@@ -412,7 +413,7 @@ public:
     if (options.keepGradients)
       for (const Kernel &kernel : program_.kernels)
         for (const OpRecord &op : kernel.ops)
-          if (op.op == "adamw") {
+          if (op.kind == OpKind::adamw) {
             Tensor gradient(program_.value(op.operands.at(0)).shape);
             gradient.data = readAsFloats(op.operands[0]);
             result.gradients[op.stringAttr("key")] = std::move(gradient);
@@ -600,7 +601,7 @@ private:
     for (int id : kernel.outputs) launch.pointers.push_back(pointerOf(id));
     launch.pointers.push_back(workspace_ + workspaceOffset);
     launch.pointers.push_back(sync_ + syncOffset * 4);
-    launch.updates = !kernel.ops.empty() && kernel.ops.front().op == "adamw";
+    launch.updates = updatesParameters(kernel);
     if (launch.updates) {  // the optimizer's state, after sync (optimizer.cuh)
       if (!parameters_)
         throw Error(fmt::format("{} backend: kernel '{}' updates parameters, which only a training step does",

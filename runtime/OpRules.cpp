@@ -6,12 +6,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <unordered_map>
 
 #include "runtime/AttributeRanges.h"
 #include "runtime/Checked.h"
 #include "runtime/ElementwiseOps.h"
 #include "runtime/Error.h"
+#include "runtime/OpKind.h"
 #include "runtime/Tensor.h"
 
 namespace tlc {
@@ -19,72 +19,65 @@ namespace {
 
 class OpRules {
 public:
-  OpRules(const OpRecord &op, const std::vector<Shape> &operands) : op_(op), in_(operands) {}
-
-  using Rule = std::vector<Shape> (OpRules::*)();
-
-  static const std::unordered_map<std::string, Rule> &rules() {
-    static const std::unordered_map<std::string, Rule> table = {
-        {"embedding", &OpRules::embedding},
-        {"rmsnorm", &OpRules::rmsnorm},
-        {"linear", &OpRules::linear},
-        {"transpose", &OpRules::transpose},
-        {"split_heads", &OpRules::splitHeads},
-        {"merge_heads", &OpRules::mergeHeads},
-        {"concat", &OpRules::concat},
-        {"rope", &OpRules::rope},
-        {"repeat_kv", &OpRules::repeatKv},
-        {"batch_matmul", &OpRules::batchMatmul},
-        {"causal_mask", &OpRules::causalMask},
-        {"softmax", &OpRules::softmax},
-        {"split", &OpRules::split},
-        {"flash_attention", &OpRules::flashAttention},
-        {"cross_entropy", &OpRules::crossEntropy},
-        // Generation: the KV cache (tl-kv-cache).
-        {"kv_cache_store", &OpRules::kvCacheStore},
-        {"rope_at", &OpRules::ropeAt},
-        {"cache_attention", &OpRules::cacheAttention},
-        // The backward (the VJPs tl-autodiff builds) and the optimizer.
-        {"embedding_grad", &OpRules::embeddingGrad},
-        {"rmsnorm_grad", &OpRules::rmsnormGrad},
-        {"linear_grad_input", &OpRules::linearGradInput},
-        {"linear_grad_weight", &OpRules::linearGradWeight},
-        {"rope_grad", &OpRules::ropeGrad},
-        {"repeat_kv_grad", &OpRules::repeatKvGrad},
-        {"causal_mask_grad", &OpRules::causalMask},
-        {"softmax_grad", &OpRules::softmaxGrad},
-        {"cross_entropy_grad", &OpRules::crossEntropyGrad},
-        {"flash_attention_grad", &OpRules::flashAttentionGrad},
-        {"concat_grad", &OpRules::concatGrad},
-        {"split_grad", &OpRules::splitGrad},
-        {"global_norm", &OpRules::globalNorm},
-        {"adamw", &OpRules::adamw},
-        // Data parallelism: the mean over the ranks (tl-all-reduce-gradients).
-        {"all_reduce", &OpRules::allReduce},
-    };
-    return table;
-  }
+  OpRules(const OpRecord &op, const std::vector<Shape> &operands, bool unknownDims = false)
+      : op_(op), in_(operands), unknownDims_(unknownDims) {}
 
   std::vector<Shape> infer() {
-    auto found = rules().find(op_.op);
-    const ElementwiseOp *elementwiseOp = findElementwiseOp(op_.op);
-    if (found == rules().end() && !elementwiseOp) throw Error(fmt::format("unknown op '{}'", op_.op));
     // Every dimension is a count the math divides by or loops over: none may be zero.
     for (size_t i = 0; i < in_.size(); ++i)
-      if (!checkedElementCount(in_[i]) || std::count(in_[i].begin(), in_[i].end(), 0) != 0)
+      if (!checkedElementCount(sized(in_[i])) || std::count(in_[i].begin(), in_[i].end(), 0) != 0)
         fail(fmt::format("operand {} has shape {}; every dimension must be positive and the "
                          "tensor at most 2^40 elements",
-                         i, shapeString(in_[i])));
-    std::vector<Shape> results = elementwiseOp ? elementwise(*elementwiseOp) : (this->*found->second)();
+                         i, str(in_[i])));
+    std::vector<Shape> results = rule();
     for (const Shape &result : results)
-      if (!checkedElementCount(result))
-        fail(fmt::format("its result would have shape {}, more than 2^40 elements",
-                         shapeString(result)));
+      if (!checkedElementCount(sized(result)))
+        fail(fmt::format("its result would have shape {}, more than 2^40 elements", str(result)));
     return results;
   }
 
 private:
+  // The op's rule, by its kind's method in runtime/Ops.def.
+  std::vector<Shape> rule() {
+    switch (op_.kind) {
+#define TL_OP(name, method) \
+  case OpKind::name: return method();
+#include "runtime/Ops.def"
+#undef TL_OP
+    }
+    fail(fmt::format("is no op kind ({})", int(op_.kind)));
+  }
+
   [[noreturn]] void fail(const std::string &message) const { throw Error(message); }
+
+  // ---- dims the compiler does not know yet (kUnknownDim, a `?`) ----------------------
+  // A rule accepts any size for one, and a result dim computed from one is unknown.
+
+  static bool known(int64_t dim) { return dim != kUnknownDim; }
+
+  // Two dims that cannot be equal: both known and different.
+  static bool differ(int64_t a, int64_t b) { return known(a) && known(b) && a != b; }
+
+  static bool shapesDiffer(const Shape &a, const Shape &b) {
+    if (a.size() != b.size()) return true;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (differ(a[i], b[i])) return true;
+    return false;
+  }
+
+  // Unknown dims as 1 where the element count is checked (it is checked again once known).
+  Shape sized(Shape shape) const {
+    if (unknownDims_) std::replace(shape.begin(), shape.end(), kUnknownDim, int64_t(1));
+    return shape;
+  }
+
+  // shapeString, with an unknown dim as `?`.
+  std::string str(const Shape &shape) const {
+    if (!unknownDims_ || shape.empty()) return shapeString(shape);
+    std::vector<std::string> dims;
+    for (int64_t dim : shape) dims.push_back(known(dim) ? std::to_string(dim) : "?");
+    return fmt::format("{}", fmt::join(dims, "x"));
+  }
 
   void expectOperands(size_t count) const {
     if (in_.size() != count)
@@ -94,13 +87,13 @@ private:
   void expectRank(size_t index, size_t rank, const char *layout) const {
     if (in_[index].size() != rank)
       fail(fmt::format("operand {} has shape {}, expected rank {} ({})", index,
-                       shapeString(in_[index]), rank, layout));
+                       str(in_[index]), rank, layout));
   }
 
   void expectMinRank(size_t index, size_t rank) const {
     if (in_[index].size() < rank)
       fail(fmt::format("operand {} has shape {}, expected rank {} or more", index,
-                       shapeString(in_[index]), rank));
+                       str(in_[index]), rank));
   }
 
   // A float attribute within a range shared with the tl verifier (AttributeRanges.h).
@@ -115,7 +108,15 @@ private:
     if (value != 0 && value != 1) fail(fmt::format("attribute '{}' is {}, expected 0 or 1", key, value));
   }
 
+  int64_t sum(int64_t a, int64_t b, const char *what) const {
+    if (!known(a) || !known(b)) return kUnknownDim;
+    std::optional<int64_t> result = checkedAdd(a, b);
+    if (!result) fail(fmt::format("{} overflow", what));
+    return *result;
+  }
+
   int64_t product(int64_t a, int64_t b) const {
+    if (!known(a) || !known(b)) return kUnknownDim;
     std::optional<int64_t> result = checkedMul(a, b);
     if (!result) fail(fmt::format("{} x {} overflows", a, b));
     return *result;
@@ -148,26 +149,26 @@ private:
 
   void checkNormOperands() const {
     expectMinRank(0, 1);
-    if (in_.size() > 1 && in_[1] != Shape{in_[0].back()})
-      fail(fmt::format("gain has shape {}, expected {}", shapeString(in_[1]), in_[0].back()));
+    if (in_.size() > 1 && shapesDiffer(in_[1], Shape{in_[0].back()}))
+      fail(fmt::format("gain has shape {}, expected {}", str(in_[1]), in_[0].back()));
     rangedFloat("eps", isValidEps, kEpsRange);
   }
 
   // Operand `index` (a cotangent) must have operand `like`'s shape.
   void expectSameShape(size_t index, size_t like) const {
-    if (in_[index] != in_[like])
+    if (shapesDiffer(in_[index], in_[like]))
       fail(fmt::format("operand {} has shape {}, expected {} (the shape of operand {})", index,
-                       shapeString(in_[index]), shapeString(in_[like]), like));
+                       str(in_[index]), str(in_[like]), like));
   }
 
-  // linear(x[..., K], w[N, K]) -> [..., N]
+  // linear(x[..., M, K], w[N, K]) -> [..., M, N]
   std::vector<Shape> linear() {
     expectOperands(2);
-    expectMinRank(0, 1);
+    expectMinRank(0, 2);
     expectRank(1, 2, "[out_features, in_features]");
-    if (in_[1][1] != in_[0].back())
+    if (differ(in_[1][1], in_[0].back()))
       fail(fmt::format("x has shape {} but w has shape {}: inner dimensions differ",
-                       shapeString(in_[0]), shapeString(in_[1])));
+                       str(in_[0]), str(in_[1])));
     return {withLast(in_[0], in_[1][0])};
   }
 
@@ -182,7 +183,7 @@ private:
       isPermutation = sorted[i] == int64_t(i);
     if (!isPermutation)
       fail(fmt::format("perm [{}] is not a permutation of the {} dims of {}", fmt::join(perm, ", "),
-                       in_[0].size(), shapeString(in_[0])));
+                       in_[0].size(), str(in_[0])));
     Shape result;
     for (int64_t axis : perm) result.push_back(in_[0][size_t(axis)]);
     return {result};
@@ -193,17 +194,17 @@ private:
     expectOperands(1);
     expectRank(0, 3, "[batch, seq, heads x head dim]");
     int64_t heads = op_.intAttr("heads"), width = in_[0].back();
-    if (heads < 1 || width % heads != 0)
+    if (heads < 1 || (known(width) && width % heads != 0))
       fail(fmt::format("cannot split a last dim of {} into {} heads", width, heads));
     Shape result = withLast(in_[0], heads);
-    result.push_back(width / heads);
+    result.push_back(known(width) ? width / heads : kUnknownDim);
     return {result};
   }
 
-  // merge_heads(x[..., H, D]) -> [..., H*D]
+  // merge_heads(x[B, S, H, D]) -> [B, S, H*D], split_heads' inverse
   std::vector<Shape> mergeHeads() {
     expectOperands(1);
-    expectMinRank(0, 2);
+    expectRank(0, 4, "[batch, seq, heads, head dim]");
     Shape result(in_[0].begin(), in_[0].end() - 1);
     result.back() = product(result.back(), in_[0].back());
     return {result};
@@ -215,13 +216,14 @@ private:
     expectMinRank(0, 1);
     Shape result = in_[0];
     for (size_t i = 1; i < in_.size(); ++i) {
-      if (in_[i].size() != result.size() ||
-          !std::equal(in_[i].begin() + 1, in_[i].end(), result.begin() + 1))
+      Shape rows = in_[i];
+      if (!rows.empty()) rows[0] = result[0];
+      if (shapesDiffer(rows, result))
         fail(fmt::format("operand {} has shape {}, which cannot be concatenated with {}", i,
-                         shapeString(in_[i]), shapeString(in_[0])));
-      std::optional<int64_t> rows = checkedAdd(result[0], in_[i][0]);
-      if (!rows) fail("the concatenated rows overflow");
-      result[0] = *rows;
+                         str(in_[i]), str(in_[0])));
+      for (size_t d = 1; d < result.size(); ++d)
+        if (!known(result[d])) result[d] = in_[i][d];
+      result[0] = sum(result[0], in_[i][0], "the concatenated rows");
     }
     return {result};
   }
@@ -241,8 +243,8 @@ private:
 
   // Operand `index` holds one position per sequence of a batch of `batch`.
   void expectPositions(size_t index, int64_t batch) const {
-    if (in_[index] != Shape{batch})
-      fail(fmt::format("positions (operand {}) have shape {}, expected [{}]", index, shapeString(in_[index]), batch));
+    if (shapesDiffer(in_[index], Shape{batch}))
+      fail(fmt::format("positions (operand {}) have shape {}, expected [{}]", index, str(in_[index]), batch));
   }
 
   // A layer of a cache [L, B, Hkv, T, D] and rows [B, H, S, D] that fit it (H a multiple of Hkv).
@@ -251,17 +253,20 @@ private:
     expectRank(rows, 4, "[batch, heads, seq, head_dim]");
     const Shape &c = in_[cache], &r = in_[rows];
     int64_t layer = op_.intAttr("layer");
-    if (layer < 0 || layer >= c[0]) fail(fmt::format("layer {} is not one of the cache's {}", layer, c[0]));
-    if (r[0] != c[1] || r[3] != c[4] || r[1] % c[2] != 0 || r[2] > c[3])
-      fail(fmt::format("rows {} do not fit the cache {}", shapeString(r), shapeString(c)));
+    if (layer < 0 || (known(c[0]) && layer >= c[0]))
+      fail(fmt::format("layer {} is not one of the cache's {}", layer, c[0]));
+    bool grouped = !known(r[1]) || !known(c[2]) || r[1] % c[2] == 0;
+    bool fits = !known(r[2]) || !known(c[3]) || r[2] <= c[3];
+    if (differ(r[0], c[1]) || differ(r[3], c[4]) || !grouped || !fits)
+      fail(fmt::format("rows {} do not fit the cache {}", str(r), str(c)));
   }
 
   // kv_cache_store(cache[L, B, Hkv, T, D], x[B, Hkv, S, D][, positions[B]]) (layer) -> the cache's shape
   std::vector<Shape> kvCacheStore() {
     if (in_.size() != 2 && in_.size() != 3) fail(fmt::format("expects 2 or 3 operands, got {}", in_.size()));
     expectCacheRows(0, 1);
-    if (in_[1][1] != in_[0][2])
-      fail(fmt::format("rows {} have other than the cache's {} kv heads", shapeString(in_[1]), in_[0][2]));
+    if (differ(in_[1][1], in_[0][2]))
+      fail(fmt::format("rows {} have other than the cache's {} kv heads", str(in_[1]), in_[0][2]));
     if (in_.size() == 3) expectPositions(2, in_[0][1]);
     return {in_[0]};
   }
@@ -278,7 +283,7 @@ private:
 
   std::vector<Shape> ropeOf() {
     expectRank(0, 4, "[batch, seq, heads, head_dim]");
-    if (in_[0][3] % 2) fail(fmt::format("head dim {} must be even", in_[0][3]));
+    if (known(in_[0][3]) && in_[0][3] % 2) fail(fmt::format("head dim {} must be even", in_[0][3]));
     rangedFloat("theta", isValidRopeTheta, kRopeThetaRange);
     const std::string &style = op_.stringAttr("style");
     if (style != "adjacent" && style != "half")
@@ -297,23 +302,27 @@ private:
     return {result};
   }
 
-  // batch_matmul(a[..., M, K], b[..., N, K] or [..., K, N]) (transpose_b) -> [..., M, N]
+  // batch_matmul(a[B..., M, K], b[B..., N, K] or [B..., K, N]) (transpose_b) -> [B..., M, N]
   std::vector<Shape> batchMatmul() {
     expectOperands(2);
-    expectMinRank(0, 2);
-    expectMinRank(1, 2);
+    expectMinRank(0, 3);
+    expectMinRank(1, 3);
     expectBool("transpose_b");
     bool transposedB = op_.intAttr("transpose_b") != 0;
     const Shape &a = in_[0], &b = in_[1];
     size_t rank = a.size();
-    if (b.size() != rank || !std::equal(a.begin(), a.end() - 2, b.begin()))
-      fail(fmt::format("a {} and b {} must have the same rank and leading dims", shapeString(a),
-                       shapeString(b)));
+    Shape batch(a.begin(), a.end() - 2), bBatch(b.begin(), b.end() - 2);
+    if (b.size() != rank || shapesDiffer(batch, bBatch))
+      fail(fmt::format("a {} and b {} must have the same rank and leading dims", str(a),
+                       str(b)));
     int64_t bK = transposedB ? b[rank - 1] : b[rank - 2];
-    if (bK != a[rank - 1])
+    if (differ(bK, a[rank - 1]))
       fail(fmt::format("a {} and b {} (transpose_b = {}) have different inner dimensions",
-                       shapeString(a), shapeString(b), int(transposedB)));
-    return {withLast(a, transposedB ? b[rank - 2] : b[rank - 1])};
+                       str(a), str(b), int(transposedB)));
+    Shape result = withLast(a, transposedB ? b[rank - 2] : b[rank - 1]);
+    for (size_t d = 0; d + 2 < rank; ++d)
+      if (!known(result[d])) result[d] = b[d];
+    return {result};
   }
 
   // causal_mask(x[..., R, C]): every row keeps at least one column, so C >= R.
@@ -321,9 +330,9 @@ private:
     expectOperands(1);
     expectMinRank(0, 2);
     int64_t rows = in_[0][in_[0].size() - 2], cols = in_[0].back();
-    if (cols < rows)
+    if (known(cols) && known(rows) && cols < rows)
       fail(fmt::format("scores {} have fewer columns than rows: a row would be masked entirely",
-                       shapeString(in_[0])));
+                       str(in_[0])));
     return {in_[0]};
   }
 
@@ -335,13 +344,17 @@ private:
 
   // The ops of runtime/ElementwiseOps.def: equal shapes, no broadcasting; a float
   // attribute (scale's factor) must be zero or a normal f32, like tl.scale's.
-  std::vector<Shape> elementwise(const ElementwiseOp &op) {
+  std::vector<Shape> elementwise() {
+    const ElementwiseOp &op = *findElementwiseOp(op_.kind);
     expectOperands(size_t(op.operands));
-    if (op.operands == 2 && in_[0] != in_[1])
+    if (op.operands == 2 && shapesDiffer(in_[0], in_[1]))
       fail(fmt::format("operands 0 and 1 have shapes {} and {}, expected equal shapes",
-                       shapeString(in_[0]), shapeString(in_[1])));
+                       str(in_[0]), str(in_[1])));
     if (std::string(op.attribute) != "none") rangedFloat(op.attribute, isValidScale, kScaleRange);
-    return {in_[0]};
+    Shape result = in_[0];
+    for (size_t d = 0; op.operands == 2 && d < result.size(); ++d)
+      if (!known(result[d])) result[d] = in_[1][d];
+    return {result};
   }
 
   // split(x[..., N]) (sizes) -> one result per size, slicing the last dim.
@@ -357,15 +370,15 @@ private:
   Shape positiveSizes(int64_t total, const char *dim) const {
     Shape sizes = op_.intsAttr("sizes");
     if (sizes.empty()) fail("attribute 'sizes' is empty");
-    int64_t sum = 0;
+    int64_t added = 0;
     for (int64_t size : sizes) {
-      std::optional<int64_t> next = checkedAdd(sum, size);
+      std::optional<int64_t> next = checkedAdd(added, size);
       if (size < 1 || !next) fail(fmt::format("sizes [{}] must be positive", fmt::join(sizes, ", ")));
-      sum = *next;
+      added = *next;
     }
-    if (sum != total)
-      fail(fmt::format("sizes [{}] add up to {}, but {} of {} is {}", fmt::join(sizes, ", "), sum, dim,
-                       shapeString(in_[0]), total));
+    if (known(total) && added != total)
+      fail(fmt::format("sizes [{}] add up to {}, but {} of {} is {}", fmt::join(sizes, ", "), added, dim,
+                       str(in_[0]), total));
     return sizes;
   }
 
@@ -381,7 +394,7 @@ private:
         q[1] % k[1] != 0)
       fail(fmt::format("q {}, k {}, v {} do not fit together (heads must be a multiple of "
                        "kv heads)",
-                       shapeString(q), shapeString(k), shapeString(v)));
+                       str(q), str(k), str(v)));
     rangedFloat("scale", isValidScale, kScaleRange);
     expectBool("causal");
     if (op_.intAttr("causal") && k[2] < q[2])
@@ -409,8 +422,8 @@ private:
   // Operand 1 holds the token ids of operand `tokens` ([B, S, ...]): shape [B, S].
   void expectIdsOf(size_t tokens) const {
     Shape ids{in_[tokens][0], in_[tokens][1]};
-    if (in_[1] != ids)
-      fail(fmt::format("ids have shape {}, expected {}", shapeString(in_[1]), shapeString(ids)));
+    if (shapesDiffer(in_[1], ids))
+      fail(fmt::format("ids have shape {}, expected {}", str(in_[1]), str(ids)));
   }
 
   // ---- the backward and the optimizer ------------------------------------------------
@@ -438,38 +451,42 @@ private:
     return {in_[0], in_[1], in_[0]};
   }
 
-  // linear_grad_input(dy[..., N], w[N, K]) -> [..., K]
+  // linear_grad_input(dy[..., M, N], w[N, K]) -> [..., M, K]
   std::vector<Shape> linearGradInput() {
     expectOperands(2);
-    expectMinRank(0, 1);
+    expectMinRank(0, 2);
     expectRank(1, 2, "[out_features, in_features]");
-    if (in_[1][0] != in_[0].back())
-      fail(fmt::format("dy has shape {} but w has shape {}: out_features differ", shapeString(in_[0]),
-                       shapeString(in_[1])));
+    if (differ(in_[1][0], in_[0].back()))
+      fail(fmt::format("dy has shape {} but w has shape {}: out_features differ", str(in_[0]),
+                       str(in_[1])));
     return {withLast(in_[0], in_[1][1])};
   }
 
-  // linear_grad_weight(dy[..., N], x[..., K]) -> [N, K], summed over the leading dims
+  // linear_grad_weight(dy[..., M, N], x[..., M, K]) -> [N, K], summed over the leading dims
   std::vector<Shape> linearGradWeight() {
     expectOperands(2);
-    expectMinRank(0, 1);
-    if (in_[1].size() != in_[0].size() || !std::equal(in_[0].begin(), in_[0].end() - 1, in_[1].begin()))
-      fail(fmt::format("dy {} and x {} must agree in every dim but the last", shapeString(in_[0]),
-                       shapeString(in_[1])));
+    expectMinRank(0, 2);
+    Shape tokens = in_[1];
+    if (!tokens.empty()) tokens.back() = in_[0].back();
+    if (shapesDiffer(tokens, in_[0]))
+      fail(fmt::format("dy {} and x {} must agree in every dim but the last", str(in_[0]),
+                       str(in_[1])));
     return {{in_[0].back(), in_[1].back()}};
   }
 
   std::vector<Shape> ropeGrad() { return rope(); }
+
+  std::vector<Shape> causalMaskGrad() { return causalMask(); }
 
   // repeat_kv_grad(dy[B, Hkv * repeats, S, D]) (repeats) -> [B, Hkv, S, D]
   std::vector<Shape> repeatKvGrad() {
     expectOperands(1);
     expectRank(0, 4, "[batch, heads, seq, head_dim]");
     int64_t repeats = op_.intAttr("repeats");
-    if (repeats < 1 || in_[0][1] % repeats != 0)
+    if (repeats < 1 || (known(in_[0][1]) && in_[0][1] % repeats != 0))
       fail(fmt::format("{} heads are not a positive multiple of repeats {}", in_[0][1], repeats));
     Shape result = in_[0];
-    result[1] /= repeats;
+    if (known(result[1])) result[1] /= repeats;
     return {result};
   }
 
@@ -485,7 +502,8 @@ private:
   // loss]; S >= 2 (a target each)
   std::vector<Shape> crossEntropyGrad() {
     crossEntropy();
-    if (in_[0][1] < 2) fail(fmt::format("a sequence of {} token predicts nothing: it needs 2 or more", in_[0][1]));
+    if (known(in_[0][1]) && in_[0][1] < 2)
+      fail(fmt::format("a sequence of {} token predicts nothing: it needs 2 or more", in_[0][1]));
     if (!op_.attrs.count("with_loss")) return {in_[0]};
     expectBool("with_loss");
     if (op_.intAttr("with_loss") == 0) return {in_[0]};
@@ -505,7 +523,7 @@ private:
     if (in_[3] != out[0]) fail("the output's shape differs from the attention's");
     Shape lse{in_[0][0], in_[0][1], in_[0][2]};
     if (in_[4] != lse)
-      fail(fmt::format("lse has shape {}, expected {}", shapeString(in_[4]), shapeString(lse)));
+      fail(fmt::format("lse has shape {}, expected {}", str(in_[4]), str(lse)));
     return {in_[0], in_[1], in_[2]};
   }
 
@@ -527,12 +545,14 @@ private:
     expectMinRank(0, 1);
     Shape result = in_[0];
     for (size_t i = 1; i < in_.size(); ++i) {
-      if (in_[i].size() != result.size() || !std::equal(in_[i].begin(), in_[i].end() - 1, result.begin()))
-        fail(fmt::format("operand {} has shape {}, which cannot be joined with {}", i, shapeString(in_[i]),
-                         shapeString(in_[0])));
-      std::optional<int64_t> width = checkedAdd(result.back(), in_[i].back());
-      if (!width) fail("the joined width overflows");
-      result.back() = *width;
+      Shape columns = in_[i];
+      if (!columns.empty()) columns.back() = result.back();
+      if (shapesDiffer(columns, result))
+        fail(fmt::format("operand {} has shape {}, which cannot be joined with {}", i, str(in_[i]),
+                         str(in_[0])));
+      for (size_t d = 0; d + 1 < result.size(); ++d)
+        if (!known(result[d])) result[d] = in_[i][d];
+      result.back() = sum(result.back(), in_[i].back(), "the joined widths");
     }
     return {result};
   }
@@ -558,7 +578,7 @@ private:
       fail("clipping needs both the grad_norm operand and attribute 'max_grad_norm'");
     if (clipped) {
       rangedFloat("max_grad_norm", isValidPositive, kPositiveRange);
-      if (!in_[1].empty()) fail(fmt::format("grad_norm has shape {}, expected a scalar", shapeString(in_[1])));
+      if (!in_[1].empty()) fail(fmt::format("grad_norm has shape {}, expected a scalar", str(in_[1])));
     }
     return {};
   }
@@ -572,32 +592,41 @@ private:
 
   const OpRecord &op_;
   const std::vector<Shape> &in_;
+  bool unknownDims_;
 };
 
 } // namespace
 
-bool isKnownOp(const std::string &op) {
-  return OpRules::rules().count(op) != 0 || findElementwiseOp(op) != nullptr;
+bool isTokenIdOperand(OpKind kind, size_t operand) {
+  switch (kind) {
+  case OpKind::rope_at: return operand == 1;
+  case OpKind::kv_cache_store: return operand == 2;
+  case OpKind::cache_attention: return operand == 3;
+  case OpKind::embedding:
+  case OpKind::cross_entropy:
+  case OpKind::embedding_grad:
+  case OpKind::cross_entropy_grad: return operand == 1;
+  default: return false;
+  }
 }
 
-std::vector<std::string> knownOps() {
-  std::vector<std::string> names;
-  for (const auto &rule : OpRules::rules()) names.push_back(rule.first);
-  for (const ElementwiseOp &op : elementwiseOps()) names.push_back(op.name);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-bool isTokenIdOperand(const std::string &op, size_t operand) {
-  if (op == "rope_at") return operand == 1;
-  if (op == "kv_cache_store") return operand == 2;
-  if (op == "cache_attention") return operand == 3;
-  return operand == 1 && (op == "embedding" || op == "cross_entropy" || op == "embedding_grad" ||
-                          op == "cross_entropy_grad");
+std::optional<int64_t> rowsIndexedByIds(OpKind kind, const std::vector<Shape> &operands,
+                                        const std::vector<Shape> &results) {
+  switch (kind) {
+  case OpKind::embedding: return operands[0][0];
+  case OpKind::embedding_grad: return results[0][0];
+  case OpKind::cross_entropy:
+  case OpKind::cross_entropy_grad: return operands[0][2];
+  default: return std::nullopt;
+  }
 }
 
 std::vector<Shape> inferResultShapes(const OpRecord &op, const std::vector<Shape> &operandShapes) {
   return OpRules(op, operandShapes).infer();
+}
+
+std::vector<Shape> inferResultShapesWithUnknownDims(const OpRecord &op, const std::vector<Shape> &operandShapes) {
+  return OpRules(op, operandShapes, /*unknownDims=*/true).infer();
 }
 
 } // namespace tlc

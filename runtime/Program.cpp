@@ -14,6 +14,7 @@
 #include "runtime/Checked.h"
 #include "runtime/Error.h"
 #include "runtime/MemoryPlanner.h"
+#include "runtime/OpKind.h"
 #include "runtime/OpRules.h"
 #include "runtime/Tensor.h"
 #include "runtime/Utf8.h"
@@ -123,9 +124,9 @@ template <typename T>
 const T &typedAttr(const OpRecord &record, const std::string &key, const char *kind) {
   auto found = record.attrs.find(key);
   if (found == record.attrs.end())
-    throw Error(fmt::format("op '{}' has no {} attribute '{}'", record.op, kind, key));
+    throw Error(fmt::format("op '{}' has no {} attribute '{}'", opKindName(record.kind), kind, key));
   if (const T *typed = std::get_if<T>(&found->second)) return *typed;
-  throw Error(fmt::format("op '{}' attribute '{}' is not {} {}", record.op, key,
+  throw Error(fmt::format("op '{}' attribute '{}' is not {} {}", opKindName(record.kind), key,
                           kind[0] == 'i' ? "an" : "a", kind));
 }
 
@@ -517,21 +518,20 @@ private:
 
   // Result `result` of `op` is the cache it stores into, updated where it lies.
   bool updatesStateInPlace(const OpRecord &op, size_t result) const {
-    return op.op == "kv_cache_store" && result == 0 && !op.operands.empty() &&
+    return op.kind == OpKind::kv_cache_store && result == 0 && !op.operands.empty() &&
            base(op.results[0]).storage == Storage::State && base(op.operands[0]).id == base(op.results[0]).id;
   }
 
   // Result `result` of `op` is the mean over the ranks of its operand of the same
   // place, written where that operand lies (tl.all_reduce in place).
   bool reducesInPlace(const OpRecord &op, size_t result) const {
-    return op.op == "all_reduce" && result < op.operands.size() && base(op.operands[result]).id == base(op.results[result]).id;
+    return op.kind == OpKind::all_reduce && result < op.operands.size() && base(op.operands[result]).id == base(op.results[result]).id;
   }
 
   void checkOp(const Kernel &kernel, const std::string &path, const OpRecord &op, int k,
                std::vector<int> &localOwner) const {
-    checkText(op.op, path + ".op");
-    std::string where = fmt::format("{} ('{}')", path, op.op);
-    if (!isKnownOp(op.op)) fail(path + ".op", fmt::format("unknown op '{}'", op.op));
+    if (size_t(op.kind) >= allOpKinds().size()) fail(path + ".op", fmt::format("is no op kind ({})", int(op.kind)));
+    std::string where = fmt::format("{} ('{}')", path, opKindName(op.kind));
     for (const auto &[key, attr] : op.attrs) {
       checkText(key, path + ".attrs");
       if (const std::string *text = std::get_if<std::string>(&attr)) checkText(*text, path + ".attrs." + key);
@@ -559,7 +559,7 @@ private:
         if (!operands && owner.storage == Storage::State && !updatesStateInPlace(op, i))
           fail(itemPath, fmt::format("writes state {}: only kv_cache_store updates it, in place of its first "
                                      "operand", describe(list[i])));
-        bool tokenIds = operands && isTokenIdOperand(op.op, i);
+        bool tokenIds = operands && isTokenIdOperand(op.kind, i);
         if (tokenIds ? value.dtype != DType::I32 : !isFloat(value.dtype))
           fail(itemPath, fmt::format("{} is {}, but {} expects {}", describe(list[i]),
                                      dtypeName(value.dtype), where,
@@ -578,13 +578,10 @@ private:
       fail(path + ".results", fmt::format("{} computes {} results, the op lists {}", where,
                                           expected.size(), op.results.size()));
     // Token ids go up to vocab - 1: the table they index must have that many rows.
-    int64_t indexed = op.op == "embedding"                                  ? operandShapes[0][0]
-                      : op.op == "embedding_grad"                           ? expected[0][0]
-                      : op.op == "cross_entropy" || op.op == "cross_entropy_grad" ? operandShapes[0][2]
-                                                                            : program_.vocab;
-    if (indexed < program_.vocab)
+    std::optional<int64_t> indexed = rowsIndexedByIds(op.kind, operandShapes, expected);
+    if (indexed && *indexed < program_.vocab)
       fail(path + ".operands[0]", fmt::format("'{}' indexes {} rows with token ids up to vocab - 1 = {}",
-                                              op.op, indexed, program_.vocab - 1));
+                                              opKindName(op.kind), *indexed, program_.vocab - 1));
     for (size_t i = 0; i < expected.size(); ++i) {
       const Value &result = program_.values[size_t(op.results[i])];
       if (result.shape != expected[i])
@@ -593,7 +590,7 @@ private:
                          shapeString(result.shape), where, shapeString(expected[i])));
     }
     // A collective hands each rank's buffer to the library as it is: the mean keeps the dtype.
-    if (op.op == "all_reduce")
+    if (op.kind == OpKind::all_reduce)
       for (size_t i = 0; i < op.results.size(); ++i)
         if (program_.value(op.results[i]).dtype != program_.value(op.operands[i]).dtype)
           fail(fmt::format("{}.results[{}]", path, i),
@@ -609,7 +606,7 @@ private:
     for (size_t k = 0; k < program_.kernels.size(); ++k)
       for (size_t o = 0; o < program_.kernels[k].ops.size(); ++o) {
         const OpRecord &op = program_.kernels[k].ops[o];
-        if (op.op != "adamw") continue;
+        if (op.kind != OpKind::adamw) continue;
         std::string path = fmt::format("kernels[{}].ops[{}]", k, o);
         if (program_.kind != ProgramKind::TrainStep)
           fail(path, "a forward program updates no parameter: 'adamw' belongs to a train_step program");
@@ -643,7 +640,7 @@ private:
         for (size_t i = 0; i < op.operands.size(); ++i)
           if (writer[size_t(base(op.operands[i]).id)].empty())
             fail(fmt::format("{}.operands[{}]", path, i),
-                 fmt::format("'{}' reads {} before anything writes it", op.op,
+                 fmt::format("'{}' reads {} before anything writes it", opKindName(op.kind),
                              describe(op.operands[i])));
         for (size_t i = 0; i < op.results.size(); ++i) {
           int written = base(op.results[i]).id;
@@ -652,7 +649,7 @@ private:
           for (int operand : op.operands)
             if (base(operand).id == written)
               fail(fmt::format("{}.results[{}]", path, i),
-                   fmt::format("'{}' writes {} in place of its own operand", op.op,
+                   fmt::format("'{}' writes {} in place of its own operand", opKindName(op.kind),
                                describe(op.results[i])));
           if (!writer[size_t(written)].empty())
             fail(fmt::format("{}.results[{}]", path, i),

@@ -96,7 +96,7 @@ Json valueToJson(const Value &value) {
 }
 
 Json opToJson(const OpRecord &op) {
-  Json json{{"op", op.op}, {"operands", op.operands}, {"results", op.results}};
+  Json json{{"op", opKindName(op.kind)}, {"operands", op.operands}, {"results", op.results}};
   if (!op.attrs.empty()) {
     Json attrs = Json::object();
     for (const auto &[key, attr] : op.attrs) attrs[key] = attrToJson(attr);
@@ -367,7 +367,8 @@ Value valueFromJson(const JsonReader &reader, const nlohmann::json &json,
 OpRecord opFromJson(const JsonReader &reader, const nlohmann::json &json,
                     const std::string &where) {
   OpRecord op;
-  op.op = reader.string(json, "op", where);
+  std::string name = reader.string(json, "op", where);
+  op.kind = reader.located(JsonReader::join(where, "op"), [&] { return parseOpKind(name); });
   op.operands = reader.ids(json, "operands", where);
   op.results = reader.ids(json, "results", where);
   if (const nlohmann::json *attrs = reader.optionalField(json, "attrs")) {

@@ -2,6 +2,7 @@
 
 #include "runtime/FiniteResults.h"
 #include "runtime/JitBackend.h"
+#include "runtime/OpKind.h"
 #include "runtime/OptLevels.h"
 #include "runtime/Progress.h"
 #include "runtime/RunSummary.h"
@@ -27,7 +28,7 @@ std::string kernelSplit(const Program &program) {
     for (int output : program.kernels[k].outputs)
       if (output == program.outputs.back()) forward = k + 1;
   const Kernel &last = program.kernels.back();
-  bool optimizer = !last.ops.empty() && last.ops.front().op == "adamw";
+  bool optimizer = updatesParameters(last);
   size_t collectives = size_t(std::count_if(program.kernels.begin(), program.kernels.end(), isCollective));
   size_t backward = program.kernels.size() - forward - (optimizer ? 1 : 0) - collectives;
   int64_t flops = 0;

@@ -3,6 +3,7 @@
 #include "compiler/TlDialect.h"
 #include "runtime/ElementwiseOps.h"
 #include "runtime/Error.h"
+#include "runtime/OpKind.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
@@ -851,13 +852,13 @@ OptimizerSpec buildOptimizer(KernelContext &context, const Program &program) {
   OptimizerSpec spec;
   const Kernel &kernel = context.kernel();
   for (const OpRecord &op : kernel.ops) {
-    if (op.op == "global_norm") {
+    if (op.kind == OpKind::global_norm) {
       spec.kind = OptimizerSpec::Kind::GlobalNorm;
       for (int id : op.operands) spec.grads.push_back(context.paramOfId(id));
       spec.norm = context.paramOfId(op.results.at(0));
       continue;
     }
-    if (op.op != "adamw") context.fail(fmt::format("'tl.{}' in the optimizer's kernel", op.op));
+    if (op.kind != OpKind::adamw) context.fail(fmt::format("'tl.{}' in the optimizer's kernel", opKindName(op.kind)));
     spec.grads.push_back(context.paramOfId(op.operands.at(0)));
     if (op.operands.size() == 2) {
       int norm = context.paramOfId(op.operands[1]);

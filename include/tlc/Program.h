@@ -63,10 +63,17 @@ struct Value {
 
 using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>>;
 
-// One op inside a kernel; `op` is the tl op name without the dialect prefix.
-// The reference semantics of every op are in runtime/CpuOps.cpp.
+// Which op an OpRecord computes: one kind per op of runtime/Ops.def, each the tl op of
+// the same name (the enumerators are in runtime/OpKind.h; here, names are what a caller
+// reads and writes).
+enum class OpKind : uint16_t;
+
+TLC_API const char *opKindName(OpKind kind);          // the tl op without its prefix: "linear"
+TLC_API OpKind parseOpKind(const std::string &name);  // throws tlc::Error on an unknown op
+
+// One op inside a kernel. The reference semantics of every op are in runtime/CpuOps.cpp.
 struct OpRecord {
-  std::string op;
+  OpKind kind{};
   std::vector<int> operands;  // value ids
   std::vector<int> results;   // value ids
   std::map<std::string, AttrValue> attrs;

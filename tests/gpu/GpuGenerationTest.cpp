@@ -8,6 +8,7 @@
 #include <tlc/Generate.h>
 
 #include "runtime/KernelRunner.h"
+#include "runtime/OpKind.h"
 #include "runtime/Tensor.h"
 #include "runtime/Weights.h"
 
@@ -213,7 +214,7 @@ TEST(GpuGenerationLongContext, SplitCacheAttentionMatchesTheCpuReference) {
             compileGeneration(config, 2, int64_t(positions.size()), 1, context, dtype);
         const Program &decode = programs.decode;
         auto found = std::find_if(decode.kernels.begin(), decode.kernels.end(), [](const Kernel &kernel) {
-          return kernel.ops.size() == 1 && kernel.ops[0].op == "cache_attention";
+          return kernel.ops.size() == 1 && kernel.ops[0].kind == OpKind::cache_attention;
         });
         ASSERT_NE(found, decode.kernels.end());
         const Kernel &kernel = *found;

@@ -2,7 +2,7 @@
 // RUN: tl-opt %s -split-input-file -verify-diagnostics
 
 func.func @linear_in_features(%x: tensor<2x8x32xf32>, %w: tensor<16x24xf32>) {
-  // expected-error@+2 {{linear in_features (weight dim 1) must equal the input's last dim: 24 vs 32}}
+  // expected-error@+2 {{linear: x has shape 2x8x32 but w has shape 16x24: inner dimensions differ}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.linear %x, %w : (tensor<2x8x32xf32>, tensor<16x24xf32>) -> tensor<2x8x16xf32>
   return
@@ -37,7 +37,7 @@ func.func @integer_activations(%a: tensor<4x8xi32>) {
 // -----
 
 func.func @add_shapes(%a: tensor<4x8xf32>, %b: tensor<4x9xf32>) {
-  // expected-error@+2 {{add operand shapes differ}}
+  // expected-error@+2 {{add: operands 0 and 1 have shapes 4x8 and 4x9, expected equal shapes}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.add %a, %b : (tensor<4x8xf32>, tensor<4x9xf32>) -> tensor<4x8xf32>
   return
@@ -46,7 +46,7 @@ func.func @add_shapes(%a: tensor<4x8xf32>, %b: tensor<4x9xf32>) {
 // -----
 
 func.func @rope_rank(%x: tensor<2x8x64xf32>) {
-  // expected-error@+2 {{rope input [B, S, H, D] must have rank 4}}
+  // expected-error@+2 {{rope: operand 0 has shape 2x8x64, expected rank 4 ([batch, seq, heads, head_dim])}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.rope %x {style = "adjacent", theta = 1.0e+04 : f64} : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
   return
@@ -55,7 +55,7 @@ func.func @rope_rank(%x: tensor<2x8x64xf32>) {
 // -----
 
 func.func @rope_style(%x: tensor<2x8x4x16xf32>) {
-  // expected-error@+2 {{rope style must be "adjacent" or "half", got "spiral"}}
+  // expected-error@+2 {{rope: style 'spiral' is not 'adjacent' or 'half'}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.rope %x {style = "spiral", theta = 1.0e+04 : f64} : (tensor<2x8x4x16xf32>) -> tensor<2x8x4x16xf32>
   return
@@ -64,7 +64,7 @@ func.func @rope_style(%x: tensor<2x8x4x16xf32>) {
 // -----
 
 func.func @split_heads_divisible(%x: tensor<2x8x30xf32>) {
-  // expected-error@+2 {{split_heads: width 30 is not divisible by 4 heads}}
+  // expected-error@+2 {{split_heads: cannot split a last dim of 30 into 4 heads}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.split_heads %x {heads = 4 : i64} : (tensor<2x8x30xf32>) -> tensor<2x8x4x7xf32>
   return
@@ -73,7 +73,7 @@ func.func @split_heads_divisible(%x: tensor<2x8x30xf32>) {
 // -----
 
 func.func @batch_matmul_contraction(%a: tensor<2x4x8x16xf32>, %b: tensor<2x4x8x32xf32>) {
-  // expected-error@+2 {{batch_matmul contraction dims differ: 16 vs 32}}
+  // expected-error@+2 {{batch_matmul: a 2x4x8x16 and b 2x4x8x32 (transpose_b = 1) have different inner dimensions}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.batch_matmul %a, %b {transpose_b = true} : (tensor<2x4x8x16xf32>, tensor<2x4x8x32xf32>) -> tensor<2x4x8x8xf32>
   return
@@ -82,7 +82,7 @@ func.func @batch_matmul_contraction(%a: tensor<2x4x8x16xf32>, %b: tensor<2x4x8x3
 // -----
 
 func.func @causal_mask_columns(%a: tensor<2x4x9x8xf32>) {
-  // expected-error@+2 {{causal_mask needs scores [..., R, C] with C >= R (a row would be masked entirely): 9 rows, 8 columns}}
+  // expected-error@+2 {{causal_mask: scores 2x4x9x8 have fewer columns than rows: a row would be masked entirely}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.causal_mask %a : (tensor<2x4x9x8xf32>) -> tensor<2x4x9x8xf32>
   return
@@ -91,7 +91,7 @@ func.func @causal_mask_columns(%a: tensor<2x4x9x8xf32>) {
 // -----
 
 func.func @transpose_perm(%a: tensor<2x4x8x9xf32>) {
-  // expected-error@+2 {{transpose perm is not a permutation of 0..3}}
+  // expected-error@+2 {{transpose: perm [0, 2, 2, 3] is not a permutation of the 4 dims of 2x4x8x9}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.transpose %a {perm = array<i64: 0, 2, 2, 3>} : (tensor<2x4x8x9xf32>) -> tensor<2x8x8x9xf32>
   return
@@ -109,7 +109,7 @@ func.func @scale_columns_gain(%w: tensor<64x32xf32>, %g: tensor<16xf32>) {
 // -----
 
 func.func @rmsnorm_gain(%x: tensor<2x8x32xf32>, %g: tensor<16xf32>) {
-  // expected-error@+2 {{rmsnorm gain size must equal the input's last dim: 16 vs 32}}
+  // expected-error@+2 {{rmsnorm: gain has shape 16, expected 32}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.rmsnorm %x, %g {eps = 1.0e-06 : f64} : (tensor<2x8x32xf32>, tensor<16xf32>) -> tensor<2x8x32xf32>
   return
@@ -118,7 +118,7 @@ func.func @rmsnorm_gain(%x: tensor<2x8x32xf32>, %g: tensor<16xf32>) {
 // -----
 
 func.func @rmsnorm_eps(%x: tensor<2x8x32xf32>, %g: tensor<32xf32>) {
-  // expected-error@+2 {{rmsnorm eps is 0.000000e+00; it must be a positive normal f32}}
+  // expected-error@+2 {{rmsnorm: attribute 'eps' is 0; it must be a positive normal f32 (1.2e-38 to 3.4e38)}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.rmsnorm %x, %g {eps = 0.0 : f64} : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
   return
@@ -128,7 +128,7 @@ func.func @rmsnorm_eps(%x: tensor<2x8x32xf32>, %g: tensor<32xf32>) {
 
 // Attributes the math cannot take: a NaN or infinite eps, one f32 kernels flush to zero.
 func.func @rmsnorm_eps_infinite(%x: tensor<2x8x32xf32>, %g: tensor<32xf32>) {
-  // expected-error@+2 {{rmsnorm eps is INF; it must be a positive normal f32}}
+  // expected-error@+2 {{rmsnorm: attribute 'eps' is inf; it must be a positive normal f32 (1.2e-38 to 3.4e38)}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.rmsnorm %x, %g {eps = 0x7FF0000000000000 : f64} : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
   return
@@ -137,7 +137,7 @@ func.func @rmsnorm_eps_infinite(%x: tensor<2x8x32xf32>, %g: tensor<32xf32>) {
 // -----
 
 func.func @rmsnorm_eps_denormal(%x: tensor<2x8x32xf32>, %g: tensor<32xf32>) {
-  // expected-error@+2 {{rmsnorm eps is 1.000000e-40; it must be a positive normal f32}}
+  // expected-error@+2 {{rmsnorm: attribute 'eps' is 1e-40; it must be a positive normal f32 (1.2e-38 to 3.4e38)}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.rmsnorm %x, %g {eps = 1.0e-40 : f64} : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
   return
@@ -146,7 +146,7 @@ func.func @rmsnorm_eps_denormal(%x: tensor<2x8x32xf32>, %g: tensor<32xf32>) {
 // -----
 
 func.func @rope_theta_denormal(%x: tensor<2x8x4x16xf32>) {
-  // expected-error@+2 {{rope theta is 4.940656e-324; it must be at least 1 and finite in f32}}
+  // expected-error@+2 {{rope: attribute 'theta' is 5e-324; it must be at least 1 and finite in f32 (at most 3.4e38)}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.rope %x {theta = 4.9406564584124654e-324 : f64, style = "adjacent"} : (tensor<2x8x4x16xf32>) -> tensor<2x8x4x16xf32>
   return
@@ -155,7 +155,7 @@ func.func @rope_theta_denormal(%x: tensor<2x8x4x16xf32>) {
 // -----
 
 func.func @scale_nan(%x: tensor<2x8xf32>) {
-  // expected-error@+2 {{scale factor is nan; it must be zero or a normal f32}}
+  // expected-error@+2 {{scale: attribute 'factor' is nan; it must be zero or a normal f32 (magnitude 1.2e-38 to 3.4e38)}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.scale %x {factor = 0x7FF8000000000000 : f64} : (tensor<2x8xf32>) -> tensor<2x8xf32>
   return
@@ -198,7 +198,7 @@ func.func @merge_heads_overflow(%x: tensor<1x1x4611686018427387904x4xf32>) {
 // -----
 
 func.func @repeat_kv_overflow(%x: tensor<1x4x2x4xf32>) {
-  // expected-error@+2 {{dimension 4 x 4611686018427387904 overflows}}
+  // expected-error@+2 {{repeat_kv: 4 x 4611686018427387904 overflows}}
   // expected-error@+1 {{failed to infer returned types}}
   %y = tl.repeat_kv %x {repeats = 4611686018427387904 : i64} : (tensor<1x4x2x4xf32>) -> tensor<1x?x2x4xf32>
   return

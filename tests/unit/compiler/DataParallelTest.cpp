@@ -7,6 +7,7 @@
 
 #include "runtime/Backend.h"
 #include "runtime/Distributed.h"
+#include "runtime/OpKind.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -62,7 +63,7 @@ TEST_P(DataParallel, StepAveragesEveryGradientAndTheLossOnce) {
   int updates = 0;
   for (const Kernel &kernel : step.kernels)
     for (const OpRecord &op : kernel.ops)
-      if (op.op == "adamw") {
+      if (op.kind == OpKind::adamw) {
         ++updates;
         EXPECT_EQ(timesReduced.count(step.storageOf(op.operands[0]).id), 1u) << op.stringAttr("key");
       }

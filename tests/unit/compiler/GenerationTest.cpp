@@ -6,6 +6,7 @@
 
 #include "runtime/Backend.h"
 #include "runtime/Error.h"
+#include "runtime/OpKind.h"
 
 #include <random>
 #include <set>
@@ -121,11 +122,11 @@ TEST(Generation, EveryLevelKeepsTheCacheAsStateAndFusesTheDecode) {
         EXPECT_EQ(value.shape, (std::vector<int64_t>{config.layers, 2, config.kvHeads, 16, config.headDim}));
       }
     for (const Kernel &kernel : programs.decode.kernels) {
-      bool gemm = std::any_of(kernel.ops.begin(), kernel.ops.end(), [](const OpRecord &op) { return op.op == "linear"; });
+      bool gemm = std::any_of(kernel.ops.begin(), kernel.ops.end(), [](const OpRecord &op) { return op.kind == OpKind::linear; });
       for (const OpRecord &op : kernel.ops) {
-        stores += op.op == "kv_cache_store";
+        stores += op.kind == OpKind::kv_cache_store;
         // From O2 the QKV GEMM stores k and v into the cache itself.
-        if (op.op == "kv_cache_store") EXPECT_EQ(gemm, level >= 2) << kernel.name;
+        if (op.kind == OpKind::kv_cache_store) EXPECT_EQ(gemm, level >= 2) << kernel.name;
       }
     }
     EXPECT_EQ(states, 2);

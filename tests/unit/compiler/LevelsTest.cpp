@@ -3,6 +3,7 @@
 #include "tests/support/ModelVariants.h"
 
 #include "runtime/Backend.h"
+#include "runtime/OpKind.h"
 
 using namespace tlc;
 
@@ -80,8 +81,8 @@ TEST(Levels, PrologueVariantsMatchO0AndFuseIntoTheirGemm) {
           const Kernel &kernel = *part;
           bool hasInserted = false, hasLinear = false;
           for (const OpRecord &op : kernel.ops) {
-            hasInserted |= op.op == inserted;
-            hasLinear |= op.op == "linear" || op.op == "fused_linear";
+            hasInserted |= opKindName(op.kind) == inserted;
+            hasLinear |= op.kind == OpKind::linear;
           }
           if (hasInserted) EXPECT_TRUE(hasLinear) << "O" << level << ": " << kernel.name << " computes the " << inserted
                                                   << " apart from the GEMM that reads it";
@@ -129,7 +130,7 @@ TEST(Levels, O1HasNoScoreMatrixAndMergedProjections) {
       ADD_FAILURE() << "score matrix " << value.name << " is materialized";
   }
   for (const Kernel &kernel : program.kernels)
-    for (const OpRecord &op : kernel.ops) flash += op.op == "flash_attention";
+    for (const OpRecord &op : kernel.ops) flash += op.kind == OpKind::flash_attention;
   EXPECT_EQ(flash, 8);
   EXPECT_EQ(mergedWeights, 16);  // QKV and gate/up in each of 8 blocks
 }

@@ -2,6 +2,7 @@
 #include "TestSupport.h"
 
 #include "runtime/MemoryPlanner.h"
+#include "runtime/OpKind.h"
 
 #include "mlir/IR/Diagnostics.h"
 
@@ -37,14 +38,14 @@ TEST(Lowering, O0IsOneKernelPerPrimitiveOp) {
   for (const Kernel &k : program.kernels) {
     ++perLayer[k.layer];
     EXPECT_EQ(k.ops.size(), 1u) << k.name;
-    EXPECT_EQ(k.name.rfind("tl_" + k.ops[0].op + "_f32", 0), 0u) << k.name;
+    EXPECT_EQ(k.name.rfind(std::string("tl_") + opKindName(k.ops[0].kind) + "_f32", 0), 0u) << k.name;
   }
   // norm, q, k, v, 2 rope, 3 transpose, 2 repeat_kv, QKᵀ, scale, mask, softmax, PV,
   // transpose, o, add, norm, gate, up, silu, mul, down, add
   for (int layer = 0; layer < 8; ++layer) EXPECT_EQ(perLayer[layer], 26) << "layer " << layer;
   EXPECT_EQ(perLayer[-1], 4);  // embedding, final norm, output projection, loss
-  EXPECT_EQ(program.kernels.front().ops[0].op, "embedding");
-  EXPECT_EQ(program.kernels.back().ops[0].op, "cross_entropy");
+  EXPECT_EQ(program.kernels.front().ops[0].kind, OpKind::embedding);
+  EXPECT_EQ(program.kernels.back().ops[0].kind, OpKind::cross_entropy);
 }
 
 TEST(Lowering, KernelsCarryTheirCost) {

@@ -210,12 +210,14 @@ TEST(CpuBackend, MissingOrMisshapedWeight) {
                   "forward called before load");
 }
 
-TEST(CpuBackend, UnknownOpIsRefusedAtLoad) {
+// Names are parsed when a Program is read (ProgramJson's tests); a kind outside
+// runtime/Ops.def can come only from a caller's C++.
+TEST(CpuBackend, UnknownOpKindIsRefusedAtLoad) {
   Program program = tinyModel(DType::F32);
-  program.kernels[1].ops[0].op = "layernorm";
+  program.kernels[1].ops[0].kind = OpKind(9999);
   auto backend = createCpuBackend(1);
   EXPECT_EQ(errorMessage([&] { backend->load(program, tinyWeights(program)); }),
-            "invalid program: kernels[1].ops[0].op: unknown op 'layernorm'");
+            "invalid program: kernels[1].ops[0].op: is no op kind (9999)");
 }
 
 TEST(CpuBackend, ReadingAnUnwrittenValueIsRefusedAtLoad) {

@@ -7,6 +7,7 @@
 
 #include "TestUtil.h"
 #include "runtime/MemoryPlanner.h"
+#include "runtime/OpKind.h"
 #include "runtime/Program.h"
 
 namespace tlc {
@@ -120,7 +121,7 @@ void expectSamePrograms(const Program &a, const Program &b) {
     }
     ASSERT_EQ(x.ops.size(), y.ops.size());
     for (size_t o = 0; o < x.ops.size(); ++o) {
-      EXPECT_EQ(x.ops[o].op, y.ops[o].op);
+      EXPECT_EQ(x.ops[o].kind, y.ops[o].kind);
       EXPECT_EQ(x.ops[o].operands, y.ops[o].operands);
       EXPECT_EQ(x.ops[o].results, y.ops[o].results);
       EXPECT_EQ(x.ops[o].attrs, y.ops[o].attrs); // variant ==: same alternative, same value
@@ -218,6 +219,11 @@ TEST(ProgramJson, WrongTypesAndNamesAreReported) {
   EXPECT_CONTAINS(errorMessage([&] { programFromJson(badStorage, "p.json"); }),
                   "unknown storage class 'register'");
 
+  std::string badOp = text;
+  badOp.replace(badOp.find("\"op\": \"split\""), 13, "\"op\": \"layernorm\"");
+  EXPECT_CONTAINS(errorMessage([&] { programFromJson(badOp, "p.json"); }),
+                  "kernels[1].ops[1].op: unknown op 'layernorm'");
+
   std::string badAttr = text;
   badAttr.replace(badAttr.find("{\"ints\": [4, 8]}"), 16, "{\"bits\": [4, 8]}");
   EXPECT_CONTAINS(errorMessage([&] { programFromJson(badAttr, "p.json"); }),
@@ -269,6 +275,9 @@ TEST(Program, EnumNamesRoundTrip) {
   EXPECT_STREQ(storageName(Storage::Activation), "activation");
   EXPECT_EQ(dtypeBytes(DType::BF16), 2);
   EXPECT_CONTAINS(errorMessage([] { parseDType("f16"); }), "unknown dtype 'f16'");
+  for (OpKind kind : allOpKinds()) EXPECT_EQ(parseOpKind(opKindName(kind)), kind);
+  EXPECT_STREQ(opKindName(OpKind::kv_cache_store), "kv_cache_store");
+  EXPECT_CONTAINS(errorMessage([] { parseOpKind("fused_linear"); }), "unknown op 'fused_linear'");
 }
 
 TEST(Program, ValidationCatchesInconsistencies) {

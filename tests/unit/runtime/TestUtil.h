@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/Error.h"
+#include "runtime/OpKind.h"
 #include "runtime/Program.h"
 
 namespace tlc::test {
@@ -123,7 +124,7 @@ private:
 inline OpRecord makeOp(std::string name, std::vector<int> operands, std::vector<int> results,
                        std::map<std::string, AttrValue> attrs = {}) {
   OpRecord op;
-  op.op = std::move(name);
+  op.kind = parseOpKind(name);
   op.operands = std::move(operands);
   op.results = std::move(results);
   op.attrs = std::move(attrs);
