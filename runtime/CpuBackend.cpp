@@ -306,10 +306,12 @@ private:
     if (program_.inputs.size() > 1)
       std::memcpy(arena_.data() + program_.storageOf(program_.inputs[1]).offset, positions.data(),
                   positions.size() * 4);
+    auto runStart = std::chrono::steady_clock::now();
     for (size_t k = 0; k < program_.kernels.size(); ++k) {
       auto kernelStart = std::chrono::steady_clock::now();
       runKernel(program_.kernels[k]);
-      times.push_back({int(k), millisecondsSince(kernelStart)});
+      times.push_back({int(k), millisecondsSince(kernelStart),
+                       std::chrono::duration<double, std::milli>(kernelStart - runStart).count(), 0});
     }
   }
 

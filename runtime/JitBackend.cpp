@@ -363,7 +363,7 @@ public:
     ForwardResult result;
     if (options_.profile) {
       for (size_t k = 0; k < launches_.size(); ++k)
-        result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[k].first.get(), profileEvents_[k].second.get())});
+        result.kernelTimes.push_back(timingOf(int(k), launches_[k], profileEvents_[k]));
       result.taskTimes = taskTimes();
     }
     result.milliseconds = device_->elapsedMs(start_.get(), end_.get());
@@ -401,7 +401,7 @@ public:
       size_t timed = 0;
       for (size_t k = 0; k < launches_.size(); ++k) {
         if (!options.update && launches_[k].updates) continue;
-        result.kernelTimes.push_back({int(k), device_->elapsedMs(profileEvents_[timed].first.get(), profileEvents_[timed].second.get())});
+        result.kernelTimes.push_back(timingOf(int(k), launches_[k], profileEvents_[timed]));
         ++timed;
       }
     }
@@ -733,9 +733,14 @@ private:
       size_t timed = 0;
       for (const Launch &launch : launches_) {
         if (!withUpdates && launch.updates) continue;
-        device_->record(profileEvents_[timed].first.get());
-        run(launch);
-        device_->record(profileEvents_[timed].second.get());
+        if (onCollectiveStream(launch)) {
+          for (int bucket : launch.joins) join(bucket);
+          allReduce(launch.bucket, &profileEvents_[timed]);
+        } else {
+          device_->record(profileEvents_[timed].first.get());
+          run(launch);
+          device_->record(profileEvents_[timed].second.get());
+        }
         ++timed;
       }
       joinRemaining();
@@ -746,6 +751,15 @@ private:
       ++eagerSteps_;
     }
     device_->record(end_.get());
+  }
+
+  using EventPair = std::pair<DeviceObject, DeviceObject>;
+  bool onCollectiveStream(const Launch &launch) const { return launch.bucket >= 0 && collectiveStream_; }
+
+  // A profiled launch's time, start (from the run's start) and stream.
+  KernelTiming timingOf(int kernel, const Launch &launch, const EventPair &events) {
+    return {kernel, device_->elapsedMs(events.first.get(), events.second.get()),
+            device_->elapsedMs(start_.get(), events.first.get()), onCollectiveStream(launch) ? 1 : 0};
   }
 
   void run(const Launch &launch) {
@@ -805,12 +819,15 @@ private:
 
   // On its own stream, once the compute stream has reached it (the bucket's gradients are
   // written), so the kernels after it run meanwhile; else in order on the compute stream.
-  void allReduce(int bucket) {
+  // Profiling, `timing`'s events bracket the all-reduce on its own stream.
+  void allReduce(int bucket, const EventPair *timing = nullptr) {
     if (!collectiveStream_) return collectives_->allReduceMean(buckets_[size_t(bucket)], device_->stream());
     auto &[ready, done] = bucketEvents_[size_t(bucket)];
     device_->record(ready.get());
     device_->waitOn(collectiveStream_.get(), ready.get());
+    if (timing) device_->recordOn(collectiveStream_.get(), timing->first.get());
     collectives_->allReduceMean(buckets_[size_t(bucket)], collectiveStream_.get());
+    if (timing) device_->recordOn(collectiveStream_.get(), timing->second.get());
     device_->recordOn(collectiveStream_.get(), done.get());
     pendingBuckets_.push_back(bucket);
   }
@@ -1094,7 +1111,7 @@ private:
   }
   std::unique_ptr<CallerBuffers> callerBuffers_;          // made by the first forwardOnDevice
   bool graphUsable_ = true;
-  std::vector<std::pair<DeviceObject, DeviceObject>> profileEvents_;
+  std::vector<EventPair> profileEvents_;
   GpuReport report_;
   // Several ranks: NCCL (RCCL) among them, the stream their all-reduces run on, each
   // bucket's buffers, its events (computed on the compute stream, averaged), and the

@@ -28,7 +28,8 @@ DeviceRoofline rooflineOf(const std::string &deviceName) {
   return {};
 }
 
-Profiler::Profiler(const Program &program, std::string deviceName) : program_(program), device_(std::move(deviceName)) {}
+Profiler::Profiler(const Program &program, std::string deviceName, std::string runName)
+    : program_(program), device_(std::move(deviceName)), runName_(std::move(runName)) {}
 
 void Profiler::add(const std::vector<KernelTiming> &times, const std::vector<TaskTiming> &tasks) {
   runs_.push_back(times);
@@ -120,12 +121,13 @@ std::string Profiler::table() const {
   double total = 0;
   for (const KernelStats &s : all) total += s.totalMs;
   std::ostringstream out;
-  out << fmt::format("profile: {} forward{} on {} ({}), {} launches per forward, {:.3f} ms of kernels per forward\n",
-                     runs_.size(), runs_.size() == 1 ? "" : "s", device_,
+  out << fmt::format("profile: {} {}{} on {} ({}), {} launches per {}, {:.3f} ms of kernels per {}\n",
+                     runs_.size(), runName_, runs_.size() == 1 ? "" : "s", device_,
                      roof.part.empty() ? "roofline unknown"
                                        : fmt::format("roofline {} TFLOP/s {}, {} TB/s", peakTflops,
                                                      program_.dtype == DType::BF16 ? "bf16" : "fp32", roof.bandwidthTBs),
-                     runs_.empty() ? 0 : runs_[0].size(), runs_.empty() ? 0.0 : total / double(runs_.size()));
+                     runs_.empty() ? 0 : runs_[0].size(), runName_, runs_.empty() ? 0.0 : total / double(runs_.size()),
+                     runName_);
   out << fmt::format("{:<60} {:>6} {:>10} {:>9} {:>6} {:>8} {:>8} {:>7}\n", "kernel", "calls", "total ms", "mean us",
                      "share", "TFLOP/s", "GB/s", "roof%");
   for (const KernelStats &s : all) {
@@ -147,24 +149,30 @@ std::string Profiler::table() const {
 std::string Profiler::chromeTrace() const {
   nlohmann::json events = nlohmann::json::array();
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", "tlc " + device_}}}});
-  double clock = 0;  // microseconds; each forward starts where the last ended
+  double clock = 0;  // microseconds; each run starts where the last ended
   for (size_t r = 0; r < runs_.size(); ++r) {
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", int(r + 1)},
-                      {"args", {{"name", fmt::format("forward {}", r)}}}});
+    bool collectives = std::any_of(runs_[r].begin(), runs_[r].end(), [](const KernelTiming &t) { return t.stream == 1; });
+    for (int stream = 0; stream <= (collectives ? 1 : 0); ++stream)
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", int(2 * r + 1) + stream},
+                        {"args", {{"name", fmt::format("{} {}{}", runName_, r, stream ? ": all-reduces" : "")}}}});
+    double sequential = clock, end = clock;
     for (const KernelTiming &timing : runs_[r]) {
       const Kernel &kernel = program_.kernels.at(size_t(timing.kernel));
       double duration = timing.milliseconds * 1e3;
+      double start = timing.startMs >= 0 ? clock + timing.startMs * 1e3 : sequential;
       events.push_back({{"name", kernel.entry.empty() ? kernel.name : kernel.entry},
-                        {"cat", "kernel"},
+                        {"cat", timing.stream ? "all-reduce" : "kernel"},
                         {"ph", "X"},
                         {"pid", 1},
-                        {"tid", int(r + 1)},
-                        {"ts", clock},
+                        {"tid", int(2 * r + 1) + timing.stream},
+                        {"ts", start},
                         {"dur", duration},
                         {"args", {{"index", timing.kernel}, {"layer", kernel.layer}, {"flops", kernel.flops},
                                   {"min_bytes", kernel.minBytes}}}});
-      clock += duration;
+      sequential = start + duration;
+      end = std::max(end, sequential);
     }
+    clock = end;
   }
   // The last forward's tasks, a track a worker: its wait, then the task.
   if (const Kernel *kernel = persistentKernel(program_); kernel && !taskRuns_.empty()) {

@@ -4,6 +4,8 @@
 #include "runtime/JitBackend.h"
 #include "runtime/OpKind.h"
 #include "runtime/OptLevels.h"
+#include "runtime/OutputFile.h"
+#include "runtime/Profiler.h"
 #include "runtime/Progress.h"
 #include "runtime/RunSummary.h"
 #include "runtime/TrainingData.h"
@@ -157,6 +159,8 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
   if (speaks) fmt::print("{}", header);
   std::fflush(stdout);
 
+  DeviceInfo device = backend.deviceInfo();
+  Profiler profiler(program, device.name.empty() ? backend.name() : device.name, "training step");
   ProgressBar bar(run.progressBar && speaks, run.steps);
   bar.draw(0);
   double totalMilliseconds = 0;
@@ -170,6 +174,8 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
                               result.loss));
     totalMilliseconds += result.milliseconds;
     if (options.keepGradients) saveGradients(result, run.saveGradientsPath);
+    // The first step warms up (NCCL connects its ranks there): profiled only when alone.
+    if (run.profile && (step > 1 || run.steps == 1)) profiler.add(result.kernelTimes);
     if (step == 1) firstLoss = result.loss;
     lastLoss = result.loss;
     double seconds = result.milliseconds / 1000;
@@ -197,6 +203,10 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
     fmt::print("Memory usage: {} peak{} (activations and gradients {}, weights {}, AdamW moments {})\n",
                mib(activations + weightBytes + moments), ranks > 1 ? " a rank" : "", mib(activations), mib(weightBytes),
                mib(moments));
+  }
+  if (run.profile && speaks) {
+    fmt::print("\n{}", profiler.table());
+    if (!run.tracePath.empty()) writeFileAtomically(run.tracePath, profiler.chromeTrace(), "trace");
   }
   if (run.ranks || !run.saveWeightsPath.empty()) {
     Weights trained;

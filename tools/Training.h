@@ -24,6 +24,10 @@ struct TrainingRun {
   std::string saveWeightsPath; // where to write the trained weights, or empty
   std::string saveGradientsPath; // where to write the first step's gradients, or empty
   bool progressBar = false;    // redraw a bar on stderr after each step (a terminal)
+  // --profile: the backend times every launch (it was made with BackendOptions::profile);
+  // the steps after the first are tabled at the end and, with a path, written as a trace.
+  bool profile = false;
+  std::string tracePath;
   // A data-parallel run (docs/distributed.md): this rank among them; null for one
   // process. Rank 0 alone prints and saves; every rank checks the weights agree at the end.
   std::shared_ptr<Communicator> ranks;

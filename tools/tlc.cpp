@@ -247,10 +247,15 @@ cl::opt<bool> noCache("no-cache", cl::desc("GPU: JIT-compile every kernel, ignor
                       cl::cat(runCategory), cl::sub(everywhere));
 cl::opt<bool> graph("graph", cl::desc("GPU: replay the forward as one captured graph (default on)"), cl::init(true),
                     cl::cat(runCategory), cl::sub(everywhere));
-cl::opt<bool> profile("profile", cl::desc("time every kernel (GPU events, or wall time on the CPU) and print a table"),
-                      cl::cat(runCategory));
-cl::opt<std::string> tracePath("trace", cl::desc("with --profile: write a Chrome/Perfetto trace"),
-                               cl::value_desc("file.json"), cl::cat(runCategory));
+cl::opt<bool> profile("profile",
+                      cl::desc("time every kernel (GPU events, or wall time on the CPU) and print a table; tlc train: "
+                               "of the steps after the first"),
+                      cl::cat(runCategory), cl::sub(cl::SubCommand::getTopLevel()), cl::sub(trainCommand));
+cl::opt<std::string> tracePath("trace",
+                               cl::desc("with --profile: write a Chrome/Perfetto trace (tlc train: the gradients' "
+                                        "all-reduces on a track of their own beside the step's kernels)"),
+                               cl::value_desc("file.json"), cl::cat(runCategory),
+                               cl::sub(cl::SubCommand::getTopLevel()), cl::sub(trainCommand));
 cl::opt<std::string> statsCsvPath("stats-csv", cl::desc("with --profile: write per-kernel stats as CSV (as rocprofv3)"),
                                   cl::value_desc("file"), cl::cat(runCategory));
 cl::opt<bool> allowNonFinite("allow-nonfinite",
@@ -380,7 +385,7 @@ const tlc::HfConfig &checkpointConfig();
 
 // tlc train's own flags, and the top-level ones that mean nothing to it.
 std::string checkTrainFlags() {
-  const cl::Option *forwardOnly[] = {&iterations, &tokensPath};
+  const cl::Option *forwardOnly[] = {&iterations, &tokensPath, &statsCsvPath};
   for (const cl::Option *option : forwardOnly)
     if (option->getNumOccurrences())
       return fmt::format("--{} does not apply to tlc train{}", option->ArgStr.str(),
@@ -577,8 +582,8 @@ std::string checkFlags() {
   }
   auto runs = [] { return run || ladderCommand || trainCommand || generateCommand || reportCommand; };
   std::vector<tlc::cli::Requirement> requirements = {
-      {profile, [] { return bool(run); }, "--profile needs --run"},
-      {tracePath, [] { return bool(profile); }, "--trace needs --profile (and --run)"},
+      {profile, [] { return run || trainCommand; }, "--profile needs --run (or tlc train)"},
+      {tracePath, [] { return bool(profile); }, "--trace needs --profile (and --run, or tlc train)"},
       {statsCsvPath, [] { return bool(profile); }, "--stats-csv needs --profile (and --run)"},
       {iterations, runs, "--iterations needs --run"},
       {seed, runs, "--seed needs --run"},
@@ -998,6 +1003,8 @@ int trainModel(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   training.saveWeightsPath = saveWeightsPath;
   training.saveGradientsPath = saveGradientsPath;
   training.progressBar = progress != tlc::ProgressMode::Never && ::isatty(::fileno(stderr));
+  training.profile = profile;
+  training.tracePath = tracePath;
   training.ranks = trainingRanks;
   training.launcher = rankPlace.launcher == "torchrun" ? "RANK, WORLD_SIZE as torchrun and tlc train --nproc set them"
                                                        : rankPlace.launcher + "'s variables";

@@ -19,6 +19,8 @@ namespace tlc {
 struct KernelTiming {
   int kernel = 0;             // index in Program::kernels
   double milliseconds = 0;
+  double startMs = -1;        // from the run's start, where the backend knows it; -1: not known
+  int stream = 0;             // 0: the compute stream; 1: the gradients' all-reduces' own stream
 };
 
 // One task of a persistent kernel as its worker ran it, in µs of the GPU's clock from the

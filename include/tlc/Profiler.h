@@ -32,9 +32,10 @@ struct KernelStats {
 
 class TLC_API Profiler {
 public:
-  Profiler(const Program &program, std::string deviceName);
-  // Adds one forward's per-launch times (ForwardResult::kernelTimes) and a persistent
-  // kernel's task times (ForwardResult::taskTimes).
+  // `runName` names what each recorded run is ("forward", "training step").
+  Profiler(const Program &program, std::string deviceName, std::string runName = "forward");
+  // Adds one run's per-launch times (ForwardResult::kernelTimes, TrainStepResult's) and a
+  // persistent kernel's task times (ForwardResult::taskTimes).
   void add(const std::vector<KernelTiming> &times, const std::vector<TaskTiming> &tasks = {});
   std::vector<KernelStats> stats() const;  // by total time, largest first
   std::string table() const;
@@ -42,9 +43,11 @@ public:
   // computing and waiting, per forward; how busy the workers were and their longest idle
   // gap. Empty without task times.
   std::string taskTable() const;
-  // Chrome trace events (Perfetto opens it): the launches of every recorded forward,
-  // laid end to end on one track per forward (times are GPU event times); a persistent
-  // kernel's tasks of the last forward on a track per worker (a wait, then the task).
+  // Chrome trace events (Perfetto opens it): the launches of every recorded run on a
+  // track per run and stream (at their starts where the backend gave them, so the
+  // all-reduces on their own stream show beside the backward they overlap; else laid end
+  // to end); a persistent kernel's tasks of the last forward on a track per worker (a
+  // wait, then the task).
   std::string chromeTrace() const;
   // Name,Calls,TotalDurationNs,AverageNs,Percentage,MinNs,MaxNs,StdDev... as rocprofv3.
   std::string statsCsv() const;
@@ -52,6 +55,7 @@ public:
 private:
   const Program &program_;
   std::string device_;
+  std::string runName_;
   std::vector<std::vector<KernelTiming>> runs_;
   std::vector<std::vector<TaskTiming>> taskRuns_;
 };
