@@ -6,14 +6,16 @@
 #            first-step gradients and trained weights (tests/lit/Inputs/ranks-match.py);
 #   kill     a rank killed mid-run (SIGKILL): the others stop within 30 s, naming it;
 #   bench    bench/scaling.py: tokens/s and scaling efficiency on 1, 2, 4, 8 GPUs beside
-#            PyTorch DDP (torch.compile), workshop and 1.1B; appended to bench/RESULTS.md.
+#            PyTorch DDP (torch.compile), workshop and 1.1B; appended to bench/RESULTS.md;
+#   trace    tlc train --nproc=2 --profile --trace: rank 0's trace, and how much of the
+#            all-reduces' time ran beside the step's kernels.
 # $OUT (or ./gpu-distributed-out) gets summary.txt, the logs, and RESULTS.md's new lines.
 #
 #   scripts/gpu-distributed.sh --bundle DIR [build-dir]   (here, where tlc was built)
 #       copies tlc, its Gloo plugin libtlc-gloo.so and Gloo's libraries (libgloo.so.0 and
 #       what it needs beyond the C and C++ libraries) into DIR, to carry to the GPU machine
 #   scripts/gpu-distributed.sh DIR [steps [scaling.py's flags...]]   (on the GPU machine, in the repository)
-#       steps: comma-separated parity,kill,bench (default all three); flags after them go to
+#       steps: comma-separated parity,kill,bench,trace (default parity,kill,bench); flags after them go to
 #       bench/scaling.py (e.g. --configs workshop --steps 20)
 set -u
 if [ "${1:-}" = "--bundle" ]; then
@@ -79,6 +81,29 @@ if want parity; then
              "| $(grep -m1 'ranks ' "$W/ranks-$tag.txt" | sed 's/.*averaged/averaged/')"
       done
     done
+  done
+fi
+
+if want trace; then
+  for dtype in bf16 f32; do
+    "$TLC" train $MODEL -O2 --dtype=$dtype --batch-size=8 --seq-len=128 --num-steps=4 --target=cuda --nproc=2 \
+      --progress=never --profile --trace="$RESULTS/trace-$dtype-2gpu.json" > "$LOGS/trace-$dtype.txt" 2>&1
+    note "trace $dtype, 2 GPUs: rc=$? $(python3 - "$RESULTS/trace-$dtype-2gpu.json" <<'PY'
+import json, sys
+events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+reduces = [e for e in events if e["cat"] == "all-reduce"]
+kernels = [e for e in events if e["cat"] == "kernel"]
+def beside(r):  # microseconds of r during which a kernel of the same step ran
+    spans = sorted((max(r["ts"], k["ts"]), min(r["ts"] + r["dur"], k["ts"] + k["dur"])) for k in kernels if k["tid"] == r["tid"] - 1)
+    total, end = 0.0, r["ts"]
+    for a, b in spans:
+        a = max(a, end)
+        if b > a: total, end = total + b - a, b
+    return total
+busy = sum(r["dur"] for r in reduces)
+print(f"{len(reduces)} all-reduces, {busy:.0f} us, {100 * sum(map(beside, reduces)) / busy if busy else 0:.0f} % of it beside the step's kernels")
+PY
+)"
   done
 fi
 
