@@ -129,29 +129,40 @@ std::vector<int64_t> paramOffsets(const std::vector<Kernel> &parts) {
   return offsets;
 }
 
-// The parts' dispatch: each distinct body is instantiated once (a switch over bodies, not
-// over parts: a 22-layer model's 100+ parts share 5 bodies), and a part finds its body and
-// its parameters' offset in `params` through two constant tables.
-std::string partDispatch(const std::string &name, const std::vector<Kernel> &parts) {
-  std::vector<std::string> bodies;  // distinct entries, in first-use order
+// The distinct bodies of a persistent kernel's parts (a 22-layer model's 100-odd parts
+// share 8), in first-use order, and each part's index among them.
+struct PartBodies {
+  std::vector<const Kernel *> bodies;
   std::vector<int> bodyOf;
+};
+
+PartBodies partBodies(const std::vector<Kernel> &parts) {
+  PartBodies result;
   for (const Kernel &part : parts) {
-    auto at = std::find(bodies.begin(), bodies.end(), part.entry);
-    bodyOf.push_back(int(at - bodies.begin()));
-    if (at == bodies.end()) bodies.push_back(part.entry);
+    auto at = std::find_if(result.bodies.begin(), result.bodies.end(),
+                           [&](const Kernel *body) { return body->entry == part.entry; });
+    result.bodyOf.push_back(int(at - result.bodies.begin()));
+    if (at == result.bodies.end()) result.bodies.push_back(&part);
   }
+  return result;
+}
+
+// The parts' dispatch: a switch over the distinct bodies, each inlined once (a switch over
+// parts inlined a body a layer), and a part finds its body and its parameters' offset in
+// `params` through two constant tables.
+std::string partDispatch(const std::string &name, const std::vector<Kernel> &parts, const PartBodies &distinct) {
   std::vector<int64_t> offsets = paramOffsets(parts);
   std::string out = fmt::format("\n// Each part's body and the offset of its parameters in `params`.\n"
                                 "__constant__ int {0}_body_of[{1}] = {{{2}}};\n"
                                 "__constant__ int {0}_params_at[{1}] = {{{3}}};\n",
-                                name, parts.size(), fmt::join(bodyOf, ", "), fmt::join(offsets, ", "));
+                                name, parts.size(), fmt::join(distinct.bodyOf, ", "), fmt::join(offsets, ", "));
   auto dispatch = [&](const char *signature, const char *suffix, const char *arguments) {
     std::string text = fmt::format("  TL_DEVICE static void {}{{\n    const unsigned char *p = params + {}_params_at[part];\n"
                                    "    switch ({}_body_of[part]) {{\n",
                                    signature, name, name);
-    for (size_t b = 0; b < bodies.size(); ++b)
-      text += fmt::format("    case {0}: {1}{2}(*reinterpret_cast<const {1}_params *>(p){3}); break;\n", b, bodies[b],
-                          suffix, arguments);
+    for (size_t b = 0; b < distinct.bodies.size(); ++b)
+      text += fmt::format("    case {0}: {1}{2}(*reinterpret_cast<const {1}_params *>(p){3}); break;\n", b,
+                          distinct.bodies[b]->entry, suffix, arguments);
     return text + "    }\n  }\n";
   };
   out += fmt::format("struct {}_parts {{\n", name);
@@ -176,10 +187,9 @@ std::string persistentSource(const std::string &name, const Kernel &kernel, int 
                             "gemm_wgmma_tf32.cuh", "gemm_mfma.cuh", "gemm_simt.cuh", "gemm_gemv.cuh", "attention_mma.cuh",
                             "attention_rows.cuh", "row_ops.cuh", "elementwise.cuh", "persistent.cuh"});
   out += "// ---- end of templates ----\n\n";
-  std::set<std::string> bodies;
-  for (const Kernel &part : kernel.parts)
-    if (bodies.insert(part.entry).second) out += bodyOf(part);
-  out += partDispatch(name, kernel.parts);
+  PartBodies distinct = partBodies(kernel.parts);
+  for (const Kernel *body : distinct.bodies) out += bodyOf(*body);
+  out += partDispatch(name, kernel.parts, distinct);
   out += fmt::format("extern \"C\" __global__ void __launch_bounds__({0}, {2})\n{1}(const unsigned char *params, "
                      "tl_persistent_tables tables) {{\n  tl_persistent_worker<{1}_parts>(params, tables);\n}}\n",
                      threads, name, workersPerSM);

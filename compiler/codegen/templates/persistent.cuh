@@ -18,8 +18,8 @@
 //
 // The generated kernel defines a struct of the parts, whose run(params, part) switches over
 // the distinct bodies (a static member, inlined: a call would serialize the wgmma
-// pipelines; each body once, found with the part's parameters through constant tables, so
-// a 22-layer model compiles as fast as a 2-layer one), and calls tl_persistent_worker with it.
+// pipelines; each body once however many layers use it, a part's body and parameters
+// found through constant tables), and calls tl_persistent_worker with it.
 #pragma once
 #include "prelude.cuh"
 
