@@ -3,6 +3,7 @@
 // rank that stops is named, and each rank's share of the training data.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -228,16 +229,22 @@ TEST(StepWatchdogDeathTest, ABlockedStepEndsTheProcessNamingTheRankThatStopped) 
       testing::ExitedWithCode(1), "tlc: error: cuda backend: the step's all-reduces stopped because another rank did: "
                                   "rank 1 stopped: killed");
 
-  RanksWithAStop ranks;
-  {
-    StepWatchdog watchdog(ranks, "cuda backend: the step's all-reduces", std::chrono::milliseconds(300));
-    watchdog.stepStarted();
-    ranks.stop();
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // seen, within the grace
-    watchdog.stepEnded();  // the step's own wait threw
-    std::this_thread::sleep_for(std::chrono::milliseconds(600));
-  }
-  EXPECT_EQ(ranks.peek(rankKey("failed", 0)), std::nullopt) << "the watchdog ended a step that had ended";
+  // A watchdog that fired would end this child with status 1 and its message instead.
+  EXPECT_EXIT(
+      {
+        RanksWithAStop ranks;
+        {
+          StepWatchdog watchdog(ranks, "cuda backend: the step's all-reduces", std::chrono::milliseconds(300));
+          watchdog.stepStarted();
+          ranks.stop();
+          std::this_thread::sleep_for(std::chrono::milliseconds(250));  // seen, within the grace
+          watchdog.stepEnded();  // the step's own wait threw
+          std::this_thread::sleep_for(std::chrono::milliseconds(600));
+        }
+        std::fprintf(stderr, "the step ended in time\n");
+        std::exit(0);
+      },
+      testing::ExitedWithCode(0), "the step ended in time");
 }
 
 // Each rank's batches are its share of what one process of the whole batch reads:
