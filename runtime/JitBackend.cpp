@@ -733,15 +733,14 @@ private:
       size_t timed = 0;
       for (const Launch &launch : launches_) {
         if (!withUpdates && launch.updates) continue;
+        const EventPair &events = profileEvents_[timed++];
         if (onCollectiveStream(launch)) {
-          for (int bucket : launch.joins) join(bucket);
-          allReduce(launch.bucket, &profileEvents_[timed]);
-        } else {
-          device_->record(profileEvents_[timed].first.get());
-          run(launch);
-          device_->record(profileEvents_[timed].second.get());
+          run(launch, &events);  // timed on the all-reduces' own stream
+          continue;
         }
-        ++timed;
+        device_->record(events.first.get());
+        run(launch);
+        device_->record(events.second.get());
       }
       joinRemaining();
     } else if (graph_ && withUpdates) {
@@ -762,9 +761,10 @@ private:
             device_->elapsedMs(start_.get(), events.first.get()), onCollectiveStream(launch) ? 1 : 0};
   }
 
-  void run(const Launch &launch) {
+  // `timing`: the events that time an all-reduce on its own stream, when profiling.
+  void run(const Launch &launch, const EventPair *timing = nullptr) {
     for (int bucket : launch.joins) join(bucket);
-    if (launch.bucket >= 0) return allReduce(launch.bucket);
+    if (launch.bucket >= 0) return allReduce(launch.bucket, timing);
     device_->launch(launch.function, launch.entry, launch.blocks, launch.threads, launch.sharedBytes,
                     const_cast<void **>(launch.args.data()), launch.chained);
   }
