@@ -11,6 +11,9 @@
 //       flight; split-K for a short last wave and RMSNorm's sums shared by column tiles
 //       are gemm_wgmma.cuh's (tl_block_work, tl_gemm_join_splits, tl_share_row_norm).
 //       A from registers (split there) made ptxas serialize the wgmma groups (C7513).
+//   v2  every TL_TF32_PROMOTE_TILES k tiles the accumulator is added into a running total
+//       and restarted (mma_tf32.cuh says why); there the group in flight is waited for,
+//       not overlapped with the next stage's split.
 //
 // K-major operands only (wgmma has no transpose for tf32): the backward's A stored [K, M]
 // and B stored [K, N] run on gemm_mma_tf32.cuh. BM 64 or 128, BN 64 or 128.
@@ -122,6 +125,9 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+  constexpr int PROMOTE_TILES = TL_TF32_PROMOTE_TILES;
+  constexpr bool PROMOTE = KT > PROMOTE_TILES;
+  float total[PROMOTE ? BN / 2 : 1] = {};
   // RMSNorm: this thread's squares of rows threadIdx.x / 8 + j * THREADS / 8, from the split.
   float squares[BM * 8 / THREADS] = {};
 
@@ -131,7 +137,14 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
   for (int i = 0; i < kCount; ++i) {
     const int kt = kBegin + i, stage = i % STAGES;
     tl_cp_async_wait<STAGES - 3>();
-    tl_wgmma_wait<1>();
+    if (PROMOTE && i > 0 && i % PROMOTE_TILES == 0) {
+      tl_wgmma_wait<0>();
+      tl_wgmma_pin(acc);
+#pragma unroll
+      for (int e = 0; e < (PROMOTE ? BN / 2 : 1); ++e) total[e] += acc[e], acc[e] = 0.0f;
+    } else {
+      tl_wgmma_wait<1>();
+    }
     tl_wgmma_pin(acc);
     tl_sync();
     if (i + STAGES - 2 < kCount) {
@@ -163,6 +176,9 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
   }
   tl_wgmma_wait<0>();
   tl_wgmma_pin(acc);
+  if constexpr (PROMOTE)
+#pragma unroll
+    for (int e = 0; e < BN / 2; ++e) acc[e] += total[e];
   tl_cp_async_wait<0>();
   tl_sync();
   tl_allow_dependents();

@@ -15,6 +15,15 @@
 
 #if defined(TL_NVIDIA)
 
+// The tensor cores add into their fp32 accumulator rounding toward zero, so over a long K
+// the rounding errors add up one way (3xTF32 makes three such additions a k8 step): every
+// TL_TF32_PROMOTE_TILES k tiles of 32 the GEMMs add their accumulator into a running total
+// on the FMA units, which round to nearest, and restart it (errors about 40x smaller at K
+// 2048; the period can be set with TLC_JIT_OPTIONS="-DTL_TF32_PROMOTE_TILES=n" to time it).
+#ifndef TL_TF32_PROMOTE_TILES
+#define TL_TF32_PROMOTE_TILES 4
+#endif
+
 // x rounded to the nearest tf32, as fp32 bits (the low 13 mantissa bits zero).
 TL_DEVICE unsigned tl_tf32(float x) {
   unsigned r;
