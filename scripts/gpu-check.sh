@@ -13,7 +13,8 @@
 # curves), micro (bench/kernels.py: GEMM and attention alone beside cuBLAS and SDPA) and
 # profile (per-kernel tables of O0 and O2, workshop and 1.1B shapes) and o3 (the persistent
 # kernel: O3 against the CPU reference and O2, at the workshop, decode and 1.1B shapes) and decode
-# (the matrix-vector GEMMs of 1 to 16 rows: checked, then timed beside the tiled paths).
+# (the matrix-vector GEMMs of 1 to 16 rows: checked, then timed beside the tiled paths) and ncu
+# (Nsight Compute on the 1.1B decode step's first kernels: DRAM throughput, occupancy, stalls).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
@@ -138,6 +139,19 @@ if want decode; then  # decode shapes: the matrix-vector GEMMs against the CPU r
   done
   o3run models/tinyllama-1.1b.tl 1 1 2 --iterations=20 --profile
   sed -n '/^ *kernel/,/^$/p' "$last_log" | head -30 | tee -a "$summary"
+fi
+if want ncu; then  # Nsight Compute on the 1.1B decode step's kernels: bandwidth, occupancy, where warps stall
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  # One forward launch by launch (--profile), the first layer's kernels and the logits GEMV.
+  timeout 600 "$NCU" --clock-control none --target-processes all --kernel-name regex:'^tl_' --launch-skip 0 \
+    --launch-count 8 --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
+    --section Occupancy --section WarpStateStats --csv --page details \
+    "$TLC" models/tinyllama-1.1b.tl -O2 --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cuda --progress=never \
+    --profile --iterations=1 > "$LOGS/ncu-decode.csv" 2> "$LOGS/ncu-decode.err"
+  note "ncu decode: rc=$? $(grep -c 'DRAM Throughput' "$LOGS/ncu-decode.csv") kernels read"
+  grep -E '"(DRAM Throughput|Duration|Achieved Occupancy|Registers Per Thread|Grid Size|Block Size)"' "$LOGS/ncu-decode.csv" |
+    awk -F'","' '{print $5, "|", $(NF-2), $(NF-1), $NF}' | sed 's/"//g' | cut -c1-150 | tee -a "$summary"
+  cp "$LOGS/ncu-decode.csv" "$RESULTS/" 2>/dev/null
 fi
 if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2, traced
   timeout 600 "$TESTS" --gtest_filter="${O3_TESTS:-GpuPersistent.*}" > "$LOGS/o3-forward.txt" 2>&1

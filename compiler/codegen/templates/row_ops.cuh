@@ -121,9 +121,10 @@ template <class S> TL_DEVICE void tl_mean_loss_by_last_block(const typename S::P
 template <class S> TL_DEVICE void tl_cross_entropy_rows(const typename S::Params &p) {
   __shared__ float red[1024 / TL_WARP];
   constexpr tl_i64 PREDICTIONS = (tl_i64)S::BATCH * (S::SEQ - 1);
+  constexpr tl_i64 PER_SEQUENCE = S::SEQ > 1 ? S::SEQ - 1 : 1;  // a sequence of one token predicts none
   tl_wait_for_producers();
   for (tl_i64 row = tl_block_index(); row < PREDICTIONS; row += tl_grid_blocks()) {
-    const tl_i64 b = row / (S::SEQ - 1), s = row % (S::SEQ - 1);
+    const tl_i64 b = row / PER_SEQUENCE, s = row % PER_SEQUENCE;
     const auto *x = S::logits(p) + (b * S::SEQ + s) * S::VOCAB;
     float best, sum;
     tl_row_softmax_stats<S::VOCAB, S::VEC>(x, red, best, sum);
