@@ -157,13 +157,24 @@ std::optional<std::string> whyNotProducer(FusedLinearOp fused, unsigned index) {
   mlir::Operation *producer = input.getDefiningOp();
   if (!producer || isLoadTimeOp(producer)) return std::nullopt;
   if (producer->getBlock() != fused->getBlock()) return "it is in another region";
-  // The code generator decides what a prologue can hold: per element ops anywhere, a
-  // row norm (RMSNorm needs the whole row, which the GEMM reads anyway) only as A itself.
+  // The code generator decides what a prologue can hold: per element ops on A's chain, a
+  // row norm (RMSNorm needs the whole row, which the GEMM reads anyway) only as A itself,
+  // nothing that computes a norm's gain.
   mlir::Block &prologue = fused.getPrologue().front();
-  bool yieldsA = llvm::is_contained(fused.prologueYield()->getOperands(), prologue.getArgument(index));
-  if (producer->getNumResults() != 1 || !tlc::codegen::fitsGemmPrologue(producer, yieldsA))
-    return yieldsA ? "it is not a per-row or per-element op the GEMM can apply while loading A"
-                   : "it is not a per-element op the GEMM can apply to what its prologue reads";
+  mlir::BlockArgument argument = prologue.getArgument(index);
+  using tlc::codegen::PrologueUse;
+  PrologueUse use = PrologueUse::elementOfA;
+  if (llvm::is_contained(fused.prologueYield()->getOperands(), argument)) use = PrologueUse::a;
+  else if (llvm::any_of(argument.getUses(), [](mlir::OpOperand &operand) {
+             auto norm = llvm::dyn_cast<tl::RMSNormOp>(operand.getOwner());
+             return norm && norm.getGain() == operand.get();
+           }))
+    use = PrologueUse::rmsnormGain;
+  if (producer->getNumResults() != 1 || !tlc::codegen::fitsGemmPrologue(producer, use)) {
+    if (use == PrologueUse::rmsnormGain) return "it computes an RMSNorm's gain, which the GEMM reads as stored";
+    return use == PrologueUse::a ? "it is not a per-row or per-element op the GEMM can apply while loading A"
+                                 : "it is not a per-element op the GEMM can apply to what its prologue reads";
+  }
   if (!onlyUsedBy(input, fused)) return "its result is also read elsewhere, so it is stored anyway";
   if (llvm::count(fused->getOperands(), input) != 1) return "the GEMM reads its result twice";
   return std::string();

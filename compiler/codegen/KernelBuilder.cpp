@@ -505,8 +505,9 @@ void buildOperandA(KernelContext &context, GemmSpec &gemm, mlir::Value a, const 
 
 } // namespace
 
-bool fitsGemmPrologue(mlir::Operation *op, bool yieldsA) {
-  if (llvm::isa<tl::RMSNormOp>(op)) return yieldsA;
+bool fitsGemmPrologue(mlir::Operation *op, PrologueUse use) {
+  if (use == PrologueUse::rmsnormGain) return false;  // buildOperandA takes the gain as a load
+  if (llvm::isa<tl::RMSNormOp>(op)) return use == PrologueUse::a;
   return op->getNumResults() == 1 && op->hasTrait<tl::OpTrait::PerElement>();
 }
 

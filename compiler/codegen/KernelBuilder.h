@@ -24,11 +24,19 @@ struct KernelRoot {
 // The Program value id of an IR value (region arguments map to the values passed in).
 using ValueIds = std::function<int(mlir::Value)>;
 
+// What a value moved into a fused linear's prologue would be there.
+enum class PrologueUse {
+  a,             // A itself: what the prologue yields
+  elementOfA,    // read element by element by an op in the chain that computes A
+  rmsnormGain,   // an RMSNorm's gain: the generator reads it as stored (or folds it into B)
+};
+
 // Whether the GEMM generator computes `op` inside a fused linear's prologue, as A is
-// loaded: any per-element op (elementwise math, layout changes) anywhere in the chain that
-// computes A; an RMSNorm only as the chain's last op (`yieldsA`), since its rows' scale is
-// applied to the accumulator. Fusion passes ask this before moving an op into a prologue.
-bool fitsGemmPrologue(mlir::Operation *op, bool yieldsA);
+// loaded, where its result has `use`: any per-element op (elementwise math, layout changes)
+// anywhere in the chain that computes A; an RMSNorm only as A itself, since its rows' scale
+// is applied to the accumulator; nothing that computes an RMSNorm's gain. Fusion passes ask
+// this before moving an op into a prologue.
+bool fitsGemmPrologue(mlir::Operation *op, PrologueUse use);
 
 // Throws tlc::Error naming the kernel when its structure has no generator (an op in a
 // fused region that is not elementwise or a layout change, a reduction mixing rows).

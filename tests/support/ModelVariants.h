@@ -28,10 +28,10 @@ inline std::string weightKeyOf(mlir::Operation *op, unsigned index) {
   return weight ? weight.getKey().str() : "";
 }
 
-// Inserts `opName` (tl.scale by `factor`, or any one-operand per-element op) on operand 0
-// of every op that `where` accepts.
+// Inserts `opName` (tl.scale by `factor`, or any one-operand per-element op) on operand
+// `operand` of every op that `where` accepts.
 inline void insertOnInput(mlir::ModuleOp module, const std::function<bool(mlir::Operation *)> &where,
-                          const std::string &opName, double factor = 0.0) {
+                          const std::string &opName, double factor = 0.0, unsigned operand = 0) {
   std::vector<mlir::Operation *> targets;
   module.walk([&](mlir::Operation *op) {
     if (where(op)) targets.push_back(op);
@@ -39,12 +39,12 @@ inline void insertOnInput(mlir::ModuleOp module, const std::function<bool(mlir::
   mlir::OpBuilder builder(module.getContext());
   for (mlir::Operation *op : targets) {
     builder.setInsertionPoint(op);
-    mlir::Value input = op->getOperand(0);
+    mlir::Value input = op->getOperand(operand);
     mlir::OperationState state(op->getLoc(), opName);
     state.addOperands(input);
     state.addTypes(input.getType());
     if (opName == "tl.scale") state.addAttribute("factor", builder.getF64FloatAttr(factor));
-    op->setOperand(0, builder.create(state)->getResult(0));
+    op->setOperand(operand, builder.create(state)->getResult(0));
   }
 }
 
@@ -57,6 +57,18 @@ ModelVariant insertBefore(std::string name, std::string inserted, std::string ke
       return llvm::isa<OpTy>(op) && llvm::StringRef(weightKeyOf(op, 1)).ends_with(keySuffix);
     };
     insertOnInput(module, where, "tl." + inserted, factor);
+  };
+  return {std::move(name), std::move(inserted), apply};
+}
+
+// `inserted` on the gain (operand 1) of every RMSNorm whose gain is a checkpoint key ending
+// in `keySuffix`: the op computes a norm's gain, not A, so it stays out of the GEMM.
+inline ModelVariant insertOnNormGain(std::string name, std::string inserted, std::string keySuffix) {
+  auto apply = [=](mlir::ModuleOp module) {
+    auto where = [&](mlir::Operation *op) {
+      return llvm::isa<tl::RMSNormOp>(op) && llvm::StringRef(weightKeyOf(op, 1)).ends_with(keySuffix);
+    };
+    insertOnInput(module, where, "tl." + inserted, 0.0, 1);
   };
   return {std::move(name), std::move(inserted), apply};
 }

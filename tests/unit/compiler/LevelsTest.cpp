@@ -93,6 +93,23 @@ TEST(Levels, PrologueVariantsMatchO0AndFuseIntoTheirGemm) {
     }
 }
 
+// An op that computes an RMSNorm's gain before a projection (the differential test's
+// finding): O2 and O3 fused the norm into the GEMM's prologue and the op with it, which the
+// generator refuses (it reads the gain as stored). Now every level runs it with O0's
+// logits.
+TEST(Levels, AnOpOnANormsGainRunsAtEveryLevel) {
+  LlamaConfig config = support::smallConfig("workshop");
+  support::ModelVariant variant = support::insertOnNormGain("silu_on_input_norm_gain", "silu", "input_layernorm.weight");
+  for (const char *dtype : {"f32", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    LevelRuns runs = runEveryLevel(config, dtype, ::testing::UnitTest::GetInstance()->random_seed() + 29, variant.apply);
+    for (int level = 1; level <= 3; ++level)
+      EXPECT_LE(relativeError(runs.results[size_t(level)].logits.data, runs.results[0].logits.data),
+                std::string(dtype) == "f32" ? 1e-5 : 2e-2)
+          << "O" << level;
+  }
+}
+
 std::vector<Program> allLevels(const LlamaConfig &config) {
   std::vector<Program> programs;
   for (int level = 0; level <= 3; ++level) programs.push_back(support::compileConfig(config, {level, 8, 128, "bf16"}));
