@@ -289,11 +289,10 @@ template <class S, int KT> TL_DEVICE tl_tile_work tl_block_work() {
   constexpr int TILES = S::BATCH * S::TILES_M * S::TILES_N, WHOLE = TILES - S::SPLIT_TILES;
   static_assert(S::SPLIT_TILES >= 0 && S::SPLIT_TILES <= TILES && (S::K_SPLITS > 1 || S::SPLIT_TILES == 0),
                 "split tiles: some of the grid's, and only when K is split");
-  constexpr int SPLIT_TILES = S::SPLIT_TILES > 0 ? S::SPLIT_TILES : 1;  // never divides when there are none
   const int b = tl_block_index();
-  if (S::SPLIT_TILES == 0 || b < WHOLE) return {b, 0, 1, 0, KT};
-  const int u = b - WHOLE, split = u / SPLIT_TILES, kBegin = split * KT / S::K_SPLITS;
-  return {WHOLE + u % SPLIT_TILES, split, S::K_SPLITS, kBegin, (split + 1) * KT / S::K_SPLITS - kBegin};
+  if (b < WHOLE) return {b, 0, 1, 0, KT};
+  const int u = b - WHOLE, split = u / S::SPLIT_TILES, kBegin = split * KT / S::K_SPLITS;
+  return {WHOLE + u % S::SPLIT_TILES, split, S::K_SPLITS, kBegin, (split + 1) * KT / S::K_SPLITS - kBegin};
 }
 
 // v11, RMSNorm's backward in the epilogue: cluster c is row tile c, its block of rank tn
