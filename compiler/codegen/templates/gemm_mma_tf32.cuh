@@ -182,23 +182,11 @@ template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) 
   float acc[MT][NT][4];
 #pragma unroll
   for (int i = 0; i < MT; ++i) tl_zero_fragments(acc[i]);
-  // v2: the running total on the FMA units, where K is longer than one promotion period.
-  constexpr int PROMOTE_TILES = TL_TF32_PROMOTE_TILES;
-  constexpr bool PROMOTE = KT > PROMOTE_TILES;
-  float total[PROMOTE ? MT : 1][PROMOTE ? NT : 1][4];
+  // v2: the running total on the FMA units (unused, so no registers, where K is one period).
+  constexpr bool PROMOTE = KT > TL_TF32_PROMOTE_TILES;
+  float total[MT][NT][4];
 #pragma unroll
-  for (int i = 0; i < (PROMOTE ? MT : 1); ++i) tl_zero_fragments(total[i]);
-  auto promote = [&] {
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if constexpr (PROMOTE) total[i][j][e] += acc[i][j][e];
-          acc[i][j][e] = 0.0f;
-        }
-  };
+  for (int i = 0; i < MT; ++i) tl_zero_fragments(total[i]);
 
   constexpr int NORM_THREADS_PER_ROW = THREADS >= BM ? THREADS / BM : 1;
   constexpr int NORM_ROWS_PER_THREAD = THREADS >= BM ? 1 : BM / THREADS;
@@ -242,8 +230,13 @@ template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) 
           tl_mma_split<S::TF32_PRODUCTS>(acc[i][j], aHi, aLo, bHi[j][0], bHi[j][1], bLo[j][0], bLo[j][1]);
       }
     }
-    if constexpr (PROMOTE)
-      if (kt % PROMOTE_TILES == PROMOTE_TILES - 1 || kt == KT - 1) promote();
+    if (PROMOTE && (kt % TL_TF32_PROMOTE_TILES == TL_TF32_PROMOTE_TILES - 1 || kt == KT - 1))
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) total[i][j][e] += acc[i][j][e], acc[i][j][e] = 0.0f;
     readStage = readStage + 1 == S::STAGES ? 0 : readStage + 1;
     tl_cp_async_wait<S::STAGES - 2>();
     tl_sync();

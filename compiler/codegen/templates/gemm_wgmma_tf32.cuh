@@ -125,9 +125,9 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-  constexpr int PROMOTE_TILES = TL_TF32_PROMOTE_TILES;
-  constexpr bool PROMOTE = KT > PROMOTE_TILES;
-  float total[PROMOTE ? BN / 2 : 1] = {};
+  // v2: the running total (unused, so no registers, where K is one period).
+  constexpr bool PROMOTE = KT > TL_TF32_PROMOTE_TILES;
+  float total[BN / 2] = {};
   // RMSNorm: this thread's squares of rows threadIdx.x / 8 + j * THREADS / 8, from the split.
   float squares[BM * 8 / THREADS] = {};
 
@@ -137,11 +137,11 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
   for (int i = 0; i < kCount; ++i) {
     const int kt = kBegin + i, stage = i % STAGES;
     tl_cp_async_wait<STAGES - 3>();
-    if (PROMOTE && i > 0 && i % PROMOTE_TILES == 0) {
+    if (PROMOTE && i > 0 && i % TL_TF32_PROMOTE_TILES == 0) {
       tl_wgmma_wait<0>();
       tl_wgmma_pin(acc);
 #pragma unroll
-      for (int e = 0; e < (PROMOTE ? BN / 2 : 1); ++e) total[e] += acc[e], acc[e] = 0.0f;
+      for (int e = 0; e < BN / 2; ++e) total[e] += acc[e], acc[e] = 0.0f;
     } else {
       tl_wgmma_wait<1>();
     }
