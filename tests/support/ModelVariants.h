@@ -1,14 +1,17 @@
 // Models that differ a little from the ones the builder writes: a per-element op inserted
 // on an operand of some of its ops (a scale before the output projection, a SiLU on the
-// residual under the post-attention norm, a GELU before the down projection). Every level must compile and run them with
-// O0's results; the GEMM prologue then computes the inserted op as it loads A.
+// residual under the post-attention norm, a GELU before the down projection). Every level
+// must compile and run them with O0's results; at O2 a GEMM computes the inserted op, in its
+// prologue as it loads A, or in the epilogue of the GEMM before.
 #pragma once
 
 #include "compiler/TlDialect.h"
+#include "runtime/OpKind.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,7 +22,16 @@ struct ModelVariant {
   std::string name;
   std::string inserted;  // the op it inserts, without the dialect prefix
   std::function<void(mlir::ModuleOp)> apply;
+  // At O2 the op runs in the prologue of the GEMM that reads it; else in the epilogue of
+  // the GEMM that writes its input.
+  bool inPrologue = true;
 };
+
+// Whether `kernel` computes an op of the kind named `name` (a tl op without the prefix).
+inline bool computesOp(const Kernel &kernel, const std::string &name) {
+  return std::any_of(kernel.ops.begin(), kernel.ops.end(),
+                     [&](const OpRecord &op) { return opKindName(op.kind) == name; });
+}
 
 // The weight `op` reads as its operand `index`, by its checkpoint key ("" if none).
 inline std::string weightKeyOf(mlir::Operation *op, unsigned index) {
@@ -73,11 +85,18 @@ inline ModelVariant insertOnNormGain(std::string name, std::string inserted, std
   return {std::move(name), std::move(inserted), apply};
 }
 
+// The down projection reads SwiGLU's output: the GELU runs in the gate/up GEMM's epilogue.
+inline ModelVariant geluBeforeDownProj() {
+  ModelVariant variant = insertBefore<tl::LinearOp>("gelu_before_down_proj", "gelu", "down_proj.weight");
+  variant.inPrologue = false;
+  return variant;
+}
+
 inline std::vector<ModelVariant> prologueVariants() {
   return {
       insertBefore<tl::LinearOp>("scale_before_o_proj", "scale", "o_proj.weight", 0.5),
       insertBefore<tl::RMSNormOp>("silu_before_norm", "silu", "post_attention_layernorm.weight"),
-      insertBefore<tl::LinearOp>("gelu_before_down_proj", "gelu", "down_proj.weight"),
+      geluBeforeDownProj(),
   };
 }
 
