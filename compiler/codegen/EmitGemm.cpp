@@ -582,12 +582,13 @@ void gemvLaunches(const GemmSpec &gemm, const GemvTile &gemv, EmittedKernel &emi
   if (gemv.splits > 1) {
     emitted.workspaceBytes = tiles * gemv.splits * gemv.BM * gemv.BN * 4;
     emitted.syncWords = tiles;
-  } else {
-    const KernelLaunch &launch = emitted.launch.at("cuda");
-    GemmTileShape shape{gemv.BM, gemv.BN, flatColumns(gemm)};
-    emitted.tasks = {launch.gridBlocks, launch.blockThreads, launch.sharedBytes,
-                     [gemm, shape](int64_t block) { return gemmBlockAccess(gemm, shape, block); }};
   }
+  // A split's task reads A and B over all of K (a superset) and may write its whole tile
+  // (the last split to arrive does): what reads the tile waits for every split.
+  const KernelLaunch &launch = emitted.launch.at("cuda");
+  GemmTileShape shape{gemv.BM, gemv.BN, flatColumns(gemm)};
+  emitted.tasks = {launch.gridBlocks, launch.blockThreads, launch.sharedBytes,
+                   [gemm, shape, tiles](int64_t block) { return gemmBlockAccess(gemm, shape, block % tiles); }};
 }
 
 void gemmLaunches(const GemmSpec &gemm, const GemmPlan &plan, EmittedKernel &emitted) {

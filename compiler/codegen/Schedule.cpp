@@ -158,21 +158,27 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   tile.BM = int(gemm.M);
   tile.BN = 0;
   // At least 16 columns a row: a warp's 2 columns a row share each staged element of A.
+  auto holds = [&](int BN) { return BN >= 16 * tile.BM && tileHoldsEpilogue(gemm, BN); };
+  if (machine.persistent) {
+    // A worker's tasks run one after another, each paying its waits, A's staging and the
+    // norm: tiles as wide as leaves at most one a worker, up to 128 columns (what a
+    // warp's lanes keep in flight), or the widest of those that holds the epilogue.
+    for (int BN = 16; BN <= 128 && tile.BN == 0; BN += 16)
+      if (holds(BN) && gemm.batch * columnTiles(gemm, BN) <= machine.multiprocessors) tile.BN = BN;
+    for (int BN = 128; BN >= 16 && tile.BN == 0; BN -= 16)
+      if (holds(BN)) tile.BN = BN;
+  }
   for (int BN : {16, 32, 64, 128, 256})
-    if (BN >= 16 * tile.BM && tileHoldsEpilogue(gemm, BN)) {
-      tile.BN = BN;
-      break;
-    }
+    if (tile.BN == 0 && holds(BN)) tile.BN = BN;
   if (tile.BN == 0) return std::nullopt;
-  // K split only where the tiles leave SMs idle (a split costs a round trip through the
-  // workspace); each split at least two warps' worth of k, A's range in at most 64 KiB.
+  // K split only where the tiles leave SMs (or workers) idle (a split costs a round trip
+  // through the workspace); each split at least two warps' worth of k, A's range in at
+  // most 64 KiB.
   const int64_t tiles = gemm.batch * columnTiles(gemm, tile.BN), chunks = gemm.K / 8;
   const int64_t minChunks = 2 * 32, sharedTarget = int64_t(64) << 10;
-  if (!machine.persistent) {
-    tile.splits = int(std::clamp<int64_t>(machine.multiprocessors / tiles, 1, std::max<int64_t>(1, chunks / minChunks)));
-    while (tile.sharedBytes(gemm) > sharedTarget && tile.splits < chunks) ++tile.splits;
-    tile.splits = int(ceilDiv(chunks, ceilDiv(chunks, tile.splits)));  // no empty split
-  }
+  tile.splits = int(std::clamp<int64_t>(machine.multiprocessors / tiles, 1, std::max<int64_t>(1, chunks / minChunks)));
+  while (tile.sharedBytes(gemm) > sharedTarget && tile.splits < chunks) ++tile.splits;
+  tile.splits = int(ceilDiv(chunks, ceilDiv(chunks, tile.splits)));  // no empty split
   if (tile.sharedBytes(gemm) > machine.sharedBytesPerBlock - machine.reservedPerBlock) return std::nullopt;
   return tile;
 }

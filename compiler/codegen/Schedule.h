@@ -25,9 +25,10 @@ struct Machine {
   bool wgmma = true;     // the sm_90a path (gemm_wgmma.cuh) is generated
   bool clusters = true;  // thread-block clusters (RMSNorm's backward in a GEMM)
   bool gemv = true;      // GEMMs of a few rows run the matrix-vector path (gemm_gemv.cuh)
-  // The kernels run as tasks of a persistent kernel (O3): no K split across blocks (the
-  // next kernel's tasks fill the SMs a short last wave leaves idle); its workers share each
-  // SM `workersPerSM` ways, each block (task) at most `maxThreadsPerBlock` threads.
+  // The kernels run as tasks of a persistent kernel (O3): no K split across blocks but a
+  // matrix-vector GEMM's (the next kernel's tasks fill the SMs a short last wave leaves
+  // idle); its workers share each SM `workersPerSM` ways, each block (task) at most
+  // `maxThreadsPerBlock` threads.
   bool persistent = false;
   int workersPerSM = 1;
   int maxThreadsPerBlock = 1024;
@@ -120,8 +121,8 @@ struct GemvTile {
 // That path's tile, where the GEMM is one (M <= 2: at 4 rows the 1.1B's decode ran faster on
 // the tiled paths; K a multiple of 8, B stored [N, K], not
 // RMSNorm's backward) and the machine runs it: the narrowest BN of 16 columns a row or more
-// that holds the epilogue, K split where the tiles leave SMs idle (never in a persistent
-// kernel).
+// that holds the epilogue (in a persistent kernel, that leaves at most one tile a worker),
+// K split where the tiles leave SMs or workers idle.
 // The caller checks that A and B can be read 8 k at a time.
 std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &machine);
 

@@ -452,13 +452,27 @@ TEST(Codegen, DecodeGemmsStreamWeightsThroughTheMatrixVectorPath) {
   EXPECT_EQ(gemvSpec(kernelNamed(large, "tl_rmsnorm_linear_split_rope")).BN, 64);
   for (const Kernel &kernel : workshop(2, "bf16", 3, 1).kernels)
     if (contains(kernel.name, "linear")) EXPECT_EQ(gemvSpec(kernel).BM, 0) << kernel.name << ": three rows, tiled";
+  // In a persistent kernel: at most one tile a worker (one an SM), K split where the tiles
+  // are fewer; every block, each split's included, is a task.
   Program persistent = workshop(3, "bf16", 1, 1, /*persistent=*/true);
   ASSERT_EQ(persistent.kernels.size(), 1u) << persistent.persistentFallback;
-  for (const Kernel &part : persistent.kernels[0].parts)
-    if (contains(part.name, "linear")) {
-      EXPECT_EQ(gemvSpec(part).splits, 1) << part.name;
-      EXPECT_TRUE(contains(persistent.kernels[0].source, part.entry + "_prefetch(")) << part.name;
-    }
+  const Kernel &megakernel = persistent.kernels[0];
+  int splitParts = 0;
+  for (size_t p = 0; p < megakernel.parts.size(); ++p) {
+    const Kernel &part = megakernel.parts[p];
+    if (!contains(part.name, "linear")) continue;
+    GemvSpec spec = gemvSpec(part);
+    const KernelLaunch *launch = findLaunch(part, "cuda", "sm_90a");
+    ASSERT_NE(launch, nullptr);
+    EXPECT_LE(launch->gridBlocks / spec.splits, persistent.targetMultiprocessors) << part.name;
+    splitParts += spec.splits > 1;
+    EXPECT_EQ(std::count_if(megakernel.tasks.begin(), megakernel.tasks.end(),
+                            [&](const Task &task) { return task.part == int(p); }),
+              launch->gridBlocks)
+        << part.name;
+    EXPECT_TRUE(contains(megakernel.source, part.entry + "_prefetch(")) << part.name;
+  }
+  EXPECT_GT(splitParts, 0) << "the workshop's 512 output columns are 32 tiles: K split";
 }
 
 // With --persistent, O3's forward is one persistent kernel: O2's kernels are its parts

@@ -166,7 +166,8 @@ TEST(Schedule, RopeHalfPairsNeedWholeHeadsPerTile) {
 }
 
 // The matrix-vector tile: one or two rows only, 16 columns a row at least, K split only
-// where the tiles leave SMs idle (and never in a persistent kernel's tasks).
+// where the tiles leave SMs idle; in a persistent kernel, tiles wide enough for at most one
+// a worker.
 TEST(Schedule, MatrixVectorTilesForOneOrTwoRows) {
   const Machine h100 = machineFor(findTarget("sm_90a"), {});
   std::optional<GemvTile> wide = chooseGemvTile(plainGemm(1, 11264, 2048), h100);
@@ -180,7 +181,14 @@ TEST(Schedule, MatrixVectorTilesForOneOrTwoRows) {
   EXPECT_EQ(chooseGemvTile(plainGemm(2, 1024, 2048), h100)->BN, 32);
   EXPECT_FALSE(chooseGemvTile(plainGemm(3, 1024, 2048), h100));
   EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2044), h100)) << "K not a multiple of 8";
-  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), persistentMachine(h100, 1))->splits, 1);
+  const Machine workers = persistentMachine(h100, 1);
+  std::optional<GemvTile> task = chooseGemvTile(plainGemm(1, 11264, 2048), workers);
+  ASSERT_TRUE(task);
+  EXPECT_EQ(task->BN, 96) << "118 tiles for 132 workers";
+  EXPECT_EQ(task->splits, 1);
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), workers)->BN, 16);
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), workers)->splits, 2) << "64 tiles: K split in two";
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 32000, 2048), workers)->BN, 128) << "the widest a lane keeps in flight";
   ScheduleOverrides off;
   off.noGemv = true;
   EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), off)));
