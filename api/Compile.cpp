@@ -40,6 +40,7 @@ ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
     overrides.attentionGradRows = std::atoi(rows);
   flag("TLC_NO_WGMMA", overrides.noWgmma);
   flag("TLC_NO_GEMV", overrides.noGemv);
+  flag("TLC_NO_WEIGHT_RING", overrides.noWeightRing);
   flag("TLC_NO_CLUSTERS", overrides.noClusters);
   if (const char *workers = std::getenv("TLC_WORKERS_PER_SM"); workers && overrides.workersPerSM == 0)
     overrides.workersPerSM = std::atoi(workers);
@@ -57,6 +58,7 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
   if (overrides.attentionGradRows) parts.push_back(fmt::format("attention-grad-rows={}", overrides.attentionGradRows));
   if (overrides.noWgmma) parts.push_back("no-wgmma");
   if (overrides.noGemv) parts.push_back("no-gemv");
+  if (overrides.noWeightRing) parts.push_back("no-weight-ring");
   if (overrides.noClusters) parts.push_back("no-clusters");
   if (overrides.dependentsAtStart) parts.push_back("dependents-at-start");
   if (overrides.workersPerSM) parts.push_back(fmt::format("workers-per-sm={}", overrides.workersPerSM));

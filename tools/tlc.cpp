@@ -175,6 +175,9 @@ cl::opt<bool> noWgmma("no-wgmma", cl::desc("sm_90a runs the mma.sync GEMMs"), cl
                       cl::sub(everywhere));
 cl::opt<bool> noGemv("no-gemv", cl::desc("few-row GEMMs run the tiled paths, not the matrix-vector one"), cl::Hidden,
                      cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<bool> noWeightRing("no-weight-ring",
+                           cl::desc("O3's persistent kernel: GEMVs load their own weights, through no weight ring"),
+                           cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> noClusters("no-clusters", cl::desc("no thread-block clusters (RMSNorm's backward through the workspace)"),
                          cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> workersPerSM("workers-per-sm", cl::desc("O3: workers of the persistent kernel sharing an SM"),
@@ -512,6 +515,7 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.attentionGradRows = attentionGradRows;
   overrides.noWgmma = noWgmma;
   overrides.noGemv = noGemv;
+  overrides.noWeightRing = noWeightRing;
   overrides.noClusters = noClusters;
   overrides.dependentsAtStart = dependentsAtStart;
   overrides.workersPerSM = workersPerSM;

@@ -536,7 +536,8 @@ std::string gemmEntry(const KernelSource &source, const GemmPlan &plan) {
         fmt::format("{}_spec<{}, {}, 1, {}, 1, 1, {}, 0>", entry, gemv.BM, gemv.BN, gemv.warps, gemv.splits);
     out += fmt::format("#define {}_BOUNDS {} * TL_WARP\n", entry, gemv.warps);
     return out + source.entryPoint(entry + "_BOUNDS", fmt::format("  tl_gemm_gemv<{}>(p);\n", spec), {}, "",
-                                   fmt::format("  tl_gemm_gemv_prefetch<{}>(p, thread, threads);\n", spec));
+                                   fmt::format("  tl_gemm_gemv_prefetch<{}>(p, thread, threads);\n", spec),
+                                   fmt::format("  tl_gemm_gemv_produce<{}>(p, block, produced);\n", spec));
   }
   std::string nvSpec = fmt::format("{}_spec<{}, {}, {}, {}, {}, {}, 1, 0>", entry, nvidia.BM, nvidia.BN, nvidia.warpsM,
                                    nvidia.warpsN, nvidia.stages, nvidia.slices);
@@ -588,7 +589,8 @@ void gemvLaunches(const GemmSpec &gemm, const GemvTile &gemv, EmittedKernel &emi
   const KernelLaunch &launch = emitted.launch.at("cuda");
   GemmTileShape shape{gemv.BM, gemv.BN, flatColumns(gemm)};
   emitted.tasks = {launch.gridBlocks, launch.blockThreads, launch.sharedBytes,
-                   [gemm, shape, tiles](int64_t block) { return gemmBlockAccess(gemm, shape, block % tiles); }};
+                   [gemm, shape, tiles](int64_t block) { return gemmBlockAccess(gemm, shape, block % tiles); },
+                   /*streamsWeights=*/true};
 }
 
 void gemmLaunches(const GemmSpec &gemm, const GemmPlan &plan, EmittedKernel &emitted) {

@@ -37,7 +37,7 @@ std::string KernelSource::paramsStruct() const {
 
 std::string KernelSource::entryPoint(const std::string &threads, const std::string &body,
                                      const std::vector<std::string> &extra, const std::string &attributes,
-                                     const std::string &prefetch) const {
+                                     const std::string &prefetch, const std::string &produce) const {
   // overrides.dependentsAtStart (an experiment): chained kernels let the next one launch at once.
   bool early = spec_.chained && machine_.overrides.dependentsAtStart;
   std::vector<std::string> params, fields;
@@ -58,13 +58,17 @@ std::string KernelSource::entryPoint(const std::string &threads, const std::stri
   }
   return fmt::format("TL_DEVICE void {0}_body({1}) {{\n{2}}}\n"
                      "TL_DEVICE void {0}_prefetch(const {0}_params &p, int thread, int threads) {{\n{9}}}\n"
+                     "#if defined(TL_RING)\n"
+                     "TL_DEVICE void {0}_produce(const {0}_params &p, int block, unsigned &produced) {{\n{10}}}\n"
+                     "#endif\n"
                      "#if !defined(TL_PERSISTENT)\n"
                      "extern \"C\" __global__ void {3}__launch_bounds__({4})\n{0}({5}) {{\n  const {0}_params p{{{6}}};\n"
                      "{7}  {0}_body({8});\n}}\n#endif\n",
                      entry(), fmt::join(bodyParams, ", "), body, attributes.empty() ? "" : attributes + " ", threads,
                      fmt::join(params, ", "), fmt::join(fields, ", "), early ? "  tl_allow_dependents_at_start();\n" : "",
                      fmt::join(bodyArgs, ", "),
-                     prefetch.empty() ? "  (void)p; (void)thread; (void)threads;\n" : prefetch);
+                     prefetch.empty() ? "  (void)p; (void)thread; (void)threads;\n" : prefetch,
+                     produce.empty() ? "  (void)p; (void)block; (void)produced;\n" : produce);
 }
 
 std::string KernelSource::header(const std::string &what, const std::vector<std::string> &details) const {

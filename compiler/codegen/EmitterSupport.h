@@ -41,9 +41,12 @@ public:
   // (the optimizer's state); `attributes`: more of the kernel's attributes (a macro for its
   // cluster shape). In a persistent kernel, <entry>_prefetch(p, thread, threads) runs on
   // the worker's other threads while its first warp waits for the task's producers:
-  // `prefetch` loads what does not depend on them (a GEMV's weights), or nothing.
+  // `prefetch` loads what does not depend on them (a GEMV's weights), or nothing. With a
+  // weight ring (TL_RING), <entry>_produce(p, block, produced) is what the worker's producer
+  // warp runs for each of its tasks: `produce` copies a GEMV's weights into the ring.
   std::string entryPoint(const std::string &threads, const std::string &body, const std::vector<std::string> &extra = {},
-                         const std::string &attributes = "", const std::string &prefetch = "") const;
+                         const std::string &attributes = "", const std::string &prefetch = "",
+                         const std::string &produce = "") const;
   // The comment every kernel starts with: what it computes and its arguments.
   std::string header(const std::string &what, const std::vector<std::string> &details) const;
   // The vendor block and the named templates.

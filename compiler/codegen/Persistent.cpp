@@ -29,6 +29,17 @@ constexpr double kTaskOverheadUs = 0.5;  // the wait, the barriers and the publi
 // dynamic request (reductions, flags).
 constexpr int64_t kStaticSharedBytes = 8 << 10;
 
+// The weight ring: slots of this size (a unit: 256 k of 32 bf16 columns or 16 fp32 ones).
+constexpr int64_t kRingSlotBytes = 16 << 10;
+constexpr int64_t kMaxRingSlots = 16;
+constexpr int64_t kRingTaskBytes = 128 << 10;
+
+// Where a persistent kernel's weight ring lies in its dynamic shared memory (none: 0 slots).
+struct WeightRing {
+  int64_t slots = 0, offset = 0;
+  int64_t end(int64_t shared) const { return slots > 0 ? offset + slots * kRingSlotBytes : shared; }
+};
+
 // Which tasks last wrote each byte of the arena (the tasks of one part: a kernel's blocks
 // never wait for each other) and which tasks read it since.
 class AccessMap {
@@ -169,11 +180,15 @@ std::string partDispatch(const std::string &name, const std::vector<Kernel> &par
   out += dispatch("run(const unsigned char *params, int part) ", "_body", "");
   out += dispatch("prefetch(const unsigned char *params, int part, int thread, int threads) ", "_prefetch",
                   ", thread, threads");
+  out += "#if defined(TL_RING)\n";
+  out += dispatch("produce(const unsigned char *params, int part, int block, unsigned &produced) ", "_produce",
+                  ", block, produced");
+  out += "#endif\n";
   return out + "};\n";
 }
 
 std::string persistentSource(const std::string &name, const Kernel &kernel, int threads, int workersPerSM,
-                             const Program &program) {
+                             const WeightRing &ring, const Program &program) {
   std::string out = fmt::format("// {}: the {} forward as one persistent kernel: {} parts, {} tasks on {} workers "
                                 "(tlc --emit=schedule shows them)\n",
                                 name, program.model, kernel.parts.size(), kernel.tasks.size(), kernel.workers.size());
@@ -183,6 +198,12 @@ std::string persistentSource(const std::string &name, const Kernel &kernel, int 
     out += fmt::format("//   part {}: {}, {} blocks of {} threads\n", p, part.entry, launch.gridBlocks, launch.blockThreads);
   }
   out += vendorPrelude() + "#define TL_PERSISTENT 1\n";
+  if (ring.slots > 0)
+    out += fmt::format("// The weight ring (prelude.cuh): {} slots of {} KiB after the parts' {} bytes of shared memory.\n"
+                       "#define TL_RING_SLOTS {}\n#define TL_RING_SLOT_BYTES {}\n#define TL_RING_OFFSET {}\n"
+                       "#define TL_RING_CONSUMER_WARPS {}\n",
+                       ring.slots, kRingSlotBytes >> 10, ring.offset, ring.slots, kRingSlotBytes, ring.offset,
+                       GemvTile{}.warps);
   out += assembleTemplates({"prelude.cuh", "elementwise_ops.cuh", "gemm_mma.cuh", "gemm_wgmma.cuh", "gemm_mma_tf32.cuh",
                             "gemm_wgmma_tf32.cuh", "gemm_mfma.cuh", "gemm_simt.cuh", "gemm_gemv.cuh", "attention_mma.cuh",
                             "attention_rows.cuh", "row_ops.cuh", "elementwise.cuh", "persistent.cuh"});
@@ -225,6 +246,21 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
   if (shared + kStaticSharedBytes > machine.sharedBytesPerBlock)
     return fmt::format("its parts need {} KiB of shared memory a block, over the {} KiB a block has", (shared + 1023) >> 10,
                        (machine.sharedBytesPerBlock - kStaticSharedBytes) >> 10);
+  // Matrix-vector parts stream their weights through a ring of the shared memory the parts
+  // leave (at least two slots), copied by one more warp a worker (persistent.cuh v3), where
+  // a task's weights are more than its own loads keep in flight (kRingTaskBytes): on an
+  // H100 the 1.1B's decode step ran faster with the ring, the workshop's slower.
+  WeightRing ring;
+  int64_t largestTask = 0;
+  for (size_t k = 0; k < plans.size(); ++k)
+    if (plans[k].streamsWeights) largestTask = std::max(largestTask, program.kernels[k].minBytes / plans[k].blocks);
+  if (!machine.overrides.noWeightRing && largestTask >= kRingTaskBytes) {
+    ring.offset = (shared + 1023) / 1024 * 1024;
+    const int64_t room = machine.sharedBytesPerBlock - kStaticSharedBytes - (1 << 10) - ring.offset;
+    ring.slots = std::clamp<int64_t>(room / kRingSlotBytes, 0, kMaxRingSlots);
+    if (ring.slots < 2 || threads + 32 > machine.maxThreadsPerBlock) ring = {};
+    else threads += 32;
+  }
 
   Kernel persistent;
   persistent.taskPath = path;
@@ -321,9 +357,9 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
   }
   persistent.name = persistent.entry = fmt::format("tl_persistent_{}_{}_{}x{}", identifier(program.model),
                                                    dtypeName(program.dtype), program.batch, program.seqLen);
-  persistent.launch[path] = {workers, threads, shared};
+  persistent.launch[path] = {workers, threads, ring.end(shared)};
   persistent.source = kKernelSignaturePrefix + kernelSignature(program, persistent) + "\n" +
-                      persistentSource(persistent.entry, persistent, threads, machine.workersPerSM, program);
+                      persistentSource(persistent.entry, persistent, threads, machine.workersPerSM, ring, program);
   program.kernels = {std::move(persistent)};
   program.workspaceBytes = program.kernels[0].workspaceBytes;
   return "";

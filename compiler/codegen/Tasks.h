@@ -35,6 +35,7 @@ struct TaskPlan {
   int threads = 0;
   int64_t sharedBytes = 0;
   std::function<BlockAccess(int64_t block)> access;
+  bool streamsWeights = false;  // a GEMV: its weights may come through the weight ring
 };
 
 // [min, max] of `offset` with each named variable over [first, last] (the others over

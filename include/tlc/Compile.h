@@ -22,12 +22,13 @@ struct ScheduleOverrides {
   int attentionGradRows = 0;  // attention's backward: query rows a block (0: the schedule's)
   bool noWgmma = false;       // sm_90a runs the mma.sync path
   bool noGemv = false;        // few-row GEMMs run the tiled paths, not the matrix-vector one
+  bool noWeightRing = false;  // O3's persistent kernel: GEMVs stream their weights themselves, no ring
   bool noClusters = false;    // no thread-block clusters (RMSNorm's backward through the workspace)
   bool dependentsAtStart = false;  // chained kernels let the next one launch at their start
   int workersPerSM = 0;       // O3's persistent kernel: workers sharing an SM (0: the schedule's)
 
   bool empty() const {
-    return gemmTile.empty() && wgmmaTile.empty() && attentionTile.empty() && attentionGradRows == 0 && !noWgmma && !noGemv &&
+    return gemmTile.empty() && wgmmaTile.empty() && attentionTile.empty() && attentionGradRows == 0 && !noWgmma && !noGemv && !noWeightRing &&
            !noClusters && !dependentsAtStart && workersPerSM == 0;
   }
 };

@@ -16,6 +16,11 @@
 //       them one after another, a couple of loads each: latency-bound at the 1.1B's QKV,
 //       19 µs for 10 MB); the schedule takes it for at most 2 rows (at 4 the 1.1B's
 //       decode ran faster on the tiled paths; at 8, twice as slow).
+//   v3  in a persistent kernel with a weight ring (prelude.cuh, TL_RING), B comes through
+//       the ring: the worker's producer warp copies PIECE k of each of WARPS_N columns a
+//       slot (a bulk copy a column; tl_gemm_gemv_produce, in the order the task reads them)
+//       ahead of the task, and warp w multiplies column w of each slot once it has landed,
+//       then frees it.
 //
 // Spec (gemm_common.cuh's): BM = M rows (one row tile), BN, K_SPLITS (every tile split
 // alike), WARPS_N warps; hooks a_src/a_chunk, b_src, gain_elem, epilogue.
@@ -26,18 +31,34 @@
 template <class P> struct tl_remove_const_ptr;
 template <class T> struct tl_remove_const_ptr<const T *> { using type = T; };
 
+
 // The K range of each split, in elements (a multiple of 8): what a block stages of A's rows.
 template <class S> TL_DEVICE constexpr int tl_gemv_k_range() {
   return ((S::K / 8 + S::K_SPLITS - 1) / S::K_SPLITS) * 8;
 }
 
-// The block's tile, its split and its K range.
+// How the ring carries B: a unit is PIECE k of RING_COLUMNS (a warp's worth: one column
+// a warp) of the tile's columns, column c of the unit at c * PIECE elements; the units go
+// column group by column group, each group's pieces in K order.
+template <class S> struct tl_gemv_ring {
+  using BType = typename tl_remove_const_ptr<decltype(S::b_base(typename S::Params{}))>::type;
+  static constexpr int STEP = TL_WARP * 8, KR = tl_gemv_k_range<S>(), RING_COLUMNS = S::WARPS_N;
+#if defined(TL_RING)
+  static constexpr int PIECE = TL_RING_SLOT_BYTES / (RING_COLUMNS * int(sizeof(BType)));
+#else
+  static constexpr int PIECE = 1024;
+#endif
+  static constexpr int PIECES = (KR + PIECE - 1) / PIECE, GROUPS = (S::BN + RING_COLUMNS - 1) / RING_COLUMNS;
+  static constexpr int UNITS = GROUPS * PIECES;  // a task's
+};
+
+// Block `block`'s tile, its split and its K range.
 template <class S> struct tl_gemv_work {
   int tile, split, tn, bt, kBegin, kEnd;
-  TL_DEVICE tl_gemv_work() {
+  TL_DEVICE explicit tl_gemv_work(int block) {
     constexpr int TILES = S::BATCH * S::TILES_N, KR = tl_gemv_k_range<S>();
-    tile = tl_block_index() % TILES;
-    split = tl_block_index() / TILES;
+    tile = block % TILES;
+    split = block / TILES;
     tn = tile % S::TILES_N;
     bt = tile / S::TILES_N;
     kBegin = split * KR;
@@ -49,9 +70,9 @@ template <class S> struct tl_gemv_work {
 // block waits for its producers (weights do not depend on them), a chained launch's or a
 // persistent task's.
 template <class S> TL_DEVICE void tl_gemm_gemv_prefetch(const typename S::Params &p, int thread, int threads) {
-#if defined(TL_NVIDIA)
+#if defined(TL_NVIDIA) && !defined(TL_RING)  // the ring's producer copies them
   constexpr int LINE = 128;
-  const tl_gemv_work<S> work;
+  const tl_gemv_work<S> work(tl_block_index());
   const tl_tile_cols cols = S::tile_cols(work.tn);
   const int lines = ((work.kEnd - work.kBegin) * (int)sizeof(*S::b_base(p)) + LINE - 1) / LINE;
   for (int e = thread; e < S::BN * lines; e += threads) {
@@ -65,6 +86,82 @@ template <class S> TL_DEVICE void tl_gemm_gemv_prefetch(const typename S::Params
 #endif
 }
 
+// The ring's producer warp: block `block`'s B, unit by unit in the order the task reads
+// them, each into the next slot once the task before has freed it; `produced` counts the
+// worker's units. Lane c copies the unit's column c (its PIECE k, fewer at the end of K).
+template <class S> TL_DEVICE void tl_gemm_gemv_produce(const typename S::Params &p, int block, unsigned &produced) {
+#if defined(TL_RING)
+  using R = tl_gemv_ring<S>;
+  using BType = typename R::BType;
+  static_assert(R::RING_COLUMNS <= 32 && R::PIECE % R::STEP == 0, "a lane a column of a unit, whole chunks");
+  const tl_gemv_work<S> work(block);
+  const tl_tile_cols cols = S::tile_cols(work.tn);
+  const int lane = threadIdx.x % 32;
+  for (int g = 0; g < R::GROUPS; ++g)
+    for (int piece = 0; piece < R::PIECES; ++piece, ++produced) {
+      const unsigned slot = produced % TL_RING_SLOTS, phase = (produced / TL_RING_SLOTS) & 1u;
+      tl_barrier_wait(&tl_ring_empty[slot], phase ^ 1u);  // freed by the task that read its last phase
+      const int j = g * R::RING_COLUMNS + lane, k = work.kBegin + piece * R::PIECE;
+      const int count = work.kEnd - k < R::PIECE ? work.kEnd - k : R::PIECE;
+      const bool column = lane < R::RING_COLUMNS && j < S::BN && count > 0 && S::b_column(cols, j) >= 0;
+      const unsigned bytes = column ? unsigned(count) * unsigned(sizeof(BType)) : 0u;
+      unsigned total = bytes;
+      for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+      if (lane == 0) tl_barrier_arrive_expect(&tl_ring_full[slot], total);
+      __syncwarp();
+      if (column)
+        tl_bulk_copy(tl_ring_slot(produced) + lane * R::PIECE * sizeof(BType), S::b_src(p, work.bt, cols, j, k), bytes,
+                     &tl_ring_full[slot]);
+    }
+#else
+  (void)p, (void)block, (void)produced;
+#endif
+}
+
+#if defined(TL_RING)
+// The ring's side of the task: warp w multiplies column w of every unit with the staged
+// rows of A as the units land, its 8 k a lane STEP apart, and writes each column's sums.
+template <class S, int LD>
+TL_DEVICE void tl_gemv_from_ring(const float *As, float *tileRows, const tl_gemv_work<S> &work, const tl_tile_cols &cols,
+                                 int warp, int lane) {
+  using R = tl_gemv_ring<S>;
+  using BType = typename R::BType;
+  unsigned unit = tl_ring_taken;
+  for (int g = 0; g < R::GROUPS; ++g) {
+    const int j = g * R::RING_COLUMNS + warp;
+    const bool column = j < S::BN && S::b_column(cols, j) >= 0;
+    float acc[S::BM];
+#pragma unroll
+    for (int r = 0; r < S::BM; ++r) acc[r] = 0.0f;
+    for (int piece = 0; piece < R::PIECES; ++piece, ++unit) {
+      tl_barrier_wait(&tl_ring_full[unit % TL_RING_SLOTS], (unit / TL_RING_SLOTS) & 1u);
+      const BType *slot = reinterpret_cast<const BType *>(tl_ring_slot(unit)) + warp * R::PIECE;
+#pragma unroll
+      for (int i = 0; i < R::PIECE / R::STEP; ++i) {
+        const int at = piece * R::PIECE + i * R::STEP + lane * 8;  // k - kBegin
+        if (!column || work.kBegin + at >= work.kEnd) continue;
+        float w[8];
+        tl_unpack8(*reinterpret_cast<const tl_raw8<BType> *>(slot + i * R::STEP + lane * 8), w);
+#pragma unroll
+        for (int r = 0; r < S::BM; ++r) {
+          float a[8];
+          tl_ld8(As + r * R::KR, at, a);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[r] = fmaf(a[e], w[e], acc[r]);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) tl_barrier_arrive(&tl_ring_empty[unit % TL_RING_SLOTS]);
+    }
+#pragma unroll
+    for (int r = 0; r < S::BM; ++r) {
+      const float sum = tl_warp_sum(acc[r]);
+      if (lane == 0 && j < S::BN) tileRows[r * LD + j] = sum;
+    }
+  }
+}
+#endif
+
 template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, WARPS = S::WARPS_N, THREADS = WARPS * TL_WARP, LD = BN + 4;
   constexpr int KR = tl_gemv_k_range<S>();
@@ -76,7 +173,7 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   float *tileRows = As + BM * KR;                  // [BM][LD]
   float *rowScale = tileRows + BM * LD;            // [BM]
 
-  const tl_gemv_work<S> work;
+  const tl_gemv_work<S> work(tl_block_index());
   const int tile = work.tile, split = work.split, bt = work.bt, kBegin = work.kBegin, kEnd = work.kEnd;
   const tl_tile_cols cols = S::tile_cols(work.tn);
   const int warp = threadIdx.x / TL_WARP, lane = threadIdx.x % TL_WARP;
@@ -114,6 +211,12 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   }
   tl_sync();
 
+#if defined(TL_RING)
+  static_assert(WARPS == TL_RING_CONSUMER_WARPS, "the ring's slots are freed by this many warps");
+  tl_gemv_from_ring<S, LD>(As, tileRows, work, cols, warp, lane);
+  tl_sync();
+  if (threadIdx.x == 0) tl_ring_taken += tl_gemv_ring<S>::UNITS;  // every thread has read it (the sync above)
+#else
   // Warp w computes columns w, w + WARPS, ... (CPW of them): a lane's 8 k of a column at a
   // time, STEP apart, ROUND of each column loaded before any is used (LOADS chunks of 8 a
   // lane in flight), then multiplied with every staged row.
@@ -164,6 +267,7 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
       const float sum = tl_warp_sum(acc[c][r]);
       if (lane == 0 && warp + c * WARPS < BN) tileRows[r * LD + warp + c * WARPS] = sum;
     }
+#endif
   tl_allow_dependents();
   tl_sync();
 

@@ -15,6 +15,10 @@
 //       With TL_TRACE each task's wait, start and end are stamped with the global timer.
 //   v2  while the first warp waits, the task's other threads run its part's prefetch (a
 //       GEMV's weights into L2): what a task reads that no task writes streams in early.
+//   v3  with a weight ring (prelude.cuh, TL_RING) the worker has one more warp, its last:
+//       the producer, which runs Parts::produce over the worker's tasks in order (a GEMV
+//       copies its weights into the ring) while the other warps run the tasks; those warps
+//       meet at a named barrier of their own.
 //
 // The generated kernel defines a struct of the parts, whose run(params, part) switches over
 // the distinct bodies (a static member, inlined: a call would serialize the wgmma
@@ -105,11 +109,40 @@ TL_DEVICE bool tl_wait_for_task(const tl_persistent_tables &t, int task, unsigne
   return true;
 }
 
+// The barrier of the warps that run tasks (all but the ring's producer).
+TL_DEVICE void tl_worker_sync() {
+#if defined(TL_RING)
+  asm volatile("bar.sync 4, %0;" ::"r"(blockDim.x - 32) : "memory");  // 1-3: the tasks'
+#else
+  __syncthreads();
+#endif
+}
+
 template <class Parts> TL_DEVICE void tl_persistent_worker(const unsigned char *params, const tl_persistent_tables &t) {
   __shared__ unsigned epoch;
   __shared__ int part;
   if (threadIdx.x == 0) epoch = tl_acquire_u32(t.control) + 1u;
+#if defined(TL_RING)
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < TL_RING_SLOTS; ++s) {
+      tl_barrier_init(&tl_ring_full[s], 1u);
+      tl_barrier_init(&tl_ring_empty[s], TL_RING_CONSUMER_WARPS);
+    }
+    tl_ring_taken = 0u;
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+#endif
   __syncthreads();
+#if defined(TL_RING)
+  if (threadIdx.x >= blockDim.x - 32) {  // the producer: every task's weights, in order
+    unsigned produced = 0u;
+    for (int i = t.workerBegin[blockIdx.x]; i < t.workerBegin[blockIdx.x + 1]; ++i) {
+      const tl_task_entry task = t.tasks[t.workerTasks[i]];
+      Parts::produce(params, task.part, task.block, produced);
+    }
+    return;
+  }
+#endif
   for (int i = t.workerBegin[blockIdx.x]; i < t.workerBegin[blockIdx.x + 1]; ++i) {
     const int self = t.workerTasks[i];
 #if defined(TL_TRACE)
@@ -120,7 +153,7 @@ template <class Parts> TL_DEVICE void tl_persistent_worker(const unsigned char *
       part = task.part;
       tl_task = {task.block, task.grid, task.threads};
     }
-    __syncthreads();
+    tl_worker_sync();
     // The first warp waits, a lane for each task waited for (their round trips overlap);
     // meanwhile the task's other threads prefetch what does not depend on those tasks.
     if (threadIdx.x < 32) {
@@ -130,12 +163,12 @@ template <class Parts> TL_DEVICE void tl_persistent_worker(const unsigned char *
     } else if ((int)threadIdx.x < tl_task.threads) {
       Parts::prefetch(params, part, (int)threadIdx.x - 32, tl_task.threads - 32);
     }
-    __syncthreads();
+    tl_worker_sync();
 #if defined(TL_TRACE)
     if (threadIdx.x == 0) t.trace[3 * self + 1] = tl_nanoseconds();
 #endif
     if ((int)threadIdx.x < tl_task.threads) Parts::run(params, part);
-    __syncthreads();  // the task's stores, ordered before the release of its done word
+    tl_worker_sync();  // the task's stores, ordered before the release of its done word
     if (threadIdx.x == 0) {
       tl_release_u32(t.done + self, epoch);
 #if defined(TL_TRACE)

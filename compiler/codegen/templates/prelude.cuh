@@ -48,6 +48,47 @@ TL_DEVICE int tl_block_threads() { return blockDim.x; }
 TL_DEVICE void tl_sync() { __syncthreads(); }
 #endif
 
+// ---- the weight ring of a persistent kernel (NVIDIA sm_90+) ----------------------------
+// Where the generator sets TL_RING_SLOTS, a worker's last warp is its producer: it copies
+// the weights of the worker's matrix-vector tasks, in task order, into TL_RING_SLOTS slots
+// of TL_RING_SLOT_BYTES (dynamic shared memory from TL_RING_OFFSET) with bulk copies, as
+// far ahead of the tasks as the slots allow: weights depend on no task. A slot's `full`
+// barrier completes when its bytes have landed; its `empty` barrier when the task's
+// TL_RING_CONSUMER_WARPS warps have read it. The n-th unit a worker copies goes to slot
+// n % TL_RING_SLOTS in phase n / TL_RING_SLOTS; tl_ring_taken counts the units its tasks
+// have read.
+#if defined(TL_PERSISTENT) && defined(TL_NVIDIA) && defined(TL_RING_SLOTS) && __CUDA_ARCH__ >= 900
+#define TL_RING 1
+__shared__ unsigned long long tl_ring_full[TL_RING_SLOTS], tl_ring_empty[TL_RING_SLOTS];
+__shared__ unsigned tl_ring_taken;
+TL_DEVICE unsigned char *tl_ring_slot(unsigned unit) {
+  extern __shared__ __align__(128) unsigned char tl_smem[];
+  return tl_smem + TL_RING_OFFSET + (unit % TL_RING_SLOTS) * TL_RING_SLOT_BYTES;
+}
+TL_DEVICE unsigned tl_shared_address(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+TL_DEVICE void tl_barrier_init(unsigned long long *bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(tl_shared_address(bar)), "r"(count) : "memory");
+}
+TL_DEVICE void tl_barrier_arrive(unsigned long long *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(tl_shared_address(bar)) : "memory");
+}
+TL_DEVICE void tl_barrier_arrive_expect(unsigned long long *bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(tl_shared_address(bar)), "r"(bytes) : "memory");
+}
+// Waits until the phase of parity `parity` of `bar` has completed.
+TL_DEVICE void tl_barrier_wait(unsigned long long *bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(tl_shared_address(bar)), "r"(parity) : "memory");
+}
+// `bytes` (a multiple of 16) from global memory into shared memory, counted on `bar`.
+TL_DEVICE void tl_bulk_copy(void *to, const void *from, unsigned bytes, unsigned long long *bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(tl_shared_address(to)), "l"(from), "r"(bytes), "r"(tl_shared_address(bar)) : "memory");
+}
+#endif
+
 TL_DEVICE float tl_inf() { return __uint_as_float(0x7f800000u); }
 TL_DEVICE float tl_nan() { return __uint_as_float(0x7fc00000u); }
 TL_DEVICE float tl_exp(float x) { return expf(x); }

@@ -475,6 +475,50 @@ TEST(Codegen, DecodeGemmsStreamWeightsThroughTheMatrixVectorPath) {
   EXPECT_GT(splitParts, 0) << "the workshop's 512 output columns are 32 tiles: K split";
 }
 
+// A persistent decode step whose GEMV tasks each stream more than 128 KiB of weights (the
+// 1.1B's) gets the weight ring: one more warp a worker (its producer), the ring's slots in
+// the shared memory the parts leave, and a produce function for every GEMV part; the
+// workshop's small tasks and --no-weight-ring get none.
+TEST(Codegen, PersistentDecodeStreamsLargeWeightsThroughARing) {
+  auto decode = [](const char *model, bool ring) {
+    CompileOptions options{3, 1, 1, "bf16"};
+    options.persistent = true;
+    options.overrides.noWeightRing = !ring;
+    return compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, options);
+  };
+  Program large = decode("tinyllama-1.1b.tl", true);
+  ASSERT_EQ(large.kernels.size(), 1u) << large.persistentFallback;
+  const Kernel &megakernel = large.kernels[0];
+  ASSERT_TRUE(contains(megakernel.source, "#define TL_RING_SLOTS "));
+  int slots = 0, offset = 0, consumers = 0;
+  std::sscanf(megakernel.source.c_str() + megakernel.source.find("#define TL_RING_SLOTS "), "#define TL_RING_SLOTS %d", &slots);
+  std::sscanf(megakernel.source.c_str() + megakernel.source.find("#define TL_RING_OFFSET "), "#define TL_RING_OFFSET %d",
+              &offset);
+  std::sscanf(megakernel.source.c_str() + megakernel.source.find("#define TL_RING_CONSUMER_WARPS "),
+              "#define TL_RING_CONSUMER_WARPS %d", &consumers);
+  EXPECT_GE(slots, 2);
+  const KernelLaunch &launch = megakernel.launch.at(megakernel.taskPath);
+  int partThreads = 0;
+  int64_t partShared = 0;
+  for (const Kernel &part : megakernel.parts) {
+    const KernelLaunch *own = findLaunch(part, "cuda", "sm_90a");
+    ASSERT_NE(own, nullptr);
+    partThreads = std::max(partThreads, own->blockThreads);
+    partShared = std::max(partShared, own->sharedBytes);
+    if (contains(part.source, "tl_gemm_gemv<")) {
+      EXPECT_TRUE(contains(part.source, "tl_gemm_gemv_produce<")) << part.name;
+      EXPECT_EQ(own->blockThreads, consumers * 32) << part.name << ": the warps that free a slot";
+    }
+  }
+  EXPECT_EQ(launch.blockThreads, partThreads + 32) << "the producer warp";
+  EXPECT_GE(offset, partShared) << "the ring after the parts' shared memory";
+  EXPECT_EQ(launch.sharedBytes, offset + int64_t(slots) * 16384);
+  for (const Program &none : {decode("tinyllama.tl", true), decode("tinyllama-1.1b.tl", false)}) {
+    ASSERT_EQ(none.kernels.size(), 1u);
+    EXPECT_FALSE(contains(none.kernels[0].source, "#define TL_RING_SLOTS"));
+  }
+}
+
 // With --persistent, O3's forward is one persistent kernel: O2's kernels are its parts
 // (unsplit GEMM tiles), their blocks on sm_90a its tasks, one worker an SM, each task
 // waiting only for earlier tasks of earlier parts.
