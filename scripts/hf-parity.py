@@ -128,9 +128,17 @@ def save_tokenizer(work, directory):
     model_file = train_sentencepiece(work)
     shutil.copy(model_file, os.path.join(directory, "tokenizer.model"))
     try:
+        import sentencepiece as spm
         from transformers import LlamaTokenizerFast
         LlamaTokenizerFast(vocab_file=model_file, legacy=True).save_pretrained(os.path.join(work, "converted"))
-        shutil.copy(os.path.join(work, "converted", "tokenizer.json"), directory)
+        converted = os.path.join(work, "converted", "tokenizer.json")
+        # transformers 5 builds an empty tokenizer from a vocab_file instead of converting it
+        # (3 pieces, no merges): that is not the model trained here.
+        pieces = len(json.load(open(converted, encoding="utf-8"))["model"]["vocab"])
+        expected = spm.SentencePieceProcessor(model_file=model_file).get_piece_size()
+        if pieces != expected:
+            raise RuntimeError(f"its tokenizer.json has {pieces} pieces, the model {expected}")
+        shutil.copy(converted, directory)
         print("tokenizer.json: converted by transformers", flush=True)
     except Exception as error:  # a transformers without the slow-to-fast conversion
         with open(os.path.join(directory, "tokenizer.json"), "w", encoding="utf-8") as f:
