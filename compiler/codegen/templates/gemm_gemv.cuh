@@ -31,26 +31,10 @@
 template <class P> struct tl_remove_const_ptr;
 template <class T> struct tl_remove_const_ptr<const T *> { using type = T; };
 
-
 // The K range of each split, in elements (a multiple of 8): what a block stages of A's rows.
 template <class S> TL_DEVICE constexpr int tl_gemv_k_range() {
   return ((S::K / 8 + S::K_SPLITS - 1) / S::K_SPLITS) * 8;
 }
-
-// How the ring carries B: a unit is PIECE k of RING_COLUMNS (a warp's worth: one column
-// a warp) of the tile's columns, column c of the unit at c * PIECE elements; the units go
-// column group by column group, each group's pieces in K order.
-template <class S> struct tl_gemv_ring {
-  using BType = typename tl_remove_const_ptr<decltype(S::b_base(typename S::Params{}))>::type;
-  static constexpr int STEP = TL_WARP * 8, KR = tl_gemv_k_range<S>(), RING_COLUMNS = S::WARPS_N;
-#if defined(TL_RING)
-  static constexpr int PIECE = TL_RING_SLOT_BYTES / (RING_COLUMNS * int(sizeof(BType)));
-#else
-  static constexpr int PIECE = 1024;
-#endif
-  static constexpr int PIECES = (KR + PIECE - 1) / PIECE, GROUPS = (S::BN + RING_COLUMNS - 1) / RING_COLUMNS;
-  static constexpr int UNITS = GROUPS * PIECES;  // a task's
-};
 
 // Block `block`'s tile, its split and its K range.
 template <class S> struct tl_gemv_work {
@@ -86,11 +70,22 @@ template <class S> TL_DEVICE void tl_gemm_gemv_prefetch(const typename S::Params
 #endif
 }
 
+#if defined(TL_RING)
+// How the ring carries B: a unit is PIECE k of RING_COLUMNS (a warp's worth: one column
+// a warp) of the tile's columns, column c of the unit at c * PIECE elements; the units go
+// column group by column group, each group's pieces in K order.
+template <class S> struct tl_gemv_ring {
+  using BType = typename tl_remove_const_ptr<decltype(S::b_base(typename S::Params{}))>::type;
+  static constexpr int STEP = TL_WARP * 8, KR = tl_gemv_k_range<S>(), RING_COLUMNS = S::WARPS_N;
+  static constexpr int PIECE = TL_RING_SLOT_BYTES / (RING_COLUMNS * int(sizeof(BType)));
+  static constexpr int PIECES = (KR + PIECE - 1) / PIECE, GROUPS = (S::BN + RING_COLUMNS - 1) / RING_COLUMNS;
+  static constexpr int UNITS = GROUPS * PIECES;  // a task's
+};
+
 // The ring's producer warp: block `block`'s B, unit by unit in the order the task reads
 // them, each into the next slot once the task before has freed it; `produced` counts the
 // worker's units. Lane c copies the unit's column c (its PIECE k, fewer at the end of K).
 template <class S> TL_DEVICE void tl_gemm_gemv_produce(const typename S::Params &p, int block, unsigned &produced) {
-#if defined(TL_RING)
   using R = tl_gemv_ring<S>;
   using BType = typename R::BType;
   static_assert(R::RING_COLUMNS <= 32 && R::PIECE % R::STEP == 0, "a lane a column of a unit, whole chunks");
@@ -113,12 +108,8 @@ template <class S> TL_DEVICE void tl_gemm_gemv_produce(const typename S::Params 
         tl_bulk_copy(tl_ring_slot(produced) + lane * R::PIECE * sizeof(BType), S::b_src(p, work.bt, cols, j, k), bytes,
                      &tl_ring_full[slot]);
     }
-#else
-  (void)p, (void)block, (void)produced;
-#endif
 }
 
-#if defined(TL_RING)
 // The ring's side of the task: warp w multiplies column w of every unit with the staged
 // rows of A as the units land, its 8 k a lane STEP apart, and writes each column's sums.
 template <class S, int LD>
