@@ -136,6 +136,7 @@ if want decode; then  # decode shapes: the matrix-vector GEMMs against the CPU r
     o3run "$1" "$2" "$3" 2 --iterations=50
     o3run "$1" "$2" "$3" 3 --iterations=50
     o3run "$1" "$2" "$3" 3 --iterations=50 --persistent
+    o3run "$1" "$2" "$3" 3 --iterations=50 --persistent --no-weight-ring
   done
   o3run models/tinyllama-1.1b.tl 1 1 2 --iterations=20 --profile
   sed -n '/^ *kernel/,/^$/p' "$last_log" | head -30 | tee -a "$summary"

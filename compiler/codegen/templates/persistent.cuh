@@ -129,6 +129,7 @@ template <class Parts> TL_DEVICE void tl_persistent_worker(const unsigned char *
       tl_barrier_init(&tl_ring_empty[s], TL_RING_CONSUMER_WARPS);
     }
     tl_ring_taken = 0u;
+    tl_ring_timeout = t.timeout;
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
 #endif

@@ -61,6 +61,7 @@ TL_DEVICE void tl_sync() { __syncthreads(); }
 #define TL_RING 1
 __shared__ unsigned long long tl_ring_full[TL_RING_SLOTS], tl_ring_empty[TL_RING_SLOTS];
 __shared__ unsigned tl_ring_taken;
+__shared__ unsigned long long tl_ring_timeout;  // nanoseconds, the task waits' (set by the worker)
 TL_DEVICE unsigned char *tl_ring_slot(unsigned unit) {
   extern __shared__ __align__(128) unsigned char tl_smem[];
   return tl_smem + TL_RING_OFFSET + (unit % TL_RING_SLOTS) * TL_RING_SLOT_BYTES;
@@ -75,12 +76,20 @@ TL_DEVICE void tl_barrier_arrive(unsigned long long *bar) {
 TL_DEVICE void tl_barrier_arrive_expect(unsigned long long *bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(tl_shared_address(bar)), "r"(bytes) : "memory");
 }
-// Waits until the phase of parity `parity` of `bar` has completed.
+// Waits until the phase of parity `parity` of `bar` has completed; traps after
+// tl_ring_timeout nanoseconds of waiting rather than hang.
 TL_DEVICE void tl_barrier_wait(unsigned long long *bar, unsigned parity) {
-  unsigned done = 0;
-  while (!done)
+  unsigned long long start = 0;
+  for (;;) {
+    unsigned done;
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                  : "=r"(done) : "r"(tl_shared_address(bar)), "r"(parity) : "memory");
+    if (done) return;
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (start == 0) start = now;
+    else if (now - start > tl_ring_timeout) __trap();
+  }
 }
 // `bytes` (a multiple of 16) from global memory into shared memory, counted on `bar`.
 TL_DEVICE void tl_bulk_copy(void *to, const void *from, unsigned bytes, unsigned long long *bar) {
