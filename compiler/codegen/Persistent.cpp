@@ -229,6 +229,29 @@ std::vector<std::pair<int64_t, int64_t>> arenaBytes(const Program &program, int 
   return {{base.offset + begin * size, base.offset + end * size}};
 }
 
+namespace {
+
+// Matrix-vector parts stream their weights through a ring in the shared memory the parts
+// leave (at least two slots), copied by one more warp a worker (persistent.cuh v3), where a
+// task's weights are more than its own loads keep in flight (kRingTaskBytes): on an H100
+// the 1.1B's decode step ran faster with the ring, the workshop's slower. `shared` and
+// `threads`: what the parts take.
+WeightRing planWeightRing(const Program &program, const std::vector<TaskPlan> &plans, const Machine &machine,
+                          int64_t shared, int threads) {
+  int64_t largestTask = 0;
+  for (size_t k = 0; k < plans.size(); ++k)
+    if (plans[k].streamsWeights) largestTask = std::max(largestTask, program.kernels[k].minBytes / plans[k].blocks);
+  if (machine.overrides.noWeightRing || largestTask < kRingTaskBytes || threads + 32 > machine.maxThreadsPerBlock)
+    return {};
+  WeightRing ring;
+  ring.offset = (shared + 1023) / 1024 * 1024;
+  const int64_t room = machine.sharedBytesPerBlock - kStaticSharedBytes - (1 << 10) - ring.offset;
+  ring.slots = std::clamp<int64_t>(room / kRingSlotBytes, 0, kMaxRingSlots);
+  return ring.slots >= 2 ? ring : WeightRing{};
+}
+
+} // namespace
+
 std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &plans, const Machine &machine) {
   const std::string path = taskPath(machine);
   if (plans.size() != program.kernels.size()) return "the kernels and their task plans differ in number";
@@ -246,21 +269,8 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
   if (shared + kStaticSharedBytes > machine.sharedBytesPerBlock)
     return fmt::format("its parts need {} KiB of shared memory a block, over the {} KiB a block has", (shared + 1023) >> 10,
                        (machine.sharedBytesPerBlock - kStaticSharedBytes) >> 10);
-  // Matrix-vector parts stream their weights through a ring of the shared memory the parts
-  // leave (at least two slots), copied by one more warp a worker (persistent.cuh v3), where
-  // a task's weights are more than its own loads keep in flight (kRingTaskBytes): on an
-  // H100 the 1.1B's decode step ran faster with the ring, the workshop's slower.
-  WeightRing ring;
-  int64_t largestTask = 0;
-  for (size_t k = 0; k < plans.size(); ++k)
-    if (plans[k].streamsWeights) largestTask = std::max(largestTask, program.kernels[k].minBytes / plans[k].blocks);
-  if (!machine.overrides.noWeightRing && largestTask >= kRingTaskBytes) {
-    ring.offset = (shared + 1023) / 1024 * 1024;
-    const int64_t room = machine.sharedBytesPerBlock - kStaticSharedBytes - (1 << 10) - ring.offset;
-    ring.slots = std::clamp<int64_t>(room / kRingSlotBytes, 0, kMaxRingSlots);
-    if (ring.slots < 2 || threads + 32 > machine.maxThreadsPerBlock) ring = {};
-    else threads += 32;
-  }
+  const WeightRing ring = planWeightRing(program, plans, machine, shared, threads);
+  if (ring.slots > 0) threads += 32;  // the producer
 
   Kernel persistent;
   persistent.taskPath = path;
