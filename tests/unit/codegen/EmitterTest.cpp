@@ -490,13 +490,15 @@ TEST(Codegen, PersistentDecodeStreamsLargeWeightsThroughARing) {
   ASSERT_EQ(large.kernels.size(), 1u) << large.persistentFallback;
   const Kernel &megakernel = large.kernels[0];
   ASSERT_TRUE(contains(megakernel.source, "#define TL_RING_SLOTS "));
-  int slots = 0, offset = 0, consumers = 0;
-  std::sscanf(megakernel.source.c_str() + megakernel.source.find("#define TL_RING_SLOTS "), "#define TL_RING_SLOTS %d", &slots);
-  std::sscanf(megakernel.source.c_str() + megakernel.source.find("#define TL_RING_OFFSET "), "#define TL_RING_OFFSET %d",
-              &offset);
-  std::sscanf(megakernel.source.c_str() + megakernel.source.find("#define TL_RING_CONSUMER_WARPS "),
-              "#define TL_RING_CONSUMER_WARPS %d", &consumers);
+  auto define = [&](const std::string &name) {
+    size_t at = megakernel.source.find("#define " + name + " ");
+    EXPECT_NE(at, std::string::npos) << name;
+    return at == std::string::npos ? 0 : std::atoi(megakernel.source.c_str() + at + name.size() + 9);
+  };
+  const int slots = define("TL_RING_SLOTS"), slotBytes = define("TL_RING_SLOT_BYTES"),
+            offset = define("TL_RING_OFFSET"), consumers = define("TL_RING_CONSUMER_WARPS");
   EXPECT_GE(slots, 2);
+  EXPECT_GE(slotBytes, 16 * 1024) << "a column's piece a warp, 16-byte copies";
   const KernelLaunch &launch = megakernel.launch.at(megakernel.taskPath);
   int partThreads = 0;
   int64_t partShared = 0;
@@ -512,7 +514,7 @@ TEST(Codegen, PersistentDecodeStreamsLargeWeightsThroughARing) {
   }
   EXPECT_EQ(launch.blockThreads, partThreads + 32) << "the producer warp";
   EXPECT_GE(offset, partShared) << "the ring after the parts' shared memory";
-  EXPECT_EQ(launch.sharedBytes, offset + int64_t(slots) * 16384);
+  EXPECT_EQ(launch.sharedBytes, offset + int64_t(slots) * slotBytes);
   for (const Program &none : {decode("tinyllama.tl", true), decode("tinyllama-1.1b.tl", false)}) {
     ASSERT_EQ(none.kernels.size(), 1u);
     EXPECT_FALSE(contains(none.kernels[0].source, "#define TL_RING_SLOTS"));
