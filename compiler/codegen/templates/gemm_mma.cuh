@@ -27,11 +27,6 @@
 
 #if defined(TL_NVIDIA)
 
-TL_DEVICE unsigned tl_smem_addr(const void *p) {
-  unsigned address;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(address) : "l"(p));
-  return address;
-}
 // 16 bytes global -> shared, bypassing L1; `bytes` 0 fills the destination with zeros.
 TL_DEVICE void tl_cp_async16(unsigned dst, const void *src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");

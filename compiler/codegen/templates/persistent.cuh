@@ -64,22 +64,6 @@ TL_DEVICE void tl_release_u32(unsigned *word, unsigned value) {
   __atomic_store_n(word, value, __ATOMIC_RELEASE);
 #endif
 }
-TL_DEVICE unsigned long long tl_nanoseconds() {
-#if defined(TL_NVIDIA)
-  unsigned long long now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  return now;
-#else
-  return (unsigned long long)clock64();  // AMD: cycles, about a nanosecond each
-#endif
-}
-TL_DEVICE void tl_trap() {
-#if defined(TL_NVIDIA)
-  __trap();
-#else
-  __builtin_trap();
-#endif
-}
 TL_DEVICE void tl_pause() {
 #if defined(TL_NVIDIA)
   asm volatile("nanosleep.u32 64;");

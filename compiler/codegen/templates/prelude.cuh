@@ -48,6 +48,33 @@ TL_DEVICE int tl_block_threads() { return blockDim.x; }
 TL_DEVICE void tl_sync() { __syncthreads(); }
 #endif
 
+// The global timer in nanoseconds (AMD: cycles, about a nanosecond each), and a trap that
+// ends the kernel with an error.
+TL_DEVICE unsigned long long tl_nanoseconds() {
+#if defined(TL_NVIDIA)
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
+#else
+  return (unsigned long long)clock64();  // AMD: cycles, about a nanosecond each
+#endif
+}
+TL_DEVICE void tl_trap() {
+#if defined(TL_NVIDIA)
+  __trap();
+#else
+  __builtin_trap();
+#endif
+}
+#if defined(TL_NVIDIA)
+// A shared-memory pointer as the 32-bit address PTX's shared-memory instructions take.
+TL_DEVICE unsigned tl_smem_addr(const void *p) {
+  unsigned address;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(address) : "l"(p));
+  return address;
+}
+#endif
+
 // ---- the weight ring of a persistent kernel (NVIDIA sm_90+) ----------------------------
 // Where the generator sets TL_RING_SLOTS, a worker's last warp is its producer: it copies
 // the weights of the worker's matrix-vector tasks, in task order, into TL_RING_SLOTS slots
@@ -66,15 +93,14 @@ TL_DEVICE unsigned char *tl_ring_slot(unsigned unit) {
   extern __shared__ __align__(128) unsigned char tl_smem[];
   return tl_smem + TL_RING_OFFSET + (unit % TL_RING_SLOTS) * TL_RING_SLOT_BYTES;
 }
-TL_DEVICE unsigned tl_shared_address(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 TL_DEVICE void tl_barrier_init(unsigned long long *bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(tl_shared_address(bar)), "r"(count) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(tl_smem_addr(bar)), "r"(count) : "memory");
 }
 TL_DEVICE void tl_barrier_arrive(unsigned long long *bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(tl_shared_address(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(tl_smem_addr(bar)) : "memory");
 }
 TL_DEVICE void tl_barrier_arrive_expect(unsigned long long *bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(tl_shared_address(bar)), "r"(bytes) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(tl_smem_addr(bar)), "r"(bytes) : "memory");
 }
 // Waits until the phase of parity `parity` of `bar` has completed; traps after
 // tl_ring_timeout nanoseconds of waiting rather than hang.
@@ -83,18 +109,17 @@ TL_DEVICE void tl_barrier_wait(unsigned long long *bar, unsigned parity) {
   for (;;) {
     unsigned done;
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(done) : "r"(tl_shared_address(bar)), "r"(parity) : "memory");
+                 : "=r"(done) : "r"(tl_smem_addr(bar)), "r"(parity) : "memory");
     if (done) return;
-    unsigned long long now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    const unsigned long long now = tl_nanoseconds();
     if (start == 0) start = now;
-    else if (now - start > tl_ring_timeout) __trap();
+    else if (now - start > tl_ring_timeout) tl_trap();
   }
 }
 // `bytes` (a multiple of 16) from global memory into shared memory, counted on `bar`.
 TL_DEVICE void tl_bulk_copy(void *to, const void *from, unsigned bytes, unsigned long long *bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(tl_shared_address(to)), "l"(from), "r"(bytes), "r"(tl_shared_address(bar)) : "memory");
+               ::"r"(tl_smem_addr(to)), "l"(from), "r"(bytes), "r"(tl_smem_addr(bar)) : "memory");
 }
 #endif
 
