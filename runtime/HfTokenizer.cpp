@@ -59,6 +59,17 @@ bool flagField(const Json &json, const char *field, bool fallback) {
   return found->get<bool>();
 }
 
+// A count (Strip's "start" and "stop"): a whole number from 0 to 2^31 - 1; a float or a
+// negative number is refused rather than converted.
+size_t countField(const Json &json, const char *field, size_t fallback) {
+  auto found = json.find(field);
+  if (found == json.end() || found->is_null()) return fallback;
+  if (!found->is_number_integer() || found->get<int64_t>() < 0 ||
+      found->get<int64_t>() > std::numeric_limits<int32_t>::max())
+    throw Error(fmt::format("'{}' is {}, expected a whole number from 0 to 2^31 - 1", field, found->dump()));
+  return size_t(found->get<int64_t>());
+}
+
 // {"String": "x"}: the literal; a regex pattern is refused.
 std::string literalPattern(const Json &json) {
   if (json.is_object() && json.contains("String") && json["String"].is_string()) return json["String"];
@@ -219,7 +230,7 @@ Decoder decoderOf(const Json &json) {
     };
   if (type == "Strip") {
     char32_t content = singleCharacter(stringField(json, "content"), "content");
-    size_t start = json.value("start", 0), stop = json.value("stop", 0);
+    size_t start = countField(json, "start", 0), stop = countField(json, "stop", 0);
     return [content, start, stop](Pieces pieces) {
       for (std::string &piece : pieces) piece = stripCharacters(piece, content, start, stop);
       return pieces;

@@ -265,6 +265,11 @@ TEST(ByteLevelBpe, RefusesWhatItDoesNotReadByName) {
   json["model"]["vocab"].erase("z");
   EXPECT_CONTAINS(problem(json.dump()), "merge 12 ('q' 'z'): 'z' is not in the vocabulary");
   EXPECT_CONTAINS(problem("{\"model\": "), "malformed JSON");
+  json["model"]["merges"].erase(json["model"]["merges"].size() - 1);
+  for (const nlohmann::json &start : {nlohmann::json(1e300), nlohmann::json(-1), nlohmann::json("1")}) {
+    json["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", start}, {"stop", 0}};
+    EXPECT_CONTAINS(problem(json.dump()), "'start' is " + start.dump() + ", expected a whole number");
+  }
 }
 
 // Streamed one id at a time, the pieces add up to the whole decoding, and no piece ends
