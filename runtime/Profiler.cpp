@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -88,6 +89,68 @@ std::string Profiler::taskTable() const {
                        row.tasks / int64_t(runs), row.busy / runs, row.waiting / runs,
                        row.busy / double(std::max<int64_t>(1, row.tasks)));
   return out.str();
+}
+
+std::string Profiler::layerTimeline() const {
+  const Kernel *kernel = persistentKernel(program_);
+  if (!kernel || taskRuns_.empty()) return "";
+  int layers = 0;
+  for (const Kernel &part : kernel->parts) layers = std::max(layers, part.layer + 1);
+  if (layers == 0) return "";
+  const int layer = layers / 2;
+  struct Span {
+    double start = 0, end = 0, busy = 0;
+    int64_t tasks = 0;
+  };
+  std::map<int, Span> sums;  // by part, each run's span from the layer's start, summed
+  int runs = 0;
+  for (const std::vector<TaskTiming> &run : taskRuns_) {
+    std::map<int, Span> spans;
+    double layerStart = std::numeric_limits<double>::infinity();
+    for (const TaskTiming &timing : run) {
+      const int part = kernel->tasks.at(size_t(timing.task)).part;
+      if (kernel->parts.at(size_t(part)).layer != layer) continue;
+      Span &span = spans.try_emplace(part, Span{timing.start, timing.end, 0, 0}).first->second;
+      span.start = std::min(span.start, timing.start);
+      span.end = std::max(span.end, timing.end);
+      span.busy += timing.end - timing.start;
+      ++span.tasks;
+      layerStart = std::min(layerStart, timing.start);
+    }
+    if (spans.empty()) continue;
+    ++runs;
+    for (const auto &[part, span] : spans) {
+      Span &sum = sums[part];
+      sum.start += span.start - layerStart;
+      sum.end += span.end - layerStart;
+      sum.busy += span.busy;
+      sum.tasks += span.tasks;
+    }
+  }
+  if (runs == 0) return "";
+  const DeviceRoofline roof = rooflineOf(device_);
+  std::ostringstream out;
+  out << fmt::format("layer {}'s timeline (µs from its first task's start, the mean of {} forward{}):\n", layer, runs,
+                     runs == 1 ? "" : "s");
+  out << fmt::format("{:<60} {:>6} {:>8} {:>8} {:>10} {:>8} {:>8}\n", "part", "tasks", "start", "end", "mean task", "MB",
+                     "GB/s");
+  double end = 0, bytes = 0;
+  for (const auto &[part, sum] : sums) {
+    const Kernel &body = kernel->parts.at(size_t(part));
+    const std::string &name = body.entry.empty() ? body.name : body.entry;
+    const double start = sum.start / runs, finish = sum.end / runs;
+    end = std::max(end, finish);
+    bytes += double(body.minBytes);
+    out << fmt::format("{:<60} {:>6} {:>8.1f} {:>8.1f} {:>10.2f} {:>8.2f} {:>8.0f}\n",
+                       name.size() > 60 ? name.substr(0, 57) + "..." : name, sum.tasks / runs, start, finish,
+                       sum.busy / double(std::max<int64_t>(1, sum.tasks)), double(body.minBytes) / 1e6,
+                       finish > start ? double(body.minBytes) / ((finish - start) * 1e3) : 0.0);
+  }
+  out << fmt::format("the layer: {:.1f} µs", end);
+  if (roof.bandwidthTBs > 0)
+    out << fmt::format("; the {:.1f} MB its parts move at least take {:.1f} µs at {} TB/s ({})", bytes / 1e6,
+                       bytes / (roof.bandwidthTBs * 1e6), roof.bandwidthTBs, roof.part);
+  return out.str() + "\n";
 }
 
 std::vector<KernelStats> Profiler::stats() const {

@@ -784,6 +784,7 @@ int runForward(const tlc::Program &program, tlc::Backend &backend) {
   if (profile) {
     fmt::print("\n{}", profiler.table());
     if (std::string tasks = profiler.taskTable(); !tasks.empty()) fmt::print("\n{}", tasks);
+    if (std::string timeline = profiler.layerTimeline(); !timeline.empty()) fmt::print("\n{}", timeline);
     if (!tracePath.empty()) tlc::writeFileAtomically(tracePath, profiler.chromeTrace(), "trace");
     if (!statsCsvPath.empty()) tlc::writeFileAtomically(statsCsvPath, profiler.statsCsv(), "CSV file");
   }

@@ -43,6 +43,12 @@ public:
   // computing and waiting, per forward; how busy the workers were and their longest idle
   // gap. Empty without task times.
   std::string taskTable() const;
+  // One block of a persistent forward as a timeline: for its middle layer, each part's tasks
+  // in µs from the layer's first task (the mean over the recorded forwards): when the part's
+  // first task started and its last ended, its mean task, the bytes its kernel moves at
+  // least and the rate they make over that span; then the layer's span against those bytes
+  // at the device's HBM bandwidth. Empty without task times.
+  std::string layerTimeline() const;
   // Chrome trace events (Perfetto opens it): the launches of every recorded run on a
   // track per run and stream (at their starts where the backend gave them, so the
   // all-reduces on their own stream show beside the backward they overlap; else laid end

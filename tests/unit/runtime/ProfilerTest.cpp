@@ -3,6 +3,7 @@
 // overlap; runs without starts laid end to end.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "runtime/Profiler.h"
@@ -64,6 +65,53 @@ TEST(Profiler, LaunchesWithoutStartsAreLaidEndToEnd) {
   EXPECT_DOUBLE_EQ(trace.spans[1]["ts"].get<double>(), 1000.0);
   EXPECT_EQ(trace.spans[1]["tid"], 1);
   EXPECT_EQ(trace.tracks.count(2), 0u) << "no all-reduce track without all-reduces";
+}
+
+// A persistent forward of three layers, each a QKV part of 2 tasks and an MLP part of 1,
+// on two workers.
+Program persistentForward() {
+  Program program;
+  Kernel persistent;
+  persistent.name = persistent.entry = "tl_persistent_test";
+  for (int layer = 0; layer < 3; ++layer)
+    for (const char *name : {"tl_qkv", "tl_mlp"}) {
+      Kernel part;
+      part.name = part.entry = name;
+      part.layer = layer;
+      part.minBytes = std::string(name) == "tl_qkv" ? 2000000 : 6000000;
+      persistent.parts.push_back(part);
+    }
+  for (int part = 0; part < 6; ++part)
+    for (int block = 0; block < (part % 2 == 0 ? 2 : 1); ++block) persistent.tasks.push_back({part, block});
+  persistent.workers = {{0, 2, 3, 5, 6, 8}, {1, 4, 7}};
+  program.kernels.push_back(persistent);
+  return program;
+}
+
+TEST(Profiler, APersistentLayersTimelineIsItsPartsSpansFromItsStart) {
+  Program program = persistentForward();
+  Profiler profiler(program, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(profiler.layerTimeline(), "") << "no task times, no timeline";
+  // Layer 1 (tasks 3-5) starts at 100 µs: its QKV's tasks run 100-104 and 101-106, its MLP
+  // 108-112; the second forward's the same 1 µs later in the layer.
+  std::vector<TaskTiming> run = {{0, 0, 0, 0, 50},    {1, 1, 0, 0, 50},   {2, 0, 50, 50, 99},
+                                 {3, 0, 99, 100, 104}, {4, 1, 99, 101, 106}, {5, 0, 104, 108, 112},
+                                 {6, 0, 112, 112, 150}, {7, 1, 112, 112, 150}, {8, 0, 150, 150, 200}};
+  profiler.add({}, run);
+  run[5].start += 1, run[5].end += 1;
+  profiler.add({}, run);
+  const std::string timeline = profiler.layerTimeline();
+  EXPECT_NE(timeline.find("layer 1's timeline (µs from its first task's start, the mean of 2 forwards)"),
+            std::string::npos) << timeline;
+  // QKV: 2 tasks, 0-6 µs, tasks of 4.5 µs on average, 2 MB over 6 µs; MLP 8.5-12.5, 6 MB over 4 µs.
+  EXPECT_NE(timeline.find(fmt::format("{:<60} {:>6} {:>8} {:>8} {:>10} {:>8} {:>8}", "tl_qkv", 2, "0.0", "6.0", "4.50",
+                                      "2.00", "333")),
+            std::string::npos) << timeline;
+  EXPECT_NE(timeline.find(fmt::format("{:<60} {:>6} {:>8} {:>8} {:>10} {:>8} {:>8}", "tl_mlp", 1, "8.5", "12.5", "4.00",
+                                      "6.00", "1500")),
+            std::string::npos) << timeline;
+  EXPECT_NE(timeline.find("the layer: 12.5 µs; the 8.0 MB its parts move at least take 2.4 µs at 3.35 TB/s"),
+            std::string::npos) << timeline;
 }
 
 } // namespace
