@@ -252,7 +252,107 @@ WeightRing planWeightRing(const Program &program, const std::vector<TaskPlan> &p
   return ring.slots >= 2 ? ring : WeightRing{};
 }
 
+// Waits: every earlier task of another part whose bytes a task reads or overwrites; and
+// each task's estimate: its kernel's work shared by its blocks, at one SM's share of the
+// rates.
+void deriveWaits(const Program &program, const std::vector<TaskPlan> &plans, Kernel &persistent) {
+  std::vector<int> partOf;
+  for (const Task &task : persistent.tasks) partOf.push_back(task.part);
+  AccessMap arena(partOf);
+  for (size_t t = 0; t < persistent.tasks.size(); ++t) {
+    Task &task = persistent.tasks[t];
+    const Kernel &part = program.kernels[size_t(task.part)];
+    auto valueOf = [&](int param) {
+      return size_t(param) < part.inputs.size() ? part.inputs[size_t(param)]
+                                                : part.outputs.at(size_t(param) - part.inputs.size());
+    };
+    BlockAccess access = plans[size_t(task.part)].access(task.block);
+    std::set<int> waits;
+    for (const ElementRange &range : access.reads)
+      for (auto [begin, end] : arenaBytes(program, valueOf(range.param), range.begin, range.end))
+        arena.read(begin, end, int(t), waits);
+    for (const ElementRange &range : access.writes)
+      for (auto [begin, end] : arenaBytes(program, valueOf(range.param), range.begin, range.end)) {
+        arena.write(begin, end, int(t), waits);
+        task.writes.push_back({begin, end});
+      }
+    task.waits.assign(waits.begin(), waits.end());
+    const int64_t blocks = plans[size_t(task.part)].blocks;
+    double flops = double(part.flops) / double(blocks), bytes = double(part.minBytes) / double(blocks);
+    double rate = program.dtype == DType::BF16 ? kTensorFlopsPerSM : kFmaFlopsPerSM;
+    task.cost = std::max(flops / rate, bytes / kBytesPerSM) * 1e6 + kTaskOverheadUs;
+  }
+}
+
+// Each task, in order, to the worker that can start it first (its waits done, the worker
+// free); among those, the one free latest, which leaves the others' time whole. A worker
+// runs its tasks in order: a task of its own is done already, and of another worker's
+// only the latest waited for matters.
+void assignWorkers(Kernel &persistent, int workers) {
+  persistent.workers.assign(size_t(workers), {});
+  std::vector<double> free(size_t(workers), 0.0), finish(persistent.tasks.size(), 0.0);
+  std::vector<int> workerOf(persistent.tasks.size(), 0);
+  for (size_t t = 0; t < persistent.tasks.size(); ++t) {
+    Task &task = persistent.tasks[t];
+    double ready = 0;
+    for (int wait : task.waits) ready = std::max(ready, finish[size_t(wait)]);
+    int best = 0;
+    for (int w = 1; w < workers; ++w) {
+      double start = std::max(free[size_t(w)], ready), bestStart = std::max(free[size_t(best)], ready);
+      if (start < bestStart || (start == bestStart && free[size_t(w)] > free[size_t(best)])) best = w;
+    }
+    finish[t] = std::max(free[size_t(best)], ready) + task.cost;
+    free[size_t(best)] = finish[t];
+    workerOf[t] = best;
+    persistent.workers[size_t(best)].push_back(int(t));
+    std::map<int, int> latest;  // worker -> its latest task waited for
+    for (int wait : task.waits)
+      if (workerOf[size_t(wait)] != best) latest[workerOf[size_t(wait)]] = std::max(latest[workerOf[size_t(wait)]], wait);
+    task.waits.clear();
+    for (const auto &[worker, wait] : latest) task.waits.push_back(wait);
+    std::sort(task.waits.begin(), task.waits.end());
+  }
+}
 } // namespace
+
+void dropImpliedWaits(Kernel &persistent) {
+  const size_t tasks = persistent.tasks.size(), workers = persistent.workers.size();
+  std::vector<int> workerOf(tasks, -1), position(tasks, -1), before(tasks, -1);  // before: the worker's task before
+  for (size_t w = 0; w < workers; ++w)
+    for (size_t i = 0; i < persistent.workers[w].size(); ++i) {
+      const int t = persistent.workers[w][i];
+      workerOf[size_t(t)] = int(w), position[size_t(t)] = int(i), before[size_t(t)] = i ? persistent.workers[w][i - 1] : -1;
+    }
+  // done[t * workers + v]: the position on worker v of its latest task that is done once t
+  // is (-1: none); t's own position included.
+  std::vector<int> done(tasks * workers, -1);
+  // Of t's predecessors, per worker: the furthest any says is done, which predecessor, and
+  // the furthest the others say (a wait is implied when a predecessor other than itself
+  // reaches it).
+  std::vector<int> furthest(workers), by(workers), second(workers);
+  for (size_t t = 0; t < tasks; ++t) {
+    Task &task = persistent.tasks[t];
+    std::fill(furthest.begin(), furthest.end(), -1);
+    std::fill(second.begin(), second.end(), -1);
+    auto merge = [&](int predecessor) {
+      const int *from = &done[size_t(predecessor) * workers];
+      for (size_t v = 0; v < workers; ++v) {
+        if (from[v] > furthest[v]) second[v] = furthest[v], furthest[v] = from[v], by[v] = predecessor;
+        else second[v] = std::max(second[v], from[v]);
+      }
+    };
+    if (before[t] >= 0) merge(before[t]);
+    for (int wait : task.waits) merge(wait);
+    std::vector<int> kept;
+    for (int wait : task.waits) {
+      const size_t v = size_t(workerOf[size_t(wait)]);
+      if ((by[v] == wait ? second[v] : furthest[v]) < position[size_t(wait)]) kept.push_back(wait);
+    }
+    task.waits = std::move(kept);
+    std::copy(furthest.begin(), furthest.end(), done.begin() + int64_t(t * workers));
+    done[t * workers + size_t(workerOf[t])] = position[t];
+  }
+}
 
 std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &plans, const Machine &machine) {
   const std::string path = taskPath(machine);
@@ -277,68 +377,11 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
   Kernel persistent;
   persistent.taskPath = path;
   persistent.parts = program.kernels;
-  std::vector<int> partOf;
   for (size_t k = 0; k < plans.size(); ++k)
-    for (int64_t b = 0; b < plans[k].blocks; ++b) {
-      persistent.tasks.push_back({int(k), b, {}, {}, 0});
-      partOf.push_back(int(k));
-    }
-
-  // Waits: every earlier task of another part whose bytes this one reads or overwrites.
-  AccessMap arena(partOf);
-  for (size_t t = 0; t < persistent.tasks.size(); ++t) {
-    Task &task = persistent.tasks[t];
-    const Kernel &part = program.kernels[size_t(task.part)];
-    auto valueOf = [&](int param) {
-      return size_t(param) < part.inputs.size() ? part.inputs[size_t(param)]
-                                                : part.outputs.at(size_t(param) - part.inputs.size());
-    };
-    BlockAccess access = plans[size_t(task.part)].access(task.block);
-    std::set<int> waits;
-    for (const ElementRange &range : access.reads)
-      for (auto [begin, end] : arenaBytes(program, valueOf(range.param), range.begin, range.end))
-        arena.read(begin, end, int(t), waits);
-    for (const ElementRange &range : access.writes)
-      for (auto [begin, end] : arenaBytes(program, valueOf(range.param), range.begin, range.end)) {
-        arena.write(begin, end, int(t), waits);
-        task.writes.push_back({begin, end});
-      }
-    task.waits.assign(waits.begin(), waits.end());
-    // The estimate: the kernel's work shared by its blocks, at one SM's share of the rates.
-    const int64_t blocks = plans[size_t(task.part)].blocks;
-    double flops = double(part.flops) / double(blocks), bytes = double(part.minBytes) / double(blocks);
-    double rate = program.dtype == DType::BF16 ? kTensorFlopsPerSM : kFmaFlopsPerSM;
-    task.cost = std::max(flops / rate, bytes / kBytesPerSM) * 1e6 + kTaskOverheadUs;
-  }
-
-  // Each task, in order, to the worker that can start it first (its waits done, the
-  // worker free); among those, the one free latest, which leaves the others' time whole.
-  const int workers = machine.multiprocessors;
-  persistent.workers.assign(size_t(workers), {});
-  std::vector<double> free(size_t(workers), 0.0), finish(persistent.tasks.size(), 0.0);
-  std::vector<int> workerOf(persistent.tasks.size(), 0);
-  for (size_t t = 0; t < persistent.tasks.size(); ++t) {
-    Task &task = persistent.tasks[t];
-    double ready = 0;
-    for (int wait : task.waits) ready = std::max(ready, finish[size_t(wait)]);
-    int best = 0;
-    for (int w = 1; w < workers; ++w) {
-      double start = std::max(free[size_t(w)], ready), bestStart = std::max(free[size_t(best)], ready);
-      if (start < bestStart || (start == bestStart && free[size_t(w)] > free[size_t(best)])) best = w;
-    }
-    finish[t] = std::max(free[size_t(best)], ready) + task.cost;
-    free[size_t(best)] = finish[t];
-    workerOf[t] = best;
-    persistent.workers[size_t(best)].push_back(int(t));
-    // A worker runs its tasks in order: a task of its own is done already, and of another
-    // worker's only the latest matters.
-    std::map<int, int> latest;  // worker -> its latest task waited for
-    for (int wait : task.waits)
-      if (workerOf[size_t(wait)] != best) latest[workerOf[size_t(wait)]] = std::max(latest[workerOf[size_t(wait)]], wait);
-    task.waits.clear();
-    for (const auto &[worker, wait] : latest) task.waits.push_back(wait);
-    std::sort(task.waits.begin(), task.waits.end());
-  }
+    for (int64_t b = 0; b < plans[k].blocks; ++b) persistent.tasks.push_back({int(k), b, {}, {}, 0});
+  deriveWaits(program, plans, persistent);
+  assignWorkers(persistent, machine.multiprocessors);
+  dropImpliedWaits(persistent);
 
   // The parts' workspaces and counters side by side (they run at once), then a done word
   // per task and the two control words.
@@ -369,13 +412,31 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
   }
   persistent.name = persistent.entry = fmt::format("tl_persistent_{}_{}_{}x{}", identifier(program.model),
                                                    dtypeName(program.dtype), program.batch, program.seqLen);
-  persistent.launch[path] = {workers, threads, ring.end(shared)};
+  persistent.launch[path] = {machine.multiprocessors, threads, ring.end(shared)};
   persistent.source = kKernelSignaturePrefix + kernelSignature(program, persistent) + "\n" +
                       persistentSource(persistent.entry, persistent, threads, machine.workersPerSM, ring, program);
   program.kernels = {std::move(persistent)};
   program.workspaceBytes = program.kernels[0].workspaceBytes;
   return "";
 }
+
+namespace {
+
+// Task numbers as a reader takes them in: runs of three or more as ranges ("t32-t47").
+std::string taskList(const std::vector<int> &tasks) {
+  std::string out;
+  for (size_t i = 0; i < tasks.size();) {
+    size_t run = i;
+    while (run + 1 < tasks.size() && tasks[run + 1] == tasks[run] + 1) ++run;
+    out += fmt::format("{}t{}", out.empty() ? "" : ",", tasks[i]);
+    if (run >= i + 2) out += fmt::format("-t{}", tasks[run]);
+    else run = i;
+    i = run + 1;
+  }
+  return out;
+}
+
+} // namespace
 
 std::string describeSchedule(const Program &program, int layer) {
   std::string out;
@@ -404,10 +465,7 @@ std::string describeSchedule(const Program &program, int layer) {
         const Task &task = kernel.tasks[size_t(t)];
         if (layer >= 0 && kernel.parts[size_t(task.part)].layer != layer) continue;
         line += fmt::format(" t{}=p{}.{}~{:.1f}", t, task.part, task.block, task.cost);
-        if (!task.waits.empty()) {
-          line += "<-";
-          for (size_t i = 0; i < task.waits.size(); ++i) line += fmt::format("{}t{}", i ? "," : "", task.waits[i]);
-        }
+        if (!task.waits.empty()) line += "<-" + taskList(task.waits);
       }
       if (!line.empty()) out += fmt::format("  w{:<3}{}\n", w, line);
     }

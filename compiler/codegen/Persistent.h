@@ -27,6 +27,15 @@ std::vector<std::pair<int64_t, int64_t>> arenaBytes(const Program &program, int 
 // the Program as it was.
 std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &plans, const Machine &machine);
 
+// Drops each wait of a task that another of its predecessors implies: where task t waits
+// for x, and its worker's task before it or another task it waits for could start only
+// after x was done (through its own waits or its worker's order, transitively), that
+// one's done word says x's too, and t need not poll x's. Every wait is for an earlier
+// task and each worker's list ascends. At the 1.1B's decode an attention task waited for
+// 130 tasks, most of them the previous layer's down projection, which the QKV tasks it
+// waits for had waited for already.
+void dropImpliedWaits(Kernel &persistent);
+
 // What tlc --emit=schedule prints: each worker's tasks (part, block, estimated time) and
 // every task's waits, readably; `layer` >= 0 shows the tasks of that transformer block only.
 std::string describeSchedule(const Program &program, int layer = -1);

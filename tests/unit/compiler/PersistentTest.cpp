@@ -5,12 +5,15 @@
 // inputs, and the logits differ from O0's.
 #include "TestSupport.h"
 
+#include "compiler/codegen/Persistent.h"
 #include "runtime/Backend.h"
 #include "runtime/Error.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <random>
+#include <set>
 
 using namespace tlc;
 
@@ -94,6 +97,64 @@ TEST(Persistent, DroppedWaitsGiveWrongLogitsOnTheCpu) {
   std::vector<float> expected = reference->forward(tokens).logits.data, got = backend->forward(tokens).logits.data;
   double error = relativeError(got, expected);
   EXPECT_TRUE(!(error <= 1e-3)) << "the logits came out right without the waits: " << error;
+}
+
+// Whether task `from` is done before task `to` starts in `kernel`'s table: a path of waits
+// and of each worker's order (a search back from `to`).
+bool doneBefore(const Kernel &kernel, int from, int to) {
+  std::vector<int> before(kernel.tasks.size(), -1);
+  for (const std::vector<int> &tasks : kernel.workers)
+    for (size_t i = 1; i < tasks.size(); ++i) before[size_t(tasks[i])] = tasks[i - 1];
+  std::vector<bool> seen(kernel.tasks.size(), false);
+  std::vector<int> stack = {to};
+  while (!stack.empty()) {
+    int t = stack.back();
+    stack.pop_back();
+    std::vector<int> predecessors = kernel.tasks[size_t(t)].waits;
+    if (before[size_t(t)] >= 0) predecessors.push_back(before[size_t(t)]);
+    for (int p : predecessors) {
+      if (p == from) return true;
+      if (p > from && !seen[size_t(p)]) seen[size_t(p)] = true, stack.push_back(p);
+    }
+  }
+  return false;
+}
+
+// A wait that another predecessor implies is dropped, and only such a wait: on random task
+// tables (random workers, waits for random earlier tasks), every wait dropped is still
+// done before its task through the waits kept, and no wait kept is.
+TEST(Persistent, OnlyImpliedWaitsAreDropped) {
+  std::mt19937 random(::testing::UnitTest::GetInstance()->random_seed() + 7);
+  for (int round = 0; round < 20; ++round) {
+    Kernel kernel;
+    const int tasks = 200, workers = 2 + round % 6;
+    kernel.workers.assign(size_t(workers), {});
+    for (int t = 0; t < tasks; ++t) {
+      Task task;
+      std::set<int> waits;
+      for (int i = 0; t > 0 && i < int(random() % 6); ++i) waits.insert(int(random() % unsigned(t)));
+      task.waits.assign(waits.begin(), waits.end());
+      kernel.tasks.push_back(task);
+      kernel.workers[random() % unsigned(workers)].push_back(t);
+    }
+    Kernel reduced = kernel;
+    codegen::dropImpliedWaits(reduced);
+    int dropped = 0;
+    for (int t = 0; t < tasks; ++t) {
+      const std::vector<int> &kept = reduced.tasks[size_t(t)].waits;
+      for (int wait : kernel.tasks[size_t(t)].waits) {
+        EXPECT_TRUE(doneBefore(reduced, wait, t)) << "round " << round << ": task " << t << " lost " << wait;
+        dropped += std::count(kept.begin(), kept.end(), wait) == 0;
+      }
+      for (int wait : kept) {  // without it, not done before t
+        Kernel without = reduced;
+        std::vector<int> &waits = without.tasks[size_t(t)].waits;
+        waits.erase(std::find(waits.begin(), waits.end(), wait));
+        EXPECT_FALSE(doneBefore(without, wait, t)) << "round " << round << ": task " << t << " kept " << wait;
+      }
+    }
+    EXPECT_GT(dropped, 0) << "round " << round << ": random tables have implied waits";
+  }
 }
 
 // The runtime refuses a task table that could hang or race: a wait for a later task, a
