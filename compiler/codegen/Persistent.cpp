@@ -313,6 +313,7 @@ void assignWorkers(Kernel &persistent, int workers) {
     std::sort(task.waits.begin(), task.waits.end());
   }
 }
+
 } // namespace
 
 void dropImpliedWaits(Kernel &persistent) {
@@ -332,6 +333,7 @@ void dropImpliedWaits(Kernel &persistent) {
   std::vector<int> furthest(workers), by(workers), second(workers);
   for (size_t t = 0; t < tasks; ++t) {
     Task &task = persistent.tasks[t];
+    if (workerOf[t] < 0) continue;  // on no worker: a table the validator refuses; its waits stay
     std::fill(furthest.begin(), furthest.end(), -1);
     std::fill(second.begin(), second.end(), -1);
     auto merge = [&](int predecessor) {
@@ -342,11 +344,13 @@ void dropImpliedWaits(Kernel &persistent) {
       }
     };
     if (before[t] >= 0) merge(before[t]);
-    for (int wait : task.waits) merge(wait);
+    for (int wait : task.waits)
+      if (workerOf[size_t(wait)] >= 0) merge(wait);
     std::vector<int> kept;
     for (int wait : task.waits) {
-      const size_t v = size_t(workerOf[size_t(wait)]);
-      if ((by[v] == wait ? second[v] : furthest[v]) < position[size_t(wait)]) kept.push_back(wait);
+      const int v = workerOf[size_t(wait)];
+      if (v < 0 || (by[size_t(v)] == wait ? second[size_t(v)] : furthest[size_t(v)]) < position[size_t(wait)])
+        kept.push_back(wait);
     }
     task.waits = std::move(kept);
     std::copy(furthest.begin(), furthest.end(), done.begin() + int64_t(t * workers));
