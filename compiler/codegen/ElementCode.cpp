@@ -126,116 +126,113 @@ std::string ElementCode::values(const ElementRef &value, const std::string &out,
   return code({}, {value, out}, loop, indent);
 }
 
-std::string ElementCode::code(const std::vector<Store> &stores, const Into &into, const ChunkLoop &loop,
-                              const std::string &indent) {
-  std::string head, body, tail;
-  std::map<const ElementExpr *, std::string> names;
-  std::map<std::pair<int, std::string>, std::string> loads;  // each element read once, whichever store asks
-  int temporaries = 0;
-  const std::string &var = loop.variable;
-  auto at = [&](const IndexExpr &index) { return indexCode(index); };
-  auto atBase = [&](const IndexExpr &index) {
-    return indexCode(index.substitute(var, IndexExpr::variable(loop.base, loop.extent)));
-  };
+namespace {
 
-  std::function<std::string(const ElementRef &)> value = [&](const ElementRef &expr) -> std::string {
+// A chunk's values as C statements: `head` (vector loads before the element loop) and
+// `body` (a const float per expression inside it, each element read once whichever store
+// asks); value() returns the name holding an expression.
+struct ChunkValues {
+  ElementCode &code;
+  const std::string &kernel;
+  const ParamNames &params;
+  const ChunkLoop &loop;
+  std::string head, body;
+  std::map<const ElementExpr *, std::string> names;
+  std::map<std::pair<int, std::string>, std::string> loads;
+  int temporaries = 0;
+
+  std::string at(const IndexExpr &index) const { return indexCode(index); }
+  std::string atBase(const IndexExpr &index) const {
+    return indexCode(index.substitute(loop.variable, IndexExpr::variable(loop.base, loop.extent)));
+  }
+
+  std::string value(const ElementRef &expr) {
     auto found = names.find(expr.get());
     if (found != names.end()) return found->second;
     if (expr->kind == ElementExpr::Kind::Load) {
       auto loaded = loads.find({expr->param, expr->offset.str()});
       if (loaded != loads.end()) return names[expr.get()] = loaded->second;
     }
-    std::string name = fmt::format("x{}", temporaries++), code;
+    std::string name = fmt::format("x{}", temporaries++);
+    const std::string text = valueCode(expr, name);
+    body += fmt::format("      const float {} = {};\n", name, text);
+    names[expr.get()] = name;
+    return name;
+  }
+
+  // The expression's C value (its operands named first); `name` is the one it will have.
+  std::string valueCode(const ElementRef &expr, const std::string &name) {
     switch (expr->kind) {
     case ElementExpr::Kind::Load: {
       loads[{expr->param, expr->offset.str()}] = name;
-      const std::string &param = params_.names.at(size_t(expr->param));
-      if (loop.vector > 1 && contiguous(expr->offset, loop)) {
+      const std::string &param = params.names.at(size_t(expr->param));
+      if (loop.vector > 1 && ElementCode::contiguous(expr->offset, loop)) {
         head += fmt::format("    float {}v[{}];\n    tl_ld8(p.{}, {}, {}v);\n", name, loop.vector, param,
                             atBase(expr->offset), name);
-        code = fmt::format("{}v[i]", name);
-      } else {
-        code = fmt::format("tl_ld(p.{}, {})", param, at(expr->offset));
+        return fmt::format("{}v[i]", name);
       }
-      break;
+      return fmt::format("tl_ld(p.{}, {})", param, at(expr->offset));
     }
-    case ElementExpr::Kind::Accumulator: code = loop.accumulator(*expr, "i"); break;
+    case ElementExpr::Kind::Accumulator: return loop.accumulator(*expr, "i");
     case ElementExpr::Kind::Apply: {
       const ElementwiseOp *op = findElementwiseOp(expr->op);
       if (!op || size_t(op->operands) != expr->args.size())
-        throw Error(fmt::format("code generation: kernel '{}': '{}' is not an elementwise op of {} operands", kernel_,
+        throw Error(fmt::format("code generation: kernel '{}': '{}' is not an elementwise op of {} operands", kernel,
                                 expr->op, expr->args.size()));
       std::string a = value(expr->args[0]), b = op->operands > 1 ? value(expr->args[1]) : "0.0f";
-      code = fmt::format("tl_{}<float>({}, {}, {})", expr->op, a, b, floatLiteral(expr->attr));
-      break;
+      return fmt::format("tl_{}<float>({}, {}, {})", expr->op, a, b, floatLiteral(expr->attr));
     }
     case ElementExpr::Kind::Rope: {
       std::string first = value(expr->args[0]), second = value(expr->args[1]);
-      std::string table = ropeTable(expr->theta, expr->headDim);
+      std::string table = code.ropeTable(expr->theta, expr->headDim);
       std::string position = at(expr->position);
       if (expr->positions >= 0)  // generation: the sequence's position, read at run time
-        position = fmt::format("p.{}[{}] + ({})", params_.names.at(size_t(expr->positions)), at(expr->sequence), position);
+        position = fmt::format("p.{}[{}] + ({})", params.names.at(size_t(expr->positions)), at(expr->sequence), position);
       body += fmt::format("      float {0}c, {0}s;\n"
                           "      tl_rope_cos_sin((float)({1}), {2}[2 * ({3})], {2}[2 * ({3}) + 1], {0}c, {0}s);\n",
                           name, position, table, at(expr->pair));
-      code = fmt::format("tl_rope({}, {}, ({}) != 0, {}c, {}{}s)", first, second, at(expr->isSecond), name,
+      return fmt::format("tl_rope({}, {}, ({}) != 0, {}c, {}{}s)", first, second, at(expr->isSecond), name,
                          expr->inverse ? "-" : "", name);
-      break;
     }
     case ElementExpr::Kind::CausalMask: {
       std::string x = value(expr->args[0]);
-      code = fmt::format("({}) > ({}) + {} ? {} : {}", at(expr->column), at(expr->row), expr->shift,
+      return fmt::format("({}) > ({}) + {} ? {} : {}", at(expr->column), at(expr->row), expr->shift,
                          expr->inverse ? "0.0f" : "-tl_inf()", x);
-      break;
     }
     }
-    body += fmt::format("      const float {} = {};\n", name, code);
-    names[expr.get()] = name;
-    return name;
-  };
+    return "";
+  }
 
-  std::vector<std::string> results;
-  for (const Store &store : stores) results.push_back(value(store.value));
-  std::string intoResult = into.value ? value(into.value) : "";
-
-  // The chunk starts on a multiple of its width: lets the compiler see that neighbours
-  // share a RoPE pair (one sine and cosine for both).
-  std::string out = "  {\n" + (loop.vector > 1 ? fmt::format("    __builtin_assume({} % {} == 0);\n", loop.base, loop.vector) : "") + head;
-  for (size_t s = 0; s < stores.size(); ++s) out += fmt::format("    float r{}[{}];\n", s, loop.vector);
-  out += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) {{\n      const auto {} = {} + i;\n      (void){};\n",
-                     loop.vector, var, loop.base, var);
-  out += body;
-  for (size_t s = 0; s < stores.size(); ++s) out += fmt::format("      r{}[i] = {};\n", s, results[s]);
-  if (into.value) out += fmt::format("      {}[i] = {};\n", into.array, intoResult);
-  out += "    }\n";
-  for (size_t s = 0; s < stores.size(); ++s) {
-    const Store &store = stores[s];
-    const std::string &param = params_.names.at(size_t(store.param));
+  // Store s's writes of the chunk's r<s>[], after the element loop: 8 at a time where the
+  // chunk is contiguous (and a KV cache row does not change within it), else one by one.
+  std::string store(const Store &store, size_t s) const {
+    const std::string &param = params.names.at(size_t(store.param)), &var = loop.variable;
     // A KV cache row at a run-time position: the offset's run-time part, and where it fits.
     auto cacheRow = [&](auto &&index) -> std::pair<std::string, std::string> {
       if (!store.cacheRow.atRunTime()) return {"", ""};
-      std::string position = fmt::format("p.{}[{}]", params_.names.at(size_t(store.cacheRow.param)),
+      std::string position = fmt::format("p.{}[{}]", params.names.at(size_t(store.cacheRow.param)),
                                          index(store.cacheRow.sequence));
       return {fmt::format(" + (tl_i64){} * {}", position, store.stride),
               fmt::format("{} + ({}) < {}", position, index(store.cacheRow.token), store.context)};
     };
     bool rowPerChunk = !store.cacheRow.atRunTime() ||
-                       (store.stride % loop.vector == 0 && constantOverChunks(store.cacheRow.sequence, loop) &&
-                        constantOverChunks(store.cacheRow.token, loop));
-    if (loop.vector > 1 && loop.extent % loop.vector == 0 && contiguous(store.offset, loop) && rowPerChunk) {
-      auto [shift, fits] = cacheRow(atBase);
+                       (store.stride % loop.vector == 0 && ElementCode::constantOverChunks(store.cacheRow.sequence, loop) &&
+                        ElementCode::constantOverChunks(store.cacheRow.token, loop));
+    if (loop.vector > 1 && loop.extent % loop.vector == 0 && ElementCode::contiguous(store.offset, loop) && rowPerChunk) {
+      auto [shift, fits] = cacheRow([&](const IndexExpr &index) { return atBase(index); });
       std::string write = fmt::format("tl_st8(p.{}, {}{}, r{});", param, atBase(store.offset), shift, s);
-      out += fits.empty() ? "    " + write + "\n" : fmt::format("    if ({}) {}\n", fits, write);
-    } else {
-      auto [shift, fits] = cacheRow(at);
-      out += fmt::format("    for (int i = 0; i < {}; ++i) {{\n      const auto {} = {} + i;\n"
-                         "      if ({}{} < {}) tl_st(p.{}, {}{}, r{}[i]);\n    }}\n",
-                         loop.vector, var, loop.base, fits.empty() ? "" : fits + " && ", var, loop.extent, param,
-                         at(store.offset), shift, s);
+      return fits.empty() ? "    " + write + "\n" : fmt::format("    if ({}) {}\n", fits, write);
     }
+    auto [shift, fits] = cacheRow([&](const IndexExpr &index) { return at(index); });
+    return fmt::format("    for (int i = 0; i < {}; ++i) {{\n      const auto {} = {} + i;\n"
+                       "      if ({}{} < {}) tl_st(p.{}, {}{}, r{}[i]);\n    }}\n",
+                       loop.vector, var, loop.base, fits.empty() ? "" : fits + " && ", var, loop.extent, param,
+                       at(store.offset), shift, s);
   }
-  out += "  }\n";
-  // Written at an indent of two; moved to where the caller puts it.
+};
+
+// Code written at an indent of two, moved to `indent` (pragmas stay at the line's start).
+std::string reindent(const std::string &out, const std::string &indent) {
   std::string indented;
   for (size_t start = 0; start < out.size();) {
     size_t end = out.find('\n', start);
@@ -244,6 +241,30 @@ std::string ElementCode::code(const std::vector<Store> &stores, const Into &into
     start = end + 1;
   }
   return indented;
+}
+
+} // namespace
+
+std::string ElementCode::code(const std::vector<Store> &stores, const Into &into, const ChunkLoop &loop,
+                              const std::string &indent) {
+  ChunkValues chunk{*this, kernel_, params_, loop};
+  std::vector<std::string> results;
+  for (const Store &store : stores) results.push_back(chunk.value(store.value));
+  std::string intoResult = into.value ? chunk.value(into.value) : "";
+
+  // The chunk starts on a multiple of its width: lets the compiler see that neighbours
+  // share a RoPE pair (one sine and cosine for both).
+  const std::string &var = loop.variable;
+  std::string out = "  {\n" + (loop.vector > 1 ? fmt::format("    __builtin_assume({} % {} == 0);\n", loop.base, loop.vector) : "") + chunk.head;
+  for (size_t s = 0; s < stores.size(); ++s) out += fmt::format("    float r{}[{}];\n", s, loop.vector);
+  out += fmt::format("#pragma unroll\n    for (int i = 0; i < {}; ++i) {{\n      const auto {} = {} + i;\n      (void){};\n",
+                     loop.vector, var, loop.base, var);
+  out += chunk.body;
+  for (size_t s = 0; s < stores.size(); ++s) out += fmt::format("      r{}[i] = {};\n", s, results[s]);
+  if (into.value) out += fmt::format("      {}[i] = {};\n", into.array, intoResult);
+  out += "    }\n";
+  for (size_t s = 0; s < stores.size(); ++s) out += chunk.store(stores[s], s);
+  return reindent(out + "  }\n", indent);
 }
 
 } // namespace tlc::codegen
