@@ -267,42 +267,59 @@ std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, const Machine &ma
 }
 
 namespace {
-std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Machine &machine, bool aKM) {
-  // overrides.noWgmma: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
-  if (!machine.wgmma) return std::nullopt;
-  const int multiprocessors = machine.multiprocessors;
-  // A stored [K, M] or B stored [K, N] (the backward's GEMMs): only gemm_wgmma.cuh's v1
-  // kernel reads them (64-column panels, wgmma's transposes), so no producer warpgroup
-  // and no 160-column tiles.
-  const bool transposed = aKM || gemm.bKN;
-  auto transposable = [&](const WgmmaTile &tile) { return !transposed || (!tile.producer && tile.BN % 64 == 0); };
-  // RMSNorm's backward in the epilogue (gemm_wgmma.cuh v11): v1's kernel, a row's column
-  // tiles one cluster, K unsplit.
-  auto clusterFits = [&](const WgmmaTile &tile) {
-    return !gemm.normGrad || (gemm.batch == 1 && !tile.producer && tile.BN % 64 == 0 && tile.splits == 1 &&
-                              columnTiles(gemm, tile.BN) <= maxClusterTiles(machine));
-  };
-  static const WgmmaTile candidates[] = {{128, 128, 3, 1, 2}, {128, 256, 4}, {128, 128, 4}, {64, 128, 4}, {64, 64, 6}};
-  auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
+
+// A stored [K, M] or B stored [K, N] (the backward's GEMMs): only gemm_wgmma.cuh's v1
+// kernel reads them (64-column panels, wgmma's transposes), so no producer warpgroup and
+// no 160-column tiles.
+bool transposableTile(const GemmSpec &gemm, bool aKM, const WgmmaTile &tile) {
+  return !(aKM || gemm.bKN) || (!tile.producer && tile.BN % 64 == 0);
+}
+
+// RMSNorm's backward in the epilogue (gemm_wgmma.cuh v11): v1's kernel, a row's column
+// tiles one cluster, K unsplit.
+bool normGradClusterFits(const GemmSpec &gemm, const Machine &machine, const WgmmaTile &tile) {
+  return !gemm.normGrad || (gemm.batch == 1 && !tile.producer && tile.BN % 64 == 0 && tile.splits == 1 &&
+                            columnTiles(gemm, tile.BN) <= maxClusterTiles(machine));
+}
+
+// overrides.wgmmaTile (BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]) where it parses and
+// the GEMM and the machine can run it; none otherwise.
+std::optional<WgmmaTile> forcedWgmmaTile(const GemmSpec &gemm, const Machine &machine, bool aKM) {
   const std::string &text = machine.overrides.wgmmaTile;
   WgmmaTile forced;
   int producer = 0;
   bool parsed = !text.empty() && std::sscanf(text.c_str(), "%dx%dx%dx%dx%dx%d", &forced.BM, &forced.BN, &forced.stages,
                                              &forced.splits, &forced.resident, &producer) >= 3;
+  if (!parsed) return std::nullopt;
   forced.producer = producer == 1;
   // The warp-specialized kernel: 64- or 128-row tiles, no RMSNorm gain (one folded into
   // the weight is fine); it splits K only for the 128-row tiles of a short last wave.
-  if (forced.producer && forced.splits > 1) forced.splitTiles = tilesOf(forced.BM, forced.BN) % multiprocessors;
+  if (forced.producer && forced.splits > 1)
+    forced.splitTiles = gemm.batch * ceilDiv(gemm.M, forced.BM) * columnTiles(gemm, forced.BN) % machine.multiprocessors;
   bool producerFits = producer == 0 || (forced.producer && gemm.gain < 0 &&
                                         (forced.splits == 1 ||
                                          (forced.BM == 128 && splitsLastWave(gemm, forced, machine))));
-  if (parsed && producerFits && forced.splits >= 1 && forced.splits <= 8 && forced.resident >= 1 && forced.resident <= 4 &&
+  if (producerFits && forced.splits >= 1 && forced.splits <= 8 && forced.resident >= 1 && forced.resident <= 4 &&
       forced.resident * (forced.sharedBytes() + machine.reservedPerBlock) <= machine.sharedBytesPerSM &&
       (forced.BM == 64 || forced.BM == 128 || (forced.BM == 256 && !forced.producer && forced.resident == 1)) &&
       isWgmmaWidth(forced.BN) &&
       forced.stages >= 3 && forced.stages <= 16 && forced.sharedBytes() <= machine.sharedBytesPerBlock &&
-      tileHoldsEpilogue(gemm, forced.BN) && transposable(forced) && clusterFits(forced))
+      tileHoldsEpilogue(gemm, forced.BN) && transposableTile(gemm, aKM, forced) &&
+      normGradClusterFits(gemm, machine, forced))
     return forced;
+  return std::nullopt;
+}
+
+std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Machine &machine, bool aKM) {
+  // overrides.noWgmma: sm_90a runs the mma.sync path too (to test and time it on a Hopper).
+  if (!machine.wgmma) return std::nullopt;
+  if (std::optional<WgmmaTile> forced = forcedWgmmaTile(gemm, machine, aKM)) return forced;
+  const int multiprocessors = machine.multiprocessors;
+  const bool transposed = aKM || gemm.bKN;
+  auto transposable = [&](const WgmmaTile &tile) { return transposableTile(gemm, aKM, tile); };
+  auto clusterFits = [&](const WgmmaTile &tile) { return normGradClusterFits(gemm, machine, tile); };
+  static const WgmmaTile candidates[] = {{128, 128, 3, 1, 2}, {128, 256, 4}, {128, 128, 4}, {64, 128, 4}, {64, 64, 6}};
+  auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
   // RMSNorm's backward: 128-row tiles of the narrowest width whose row fits one cluster
   // (H100, the workshop's QKV dX with its norm, 1024x512, K 1024: 14.2 µs on 128x64
   // tiles, 17.5 on 64x64, 23.8 on 64x128, before the registers were prefetched; 13.3 after).
