@@ -127,6 +127,107 @@ void saveGradients(const TrainStepResult &result, const std::string &path) {
   gradients.saveSafetensors(path);
 }
 
+// What the run prints before its first step: the model, level, dtype and batch, the
+// pipeline, the matmul precision, the kernels, the ranks, the optimizer and the inputs.
+std::string trainingHeader(const Program &program, Backend &backend, const TrainingRun &run,
+                           const TrainingBatches &batches, int ranks) {
+  const int64_t globalBatch = program.batch * ranks;
+  std::string batchText = ranks > 1 ? fmt::format("batch {} x seq {} a rank, global batch {}", program.batch,
+                                                  program.seqLen, globalBatch)
+                                    : fmt::format("batch {} x seq {}", program.batch, program.seqLen);
+  std::string header = fmt::format("tlc train: {} at {}, {}, {}, {} step{} on {}\n", program.model,
+                                   describeOptLevel(program.optLevel), dtypeName(program.dtype), batchText, run.steps,
+                                   run.steps == 1 ? "" : "s", backend.name());
+  header += fmt::format("  pipeline  {}\n", program.pipeline);
+  header += matmulPrecisionLine(program, backend);
+  header += kernelSplit(program);
+  if (run.ranks) header += describeRanks(program, backend, run);
+  header += fmt::format("  optimizer {}\n", describeAdamW(run.adamw));
+  header += fmt::format("  inputs    weights {}; tokens {}\n", describeWeights(run.inputs), batches.describe());
+  return header;
+}
+
+struct StepTotals {
+  double milliseconds = 0;
+  float firstLoss = 0, lastLoss = 0;
+};
+
+// The steps, each line printed by the rank that speaks; the first step's gradients saved
+// where asked; the steps after the first profiled (NCCL connects its ranks in the first).
+StepTotals runSteps(const Program &program, Backend &backend, const TrainingRun &run, TrainingBatches &batches,
+                    Profiler &profiler, bool speaks, int ranks) {
+  const int64_t globalBatch = program.batch * ranks, tokensPerStep = globalBatch * program.seqLen;
+  ProgressBar bar(run.progressBar && speaks, run.steps);
+  bar.draw(0);
+  StepTotals totals;
+  for (int64_t step = 1; step <= run.steps; ++step) {
+    TrainStepOptions options;
+    options.keepGradients = step == 1 && !run.saveGradientsPath.empty() && speaks;
+    TrainStepResult result = backend.trainStep(batches.next(), options);
+    if (!std::isfinite(result.loss))
+      throw Error(fmt::format("step {}: the loss is {}; training diverged (try a smaller --learning-rate)", step,
+                              result.loss));
+    totals.milliseconds += result.milliseconds;
+    if (options.keepGradients) saveGradients(result, run.saveGradientsPath);
+    if (run.profile && (step > 1 || run.steps == 1)) profiler.add(result.kernelTimes);
+    if (step == 1) totals.firstLoss = result.loss;
+    totals.lastLoss = result.loss;
+    double seconds = result.milliseconds / 1000;
+    bar.erase();
+    if (speaks)
+      fmt::print("step {:>{}}/{} | loss {:.4f} | {:.1f} samples/s | {:.0f} tokens/s | {:.1f} ms\n", step,
+                 std::to_string(run.steps).size(), run.steps, result.loss, double(globalBatch) / seconds,
+                 double(tokensPerStep) / seconds, result.milliseconds);
+    std::fflush(stdout);
+    bar.draw(step, result.loss, totals.milliseconds / 1000 / double(step) * double(run.steps - step));
+  }
+  bar.erase();
+  return totals;
+}
+
+// The run's summary: steps and losses, speed, memory.
+void printTrainingSummary(const Program &program, Backend &backend, const TrainingRun &run, const StepTotals &totals,
+                          int ranks) {
+  const int64_t globalBatch = program.batch * ranks, tokensPerStep = globalBatch * program.seqLen;
+  double seconds = totals.milliseconds / 1000;
+  int64_t activations = backend.peakActivationBytes(), weightBytes = backend.weightBytes(),
+          moments = backend.optimizerStateBytes();
+  fmt::print("Training completed: {} steps, {}, loss {:.4f} -> {:.4f}\n", run.steps,
+             ranks > 1 ? fmt::format("global batch size {} ({} a rank x {} ranks)", globalBatch, program.batch, ranks)
+                       : fmt::format("batch size {}", program.batch),
+             totals.firstLoss, totals.lastLoss);
+  fmt::print("Performance: {:.1f} samples/sec, {:.0f} tokens/sec ({:.1f} ms a step)\n",
+             double(globalBatch * run.steps) / seconds, double(tokensPerStep * run.steps) / seconds,
+             totals.milliseconds / double(run.steps));
+  fmt::print("Memory usage: {} peak{} (activations and gradients {}, weights {}, AdamW moments {})\n",
+             mib(activations + weightBytes + moments), ranks > 1 ? " a rank" : "", mib(activations), mib(weightBytes),
+             mib(moments));
+}
+
+// Every rank's trained weights checked against rank 0's; rank 0 saves them where asked,
+// unless a weight is not a number.
+void finishWeights(Backend &backend, const TrainingRun &run, bool speaks) {
+  if (!run.ranks && run.saveWeightsPath.empty()) return;
+  Weights trained;
+  {
+    ProgressLine line(run.ranks ? "checking that every rank's weights agree" : "saving the trained weights");
+    trained = backend.trainedWeights();
+    if (run.ranks) checkRanksAgree(*run.ranks, trained);
+  }
+  if (speaks && run.ranks) fmt::print("Ranks agree: every rank's trained weights are rank 0's, bit for bit\n");
+  if (speaks && !run.saveWeightsPath.empty()) {
+    ProgressLine line("saving the trained weights");
+    // The last update is checked by no loss: a weight that is not a number is said here,
+    // and nothing is written (no loader would take it back).
+    if (std::string bad = nonFiniteWeight(trained); !bad.empty())
+      throw Error(fmt::format("the weights after step {} are not finite: {}; they were not saved to '{}' (try a "
+                              "smaller --learning-rate, or --clip-grad-norm)",
+                              run.steps, bad, run.saveWeightsPath));
+    trained.saveSafetensors(run.saveWeightsPath);
+    fmt::print("Saved the trained weights to {}\n", run.saveWeightsPath);
+  }
+}
+
 } // namespace
 
 void train(const Program &program, Backend &backend, const TrainingRun &run) {
@@ -143,91 +244,18 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
   }
   // Rank 0 speaks for the run: every rank's loss is the global batch's.
   bool speaks = rank == 0;
-  const int64_t globalBatch = program.batch * ranks, tokensPerStep = globalBatch * program.seqLen;
-  std::string batchText = ranks > 1 ? fmt::format("batch {} x seq {} a rank, global batch {}", program.batch,
-                                                  program.seqLen, globalBatch)
-                                    : fmt::format("batch {} x seq {}", program.batch, program.seqLen);
-  std::string header = fmt::format("tlc train: {} at {}, {}, {}, {} step{} on {}\n", program.model,
-                                   describeOptLevel(program.optLevel), dtypeName(program.dtype), batchText, run.steps,
-                                   run.steps == 1 ? "" : "s", backend.name());
-  header += fmt::format("  pipeline  {}\n", program.pipeline);
-  header += matmulPrecisionLine(program, backend);
-  header += kernelSplit(program);
-  if (run.ranks) header += describeRanks(program, backend, run);
-  header += fmt::format("  optimizer {}\n", describeAdamW(run.adamw));
-  header += fmt::format("  inputs    weights {}; tokens {}\n", describeWeights(run.inputs), batches.describe());
-  if (speaks) fmt::print("{}", header);
+  if (speaks) fmt::print("{}", trainingHeader(program, backend, run, batches, ranks));
   std::fflush(stdout);
 
   DeviceInfo device = backend.deviceInfo();
   Profiler profiler(program, device.name.empty() ? backend.name() : device.name, "training step");
-  ProgressBar bar(run.progressBar && speaks, run.steps);
-  bar.draw(0);
-  double totalMilliseconds = 0;
-  float firstLoss = 0, lastLoss = 0;
-  for (int64_t step = 1; step <= run.steps; ++step) {
-    TrainStepOptions options;
-    options.keepGradients = step == 1 && !run.saveGradientsPath.empty() && speaks;
-    TrainStepResult result = backend.trainStep(batches.next(), options);
-    if (!std::isfinite(result.loss))
-      throw Error(fmt::format("step {}: the loss is {}; training diverged (try a smaller --learning-rate)", step,
-                              result.loss));
-    totalMilliseconds += result.milliseconds;
-    if (options.keepGradients) saveGradients(result, run.saveGradientsPath);
-    // The first step warms up (NCCL connects its ranks there): profiled only when alone.
-    if (run.profile && (step > 1 || run.steps == 1)) profiler.add(result.kernelTimes);
-    if (step == 1) firstLoss = result.loss;
-    lastLoss = result.loss;
-    double seconds = result.milliseconds / 1000;
-    bar.erase();
-    if (speaks)
-      fmt::print("step {:>{}}/{} | loss {:.4f} | {:.1f} samples/s | {:.0f} tokens/s | {:.1f} ms\n", step,
-                 std::to_string(run.steps).size(), run.steps, result.loss, double(globalBatch) / seconds,
-                 double(tokensPerStep) / seconds, result.milliseconds);
-    std::fflush(stdout);
-    bar.draw(step, result.loss, totalMilliseconds / 1000 / double(step) * double(run.steps - step));
-  }
-  bar.erase();
-
-  double seconds = totalMilliseconds / 1000;
-  int64_t activations = backend.peakActivationBytes(), weightBytes = backend.weightBytes(),
-          moments = backend.optimizerStateBytes();
-  if (speaks) {
-    fmt::print("Training completed: {} steps, {}, loss {:.4f} -> {:.4f}\n", run.steps,
-               ranks > 1 ? fmt::format("global batch size {} ({} a rank x {} ranks)", globalBatch, program.batch, ranks)
-                         : fmt::format("batch size {}", program.batch),
-               firstLoss, lastLoss);
-    fmt::print("Performance: {:.1f} samples/sec, {:.0f} tokens/sec ({:.1f} ms a step)\n",
-               double(globalBatch * run.steps) / seconds, double(tokensPerStep * run.steps) / seconds,
-               totalMilliseconds / double(run.steps));
-    fmt::print("Memory usage: {} peak{} (activations and gradients {}, weights {}, AdamW moments {})\n",
-               mib(activations + weightBytes + moments), ranks > 1 ? " a rank" : "", mib(activations), mib(weightBytes),
-               mib(moments));
-  }
+  StepTotals totals = runSteps(program, backend, run, batches, profiler, speaks, ranks);
+  if (speaks) printTrainingSummary(program, backend, run, totals, ranks);
   if (run.profile && speaks) {
     fmt::print("\n{}", profiler.table());
     if (!run.tracePath.empty()) writeFileAtomically(run.tracePath, profiler.chromeTrace(), "trace");
   }
-  if (run.ranks || !run.saveWeightsPath.empty()) {
-    Weights trained;
-    {
-      ProgressLine line(run.ranks ? "checking that every rank's weights agree" : "saving the trained weights");
-      trained = backend.trainedWeights();
-      if (run.ranks) checkRanksAgree(*run.ranks, trained);
-    }
-    if (speaks && run.ranks) fmt::print("Ranks agree: every rank's trained weights are rank 0's, bit for bit\n");
-    if (speaks && !run.saveWeightsPath.empty()) {
-      ProgressLine line("saving the trained weights");
-      // The last update is checked by no loss: a weight that is not a number is said here,
-      // and nothing is written (no loader would take it back).
-      if (std::string bad = nonFiniteWeight(trained); !bad.empty())
-        throw Error(fmt::format("the weights after step {} are not finite: {}; they were not saved to '{}' (try a "
-                                "smaller --learning-rate, or --clip-grad-norm)",
-                                run.steps, bad, run.saveWeightsPath));
-      trained.saveSafetensors(run.saveWeightsPath);
-      fmt::print("Saved the trained weights to {}\n", run.saveWeightsPath);
-    }
-  }
+  finishWeights(backend, run, speaks);
   if (speaks && !run.saveGradientsPath.empty())
     fmt::print("Saved the first step's gradients to {}\n", run.saveGradientsPath);
   if (run.ranks) run.ranks->leave();
