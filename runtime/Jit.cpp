@@ -231,6 +231,34 @@ std::string contentHash(const std::string &text) {
   return fmt::format("{:016x}{:016x}", mix(a), mix(b ^ text.size()));
 }
 
+namespace {
+
+// Each distinct source once: `unique` holds the first index of each, `slot` each
+// source's place among them.
+struct DistinctSources {
+  std::vector<size_t> unique, slot;
+  explicit DistinctSources(const std::vector<JitSource> &sources) : slot(sources.size()) {
+    std::map<std::string, size_t> firstOf;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      auto [it, inserted] = firstOf.emplace(sources[i].source, unique.size());
+      if (inserted) unique.push_back(i);
+      slot[i] = it->second;
+    }
+  }
+};
+
+// The first three compile errors (and how many more), or "" when none failed.
+std::string failuresOf(const std::vector<std::string> &errors) {
+  std::string failures;
+  int failed = 0;
+  for (const std::string &error : errors)
+    if (!error.empty() && failed++ < 3) failures += (failures.empty() ? "" : "\n\n") + error;
+  if (failed > 3) failures += fmt::format("\n\n(and {} more kernels failed)", failed - 3);
+  return failures;
+}
+
+} // namespace
+
 std::vector<std::string> jitCompileAll(const JitCompiler &compiler, const std::vector<JitSource> &sources,
                                        const JitOptions &options, JitStats *stats) {
   auto start = std::chrono::steady_clock::now();
@@ -242,21 +270,14 @@ std::vector<std::string> jitCompileAll(const JitCompiler &compiler, const std::v
   std::string optionText;
   for (const std::string &option : withExtra.compilerOptions) optionText += option + " ";
 
-  // Each distinct source once.
-  std::map<std::string, size_t> firstOf;
-  std::vector<size_t> unique, slot(sources.size());
-  for (size_t i = 0; i < sources.size(); ++i) {
-    auto [it, inserted] = firstOf.emplace(sources[i].source, unique.size());
-    if (inserted) unique.push_back(i);
-    slot[i] = it->second;
-  }
+  const DistinctSources distinct(sources);
+  const std::vector<size_t> &unique = distinct.unique;
   std::vector<std::string> binaries(unique.size());
   std::vector<std::string> errors(unique.size());
   std::atomic<size_t> next{0};
   std::atomic<int> done{0}, cached{0};
   std::mutex printMutex;
   bool interactive = ::isatty(2);
-  bool printed = false;
 
   auto report = [&](bool final) {
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -267,25 +288,28 @@ std::vector<std::string> jitCompileAll(const JitCompiler &compiler, const std::v
                  interactive ? "\r" : "", compiler.version().c_str(), options.arch.c_str(), done.load(),
                  unique.size(), cached.load(), seconds, final ? "\n" : "");
     std::fflush(stderr);
-    printed = true;
   };
 
+  // A source's binary from the cache (keyed by the compiler, arch, options and source), or
+  // compiled and cached; a failure's message kept for the end.
+  auto compileOne = [&](size_t u) {
+    const JitSource &source = sources[unique[u]];
+    std::string key = contentHash(compiler.version() + "\n" + options.arch + "\n" + optionText + "\n" + source.source);
+    std::string path = fmt::format("{}/{}-{}.{}", cacheDir, key, options.arch, compiler.name() == "nvrtc" ? "cubin" : "hsaco");
+    if (options.useCache && readFile(path, binaries[u]) && !binaries[u].empty()) {
+      ++cached;
+      return;
+    }
+    std::string log;
+    if (!compiler.compile(source.source, source.entry + ".hip", options.arch, withExtra.compilerOptions, binaries[u], log))
+      errors[u] = fmt::format("{} failed to compile kernel '{}' for {}:\n{}\nthe source is in {}", compiler.version(),
+                              source.entry, options.arch, log, saveFailedSource(cacheDir, source));
+    else if (options.useCache)
+      writeAtomically(path, binaries[u]);
+  };
   auto worker = [&] {
     for (size_t u; (u = next.fetch_add(1)) < unique.size();) {
-      const JitSource &source = sources[unique[u]];
-      std::string key = contentHash(compiler.version() + "\n" + options.arch + "\n" + optionText + "\n" + source.source);
-      std::string path = fmt::format("{}/{}-{}.{}", cacheDir, key, options.arch, compiler.name() == "nvrtc" ? "cubin" : "hsaco");
-      if (options.useCache && readFile(path, binaries[u]) && !binaries[u].empty()) {
-        ++cached;
-      } else {
-        std::string log;
-        if (!compiler.compile(source.source, source.entry + ".hip", options.arch, withExtra.compilerOptions, binaries[u], log)) {
-          errors[u] = fmt::format("{} failed to compile kernel '{}' for {}:\n{}\nthe source is in {}", compiler.version(),
-                                  source.entry, options.arch, log, saveFailedSource(cacheDir, source));
-        } else if (options.useCache) {
-          writeAtomically(path, binaries[u]);
-        }
-      }
+      compileOne(u);
       ++done;
       report(false);
     }
@@ -297,25 +321,15 @@ std::vector<std::string> jitCompileAll(const JitCompiler &compiler, const std::v
   worker();
   for (std::thread &thread : pool) thread.join();
   report(true);
-  (void)printed;
 
-  std::string failures;
-  int failed = 0;
-  for (const std::string &error : errors)
-    if (!error.empty()) {
-      if (failed++ < 3) failures += (failures.empty() ? "" : "\n\n") + error;
-    }
-  if (failed) {
-    if (failed > 3) failures += fmt::format("\n\n(and {} more kernels failed)", failed - 3);
-    throw Error(failures);
-  }
+  if (std::string failures = failuresOf(errors); !failures.empty()) throw Error(failures);
   if (stats) {
     stats->cached = cached.load();
     stats->compiled = int(unique.size()) - stats->cached;
     stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   std::vector<std::string> result(sources.size());
-  for (size_t i = 0; i < sources.size(); ++i) result[i] = binaries[slot[i]];
+  for (size_t i = 0; i < sources.size(); ++i) result[i] = binaries[distinct.slot[i]];
   return result;
 }
 
