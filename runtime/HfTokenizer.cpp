@@ -10,6 +10,7 @@
 #include <cctype>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <tuple>
 
 #include "runtime/BpeModel.h"
@@ -59,15 +60,21 @@ bool flagField(const Json &json, const char *field, bool fallback) {
   return found->get<bool>();
 }
 
-// A count (Strip's "start" and "stop"): a whole number from 0 to 2^31 - 1; a float or a
-// negative number is refused rather than converted.
+// A JSON number that is a whole number from 0 to 2^31 - 1 (an id, a count); none for a
+// float, a negative number or anything else, which is refused rather than converted.
+std::optional<int32_t> nonNegativeInt32(const Json &json) {
+  if (!json.is_number_integer() || json.get<int64_t>() < 0 || json.get<int64_t>() > std::numeric_limits<int32_t>::max())
+    return std::nullopt;
+  return int32_t(json.get<int64_t>());
+}
+
+// A count (Strip's "start" and "stop").
 size_t countField(const Json &json, const char *field, size_t fallback) {
   auto found = json.find(field);
   if (found == json.end() || found->is_null()) return fallback;
-  if (!found->is_number_integer() || found->get<int64_t>() < 0 ||
-      found->get<int64_t>() > std::numeric_limits<int32_t>::max())
-    throw Error(fmt::format("'{}' is {}, expected a whole number from 0 to 2^31 - 1", field, found->dump()));
-  return size_t(found->get<int64_t>());
+  std::optional<int32_t> count = nonNegativeInt32(*found);
+  if (!count) throw Error(fmt::format("'{}' is {}, expected a whole number from 0 to 2^31 - 1", field, found->dump()));
+  return size_t(*count);
 }
 
 // {"String": "x"}: the literal; a regex pattern is refused.
@@ -276,9 +283,9 @@ std::unique_ptr<BpeModel> modelOf(const Json &json) {
     throw Error("the BPE model needs a \"vocab\" object and a \"merges\" list");
   std::unordered_map<std::string, int32_t> vocab;
   for (const auto &[piece, id] : json["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max())
-      throw Error(fmt::format("vocab piece '{}' has id {}, expected 0 to 2^31 - 1", piece, id.dump()));
-    vocab[piece] = int32_t(id.get<int64_t>());
+    std::optional<int32_t> value = nonNegativeInt32(id);
+    if (!value) throw Error(fmt::format("vocab piece '{}' has id {}, expected 0 to 2^31 - 1", piece, id.dump()));
+    vocab[piece] = *value;
   }
   BpeModel::Options options;
   if (std::string unknown = stringField(json, "unk_token"); !unknown.empty()) options.unknown = unknown;
@@ -293,12 +300,11 @@ std::vector<AddedToken> addedTokensOf(const Json &json) {
   if (json.is_null()) return tokens;
   if (!json.is_array()) throw Error("\"added_tokens\" is not a list");
   for (const Json &token : json) {
-    if (!token.is_object() || !token.contains("id") || !token["id"].is_number_integer() ||
-        token["id"].get<int64_t>() < 0 || token["id"].get<int64_t>() > std::numeric_limits<int32_t>::max() ||
-        stringField(token, "content").empty())
+    std::optional<int32_t> id = token.is_object() && token.contains("id") ? nonNegativeInt32(token["id"]) : std::nullopt;
+    if (!id || stringField(token, "content").empty())
       throw Error(fmt::format("added token {} needs an id and a content", token.dump().substr(0, 200)));
     if (flagField(token, "single_word", false)) unsupported("added token with single_word", token);
-    tokens.push_back({stringField(token, "content"), int32_t(token["id"].get<int64_t>()), flagField(token, "special", false),
+    tokens.push_back({stringField(token, "content"), *id, flagField(token, "special", false),
                       flagField(token, "lstrip", false), flagField(token, "rstrip", false)});
   }
   return tokens;

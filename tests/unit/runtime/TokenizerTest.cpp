@@ -270,6 +270,15 @@ TEST(ByteLevelBpe, RefusesWhatItDoesNotReadByName) {
     json["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", start}, {"stop", 0}};
     EXPECT_CONTAINS(problem(json.dump()), "'start' is " + start.dump() + ", expected a whole number");
   }
+  json["decoder"] = {{"type", "ByteLevel"}};
+  for (const nlohmann::json &id : {nlohmann::json(2.5), nlohmann::json(-3), nlohmann::json(int64_t(1) << 31)}) {
+    nlohmann::json bad = json;
+    bad["model"]["vocab"]["zz"] = id;
+    EXPECT_CONTAINS(problem(bad.dump()), "vocab piece 'zz' has id " + id.dump() + ", expected 0 to 2^31 - 1");
+    bad = json;
+    bad["added_tokens"][0]["id"] = id;
+    EXPECT_CONTAINS(problem(bad.dump()), "needs an id and a content");
+  }
 }
 
 // Streamed one id at a time, the pieces add up to the whole decoding, and no piece ends
