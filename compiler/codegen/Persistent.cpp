@@ -428,16 +428,15 @@ namespace {
 
 // Task numbers as a reader takes them in: runs of three or more as ranges ("t32-t47").
 std::string taskList(const std::vector<int> &tasks) {
-  std::string out;
+  std::vector<std::string> items;
   for (size_t i = 0; i < tasks.size();) {
-    size_t run = i;
-    while (run + 1 < tasks.size() && tasks[run + 1] == tasks[run] + 1) ++run;
-    out += fmt::format("{}t{}", out.empty() ? "" : ",", tasks[i]);
-    if (run >= i + 2) out += fmt::format("-t{}", tasks[run]);
-    else run = i;
-    i = run + 1;
+    size_t end = i + 1;  // past the run of consecutive tasks from i
+    while (end < tasks.size() && tasks[end] == tasks[end - 1] + 1) ++end;
+    if (end - i < 3) end = i + 1;  // a pair is two items
+    items.push_back(end > i + 1 ? fmt::format("t{}-t{}", tasks[i], tasks[end - 1]) : fmt::format("t{}", tasks[i]));
+    i = end;
   }
-  return out;
+  return fmt::format("{}", fmt::join(items, ","));
 }
 
 } // namespace

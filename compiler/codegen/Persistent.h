@@ -5,7 +5,8 @@
 // write, and, since the memory planner reuses the arena, write after read and write after
 // write). A cost model assigns the tasks, in their order, to one worker a multiprocessor:
 // each to the worker that can start it first, so the critical path stays busy. Workers run
-// their tasks in order and every wait is for an earlier task, so no schedule deadlocks.
+// their tasks in order and every wait is for an earlier task, so no schedule deadlocks;
+// a wait that another implies is then dropped.
 #pragma once
 
 #include "compiler/codegen/Schedule.h"
@@ -31,9 +32,8 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
 // for x, and its worker's task before it or another task it waits for could start only
 // after x was done (through its own waits or its worker's order, transitively), that
 // one's done word says x's too, and t need not poll x's. Every wait is for an earlier
-// task and each worker's list ascends. At the 1.1B's decode an attention task waited for
-// 130 tasks, most of them the previous layer's down projection, which the QKV tasks it
-// waits for had waited for already.
+// task and each worker's list ascends. (A decode step's attention task need not wait for
+// the previous layer's down projection: the QKV tasks it waits for did.)
 void dropImpliedWaits(Kernel &persistent);
 
 // What tlc --emit=schedule prints: each worker's tasks (part, block, estimated time) and

@@ -316,8 +316,6 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
   if (std::optional<WgmmaTile> forced = forcedWgmmaTile(gemm, machine, aKM)) return forced;
   const int multiprocessors = machine.multiprocessors;
   const bool transposed = aKM || gemm.bKN;
-  auto transposable = [&](const WgmmaTile &tile) { return transposableTile(gemm, aKM, tile); };
-  auto clusterFits = [&](const WgmmaTile &tile) { return normGradClusterFits(gemm, machine, tile); };
   static const WgmmaTile candidates[] = {{128, 128, 3, 1, 2}, {128, 256, 4}, {128, 128, 4}, {64, 128, 4}, {64, 64, 6}};
   auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
   // RMSNorm's backward: 128-row tiles of the narrowest width whose row fits one cluster
@@ -325,7 +323,8 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
   // tiles, 17.5 on 64x64, 23.8 on 64x128, before the registers were prefetched; 13.3 after).
   if (gemm.normGrad) {
     for (int BN : {64, 128, 256})
-      if (tileHoldsEpilogue(gemm, BN) && clusterFits(WgmmaTile{128, BN, 4})) return WgmmaTile{128, BN, 4};
+      if (tileHoldsEpilogue(gemm, BN) && normGradClusterFits(gemm, machine, WgmmaTile{128, BN, 4}))
+        return WgmmaTile{128, BN, 4};
     return std::nullopt;
   }
   // Measured on an H100 (bench/kernels.py --sweep-wgmma): GEMMs of at most two waves of
@@ -383,7 +382,7 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
     if (wide * 10 >= ceilDiv(wide, multiprocessors) * multiprocessors * 8) return tile;
   }
   for (const WgmmaTile &candidate : candidates)
-    if (tileHoldsEpilogue(gemm, candidate.BN) && transposable(candidate)) return candidate;
+    if (tileHoldsEpilogue(gemm, candidate.BN) && transposableTile(gemm, aKM, candidate)) return candidate;
   return best;
 }
 } // namespace
