@@ -39,6 +39,12 @@ void Profiler::add(const std::vector<KernelTiming> &times, const std::vector<Tas
 
 namespace {
 
+// A kernel as the profile names it: its entry point, or its name where it has no source.
+const std::string &kernelName(const Kernel &kernel) { return kernel.entry.empty() ? kernel.name : kernel.entry; }
+
+// A name in the tables' 60-character column.
+std::string columnName(const std::string &name) { return name.size() > 60 ? name.substr(0, 57) + "..." : name; }
+
 const Kernel *persistentKernel(const Program &program) {
   for (const Kernel &kernel : program.kernels)
     if (!kernel.parts.empty()) return &kernel;
@@ -61,7 +67,7 @@ std::string Profiler::taskTable() const {
     double end = 0;
     for (const TaskTiming &timing : run) {
       const Kernel &part = kernel->parts.at(size_t(kernel->tasks.at(size_t(timing.task)).part));
-      Row &row = byPart[part.entry.empty() ? part.name : part.entry];
+      Row &row = byPart[kernelName(part)];
       ++row.tasks;
       row.busy += timing.end - timing.start;
       row.waiting += timing.start - timing.waitFrom;
@@ -85,7 +91,7 @@ std::string Profiler::taskTable() const {
   std::vector<std::pair<std::string, Row>> rows(byPart.begin(), byPart.end());
   std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.second.busy > b.second.busy; });
   for (const auto &[name, row] : rows)
-    out << fmt::format("{:<60} {:>7} {:>12.1f} {:>12.1f} {:>9.2f}\n", name.size() > 60 ? name.substr(0, 57) + "..." : name,
+    out << fmt::format("{:<60} {:>7} {:>12.1f} {:>12.1f} {:>9.2f}\n", columnName(name),
                        row.tasks / int64_t(runs), row.busy / runs, row.waiting / runs,
                        row.busy / double(std::max<int64_t>(1, row.tasks)));
   return out.str();
@@ -137,12 +143,12 @@ std::string Profiler::layerTimeline() const {
   double end = 0, bytes = 0;
   for (const auto &[part, sum] : sums) {
     const Kernel &body = kernel->parts.at(size_t(part));
-    const std::string &name = body.entry.empty() ? body.name : body.entry;
+    const std::string &name = kernelName(body);
     const double start = sum.start / runs, finish = sum.end / runs;
     end = std::max(end, finish);
     bytes += double(body.minBytes);
     out << fmt::format("{:<60} {:>6} {:>8.1f} {:>8.1f} {:>10.2f} {:>8.2f} {:>8.0f}\n",
-                       name.size() > 60 ? name.substr(0, 57) + "..." : name, sum.tasks / runs, start, finish,
+                       columnName(name), sum.tasks / runs, start, finish,
                        sum.busy / double(std::max<int64_t>(1, sum.tasks)), double(body.minBytes) / 1e6,
                        finish > start ? double(body.minBytes) / ((finish - start) * 1e3) : 0.0);
   }
@@ -158,7 +164,7 @@ std::vector<KernelStats> Profiler::stats() const {
   for (const auto &run : runs_)
     for (const KernelTiming &timing : run) {
       const Kernel &kernel = program_.kernels.at(size_t(timing.kernel));
-      const std::string &name = kernel.entry.empty() ? kernel.name : kernel.entry;
+      const std::string &name = kernelName(kernel);
       KernelStats &stats = byName[name];
       if (stats.calls == 0) {
         stats.name = name;
@@ -202,7 +208,7 @@ std::string Profiler::table() const {
       double ideal = std::max(double(s.flops) / (peakTflops * 1e12), double(s.bytes) / (roof.bandwidthTBs * 1e12));
       roofText = fmt::format("{:.1f}", 100 * ideal / meanSeconds);
     }
-    std::string name = s.name.size() > 60 ? s.name.substr(0, 57) + "..." : s.name;
+    std::string name = columnName(s.name);
     out << fmt::format("{:<60} {:>6} {:>10.3f} {:>9.1f} {:>5.1f}% {:>8.2f} {:>8.1f} {:>7}\n", name, s.calls, s.totalMs,
                        meanSeconds * 1e6, total > 0 ? 100 * s.totalMs / total : 0.0, tflops, gbs, roofText);
   }
@@ -223,7 +229,7 @@ std::string Profiler::chromeTrace() const {
       const Kernel &kernel = program_.kernels.at(size_t(timing.kernel));
       double duration = timing.milliseconds * 1e3;
       double start = timing.startMs >= 0 ? clock + timing.startMs * 1e3 : sequential;
-      events.push_back({{"name", kernel.entry.empty() ? kernel.name : kernel.entry},
+      events.push_back({{"name", kernelName(kernel)},
                         {"cat", timing.stream ? "all-reduce" : "kernel"},
                         {"ph", "X"},
                         {"pid", 1},
@@ -250,7 +256,7 @@ std::string Profiler::chromeTrace() const {
         events.push_back({{"name", "wait"}, {"cat", "wait"}, {"ph", "X"}, {"pid", 2}, {"tid", timing.worker},
                           {"ts", timing.waitFrom}, {"dur", timing.start - timing.waitFrom},
                           {"args", {{"task", timing.task}, {"waits", task.waits}}}});
-      events.push_back({{"name", part.entry.empty() ? part.name : part.entry}, {"cat", "task"}, {"ph", "X"},
+      events.push_back({{"name", kernelName(part)}, {"cat", "task"}, {"ph", "X"},
                         {"pid", 2}, {"tid", timing.worker}, {"ts", timing.start}, {"dur", timing.end - timing.start},
                         {"args", {{"task", timing.task}, {"part", task.part}, {"block", task.block}, {"layer", part.layer}}}});
     }
@@ -267,7 +273,7 @@ std::string Profiler::statsCsv() const {
   for (const auto &run : runs_)
     for (const KernelTiming &timing : run) {
       const Kernel &kernel = program_.kernels.at(size_t(timing.kernel));
-      samples[kernel.entry.empty() ? kernel.name : kernel.entry].push_back(timing.milliseconds * 1e6);
+      samples[kernelName(kernel)].push_back(timing.milliseconds * 1e6);
     }
   std::ostringstream out;
   out << "\"Name\",\"Calls\",\"TotalDurationNs\",\"AverageNs\",\"Percentage\",\"MinNs\",\"MaxNs\",\"StdDev\"\n";
