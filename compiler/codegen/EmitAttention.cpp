@@ -25,7 +25,11 @@ EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &spe
   };
   // fp32 runs on tensor cores too unless the precision asks for exact products.
   const int tf32 = all(DType::F32) ? tf32Products(source.matmulPrecision()) : 0;
-  bool matrixUnits = (all(DType::BF16) || tf32) && (spec.D == 64 || spec.D == 128) && (spec.DV == 64 || spec.DV == 128);
+  // --attention-tile=rows asks for the FMA path everywhere (a decode step's one query row
+  // a task, no shared memory: a persistent kernel's weight ring gets the room).
+  const bool forcedRows = source.machine().overrides.attentionTile == "rows";
+  bool matrixUnits = (all(DType::BF16) || tf32) && (spec.D == 64 || spec.D == 128) && (spec.DV == 64 || spec.DV == 128) &&
+                     !forcedRows;
   AttentionTile tile = matrixUnits ? chooseAttentionTile(spec, source.machine(), tf32 > 0) : AttentionTile{16, 1};
 
   auto row = [&](int param, const IndexExpr &offset) {

@@ -18,7 +18,7 @@ namespace tlc {
 struct ScheduleOverrides {
   std::string gemmTile;       // mma.sync: BMxBNxWARPS_MxWARPS_NxSLICESxSTAGES, e.g. 64x128x2x2x2x4
   std::string wgmmaTile;      // sm_90a: BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]
-  std::string attentionTile;  // flash attention on tensor cores: QTxHB[xMT[xRESIDENT]]
+  std::string attentionTile;  // flash attention on tensor cores: QTxHB[xMT[xRESIDENT]]; "rows": the FMA path
   int attentionGradRows = 0;  // attention's backward: query rows a block (0: the schedule's)
   bool noWgmma = false;       // sm_90a runs the mma.sync path
   bool noGemv = false;        // few-row GEMMs run the tiled paths, not the matrix-vector one

@@ -521,6 +521,43 @@ TEST(Codegen, PersistentDecodeStreamsLargeWeightsThroughARing) {
   }
 }
 
+// --attention-tile=rows: attention on the FMA path on NVIDIA too, a query row a task with
+// no dynamic shared memory, so the 1.1B's persistent decode step gives its weight ring the
+// room the tensor-core path's 48 KiB took.
+TEST(Codegen, RowsAttentionGivesThePersistentDecodeRingMoreSlots) {
+  auto decode = [](const std::string &attentionTile) {
+    CompileOptions options{3, 1, 1, "bf16"};
+    options.persistent = true;
+    options.overrides.attentionTile = attentionTile;
+    return compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama-1.1b.tl", options);
+  };
+  auto slotsOf = [](const Kernel &megakernel) {
+    size_t at = megakernel.source.find("#define TL_RING_SLOTS ");
+    return at == std::string::npos ? 0 : std::atoi(megakernel.source.c_str() + at + 22);
+  };
+  Program mma = decode(""), rows = decode("rows");
+  ASSERT_EQ(mma.kernels.size(), 1u) << mma.persistentFallback;
+  ASSERT_EQ(rows.kernels.size(), 1u) << rows.persistentFallback;
+  const Kernel &megakernel = rows.kernels[0];
+  int attentionParts = 0;
+  for (size_t p = 0; p < megakernel.parts.size(); ++p) {
+    const Kernel &part = megakernel.parts[p];
+    if (!contains(part.source, "tl_attention_rows<")) continue;
+    ++attentionParts;
+    EXPECT_FALSE(contains(part.source, "tl_attention_mma<")) << part.name;
+    const KernelLaunch *own = findLaunch(part, "cuda", "sm_90a");
+    ASSERT_NE(own, nullptr);
+    EXPECT_EQ(own->sharedBytes, 0) << part.name;
+    EXPECT_EQ(std::count_if(megakernel.tasks.begin(), megakernel.tasks.end(),
+                            [&](const Task &task) { return task.part == int(p); }),
+              32)
+        << part.name << ": one task a head of the one query row";
+  }
+  EXPECT_EQ(attentionParts, 22) << "a layer's attention each";
+  EXPECT_GT(slotsOf(megakernel), slotsOf(mma.kernels[0]));
+  EXPECT_GE(slotsOf(mma.kernels[0]), 2);
+}
+
 // With --persistent, O3's forward is one persistent kernel: O2's kernels are its parts
 // (unsplit GEMM tiles), their blocks on sm_90a its tasks, one worker an SM, each task
 // waiting only for earlier tasks of earlier parts.

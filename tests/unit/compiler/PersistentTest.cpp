@@ -80,6 +80,37 @@ TEST(Persistent, ScheduleOnTheCpuMatchesO0) {
   }
 }
 
+// Attention on the FMA path (--attention-tile=rows: a query row a task) in the persistent
+// kernel: each row task waits for its head's q, k and v tiles only, and the logits equal
+// O0's in turn and in random orders.
+TEST(Persistent, RowsAttentionTasksMatchO0OnTheCpu) {
+  LlamaConfig config = support::smallConfig("tinyllama-1.1b");
+  for (int64_t seq : {int64_t(1), int64_t(16)}) {
+    SCOPED_TRACE(fmt::format("2 x {}", seq));
+    CompileOptions options = persistentO3(2, seq, "bf16");
+    options.overrides.attentionTile = "rows";
+    Program o0 = support::compileConfig(config, {0, 2, seq, "bf16"}), o3 = support::compileConfig(config, options);
+    ASSERT_EQ(o3.kernels.size(), 1u) << o3.persistentFallback;
+    ASSERT_TRUE(std::any_of(o3.kernels[0].parts.begin(), o3.kernels[0].parts.end(), [](const Kernel &part) {
+      return part.source.find("tl_attention_rows<") != std::string::npos &&
+             part.source.find("tl_attention_mma<") == std::string::npos;
+    }));
+    uint64_t seed = ::testing::UnitTest::GetInstance()->random_seed() + 41;
+    Weights weights = Weights::random(o0.parameters, seed);
+    std::vector<int32_t> tokens = randomTokenIds(o0, seed);
+    auto reference = createCpuBackend(2);
+    reference->load(o0, weights);
+    std::vector<float> expected = reference->forward(tokens).logits.data;
+    for (PersistentSchedule schedule : {PersistentSchedule{PersistentOnCpu::Workers, 0},
+                                        PersistentSchedule{PersistentOnCpu::Random, seed}}) {
+      auto backend = createCpuBackend(2, schedule);
+      backend->load(o3, weights);
+      EXPECT_LE(relativeError(backend->forward(tokens).logits.data, expected), 2e-2)
+          << "order " << int(schedule.order);
+    }
+  }
+}
+
 // Without the waits the compiler derived, workers taking turns run tasks before the tasks
 // they read from: the logits are wrong (so the check above can fail).
 TEST(Persistent, DroppedWaitsGiveWrongLogitsOnTheCpu) {
