@@ -44,6 +44,8 @@ ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
   flag("TLC_NO_CLUSTERS", overrides.noClusters);
   if (const char *workers = std::getenv("TLC_WORKERS_PER_SM"); workers && overrides.workersPerSM == 0)
     overrides.workersPerSM = std::atoi(workers);
+  if (const char *splits = std::getenv("TLC_GEMV_SPLITS"); splits && overrides.gemvSplits == 0)
+    overrides.gemvSplits = std::atoi(splits);
   if (const char *trigger = std::getenv("TLC_PDL_TRIGGER"); trigger && std::string(trigger) == "start")
     overrides.dependentsAtStart = true;
   return overrides;
@@ -62,6 +64,7 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
   if (overrides.noClusters) parts.push_back("no-clusters");
   if (overrides.dependentsAtStart) parts.push_back("dependents-at-start");
   if (overrides.workersPerSM) parts.push_back(fmt::format("workers-per-sm={}", overrides.workersPerSM));
+  if (overrides.gemvSplits) parts.push_back(fmt::format("gemv-splits={}", overrides.gemvSplits));
   std::string text;
   for (const std::string &part : parts) text += (text.empty() ? "" : ", ") + part;
   return text;

@@ -182,6 +182,8 @@ cl::opt<bool> noWeightRing("no-weight-ring",
                            cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> noClusters("no-clusters", cl::desc("no thread-block clusters (RMSNorm's backward through the workspace)"),
                          cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<int> gemvSplits("gemv-splits", cl::desc("matrix-vector GEMMs: K split this many ways where it can be"),
+                        cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> workersPerSM("workers-per-sm", cl::desc("O3: workers of the persistent kernel sharing an SM"),
                           cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> dependentsAtStart("dependents-at-start",
@@ -521,6 +523,7 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.noClusters = noClusters;
   overrides.dependentsAtStart = dependentsAtStart;
   overrides.workersPerSM = workersPerSM;
+  overrides.gemvSplits = gemvSplits;
   return overrides;
 }
 

@@ -176,7 +176,8 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   // most 64 KiB.
   const int64_t tiles = gemm.batch * columnTiles(gemm, tile.BN), chunks = gemm.K / 8;
   const int64_t minChunks = 2 * 32, sharedTarget = int64_t(64) << 10;
-  tile.splits = int(std::clamp<int64_t>(machine.multiprocessors / tiles, 1, std::max<int64_t>(1, chunks / minChunks)));
+  const int64_t wanted = machine.overrides.gemvSplits > 0 ? machine.overrides.gemvSplits : machine.multiprocessors / tiles;
+  tile.splits = int(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, chunks / minChunks)));
   while (tile.sharedBytes(gemm) > sharedTarget && tile.splits < chunks) ++tile.splits;
   tile.splits = int(ceilDiv(chunks, ceilDiv(chunks, tile.splits)));  // no empty split
   if (tile.sharedBytes(gemm) > machine.sharedBytesPerBlock - machine.reservedPerBlock) return std::nullopt;

@@ -26,10 +26,11 @@ struct ScheduleOverrides {
   bool noClusters = false;    // no thread-block clusters (RMSNorm's backward through the workspace)
   bool dependentsAtStart = false;  // chained kernels let the next one launch at their start
   int workersPerSM = 0;       // O3's persistent kernel: workers sharing an SM (0: the schedule's)
+  int gemvSplits = 0;         // matrix-vector GEMMs: K split this many ways where it can be (0: the schedule's)
 
   bool empty() const {
     return gemmTile.empty() && wgmmaTile.empty() && attentionTile.empty() && attentionGradRows == 0 && !noWgmma && !noGemv && !noWeightRing &&
-           !noClusters && !dependentsAtStart && workersPerSM == 0;
+           !noClusters && !dependentsAtStart && workersPerSM == 0 && gemvSplits == 0;
   }
 };
 

@@ -189,6 +189,12 @@ TEST(Schedule, MatrixVectorTilesForOneOrTwoRows) {
   EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), workers)->BN, 16);
   EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), workers)->splits, 2) << "64 tiles: K split in two";
   EXPECT_EQ(chooseGemvTile(plainGemm(1, 32000, 2048), workers)->BN, 128) << "the widest a lane keeps in flight";
+  ScheduleOverrides splits;
+  splits.gemvSplits = 1;
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), splits))->splits, 1);
+  splits.gemvSplits = 64;
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), splits))->splits, 4)
+      << "a split at least 512 k";
   ScheduleOverrides off;
   off.noGemv = true;
   EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), off)));
