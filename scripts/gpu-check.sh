@@ -14,7 +14,9 @@
 # profile (per-kernel tables of O0 and O2, workshop and 1.1B shapes) and o3 (the persistent
 # kernel: O3 against the CPU reference and O2, at the workshop, decode and 1.1B shapes) and decode
 # (the matrix-vector GEMMs of 1 to 16 rows: checked, then timed beside the tiled paths) and ncu
-# (Nsight Compute on the 1.1B decode step's first kernels: DRAM throughput, occupancy, stalls).
+# (Nsight Compute on the 1.1B decode step's first kernels: DRAM throughput, occupancy, stalls)
+# and pdecode (the persistent decode step's variants: each against O2's logits, timed twice,
+# the 1.1B's layer timeline).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
@@ -171,6 +173,28 @@ if want o3; then  # the persistent kernel: correct against the CPU reference, ti
   for workers in ${O3_WORKERS:-1 2}; do  # where the persistent kernel's time goes
     o3run $MODEL 8 128 3 --iterations=10 --profile --persistent --workers-per-sm=$workers --trace="$RESULTS/o3-trace-w$workers.json"
     sed -n '/^persistent kernel/,$p' "$last_log" | head -14 | tee -a "$summary"
+  done
+fi
+if want pdecode; then  # the persistent decode step's variants beside the chained launches
+  for model in $MODEL models/tinyllama-1.1b.tl; do
+    name=$(basename "$model" .tl)
+    "$TLC" "$model" -O2 --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cuda --progress=never \
+      --save-logits="$LOGS/pdecode-$name-o2.npy" > /dev/null 2>&1
+    for variant in "" "--attention-tile=rows" "--gemv-splits=1" "--attention-tile=rows --gemv-splits=1"; do
+      timeout 120 "$TLC" "$model" -O3 --persistent $variant --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cuda \
+        --progress=never --save-logits="$LOGS/pdecode.npy" > "$LOGS/pdecode.txt" 2>&1
+      note "pdecode $name [$variant] against O2: $(python3 -c "import numpy as n; a=n.load('$LOGS/pdecode.npy'); b=n.load('$LOGS/pdecode-$name-o2.npy'); print('rel. error %.3e' % (n.linalg.norm(a-b)/n.linalg.norm(b)))" 2>&1 | tail -1)"
+    done
+    for rep in 1 2; do
+      o3run "$model" 1 1 3 --iterations=50
+      for variant in "" "--attention-tile=rows" "--gemv-splits=1" "--attention-tile=rows --gemv-splits=1"; do
+        o3run "$model" 1 1 3 --iterations=50 --persistent $variant
+      done
+    done
+  done
+  for variant in "" "--attention-tile=rows"; do
+    o3run models/tinyllama-1.1b.tl 1 1 3 --iterations=10 --profile --persistent $variant
+    sed -n '/^layer .*timeline/,/^the layer/p' "$last_log" | tee -a "$summary"
   done
 fi
 if want sanitize; then  # small shapes, launches one by one
