@@ -22,6 +22,7 @@
 #include <fmt/ranges.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 namespace tlc {
@@ -180,7 +181,9 @@ private:
     return llvm::all_of(op->getUsers(), [](mlir::Operation *user) { return tl::isLoadTimeOp(user); });
   }
 
-  mlir::LogicalResult lowerTopLevel(mlir::Operation *op) {
+  // What lowers to no kernel: a weight (or what is made of weights at load time), the KV
+  // cache, a view, a split its producer writes; std::nullopt for everything else.
+  std::optional<mlir::LogicalResult> lowerStorage(mlir::Operation *op) {
     if (auto weight = llvm::dyn_cast<tl::WeightOp>(op)) {
       addParameter(weight);
       weightKeys[weight.getResult()] = {weight.getKey().str()};
@@ -195,7 +198,7 @@ private:
       for (mlir::Value input : concat.getInputs()) {
         auto part = weightKeys.find(input);
         if (part == weightKeys.end() || columnScaleKeys.count(input))
-          return op->emitError("only weights can be concatenated (scale their columns after)");
+          return mlir::LogicalResult(op->emitError("only weights can be concatenated (scale their columns after)"));
         keys.insert(keys.end(), part->second.begin(), part->second.end());
       }
       weightKeys[concat.getResult()] = keys;
@@ -209,7 +212,7 @@ private:
       auto keys = weightKeys.find(scaled.getInput());
       auto gain = scaled.getGain().getDefiningOp<tl::WeightOp>();
       if (keys == weightKeys.end() || !gain || columnScaleKeys.count(scaled.getInput()))
-        return op->emitError("only a weight can have its columns scaled, once, by a parameter");
+        return mlir::LogicalResult(op->emitError("only a weight can have its columns scaled, once, by a parameter"));
       weightKeys[scaled.getResult()] = keys->second;
       columnScaleKeys[scaled.getResult()] = gain.getKey().str();
       int id = addValue(scaled.getResult(), Storage::Weight);
@@ -230,8 +233,12 @@ private:
       viewLocations[id].push_back(op->getLoc());
       return mlir::success();
     }
-    if (auto split = llvm::dyn_cast<tl::SplitOp>(op); split && foldIntoProducer(split))
-      return mlir::success();
+    if (auto split = llvm::dyn_cast<tl::SplitOp>(op); split && foldIntoProducer(split)) return mlir::success();
+    return std::nullopt;
+  }
+
+  mlir::LogicalResult lowerTopLevel(mlir::Operation *op) {
+    if (std::optional<mlir::LogicalResult> lowered = lowerStorage(op)) return *lowered;
     if (!op->getDialect() || op->getDialect()->getNamespace() != "tl")
       return op->emitError("cannot lower '") << op->getName() << "' to a kernel";
 
@@ -239,6 +246,11 @@ private:
     if (auto update = llvm::dyn_cast<tl::AdamWOp>(op)) return lowerUpdate(update);
     if (auto reduce = llvm::dyn_cast<tl::AllReduceOp>(op)) return lowerAllReduce(reduce);
 
+    return lowerKernel(op);
+  }
+
+  // An op that computes: one kernel, its inputs, its origins, its outputs written to memory.
+  mlir::LogicalResult lowerKernel(mlir::Operation *op) {
     Kernel kernel;
     kernel.layer = layers.lookup(op);
     for (mlir::Value operand : op->getOperands()) addInput(kernel, ids.lookup(operand));
