@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
+#include <utility>
 
 namespace tlc::codegen {
 namespace {
@@ -108,38 +110,62 @@ public:
       }
       return ElementExpr::apply(name, std::move(args), attr);
     }
+    if (std::optional<std::pair<mlir::Value, Index>> inner = readFrom(op, value, index))
+      return at(inner->first, inner->second);
+    if (ElementRef computed = computedAt(op, value, index)) return computed;
+    context_.fail(fmt::format("'tl.{}' cannot be computed element by element inside this kernel", name));
+  }
+
+  // Ops that move elements without computing: which element of which input `value` at
+  // `index` is (std::nullopt for the other ops).
+  static std::optional<std::pair<mlir::Value, Index>> readFrom(mlir::Operation *op, mlir::Value value,
+                                                               const Index &index) {
     if (auto split = llvm::dyn_cast<tl::SplitOp>(op)) {
       unsigned result = llvm::cast<mlir::OpResult>(value).getResultNumber();
       int64_t start = 0;
       for (unsigned r = 0; r < result; ++r) start += split.getSizes()[r];
       Index inner = index;
       inner.back() = inner.back() + start;
-      return at(split.getInput(), inner);
+      return std::make_pair(split.getInput(), inner);
     }
     if (auto heads = llvm::dyn_cast<tl::SplitHeadsOp>(op)) {
       int64_t headDim = shapeOf(value).back();
       Index inner(index.begin(), index.end() - 2);
       inner.push_back(index[index.size() - 2] * headDim + index.back());
-      return at(heads.getInput(), inner);
+      return std::make_pair(heads.getInput(), inner);
     }
     if (auto merge = llvm::dyn_cast<tl::MergeHeadsOp>(op)) {
       int64_t headDim = shapeOf(merge.getInput()).back();
       Index inner(index.begin(), index.end() - 1);
       inner.push_back(index.back().floorDiv(headDim));
       inner.push_back(index.back().mod(headDim));
-      return at(merge.getInput(), inner);
+      return std::make_pair(merge.getInput(), inner);
     }
     if (auto transpose = llvm::dyn_cast<tl::TransposeOp>(op)) {
       llvm::ArrayRef<int64_t> perm = transpose.getPerm();
       Index inner(index.size());
       for (size_t i = 0; i < perm.size(); ++i) inner[size_t(perm[i])] = index[i];
-      return at(transpose.getInput(), inner);
+      return std::make_pair(transpose.getInput(), inner);
     }
     if (auto repeat = llvm::dyn_cast<tl::RepeatKvOp>(op)) {
       Index inner = index;
       inner[1] = index[1].floorDiv(int64_t(repeat.getRepeats()));
-      return at(repeat.getInput(), inner);
+      return std::make_pair(repeat.getInput(), inner);
     }
+    if (auto concat = llvm::dyn_cast<tl::ConcatGradOp>(op)) {
+      unsigned result = llvm::cast<mlir::OpResult>(value).getResultNumber();
+      int64_t start = 0;
+      for (unsigned r = 0; r < result; ++r) start += concat.getSizes()[r];
+      Index inner = index;
+      inner[0] = inner[0] + start;
+      return std::make_pair(concat.getGrad(), inner);
+    }
+    return std::nullopt;
+  }
+
+  // Ops whose element is computed from several of their input's (RoPE's pair, a kv
+  // head's sum over its group) or with its position (the causal mask); null for others.
+  ElementRef computedAt(mlir::Operation *op, mlir::Value value, const Index &index) {
     if (auto rope = llvm::dyn_cast<tl::RopeOp>(op))
       return rotated(rope.getInput(), index, rope.getThetaAttr().getValueAsDouble(), rope.getStyle(), false);
     if (auto rope = llvm::dyn_cast<tl::RopeAtOp>(op))
@@ -159,14 +185,6 @@ public:
       }
       return sum;
     }
-    if (auto concat = llvm::dyn_cast<tl::ConcatGradOp>(op)) {
-      unsigned result = llvm::cast<mlir::OpResult>(value).getResultNumber();
-      int64_t start = 0;
-      for (unsigned r = 0; r < result; ++r) start += concat.getSizes()[r];
-      Index inner = index;
-      inner[0] = inner[0] + start;
-      return at(concat.getGrad(), inner);
-    }
     if (llvm::isa<tl::CausalMaskOp, tl::CausalMaskGradOp>(op)) {
       Shape shape = shapeOf(value);
       auto expr = std::make_shared<ElementExpr>();
@@ -178,7 +196,7 @@ public:
       expr->shift = shape.back() - shape[shape.size() - 2];
       return expr;
     }
-    context_.fail(fmt::format("'tl.{}' cannot be computed element by element inside this kernel", name));
+    return nullptr;
   }
 
   // RoPE of `input` at `index` ([B, S, H, D]): the pair holding it rotated by the
