@@ -34,6 +34,24 @@ std::string errorOf(const std::function<void()> &body) {
   return "";
 }
 
+// The persistent program's logits on the CPU backend, task by task as its workers take
+// turns and in `randomOrders` random orders each task's waits allow, against O0's.
+void expectLogitsOfO0(const Program &o0, const Program &o3, uint64_t seed, double tolerance, int randomOrders) {
+  Weights weights = Weights::random(o0.parameters, seed);
+  std::vector<int32_t> tokens = randomTokenIds(o0, seed);
+  auto reference = createCpuBackend(2);
+  reference->load(o0, weights);
+  std::vector<float> expected = reference->forward(tokens).logits.data;
+  std::vector<PersistentSchedule> schedules = {{PersistentOnCpu::Workers, 0}};
+  for (int r = 0; r < randomOrders; ++r) schedules.push_back({PersistentOnCpu::Random, seed + uint64_t(r)});
+  for (PersistentSchedule schedule : schedules) {
+    auto backend = createCpuBackend(2, schedule);
+    backend->load(o3, weights);
+    EXPECT_LE(relativeError(backend->forward(tokens).logits.data, expected), tolerance)
+        << "order " << int(schedule.order) << " seed " << schedule.seed;
+  }
+}
+
 // O3's persistent kernel run task by task on the CPU, as its workers would run it (in turn
 // and in random orders), at 2 x 16 and at decode shapes (matrix-vector GEMM tasks): each
 // task waits only for what the compiler derived, and the logits equal O0's. A task run too early would keep values computed from unwritten
@@ -63,19 +81,7 @@ TEST(Persistent, ScheduleOnTheCpuMatchesO0) {
         return part.source.find("tl_gemm_gemv<") != std::string::npos;
       });
       EXPECT_EQ(gemv, batch * seq <= 2) << "matrix-vector tasks exactly at one or two rows";
-      Weights weights = Weights::random(o0.parameters, seed);
-      std::vector<int32_t> tokens = randomTokenIds(o0, seed);
-      auto reference = createCpuBackend(2);
-      reference->load(o0, weights);
-      std::vector<float> expected = reference->forward(tokens).logits.data;
-      for (PersistentSchedule schedule : {PersistentSchedule{PersistentOnCpu::Workers, 0},
-                                          PersistentSchedule{PersistentOnCpu::Random, seed},
-                                          PersistentSchedule{PersistentOnCpu::Random, seed + 1}}) {
-        auto backend = createCpuBackend(2, schedule);
-        backend->load(o3, weights);
-        EXPECT_LE(relativeError(backend->forward(tokens).logits.data, expected), c.tolerance)
-            << "order " << int(schedule.order) << " seed " << schedule.seed;
-      }
+      expectLogitsOfO0(o0, o3, seed, c.tolerance, 2);
     }
   }
 }
@@ -95,19 +101,7 @@ TEST(Persistent, RowsAttentionTasksMatchO0OnTheCpu) {
       return part.source.find("tl_attention_rows<") != std::string::npos &&
              part.source.find("tl_attention_mma<") == std::string::npos;
     }));
-    uint64_t seed = ::testing::UnitTest::GetInstance()->random_seed() + 41;
-    Weights weights = Weights::random(o0.parameters, seed);
-    std::vector<int32_t> tokens = randomTokenIds(o0, seed);
-    auto reference = createCpuBackend(2);
-    reference->load(o0, weights);
-    std::vector<float> expected = reference->forward(tokens).logits.data;
-    for (PersistentSchedule schedule : {PersistentSchedule{PersistentOnCpu::Workers, 0},
-                                        PersistentSchedule{PersistentOnCpu::Random, seed}}) {
-      auto backend = createCpuBackend(2, schedule);
-      backend->load(o3, weights);
-      EXPECT_LE(relativeError(backend->forward(tokens).logits.data, expected), 2e-2)
-          << "order " << int(schedule.order);
-    }
+    expectLogitsOfO0(o0, o3, ::testing::UnitTest::GetInstance()->random_seed() + 41, 2e-2, 1);
   }
 }
 
