@@ -1,6 +1,9 @@
 // tlc::Model as a host program sees it: only <tlc/...> headers and libtlc.so.
 #include "ApiTestSupport.h"
 
+#include <cstdlib>
+#include <utility>
+
 namespace {
 
 using namespace tlc::apitest;
@@ -90,6 +93,34 @@ TEST(Model, SaysWhatIsWrongWithABadRequest) {
 TEST(Model, ReportsABadFileAsLocatedDiagnostics) {
   std::string missing = errorOf([] { tlc::Model model("no/such/model.tl"); });
   EXPECT_NE(missing.find("cannot open model file 'no/such/model.tl'"), std::string::npos) << missing;
+}
+
+// A schedule override that does not read as its flag says is refused with the flag's and
+// the variable's names, from options and from the environment alike; ones that read compile.
+TEST(Compile, RefusesScheduleOverridesItCannotRead) {
+  auto errorWith = [](const std::function<void(tlc::ScheduleOverrides &)> &set) {
+    tlc::CompileOptions options{2, 1, 8, "f32"};
+    set(options.overrides);
+    return errorOf([&] { tlc::compileModelFile(kTiny, options); });
+  };
+  const std::vector<std::pair<std::function<void(tlc::ScheduleOverrides &)>, std::string>> bad = {
+      {[](tlc::ScheduleOverrides &o) { o.attentionTile = "row"; }, "--attention-tile (TLC_ATTENTION_TILE) is 'row'"},
+      {[](tlc::ScheduleOverrides &o) { o.attentionTile = "32x"; }, "--attention-tile"},
+      {[](tlc::ScheduleOverrides &o) { o.gemmTile = "64x128x2x2x2"; }, "--gemm-tile (TLC_GEMM_TILE)"},
+      {[](tlc::ScheduleOverrides &o) { o.wgmmaTile = "64x-64x4"; }, "--wgmma-tile (TLC_WGMMA_TILE)"},
+      {[](tlc::ScheduleOverrides &o) { o.attentionGradRows = 12; }, "--attention-grad-rows (TLC_ATTENTION_GRAD_ROWS) is 12"},
+      {[](tlc::ScheduleOverrides &o) { o.workersPerSM = 9; }, "--workers-per-sm (TLC_WORKERS_PER_SM) is 9"},
+      {[](tlc::ScheduleOverrides &o) { o.gemvSplits = -2; }, "--gemv-splits (TLC_GEMV_SPLITS) is -2"},
+  };
+  for (const auto &[set, message] : bad) EXPECT_NE(errorWith(set).find(message), std::string::npos) << message;
+  for (const char *tile : {"rows", "32x2", "16x1x1x2"})
+    EXPECT_EQ(errorWith([&](tlc::ScheduleOverrides &o) { o.attentionTile = tile; }), "(no error)") << tile;
+  EXPECT_EQ(errorWith([](tlc::ScheduleOverrides &o) { o.gemvSplits = 2, o.wgmmaTile = "64x64x4x1x1x0"; }), "(no error)");
+  setenv("TLC_GEMV_SPLITS", "two", 1);
+  std::string fromEnvironment = errorWith([](tlc::ScheduleOverrides &) {});
+  unsetenv("TLC_GEMV_SPLITS");
+  EXPECT_NE(fromEnvironment.find("--gemv-splits (TLC_GEMV_SPLITS) is not a whole number"), std::string::npos)
+      << fromEnvironment;
 }
 
 } // namespace
