@@ -20,9 +20,7 @@
 #include "runtime/Error.h"
 
 namespace tlc {
-namespace {
 
-// A variable that must hold an integer in [low, high]; nullopt where it is not set.
 std::optional<int> integerVariable(const Environment &environment, const char *name, int low, int high) {
   const char *text = environment(name);
   if (!text) return std::nullopt;
@@ -33,6 +31,8 @@ std::optional<int> integerVariable(const Environment &environment, const char *n
     throw Error(fmt::format("{}='{}' must be an integer from {} to {}", name, text, low, high));
   return int(value);
 }
+
+namespace {
 
 // The variables one launcher sets: rank, world size, local rank.
 struct LauncherVariables {

@@ -106,9 +106,11 @@ std::vector<std::string> withoutNproc(int argc, char **argv) {
 }
 
 int launchRanks(const std::vector<std::string> &arguments, int ranks, std::chrono::seconds grace) {
-  const char *givenHost = std::getenv("MASTER_ADDR"), *givenPort = std::getenv("MASTER_PORT");
+  const char *givenHost = std::getenv("MASTER_ADDR");
   std::string host = givenHost && *givenHost ? givenHost : "127.0.0.1";
-  int port = givenPort && *givenPort ? std::atoi(givenPort) : unusedPort();
+  std::optional<int> givenPort =
+      integerVariable([](const char *name) -> const char * { return std::getenv(name); }, "MASTER_PORT", 1, 65535);
+  int port = givenPort ? *givenPort : unusedPort();
   std::vector<Rank> children(static_cast<size_t>(ranks));
   std::string pids;
   for (int r = 0; r < ranks; ++r) {
