@@ -147,16 +147,22 @@ int launchRanks(const std::vector<std::string> &arguments, int ranks, std::chron
         else drain(child.err, child.errLine, int(owners[i].first), stderr);
       }
     if (polled.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // The ranks that failed since the last pass, one killed by a signal first (the others'
+    // errors are mostly that they lost it), saying the rest will stop while some still run.
+    std::vector<std::pair<size_t, int>> failed;  // (rank, wait status)
     for (size_t r = 0; r < children.size(); ++r) {
       Rank &child = children[r];
       int status = 0;
       if (!child.running || ::waitpid(child.pid, &status, WNOHANG) != child.pid) continue;
       child.running = false;
       --running;
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed.push_back({r, status});
+    }
+    std::stable_partition(failed.begin(), failed.end(), [](const auto &rank) { return WIFSIGNALED(rank.second); });
+    for (auto [r, status] : failed) {
       ++failures;
-      fmt::print(stderr, "tlc train: rank {} (pid {}) {}{}\n", r, child.pid, describeExit(status),
-                 killAt ? "" : fmt::format("; the other ranks stop within {} s", grace.count()));
+      fmt::print(stderr, "tlc train: rank {} (pid {}) {}{}\n", r, children[r].pid, describeExit(status),
+                 !killAt && running > 0 ? fmt::format("; the other ranks stop within {} s", grace.count()) : "");
       if (!killAt) killAt = Clock::now() + grace;
     }
     if (killAt && Clock::now() > *killAt)
