@@ -10,17 +10,20 @@
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
 #include "runtime/Error.h"
+#include "runtime/FlagRanges.h"
 #include "runtime/MemoryPlanner.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 
@@ -28,16 +31,21 @@ namespace tlc {
 
 namespace {
 
-// `text` as a whole number up to 2^31 - 1, or `otherwise` where it is not one.
-int wholeNumberOr(const std::string &text, int otherwise) {
-  if (text.empty() || text.size() > 10 || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return otherwise;
-  long long value = std::stoll(text);
-  return value > INT32_MAX ? otherwise : int(value);
-}
+// The numeric overrides: the flag, the variable, the field and its range (0: the schedule's).
+struct NumberOverride {
+  const char *flag, *variable;
+  int ScheduleOverrides::*field;
+  FlagRange range;
+};
+const NumberOverride kNumberOverrides[] = {
+    {"--attention-grad-rows", "TLC_ATTENTION_GRAD_ROWS", &ScheduleOverrides::attentionGradRows, {0, 32, "the schedule's"}},
+    {"--workers-per-sm", "TLC_WORKERS_PER_SM", &ScheduleOverrides::workersPerSM, {0, 8, "the schedule's"}},
+    {"--gemv-splits", "TLC_GEMV_SPLITS", &ScheduleOverrides::gemvSplits, {0, 1024, "the schedule's"}},
+};
 
 // The TLC_* variables (docs/codegen.md) fill the overrides the options leave unset: a
-// way to force a schedule's choice in an experiment without changing the command.
+// way to force a schedule's choice in an experiment without changing the command. A
+// number that does not read throws tlc::Error naming its variable.
 ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
   auto text = [](const char *name, std::string &field) {
     if (const char *value = std::getenv(name); value && field.empty()) field = value;
@@ -46,55 +54,47 @@ ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
   text("TLC_GEMM_TILE", overrides.gemmTile);
   text("TLC_WGMMA_TILE", overrides.wgmmaTile);
   text("TLC_ATTENTION_TILE", overrides.attentionTile);
-  auto number = [](const char *name, int &field) {
-    // Not a whole number: INT32_MIN, which overridesError refuses.
-    if (const char *value = std::getenv(name); value && field == 0) field = wholeNumberOr(value, INT32_MIN);
-  };
-  number("TLC_ATTENTION_GRAD_ROWS", overrides.attentionGradRows);
+  for (const NumberOverride &number : kNumberOverrides)
+    if (const char *value = std::getenv(number.variable); value && overrides.*number.field == 0)
+      overrides.*number.field = int(parseFlagInteger(number.variable, value, number.range));
   flag("TLC_NO_WGMMA", overrides.noWgmma);
   flag("TLC_NO_GEMV", overrides.noGemv);
   flag("TLC_NO_WEIGHT_RING", overrides.noWeightRing);
   flag("TLC_NO_CLUSTERS", overrides.noClusters);
-  number("TLC_WORKERS_PER_SM", overrides.workersPerSM);
-  number("TLC_GEMV_SPLITS", overrides.gemvSplits);
   if (const char *trigger = std::getenv("TLC_PDL_TRIGGER"); trigger && std::string(trigger) == "start")
     overrides.dependentsAtStart = true;
   return overrides;
 }
 
-// What is wrong with the overrides as their flags (and variables) spell them, "" where
-// nothing is: a mistyped tile would otherwise leave the schedule's choice in force unsaid.
-std::string overridesError(const ScheduleOverrides &overrides) {
-  auto shown = [](int value) { return value == INT32_MIN ? std::string("not a whole number") : std::to_string(value); };
-  auto fields = [](const std::string &text, size_t least, size_t most) {
-    size_t count = 0, start = 0;
-    for (size_t end = 0; end <= text.size(); ++end) {
-      if (end < text.size() && text[end] != 'x') continue;
-      if (wholeNumberOr(text.substr(start, end - start), -1) < 0) return false;
-      ++count, start = end + 1;
-    }
-    return count >= least && count <= most;
+} // namespace
+
+std::string scheduleOverridesError(const ScheduleOverrides &overrides) {
+  // A tile: `least` to `most` whole numbers joined by 'x'.
+  auto tile = [](llvm::StringRef text, size_t least, size_t most) {
+    llvm::SmallVector<llvm::StringRef, 6> fields;
+    text.split(fields, 'x');
+    unsigned value = 0;
+    return fields.size() >= least && fields.size() <= most &&
+           llvm::none_of(fields, [&](llvm::StringRef field) { return field.getAsInteger(10, value); });
   };
-  if (!overrides.gemmTile.empty() && !fields(overrides.gemmTile, 6, 6))
+  if (!overrides.gemmTile.empty() && !tile(overrides.gemmTile, 6, 6))
     return fmt::format("--gemm-tile (TLC_GEMM_TILE) is '{}', expected BMxBNxWARPS_MxWARPS_NxSLICESxSTAGES",
                        overrides.gemmTile);
-  if (!overrides.wgmmaTile.empty() && !fields(overrides.wgmmaTile, 3, 6))
+  if (!overrides.wgmmaTile.empty() && !tile(overrides.wgmmaTile, 3, 6))
     return fmt::format("--wgmma-tile (TLC_WGMMA_TILE) is '{}', expected BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]",
                        overrides.wgmmaTile);
-  if (!overrides.attentionTile.empty() && overrides.attentionTile != "rows" && !fields(overrides.attentionTile, 2, 4))
+  if (!overrides.attentionTile.empty() && overrides.attentionTile != "rows" && !tile(overrides.attentionTile, 2, 4))
     return fmt::format("--attention-tile (TLC_ATTENTION_TILE) is '{}', expected QTxHB[xMT[xRESIDENT]] or rows",
                        overrides.attentionTile);
-  if (overrides.attentionGradRows != 0 && overrides.attentionGradRows != 8 && overrides.attentionGradRows != 16 &&
-      overrides.attentionGradRows != 32)
-    return fmt::format("--attention-grad-rows (TLC_ATTENTION_GRAD_ROWS) is {}, expected 8, 16 or 32",
-                       shown(overrides.attentionGradRows));
-  if (overrides.workersPerSM < 0 || overrides.workersPerSM > 8)
-    return fmt::format("--workers-per-sm (TLC_WORKERS_PER_SM) is {}, expected 1 to 8", shown(overrides.workersPerSM));
-  if (overrides.gemvSplits < 0)
-    return fmt::format("--gemv-splits (TLC_GEMV_SPLITS) is {}, expected a positive whole number",
-                       shown(overrides.gemvSplits));
+  for (const NumberOverride &number : kNumberOverrides)
+    if (std::string problem = outOfRange(number.flag, overrides.*number.field, number.range); !problem.empty())
+      return problem;
+  if (int rows = overrides.attentionGradRows; rows != 0 && rows != 8 && rows != 16 && rows != 32)
+    return fmt::format("--attention-grad-rows={} must be 8, 16 or 32", rows);
   return "";
 }
+
+namespace {
 
 // The overrides in force, as tlc's flags spell them ("" for none).
 std::string describeOverrides(const ScheduleOverrides &overrides) {
@@ -183,8 +183,13 @@ static mlir::LogicalResult emitKernels(mlir::ModuleOp module, Program &program,
   } catch (const Error &error) {
     return module.emitError(error.what());
   }
-  ScheduleOverrides overrides = withEnvironment(options.overrides);
-  if (std::string why = overridesError(overrides); !why.empty()) return module.emitError(why);
+  ScheduleOverrides overrides;
+  try {
+    overrides = withEnvironment(options.overrides);
+  } catch (const Error &error) {
+    return module.emitError(error.what());
+  }
+  if (std::string why = scheduleOverridesError(overrides); !why.empty()) return module.emitError(why);
   program.targetArch = target.name;
   program.targetMultiprocessors = target.multiprocessors;
   program.scheduleOverrides = describeOverrides(overrides);

@@ -660,8 +660,7 @@ std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &
     return "--persistent applies to a forward: a training step keeps O2's launches";
   if (persistent && optLevel < 3 && !ladderCommand && !reportCommand)
     return fmt::format("--persistent needs -O3 (the level that fuses the whole forward), not -O{}", optLevel);
-  if (attentionGradRows != 0 && attentionGradRows != 8 && attentionGradRows != 16 && attentionGradRows != 32)
-    return fmt::format("--attention-grad-rows={} must be 8, 16 or 32", attentionGradRows.getValue());
+  if (std::string problem = tlc::scheduleOverridesError(scheduleOverrides()); !problem.empty()) return problem;
   if (!dumpIrDir.empty()) {
     if (std::error_code error = llvm::sys::fs::create_directories(dumpIrDir))
       return fmt::format("--dump-ir-dir: cannot create '{}': {}", dumpIrDir.getValue(), error.message());

@@ -62,6 +62,12 @@ struct CompileOptions {
   double allReduceBucketMib = 0;
 };
 
+// What is wrong with `overrides` as their flags (and TLC_* variables) spell them, naming
+// the flag: a tile's fields, a number out of its range; "" where nothing is. (One that
+// reads but does not fit a kernel leaves that kernel to the schedule.) Compiling checks
+// it too, after the variables.
+TLC_API std::string scheduleOverridesError(const ScheduleOverrides &overrides);
+
 // Tunes `options` for the GPU `device` runs on (its arch's target description and its own
 // SM count), unless options.targetArch already names one; nothing for the CPU.
 TLC_API void tuneForDevice(CompileOptions &options, const DeviceInfo &device);

@@ -108,18 +108,27 @@ TEST(Compile, RefusesScheduleOverridesItCannotRead) {
       {[](tlc::ScheduleOverrides &o) { o.attentionTile = "32x"; }, "--attention-tile"},
       {[](tlc::ScheduleOverrides &o) { o.gemmTile = "64x128x2x2x2"; }, "--gemm-tile (TLC_GEMM_TILE)"},
       {[](tlc::ScheduleOverrides &o) { o.wgmmaTile = "64x-64x4"; }, "--wgmma-tile (TLC_WGMMA_TILE)"},
-      {[](tlc::ScheduleOverrides &o) { o.attentionGradRows = 12; }, "--attention-grad-rows (TLC_ATTENTION_GRAD_ROWS) is 12"},
-      {[](tlc::ScheduleOverrides &o) { o.workersPerSM = 9; }, "--workers-per-sm (TLC_WORKERS_PER_SM) is 9"},
-      {[](tlc::ScheduleOverrides &o) { o.gemvSplits = -2; }, "--gemv-splits (TLC_GEMV_SPLITS) is -2"},
+      {[](tlc::ScheduleOverrides &o) { o.attentionGradRows = 12; }, "--attention-grad-rows=12 must be 8, 16 or 32"},
+      {[](tlc::ScheduleOverrides &o) { o.workersPerSM = 9; }, "--workers-per-sm=9 must be 0 (the schedule's) to 8"},
+      {[](tlc::ScheduleOverrides &o) { o.gemvSplits = -2; }, "--gemv-splits=-2 must be 0 (the schedule's) to 1024"},
   };
-  for (const auto &[set, message] : bad) EXPECT_NE(errorWith(set).find(message), std::string::npos) << message;
+  for (const auto &[set, message] : bad) {
+    EXPECT_NE(errorWith(set).find(message), std::string::npos) << message;
+    tlc::ScheduleOverrides overrides;
+    set(overrides);
+    EXPECT_NE(tlc::scheduleOverridesError(overrides).find(message), std::string::npos) << message << ", before compiling";
+  }
   for (const char *tile : {"rows", "32x2", "16x1x1x2"})
     EXPECT_EQ(errorWith([&](tlc::ScheduleOverrides &o) { o.attentionTile = tile; }), "(no error)") << tile;
   EXPECT_EQ(errorWith([](tlc::ScheduleOverrides &o) { o.gemvSplits = 2, o.wgmmaTile = "64x64x4x1x1x0"; }), "(no error)");
   setenv("TLC_GEMV_SPLITS", "two", 1);
   std::string fromEnvironment = errorWith([](tlc::ScheduleOverrides &) {});
   unsetenv("TLC_GEMV_SPLITS");
-  EXPECT_NE(fromEnvironment.find("--gemv-splits (TLC_GEMV_SPLITS) is not a whole number"), std::string::npos)
+  EXPECT_NE(fromEnvironment.find("TLC_GEMV_SPLITS=two is not a whole number"), std::string::npos) << fromEnvironment;
+  setenv("TLC_WORKERS_PER_SM", "12", 1);
+  fromEnvironment = errorWith([](tlc::ScheduleOverrides &) {});
+  unsetenv("TLC_WORKERS_PER_SM");
+  EXPECT_NE(fromEnvironment.find("TLC_WORKERS_PER_SM=12 must be 0 (the schedule's) to 8"), std::string::npos)
       << fromEnvironment;
 }
 
