@@ -18,18 +18,14 @@
 #include <thread>
 
 #include "runtime/Error.h"
+#include "runtime/FlagRanges.h"
 
 namespace tlc {
 
 std::optional<int> integerVariable(const Environment &environment, const char *name, int low, int high) {
   const char *text = environment(name);
   if (!text) return std::nullopt;
-  char *end = nullptr;
-  errno = 0;
-  long value = std::strtol(text, &end, 10);
-  if (!*text || *end || errno || value < low || value > high)
-    throw Error(fmt::format("{}='{}' must be an integer from {} to {}", name, text, low, high));
-  return int(value);
+  return int(parseFlagInteger(name, text, {low, high}));
 }
 
 namespace {

@@ -38,8 +38,8 @@ struct RankPlace {
 // several (MASTER_PORT defaults to 29500). Throws tlc::Error naming a variable that is
 // not a number in range, or a rank outside the world.
 using Environment = std::function<const char *(const char *)>;
-// A variable that must hold an integer in [low, high] (an Error naming it otherwise);
-// nullopt where it is not set.
+// A variable that must hold a whole number in [low, high] (parseFlagInteger's Error naming
+// it otherwise); nullopt where it is not set.
 std::optional<int> integerVariable(const Environment &environment, const char *name, int low, int high);
 RankPlace rankPlaceFromEnvironment(const Environment &environment);
 RankPlace rankPlaceFromEnvironment();  // the process's own

@@ -69,11 +69,11 @@ TEST(RankPlace, RefusesVariablesThatDisagree) {
   EXPECT_EQ(errorMessage([] { placeFrom({{"WORLD_SIZE", "2"}}); }),
             "torchrun sets WORLD_SIZE without RANK: both say where this process stands among the ranks");
   EXPECT_EQ(errorMessage([] { placeFrom({{"RANK", "-1"}, {"WORLD_SIZE", "2"}}); }),
-            "RANK='-1' must be an integer from 0 to 2147483647");
+            "RANK=-1 must be 0 to 2147483647");
   EXPECT_EQ(errorMessage([] { placeFrom({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "99999"}}); }),
-            "MASTER_PORT='99999' must be an integer from 1 to 65535");
+            "MASTER_PORT=99999 must be 1 to 65535");
   EXPECT_EQ(errorMessage([] { placeFrom({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "x"}}); }),
-            "LOCAL_RANK='x' must be an integer from 0 to 1");
+            "LOCAL_RANK=x is not a whole number");
 }
 
 // Runs `body(rank)` on `ranks` threads, each joined to one run through the plugin's TCP
