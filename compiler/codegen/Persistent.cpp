@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cctype>
 #include <map>
 #include <set>
@@ -324,6 +325,7 @@ void dropImpliedWaits(Kernel &persistent) {
       const int t = persistent.workers[w][i];
       workerOf[size_t(t)] = int(w), position[size_t(t)] = int(i), before[size_t(t)] = i ? persistent.workers[w][i - 1] : -1;
     }
+  assert(std::find(workerOf.begin(), workerOf.end(), -1) == workerOf.end() && "every task on a worker (assignWorkers)");
   // done[t * workers + v]: the position on worker v of its latest task that is done once t
   // is (-1: none); t's own position included.
   std::vector<int> done(tasks * workers, -1);
@@ -333,7 +335,6 @@ void dropImpliedWaits(Kernel &persistent) {
   std::vector<int> furthest(workers), by(workers), second(workers);
   for (size_t t = 0; t < tasks; ++t) {
     Task &task = persistent.tasks[t];
-    if (workerOf[t] < 0) continue;  // on no worker: a table the validator refuses; its waits stay
     std::fill(furthest.begin(), furthest.end(), -1);
     std::fill(second.begin(), second.end(), -1);
     auto merge = [&](int predecessor) {
@@ -344,13 +345,11 @@ void dropImpliedWaits(Kernel &persistent) {
       }
     };
     if (before[t] >= 0) merge(before[t]);
-    for (int wait : task.waits)
-      if (workerOf[size_t(wait)] >= 0) merge(wait);
+    for (int wait : task.waits) merge(wait);
     std::vector<int> kept;
     for (int wait : task.waits) {
-      const int v = workerOf[size_t(wait)];
-      if (v < 0 || (by[size_t(v)] == wait ? second[size_t(v)] : furthest[size_t(v)]) < position[size_t(wait)])
-        kept.push_back(wait);
+      const size_t v = size_t(workerOf[size_t(wait)]);
+      if ((by[v] == wait ? second[v] : furthest[v]) < position[size_t(wait)]) kept.push_back(wait);
     }
     task.waits = std::move(kept);
     std::copy(furthest.begin(), furthest.end(), done.begin() + int64_t(t * workers));

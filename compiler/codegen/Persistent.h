@@ -32,8 +32,9 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
 // for x, and its worker's task before it or another task it waits for could start only
 // after x was done (through its own waits or its worker's order, transitively), that
 // one's done word says x's too, and t need not poll x's. Every wait is for an earlier
-// task and each worker's list ascends. (A decode step's attention task need not wait for
-// the previous layer's down projection: the QKV tasks it waits for did.)
+// task, each worker's list ascends and every task is on one worker (assignWorkers'
+// table). (A decode step's attention task need not wait for the previous layer's down
+// projection: the QKV tasks it waits for did.)
 void dropImpliedWaits(Kernel &persistent);
 
 // What tlc --emit=schedule prints: each worker's tasks (part, block, estimated time) and
