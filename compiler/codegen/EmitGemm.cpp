@@ -597,10 +597,10 @@ void gemmLaunches(const GemmSpec &gemm, const GemmPlan &plan, EmittedKernel &emi
   if (plan.gemv) return gemvLaunches(gemm, *plan.gemv, emitted);
   const GemmTile &nvidia = plan.nvidia;
   const std::optional<WgmmaTile> &hopper = plan.hopper;
-  int64_t fixedTiles = gemm.batch * ceilDiv(gemm.M, kFixedTile) * columnTiles(gemm, kFixedTile);
+  int64_t fixedTiles = gemmTiles(gemm, kFixedTile, kFixedTile);
   int64_t fixedShared = kSimtSharedBytes + (gemm.normGrad ? normGradSharedBytes(kFixedTile, 256) : 0);
   if (plan.matrixUnits)
-    emitted.launch["cuda"] = {gemm.batch * ceilDiv(gemm.M, nvidia.BM) * columnTiles(gemm, nvidia.BN), nvidia.threads(),
+    emitted.launch["cuda"] = {gemmTiles(gemm, nvidia.BM, nvidia.BN), nvidia.threads(),
                               nvidia.sharedBytes(gemm.normGrad ? normGradSharedBytes(nvidia.BM, nvidia.threads()) : 0)};
   else emitted.launch["cuda"] = {fixedTiles, 256, fixedShared};
   if (gemm.normGrad) {  // either tile's layout (AMD and SIMT run 64x64 tiles)

@@ -105,6 +105,10 @@ int64_t columnTiles(const GemmSpec &gemm, int BN) {
   return tiles;
 }
 
+int64_t gemmTiles(const GemmSpec &gemm, int BM, int BN) {
+  return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN);
+}
+
 // Whether every column c of `group` reads `column` (an accumulator column) inside c's own
 // tile of `width` columns, decided from the expression's structure rather than column by
 // column: it repeats every L = lcm(its period in c, width) columns, shifted by
@@ -199,7 +203,7 @@ GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine, bool fp32)
   for (const Candidate &candidate : candidates()) {
     if (!tileHoldsEpilogue(gemm, candidate.tile.BN) || (fp32 && candidate.tile.BN > 128)) continue;
     if (gemm.normGrad && someClusterFits && !clusterFits(candidate)) continue;
-    int64_t tiles = gemm.batch * ceilDiv(gemm.M, candidate.tile.BM) * columnTiles(gemm, candidate.tile.BN);
+    int64_t tiles = gemmTiles(gemm, candidate.tile.BM, candidate.tile.BN);
     int64_t slots = int64_t(multiprocessors) * candidate.blocksPerSM;
     // A wave with fewer tiles than slots still takes a tile's time on the SMs it uses.
     int64_t perSM = std::min<int64_t>(candidate.blocksPerSM, ceilDiv(tiles, multiprocessors));
@@ -237,7 +241,7 @@ static bool isWgmmaWidth(int n) { return n == 64 || n == 128 || n == 160 || n ==
 
 bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, const Machine &machine) {
   const int multiprocessors = machine.multiprocessors;
-  int64_t rowTiles = ceilDiv(gemm.M, tile.BM), tiles = gemm.batch * rowTiles * columnTiles(gemm, tile.BN);
+  int64_t rowTiles = ceilDiv(gemm.M, tile.BM), tiles = gemmTiles(gemm, tile.BM, tile.BN);
   if (!tile.producer || tile.splits < 2 || tile.splitTiles < 1 || tiles <= multiprocessors) return false;
   // With RMSNorm the sums are shared from column tile 0 (beyond one wave), which must be
   // whole; and only from two full waves on: the 1.1B O2 QKV (1.2 waves) ran 70 µs split
@@ -296,7 +300,7 @@ std::optional<WgmmaTile> forcedWgmmaTile(const GemmSpec &gemm, const Machine &ma
   // The warp-specialized kernel: 64- or 128-row tiles, no RMSNorm gain (one folded into
   // the weight is fine); it splits K only for the 128-row tiles of a short last wave.
   if (forced.producer && forced.splits > 1)
-    forced.splitTiles = gemm.batch * ceilDiv(gemm.M, forced.BM) * columnTiles(gemm, forced.BN) % machine.multiprocessors;
+    forced.splitTiles = gemmTiles(gemm, forced.BM, forced.BN) % machine.multiprocessors;
   bool producerFits = producer == 0 || (forced.producer && gemm.gain < 0 &&
                                         (forced.splits == 1 ||
                                          (forced.BM == 128 && splitsLastWave(gemm, forced, machine))));
@@ -318,7 +322,6 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
   const int multiprocessors = machine.multiprocessors;
   const bool transposed = aKM || gemm.bKN;
   static const WgmmaTile candidates[] = {{128, 128, 3, 1, 2}, {128, 256, 4}, {128, 128, 4}, {64, 128, 4}, {64, 64, 6}};
-  auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
   // RMSNorm's backward: 128-row tiles of the narrowest width whose row fits one cluster
   // (H100, the workshop's QKV dX with its norm, 1024x512, K 1024: 14.2 µs on 128x64
   // tiles, 17.5 on 64x64, 23.8 on 64x128, before the registers were prefetched; 13.3 after).
@@ -341,9 +344,9 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
   // is 1024 or more (H100 sweep, bench/RESULTS.md: the gate/up's dX 36.1 µs on 64x64
   // tiles, 29.9 on 128x64, 20.3 split; its dW 18.4 -> 17.1; the head-layout dX, K 512,
   // slower split: 5.7 -> 7.9).
-  if (transposed && tileHoldsEpilogue(gemm, 64) && tilesOf(128, 64) <= 2 * multiprocessors) {
+  if (transposed && tileHoldsEpilogue(gemm, 64) && gemmTiles(gemm, 128, 64) <= 2 * multiprocessors) {
     WgmmaTile tile{128, 64, 4};
-    if (kTiles >= 16 && 2 * tilesOf(128, 64) <= multiprocessors) tile.splits = 2;
+    if (kTiles >= 16 && 2 * gemmTiles(gemm, 128, 64) <= multiprocessors) tile.splits = 2;
     return tile;
   }
   // Larger ones (the 1.1B's) on 256x128 tiles, four warpgroups, three stages: 12 % less
@@ -351,29 +354,29 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
   // logits' dX 680 -> 530 µs, the gate/up's dX 231 -> 182), slower only at the QKV's dW
   // (80 -> 82).
   if (transposed && tileHoldsEpilogue(gemm, 128)) return WgmmaTile{256, 128, 3};
-  if (tileHoldsEpilogue(gemm, 64) && tilesOf(64, 64) <= 2 * multiprocessors) {
+  if (tileHoldsEpilogue(gemm, 64) && gemmTiles(gemm, 64, 64) <= 2 * multiprocessors) {
     best = WgmmaTile{64, 64, 6};
     // K of 2048 or more in one wave: split two ways where the parts still fit one wave,
     // else a deeper pipeline (the workshop's down projection, 128 tiles, with gemm_mma.cuh
     // v5's copies: 8.1 µs with 8 stages against 8.2 with 6, 8.4 with 10-16, 10.8 split
     // two ways and 10.1 warp-specialized).
-    if (kTiles >= 32 && 2 * tilesOf(64, 64) <= multiprocessors) best->splits = 2;
-    else if (kTiles >= 32 && tilesOf(64, 64) <= multiprocessors) best->stages = 8;
+    if (kTiles >= 32 && 2 * gemmTiles(gemm, 64, 64) <= multiprocessors) best->splits = 2;
+    else if (kTiles >= 32 && gemmTiles(gemm, 64, 64) <= multiprocessors) best->stages = 8;
     return best;
   }
   // 256x160 tiles (four warpgroups, no producer: with one each would have 96 registers,
   // too few for m64n160) where they fill one wave and 128x256 tiles need more: the 1.1B
   // QKV's 2048 x 2560 (flat columns) in 128 tiles took 38.0 µs against 51.9 for 128x256
   // tiles with the split tail.
-  if (!transposed && gemm.gain < 0 && tileHoldsEpilogue(gemm, 160) && tilesOf(128, 256) > multiprocessors &&
-      tilesOf(256, 160) <= multiprocessors && tilesOf(256, 160) * 10 >= multiprocessors * 9)
+  if (!transposed && gemm.gain < 0 && tileHoldsEpilogue(gemm, 160) && gemmTiles(gemm, 128, 256) > multiprocessors &&
+      gemmTiles(gemm, 256, 160) <= multiprocessors && gemmTiles(gemm, 256, 160) * 10 >= multiprocessors * 9)
     return WgmmaTile{256, 160, 4};
   // Without an RMSNorm gain to apply to A, 128x256 tiles on the warp-specialized kernel
   // when their waves are nearly full (8-15 % faster than two 128x128 blocks per SM at the
   // 1.1B shapes), or beyond one wave with the tiles of a short last wave split K among
   // the SMs the full waves leave idle (the 1.1B QKV's 160 tiles: 132 whole, then 28 in
   // four parts, where whole tiles took two waves).
-  int64_t wide = tilesOf(128, 256), tail = wide % multiprocessors;
+  int64_t wide = gemmTiles(gemm, 128, 256), tail = wide % multiprocessors;
   if (!transposed && gemm.gain < 0 && tileHoldsEpilogue(gemm, 256)) {
     WgmmaTile tile{128, 256, 4, 1, 1, true};
     WgmmaTile split = tile;
@@ -391,14 +394,13 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
 std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine &machine, bool aKM) {
   if (!machine.wgmma || aKM || gemm.bKN || gemm.normGrad) return std::nullopt;
   const int multiprocessors = machine.multiprocessors;
-  auto tilesOf = [&](int BM, int BN) { return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN); };
   // At most two waves of 64x64 tiles: those, two blocks an SM (one's split pass in shared
   // memory beside the other's wgmma), K split two ways where one wave of whole tiles would
   // leave half the block slots idle and K is long.
-  if (tileHoldsEpilogue(gemm, 64) && tilesOf(64, 64) <= 2 * multiprocessors) {
+  if (tileHoldsEpilogue(gemm, 64) && gemmTiles(gemm, 64, 64) <= 2 * multiprocessors) {
     WgmmaTile tile{64, 64, 4, 1, 2};
     // (Not in a persistent kernel: the next part's tasks fill the idle slots there.)
-    if (ceilDiv(gemm.K, 32) >= 32 && tilesOf(64, 64) <= multiprocessors && !machine.persistent) tile.splits = 2;
+    if (ceilDiv(gemm.K, 32) >= 32 && gemmTiles(gemm, 64, 64) <= multiprocessors && !machine.persistent) tile.splits = 2;
     tile.tf32 = true;
     return tile;
   }

@@ -69,6 +69,8 @@ bool flatColumns(const GemmSpec &gemm);
 // Column tiles of the spec's groups for a tile of BN columns (a group of b bands gets
 // BN / b of its own columns per tile; flat columns: N / BN).
 int64_t columnTiles(const GemmSpec &gemm, int BN);
+// Tiles of BM x BN over every batch: what a launch of one tile a block runs.
+int64_t gemmTiles(const GemmSpec &gemm, int BM, int BN);
 
 // Whether every accumulator read of every group stays inside its tile with this BN.
 bool tileHoldsEpilogue(const GemmSpec &gemm, int BN);
