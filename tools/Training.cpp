@@ -127,13 +127,20 @@ void saveGradients(const TrainStepResult &result, const std::string &path) {
   gradients.saveSafetensors(path);
 }
 
+// A step's batch over every rank: its ranks, sequences and tokens.
+struct GlobalBatch {
+  int ranks;
+  int64_t sequences, tokens;
+  GlobalBatch(const Program &program, int ranks)
+      : ranks(ranks), sequences(program.batch * ranks), tokens(program.batch * ranks * program.seqLen) {}
+};
+
 // What the run prints before its first step: the model, level, dtype and batch, the
 // pipeline, the matmul precision, the kernels, the ranks, the optimizer and the inputs.
 std::string trainingHeader(const Program &program, Backend &backend, const TrainingRun &run,
-                           const TrainingBatches &batches, int ranks) {
-  const int64_t globalBatch = program.batch * ranks;
-  std::string batchText = ranks > 1 ? fmt::format("batch {} x seq {} a rank, global batch {}", program.batch,
-                                                  program.seqLen, globalBatch)
+                           const TrainingBatches &batches, const GlobalBatch &global) {
+  std::string batchText = global.ranks > 1 ? fmt::format("batch {} x seq {} a rank, global batch {}", program.batch,
+                                                         program.seqLen, global.sequences)
                                     : fmt::format("batch {} x seq {}", program.batch, program.seqLen);
   std::string header = fmt::format("tlc train: {} at {}, {}, {}, {} step{} on {}\n", program.model,
                                    describeOptLevel(program.optLevel), dtypeName(program.dtype), batchText, run.steps,
@@ -153,10 +160,10 @@ struct StepTotals {
 };
 
 // The steps, each line printed by the rank that speaks; the first step's gradients saved
-// where asked; the steps after the first profiled (NCCL connects its ranks in the first).
+// where asked; profiled from the second step on (NCCL connects its ranks in the first),
+// or the only one.
 StepTotals runSteps(const Program &program, Backend &backend, const TrainingRun &run, TrainingBatches &batches,
-                    Profiler &profiler, bool speaks, int ranks) {
-  const int64_t globalBatch = program.batch * ranks, tokensPerStep = globalBatch * program.seqLen;
+                    Profiler &profiler, bool speaks, const GlobalBatch &global) {
   ProgressBar bar(run.progressBar && speaks, run.steps);
   bar.draw(0);
   StepTotals totals;
@@ -176,8 +183,8 @@ StepTotals runSteps(const Program &program, Backend &backend, const TrainingRun 
     bar.erase();
     if (speaks)
       fmt::print("step {:>{}}/{} | loss {:.4f} | {:.1f} samples/s | {:.0f} tokens/s | {:.1f} ms\n", step,
-                 std::to_string(run.steps).size(), run.steps, result.loss, double(globalBatch) / seconds,
-                 double(tokensPerStep) / seconds, result.milliseconds);
+                 std::to_string(run.steps).size(), run.steps, result.loss, double(global.sequences) / seconds,
+                 double(global.tokens) / seconds, result.milliseconds);
     std::fflush(stdout);
     bar.draw(step, result.loss, totals.milliseconds / 1000 / double(step) * double(run.steps - step));
   }
@@ -187,20 +194,20 @@ StepTotals runSteps(const Program &program, Backend &backend, const TrainingRun 
 
 // The run's summary: steps and losses, speed, memory.
 void printTrainingSummary(const Program &program, Backend &backend, const TrainingRun &run, const StepTotals &totals,
-                          int ranks) {
-  const int64_t globalBatch = program.batch * ranks, tokensPerStep = globalBatch * program.seqLen;
+                          const GlobalBatch &global) {
   double seconds = totals.milliseconds / 1000;
   int64_t activations = backend.peakActivationBytes(), weightBytes = backend.weightBytes(),
           moments = backend.optimizerStateBytes();
   fmt::print("Training completed: {} steps, {}, loss {:.4f} -> {:.4f}\n", run.steps,
-             ranks > 1 ? fmt::format("global batch size {} ({} a rank x {} ranks)", globalBatch, program.batch, ranks)
+             global.ranks > 1 ? fmt::format("global batch size {} ({} a rank x {} ranks)", global.sequences, program.batch,
+                                            global.ranks)
                        : fmt::format("batch size {}", program.batch),
              totals.firstLoss, totals.lastLoss);
   fmt::print("Performance: {:.1f} samples/sec, {:.0f} tokens/sec ({:.1f} ms a step)\n",
-             double(globalBatch * run.steps) / seconds, double(tokensPerStep * run.steps) / seconds,
+             double(global.sequences * run.steps) / seconds, double(global.tokens * run.steps) / seconds,
              totals.milliseconds / double(run.steps));
   fmt::print("Memory usage: {} peak{} (activations and gradients {}, weights {}, AdamW moments {})\n",
-             mib(activations + weightBytes + moments), ranks > 1 ? " a rank" : "", mib(activations), mib(weightBytes),
+             mib(activations + weightBytes + moments), global.ranks > 1 ? " a rank" : "", mib(activations), mib(weightBytes),
              mib(moments));
 }
 
@@ -244,13 +251,14 @@ void train(const Program &program, Backend &backend, const TrainingRun &run) {
   }
   // Rank 0 speaks for the run: every rank's loss is the global batch's.
   bool speaks = rank == 0;
-  if (speaks) fmt::print("{}", trainingHeader(program, backend, run, batches, ranks));
+  const GlobalBatch global(program, ranks);
+  if (speaks) fmt::print("{}", trainingHeader(program, backend, run, batches, global));
   std::fflush(stdout);
 
   DeviceInfo device = backend.deviceInfo();
   Profiler profiler(program, device.name.empty() ? backend.name() : device.name, "training step");
-  StepTotals totals = runSteps(program, backend, run, batches, profiler, speaks, ranks);
-  if (speaks) printTrainingSummary(program, backend, run, totals, ranks);
+  StepTotals totals = runSteps(program, backend, run, batches, profiler, speaks, global);
+  if (speaks) printTrainingSummary(program, backend, run, totals, global);
   if (run.profile && speaks) {
     fmt::print("\n{}", profiler.table());
     if (!run.tracePath.empty()) writeFileAtomically(run.tracePath, profiler.chromeTrace(), "trace");
