@@ -15,9 +15,11 @@
 
 namespace tlc::codegen {
 
+namespace {
+
 // Where the gradients go: each to its argument's rows, and which are rotated back by RoPE
 // (the backward's tl.rope_grad and layout ops folded into the stores).
-static std::string storesLine(const AttentionGradSpec &spec, const KernelSource &source) {
+std::string storesLine(const AttentionGradSpec &spec, const KernelSource &source) {
   std::vector<std::string> parts;
   for (auto [name, param, rows] : {std::tuple{"dq", spec.dq, &spec.dqRows}, std::tuple{"dk", spec.dk, &spec.dkRows},
                                    std::tuple{"dv", spec.dv, &spec.dvRows}})
@@ -26,8 +28,6 @@ static std::string storesLine(const AttentionGradSpec &spec, const KernelSource 
                                 name, source.name(param), rows->row.str()));
   return fmt::format("stores, row (b, h, s) of each: {}", fmt::join(parts, "; "));
 }
-
-namespace {
 
 // A gradient row's store of columns c, c+1 and c + COLS/2, c + COLS/2 + 1 (c even, below
 // COLS/2), which hold both styles' RoPE pairs: rotated back where tl.rope_grad was folded

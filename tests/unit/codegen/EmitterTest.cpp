@@ -29,6 +29,26 @@ const Kernel &kernelNamed(const Program &program, const std::string &prefix) {
 
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
 
+// A persistent decode step (batch 1 x seq 1, bf16, O3) of models/<model> under `overrides`.
+Program persistentDecode(const std::string &model, const ScheduleOverrides &overrides = {}) {
+  CompileOptions options{3, 1, 1, "bf16"};
+  options.persistent = true;
+  options.overrides = overrides;
+  return compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, options);
+}
+
+// The number a persistent kernel's source #defines as `name` (0 where it defines none).
+int defineOf(const Kernel &megakernel, const std::string &name) {
+  size_t at = megakernel.source.find("#define " + name + " ");
+  return at == std::string::npos ? 0 : std::atoi(megakernel.source.c_str() + at + name.size() + 9);
+}
+
+// The tasks of a persistent kernel's part `part`.
+int64_t tasksOfPart(const Kernel &megakernel, size_t part) {
+  return std::count_if(megakernel.tasks.begin(), megakernel.tasks.end(),
+                       [&](const Task &task) { return task.part == int(part); });
+}
+
 // The tile a GEMM runs on sm_90a, read from its wgmma mainloop's spec arguments
 // (<name>_spec<BM, BN, 1, 1, STAGES, 1, K_SPLITS, SPLIT_TILES>): what the kernel
 // compiles, not what its comments say.
@@ -466,9 +486,7 @@ TEST(Codegen, DecodeGemmsStreamWeightsThroughTheMatrixVectorPath) {
     ASSERT_NE(launch, nullptr);
     EXPECT_LE(launch->gridBlocks / spec.splits, persistent.targetMultiprocessors) << part.name;
     splitParts += spec.splits > 1;
-    EXPECT_EQ(std::count_if(megakernel.tasks.begin(), megakernel.tasks.end(),
-                            [&](const Task &task) { return task.part == int(p); }),
-              launch->gridBlocks)
+    EXPECT_EQ(tasksOfPart(megakernel, p), launch->gridBlocks)
         << part.name;
     EXPECT_TRUE(contains(megakernel.source, part.entry + "_prefetch(")) << part.name;
   }
@@ -480,23 +498,13 @@ TEST(Codegen, DecodeGemmsStreamWeightsThroughTheMatrixVectorPath) {
 // the shared memory the parts leave, and a produce function for every GEMV part; the
 // workshop's small tasks and --no-weight-ring get none.
 TEST(Codegen, PersistentDecodeStreamsLargeWeightsThroughARing) {
-  auto decode = [](const char *model, bool ring) {
-    CompileOptions options{3, 1, 1, "bf16"};
-    options.persistent = true;
-    options.overrides.noWeightRing = !ring;
-    return compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/" + model, options);
-  };
-  Program large = decode("tinyllama-1.1b.tl", true);
+  Program large = persistentDecode("tinyllama-1.1b.tl");
   ASSERT_EQ(large.kernels.size(), 1u) << large.persistentFallback;
   const Kernel &megakernel = large.kernels[0];
   ASSERT_TRUE(contains(megakernel.source, "#define TL_RING_SLOTS "));
-  auto define = [&](const std::string &name) {
-    size_t at = megakernel.source.find("#define " + name + " ");
-    EXPECT_NE(at, std::string::npos) << name;
-    return at == std::string::npos ? 0 : std::atoi(megakernel.source.c_str() + at + name.size() + 9);
-  };
-  const int slots = define("TL_RING_SLOTS"), slotBytes = define("TL_RING_SLOT_BYTES"),
-            offset = define("TL_RING_OFFSET"), consumers = define("TL_RING_CONSUMER_WARPS");
+  const int slots = defineOf(megakernel, "TL_RING_SLOTS"), slotBytes = defineOf(megakernel, "TL_RING_SLOT_BYTES"),
+            offset = defineOf(megakernel, "TL_RING_OFFSET"), consumers = defineOf(megakernel, "TL_RING_CONSUMER_WARPS");
+  EXPECT_GT(consumers, 0);
   EXPECT_GE(slots, 2);
   EXPECT_GE(slotBytes, 16 * 1024) << "a column's piece a warp, 16-byte copies";
   const KernelLaunch &launch = megakernel.launch.at(megakernel.taskPath);
@@ -515,7 +523,9 @@ TEST(Codegen, PersistentDecodeStreamsLargeWeightsThroughARing) {
   EXPECT_EQ(launch.blockThreads, partThreads + 32) << "the producer warp";
   EXPECT_GE(offset, partShared) << "the ring after the parts' shared memory";
   EXPECT_EQ(launch.sharedBytes, offset + int64_t(slots) * slotBytes);
-  for (const Program &none : {decode("tinyllama.tl", true), decode("tinyllama-1.1b.tl", false)}) {
+  ScheduleOverrides noRing;
+  noRing.noWeightRing = true;
+  for (const Program &none : {persistentDecode("tinyllama.tl"), persistentDecode("tinyllama-1.1b.tl", noRing)}) {
     ASSERT_EQ(none.kernels.size(), 1u);
     EXPECT_FALSE(contains(none.kernels[0].source, "#define TL_RING_SLOTS"));
   }
@@ -525,17 +535,9 @@ TEST(Codegen, PersistentDecodeStreamsLargeWeightsThroughARing) {
 // no dynamic shared memory, so the 1.1B's persistent decode step gives its weight ring the
 // room the tensor-core path's 48 KiB took.
 TEST(Codegen, RowsAttentionGivesThePersistentDecodeRingMoreSlots) {
-  auto decode = [](const std::string &attentionTile) {
-    CompileOptions options{3, 1, 1, "bf16"};
-    options.persistent = true;
-    options.overrides.attentionTile = attentionTile;
-    return compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama-1.1b.tl", options);
-  };
-  auto slotsOf = [](const Kernel &megakernel) {
-    size_t at = megakernel.source.find("#define TL_RING_SLOTS ");
-    return at == std::string::npos ? 0 : std::atoi(megakernel.source.c_str() + at + 22);
-  };
-  Program mma = decode(""), rows = decode("rows");
+  ScheduleOverrides rowsPath;
+  rowsPath.attentionTile = "rows";
+  Program mma = persistentDecode("tinyllama-1.1b.tl"), rows = persistentDecode("tinyllama-1.1b.tl", rowsPath);
   ASSERT_EQ(mma.kernels.size(), 1u) << mma.persistentFallback;
   ASSERT_EQ(rows.kernels.size(), 1u) << rows.persistentFallback;
   const Kernel &megakernel = rows.kernels[0];
@@ -548,14 +550,11 @@ TEST(Codegen, RowsAttentionGivesThePersistentDecodeRingMoreSlots) {
     const KernelLaunch *own = findLaunch(part, "cuda", "sm_90a");
     ASSERT_NE(own, nullptr);
     EXPECT_EQ(own->sharedBytes, 0) << part.name;
-    EXPECT_EQ(std::count_if(megakernel.tasks.begin(), megakernel.tasks.end(),
-                            [&](const Task &task) { return task.part == int(p); }),
-              32)
-        << part.name << ": one task a head of the one query row";
+    EXPECT_EQ(tasksOfPart(megakernel, p), 32) << part.name << ": one task a head of the one query row";
   }
   EXPECT_EQ(attentionParts, 22) << "a layer's attention each";
-  EXPECT_GT(slotsOf(megakernel), slotsOf(mma.kernels[0]));
-  EXPECT_GE(slotsOf(mma.kernels[0]), 2);
+  EXPECT_GT(defineOf(megakernel, "TL_RING_SLOTS"), defineOf(mma.kernels[0], "TL_RING_SLOTS"));
+  EXPECT_GE(defineOf(mma.kernels[0], "TL_RING_SLOTS"), 2);
 }
 
 // With --persistent, O3's forward is one persistent kernel: O2's kernels are its parts
