@@ -24,7 +24,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdint>
 #include <cstdlib>
 
 namespace tlc {
