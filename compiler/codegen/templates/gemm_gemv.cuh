@@ -21,6 +21,9 @@
 //       slot (a bulk copy a column; tl_gemm_gemv_produce, in the order the task reads them)
 //       ahead of the task, and warp w multiplies column w of each slot once it has landed,
 //       then frees it.
+//   v4  split tiles count their arrival with one acq_rel atomic after the block's barrier
+//       (v1-v3 fenced every thread, sequentially consistent, before the count and again in
+//       the last split before reading the parts).
 //
 // Spec (gemm_common.cuh's): BM = M rows (one row tile), BN, K_SPLITS (every tile split
 // alike), WARPS_N warps; hooks a_src/a_chunk, b_src, gain_elem, epilogue.
@@ -30,6 +33,18 @@
 // The element type behind a `const T *` (a weight's storage type, from the Spec's b_base).
 template <class P> struct tl_remove_const_ptr;
 template <class T> struct tl_remove_const_ptr<const T *> { using type = T; };
+
+// Adds one to a split tile's count and returns the count before: a release of what the
+// block stored before its barrier, an acquire of what the splits counted before stored.
+TL_DEVICE unsigned tl_count_acq_rel(unsigned *count) {
+#if defined(TL_NVIDIA)
+  unsigned before;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(count) : "memory");
+  return before;
+#else
+  return __hip_atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
+#endif
+}
 
 // The K range of each split, in elements (a multiple of 8): what a block stages of A's rows.
 template <class S> TL_DEVICE constexpr int tl_gemv_k_range() {
@@ -266,12 +281,10 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
     __shared__ bool last;
     float *slots = p.ws + (tl_i64)tile * S::K_SPLITS * BM * BN;
     for (int e = threadIdx.x; e < BM * BN; e += THREADS) slots[split * BM * BN + e] = tileRows[e / BN * LD + e % BN];
-    __threadfence();
-    tl_sync();
-    if (threadIdx.x == 0) last = atomicAdd(p.sync + tile, 1u) == unsigned(S::K_SPLITS - 1);
+    tl_sync();  // the block's part stored, then released by thread 0's count (acquired by the last)
+    if (threadIdx.x == 0) last = tl_count_acq_rel(p.sync + tile) == unsigned(S::K_SPLITS - 1);
     tl_sync();
     if (!last) return;
-    __threadfence();
     for (int e = threadIdx.x; e < BM * BN; e += THREADS) {
       float sum = 0.0f;
       for (int s = 0; s < S::K_SPLITS; ++s) sum += ((volatile const float *)slots)[s * BM * BN + e];
