@@ -169,7 +169,7 @@ cl::opt<std::string> wgmmaTile("wgmma-tile", cl::desc("sm_90a GEMM tile BMxBNxST
                                cl::value_desc("tile"), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<std::string> attentionTile("attention-tile",
                                    cl::desc("flash attention tile QTxHB[xMT[xRESIDENT]], or rows: one query row a "
-                                            "block in fp32 FMAs on every target"),
+                                            "block in fp32 FMAs on every target (a persistent decode step's default)"),
                                    cl::value_desc("tile"), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> attentionGradRows("attention-grad-rows", cl::desc("attention backward: query rows a block, 8, 16 or 32"),
                                cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));

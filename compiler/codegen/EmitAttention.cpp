@@ -30,11 +30,13 @@ AttentionPath choosePath(const KernelSource &source, const AttentionSpec &spec) 
   AttentionPath path;
   // fp32 runs on tensor cores too unless the precision asks for exact products.
   path.tf32 = all(DType::F32) ? tf32Products(source.matmulPrecision()) : 0;
-  // --attention-tile=rows asks for the FMA path everywhere (a decode step's one query row
-  // a task, no shared memory: a persistent kernel's weight ring gets the room).
-  const bool forcedRows = source.machine().overrides.attentionTile == "rows";
+  // The FMA path where --attention-tile=rows asks for it, and in a persistent kernel's
+  // decode step (one query row: a tensor-core tile would be mostly padding), where it needs
+  // no shared memory, so the weight ring gets the room.
+  const std::string &forced = source.machine().overrides.attentionTile;
+  const bool rows = forced == "rows" || (forced.empty() && source.machine().persistent && spec.SQ == 1);
   path.matrixUnits = (all(DType::BF16) || path.tf32) && (spec.D == 64 || spec.D == 128) &&
-                     (spec.DV == 64 || spec.DV == 128) && !forcedRows;
+                     (spec.DV == 64 || spec.DV == 128) && !rows;
   if (path.matrixUnits) path.tile = chooseAttentionTile(spec, source.machine(), path.tf32 > 0);
   return path;
 }

@@ -188,7 +188,7 @@ GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm) {
   plan.flat = flatColumns(gemm);
   if ((plan.computedA || (plan.aParts && ElementCode::contiguous(gemm.aOffset, eightAlongK))) && plan.bParts &&
       !gemm.bKN && ElementCode::contiguous(gemm.bOffset, eightAlongK)) {
-    plan.gemv = chooseGemvTile(gemm, source.machine());
+    plan.gemv = chooseGemvTile(gemm, source.machine(), int(dtypeBytes(source.dtype(gemm.b))));
     if (plan.gemv) return plan;
   }
   // A stored [K, M] (read down its columns): NVIDIA's mma.sync path transposes it as it

@@ -21,10 +21,6 @@ template <class Vector, class Predicate> void eraseIf(Vector &vector, Predicate 
   vector.erase(std::remove_if(vector.begin(), vector.end(), predicate), vector.end());
 }
 
-// The cost model's rates: an H100's measured bf16 tensor-core rate and HBM bandwidth
-// (shared/TINYLLAMA.md, the device notes), per SM; fp32 kernels run on FMAs.
-constexpr double kTensorFlopsPerSM = 790e12 / 132, kFmaFlopsPerSM = 51e12 / 132;
-constexpr double kBytesPerSM = 3.0e12 / 132;
 constexpr double kTaskOverheadUs = 0.5;  // the wait, the barriers and the publish
 // Shared memory the kernel's static __shared__ variables may take besides the largest
 // dynamic request: the parts' (reductions, flags; 8 KiB of them a block sum's partials) and

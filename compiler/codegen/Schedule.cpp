@@ -156,7 +156,13 @@ int64_t GemvTile::sharedBytes(const GemmSpec &gemm) const {
   return (int64_t(BM) * kRange(gemm) + int64_t(BM) * (BN + 4) + BM) * 4;
 }
 
-std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &machine) {
+bool splitSavesStreaming(int64_t tileBytes, int64_t splits) {
+  if (splits <= 1) return false;
+  const double unsplitUs = double(tileBytes) / kBytesPerSM * 1e6;
+  return unsplitUs * (1.0 - 1.0 / double(splits)) > kSplitJoinUs;
+}
+
+std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &machine, int weightBytes) {
   if (!machine.gemv || gemm.M > 2 || gemm.K % 8 != 0 || gemm.bKN || gemm.normGrad) return std::nullopt;
   GemvTile tile;
   tile.BM = int(gemm.M);
@@ -180,7 +186,12 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   // most 64 KiB.
   const int64_t tiles = gemm.batch * columnTiles(gemm, tile.BN), chunks = gemm.K / 8;
   const int64_t minChunks = 2 * 32, sharedTarget = int64_t(64) << 10;
-  const int64_t wanted = machine.overrides.gemvSplits > 0 ? machine.overrides.gemvSplits : machine.multiprocessors / tiles;
+  int64_t wanted = machine.overrides.gemvSplits > 0 ? machine.overrides.gemvSplits : machine.multiprocessors / tiles;
+  // A persistent task's join lies on the path to the next part: split only where it saves
+  // more of a worker's streaming than the join costs.
+  if (machine.persistent && machine.overrides.gemvSplits == 0 &&
+      !splitSavesStreaming(int64_t(tile.BN) * gemm.K * weightBytes, wanted))
+    wanted = 1;
   tile.splits = int(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, chunks / minChunks)));
   while (tile.sharedBytes(gemm) > sharedTarget && tile.splits < chunks) ++tile.splits;
   tile.splits = int(ceilDiv(chunks, ceilDiv(chunks, tile.splits)));  // no empty split

@@ -124,9 +124,21 @@ struct GemvTile {
 // the tiled paths; K a multiple of 8, B stored [N, K], not
 // RMSNorm's backward) and the machine runs it: the narrowest BN of 16 columns a row or more
 // that holds the epilogue (in a persistent kernel, that leaves at most one tile a worker),
-// K split where the tiles leave SMs or workers idle.
+// K split where the tiles leave SMs or workers idle (in a persistent kernel, only where
+// splitSavesStreaming). `weightBytes`: B's element size.
 // The caller checks that A and B can be read 8 k at a time.
-std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &machine);
+std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &machine, int weightBytes);
+
+// The cost model's rates, per SM: an H100's measured bf16 tensor-core rate and HBM
+// bandwidth (shared/TINYLLAMA.md, the device notes); fp32 kernels run on FMAs.
+constexpr double kTensorFlopsPerSM = 790e12 / 132, kFmaFlopsPerSM = 51e12 / 132;
+constexpr double kBytesPerSM = 3.0e12 / 132;
+// A split matrix-vector tile's join in a persistent kernel (its part through the workspace,
+// the count, the last split's sum): about 3 µs of the 1.1B's layer when left out on an H100.
+constexpr double kSplitJoinUs = 3.0;
+// Whether splitting a tile that streams `tileBytes` of weights `splits` ways saves a
+// worker more streaming time than the join costs.
+bool splitSavesStreaming(int64_t tileBytes, int64_t splits);
 
 struct AttentionTile {
   int queries = 64;  // QT: queries per head per block

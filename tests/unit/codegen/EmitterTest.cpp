@@ -473,7 +473,8 @@ TEST(Codegen, DecodeGemmsStreamWeightsThroughTheMatrixVectorPath) {
   for (const Kernel &kernel : workshop(2, "bf16", 3, 1).kernels)
     if (contains(kernel.name, "linear")) EXPECT_EQ(gemvSpec(kernel).BM, 0) << kernel.name << ": three rows, tiled";
   // In a persistent kernel: at most one tile a worker (one an SM), K split where the tiles
-  // are fewer; every block, each split's included, is a task.
+  // are fewer and a split saves more streaming than its join costs; every block, each
+  // split's included, is a task.
   Program persistent = workshop(3, "bf16", 1, 1, /*persistent=*/true);
   ASSERT_EQ(persistent.kernels.size(), 1u) << persistent.persistentFallback;
   const Kernel &megakernel = persistent.kernels[0];
@@ -490,7 +491,16 @@ TEST(Codegen, DecodeGemmsStreamWeightsThroughTheMatrixVectorPath) {
         << part.name;
     EXPECT_TRUE(contains(megakernel.source, part.entry + "_prefetch(")) << part.name;
   }
-  EXPECT_GT(splitParts, 0) << "the workshop's 512 output columns are 32 tiles: K split";
+  EXPECT_EQ(splitParts, 0) << "the workshop's down projection: 32 tiles of 64 KiB, too little to split";
+  const Program large1x1 = persistentDecode("tinyllama-1.1b.tl");
+  ASSERT_EQ(large1x1.kernels.size(), 1u) << large1x1.persistentFallback;
+  int qkvParts = 0;
+  for (const Kernel &part : large1x1.kernels[0].parts)
+    if (contains(part.name, "linear_split_rope")) {
+      ++qkvParts;
+      EXPECT_EQ(gemvSpec(part).splits, 3) << part.name << ": 40 tiles of 256 KiB, split";
+    }
+  EXPECT_EQ(qkvParts, 22);
 }
 
 // A persistent decode step whose GEMV tasks each stream more than 128 KiB of weights (the
@@ -531,30 +541,41 @@ TEST(Codegen, PersistentDecodeStreamsLargeWeightsThroughARing) {
   }
 }
 
-// --attention-tile=rows: attention on the FMA path on NVIDIA too, a query row a task with
-// no dynamic shared memory, so the 1.1B's persistent decode step gives its weight ring the
-// room the tensor-core path's 48 KiB took.
-TEST(Codegen, RowsAttentionGivesThePersistentDecodeRingMoreSlots) {
-  ScheduleOverrides rowsPath;
-  rowsPath.attentionTile = "rows";
-  Program mma = persistentDecode("tinyllama-1.1b.tl"), rows = persistentDecode("tinyllama-1.1b.tl", rowsPath);
+// A persistent decode step's attention runs on the FMA path (as --attention-tile=rows asks
+// for anywhere): a query row a task with no dynamic shared memory, so the 1.1B's weight
+// ring gets the room a tensor-core tile (forced here) takes. At 16 query rows the
+// tensor-core path stays.
+TEST(Codegen, PersistentDecodeAttentionLeavesTheWeightRingMoreSlots) {
+  ScheduleOverrides tensorCores;
+  tensorCores.attentionTile = "16x1";
+  Program rows = persistentDecode("tinyllama-1.1b.tl"), mma = persistentDecode("tinyllama-1.1b.tl", tensorCores);
   ASSERT_EQ(mma.kernels.size(), 1u) << mma.persistentFallback;
   ASSERT_EQ(rows.kernels.size(), 1u) << rows.persistentFallback;
+  // Attention parts on tensor cores or on FMAs only (a tensor-core part keeps the FMA path
+  // for other targets).
+  auto attentionParts = [](const Kernel &megakernel, bool tensorCores) {
+    return std::count_if(megakernel.parts.begin(), megakernel.parts.end(), [&](const Kernel &part) {
+      return contains(part.source, "tl_attention_mma<") == tensorCores && contains(part.source, "tl_attention_rows<");
+    });
+  };
   const Kernel &megakernel = rows.kernels[0];
-  int attentionParts = 0;
   for (size_t p = 0; p < megakernel.parts.size(); ++p) {
     const Kernel &part = megakernel.parts[p];
-    if (!contains(part.source, "tl_attention_rows<")) continue;
-    ++attentionParts;
-    EXPECT_FALSE(contains(part.source, "tl_attention_mma<")) << part.name;
+    if (!contains(part.source, "tl_attention_rows<") || contains(part.source, "tl_attention_mma<")) continue;
     const KernelLaunch *own = findLaunch(part, "cuda", "sm_90a");
     ASSERT_NE(own, nullptr);
     EXPECT_EQ(own->sharedBytes, 0) << part.name;
     EXPECT_EQ(tasksOfPart(megakernel, p), 32) << part.name << ": one task a head of the one query row";
   }
-  EXPECT_EQ(attentionParts, 22) << "a layer's attention each";
+  EXPECT_EQ(attentionParts(megakernel, false), 22) << "a layer's attention each";
+  EXPECT_EQ(attentionParts(megakernel, true), 0);
+  EXPECT_EQ(attentionParts(mma.kernels[0], true), 22);
   EXPECT_GT(defineOf(megakernel, "TL_RING_SLOTS"), defineOf(mma.kernels[0], "TL_RING_SLOTS"));
   EXPECT_GE(defineOf(mma.kernels[0], "TL_RING_SLOTS"), 2);
+  Program prefill = workshop(3, "bf16", 1, 16, true);
+  ASSERT_EQ(prefill.kernels.size(), 1u) << prefill.persistentFallback;
+  EXPECT_EQ(attentionParts(prefill.kernels[0], false), 0);
+  EXPECT_EQ(attentionParts(prefill.kernels[0], true), 8);
 }
 
 // With --persistent, O3's forward is one persistent kernel: O2's kernels are its parts

@@ -167,37 +167,42 @@ TEST(Schedule, RopeHalfPairsNeedWholeHeadsPerTile) {
 
 // The matrix-vector tile: one or two rows only, 16 columns a row at least, K split only
 // where the tiles leave SMs idle; in a persistent kernel, tiles wide enough for at most one
-// a worker.
+// a worker, split only where that saves more streaming than the join costs.
 TEST(Schedule, MatrixVectorTilesForOneOrTwoRows) {
   const Machine h100 = machineFor(findTarget("sm_90a"), {});
-  std::optional<GemvTile> wide = chooseGemvTile(plainGemm(1, 11264, 2048), h100);
+  std::optional<GemvTile> wide = chooseGemvTile(plainGemm(1, 11264, 2048), h100, 2);
   ASSERT_TRUE(wide);
   EXPECT_EQ(wide->BN, 16);
   EXPECT_EQ(wide->splits, 1) << "704 tiles fill 132 SMs";
-  std::optional<GemvTile> narrow = chooseGemvTile(plainGemm(1, 1024, 2048), h100);
+  std::optional<GemvTile> narrow = chooseGemvTile(plainGemm(1, 1024, 2048), h100, 2);
   ASSERT_TRUE(narrow);
   EXPECT_EQ(narrow->splits, 2) << "64 tiles: K split in two";
   EXPECT_EQ(narrow->kRange(plainGemm(1, 1024, 2048)), 1024);
-  EXPECT_EQ(chooseGemvTile(plainGemm(2, 1024, 2048), h100)->BN, 32);
-  EXPECT_FALSE(chooseGemvTile(plainGemm(3, 1024, 2048), h100));
-  EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2044), h100)) << "K not a multiple of 8";
+  EXPECT_EQ(chooseGemvTile(plainGemm(2, 1024, 2048), h100, 2)->BN, 32);
+  EXPECT_FALSE(chooseGemvTile(plainGemm(3, 1024, 2048), h100, 2));
+  EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2044), h100, 2)) << "K not a multiple of 8";
   const Machine workers = persistentMachine(h100, 1);
-  std::optional<GemvTile> task = chooseGemvTile(plainGemm(1, 11264, 2048), workers);
+  std::optional<GemvTile> task = chooseGemvTile(plainGemm(1, 11264, 2048), workers, 2);
   ASSERT_TRUE(task);
   EXPECT_EQ(task->BN, 96) << "118 tiles for 132 workers";
   EXPECT_EQ(task->splits, 1);
-  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), workers)->BN, 16);
-  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), workers)->splits, 2) << "64 tiles: K split in two";
-  EXPECT_EQ(chooseGemvTile(plainGemm(1, 32000, 2048), workers)->BN, 128) << "the widest a lane keeps in flight";
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), workers, 2)->BN, 16);
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), workers, 2)->splits, 1)
+      << "64 tiles of 64 KiB: a split would save a worker less streaming than its join costs";
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 256, 8192), workers, 4)->splits, 8)
+      << "16 tiles of 512 KiB: split 8 ways";
+  EXPECT_FALSE(splitSavesStreaming(64 << 10, 4));
+  EXPECT_TRUE(splitSavesStreaming(256 << 10, 3));
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 32000, 2048), workers, 2)->BN, 128) << "the widest a lane keeps in flight";
   ScheduleOverrides splits;
   splits.gemvSplits = 1;
-  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), splits))->splits, 1);
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), splits), 2)->splits, 1);
   splits.gemvSplits = 64;
-  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), splits))->splits, 4)
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), splits), 2)->splits, 4)
       << "a split at least 512 k";
   ScheduleOverrides off;
   off.noGemv = true;
-  EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), off)));
+  EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), off), 2));
 }
 
 } // namespace
