@@ -21,7 +21,6 @@ template <class Vector, class Predicate> void eraseIf(Vector &vector, Predicate 
   vector.erase(std::remove_if(vector.begin(), vector.end(), predicate), vector.end());
 }
 
-constexpr double kTaskOverheadUs = 0.5;  // the wait, the barriers and the publish
 // Shared memory the kernel's static __shared__ variables may take besides the largest
 // dynamic request: the parts' (reductions, flags; 8 KiB of them a block sum's partials) and
 // the weight ring's barriers. NVRTC gives the 1.1B's decode kernel 8448 bytes, 8576 with the
@@ -251,7 +250,7 @@ WeightRing planWeightRing(const Program &program, const std::vector<TaskPlan> &p
 
 // Waits: every earlier task of another part whose bytes a task reads or overwrites; and
 // each task's estimate: its kernel's work shared by its blocks, at one SM's share of the
-// rates.
+// rates, plus the fixed cost and a split tile's join.
 void deriveWaits(const Program &program, const std::vector<TaskPlan> &plans, Kernel &persistent) {
   std::vector<int> partOf;
   for (const Task &task : persistent.tasks) partOf.push_back(task.part);
@@ -277,7 +276,7 @@ void deriveWaits(const Program &program, const std::vector<TaskPlan> &plans, Ker
     const int64_t blocks = plans[size_t(task.part)].blocks;
     double flops = double(part.flops) / double(blocks), bytes = double(part.minBytes) / double(blocks);
     double rate = program.dtype == DType::BF16 ? kTensorFlopsPerSM : kFmaFlopsPerSM;
-    task.cost = std::max(flops / rate, bytes / kBytesPerSM) * 1e6 + kTaskOverheadUs;
+    task.cost = std::max(flops / rate, bytes / kBytesPerSM) * 1e6 + kTaskOverheadUs + (part.syncWords > 0 ? kSplitJoinUs : 0.0);
   }
 }
 

@@ -3,6 +3,7 @@
 // O3 blocks, names and dedupe, and clear errors.
 #include "compiler/Targets.h"
 #include "compiler/codegen/Emitter.h"
+#include "compiler/codegen/Schedule.h"
 #include "runtime/Error.h"
 #include "tools/Compile.h"
 
@@ -501,6 +502,26 @@ TEST(Codegen, DecodeGemmsStreamWeightsThroughTheMatrixVectorPath) {
       EXPECT_EQ(gemvSpec(part).splits, 3) << part.name << ": 40 tiles of 256 KiB, split";
     }
   EXPECT_EQ(qkvParts, 22);
+}
+
+// A persistent task's estimate: its share of the part's bytes at one SM's share of HBM
+// bandwidth, the fixed cost, and the join where the part's tiles split K (the 1.1B's QKV
+// at 1 x 1, not its o_proj).
+TEST(Codegen, PersistentTaskEstimatesAddTheSplitJoin) {
+  const Program decode = persistentDecode("tinyllama-1.1b.tl");
+  ASSERT_EQ(decode.kernels.size(), 1u) << decode.persistentFallback;
+  const Kernel &megakernel = decode.kernels[0];
+  int checked = 0;
+  for (const Task &task : megakernel.tasks) {
+    const Kernel &part = megakernel.parts[size_t(task.part)];
+    const bool qkv = contains(part.name, "linear_split_rope"), oProj = contains(part.name, "transpose_linear_add");
+    if (!qkv && !oProj) continue;
+    const double streaming = double(part.minBytes) / double(tasksOfPart(megakernel, size_t(task.part))) / codegen::kBytesPerSM * 1e6;
+    EXPECT_GT(task.cost, streaming) << part.name;
+    EXPECT_NEAR(task.cost - streaming, codegen::kTaskOverheadUs + (qkv ? codegen::kSplitJoinUs : 0.0), 1e-9) << part.name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 22 * (120 + 128));
 }
 
 // A persistent decode step whose GEMV tasks each stream more than 128 KiB of weights (the
