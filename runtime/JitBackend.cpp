@@ -649,14 +649,12 @@ private:
     }
     const KernelLaunch &shape = *findLaunch(kernel, device_->vendor(), device_->arch());
     std::vector<void *> params;
-    int64_t partSync = 0;
     for (size_t p = 0; p < kernel.parts.size(); ++p) {
       const Kernel &part = kernel.parts[p];
       for (int id : part.inputs) params.push_back(pointerOf(id));
       for (int id : part.outputs) params.push_back(pointerOf(id));
       params.push_back(workspace_ + kernel.partWorkspaceOffsets[p]);
       params.push_back(sync_ + kernel.partSyncOffsets[p] * 4);
-      partSync = std::max(partSync, kernel.partSyncOffsets[p] + part.syncWords);
     }
     struct TaskEntry {
       int part, block, grid, threads, waitBegin, waitEnd;
@@ -680,13 +678,14 @@ private:
       return pointer;
     };
     // tl_persistent_tables (persistent.cuh), passed by value.
+    const PersistentSyncLayout layout = persistentSyncLayout(kernel);
     struct Tables {
       const void *tasks, *waits, *workerBegin, *workerTasks;
       void *done, *control, *status, *trace;
       unsigned long long timeout;
     } tables{upload(tasks.data(), tasks.size() * sizeof(TaskEntry)), upload(waits.data(), waits.size() * 4),
              upload(workerBegin.data(), workerBegin.size() * 4), upload(workerTasks.data(), workerTasks.size() * 4),
-             sync_ + partSync * 4, sync_ + (partSync + int64_t(kernel.tasks.size())) * 4, nullptr,
+             sync_ + layout.done * 4, sync_ + layout.control * 4, nullptr,
              options_.profile ? upload(nullptr, kernel.tasks.size() * 24) : nullptr, kPersistentTimeoutNanoseconds};
     if (options_.profile) traced_ = {&kernel, tables.trace};
     Launch launch;

@@ -466,6 +466,10 @@ private:
                    {"sync_offset", kernel.partSyncOffsets[p], 0, kernel.syncWords - part.syncWords}},
                   where);
     }
+    if (kernel.syncWords < persistentSyncLayout(kernel).words)
+      fail(path + ".sync_words", fmt::format("{} words leave no room for the parts' counters, a done word a task and "
+                                             "two control words ({})",
+                                             kernel.syncWords, persistentSyncLayout(kernel).words));
     std::vector<int> runs(kernel.tasks.size(), 0);
     for (size_t w = 0; w < kernel.workers.size(); ++w)
       for (size_t i = 0; i < kernel.workers[w].size(); ++i) {
@@ -774,6 +778,15 @@ const KernelLaunch *findLaunch(const Kernel &kernel, const std::string &backend,
     if (found != kernel.launch.end()) return &found->second;
   }
   return nullptr;
+}
+
+PersistentSyncLayout persistentSyncLayout(const Kernel &kernel) {
+  PersistentSyncLayout layout;
+  for (size_t p = 0; p < kernel.parts.size() && p < kernel.partSyncOffsets.size(); ++p)
+    layout.done = std::max(layout.done, kernel.partSyncOffsets[p] + kernel.parts[p].syncWords);
+  layout.control = layout.done + int64_t(kernel.tasks.size());
+  layout.words = layout.control + 2;
+  return layout;
 }
 
 } // namespace tlc

@@ -381,8 +381,8 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
   assignWorkers(persistent, machine.multiprocessors);
   dropImpliedWaits(persistent);
 
-  // The parts' workspaces and counters side by side (they run at once), then a done word
-  // per task and the two control words.
+  // The parts' workspaces and counters side by side (they run at once), then the kernel's
+  // own counters (persistentSyncLayout).
   int64_t workspace = 0, sync = 0;
   for (const Kernel &part : persistent.parts) {
     persistent.partWorkspaceOffsets.push_back(workspace);
@@ -391,7 +391,7 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
     sync += part.syncWords;
   }
   persistent.workspaceBytes = workspace;
-  persistent.syncWords = sync + int64_t(persistent.tasks.size()) + 2;
+  persistent.syncWords = persistentSyncLayout(persistent).words;
 
   // The kernel: every part's buffers and ops, one launch of a block a worker.
   std::set<int> inputs, outputs;

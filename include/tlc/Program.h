@@ -152,7 +152,7 @@ struct Kernel {
   // own (where the device is not the one the tasks were made for); `tasks` are their blocks
   // on `taskPath` (a launch key, "cuda:sm_90a") in a topological order; each worker runs its
   // tasks in order. A part's workspace and counters start at its offsets in the kernel's
-  // (parts run at once). Its own counters follow the parts': a word per task, then two.
+  // (parts run at once). Its own counters follow the parts' (persistentSyncLayout).
   std::vector<Kernel> parts;
   std::vector<Task> tasks;
   std::vector<std::vector<int>> workers;
@@ -162,6 +162,13 @@ struct Kernel {
 
 // Kernel::launch's shape for a backend on an arch, or null when it has none.
 const KernelLaunch *findLaunch(const Kernel &kernel, const std::string &backend, const std::string &arch);
+
+// Where a persistent kernel's own counters lie among its sync words, after its parts':
+// a done word a task from `done`, the two control words from `control`; `words` in all.
+struct PersistentSyncLayout {
+  int64_t done = 0, control = 0, words = 0;
+};
+PersistentSyncLayout persistentSyncLayout(const Kernel &kernel);
 
 // A model parameter as stored in a checkpoint.
 struct Parameter {

@@ -183,7 +183,8 @@ TEST(Persistent, OnlyImpliedWaitsAreDropped) {
 }
 
 // The runtime refuses a task table that could hang or race: a wait for a later task, a
-// worker running its tasks out of order, a task run twice, a block its part does not have.
+// worker running its tasks out of order, a task run twice, a block its part does not have,
+// too few sync words for the done and control words the kernel writes.
 TEST(Persistent, TheValidatorRefusesBrokenTaskTables) {
   Program o3 = support::compileConfig(support::smallConfig("workshop"), persistentO3(2, 16, "f32"));
   ASSERT_EQ(o3.kernels.size(), 1u);
@@ -205,6 +206,8 @@ TEST(Persistent, TheValidatorRefusesBrokenTaskTables) {
   EXPECT_NE(broken([](Kernel &k) { k.tasks[0].block = 1 << 20; }).find("block"), std::string::npos);
   EXPECT_NE(broken([](Kernel &k) { k.tasks[0].writes = {{0, 1 << 30}}; }).find("not inside the arena"),
             std::string::npos);
+  EXPECT_EQ(o3.kernels[0].syncWords, persistentSyncLayout(o3.kernels[0]).words);
+  EXPECT_NE(broken([](Kernel &k) { k.syncWords -= 1; }).find("two control words"), std::string::npos);
 }
 
 } // namespace
