@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <charconv>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -185,7 +186,7 @@ private:
   void answer(Connection &connection, const Message &message) {
     std::lock_guard<std::mutex> lock(mutex_);
     switch (message.kind) {
-    case Hello: connection.rank = std::atoi(message.key.c_str()); break;
+    case Hello: connection.rank = helloRank(message.key); break;
     case Set: values_[message.key] = message.value; break;
     case Bye:
       connection.left = true;
@@ -200,6 +201,18 @@ private:
     default: throw Error("an unknown store request");
     }
     sendAll(connection.socket, std::string(1, Ok));
+  }
+
+  // The rank a hello names: a whole number below the world size. Anything else is no
+  // client of ours (the connection is dropped), never taken for a rank whose closing would
+  // then read as that rank's failure.
+  int helloRank(const std::string &key) const {
+    int rank = -1;
+    const char *end = key.data() + key.size();
+    auto [stop, error] = std::from_chars(key.data(), end, rank);
+    if (error != std::errc() || stop != end || key.empty() || rank < 0 || rank >= worldSize_)
+      throw Error(fmt::format("a store hello from no rank of {}", worldSize_));
+    return rank;
   }
 
   // A connection gone: a rank that had not said goodbye stopped, which the others read.

@@ -3,6 +3,11 @@
 // rank that stops is named, and each rank's share of the training data.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -77,11 +82,10 @@ TEST(RankPlace, RefusesVariablesThatDisagree) {
 }
 
 // Runs `body(rank)` on `ranks` threads, each joined to one run through the plugin's TCP
-// store on a free port; returns what each threw ("" if nothing).
+// store on `port` (a free one by default); returns what each threw ("" if nothing).
 std::vector<std::string> onRanks(int ranks, const std::function<void(Communicator &)> &body,
-                                 std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(20), int port = unusedPort()) {
   ::setenv("TLC_GLOO_PLUGIN", TLC_GLOO_PLUGIN_PATH, 0);
-  int port = unusedPort();
   std::vector<std::string> errors(static_cast<size_t>(ranks));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < ranks; ++rank)
@@ -175,6 +179,44 @@ TEST(Ranks, ARankThatStopsIsNamed) {
   std::vector<std::string> timedOut = onRanks(
       2, [&](Communicator &group) { waitFor(group, "tlc.never"); }, std::chrono::milliseconds(300));
   EXPECT_CONTAINS(timedOut[0], "waiting for 'tlc.never': no rank set it within 0 s");
+}
+
+// A connection to the store that says hello as no rank of the world (not a whole number,
+// or out of range) is dropped, and its closing is no rank's failure.
+TEST(Ranks, TheStoreDropsAHelloFromNoRank) {
+  const int port = unusedPort();
+  // Connects to the store, says hello with `key`, and returns the store's reply byte, or
+  // "closed".
+  auto hello = [&](const std::string &key) {
+    int client = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(uint16_t(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(client, reinterpret_cast<sockaddr *>(&address), sizeof address), 0);
+    const uint32_t keyLength = uint32_t(key.size()), valueLength = 0;
+    std::string message(1, 'H');
+    message.append(reinterpret_cast<const char *>(&keyLength), 4).append(key);
+    message.append(reinterpret_cast<const char *>(&valueLength), 4);
+    EXPECT_EQ(::send(client, message.data(), message.size(), MSG_NOSIGNAL), ssize_t(message.size()));
+    char reply = 0;
+    std::string replied = ::recv(client, &reply, 1, 0) == 1 ? std::string(1, reply) : "closed";
+    ::close(client);
+    return replied;
+  };
+  std::vector<std::string> errors = onRanks(
+      2,
+      [&](Communicator &group) {
+        barrier(group, "joined");
+        if (group.rank() == 0)
+          for (const char *key : {"junk", "", "2", "-1", "1x"}) EXPECT_EQ(hello(key), "closed") << "hello '" << key << "'";
+        barrier(group, "said");
+        EXPECT_EQ(stoppedRanks(group), "") << "rank " << group.rank();
+        barrier(group, "read");
+        group.leave();
+      },
+      std::chrono::seconds(10), port);
+  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
 }
 
 TEST(Ranks, WithoutRank0sStoreOthersSaySoInTime) {
