@@ -590,7 +590,7 @@ void gemvLaunches(const GemmSpec &gemm, const GemvTile &gemv, EmittedKernel &emi
   GemmTileShape shape{gemv.BM, gemv.BN, flatColumns(gemm)};
   emitted.tasks = {launch.gridBlocks, launch.blockThreads, launch.sharedBytes,
                    [gemm, shape, tiles](int64_t block) { return gemmBlockAccess(gemm, shape, block % tiles); },
-                   /*streamsWeights=*/true};
+                   /*streamsWeights=*/true, /*joinsSplits=*/gemv.splits > 1};
 }
 
 void gemmLaunches(const GemmSpec &gemm, const GemmPlan &plan, EmittedKernel &emitted) {

@@ -276,7 +276,8 @@ void deriveWaits(const Program &program, const std::vector<TaskPlan> &plans, Ker
     const int64_t blocks = plans[size_t(task.part)].blocks;
     double flops = double(part.flops) / double(blocks), bytes = double(part.minBytes) / double(blocks);
     double rate = program.dtype == DType::BF16 ? kTensorFlopsPerSM : kFmaFlopsPerSM;
-    task.cost = std::max(flops / rate, bytes / kBytesPerSM) * 1e6 + kTaskOverheadUs + (part.syncWords > 0 ? kSplitJoinUs : 0.0);
+    task.cost = std::max(flops / rate, bytes / kBytesPerSM) * 1e6 + kTaskOverheadUs +
+                (plans[size_t(task.part)].joinsSplits ? kSplitJoinUs : 0.0);
   }
 }
 

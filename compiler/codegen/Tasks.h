@@ -36,6 +36,7 @@ struct TaskPlan {
   int64_t sharedBytes = 0;
   std::function<BlockAccess(int64_t block)> access;
   bool streamsWeights = false;  // a GEMV: its weights may come through the weight ring
+  bool joinsSplits = false;     // a GEMV split along K: the last split to arrive adds the parts
 };
 
 // [min, max] of `offset` with each named variable over [first, last] (the others over
