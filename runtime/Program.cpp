@@ -466,10 +466,10 @@ private:
                    {"sync_offset", kernel.partSyncOffsets[p], 0, kernel.syncWords - part.syncWords}},
                   where);
     }
-    if (kernel.syncWords < persistentSyncLayout(kernel).words)
+    if (int64_t needed = persistentSyncLayout(kernel).words; kernel.syncWords < needed)
       fail(path + ".sync_words", fmt::format("{} words leave no room for the parts' counters, a done word a task and "
                                              "two control words ({})",
-                                             kernel.syncWords, persistentSyncLayout(kernel).words));
+                                             kernel.syncWords, needed));
     std::vector<int> runs(kernel.tasks.size(), 0);
     for (size_t w = 0; w < kernel.workers.size(); ++w)
       for (size_t i = 0; i < kernel.workers[w].size(); ++i) {

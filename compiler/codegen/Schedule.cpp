@@ -186,13 +186,13 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   // most 64 KiB.
   const int64_t tiles = gemm.batch * columnTiles(gemm, tile.BN), chunks = gemm.K / 8;
   const int64_t minChunks = 2 * 32, sharedTarget = int64_t(64) << 10;
-  int64_t wanted = machine.overrides.gemvSplits > 0 ? machine.overrides.gemvSplits : machine.multiprocessors / tiles;
+  const int64_t wanted = machine.overrides.gemvSplits > 0 ? machine.overrides.gemvSplits : machine.multiprocessors / tiles;
+  tile.splits = int(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, chunks / minChunks)));
   // A persistent task's join lies on the path to the next part: split only where it saves
   // more of a worker's streaming than the join costs.
   if (machine.persistent && machine.overrides.gemvSplits == 0 &&
-      !splitSavesStreaming(int64_t(tile.BN) * gemm.K * weightBytes, wanted))
-    wanted = 1;
-  tile.splits = int(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, chunks / minChunks)));
+      !splitSavesStreaming(int64_t(tile.BN) * gemm.K * weightBytes, tile.splits))
+    tile.splits = 1;
   while (tile.sharedBytes(gemm) > sharedTarget && tile.splits < chunks) ++tile.splits;
   tile.splits = int(ceilDiv(chunks, ceilDiv(chunks, tile.splits)));  // no empty split
   if (tile.sharedBytes(gemm) > machine.sharedBytesPerBlock - machine.reservedPerBlock) return std::nullopt;

@@ -210,7 +210,7 @@ private:
     int rank = -1;
     const char *end = key.data() + key.size();
     auto [stop, error] = std::from_chars(key.data(), end, rank);
-    if (error != std::errc() || stop != end || key.empty() || rank < 0 || rank >= worldSize_)
+    if (error != std::errc() || stop != end || rank < 0 || rank >= worldSize_)
       throw Error(fmt::format("a store hello from no rank of {}", worldSize_));
     return rank;
   }
