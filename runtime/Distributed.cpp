@@ -69,8 +69,12 @@ RankPlace rankPlaceFromEnvironment(const Environment &environment) {
   return place;
 }
 
+Environment processEnvironment() {
+  return [](const char *name) -> const char * { return std::getenv(name); };
+}
+
 RankPlace rankPlaceFromEnvironment() {
-  return rankPlaceFromEnvironment([](const char *name) -> const char * { return std::getenv(name); });
+  return rankPlaceFromEnvironment(processEnvironment());
 }
 
 namespace {

@@ -38,6 +38,7 @@ struct RankPlace {
 // several (MASTER_PORT defaults to 29500). Throws tlc::Error naming a variable that is
 // not a number in range, or a rank outside the world.
 using Environment = std::function<const char *(const char *)>;
+Environment processEnvironment();  // the process's own variables (getenv)
 // A variable that must hold a whole number in [low, high] (parseFlagInteger's Error naming
 // it otherwise); nullopt where it is not set.
 std::optional<int> integerVariable(const Environment &environment, const char *name, int low, int high);

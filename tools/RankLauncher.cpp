@@ -108,8 +108,7 @@ std::vector<std::string> withoutNproc(int argc, char **argv) {
 int launchRanks(const std::vector<std::string> &arguments, int ranks, std::chrono::seconds grace) {
   const char *givenHost = std::getenv("MASTER_ADDR");
   std::string host = givenHost && *givenHost ? givenHost : "127.0.0.1";
-  std::optional<int> givenPort =
-      integerVariable([](const char *name) -> const char * { return std::getenv(name); }, "MASTER_PORT", 1, 65535);
+  std::optional<int> givenPort = integerVariable(processEnvironment(), "MASTER_PORT", 1, 65535);
   int port = givenPort ? *givenPort : unusedPort();
   std::vector<Rank> children(static_cast<size_t>(ranks));
   std::string pids;
