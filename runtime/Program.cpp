@@ -468,7 +468,7 @@ private:
     }
     if (int64_t needed = persistentSyncLayout(kernel).words; kernel.syncWords < needed)
       fail(path + ".sync_words", fmt::format("{} words leave no room for the parts' counters, a done word a task and "
-                                             "two control words ({})",
+                                             "two control words and a counter a part ({})",
                                              kernel.syncWords, needed));
     std::vector<int> runs(kernel.tasks.size(), 0);
     for (size_t w = 0; w < kernel.workers.size(); ++w)
@@ -780,12 +780,62 @@ const KernelLaunch *findLaunch(const Kernel &kernel, const std::string &backend,
   return nullptr;
 }
 
+std::vector<std::vector<int>> deviceWaits(const Kernel &kernel, const PartCounterRule &rule) {
+  std::vector<double> partCost(kernel.parts.size(), 0);
+  std::vector<int> partSize(kernel.parts.size(), 0), workerOf(kernel.tasks.size(), -1), place(kernel.tasks.size(), 0);
+  for (const Task &task : kernel.tasks) {
+    ++partSize[size_t(task.part)];
+    partCost[size_t(task.part)] += task.cost;
+  }
+  for (size_t w = 0; w < kernel.workers.size(); ++w)
+    for (size_t i = 0; i < kernel.workers[w].size(); ++i) {
+      workerOf[size_t(kernel.workers[w][i])] = int(w);
+      place[size_t(kernel.workers[w][i])] = int(i);
+    }
+  std::vector<std::vector<int>> waits(kernel.tasks.size());
+  for (size_t w = 0; w < kernel.workers.size(); ++w) {
+    std::vector<int> ranBefore(kernel.parts.size(), 0);  // of each part, on this worker
+    for (int self : kernel.workers[w]) {
+      const Task &task = kernel.tasks[size_t(self)];
+      // Of each part: the waits for tasks not already run before on this worker.
+      std::vector<int> others(kernel.parts.size(), 0);
+      auto ranHere = [&](int wait) { return workerOf[size_t(wait)] == int(w) && place[size_t(wait)] < place[size_t(self)]; };
+      for (int wait : task.waits)
+        if (!ranHere(wait)) ++others[size_t(kernel.tasks[size_t(wait)].part)];
+      std::vector<char> whole(kernel.parts.size(), 0);
+      for (size_t p = 0; p < kernel.parts.size(); ++p)
+        whole[p] = others[p] > rule.waitLanes && others[p] + ranBefore[p] == partSize[p] &&
+                   partCost[p] >= rule.minTaskUs * partSize[p];
+      for (int wait : task.waits) {
+        const int part = kernel.tasks[size_t(wait)].part;
+        if (!whole[size_t(part)]) waits[size_t(self)].push_back(wait);
+        else if (whole[size_t(part)] == 1) {
+          waits[size_t(self)].push_back(-(part + 1));
+          whole[size_t(part)] = 2;  // once
+        }
+      }
+      ++ranBefore[size_t(task.part)];
+    }
+  }
+  return waits;
+}
+
+std::vector<int> countedPartTasks(const Kernel &kernel, const std::vector<std::vector<int>> &waits) {
+  std::vector<int> partSize(kernel.parts.size(), 0), counted(kernel.parts.size(), 0);
+  for (const Task &task : kernel.tasks) ++partSize[size_t(task.part)];
+  for (const std::vector<int> &taskWaits : waits)
+    for (int wait : taskWaits)
+      if (wait < 0) counted[size_t(-wait - 1)] = partSize[size_t(-wait - 1)];
+  return counted;
+}
+
 PersistentSyncLayout persistentSyncLayout(const Kernel &kernel) {
   PersistentSyncLayout layout;
   for (size_t p = 0; p < kernel.parts.size() && p < kernel.partSyncOffsets.size(); ++p)
     layout.done = std::max(layout.done, kernel.partSyncOffsets[p] + kernel.parts[p].syncWords);
   layout.control = layout.done + int64_t(kernel.tasks.size());
-  layout.words = layout.control + 2;
+  layout.partDone = layout.control + 2;
+  layout.words = layout.partDone + int64_t(kernel.parts.size());
   return layout;
 }
 

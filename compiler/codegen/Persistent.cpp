@@ -196,6 +196,10 @@ std::string persistentSource(const std::string &name, const Kernel &kernel, int 
     out += fmt::format("//   part {}: {}, {} blocks of {} threads\n", p, part.entry, launch.gridBlocks, launch.blockThreads);
   }
   out += vendorPrelude() + "#define TL_PERSISTENT 1\n";
+  const std::vector<int> counted = countedPartTasks(kernel, deviceWaits(kernel));
+  if (std::any_of(counted.begin(), counted.end(), [](int tasks) { return tasks > 0; }))
+    out += std::string("// Some waits poll a part's counter (PartCounterRule): its tasks count themselves done.\n") +
+           kPartCountersDefine;
   if (ring.slots > 0)
     out += fmt::format("// The weight ring (prelude.cuh): {} slots of {} KiB after the parts' {} bytes of shared memory.\n"
                        "#define TL_RING_SLOTS {}\n#define TL_RING_SLOT_BYTES {}\n#define TL_RING_OFFSET {}\n"
@@ -383,7 +387,8 @@ std::string formPersistentKernel(Program &program, const std::vector<TaskPlan> &
   dropImpliedWaits(persistent);
 
   // The parts' workspaces and counters side by side (they run at once), then the kernel's
-  // own counters (persistentSyncLayout).
+  // own counters (persistentSyncLayout: a done word a task, the control words, a counter a
+  // part).
   int64_t workspace = 0, sync = 0;
   for (const Kernel &part : persistent.parts) {
     persistent.partWorkspaceOffsets.push_back(workspace);

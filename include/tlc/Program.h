@@ -14,6 +14,7 @@
 #include <tlc/Export.h>
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <variant>
@@ -164,11 +165,34 @@ struct Kernel {
 const KernelLaunch *findLaunch(const Kernel &kernel, const std::string &backend, const std::string &arch);
 
 // Where a persistent kernel's own counters lie among its sync words, after its parts':
-// a done word a task from `done`, the two control words from `control`; `words` in all.
+// a done word a task from `done`, the two control words from `control`, a counter a part
+// (its tasks finished) from `partDone`; `words` in all.
 struct PersistentSyncLayout {
-  int64_t done = 0, control = 0, words = 0;
+  int64_t done = 0, control = 0, partDone = 0, words = 0;
 };
 PersistentSyncLayout persistentSyncLayout(const Kernel &kernel);
+
+// Where a persistent kernel's task waits for every task of a part (each waited for, or run
+// before on its own worker), it can poll that part's counter instead of a done word a task.
+// That pays only where more tasks are left than the lanes that poll at once, and where the
+// part's tasks are long: a counter costs each of its tasks an atomic add, and on short
+// tasks (a mean estimate under minTaskUs) the adds cost more than the polls they save.
+struct PartCounterRule {
+  int waitLanes = 32;
+  double minTaskUs = 5.0;
+  static PartCounterRule never() { return {std::numeric_limits<int>::max(), 0.0}; }
+};
+// The macro a persistent kernel's source defines where some part is counted.
+inline constexpr const char *kPartCountersDefine = "#define TL_PART_COUNTERS 1\n";
+
+// The waits a persistent kernel's device table holds, per task: Task::waits, where the rule
+// allows written as one wait -(part + 1) for the part's counter (once epoch times its
+// tasks). It never waits for more than Task::waits implies.
+std::vector<std::vector<int>> deviceWaits(const Kernel &kernel, const PartCounterRule &rule = {});
+
+// Each part's number of tasks where some wait in `waits` is for its counter, else 0 (the
+// kernel counts only those parts' tasks, and only where some part is counted).
+std::vector<int> countedPartTasks(const Kernel &kernel, const std::vector<std::vector<int>> &waits);
 
 // A model parameter as stored in a checkpoint.
 struct Parameter {

@@ -19,6 +19,11 @@
 //       the producer, which runs Parts::produce over the worker's tasks in order (a GEMV
 //       copies its weights into the ring) while the other warps run the tasks; those warps
 //       meet at a named barrier of their own.
+//   v4  with TL_PART_COUNTERS (the compiler's PartCounterRule found long parts whose
+//       every task some task waits for): such a part's tasks each add one to its counter
+//       after their done word (one release fence for both), and a wait for the whole part
+//       (a table entry -(part + 1), deviceWaits) is one poll of that counter, which reaches
+//       epoch times the part's tasks, instead of a poll a task, a lane's one after another.
 //
 // The generated kernel defines a struct of the parts, whose run(params, part) switches over
 // the distinct bodies (a static member, inlined: a call would serialize the wgmma
@@ -31,10 +36,11 @@ struct tl_task_entry {
   int part, block, grid, threads, waitBegin, waitEnd;
 };
 
-// The tables the runtime uploads: the tasks, their waits, and each worker's tasks
-// (workerTasks[workerBegin[w] .. workerBegin[w + 1])); the done words (a word per task),
-// the control words ([0] the last finished epoch, [1] the workers finished in this one),
-// and where a timed-out wait is reported.
+// The tables the runtime uploads: the tasks, their waits (a task, or -(part + 1): every
+// task of the part), and each worker's tasks (workerTasks[workerBegin[w] .. workerBegin[w +
+// 1])); the done words (a word per task), the control words ([0] the last finished epoch,
+// [1] the workers finished in this one), where a timed-out wait is reported, and the
+// parts' counters with each part's number of tasks.
 struct tl_persistent_tables {
   const tl_task_entry *tasks;
   const int *waits;
@@ -42,10 +48,14 @@ struct tl_persistent_tables {
   const int *workerTasks;
   unsigned *done;
   unsigned *control;
-  unsigned *status;  // {1, worker, task, waited-for task} after a timeout; may be null
+  unsigned *status;  // {1, worker, task, what it waited for: a task or -(part + 1)} after a timeout; may be null
   // With TL_TRACE: per task, the GPU clock when its waits began, when it began and ended.
   unsigned long long *trace;
   unsigned long long timeout;
+#if defined(TL_PART_COUNTERS)  // (the runtime passes them always: a kernel without reads its fields before them)
+  unsigned *partDone;    // a counter a part
+  const int *partTasks;  // a part's tasks where some task polls its counter, else 0
+#endif
 };
 
 TL_DEVICE unsigned tl_acquire_u32(const unsigned *word) {
@@ -64,6 +74,27 @@ TL_DEVICE void tl_release_u32(unsigned *word, unsigned value) {
   __atomic_store_n(word, value, __ATOMIC_RELEASE);
 #endif
 }
+TL_DEVICE void tl_release_fence() {
+#if defined(TL_NVIDIA)
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
+#endif
+}
+TL_DEVICE void tl_relaxed_store_u32(unsigned *word, unsigned value) {
+#if defined(TL_NVIDIA)
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(word), "r"(value) : "memory");
+#else
+  __hip_atomic_store(word, value, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#endif
+}
+TL_DEVICE void tl_relaxed_add_u32(unsigned *word, unsigned value) {
+#if defined(TL_NVIDIA)
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(word), "r"(value) : "memory");
+#else
+  __hip_atomic_fetch_add(word, value, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#endif
+}
 TL_DEVICE void tl_pause() {
 #if defined(TL_NVIDIA)
   asm volatile("nanosleep.u32 64;");
@@ -72,16 +103,22 @@ TL_DEVICE void tl_pause() {
 #endif
 }
 
-// Waits until task `task` is done in `epoch`; false after the timeout (reported, then the
-// caller traps).
-TL_DEVICE bool tl_wait_for_task(const tl_persistent_tables &t, int task, unsigned epoch, int self) {
+// Waits until task `wait` is done in `epoch` (or, for -(part + 1), every task of the
+// part); false after the timeout (reported, then the caller traps).
+TL_DEVICE bool tl_wait_for_task(const tl_persistent_tables &t, int wait, unsigned epoch, int self) {
   const unsigned long long start = tl_nanoseconds();
-  while (tl_acquire_u32(t.done + task) != epoch) {
+#if defined(TL_PART_COUNTERS)
+  const unsigned *word = wait >= 0 ? t.done + wait : t.partDone + (-wait - 1);
+  const unsigned target = wait >= 0 ? epoch : epoch * (unsigned)t.partTasks[-wait - 1];
+#else
+  const unsigned *word = t.done + wait, target = epoch;
+#endif
+  while (tl_acquire_u32(word) != target) {
     if (tl_nanoseconds() - start > t.timeout) {
       if (t.status) {
         t.status[1] = blockIdx.x;
         t.status[2] = (unsigned)self;
-        t.status[3] = (unsigned)task;
+        t.status[3] = (unsigned)wait;
         __threadfence_system();
         t.status[0] = 1u;
         __threadfence_system();
@@ -155,7 +192,13 @@ template <class Parts> TL_DEVICE void tl_persistent_worker(const unsigned char *
     if ((int)threadIdx.x < tl_task.threads) Parts::run(params, part);
     tl_worker_sync();  // the task's stores, ordered before the release of its done word
     if (threadIdx.x == 0) {
+#if defined(TL_PART_COUNTERS)
+      tl_release_fence();  // one fence orders the task's stores before both words
+      tl_relaxed_store_u32(t.done + self, epoch);
+      if (t.partTasks[part] != 0) tl_relaxed_add_u32(t.partDone + part, 1u);
+#else
       tl_release_u32(t.done + self, epoch);
+#endif
 #if defined(TL_TRACE)
       t.trace[3 * self + 2] = tl_nanoseconds();
 #endif

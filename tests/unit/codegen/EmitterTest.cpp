@@ -569,6 +569,35 @@ TEST(Codegen, PersistentDecodeStreamsLargeWeightsThroughARing) {
 // for anywhere): a query row a task with no dynamic shared memory, so the 1.1B's weight
 // ring gets the room a tensor-core tile (forced here) takes. At 16 query rows the
 // tensor-core path stays.
+// Part counters (PartCounterRule): the 1.1B decode step's long matrix-vector parts, whose
+// every task the next phase waits for, are counted, and the kernel defines
+// TL_PART_COUNTERS; the workshop's short tasks are not, and its kernel and table are what
+// they were without counters.
+TEST(Codegen, PersistentDecodeCountsOnlyLongPartsWholeWaitedFor) {
+  const Program large = persistentDecode("tinyllama-1.1b.tl"), small = persistentDecode("tinyllama.tl");
+  ASSERT_EQ(large.kernels.size(), 1u) << large.persistentFallback;
+  ASSERT_EQ(small.kernels.size(), 1u) << small.persistentFallback;
+  const Kernel &counted = large.kernels[0];
+  const std::vector<std::vector<int>> waits = deviceWaits(counted);
+  const std::vector<int> tasks = countedPartTasks(counted, waits);
+  for (size_t p = 0; p < counted.parts.size(); ++p) {
+    if (tasks[p] == 0) continue;
+    EXPECT_EQ(tasks[p], tasksOfPart(counted, p)) << counted.parts[p].name;
+    double cost = 0;
+    for (const Task &task : counted.tasks)
+      if (task.part == int(p)) cost += task.cost;
+    EXPECT_GE(cost / double(tasks[p]), PartCounterRule{}.minTaskUs) << counted.parts[p].name;
+    EXPECT_GT(tasks[p], PartCounterRule{}.waitLanes) << counted.parts[p].name;
+  }
+  EXPECT_EQ(std::count_if(tasks.begin(), tasks.end(), [](int n) { return n > 0; }), 3 * 22)
+      << "o_proj, gate/up and down of each layer";
+  EXPECT_EQ(defineOf(counted, "TL_PART_COUNTERS"), 1);
+  const Kernel &uncounted = small.kernels[0];
+  const std::vector<std::vector<int>> smallWaits = deviceWaits(uncounted);
+  for (size_t t = 0; t < uncounted.tasks.size(); ++t) EXPECT_EQ(smallWaits[t], uncounted.tasks[t].waits) << t;
+  EXPECT_EQ(defineOf(uncounted, "TL_PART_COUNTERS"), 0);
+}
+
 TEST(Codegen, PersistentDecodeAttentionLeavesTheWeightRingMoreSlots) {
   ScheduleOverrides tensorCores;
   tensorCores.attentionTile = "16x1";

@@ -182,6 +182,40 @@ TEST(Persistent, OnlyImpliedWaitsAreDropped) {
   }
 }
 
+// The device table's part waits (runtime deviceWaits) on a compiled decode step: each task
+// waits, counting its own worker's earlier tasks as done, for exactly the tasks it waited
+// for before; the phases' whole-part waits become one counter each.
+TEST(Persistent, DeviceWaitsKeepEveryTasksDependencies) {
+  Program o3 = support::compileConfig(support::smallConfig("tinyllama-1.1b"), persistentO3(1, 1, "bf16"));
+  ASSERT_EQ(o3.kernels.size(), 1u) << o3.persistentFallback;
+  const Kernel &kernel = o3.kernels[0];
+  const std::vector<std::vector<int>> device = deviceWaits(kernel, {/*waitLanes=*/1, /*minTaskUs=*/0});  // every whole part, at this small size
+  ASSERT_EQ(device.size(), kernel.tasks.size());
+  size_t before = 0, after = 0, partWaits = 0;
+  for (const std::vector<int> &worker : kernel.workers) {
+    std::set<int> ranHere;
+    for (int self : worker) {
+      auto closure = [&](const std::vector<int> &waits) {
+        std::set<int> needed(ranHere);
+        for (int wait : waits) {
+          if (wait >= 0) needed.insert(wait);
+          else
+            for (size_t t = 0; t < kernel.tasks.size(); ++t)
+              if (kernel.tasks[t].part == -wait - 1) needed.insert(int(t));
+        }
+        return needed;
+      };
+      EXPECT_EQ(closure(device[size_t(self)]), closure(kernel.tasks[size_t(self)].waits)) << "task " << self;
+      before += kernel.tasks[size_t(self)].waits.size();
+      after += device[size_t(self)].size();
+      partWaits += size_t(std::count_if(device[size_t(self)].begin(), device[size_t(self)].end(), [](int w) { return w < 0; }));
+      ranHere.insert(self);
+    }
+  }
+  EXPECT_GT(partWaits, 0u);
+  EXPECT_LT(after * 4, before) << "the table's waits: " << before << " -> " << after;
+}
+
 // The runtime refuses a task table that could hang or race: a wait for a later task, a
 // worker running its tasks out of order, a task run twice, a block its part does not have,
 // too few sync words for the done and control words the kernel writes.

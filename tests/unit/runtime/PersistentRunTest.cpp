@@ -58,5 +58,39 @@ TEST(PersistentRun, AWaitForATaskNoWorkerRunsIsNamed) {
   EXPECT_NE(message.find("which no worker runs"), std::string::npos) << message;
 }
 
+// The device's waits: where a task's waits and its own worker's earlier tasks cover a
+// whole part, one wait -(part + 1) for that part's counter; otherwise the tasks as they are.
+TEST(PersistentRun, DeviceWaitsForWholePartsPollOneCounter) {
+  Kernel kernel;
+  kernel.parts.resize(3);
+  // Part 0: tasks 0-2; part 1: tasks 3-5; part 2: tasks 6-8.
+  for (int t = 0; t < 9; ++t) kernel.tasks.push_back({t / 3, int64_t(t % 3), {}, {}, 1.0});
+  kernel.tasks[3].waits = {0, 1, 2};  // every task of part 0: one counter
+  kernel.tasks[4].waits = {1, 2};     // task 0 ran before on its own worker: still the whole part
+  kernel.tasks[5].waits = {2};        // one task: kept
+  kernel.tasks[6].waits = {3, 4};     // task 5 runs after it on its worker: kept, never more
+  kernel.tasks[7].waits = {0, 3, 4, 5};
+  kernel.tasks[8].waits = {1, 2, 4, 5};  // part 0 without task 0 (on worker 0): kept
+  kernel.workers = {{0, 4, 7}, {1, 3, 6, 5}, {2, 8}};
+  std::vector<std::vector<int>> waits = deviceWaits(kernel, {/*waitLanes=*/1, /*minTaskUs=*/0});
+  EXPECT_EQ(waits[3], (std::vector<int>{-1}));
+  EXPECT_EQ(waits[4], (std::vector<int>{-1}));
+  EXPECT_EQ(waits[5], (std::vector<int>{2}));
+  EXPECT_EQ(waits[6], (std::vector<int>{3, 4}));
+  EXPECT_EQ(waits[7], (std::vector<int>{0, -2}));
+  EXPECT_EQ(waits[8], (std::vector<int>{1, 2, 4, 5}));
+  EXPECT_TRUE(waits[0].empty());
+  EXPECT_EQ(countedPartTasks(kernel, waits), (std::vector<int>{3, 3, 0}));
+  // With 32 lanes polling at once no wait here is worth a counter, and no part is counted.
+  waits = deviceWaits(kernel);
+  for (int t = 0; t < 9; ++t) EXPECT_EQ(waits[size_t(t)], kernel.tasks[size_t(t)].waits) << t;
+  EXPECT_EQ(countedPartTasks(kernel, waits), (std::vector<int>{0, 0, 0}));
+  // Nor where the kernel was compiled without counters, whatever the tasks' costs.
+  for (Task &task : kernel.tasks) task.cost = 100;
+  EXPECT_EQ(countedPartTasks(kernel, deviceWaits(kernel, {1, 0})), (std::vector<int>{3, 3, 0}));
+  waits = deviceWaits(kernel, PartCounterRule::never());
+  for (int t = 0; t < 9; ++t) EXPECT_EQ(waits[size_t(t)], kernel.tasks[size_t(t)].waits) << t;
+}
+
 } // namespace
 } // namespace tlc
