@@ -664,16 +664,14 @@ private:
     // Counter waits only where the source was compiled to count (a program file's edited
     // costs must not send a kernel without counters to a part's counter).
     const bool counted = kernel.source.find(kPartCountersDefine) != std::string::npos;
-    const std::vector<std::vector<int>> taskWaits =
-        deviceWaits(kernel, counted ? PartCounterRule{} : PartCounterRule::never());
+    const DeviceWaits device = deviceWaits(kernel, counted ? PartCounterRule{} : PartCounterRule::never());
     for (size_t t = 0; t < kernel.tasks.size(); ++t) {
       const Task &task = kernel.tasks[t];
       const KernelLaunch &part = *findLaunch(kernel.parts[size_t(task.part)], device_->vendor(), device_->arch());
       tasks.push_back({task.part, int(task.block), int(part.gridBlocks), part.blockThreads, int(waits.size()),
-                       int(waits.size() + taskWaits[t].size())});
-      waits.insert(waits.end(), taskWaits[t].begin(), taskWaits[t].end());
+                       int(waits.size() + device.waits[t].size())});
+      waits.insert(waits.end(), device.waits[t].begin(), device.waits[t].end());
     }
-    const std::vector<int> partTasks = countedPartTasks(kernel, taskWaits);
     for (const std::vector<int> &worker : kernel.workers) {
       workerTasks.insert(workerTasks.end(), worker.begin(), worker.end());
       workerBegin.push_back(int(workerTasks.size()));
@@ -696,7 +694,7 @@ private:
              upload(workerBegin.data(), workerBegin.size() * 4), upload(workerTasks.data(), workerTasks.size() * 4),
              sync_ + layout.done * 4, sync_ + layout.control * 4, nullptr,
              options_.profile ? upload(nullptr, kernel.tasks.size() * 24) : nullptr, kPersistentTimeoutNanoseconds,
-             sync_ + layout.partDone * 4, upload(partTasks.data(), partTasks.size() * 4)};
+             sync_ + layout.partDone * 4, upload(device.partTasks.data(), device.partTasks.size() * 4)};
     if (options_.profile) traced_ = {&kernel, tables.trace};
     Launch launch;
     launch.entry = kernel.entry;

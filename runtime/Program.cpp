@@ -467,7 +467,7 @@ private:
                   where);
     }
     if (int64_t needed = persistentSyncLayout(kernel).words; kernel.syncWords < needed)
-      fail(path + ".sync_words", fmt::format("{} words leave no room for the parts' counters, a done word a task and "
+      fail(path + ".sync_words", fmt::format("{} words leave no room for the parts' counters, a done word a task, "
                                              "two control words and a counter a part ({})",
                                              kernel.syncWords, needed));
     std::vector<int> runs(kernel.tasks.size(), 0);
@@ -780,7 +780,7 @@ const KernelLaunch *findLaunch(const Kernel &kernel, const std::string &backend,
   return nullptr;
 }
 
-std::vector<std::vector<int>> deviceWaits(const Kernel &kernel, const PartCounterRule &rule) {
+DeviceWaits deviceWaits(const Kernel &kernel, const PartCounterRule &rule) {
   std::vector<double> partCost(kernel.parts.size(), 0);
   std::vector<int> partSize(kernel.parts.size(), 0), workerOf(kernel.tasks.size(), -1), place(kernel.tasks.size(), 0);
   for (const Task &task : kernel.tasks) {
@@ -792,7 +792,7 @@ std::vector<std::vector<int>> deviceWaits(const Kernel &kernel, const PartCounte
       workerOf[size_t(kernel.workers[w][i])] = int(w);
       place[size_t(kernel.workers[w][i])] = int(i);
     }
-  std::vector<std::vector<int>> waits(kernel.tasks.size());
+  DeviceWaits device{std::vector<std::vector<int>>(kernel.tasks.size()), std::vector<int>(kernel.parts.size(), 0)};
   for (size_t w = 0; w < kernel.workers.size(); ++w) {
     std::vector<int> ranBefore(kernel.parts.size(), 0);  // of each part, on this worker
     for (int self : kernel.workers[w]) {
@@ -806,27 +806,24 @@ std::vector<std::vector<int>> deviceWaits(const Kernel &kernel, const PartCounte
       for (size_t p = 0; p < kernel.parts.size(); ++p)
         whole[p] = others[p] > rule.waitLanes && others[p] + ranBefore[p] == partSize[p] &&
                    partCost[p] >= rule.minTaskUs * partSize[p];
+      std::vector<int> &waits = device.waits[size_t(self)];
       for (int wait : task.waits) {
         const int part = kernel.tasks[size_t(wait)].part;
-        if (!whole[size_t(part)]) waits[size_t(self)].push_back(wait);
+        if (!whole[size_t(part)]) waits.push_back(wait);
         else if (whole[size_t(part)] == 1) {
-          waits[size_t(self)].push_back(-(part + 1));
+          waits.push_back(-(part + 1));
+          device.partTasks[size_t(part)] = partSize[size_t(part)];
           whole[size_t(part)] = 2;  // once
         }
       }
       ++ranBefore[size_t(task.part)];
     }
   }
-  return waits;
+  return device;
 }
 
-std::vector<int> countedPartTasks(const Kernel &kernel, const std::vector<std::vector<int>> &waits) {
-  std::vector<int> partSize(kernel.parts.size(), 0), counted(kernel.parts.size(), 0);
-  for (const Task &task : kernel.tasks) ++partSize[size_t(task.part)];
-  for (const std::vector<int> &taskWaits : waits)
-    for (int wait : taskWaits)
-      if (wait < 0) counted[size_t(-wait - 1)] = partSize[size_t(-wait - 1)];
-  return counted;
+bool DeviceWaits::countsParts() const {
+  return std::any_of(partTasks.begin(), partTasks.end(), [](int tasks) { return tasks > 0; });
 }
 
 PersistentSyncLayout persistentSyncLayout(const Kernel &kernel) {

@@ -196,8 +196,7 @@ std::string persistentSource(const std::string &name, const Kernel &kernel, int 
     out += fmt::format("//   part {}: {}, {} blocks of {} threads\n", p, part.entry, launch.gridBlocks, launch.blockThreads);
   }
   out += vendorPrelude() + "#define TL_PERSISTENT 1\n";
-  const std::vector<int> counted = countedPartTasks(kernel, deviceWaits(kernel));
-  if (std::any_of(counted.begin(), counted.end(), [](int tasks) { return tasks > 0; }))
+  if (deviceWaits(kernel).countsParts())
     out += std::string("// Some waits poll a part's counter (PartCounterRule): its tasks count themselves done.\n") +
            kPartCountersDefine;
   if (ring.slots > 0)

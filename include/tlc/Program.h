@@ -174,9 +174,10 @@ PersistentSyncLayout persistentSyncLayout(const Kernel &kernel);
 
 // Where a persistent kernel's task waits for every task of a part (each waited for, or run
 // before on its own worker), it can poll that part's counter instead of a done word a task.
-// That pays only where more tasks are left than the lanes that poll at once, and where the
-// part's tasks are long: a counter costs each of its tasks an atomic add, and on short
-// tasks (a mean estimate under minTaskUs) the adds cost more than the polls they save.
+// Only where more tasks are left than the lanes that poll at once (fewer cost one round of
+// polls anyway) and the part's mean task estimate is at least minTaskUs: measured, counters
+// sped up the 1.1B's decode step (parts of 5.4 µs a task and more) and slowed the
+// workshop's (its gate/up, 3.9 µs), whose cause is not yet separated (bench/RESULTS.md).
 struct PartCounterRule {
   int waitLanes = 32;
   double minTaskUs = 5.0;
@@ -185,14 +186,17 @@ struct PartCounterRule {
 // The macro a persistent kernel's source defines where some part is counted.
 inline constexpr const char *kPartCountersDefine = "#define TL_PART_COUNTERS 1\n";
 
-// The waits a persistent kernel's device table holds, per task: Task::waits, where the rule
-// allows written as one wait -(part + 1) for the part's counter (once epoch times its
-// tasks). It never waits for more than Task::waits implies.
-std::vector<std::vector<int>> deviceWaits(const Kernel &kernel, const PartCounterRule &rule = {});
-
-// Each part's number of tasks where some wait in `waits` is for its counter, else 0 (the
-// kernel counts only those parts' tasks, and only where some part is counted).
-std::vector<int> countedPartTasks(const Kernel &kernel, const std::vector<std::vector<int>> &waits);
+// The waits a persistent kernel's device table holds. It never waits for more than
+// Task::waits implies.
+struct DeviceWaits {
+  // Per task: Task::waits, where the rule allows written as one wait -(part + 1) for the
+  // part's counter (done once it holds epoch times the part's tasks).
+  std::vector<std::vector<int>> waits;
+  // Per part: its number of tasks where some wait polls its counter (they count), else 0.
+  std::vector<int> partTasks;
+  bool countsParts() const;
+};
+DeviceWaits deviceWaits(const Kernel &kernel, const PartCounterRule &rule = {});
 
 // A model parameter as stored in a checkpoint.
 struct Parameter {

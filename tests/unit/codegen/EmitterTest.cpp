@@ -565,10 +565,6 @@ TEST(Codegen, PersistentDecodeStreamsLargeWeightsThroughARing) {
   }
 }
 
-// A persistent decode step's attention runs on the FMA path (as --attention-tile=rows asks
-// for anywhere): a query row a task with no dynamic shared memory, so the 1.1B's weight
-// ring gets the room a tensor-core tile (forced here) takes. At 16 query rows the
-// tensor-core path stays.
 // Part counters (PartCounterRule): the 1.1B decode step's long matrix-vector parts, whose
 // every task the next phase waits for, are counted, and the kernel defines
 // TL_PART_COUNTERS; the workshop's short tasks are not, and its kernel and table are what
@@ -578,8 +574,7 @@ TEST(Codegen, PersistentDecodeCountsOnlyLongPartsWholeWaitedFor) {
   ASSERT_EQ(large.kernels.size(), 1u) << large.persistentFallback;
   ASSERT_EQ(small.kernels.size(), 1u) << small.persistentFallback;
   const Kernel &counted = large.kernels[0];
-  const std::vector<std::vector<int>> waits = deviceWaits(counted);
-  const std::vector<int> tasks = countedPartTasks(counted, waits);
+  const std::vector<int> tasks = deviceWaits(counted).partTasks;
   for (size_t p = 0; p < counted.parts.size(); ++p) {
     if (tasks[p] == 0) continue;
     EXPECT_EQ(tasks[p], tasksOfPart(counted, p)) << counted.parts[p].name;
@@ -593,11 +588,16 @@ TEST(Codegen, PersistentDecodeCountsOnlyLongPartsWholeWaitedFor) {
       << "o_proj, gate/up and down of each layer";
   EXPECT_EQ(defineOf(counted, "TL_PART_COUNTERS"), 1);
   const Kernel &uncounted = small.kernels[0];
-  const std::vector<std::vector<int>> smallWaits = deviceWaits(uncounted);
-  for (size_t t = 0; t < uncounted.tasks.size(); ++t) EXPECT_EQ(smallWaits[t], uncounted.tasks[t].waits) << t;
+  const DeviceWaits plain = deviceWaits(uncounted);
+  for (size_t t = 0; t < uncounted.tasks.size(); ++t) EXPECT_EQ(plain.waits[t], uncounted.tasks[t].waits) << t;
+  EXPECT_FALSE(plain.countsParts());
   EXPECT_EQ(defineOf(uncounted, "TL_PART_COUNTERS"), 0);
 }
 
+// A persistent decode step's attention runs on the FMA path (as --attention-tile=rows asks
+// for anywhere): a query row a task with no dynamic shared memory, so the 1.1B's weight
+// ring gets the room a tensor-core tile (forced here) takes. At 16 query rows the
+// tensor-core path stays.
 TEST(Codegen, PersistentDecodeAttentionLeavesTheWeightRingMoreSlots) {
   ScheduleOverrides tensorCores;
   tensorCores.attentionTile = "16x1";

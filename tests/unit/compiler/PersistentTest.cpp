@@ -182,14 +182,15 @@ TEST(Persistent, OnlyImpliedWaitsAreDropped) {
   }
 }
 
-// The device table's part waits (runtime deviceWaits) on a compiled decode step: each task
-// waits, counting its own worker's earlier tasks as done, for exactly the tasks it waited
-// for before; the phases' whole-part waits become one counter each.
+// The device table's part waits (deviceWaits, every whole part counted at this small size)
+// on a compiled decode step: each task waits, counting its own worker's earlier tasks as
+// done, for exactly the tasks it waited for before; the phases' whole-part waits become one
+// counter each.
 TEST(Persistent, DeviceWaitsKeepEveryTasksDependencies) {
   Program o3 = support::compileConfig(support::smallConfig("tinyllama-1.1b"), persistentO3(1, 1, "bf16"));
   ASSERT_EQ(o3.kernels.size(), 1u) << o3.persistentFallback;
   const Kernel &kernel = o3.kernels[0];
-  const std::vector<std::vector<int>> device = deviceWaits(kernel, {/*waitLanes=*/1, /*minTaskUs=*/0});  // every whole part, at this small size
+  const std::vector<std::vector<int>> device = deviceWaits(kernel, {/*waitLanes=*/1, /*minTaskUs=*/0}).waits;
   ASSERT_EQ(device.size(), kernel.tasks.size());
   size_t before = 0, after = 0, partWaits = 0;
   for (const std::vector<int> &worker : kernel.workers) {

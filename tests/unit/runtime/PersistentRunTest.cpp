@@ -72,7 +72,8 @@ TEST(PersistentRun, DeviceWaitsForWholePartsPollOneCounter) {
   kernel.tasks[7].waits = {0, 3, 4, 5};
   kernel.tasks[8].waits = {1, 2, 4, 5};  // part 0 without task 0 (on worker 0): kept
   kernel.workers = {{0, 4, 7}, {1, 3, 6, 5}, {2, 8}};
-  std::vector<std::vector<int>> waits = deviceWaits(kernel, {/*waitLanes=*/1, /*minTaskUs=*/0});
+  DeviceWaits device = deviceWaits(kernel, {/*waitLanes=*/1, /*minTaskUs=*/0});
+  const std::vector<std::vector<int>> &waits = device.waits;
   EXPECT_EQ(waits[3], (std::vector<int>{-1}));
   EXPECT_EQ(waits[4], (std::vector<int>{-1}));
   EXPECT_EQ(waits[5], (std::vector<int>{2}));
@@ -80,16 +81,23 @@ TEST(PersistentRun, DeviceWaitsForWholePartsPollOneCounter) {
   EXPECT_EQ(waits[7], (std::vector<int>{0, -2}));
   EXPECT_EQ(waits[8], (std::vector<int>{1, 2, 4, 5}));
   EXPECT_TRUE(waits[0].empty());
-  EXPECT_EQ(countedPartTasks(kernel, waits), (std::vector<int>{3, 3, 0}));
-  // With 32 lanes polling at once no wait here is worth a counter, and no part is counted.
-  waits = deviceWaits(kernel);
-  for (int t = 0; t < 9; ++t) EXPECT_EQ(waits[size_t(t)], kernel.tasks[size_t(t)].waits) << t;
-  EXPECT_EQ(countedPartTasks(kernel, waits), (std::vector<int>{0, 0, 0}));
-  // Nor where the kernel was compiled without counters, whatever the tasks' costs.
+  EXPECT_EQ(device.partTasks, (std::vector<int>{3, 3, 0}));
+  EXPECT_TRUE(device.countsParts());
+  // Only parts whose mean task estimate reaches minTaskUs: part 0's tasks at 8 µs, part 1's at 1.
+  for (int t = 0; t < 3; ++t) kernel.tasks[size_t(t)].cost = 8;
+  device = deviceWaits(kernel, {/*waitLanes=*/1, /*minTaskUs=*/5});
+  EXPECT_EQ(device.waits[3], (std::vector<int>{-1}));
+  EXPECT_EQ(device.waits[7], (std::vector<int>{0, 3, 4, 5}));
+  EXPECT_EQ(device.partTasks, (std::vector<int>{3, 0, 0}));
+  // With 32 lanes polling at once no wait here is worth a counter, and no part is counted;
+  // nor where the kernel was compiled without counters.
+  for (const PartCounterRule &rule : {PartCounterRule{}, PartCounterRule::never()}) {
+    device = deviceWaits(kernel, rule);
+    for (int t = 0; t < 9; ++t) EXPECT_EQ(device.waits[size_t(t)], kernel.tasks[size_t(t)].waits) << t;
+    EXPECT_FALSE(device.countsParts());
+  }
   for (Task &task : kernel.tasks) task.cost = 100;
-  EXPECT_EQ(countedPartTasks(kernel, deviceWaits(kernel, {1, 0})), (std::vector<int>{3, 3, 0}));
-  waits = deviceWaits(kernel, PartCounterRule::never());
-  for (int t = 0; t < 9; ++t) EXPECT_EQ(waits[size_t(t)], kernel.tasks[size_t(t)].waits) << t;
+  EXPECT_FALSE(deviceWaits(kernel, PartCounterRule::never()).countsParts()) << "whatever the tasks' costs";
 }
 
 } // namespace
