@@ -187,7 +187,7 @@ def main():
         if name == "O3":
             w("")
             w("The persistent kernel's schedule for the full workshop model, block 0's tasks (`tlc --opt-level=3 "
-              "--persistent --emit=schedule --ir-block=0`): `t260=p1.132~1.2<-t32-t47` is task 260, block 132 of part 1 (the QKV GEMM), "
+              "--persistent --emit=schedule --ir-block=0`): `t260=p1.132~3.2<-t32-t47` is task 260, block 132 of part 1 (the QKV GEMM), "
               "estimated 3.2 µs, waiting for tasks 32 to 47 (the embedding rows it reads); each line one "
               "worker's tasks in the order it runs them. A wait that another implies is left out: a task "
               "that waits for a task which itself waited for x need not poll x.")

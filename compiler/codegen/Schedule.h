@@ -135,10 +135,10 @@ constexpr double kTensorFlopsPerSM = 790e12 / 132, kFmaFlopsPerSM = 51e12 / 132;
 constexpr double kBytesPerSM = 3.0e12 / 132;
 // A persistent task's fixed cost (the wait, the entry, A's staging, the epilogue, the
 // publish): fit so the estimates of the 1.1B's and the workshop's decode steps come within
-// 10 % of what an H100 measured (2026-11-28: 1102 and 152 µs against 1197 and 160).
+// 10 % of what an H100 measured (bench/RESULTS.md).
 constexpr double kTaskOverheadUs = 2.5;
 // A split matrix-vector tile's join in a persistent kernel (its part through the workspace,
-// the count, the last split's sum): about 3 µs of the 1.1B's layer when left out on an H100.
+// the count, the last split's sum): what leaving it out saved the 1.1B's layer on an H100.
 constexpr double kSplitJoinUs = 3.0;
 // Whether splitting a tile that streams `tileBytes` of weights `splits` ways saves a
 // worker more streaming time than the join costs.
