@@ -453,7 +453,9 @@ private:
     std::vector<float> packed;
     for (const cpu::OpOutput &result : results)
       packed.insert(packed.end(), result.data, result.data + Tensor::elementsOf(result.shape));
+    if (!watchdog_) watchdog_ = std::make_unique<StepWatchdog>(*ranks_, "cpu backend: the gradients' all-reduce");
     try {
+      WatchedStep watched(watchdog_.get());
       ranks_->allReduceMean(packed.data(), packed.size());
     } catch (const Error &error) {
       failBecauseOfPeer(*ranks_, fmt::format("kernel '{}' (the gradients' all-reduce)", currentKernel_->name),
@@ -539,6 +541,7 @@ private:
   PersistentSchedule schedule_;
   std::shared_ptr<CpuState> state_;  // State values by name (the KV cache), kept between runs
   std::shared_ptr<Communicator> ranks_;  // a data-parallel run's ranks; null: one process
+  std::unique_ptr<StepWatchdog> watchdog_;  // while the gradients' all-reduce is in flight
   Program program_;
   bool loaded_ = false;
   std::vector<std::byte> arena_;

@@ -103,9 +103,10 @@ std::string stoppedRanks(Communicator &ranks);
 // moment for the store to learn who stopped, then names it.
 [[noreturn]] void failBecauseOfPeer(Communicator &ranks, const std::string &what, const std::string &error);
 
-// Watches the other ranks while a step's collectives are in flight on a GPU. A rank
-// killed mid-step leaves this one's all-reduce waiting on the device, and the host may be
-// blocked inside the collective library, where no check of ours runs. When another rank is
+// Watches the other ranks while a step's collectives are in flight. A rank killed
+// mid-step leaves this one's all-reduce waiting (on a GPU; on the CPU, in Gloo, whose send
+// waits out its whole timeout when the receiver is gone), blocked inside the collective
+// library, where no check of ours runs. When another rank is
 // known stopped and the step has not ended `grace` later (the step's own wait names it and
 // throws well within that), the watchdog says which rank stopped, announces this rank's
 // failure and ends the process with status 1, as PyTorch's NCCL watchdog tears its down.
@@ -129,6 +130,22 @@ private:
   bool inStep_ = false, stopping_ = false;
   uint64_t steps_ = 0;  // steps started: the grace runs out only on the step that was watched
   std::thread thread_;
+};
+
+// A step marked in flight for the watchdog (if any) while it lives.
+class WatchedStep {
+public:
+  explicit WatchedStep(StepWatchdog *watchdog) : watchdog_(watchdog) {
+    if (watchdog_) watchdog_->stepStarted();
+  }
+  ~WatchedStep() {
+    if (watchdog_) watchdog_->stepEnded();
+  }
+  WatchedStep(const WatchedStep &) = delete;
+  WatchedStep &operator=(const WatchedStep &) = delete;
+
+private:
+  StepWatchdog *watchdog_;
 };
 
 // The value of `key` once a rank sets it. Throws tlc::Error naming the rank that stopped

@@ -180,22 +180,6 @@ std::shared_ptr<GpuGenerationState> makeGpuGenerationState(std::shared_ptr<GpuDe
 
 namespace {
 
-// A step marked in flight for the watchdog (if any) while it lives.
-class WatchedStep {
-public:
-  explicit WatchedStep(StepWatchdog *watchdog) : watchdog_(watchdog) {
-    if (watchdog_) watchdog_->stepStarted();
-  }
-  ~WatchedStep() {
-    if (watchdog_) watchdog_->stepEnded();
-  }
-  WatchedStep(const WatchedStep &) = delete;
-  WatchedStep &operator=(const WatchedStep &) = delete;
-
-private:
-  StepWatchdog *watchdog_;
-};
-
 class GpuBackend : public Backend {
 public:
   GpuBackend(std::shared_ptr<GpuDevice> device, const GpuOptions &options,

@@ -162,3 +162,46 @@ INSTANTIATE_TEST_SUITE_P(Levels, DataParallel, ::testing::Values(0, 1, 2, 3),
                          [](const ::testing::TestParamInfo<int> &info) { return "O" + std::to_string(info.param); });
 
 } // namespace
+
+namespace {
+
+// Rank 0 of two whose all-reduce blocks as Gloo's does when the other rank is killed
+// mid-exchange (a send waiting out the whole timeout for a receiver that is gone), and
+// whose store already says rank 1 stopped.
+class RanksBlockedByAStop : public Communicator {
+public:
+  int rank() const override { return 0; }
+  int worldSize() const override { return 2; }
+  std::string describe() const override { return "a store in memory"; }
+  void set(const std::string &, const std::string &) override {}
+  std::optional<std::string> peek(const std::string &key) override {
+    if (key == rankKey("failed", 1)) return std::string("stopped: killed");
+    return std::nullopt;
+  }
+  std::chrono::milliseconds timeout() const override { return std::chrono::minutes(5); }
+  int storeRank() const override { return 0; }
+  void allReduceMean(float *, size_t) override { std::this_thread::sleep_for(std::chrono::seconds(30)); }
+  void leave() override {}
+};
+
+// A CPU rank blocked inside the collective library ends within seconds with a message
+// naming the rank that stopped, not at the library's timeout.
+TEST(DataParallelDeathTest, ACpuRankBlockedInTheAllReduceEndsNamingTheRankThatStopped) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  AdamWOptions adamw;
+  Program step = support::compileConfig(smallModel(), stepOptions(1, 2, /*bucketMib=*/25), &adamw);
+  Weights weights = Weights::random(step.parameters, 3);
+  std::vector<int32_t> tokens = randomTokenIds(step, 4);
+  EXPECT_EXIT(
+      {
+        auto backend = createCpuBackend(1, PersistentSchedule{}, std::make_shared<RanksBlockedByAStop>());
+        backend->load(step, weights);
+        backend->trainStep(tokens);
+        std::fprintf(stderr, "the step returned\n");
+        std::exit(0);
+      },
+      testing::ExitedWithCode(1),
+      "tlc: error: cpu backend: the gradients' all-reduce stopped because another rank did: rank 1 stopped: killed");
+}
+
+} // namespace
