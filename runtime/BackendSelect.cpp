@@ -37,6 +37,8 @@ GpuOptions gpuOptionsFor(const BackendOptions &options) {
   gpu.graph = options.graph && !options.profile;
   gpu.profile = options.profile;
   gpu.verbose = options.progress;
+  gpu.persistentTimeoutSeconds = options.persistentTimeoutSeconds;
+  gpu.debugPersistentCycle = options.debugPersistentCycle;
   return gpu;
 }
 

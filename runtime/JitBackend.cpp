@@ -25,6 +25,7 @@
 #include "runtime/MasterWeights.h"
 #include "runtime/MemoryPlanner.h"
 #include "runtime/OpKind.h"
+#include "runtime/PersistentRun.h"
 #include "runtime/Tensor.h"
 #include "runtime/WeightContents.h"
 
@@ -32,10 +33,6 @@ namespace tlc {
 namespace {
 
 int64_t alignUp(int64_t bytes, int64_t alignment = 256) { return (bytes + alignment - 1) / alignment * alignment; }
-
-// How long a persistent kernel's worker waits for another's task before it reports the
-// wait and stops the kernel, rather than hang: far beyond any task's time.
-constexpr unsigned long long kPersistentTimeoutNanoseconds = 5'000'000'000ull;
 
 } // namespace
 
@@ -343,6 +340,7 @@ public:
     CurrentDevice current(*device_);
     startRun(tokenIds);
     enqueueLaunches();
+    awaitLaunches();
 
     ForwardResult result;
     if (options_.profile) {
@@ -475,6 +473,7 @@ public:
     if (decode) device_->copyToDevice(generation_->positions(), positions.data(), positions.size() * 4);
     else uploadPrefillRows(std::vector<int64_t>(size_t(program_.batch), program_.seqLen));
     enqueueLaunches();
+    awaitLaunches();
     ForwardResult result;
     result.milliseconds = device_->elapsedMs(start_.get(), end_.get());
     device_->synchronize();
@@ -649,12 +648,15 @@ private:
     // costs must not send a kernel without counters to a part's counter).
     const bool counted = kernel.source.find(kPartCountersDefine) != std::string::npos;
     const DeviceWaits device = deviceWaits(kernel, counted ? PartCounterRule{} : PartCounterRule::never());
+    std::vector<std::vector<int>> taskWaits = device.waits;
+    if (options_.debugPersistentCycle && !kernel.workers.empty() && !kernel.workers[0].empty())
+      taskWaits[size_t(kernel.workers[0].front())].push_back(kernel.workers[0].back());
     for (size_t t = 0; t < kernel.tasks.size(); ++t) {
       const Task &task = kernel.tasks[t];
       const KernelLaunch &part = *findLaunch(kernel.parts[size_t(task.part)], device_->vendor(), device_->arch());
       tasks.push_back({task.part, int(task.block), int(part.gridBlocks), part.blockThreads, int(waits.size()),
-                       int(waits.size() + device.waits[t].size())});
-      waits.insert(waits.end(), device.waits[t].begin(), device.waits[t].end());
+                       int(waits.size() + taskWaits[t].size())});
+      waits.insert(waits.end(), taskWaits[t].begin(), taskWaits[t].end());
     }
     for (const std::vector<int> &worker : kernel.workers) {
       workerTasks.insert(workerTasks.end(), worker.begin(), worker.end());
@@ -676,8 +678,9 @@ private:
       const void *partTasks;
     } tables{upload(tasks.data(), tasks.size() * sizeof(TaskEntry)), upload(waits.data(), waits.size() * 4),
              upload(workerBegin.data(), workerBegin.size() * 4), upload(workerTasks.data(), workerTasks.size() * 4),
-             sync_ + layout.done * 4, sync_ + layout.control * 4, nullptr,
-             options_.profile ? upload(nullptr, kernel.tasks.size() * 24) : nullptr, kPersistentTimeoutNanoseconds,
+             sync_ + layout.done * 4, sync_ + layout.control * 4, timedOutWaitReport(kernel),
+             options_.profile ? upload(nullptr, kernel.tasks.size() * 24) : nullptr,
+             (unsigned long long)(options_.persistentTimeoutSeconds * 1e9),
              sync_ + layout.partDone * 4, upload(device.partTasks.data(), device.partTasks.size() * 4)};
     if (options_.profile) traced_ = {&kernel, tables.trace};
     Launch launch;
@@ -691,6 +694,30 @@ private:
     launch.threads = shape.blockThreads;
     launch.sharedBytes = shape.sharedBytes;
     return launch;
+  }
+
+  // Where the persistent kernel reports a wait that timed out (host-mapped: readable after
+  // its trap); null where the driver cannot map host memory.
+  void *timedOutWaitReport(const Kernel &kernel) {
+    if (!timedOut_.host) timedOut_ = device_->allocateMapped(sizeof(TimedOutWait));
+    timedOutKernel_ = &kernel;
+    return timedOut_.device;
+  }
+
+  // Waits for a run's launches. Where they fail after a persistent kernel reported a
+  // timed-out wait, the error says which, and nothing waits for the device again.
+  void awaitLaunches() {
+    try {
+      device_->synchronize();
+    } catch (const Error &error) {
+      if (!timedOut_.host || !timedOutKernel_) throw;
+      TimedOutWait status;
+      std::memcpy(&status, timedOut_.host, sizeof status);
+      std::optional<std::string> why = describeTimedOutWait(*timedOutKernel_, status, options_.persistentTimeoutSeconds);
+      if (!why) throw;
+      abandoned_ = true;
+      throw Error(fmt::format("{} ({})", *why, error.what()));
+    }
   }
 
   // Before a run's launches: the buffers poisoned, the token ids in place.
@@ -951,6 +978,7 @@ private:
   SampledStep chosenTokens() {
     SampledStep step;
     step.tokens.resize(size_t(program_.batch));
+    awaitLaunches();
     device_->copyToHost(step.tokens.data(), generation_->chosen(), step.tokens.size() * 4);
     step.milliseconds = device_->elapsedMs(start_.get(), end_.get());
     device_->synchronize();
@@ -1055,6 +1083,9 @@ private:
     device_->release(weights_);
     for (void *buffer : persistentBuffers_) device_->release(buffer);
     persistentBuffers_.clear();
+    device_->releaseMapped(timedOut_.host);
+    timedOut_ = {};
+    timedOutKernel_ = nullptr;
     traced_ = {};
     arena_ = workspace_ = sync_ = weights_ = nullptr;
     weightPointer_.clear();
@@ -1074,6 +1105,8 @@ private:
   std::map<int, void *> weightPointer_;
   std::vector<Launch> launches_;
   std::vector<void *> persistentBuffers_;  // a persistent kernel's tables and parameters
+  GpuDevice::Mapped timedOut_;              // its report of a timed-out wait (TimedOutWait)
+  const Kernel *timedOutKernel_ = nullptr;  // whose tasks that report names
   // Driver objects, each released by its owner here (DeviceObject) before device_ goes:
   // the modules of the loaded kernels, the replayed graph, the events.
   std::vector<LoadedKernel> modules_;

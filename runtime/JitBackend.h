@@ -100,6 +100,13 @@ public:
   virtual void copyToHost(void *host, const void *device, size_t bytes) = 0;
   virtual void fill(void *device, unsigned char byte, size_t bytes) = 0;  // on the stream
   virtual size_t usedBytes() const = 0;  // device memory in use (all processes)
+  // Pinned host memory the device writes through `device`, zeroed: the host reads it at
+  // `host` even after a kernel faulted. Both null where the driver cannot map host memory.
+  struct Mapped {
+    void *host = nullptr, *device = nullptr;
+  };
+  virtual Mapped allocateMapped(size_t bytes) = 0;
+  virtual void releaseMapped(void *host) noexcept = 0;
   virtual PointerInfo pointerInfo(const void *pointer) = 0;
 
   using Function = void *;
@@ -175,6 +182,8 @@ struct GpuOptions {
   // Each all-reduce on a stream of its own, joined back before what reads its results,
   // so the backward's kernels after it run meanwhile; false: on the compute stream.
   bool overlapCollectives = true;
+  double persistentTimeoutSeconds = 5;  // BackendOptions's
+  bool debugPersistentCycle = false;    // BackendOptions's
 };
 
 // A Backend running a Program (with sources: compiler/codegen/Emitter.h) on `device`.

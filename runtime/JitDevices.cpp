@@ -136,6 +136,25 @@ public:
     api_.release(pointer);
     counted(DriverObject::Memory, -1);
   }
+  Mapped allocateMapped(size_t bytes) override {
+    constexpr unsigned kDeviceMapped = 0x2;  // CU_MEMHOSTALLOC_DEVICEMAP, hipHostMallocMapped
+    Mapped mapped;
+    if (!api_.allocateMapped || !api_.mappedDevicePointer || !api_.releaseMapped) return mapped;
+    Handle host = nullptr, device = nullptr;
+    if (api_.allocateMapped(&host, bytes, kDeviceMapped) != 0) return mapped;
+    if (api_.mappedDevicePointer(&device, host, 0) != 0) {
+      api_.releaseMapped(host);
+      return mapped;
+    }
+    std::memset(host, 0, bytes);
+    counted(DriverObject::Memory, 1);
+    return {host, device};
+  }
+  void releaseMapped(void *host) noexcept override {
+    if (!host) return;
+    api_.releaseMapped(host);
+    counted(DriverObject::Memory, -1);
+  }
   void copyToDevice(void *device, const void *host, size_t bytes) override {
     check(api_.copyToDevice(device, host, bytes, stream_), "copy to device");
     synchronize();

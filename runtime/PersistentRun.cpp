@@ -63,4 +63,44 @@ void PersistentRun::deadlock() const {
   throw Error(fmt::format("persistent kernel '{}' deadlocks: {}", kernel_.name, cycle));
 }
 
+std::optional<std::string> describeTimedOutWait(const Kernel &kernel, const TimedOutWait &status,
+                                                double timeoutSeconds) {
+  if (status.reported != 1) return std::nullopt;
+  const int tasks = int(kernel.tasks.size()), parts = int(kernel.parts.size());
+  auto place = [&](int task) -> std::pair<int, int> {  // its worker, its place in that worker's list
+    for (size_t w = 0; w < kernel.workers.size(); ++w)
+      for (size_t i = 0; i < kernel.workers[w].size(); ++i)
+        if (kernel.workers[w][i] == task) return {int(w), int(i)};
+    return {-1, -1};
+  };
+  auto describe = [&](int task) {
+    const Task &t = kernel.tasks[size_t(task)];
+    auto [worker, index] = place(task);
+    std::string where = worker < 0 ? "no worker runs it" : fmt::format("worker {}'s task {} of {}", worker, index + 1,
+                                                                       kernel.workers[size_t(worker)].size());
+    return fmt::format("task {} ({} block {}; {})", task, kernel.parts[size_t(t.part)].name, t.block, where);
+  };
+  const int task = int(status.task), waited = int(int32_t(status.waitedFor));
+  std::string head = fmt::format("persistent kernel '{}' trapped: a wait lasted more than {:g} s", kernel.name,
+                                 timeoutSeconds);
+  std::string what;
+  if (task < 0 || task >= tasks || waited >= tasks || waited < -parts)
+    what = fmt::format("worker {} reported task {} waiting for {}, which its table does not hold", status.worker,
+                       status.task, waited);
+  else if (waited >= 0) {
+    what = fmt::format("worker {} in {} waited for {}", status.worker, describe(task), describe(waited));
+    auto [waiter, at] = place(task);
+    auto [runner, runAt] = place(waited);
+    if (runner >= 0 && runner == waiter && runAt > at) what += ", which that worker runs only after it";
+  } else {
+    const int part = -waited - 1;
+    what = fmt::format("worker {} in {} waited for every task of part {} ({}) to count itself done",
+                       status.worker, describe(task), part, kernel.parts[size_t(part)].name);
+  }
+  return fmt::format("{}: {}. A wait that never ends is a fault in the schedule (tlc --emit=schedule prints it); "
+                     "--persistent-timeout sets how long a wait may last. The GPU context is unusable after the "
+                     "trap: this process cannot use the device again",
+                     head, what);
+}
+
 } // namespace tlc

@@ -5,7 +5,10 @@
 #include <tlc/Backend.h>
 #include <tlc/Program.h>
 
+#include <cstdint>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace tlc {
@@ -31,5 +34,18 @@ private:
   std::vector<int> workerOf_;     // per task, -1 for a task no worker runs
   size_t turn_ = 0;
 };
+
+// The words a persistent kernel writes (host-mapped) when one of its waits times out, as
+// persistent.cuh lays them out: {1, worker, the waiting task, what it waited for: a task,
+// or -(part + 1) for every task of a part}.
+struct TimedOutWait {
+  uint32_t reported = 0, worker = 0, task = 0, waitedFor = 0;
+};
+
+// The error a run ends with after a persistent kernel trapped on a timed-out wait: which
+// worker waited in which task for what, and where that task stands (its worker, its place
+// in that worker's list); nullopt when the kernel reported none.
+std::optional<std::string> describeTimedOutWait(const Kernel &kernel, const TimedOutWait &status,
+                                                double timeoutSeconds);
 
 } // namespace tlc

@@ -831,7 +831,7 @@ PersistentSyncLayout persistentSyncLayout(const Kernel &kernel) {
   for (size_t p = 0; p < kernel.parts.size() && p < kernel.partSyncOffsets.size(); ++p)
     layout.done = std::max(layout.done, kernel.partSyncOffsets[p] + kernel.parts[p].syncWords);
   layout.control = layout.done + int64_t(kernel.tasks.size());
-  layout.partDone = layout.control + 2;
+  layout.partDone = layout.control + 3;  // control: the last epoch, the workers finished, a timeout's claim
   layout.words = layout.partDone + int64_t(kernel.parts.size());
   return layout;
 }

@@ -156,7 +156,7 @@ if want ncu; then  # Nsight Compute on the 1.1B decode step's kernels: bandwidth
   cp "$LOGS/ncu-decode.csv" "$LOGS/ncu-decode.err" "$RESULTS/" 2>/dev/null
 fi
 if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2, traced
-  timeout 600 "$TESTS" --gtest_filter="${O3_TESTS:-GpuPersistent.*}" > "$LOGS/o3-forward.txt" 2>&1
+  timeout 600 "$TESTS" --gtest_filter="${O3_TESTS:-GpuPersistent*}" > "$LOGS/o3-forward.txt" 2>&1
   note "o3 forward: rc=$? $(grep -c '^\[       OK' "$LOGS/o3-forward.txt") passed, $(grep -c '^\[  FAILED  \] Levels' "$LOGS/o3-forward.txt") failed"
   # A decode-shaped forward against the CPU reference (the GPU tests cover 8 x 128 and 2 x 64).
   "$TLC" $MODEL -O0 --dtype=bf16 --batch-size=1 --seq-len=1 --run --target=cpu --save-logits="$LOGS/cpu-1x1.npy" > /dev/null 2>&1

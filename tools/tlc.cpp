@@ -254,6 +254,14 @@ cl::opt<bool> noCache("no-cache", cl::desc("GPU: JIT-compile every kernel, ignor
                       cl::cat(runCategory), cl::sub(everywhere));
 cl::opt<bool> graph("graph", cl::desc("GPU: replay the forward as one captured graph (default on)"), cl::init(true),
                     cl::cat(runCategory), cl::sub(everywhere));
+cl::opt<double> persistentTimeout("persistent-timeout",
+                                  cl::desc("GPU, O3 --persistent: the longest a task of the persistent kernel waits "
+                                           "for another, in seconds; then the run fails naming both (default 5)"),
+                                  cl::value_desc("seconds"), cl::init(5), cl::cat(runCategory), cl::sub(everywhere));
+cl::opt<bool> debugPersistentCycle("debug-persistent-cycle",
+                                   cl::desc("GPU, for tests: the persistent kernel's first task waits for its "
+                                            "worker's last (a wait that cannot end: the timeout's report)"),
+                                   cl::Hidden, cl::cat(runCategory), cl::sub(everywhere));
 cl::opt<bool> profile("profile",
                       cl::desc("time every kernel (GPU events, or wall time on the CPU) and print a table; tlc train: "
                                "of the steps after the first"),
@@ -569,6 +577,8 @@ std::string checkFlags() {
                        batchSize.getValue(), seqLen.getValue(), tlc::kMaxTokens);
   if (target != "auto" && target != "cpu" && target != "cuda" && target != "hip")
     return fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", target.getValue());
+  if (!(persistentTimeout >= 0.001 && persistentTimeout <= 3600))
+    return fmt::format("--persistent-timeout={} must be 0.001 to 3600 seconds", persistentTimeout.getValue());
   if (trainCommand) {
     if (std::string problem = checkTrainFlags(); !problem.empty()) return problem;
   }
@@ -712,6 +722,8 @@ tlc::BackendOptions backendOptions() {
   options.graph = graph;
   options.profile = profile;
   options.progress = false;  // tlc's own progress lines cover loading
+  options.persistentTimeoutSeconds = persistentTimeout;
+  options.debugPersistentCycle = debugPersistentCycle;
   return options;
 }
 

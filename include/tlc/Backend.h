@@ -148,6 +148,12 @@ struct BackendOptions {
   bool profile = false;         // GPU: time every launch
   bool progress = true;         // GPU: the JIT's own progress line (off under a caller's)
   int device = 0;               // GPU: which one, numbered as the vendor API does (cudaSetDevice)
+  // GPU: how long a persistent kernel's task may wait for another; then the kernel traps
+  // and the run fails naming both (the device is unusable after that).
+  double persistentTimeoutSeconds = 5;
+  // GPU, for tests of that failure: worker 0's first task also waits for its worker's last
+  // (a wait that cannot end). The compiler never makes such a table.
+  bool debugPersistentCycle = false;
   // GPU: the stream all of the backend's work runs on; it must stay alive as long as the
   // backend. Null: the backend creates a stream of its own (non-blocking).
   DeviceStream stream;

@@ -5,6 +5,7 @@
 #include "tests/gpu/GpuTestSupport.h"
 
 #include "runtime/Backend.h"
+#include "runtime/Error.h"
 #include "runtime/Tensor.h"
 #include "runtime/Weights.h"
 
@@ -188,6 +189,41 @@ TEST(GpuPersistent, OneKernelMatchesTheCpuReferenceAndO2) {
       EXPECT_LE(fromO2, tolerance(dtype)) << model << " " << dtype << ", seed " << seed;
       EXPECT_EQ(first.logits.data, second.logits.data) << "two runs of the same forward differ";
     }
+}
+
+// A wait of the persistent kernel that cannot end (the debug switch: worker 0's first
+// task waits for its last) traps after the timeout instead of hanging, and the run's error
+// names a wait from the report the kernel wrote into host-mapped memory. A child process
+// of its own: the trap leaves the GPU context unusable.
+TEST(GpuPersistentDeathTest, AWaitThatCannotEndFailsTheRunNamingIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TLC_SKIP_WITHOUT_GPU(openDevice());
+  Shape shape = testShape("workshop");
+  Program persistent = compile(shape.config, 3, 1, 1, "bf16", nullptr, true, {}, MatmulPrecision::High,
+                               /*persistent=*/true);
+  ASSERT_EQ(persistent.kernels.size(), 1u) << persistent.persistentFallback;
+  EXPECT_EXIT(
+      {
+        GpuOptions options;
+        options.verbose = false;
+        options.graph = false;
+        options.persistentTimeoutSeconds = 0.5;
+        options.debugPersistentCycle = true;
+        auto gpu = createGpuBackend(openDevice(), options);
+        Weights weights = Weights::random(persistent.parameters, 1);
+        gpu->load(persistent, weights);
+        try {
+          gpu->forward(randomTokenIds(persistent, 2));
+        } catch (const Error &error) {
+          std::fprintf(stderr, "%s\n", error.what());
+          std::_Exit(3);
+        }
+        std::fprintf(stderr, "the forward returned\n");
+        std::_Exit(0);
+      },
+      // The first wait to time out reports: worker 0's, or one of those waiting for it.
+      testing::ExitedWithCode(3), "a wait lasted more than 0.5 s: worker [0-9]+ in task [0-9]+ .* waited for .*GPU "
+                                  "context is unusable after the trap");
 }
 
 } // namespace

@@ -24,6 +24,10 @@
 //       after their done word (one release fence for both), and a wait for the whole part
 //       (a table entry -(part + 1), deviceWaits) is one poll of that counter, which reaches
 //       epoch times the part's tasks, instead of a poll a task, a lane's one after another.
+//   v5  the first wait to time out claims the report (control word 2, in device memory:
+//       atomics on mapped host memory are not portable) and writes it whole; a wait that
+//       times out after it gives it a moment to land before trapping, so the runtime reads
+//       one wait's record, not fields of several.
 //
 // The generated kernel defines a struct of the parts, whose run(params, part) switches over
 // the distinct bodies (a static member, inlined: a call would serialize the wgmma
@@ -39,8 +43,8 @@ struct tl_task_entry {
 // The tables the runtime uploads: the tasks, their waits (a task, or -(part + 1): every
 // task of the part), and each worker's tasks (workerTasks[workerBegin[w] .. workerBegin[w +
 // 1])); the done words (a word per task), the control words ([0] the last finished epoch,
-// [1] the workers finished in this one), where a timed-out wait is reported, and the
-// parts' counters with each part's number of tasks.
+// [1] the workers finished in this one, [2] a timed-out wait's claim on the report), where
+// a timed-out wait is reported, and the parts' counters with each part's number of tasks.
 struct tl_persistent_tables {
   const tl_task_entry *tasks;
   const int *waits;
@@ -115,13 +119,16 @@ TL_DEVICE bool tl_wait_for_task(const tl_persistent_tables &t, int wait, unsigne
 #endif
   while (tl_acquire_u32(word) != target) {
     if (tl_nanoseconds() - start > t.timeout) {
-      if (t.status) {
+      if (t.status && atomicCAS(t.control + 2, 0u, 1u) == 0u) {
         t.status[1] = blockIdx.x;
         t.status[2] = (unsigned)self;
         t.status[3] = (unsigned)wait;
         __threadfence_system();
-        t.status[0] = 1u;
+        *(volatile unsigned *)t.status = 1u;
         __threadfence_system();
+      } else if (t.status) {
+        const unsigned long long claimed = tl_nanoseconds();
+        while (*(volatile unsigned *)t.status == 0u && tl_nanoseconds() - claimed < 1000000ull) tl_pause();
       }
       return false;
     }

@@ -58,6 +58,37 @@ TEST(PersistentRun, AWaitForATaskNoWorkerRunsIsNamed) {
   EXPECT_NE(message.find("which no worker runs"), std::string::npos) << message;
 }
 
+// What a GPU run says after its persistent kernel trapped on a timed-out wait: the words
+// the kernel wrote, read as tasks of the table, and where the waited-for task stands.
+TEST(PersistentRun, ATimedOutWaitIsDescribedByItsTasks) {
+  Kernel kernel = table({{}, {}, {0}, {2}}, {{0, 3}, {1, 2}});
+  kernel.parts[0].name = "tl_linear";
+  EXPECT_EQ(describeTimedOutWait(kernel, {0, 0, 0, 0}, 5), std::nullopt) << "nothing reported";
+
+  // Worker 0's first task waiting for its own last (the debug switch's cycle).
+  std::string cycle = describeTimedOutWait(kernel, {1, 0, 0, 3}, 0.5).value();
+  EXPECT_NE(cycle.find("'tl_persistent_test' trapped: a wait lasted more than 0.5 s"), std::string::npos) << cycle;
+  EXPECT_NE(cycle.find("worker 0 in task 0 (tl_linear block 0; worker 0's task 1 of 2) waited for task 3 (tl_linear "
+                       "block 3; worker 0's task 2 of 2), which that worker runs only after it"),
+            std::string::npos)
+      << cycle;
+  EXPECT_NE(cycle.find("GPU context is unusable after the trap"), std::string::npos) << cycle;
+
+  // Another worker's task: no cycle claimed.
+  std::string across = describeTimedOutWait(kernel, {1, 1, 2, 0}, 5).value();
+  EXPECT_NE(across.find("worker 1 in task 2 (tl_linear block 2; worker 1's task 2 of 2) waited for task 0"),
+            std::string::npos)
+      << across;
+  EXPECT_EQ(across.find("only after it"), std::string::npos) << across;
+
+  // A part's counter, and words no table holds (never an index out of bounds).
+  std::string counter = describeTimedOutWait(kernel, {1, 1, 3, uint32_t(-1)}, 5).value();
+  EXPECT_NE(counter.find("waited for every task of part 0 (tl_linear)"), std::string::npos) << counter;
+  for (TimedOutWait garbage : {TimedOutWait{1, 7, 99, 0}, TimedOutWait{1, 0, 1, 4}, TimedOutWait{1, 0, 1, uint32_t(-2)}})
+    EXPECT_NE(describeTimedOutWait(kernel, garbage, 5).value().find("which its table does not hold"),
+              std::string::npos);
+}
+
 // The device's waits: where a task's waits and its own worker's earlier tasks cover a
 // whole part, one wait -(part + 1) for that part's counter; otherwise the tasks as they are.
 TEST(PersistentRun, DeviceWaitsForWholePartsPollOneCounter) {
