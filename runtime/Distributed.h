@@ -95,7 +95,8 @@ int unusedPort();
 void announceFailure(Communicator &ranks, const std::string &why);
 
 // The other ranks that stopped, each with why ("rank 1: ..."), "" when none is known.
-// A rank killed outright is reported by the TCP store, which saw its connection close.
+// A rank killed outright is reported by the TCP store, which saw its connection close,
+// or through a file store by its lock there, which its process held until it ended.
 // Throws nothing: a store that no longer answers is itself the news (rank 0 held it).
 std::string stoppedRanks(Communicator &ranks);
 

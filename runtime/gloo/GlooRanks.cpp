@@ -14,7 +14,10 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -49,6 +52,7 @@ public:
         throw Error(fmt::format("the file store '{}' holds the keys of an earlier run: give each run an empty "
                                 "directory",
                                 options.fileStore));
+      holdAliveLock();
     }
     // Every rank is here before any computes: a missing one is said now, not at the first step.
     set(rankKey("joined", place.rank), "here");
@@ -72,6 +76,9 @@ public:
   }
 
   std::optional<std::string> peek(const std::string &key) override {
+    if (file_)
+      for (int rank = 0; rank < worldSize(); ++rank)
+        if (rank != this->rank() && key == rankKey("failed", rank)) return failedInFileStore(rank);
     std::optional<std::string> value;
     guarded("the rendezvous store", [&] {
       if (tcp_) {
@@ -100,9 +107,49 @@ public:
 
   void leave() override {
     if (tcp_) guarded("leaving the rendezvous store", [&] { tcp_->leave(); });
+    if (file_) set(rankKey("left", rank()), "done");  // its lock goes with the process: no failure
   }
 
 private:
+  // A file store has no connection whose closing tells of a rank killed outright; each
+  // rank holds an flock on a file of its own there instead, which the kernel drops when
+  // its process ends however it ends.
+  std::string aliveLockPath(int rank) const { return fmt::format("{}/{}.lock", options_.fileStore, rankKey("alive", rank)); }
+
+  void holdAliveLock() {
+    std::string path = aliveLockPath(rank());
+    aliveLock_.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (aliveLock_.fd < 0)
+      throw Error(fmt::format("cannot make the lock file '{}' in the file store: {}", path, std::strerror(errno)));
+    if (::flock(aliveLock_.fd, LOCK_EX | LOCK_NB) != 0)
+      throw Error(fmt::format("rank {}'s lock file '{}' is held by another process: is RANK={} given to two "
+                              "ranks?",
+                              rank(), path, rank()));
+  }
+
+  // Why `rank` stopped: what it wrote before it exited, or, where it wrote nothing and did
+  // not leave, that its lock is free (its process is gone); nullopt while it runs.
+  std::optional<std::string> failedInFileStore(int rank) {
+    std::optional<std::string> said;
+    guarded("the rendezvous store", [&] {
+      if (file_->has(rankKey("failed", rank))) {
+        std::vector<char> bytes = file_->get(rankKey("failed", rank));
+        said = std::string(bytes.begin(), bytes.end());
+      }
+    });
+    if (said) return said;
+    bool left = false;
+    guarded("the rendezvous store", [&] { left = file_->has(rankKey("left", rank)); });
+    if (left) return std::nullopt;
+    int probe = ::open(aliveLockPath(rank).c_str(), O_RDWR | O_CLOEXEC);
+    if (probe < 0) return std::nullopt;  // not made yet (it has not joined)
+    bool free = ::flock(probe, LOCK_EX | LOCK_NB) == 0;
+    ::close(probe);  // the lock, if taken, with it
+    if (!free) return std::nullopt;
+    return std::string("stopped: its process ended without a word (killed, or crashed): its lock in the file store "
+                       "is free");
+  }
+
   // Runs `call`, its exceptions (Gloo's are std::runtime_errors) as tlc::Error saying `what`.
   template <typename Call> void guarded(const char *what, Call call) {
     try {
@@ -135,6 +182,12 @@ private:
   gloo::rendezvous::Store *store_ = nullptr;
   std::shared_ptr<gloo::Context> context_;
   uint32_t tag_ = 0;
+  struct OwnedFile {
+    int fd = -1;
+    ~OwnedFile() {
+      if (fd >= 0) ::close(fd);
+    }
+  } aliveLock_;  // file store: this rank's lock, held while it lives (a member: released if joining throws)
 };
 
 } // namespace

@@ -82,9 +82,11 @@ TEST(RankPlace, RefusesVariablesThatDisagree) {
 }
 
 // Runs `body(rank)` on `ranks` threads, each joined to one run through the plugin's TCP
-// store on `port` (a free one by default); returns what each threw ("" if nothing).
+// store on `port` (a free one by default), or through Gloo's file store in `fileStore`;
+// returns what each threw ("" if nothing).
 std::vector<std::string> onRanks(int ranks, const std::function<void(Communicator &)> &body,
-                                 std::chrono::milliseconds timeout = std::chrono::seconds(20), int port = unusedPort()) {
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(20), int port = unusedPort(),
+                                 const std::string &fileStore = "") {
   ::setenv("TLC_GLOO_PLUGIN", TLC_GLOO_PLUGIN_PATH, 0);
   std::vector<std::string> errors(static_cast<size_t>(ranks));
   std::vector<std::thread> threads;
@@ -95,6 +97,7 @@ std::vector<std::string> onRanks(int ranks, const std::function<void(Communicato
         options.place.rank = rank;
         options.place.worldSize = ranks;
         options.place.port = port;
+        options.fileStore = fileStore;
         options.timeout = timeout;
         std::shared_ptr<Communicator> group = joinRanks(options);
         body(*group);
@@ -179,6 +182,29 @@ TEST(Ranks, ARankThatStopsIsNamed) {
   std::vector<std::string> timedOut = onRanks(
       2, [&](Communicator &group) { waitFor(group, "tlc.never"); }, std::chrono::milliseconds(300));
   EXPECT_CONTAINS(timedOut[0], "waiting for 'tlc.never': no rank set it within 0 s");
+}
+
+// Through a file store (no connection to lose), a rank whose process ends without a word
+// is named all the same: its lock in the store is free. One that left is not.
+TEST(Ranks, AFileStoreNamesARankThatEndedWithoutAWord) {
+  test::TempDir dir;
+  std::vector<std::string> errors = onRanks(
+      3,
+      [&](Communicator &group) {
+        barrier(group, "ready");
+        if (group.rank() == 2) return;  // gone: its lock is released with it
+        if (group.rank() == 1) return group.leave();
+        std::string stopped;
+        for (int attempt = 0; attempt < 100 && stopped.find("rank 2") == std::string::npos; ++attempt) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          stopped = stoppedRanks(group);
+        }
+        EXPECT_EQ(stopped, "rank 2 stopped: its process ended without a word (killed, or crashed): its lock in the "
+                           "file store is free");
+        EXPECT_CONTAINS(errorMessage([&] { waitFor(group, "tlc.never"); }), "another rank stopped: rank 2 stopped");
+      },
+      std::chrono::seconds(5), unusedPort(), dir.file("store"));
+  EXPECT_EQ(errors, std::vector<std::string>(3, ""));
 }
 
 // A connection to the store that says hello as no rank of the world (not a whole number,
