@@ -39,6 +39,20 @@ int64_t parseFlagInteger(std::string_view flag, std::string_view text, const Fla
   return value;
 }
 
+std::string outOfRange(std::string_view flag, double seconds, const SecondsRange &range) {
+  if (seconds >= range.min && seconds <= range.max) return "";  // false for NaN
+  return fmt::format("{}={} must be {} to {} seconds", flag, seconds, range.min, range.max);
+}
+
+double parseFlagSeconds(std::string_view flag, std::string_view text, const SecondsRange &range) {
+  std::string copy(text);
+  char *end = nullptr;
+  double seconds = copy.empty() || std::isspace(static_cast<unsigned char>(copy[0])) ? 0 : std::strtod(copy.c_str(), &end);
+  if (!end || *end != '\0') throw Error(fmt::format("{}={} is not a number of seconds", flag, text));
+  if (std::string problem = outOfRange(flag, seconds, range); !problem.empty()) throw Error(problem);
+  return seconds;
+}
+
 uint64_t parseFlagUnsigned(std::string_view flag, std::string_view text) {
   unsigned long long value = 0;
   if (text.empty() || text[0] == '-' || !parseWhole(text, value, std::strtoull))

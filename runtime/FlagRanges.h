@@ -21,6 +21,16 @@ struct FlagRange {
 inline constexpr FlagRange kThreadsRange{0, ThreadPool::kMaxThreads, "every core"};
 inline constexpr FlagRange kIterationsRange{1, 1'000'000};
 
+// A duration in seconds (not a whole number): --persistent-timeout.
+struct SecondsRange {
+  double min, max;
+};
+inline constexpr SecondsRange kPersistentTimeoutRange{0.001, 3600};
+std::string outOfRange(std::string_view flag, double seconds, const SecondsRange &range);
+// A number of seconds written as `text`; throws tlc::Error naming the flag when it is not
+// one or lies outside `range`.
+double parseFlagSeconds(std::string_view flag, std::string_view text, const SecondsRange &range);
+
 // "" when `value` lies in `range`, else the message naming the flag, the value and the range.
 std::string outOfRange(std::string_view flag, int64_t value, const FlagRange &range);
 

@@ -32,6 +32,8 @@ const char *kUsage =
     "  --target=T           auto, cuda, hip or cpu (default cpu)\n"
     "  --cpu-threads=N      CPU backend threads (default 0: every core)\n"
     "  --iterations=N       timed forwards after a warm-up, median reported (default 1: one, no warm-up)\n"
+    "  --persistent-timeout=S  GPU, a persistent kernel: the longest a task waits for another, in seconds;\n"
+    "                       then the run fails naming both (default 5)\n"
     "  --allow-nonfinite    report logits or a loss that are not finite instead of failing\n"
     "  --version            which tlc this is\n";
 
@@ -59,6 +61,9 @@ int main(int argc, char **argv) {
         inputs.threads = backendOptions.cpuThreads = int(tlc::parseFlagInteger("--cpu-threads", value, tlc::kThreadsRange));
       else if (tlc::flagValue(arg, "--iterations", value))
         iterations = int(tlc::parseFlagInteger("--iterations", value, tlc::kIterationsRange));
+      else if (tlc::flagValue(arg, "--persistent-timeout", value))
+        backendOptions.persistentTimeoutSeconds =
+            tlc::parseFlagSeconds("--persistent-timeout", value, tlc::kPersistentTimeoutRange);
       else if (!std::strcmp(arg, "--allow-nonfinite")) allowNonFinite = true;
       else if (arg[0] != '-' && programPath.empty()) programPath = arg;
       else throw tlc::Error(fmt::format("unexpected argument '{}' (tl-run --help lists the options)", arg));

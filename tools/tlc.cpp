@@ -577,8 +577,9 @@ std::string checkFlags() {
                        batchSize.getValue(), seqLen.getValue(), tlc::kMaxTokens);
   if (target != "auto" && target != "cpu" && target != "cuda" && target != "hip")
     return fmt::format("unknown --target '{}': use auto, cuda, hip or cpu", target.getValue());
-  if (!(persistentTimeout >= 0.001 && persistentTimeout <= 3600))
-    return fmt::format("--persistent-timeout={} must be 0.001 to 3600 seconds", persistentTimeout.getValue());
+  if (std::string problem = tlc::outOfRange("--persistent-timeout", persistentTimeout, tlc::kPersistentTimeoutRange);
+      !problem.empty())
+    return problem;
   if (trainCommand) {
     if (std::string problem = checkTrainFlags(); !problem.empty()) return problem;
   }
