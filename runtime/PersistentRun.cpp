@@ -84,7 +84,12 @@ std::optional<std::string> describeTimedOutWait(const Kernel &kernel, const Time
   std::string head = fmt::format("persistent kernel '{}' trapped: a wait lasted more than {:g} s", kernel.name,
                                  timeoutSeconds);
   std::string what;
-  if (task < 0 || task >= tasks || waited >= tasks || waited < -parts)
+  if (status.task == kNoTask && (status.waitedFor == kRingWaitedFill || status.waitedFor == kRingWaitedFree))
+    what = fmt::format("worker {}'s weight ring: {}", status.worker,
+                       status.waitedFor == kRingWaitedFill
+                           ? "its task warps waited for its producer warp to fill a slot with weights"
+                           : "its producer warp waited for its task warps to free a slot");
+  else if (task < 0 || task >= tasks || waited >= tasks || waited < -parts)
     what = fmt::format("worker {} reported task {} waiting for {}, which its table does not hold", status.worker,
                        status.task, waited);
   else if (waited >= 0) {

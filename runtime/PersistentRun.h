@@ -41,6 +41,8 @@ private:
 struct TimedOutWait {
   uint32_t reported = 0, worker = 0, task = 0, waitedFor = 0;
 };
+// A weight ring's waits (prelude.cuh's TL_RING_WAITED_*), reported with no task.
+inline constexpr uint32_t kRingWaitedFill = 0x7fffffffu, kRingWaitedFree = 0x7ffffffeu, kNoTask = ~0u;
 
 // The error a run ends with after a persistent kernel trapped on a timed-out wait: which
 // worker waited in which task for what, and where that task stands (its worker, its place

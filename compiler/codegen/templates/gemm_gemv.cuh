@@ -110,7 +110,7 @@ template <class S> TL_DEVICE void tl_gemm_gemv_produce(const typename S::Params 
   for (int g = 0; g < R::GROUPS; ++g)
     for (int piece = 0; piece < R::PIECES; ++piece, ++produced) {
       const unsigned slot = produced % TL_RING_SLOTS, phase = (produced / TL_RING_SLOTS) & 1u;
-      tl_barrier_wait(&tl_ring_empty[slot], phase ^ 1u);  // freed by the task that read its last phase
+      tl_barrier_wait(&tl_ring_empty[slot], phase ^ 1u, TL_RING_WAITED_FREE);  // freed by the task that read its last phase
       const int j = g * R::RING_COLUMNS + lane, k = work.kBegin + piece * R::PIECE;
       const int count = work.kEnd - k < R::PIECE ? work.kEnd - k : R::PIECE;
       const bool column = lane < R::RING_COLUMNS && j < S::BN && count > 0 && S::b_column(cols, j) >= 0;
@@ -140,7 +140,7 @@ TL_DEVICE void tl_gemv_from_ring(const float *As, float *tileRows, const tl_gemv
 #pragma unroll
     for (int r = 0; r < S::BM; ++r) acc[r] = 0.0f;
     for (int piece = 0; piece < R::PIECES; ++piece, ++unit) {
-      tl_barrier_wait(&tl_ring_full[unit % TL_RING_SLOTS], (unit / TL_RING_SLOTS) & 1u);
+      tl_barrier_wait(&tl_ring_full[unit % TL_RING_SLOTS], (unit / TL_RING_SLOTS) & 1u, TL_RING_WAITED_FILL);
       const BType *slot = reinterpret_cast<const BType *>(tl_ring_slot(unit)) + warp * R::PIECE;
 #pragma unroll
       for (int i = 0; i < R::PIECE / R::STEP; ++i) {

@@ -24,10 +24,9 @@
 //       after their done word (one release fence for both), and a wait for the whole part
 //       (a table entry -(part + 1), deviceWaits) is one poll of that counter, which reaches
 //       epoch times the part's tasks, instead of a poll a task, a lane's one after another.
-//   v5  the first wait to time out claims the report (control word 2, in device memory:
-//       atomics on mapped host memory are not portable) and writes it whole; a wait that
-//       times out after it gives it a moment to land before trapping, so the runtime reads
-//       one wait's record, not fields of several.
+//   v5  the first wait to time out claims the report (control word 2, tl_report_timeout)
+//       and writes it whole, so the runtime reads one wait's record, not fields of
+//       several; the weight ring's waits report too (what they waited for, no task).
 //
 // The generated kernel defines a struct of the parts, whose run(params, part) switches over
 // the distinct bodies (a static member, inlined: a call would serialize the wgmma
@@ -119,17 +118,7 @@ TL_DEVICE bool tl_wait_for_task(const tl_persistent_tables &t, int wait, unsigne
 #endif
   while (tl_acquire_u32(word) != target) {
     if (tl_nanoseconds() - start > t.timeout) {
-      if (t.status && atomicCAS(t.control + 2, 0u, 1u) == 0u) {
-        t.status[1] = blockIdx.x;
-        t.status[2] = (unsigned)self;
-        t.status[3] = (unsigned)wait;
-        __threadfence_system();
-        *(volatile unsigned *)t.status = 1u;
-        __threadfence_system();
-      } else if (t.status) {
-        const unsigned long long claimed = tl_nanoseconds();
-        while (*(volatile unsigned *)t.status == 0u && tl_nanoseconds() - claimed < 1000000ull) tl_pause();
-      }
+      tl_report_timeout(t.status, t.control + 2, (unsigned)self, (unsigned)wait);
       return false;
     }
     tl_pause();
@@ -158,6 +147,8 @@ template <class Parts> TL_DEVICE void tl_persistent_worker(const unsigned char *
     }
     tl_ring_taken = 0u;
     tl_ring_timeout = t.timeout;
+    tl_ring_report = t.status;
+    tl_ring_claim = t.control + 2;
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
 #endif

@@ -66,6 +66,27 @@ TL_DEVICE void tl_trap() {
   __builtin_trap();
 #endif
 }
+#if defined(TL_PERSISTENT)
+// A persistent kernel's wait that timed out, written into `report` (host-mapped; may be
+// null) as {1, worker, task, what it waited for} before the caller traps. The first such
+// wait claims it (`claim`, a device word: atomics on mapped host memory are not
+// portable); a later one gives it a moment to land, so the host reads one wait's record.
+TL_DEVICE void tl_report_timeout(unsigned *report, unsigned *claim, unsigned task, unsigned waited) {
+  if (!report) return;
+  if (atomicCAS(claim, 0u, 1u) == 0u) {
+    report[1] = blockIdx.x;
+    report[2] = task;
+    report[3] = waited;
+    __threadfence_system();
+    *(volatile unsigned *)report = 1u;
+    __threadfence_system();
+    return;
+  }
+  const unsigned long long claimed = tl_nanoseconds();
+  while (*(volatile unsigned *)report == 0u && tl_nanoseconds() - claimed < 1000000ull) {
+  }
+}
+#endif
 #if defined(TL_NVIDIA)
 // A shared-memory pointer as the 32-bit address PTX's shared-memory instructions take.
 TL_DEVICE unsigned tl_smem_addr(const void *p) {
@@ -89,6 +110,11 @@ TL_DEVICE unsigned tl_smem_addr(const void *p) {
 __shared__ unsigned long long tl_ring_full[TL_RING_SLOTS], tl_ring_empty[TL_RING_SLOTS];
 __shared__ unsigned tl_ring_taken;
 __shared__ unsigned long long tl_ring_timeout;  // nanoseconds, the task waits' (set by the worker)
+__shared__ unsigned *tl_ring_report, *tl_ring_claim;  // where a timed-out wait is reported (set by the worker)
+// What a ring wait that timed out waited for, as its report says it (no task: the
+// producer runs ahead of the task warps): a slot's weights, or a slot to copy them into.
+#define TL_RING_WAITED_FILL 0x7fffffffu  // the task warps, for the producer
+#define TL_RING_WAITED_FREE 0x7ffffffeu  // the producer, for the task warps
 TL_DEVICE unsigned char *tl_ring_slot(unsigned unit) {
   extern __shared__ __align__(128) unsigned char tl_smem[];
   return tl_smem + TL_RING_OFFSET + (unit % TL_RING_SLOTS) * TL_RING_SLOT_BYTES;
@@ -102,9 +128,10 @@ TL_DEVICE void tl_barrier_arrive(unsigned long long *bar) {
 TL_DEVICE void tl_barrier_arrive_expect(unsigned long long *bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(tl_smem_addr(bar)), "r"(bytes) : "memory");
 }
-// Waits until the phase of parity `parity` of `bar` has completed; traps after
-// tl_ring_timeout nanoseconds of waiting rather than hang.
-TL_DEVICE void tl_barrier_wait(unsigned long long *bar, unsigned parity) {
+// Waits until the phase of parity `parity` of `bar` has completed; after tl_ring_timeout
+// nanoseconds of waiting, reports that it waited for `waited` (TL_RING_WAITED_*) and traps
+// rather than hang.
+TL_DEVICE void tl_barrier_wait(unsigned long long *bar, unsigned parity, unsigned waited) {
   unsigned long long start = 0;
   for (;;) {
     unsigned done;
@@ -113,7 +140,10 @@ TL_DEVICE void tl_barrier_wait(unsigned long long *bar, unsigned parity) {
     if (done) return;
     const unsigned long long now = tl_nanoseconds();
     if (start == 0) start = now;
-    else if (now - start > tl_ring_timeout) tl_trap();
+    else if (now - start > tl_ring_timeout) {
+      tl_report_timeout(tl_ring_report, tl_ring_claim, ~0u, waited);
+      tl_trap();
+    }
   }
 }
 // `bytes` (a multiple of 16) from global memory into shared memory, counted on `bar`.

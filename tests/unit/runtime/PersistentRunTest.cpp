@@ -81,6 +81,16 @@ TEST(PersistentRun, ATimedOutWaitIsDescribedByItsTasks) {
       << across;
   EXPECT_EQ(across.find("only after it"), std::string::npos) << across;
 
+  // A weight ring's waits: no task, which side waited.
+  EXPECT_NE(describeTimedOutWait(kernel, {1, 4, kNoTask, kRingWaitedFill}, 5)
+                .value()
+                .find("worker 4's weight ring: its task warps waited for its producer warp to fill a slot"),
+            std::string::npos);
+  EXPECT_NE(describeTimedOutWait(kernel, {1, 4, kNoTask, kRingWaitedFree}, 5)
+                .value()
+                .find("its producer warp waited for its task warps to free a slot"),
+            std::string::npos);
+
   // A part's counter, and words no table holds (never an index out of bounds).
   std::string counter = describeTimedOutWait(kernel, {1, 1, 3, uint32_t(-1)}, 5).value();
   EXPECT_NE(counter.find("waited for every task of part 0 (tl_linear)"), std::string::npos) << counter;
