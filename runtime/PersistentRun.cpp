@@ -8,12 +8,16 @@
 
 namespace tlc {
 
+std::vector<TaskPlace> taskPlaces(const Kernel &kernel) {
+  std::vector<TaskPlace> places(kernel.tasks.size());
+  for (size_t w = 0; w < kernel.workers.size(); ++w)
+    for (size_t i = 0; i < kernel.workers[w].size(); ++i) places[size_t(kernel.workers[w][i])] = {int(w), int(i)};
+  return places;
+}
+
 PersistentRun::PersistentRun(const Kernel &kernel, const PersistentSchedule &schedule)
     : kernel_(kernel), schedule_(schedule), random_(schedule.seed), position_(kernel.workers.size(), 0),
-      done_(kernel.tasks.size(), 0), workerOf_(kernel.tasks.size(), -1) {
-  for (size_t w = 0; w < kernel.workers.size(); ++w)
-    for (int task : kernel.workers[w]) workerOf_[size_t(task)] = int(w);
-}
+      done_(kernel.tasks.size(), 0), places_(taskPlaces(kernel)) {}
 
 const Task *PersistentRun::next() {
   std::vector<size_t> ready;
@@ -54,9 +58,9 @@ void PersistentRun::deadlock() const {
     const Task &task = kernel_.tasks[size_t(head)];
     int blocking = *std::find_if(task.waits.begin(), task.waits.end(), [&](int wait) { return !done_[size_t(wait)]; });
     cycle += fmt::format("{}worker {} at {} waits for {}", cycle.empty() ? "" : ", ", w, describe(head), describe(blocking));
-    if (workerOf_[size_t(blocking)] < 0)
+    if (places_[size_t(blocking)].worker < 0)
       throw Error(fmt::format("persistent kernel '{}': {}, which no worker runs", kernel_.name, cycle));
-    w = size_t(workerOf_[size_t(blocking)]);
+    w = size_t(places_[size_t(blocking)].worker);
     if (std::find(seen.begin(), seen.end(), w) != seen.end())
       cycle += fmt::format(", which worker {} runs after its own waits", w);
   }
@@ -67,15 +71,10 @@ std::optional<std::string> describeTimedOutWait(const Kernel &kernel, const Time
                                                 double timeoutSeconds) {
   if (status.reported != 1) return std::nullopt;
   const int tasks = int(kernel.tasks.size()), parts = int(kernel.parts.size());
-  auto place = [&](int task) -> std::pair<int, int> {  // its worker, its place in that worker's list
-    for (size_t w = 0; w < kernel.workers.size(); ++w)
-      for (size_t i = 0; i < kernel.workers[w].size(); ++i)
-        if (kernel.workers[w][i] == task) return {int(w), int(i)};
-    return {-1, -1};
-  };
+  const std::vector<TaskPlace> places = taskPlaces(kernel);
   auto describe = [&](int task) {
     const Task &t = kernel.tasks[size_t(task)];
-    auto [worker, index] = place(task);
+    auto [worker, index] = places[size_t(task)];
     std::string where = worker < 0 ? "no worker runs it" : fmt::format("worker {}'s task {} of {}", worker, index + 1,
                                                                        kernel.workers[size_t(worker)].size());
     return fmt::format("task {} ({} block {}; {})", task, kernel.parts[size_t(t.part)].name, t.block, where);
@@ -94,9 +93,9 @@ std::optional<std::string> describeTimedOutWait(const Kernel &kernel, const Time
                        status.task, waited);
   else if (waited >= 0) {
     what = fmt::format("worker {} in {} waited for {}", status.worker, describe(task), describe(waited));
-    auto [waiter, at] = place(task);
-    auto [runner, runAt] = place(waited);
-    if (runner >= 0 && runner == waiter && runAt > at) what += ", which that worker runs only after it";
+    const TaskPlace &waiter = places[size_t(task)], &runner = places[size_t(waited)];
+    if (runner.worker >= 0 && runner.worker == waiter.worker && runner.index > waiter.index)
+      what += ", which that worker runs only after it";
   } else {
     const int part = -waited - 1;
     what = fmt::format("worker {} in {} waited for every task of part {} ({}) to count itself done",

@@ -13,6 +13,13 @@
 
 namespace tlc {
 
+// Where each of a persistent kernel's tasks runs: its worker (-1: none) and its place in
+// that worker's list.
+struct TaskPlace {
+  int worker = -1, index = -1;
+};
+std::vector<TaskPlace> taskPlaces(const Kernel &kernel);
+
 class PersistentRun {
 public:
   PersistentRun(const Kernel &kernel, const PersistentSchedule &schedule);
@@ -31,7 +38,7 @@ private:
   std::mt19937_64 random_;
   std::vector<size_t> position_;  // per worker: its next task's place in its list
   std::vector<char> done_;        // per task
-  std::vector<int> workerOf_;     // per task, -1 for a task no worker runs
+  std::vector<TaskPlace> places_;  // per task
   size_t turn_ = 0;
 };
 

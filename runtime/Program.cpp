@@ -16,6 +16,7 @@
 #include "runtime/MemoryPlanner.h"
 #include "runtime/OpKind.h"
 #include "runtime/OpRules.h"
+#include "runtime/PersistentRun.h"
 #include "runtime/Tensor.h"
 #include "runtime/Utf8.h"
 
@@ -468,7 +469,7 @@ private:
     }
     if (int64_t needed = persistentSyncLayout(kernel).words; kernel.syncWords < needed)
       fail(path + ".sync_words", fmt::format("{} words leave no room for the parts' counters, a done word a task, "
-                                             "two control words and a counter a part ({})",
+                                             "three control words and a counter a part ({})",
                                              kernel.syncWords, needed));
     std::vector<int> runs(kernel.tasks.size(), 0);
     for (size_t w = 0; w < kernel.workers.size(); ++w)
@@ -782,16 +783,12 @@ const KernelLaunch *findLaunch(const Kernel &kernel, const std::string &backend,
 
 DeviceWaits deviceWaits(const Kernel &kernel, const PartCounterRule &rule) {
   std::vector<double> partCost(kernel.parts.size(), 0);
-  std::vector<int> partSize(kernel.parts.size(), 0), workerOf(kernel.tasks.size(), -1), place(kernel.tasks.size(), 0);
+  std::vector<int> partSize(kernel.parts.size(), 0);
   for (const Task &task : kernel.tasks) {
     ++partSize[size_t(task.part)];
     partCost[size_t(task.part)] += task.cost;
   }
-  for (size_t w = 0; w < kernel.workers.size(); ++w)
-    for (size_t i = 0; i < kernel.workers[w].size(); ++i) {
-      workerOf[size_t(kernel.workers[w][i])] = int(w);
-      place[size_t(kernel.workers[w][i])] = int(i);
-    }
+  const std::vector<TaskPlace> places = taskPlaces(kernel);
   DeviceWaits device{std::vector<std::vector<int>>(kernel.tasks.size()), std::vector<int>(kernel.parts.size(), 0)};
   for (size_t w = 0; w < kernel.workers.size(); ++w) {
     std::vector<int> ranBefore(kernel.parts.size(), 0);  // of each part, on this worker
@@ -799,7 +796,9 @@ DeviceWaits deviceWaits(const Kernel &kernel, const PartCounterRule &rule) {
       const Task &task = kernel.tasks[size_t(self)];
       // Of each part: the waits for tasks not already run before on this worker.
       std::vector<int> others(kernel.parts.size(), 0);
-      auto ranHere = [&](int wait) { return workerOf[size_t(wait)] == int(w) && place[size_t(wait)] < place[size_t(self)]; };
+      auto ranHere = [&](int wait) {
+        return places[size_t(wait)].worker == int(w) && places[size_t(wait)].index < places[size_t(self)].index;
+      };
       for (int wait : task.waits)
         if (!ranHere(wait)) ++others[size_t(kernel.tasks[size_t(wait)].part)];
       std::vector<char> whole(kernel.parts.size(), 0);

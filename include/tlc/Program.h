@@ -165,7 +165,7 @@ struct Kernel {
 const KernelLaunch *findLaunch(const Kernel &kernel, const std::string &backend, const std::string &arch);
 
 // Where a persistent kernel's own counters lie among its sync words, after its parts':
-// a done word a task from `done`, the two control words from `control`, a counter a part
+// a done word a task from `done`, the three control words from `control`, a counter a part
 // (its tasks finished) from `partDone`; `words` in all.
 struct PersistentSyncLayout {
   int64_t done = 0, control = 0, partDone = 0, words = 0;

@@ -242,7 +242,7 @@ TEST(Persistent, TheValidatorRefusesBrokenTaskTables) {
   EXPECT_NE(broken([](Kernel &k) { k.tasks[0].writes = {{0, 1 << 30}}; }).find("not inside the arena"),
             std::string::npos);
   EXPECT_EQ(o3.kernels[0].syncWords, persistentSyncLayout(o3.kernels[0]).words);
-  EXPECT_NE(broken([](Kernel &k) { k.syncWords -= 1; }).find("two control words"), std::string::npos);
+  EXPECT_NE(broken([](Kernel &k) { k.syncWords -= 1; }).find("three control words"), std::string::npos);
 }
 
 } // namespace
