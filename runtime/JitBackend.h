@@ -182,8 +182,8 @@ struct GpuOptions {
   // Each all-reduce on a stream of its own, joined back before what reads its results,
   // so the backward's kernels after it run meanwhile; false: on the compute stream.
   bool overlapCollectives = true;
-  double persistentTimeoutSeconds = 5;  // BackendOptions's
-  bool debugPersistentCycle = false;    // BackendOptions's
+  double persistentTimeoutSeconds = BackendOptions{}.persistentTimeoutSeconds;
+  bool debugPersistentCycle = false;  // BackendOptions's
 };
 
 // A Backend running a Program (with sources: compiler/codegen/Emitter.h) on `device`.

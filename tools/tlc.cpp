@@ -257,7 +257,7 @@ cl::opt<bool> graph("graph", cl::desc("GPU: replay the forward as one captured g
 cl::opt<double> persistentTimeout("persistent-timeout",
                                   cl::desc("GPU, O3 --persistent: the longest a task of the persistent kernel waits "
                                            "for another, in seconds; then the run fails naming both (default 5)"),
-                                  cl::value_desc("seconds"), cl::init(5), cl::cat(runCategory), cl::sub(everywhere));
+                                  cl::value_desc("seconds"), cl::init(tlc::BackendOptions{}.persistentTimeoutSeconds), cl::cat(runCategory), cl::sub(everywhere));
 cl::opt<bool> debugPersistentCycle("debug-persistent-cycle",
                                    cl::desc("GPU, for tests: the persistent kernel's first task waits for its "
                                             "worker's last (a wait that cannot end: the timeout's report)"),
