@@ -234,13 +234,14 @@ GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm) {
 // Which accumulator columns a column tile computes (tile_cols) and the weight row behind
 // tile column j (b_column): flat tiles run across the groups' columns, the group of each 8
 // columns found in the epilogue; otherwise each group has tiles of its own, a band of
-// BN / bands columns each.
+// BN / bands columns each, one run of the group's columns or, where `pairs` gives the
+// group a pair, two runs that far apart (tl_tile_column).
 struct ColumnMapping {
   std::string groupTiles;  // GROUPg_TILES constants
   std::string tilesN, tileCols, bColumn;
 };
 
-ColumnMapping columnMapping(const GemmSpec &gemm, bool flat) {
+ColumnMapping columnMapping(const GemmSpec &gemm, bool flat, const std::vector<int64_t> &pairs) {
   ColumnMapping map;
   if (flat) {
     map.tilesN = "(N + BN - 1) / BN;  // flat: across the groups";
@@ -255,8 +256,13 @@ ColumnMapping columnMapping(const GemmSpec &gemm, bool flat) {
     map.groupTiles += fmt::format("  static constexpr int GROUP{}_TILES = ({} + {} - 1) / {};\n", g, group.width,
                                   bandWidth(group), bandWidth(group));
     groupTiles.push_back(fmt::format("GROUP{}_TILES", g));
-    std::string body = fmt::format("const int w = {}, c = tn * w; return {{{}, c, {} - c < w ? {} - c : w}};",
-                                   bandWidth(group), g, group.width, group.width);
+    const int64_t pair = g < pairs.size() ? pairs[g] : 0;
+    std::string body =
+        pair == 0 ? fmt::format("const int w = {}, c = tn * w; return {{{}, c, {} - c < w ? {} - c : w}};",
+                                bandWidth(group), g, group.width, group.width)
+                  : fmt::format("const int w = {0}, per = {2} / (w / 2), c = tn / per * {3} + tn % per * (w / 2); "
+                                "static_assert({2} % (w / 2) == 0, \"whole runs a pair\"); return {{{1}, c, w, {2}}};",
+                                bandWidth(group), g, pair, 2 * pair);
     if (g + 1 < gemm.groups.size())
       map.tileCols += fmt::format("    if (tn < GROUP{}_TILES) {{ {} }}\n    tn -= GROUP{}_TILES;\n", g, body, g);
     else map.tileCols += fmt::format("    {{ {} }}\n", body);
@@ -264,8 +270,8 @@ ColumnMapping columnMapping(const GemmSpec &gemm, bool flat) {
     for (size_t band = 1; band < group.bands.size(); ++band)
       start = fmt::format("band == {} ? {} : {}", band, group.bands[band], start);
     map.bColumn += fmt::format(
-        "    case {}: {{ const int w = {}, band = j / w, c = t.col0 + j % w; (void)band; return c < {} ? ({}) + c : -1; }}\n", g,
-        bandWidth(group), group.width, start);
+        "    case {}: {{ const int w = {}, band = j / w, c = {}; (void)band; return c < {} ? ({}) + c : -1; }}\n", g,
+        bandWidth(group), pair == 0 ? "t.col0 + j % w" : "tl_tile_column(t, j % w)", group.width, start);
   }
   map.tilesN = fmt::format("{};", fmt::join(groupTiles, " + "));
   map.bColumn += "    }\n    return -1;\n";
@@ -364,22 +370,26 @@ struct EpilogueCode {
   std::vector<std::string> details;
 };
 
-EpilogueCode epilogueHook(const KernelSource &source, const GemmSpec &gemm, bool flat, ElementCode &code) {
+EpilogueCode epilogueHook(const KernelSource &source, const GemmSpec &gemm, bool flat, const std::vector<int64_t> &pairs,
+                          ElementCode &code) {
   EpilogueCode result;
   std::string epilogue;
   for (size_t g = 0; g < gemm.groups.size(); ++g) {
     const GemmGroup &group = gemm.groups[g];
+    const bool paired = g < pairs.size() && pairs[g] != 0;
+    // The tile's place of group column x (its row's index): two runs where the tile pairs them.
+    auto local = [&](const std::string &x) { return paired ? fmt::format("tl_tile_local(t, {})", x) : x + " - t.col0"; };
     ChunkLoop loop{"c", "c0", 8, group.width, {{"m", sampleValues(gemm.M)}, {"bt", sampleValues(gemm.batch)}}, {}};
     loop.accumulator = [&](const ElementExpr &leaf, const std::string &i) {
       BandRead read = bandOf(leaf, group);
       std::string width = bandWidth(group);
       if (read.aligned) return read.band == 0 ? fmt::format("v[{}]", i) : fmt::format("row[lc + {} + {} * {}]", i, read.band, width);
       std::string column = indexCode(leaf.column - group.bands[read.band]);
-      return read.band == 0 ? fmt::format("row[{} - t.col0]", column)
-                            : fmt::format("row[{} * {} + {} - t.col0]", read.band, width, column);
+      return read.band == 0 ? fmt::format("row[{}]", local(column))
+                            : fmt::format("row[{} * {} + {}]", read.band, width, local(column));
     };
-    epilogue += fmt::format("    case {}: {{  // columns {}..{} of this group's output\n      const int c0 = t.col0 + lc;\n",
-                            g, 0, group.width - 1);
+    epilogue += fmt::format("    case {}: {{  // columns {}..{} of this group's output\n      const int c0 = {};\n", g, 0,
+                            group.width - 1, paired ? "tl_tile_column(t, lc)" : "t.col0 + lc");
     epilogue += code.chunk(group.stores, loop, "      ");
     epilogue += "    } break;\n";
     std::vector<std::string> stores;
@@ -471,10 +481,18 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
   headerLines.insert(headerLines.end(), details.begin(), details.end());
   if (plan.gemv) {
     const GemvTile &gemv = *plan.gemv;
+    // Groups whose tiles are two runs of columns (RoPE's pairs in a tile narrower than a head).
+    std::vector<std::string> paired;
+    for (size_t g = 0; g < gemv.pairs.size() && g < gemm.groups.size(); ++g)
+      if (gemv.pairs[g] != 0)
+        paired.push_back(fmt::format("{}..{} as two runs of {}, {} apart", gemm.groups[g].bands[0],
+                                     gemm.groups[g].bands[0] + gemm.groups[g].width - 1,
+                                     gemv.BN / int64_t(gemm.groups[g].bands.size()) / 2, gemv.pairs[g]));
+    const std::string runs = paired.empty() ? "" : fmt::format(" (accumulator columns {})", fmt::join(paired, "; "));
     headerLines.push_back(fmt::format("every target: matrix-vector (gemm_gemv.cuh), {} row{}: A's rows staged in shared "
-                                      "memory in fp32, blocks of {} warps over {} columns{}, fp32 FMAs on B streamed "
+                                      "memory in fp32, blocks of {} warps over {} columns{}{}, fp32 FMAs on B streamed "
                                       "with 16-byte loads",
-                                      gemv.BM, gemv.BM == 1 ? "" : "s", gemv.warps, gemv.BN,
+                                      gemv.BM, gemv.BM == 1 ? "" : "s", gemv.warps, gemv.BN, runs,
                                       gemv.splits > 1 ? fmt::format(", K split {} ways (partial tiles added by the "
                                                                     "last split to arrive)",
                                                                     gemv.splits)
@@ -587,7 +605,7 @@ void gemvLaunches(const GemmSpec &gemm, const GemvTile &gemv, EmittedKernel &emi
   // A split's task reads A and B over all of K (a superset) and may write its whole tile
   // (the last split to arrive does): what reads the tile waits for every split.
   const KernelLaunch &launch = emitted.launch.at("cuda");
-  GemmTileShape shape{gemv.BM, gemv.BN, flatColumns(gemm)};
+  GemmTileShape shape{gemv.BM, gemv.BN, flatColumns(gemm), gemv.pairs};
   emitted.tasks = {launch.gridBlocks, launch.blockThreads, launch.sharedBytes,
                    [gemm, shape, tiles](int64_t block) { return gemmBlockAccess(gemm, shape, block % tiles); },
                    /*streamsWeights=*/true, /*joinsSplits=*/gemv.splits > 1};
@@ -644,11 +662,12 @@ void gemmLaunches(const GemmSpec &gemm, const GemmPlan &plan, EmittedKernel &emi
 // operand hooks, epilogue), describe it, write the entry point, give its launches.
 EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   const GemmPlan plan = planGemm(source, gemm);
-  const ColumnMapping columns = columnMapping(gemm, plan.flat);
+  const std::vector<int64_t> pairs = plan.gemv ? plan.gemv->pairs : std::vector<int64_t>{};
+  const ColumnMapping columns = columnMapping(gemm, plan.flat, pairs);
   ElementCode code(source.entry(), source.names());
   std::string spec = specConstants(source, gemm, plan, columns);
   spec += operandHooks(source, gemm, plan, columns, code);
-  EpilogueCode epilogue = epilogueHook(source, gemm, plan.flat, code);
+  EpilogueCode epilogue = epilogueHook(source, gemm, plan.flat, pairs, code);
   spec += epilogue.hook;
 
   std::string out = source.header("a fused linear", gemmHeader(source, gemm, plan, epilogue.details));

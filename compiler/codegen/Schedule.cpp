@@ -151,6 +151,55 @@ bool tileHoldsEpilogue(const GemmSpec &gemm, int BN) {
   return true;
 }
 
+// Whether every column c of `group` reads `column` inside c's own tile when a tile is two
+// runs of `width` / 2 columns, the second `pair` columns after the first (tile t of a
+// 2 * pair block: runs at t * width / 2 and pair on). Column by column: pairs are tried
+// only for the few GEMMs whose one-run tiles do not hold, narrower than a head.
+static bool readsStayInPairedTile(const IndexExpr &column, const GemmGroup &group, int64_t width, int64_t pair) {
+  const int64_t half = width / 2;
+  auto tileOf = [&](int64_t c) { return c / (2 * pair) * (pair / half) + c % pair / half; };
+  for (int64_t c = 0; c < group.width; ++c) {
+    const int64_t read = column.evaluate({{"c", c}, {"m", 0}});
+    bool inTile = false;
+    for (int64_t start : group.bands) {
+      const int64_t local = read - start;
+      inTile = inTile || (local >= 0 && local < group.width && tileOf(local) == tileOf(c));
+    }
+    if (!inTile) return false;
+  }
+  return true;
+}
+
+std::optional<std::vector<int64_t>> tilePairs(const GemmSpec &gemm, int BN) {
+  if (flatColumns(gemm)) return BN % 8 == 0 ? std::optional(std::vector<int64_t>(gemm.groups.size(), 0)) : std::nullopt;
+  std::vector<int64_t> pairs;
+  for (const GemmGroup &group : gemm.groups) {
+    const int64_t width = BN / int64_t(group.bands.size());
+    if (width % 8 != 0) return std::nullopt;
+    auto holds = [&](auto &&stays) {
+      for (const Store &store : group.stores)
+        for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator))
+          if (!stays(leaf->column)) return false;
+      return true;
+    };
+    if (holds([&](const IndexExpr &column) { return readsStayInTile(column, group, width); })) {
+      pairs.push_back(0);
+      continue;
+    }
+    // Runs of whole 8-column chunks, a block of 2 * pair columns holding whole tiles.
+    constexpr int64_t kMaxColumnsWalked = 1 << 16;
+    int64_t found = 0;
+    if (width % 16 == 0 && group.width <= kMaxColumnsWalked)
+      for (int64_t pair = width / 2; pair <= group.width / 2 && found == 0; pair *= 2)
+        if (group.width % (2 * pair) == 0 &&
+            holds([&](const IndexExpr &column) { return readsStayInPairedTile(column, group, width, pair); }))
+          found = pair;
+    if (found == 0) return std::nullopt;
+    pairs.push_back(found);
+  }
+  return pairs;
+}
+
 int64_t GemvTile::kRange(const GemmSpec &gemm) const { return ceilDiv(gemm.K / 8, splits) * 8; }
 int64_t GemvTile::sharedBytes(const GemmSpec &gemm) const {
   return (int64_t(BM) * kRange(gemm) + int64_t(BM) * (BN + 4) + BM) * 4;
@@ -168,7 +217,7 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   tile.BM = int(gemm.M);
   tile.BN = 0;
   // At least 16 columns a row: a warp's 2 columns a row share each staged element of A.
-  auto holds = [&](int BN) { return BN >= 16 * tile.BM && tileHoldsEpilogue(gemm, BN); };
+  auto holds = [&](int BN) { return BN >= 16 * tile.BM && tilePairs(gemm, BN); };
   if (machine.persistent) {
     // A worker's tasks run one after another, each paying its waits, A's staging and the
     // norm: tiles as wide as leaves at most one a worker, up to 128 columns (what a
@@ -181,6 +230,7 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   for (int BN : {16, 32, 64, 128, 256})
     if (tile.BN == 0 && holds(BN)) tile.BN = BN;
   if (tile.BN == 0) return std::nullopt;
+  tile.pairs = *tilePairs(gemm, tile.BN);
   // K split only where the tiles leave SMs (or workers) idle (a split costs a round trip
   // through the workspace); each split at least two warps' worth of k, A's range in at
   // most 64 KiB.

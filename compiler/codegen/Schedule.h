@@ -13,6 +13,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tlc::codegen {
 
@@ -116,14 +117,23 @@ bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, const Machine &
 // warps over BN columns and a K_SPLITS-th of K each, A's rows staged in shared memory.
 struct GemvTile {
   int BM = 1, BN = 16, splits = 1, warps = 8;
+  // Per group, where a tile is two runs of columns: the second run's distance from the
+  // first (tilePairs), else 0.
+  std::vector<int64_t> pairs;
   int threads(int warpSize) const { return warps * warpSize; }
   int64_t kRange(const GemmSpec &gemm) const;  // of each split, in elements
   int64_t sharedBytes(const GemmSpec &gemm) const;
 };
+// Where a tile of BN columns holds the epilogue's reads only as two runs (each group's
+// width / 2 columns, then as many `pair` columns on: RoPE's halves of a head, i and
+// i + D/2, in a tile narrower than the head): each group's pair (0 where one run holds its
+// reads). None where neither holds.
+std::optional<std::vector<int64_t>> tilePairs(const GemmSpec &gemm, int BN);
 // That path's tile, where the GEMM is one (M <= 2: at 4 rows the 1.1B's decode ran faster on
 // the tiled paths; K a multiple of 8, B stored [N, K], not
 // RMSNorm's backward) and the machine runs it: the narrowest BN of 16 columns a row or more
-// that holds the epilogue (in a persistent kernel, that leaves at most one tile a worker),
+// that holds the epilogue, in one run of columns or two (tilePairs; in a persistent kernel,
+// the narrowest that leaves at most one tile a worker),
 // K split where the tiles leave SMs or workers idle (in a persistent kernel, only where
 // splitSavesStreaming). `weightBytes`: B's element size.
 // The caller checks that A and B can be read 8 k at a time.

@@ -89,21 +89,30 @@ BlockAccess gemmBlockAccess(const GemmSpec &gemm, const GemmTileShape &tile, int
   if (gemm.gain >= 0) add(access.reads, gemm.gain, {{0, gemm.K}});
   // The tile's columns of each group (group-local c), then each store's reads and writes.
   int64_t first = tn;
-  for (const GemmGroup &group : gemm.groups) {
-    std::pair<int64_t, int64_t> columns{0, -1};
+  for (size_t g = 0; g < gemm.groups.size(); ++g) {
+    const GemmGroup &group = gemm.groups[g];
+    const int64_t pair = g < tile.pairs.size() ? tile.pairs[g] : 0;
+    std::vector<std::pair<int64_t, int64_t>> runs;
     if (tile.flat) {
       int64_t begin = std::max(tn * tile.BN, group.bands[0]), end = std::min((tn + 1) * tile.BN, group.bands[0] + group.width);
-      if (begin < end) columns = {begin - group.bands[0], end - 1 - group.bands[0]};
+      if (begin < end) runs.push_back({begin - group.bands[0], end - 1 - group.bands[0]});
     } else {
       int64_t width = tile.BN / int64_t(group.bands.size()), tiles = ceilDiv(group.width, width);
-      if (first >= 0 && first < tiles) columns = {first * width, std::min(group.width, (first + 1) * width) - 1};
+      if (first >= 0 && first < tiles && pair == 0) {
+        runs.push_back({first * width, std::min(group.width, (first + 1) * width) - 1});
+      } else if (first >= 0 && first < tiles) {  // two runs of width / 2, `pair` apart (tl_tile_column)
+        const int64_t half = width / 2, per = pair / half, start = first / per * 2 * pair + first % per * half;
+        runs.push_back({start, start + half - 1});
+        runs.push_back({start + pair, start + pair + half - 1});
+      }
       first -= tiles;
     }
-    if (columns.second < columns.first) continue;
-    Ranges epilogue{{"m", rows}, {"c", columns}, {"bt", {bt, bt}}};
-    for (const Store &store : group.stores) {
-      addLoads(access.reads, store.value, epilogue);
-      add(access.writes, store.param, rangesOver(store.offset, epilogue));
+    for (const auto &columns : runs) {
+      Ranges epilogue{{"m", rows}, {"c", columns}, {"bt", {bt, bt}}};
+      for (const Store &store : group.stores) {
+        addLoads(access.reads, store.value, epilogue);
+        add(access.writes, store.param, rangesOver(store.offset, epilogue));
+      }
     }
   }
   return access;

@@ -55,6 +55,7 @@ std::vector<std::pair<int64_t, int64_t>> rangesOver(const IndexExpr &offset,
 struct GemmTileShape {
   int BM = 64, BN = 64;
   bool flat = false;
+  std::vector<int64_t> pairs;  // per group: a tile's two runs that far apart (GemvTile::pairs), or 0
 };
 BlockAccess gemmBlockAccess(const GemmSpec &gemm, const GemmTileShape &tile, int64_t block);
 

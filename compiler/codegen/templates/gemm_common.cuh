@@ -21,10 +21,21 @@
 #include "prelude.cuh"
 
 // Column tile tn computes columns [col0, col0 + width) of output group `group` (a piece
-// of a split accumulator, or a pair of pieces joined elementwise, e.g. gate and up).
+// of a split accumulator, or a pair of pieces joined elementwise, e.g. gate and up); where
+// `pair` is set (matrix-vector tiles narrower than RoPE's pairs), two runs of width / 2
+// columns, the second at col0 + pair.
 struct tl_tile_cols {
-  int group, col0, width;
+  int group, col0, width, pair;
 };
+
+// The group's column of the tile's column j, and the tile's column of group column c.
+TL_DEVICE int tl_tile_column(const tl_tile_cols &t, int j) {
+  return t.pair == 0 || j < t.width / 2 ? t.col0 + j : t.col0 + t.pair + (j - t.width / 2);
+}
+TL_DEVICE int tl_tile_local(const tl_tile_cols &t, int c) {
+  const int d = c - t.col0;
+  return t.pair == 0 || d < t.pair ? d : d - t.pair + t.width / 2;
+}
 
 // 8 elements of T as one or two 16-byte loads left them, unconverted (bf16: 4 registers).
 template <class T> struct tl_raw8 {

@@ -24,6 +24,9 @@
 //   v4  split tiles count their arrival with one acq_rel atomic after the block's barrier
 //       (v1-v3 fenced every thread, sequentially consistent, before the count and again in
 //       the last split before reading the parts).
+//   v5  a tile may be two runs of columns (tl_tile_cols' pair): RoPE's halves of a head
+//       in tiles of 16 or 32 columns, so the 1.1B's QKV fills the SMs without a K split
+//       and its join (it had 64-column tiles, a head each, split 3 ways).
 //
 // Spec (gemm_common.cuh's): BM = M rows (one row tile), BN, K_SPLITS (every tile split
 // alike), WARPS_N warps; hooks a_src/a_chunk, b_src, gain_elem, epilogue.

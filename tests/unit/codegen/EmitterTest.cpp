@@ -468,9 +468,15 @@ TEST(Codegen, DecodeGemmsStreamWeightsThroughTheMatrixVectorPath) {
     }
     EXPECT_EQ(gemms, 4 * 8 + 1) << "four projections a layer, and the logits";
   }
-  // The 1.1B's RoPE pairs (i, i + 32) of a head sit in one tile: 64 columns.
+  // The 1.1B's RoPE pairs (i, i + 32) of a head sit in one tile of 16 columns as two runs
+  // of 8, 32 apart (tl_tile_column): 160 tiles fill the SMs, K unsplit, no workspace.
   Program large = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama-1.1b.tl", {2, 1, 1, "bf16"});
-  EXPECT_EQ(gemvSpec(kernelNamed(large, "tl_rmsnorm_linear_split_rope")).BN, 64);
+  const Kernel &qkv = kernelNamed(large, "tl_rmsnorm_linear_split_rope");
+  EXPECT_EQ(gemvSpec(qkv).BN, 16);
+  EXPECT_EQ(gemvSpec(qkv).splits, 1);
+  EXPECT_EQ(findLaunch(qkv, "cuda", "sm_90a")->gridBlocks, 160);
+  EXPECT_EQ(qkv.workspaceBytes, 0);
+  EXPECT_TRUE(contains(qkv.source, "c0 = tl_tile_column(t, lc)")) << "the epilogue's columns through the pairing";
   for (const Kernel &kernel : workshop(2, "bf16", 3, 1).kernels)
     if (contains(kernel.name, "linear")) EXPECT_EQ(gemvSpec(kernel).BM, 0) << kernel.name << ": three rows, tiled";
   // In a persistent kernel: at most one tile a worker (one an SM), K split where the tiles
@@ -499,16 +505,20 @@ TEST(Codegen, DecodeGemmsStreamWeightsThroughTheMatrixVectorPath) {
   for (const Kernel &part : large1x1.kernels[0].parts)
     if (contains(part.name, "linear_split_rope")) {
       ++qkvParts;
-      EXPECT_EQ(gemvSpec(part).splits, 3) << part.name << ": 40 tiles of 256 KiB, split";
+      EXPECT_EQ(gemvSpec(part).BN, 32) << part.name << ": 80 tiles of paired runs, at most one a worker";
+      EXPECT_EQ(gemvSpec(part).splits, 1) << part.name << ": 80 tiles of 128 KiB, none split";
     }
   EXPECT_EQ(qkvParts, 22);
 }
 
 // A persistent task's estimate: its share of the part's work at one SM's share of the
 // rates, the fixed cost, and the join where the part's tiles split K (the 1.1B's QKV at
-// 1 x 1); not for o_proj, nor for the loss, whose sync word is no split's.
+// 1 x 1, split 3 ways by --gemv-splits=3 since its tiles pair RoPE's runs and need no
+// split; o_proj's 2048 k split too); not for the loss, whose sync word is no split's.
 TEST(Codegen, PersistentTaskEstimatesAddTheSplitJoin) {
-  const Program decode = persistentDecode("tinyllama-1.1b.tl");
+  ScheduleOverrides splits;
+  splits.gemvSplits = 3;
+  const Program decode = persistentDecode("tinyllama-1.1b.tl", splits);
   ASSERT_EQ(decode.kernels.size(), 1u) << decode.persistentFallback;
   const Kernel &megakernel = decode.kernels[0];
   int checked = 0;
@@ -521,10 +531,11 @@ TEST(Codegen, PersistentTaskEstimatesAddTheSplitJoin) {
     const double tasks = double(tasksOfPart(megakernel, size_t(task.part)));
     const double work = std::max(double(part.flops) / tasks / codegen::kTensorFlopsPerSM,
                                  double(part.minBytes) / tasks / codegen::kBytesPerSM) * 1e6;
-    EXPECT_NEAR(task.cost - work, codegen::kTaskOverheadUs + (qkv ? codegen::kSplitJoinUs : 0.0), 1e-9) << part.name;
+    EXPECT_NEAR(task.cost - work, codegen::kTaskOverheadUs + (qkv || oProj ? codegen::kSplitJoinUs : 0.0), 1e-9)
+        << part.name;
     ++checked;
   }
-  EXPECT_EQ(checked, 22 * (120 + 128) + 1);
+  EXPECT_EQ(checked, 22 * (80 * 3 + 128 * 3) + 1) << "QKV's 80 tiles and o_proj's 128, each split 3 ways";
 }
 
 // A persistent decode step whose GEMV tasks each stream more than 128 KiB of weights (the

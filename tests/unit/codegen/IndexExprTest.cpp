@@ -4,6 +4,7 @@
 #include "compiler/codegen/ElementCode.h"
 #include "compiler/codegen/IndexExpr.h"
 #include "compiler/codegen/Schedule.h"
+#include "compiler/codegen/Tasks.h"
 
 #include <gtest/gtest.h>
 
@@ -203,6 +204,45 @@ TEST(Schedule, MatrixVectorTilesForOneOrTwoRows) {
   ScheduleOverrides off;
   off.noGemv = true;
   EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), off), 2));
+}
+
+// RoPE's pairs (i, i + 32) of 64-wide heads in matrix-vector tiles narrower than a head:
+// each tile two runs of columns, 32 apart, so 2560 columns fill the SMs without a K split
+// (and its join); a GEMM that reads only its own columns keeps one run.
+TEST(Schedule, MatrixVectorTilesPairRopeHalvesInTwoRuns) {
+  GemmSpec gemm = plainGemm(1, 2560, 2048);
+  IndexExpr c = IndexExpr::variable("c", 2560);
+  IndexExpr partner = c.floorDiv(64) * 64 + (c.mod(64) + 32).mod(64);
+  gemm.groups[0].stores[0].value = ElementExpr::apply(
+      "add", {ElementExpr::accumulator(c), ElementExpr::accumulator(partner)}, 0);
+  EXPECT_FALSE(tileHoldsEpilogue(gemm, 16)) << "one run of 16 columns splits a pair";
+  ASSERT_TRUE(tilePairs(gemm, 16));
+  EXPECT_EQ(*tilePairs(gemm, 16), std::vector<int64_t>{32});
+  EXPECT_EQ(*tilePairs(gemm, 64), std::vector<int64_t>{0}) << "a whole head a tile: one run";
+  EXPECT_FALSE(tilePairs(gemm, 24)) << "runs of 12 columns are not whole chunks of 8";
+
+  const Machine h100 = machineFor(findTarget("sm_90a"), {});
+  std::optional<GemvTile> chained = chooseGemvTile(gemm, h100, 2);
+  ASSERT_TRUE(chained);
+  EXPECT_EQ(chained->BN, 16);
+  EXPECT_EQ(chained->pairs, std::vector<int64_t>{32});
+  EXPECT_EQ(chained->splits, 1) << "160 tiles fill 132 SMs";
+  std::optional<GemvTile> task = chooseGemvTile(gemm, persistentMachine(h100, 1), 2);
+  ASSERT_TRUE(task);
+  EXPECT_EQ(task->BN, 32) << "80 tiles, at most one a worker";
+  EXPECT_EQ(task->pairs, std::vector<int64_t>{32});
+  EXPECT_EQ(task->splits, 1);
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 2560, 2048), h100, 2)->pairs, std::vector<int64_t>{0});
+
+  // A paired tile's stores: tile 5 of a head's 4 holds columns 72..79 and 104..111.
+  gemm.groups[0].stores[0].offset = c;
+  GemmTileShape shape{1, 16, false, {32}};
+  BlockAccess access = gemmBlockAccess(gemm, shape, 5);
+  ASSERT_EQ(access.writes.size(), 2u);
+  EXPECT_EQ(access.writes[0].begin, 72);
+  EXPECT_EQ(access.writes[0].end, 80);
+  EXPECT_EQ(access.writes[1].begin, 104);
+  EXPECT_EQ(access.writes[1].end, 112);
 }
 
 } // namespace
