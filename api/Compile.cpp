@@ -40,6 +40,8 @@ const NumberOverride kNumberOverrides[] = {
     {"--attention-grad-rows", "TLC_ATTENTION_GRAD_ROWS", &ScheduleOverrides::attentionGradRows, {0, 32, "the schedule's"}},
     {"--workers-per-sm", "TLC_WORKERS_PER_SM", &ScheduleOverrides::workersPerSM, {0, 8, "the schedule's"}},
     {"--gemv-splits", "TLC_GEMV_SPLITS", &ScheduleOverrides::gemvSplits, {0, 1024, "the schedule's"}},
+    {"--gemv-columns", "TLC_GEMV_COLUMNS", &ScheduleOverrides::gemvColumns, {0, 256, "the schedule's"}},
+    {"--gemv-warps", "TLC_GEMV_WARPS", &ScheduleOverrides::gemvWarps, {0, 16, "the schedule's"}},
 };
 
 // The TLC_* variables (docs/codegen.md) fill the overrides the options leave unset: a
@@ -88,6 +90,10 @@ std::string scheduleOverridesError(const ScheduleOverrides &overrides) {
   for (const NumberOverride &number : kNumberOverrides)
     if (std::string problem = outOfRange(number.flag, overrides.*number.field, number.range); !problem.empty())
       return problem;
+  if (overrides.gemvColumns % 16 != 0)
+    return fmt::format("--gemv-columns={} must be a multiple of 16", overrides.gemvColumns);
+  if (int warps = overrides.gemvWarps; warps != 0 && warps != 4 && warps != 8 && warps != 16)
+    return fmt::format("--gemv-warps={} must be 4, 8 or 16", warps);
   if (int rows = overrides.attentionGradRows; rows != 0 && rows != 8 && rows != 16 && rows != 32)
     return fmt::format("--attention-grad-rows={} must be 8, 16 or 32", rows);
   return "";
@@ -109,6 +115,8 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
   if (overrides.dependentsAtStart) parts.push_back("dependents-at-start");
   if (overrides.workersPerSM) parts.push_back(fmt::format("workers-per-sm={}", overrides.workersPerSM));
   if (overrides.gemvSplits) parts.push_back(fmt::format("gemv-splits={}", overrides.gemvSplits));
+  if (overrides.gemvColumns) parts.push_back(fmt::format("gemv-columns={}", overrides.gemvColumns));
+  if (overrides.gemvWarps) parts.push_back(fmt::format("gemv-warps={}", overrides.gemvWarps));
   std::string text;
   for (const std::string &part : parts) text += (text.empty() ? "" : ", ") + part;
   return text;

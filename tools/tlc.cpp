@@ -184,6 +184,11 @@ cl::opt<bool> noClusters("no-clusters", cl::desc("no thread-block clusters (RMSN
                          cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> gemvSplits("gemv-splits", cl::desc("matrix-vector GEMMs: K split this many ways where it can be"),
                         cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<int> gemvColumns("gemv-columns",
+                         cl::desc("matrix-vector GEMMs: columns a tile, where they hold the epilogue"), cl::init(0),
+                         cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<int> gemvWarps("gemv-warps", cl::desc("matrix-vector GEMMs of chained kernels: warps a block (4, 8 or 16)"),
+                       cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> workersPerSM("workers-per-sm", cl::desc("O3: workers of the persistent kernel sharing an SM"),
                           cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> dependentsAtStart("dependents-at-start",
@@ -532,6 +537,8 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.dependentsAtStart = dependentsAtStart;
   overrides.workersPerSM = workersPerSM;
   overrides.gemvSplits = gemvSplits;
+  overrides.gemvColumns = gemvColumns;
+  overrides.gemvWarps = gemvWarps;
   return overrides;
 }
 

@@ -229,8 +229,11 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   }
   for (int BN : {16, 32, 64, 128, 256})
     if (tile.BN == 0 && holds(BN)) tile.BN = BN;
+  if (machine.overrides.gemvColumns > 0 && holds(machine.overrides.gemvColumns)) tile.BN = machine.overrides.gemvColumns;
   if (tile.BN == 0) return std::nullopt;
   tile.pairs = *tilePairs(gemm, tile.BN);
+  // A persistent kernel's weight ring is freed by the default number of warps.
+  if (machine.overrides.gemvWarps > 0 && !machine.persistent) tile.warps = machine.overrides.gemvWarps;
   // K split only where the tiles leave SMs (or workers) idle (a split costs a round trip
   // through the workspace); each split at least two warps' worth of k, A's range in at
   // most 64 KiB.

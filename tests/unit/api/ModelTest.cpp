@@ -111,6 +111,9 @@ TEST(Compile, RefusesScheduleOverridesItCannotRead) {
       {[](tlc::ScheduleOverrides &o) { o.attentionGradRows = 12; }, "--attention-grad-rows=12 must be 8, 16 or 32"},
       {[](tlc::ScheduleOverrides &o) { o.workersPerSM = 9; }, "--workers-per-sm=9 must be 0 (the schedule's) to 8"},
       {[](tlc::ScheduleOverrides &o) { o.gemvSplits = -2; }, "--gemv-splits=-2 must be 0 (the schedule's) to 1024"},
+      {[](tlc::ScheduleOverrides &o) { o.gemvColumns = 24; }, "--gemv-columns=24 must be a multiple of 16"},
+      {[](tlc::ScheduleOverrides &o) { o.gemvColumns = 512; }, "--gemv-columns=512 must be 0 (the schedule's) to 256"},
+      {[](tlc::ScheduleOverrides &o) { o.gemvWarps = 2; }, "--gemv-warps=2 must be 4, 8 or 16"},
   };
   for (const auto &[set, message] : bad) {
     EXPECT_NE(errorWith(set).find(message), std::string::npos) << message;
@@ -121,6 +124,7 @@ TEST(Compile, RefusesScheduleOverridesItCannotRead) {
   for (const char *tile : {"rows", "32x2", "16x1x1x2"})
     EXPECT_EQ(errorWith([&](tlc::ScheduleOverrides &o) { o.attentionTile = tile; }), "(no error)") << tile;
   EXPECT_EQ(errorWith([](tlc::ScheduleOverrides &o) { o.gemvSplits = 2, o.wgmmaTile = "64x64x4x1x1x0"; }), "(no error)");
+  EXPECT_EQ(errorWith([](tlc::ScheduleOverrides &o) { o.gemvColumns = 32, o.gemvWarps = 16; }), "(no error)");
   setenv("TLC_GEMV_SPLITS", "two", 1);
   std::string fromEnvironment = errorWith([](tlc::ScheduleOverrides &) {});
   unsetenv("TLC_GEMV_SPLITS");

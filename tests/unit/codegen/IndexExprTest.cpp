@@ -201,6 +201,15 @@ TEST(Schedule, MatrixVectorTilesForOneOrTwoRows) {
   splits.gemvSplits = 64;
   EXPECT_EQ(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), splits), 2)->splits, 4)
       << "a split at least 512 k";
+  ScheduleOverrides columns;
+  columns.gemvColumns = 64;
+  columns.gemvWarps = 16;
+  std::optional<GemvTile> forced = chooseGemvTile(plainGemm(1, 11264, 2048), machineFor(findTarget("sm_90a"), columns), 2);
+  EXPECT_EQ(forced->BN, 64);
+  EXPECT_EQ(forced->warps, 16);
+  EXPECT_EQ(chooseGemvTile(plainGemm(1, 11264, 2048), persistentMachine(machineFor(findTarget("sm_90a"), columns), 1), 2)->warps,
+            8)
+      << "a persistent kernel's GEMVs keep the warps that free its weight ring";
   ScheduleOverrides off;
   off.noGemv = true;
   EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), off), 2));
