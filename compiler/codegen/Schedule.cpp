@@ -202,7 +202,7 @@ std::optional<std::vector<int64_t>> tilePairs(const GemmSpec &gemm, int BN) {
 
 int64_t GemvTile::kRange(const GemmSpec &gemm) const { return ceilDiv(gemm.K / 8, splits) * 8; }
 int64_t GemvTile::sharedBytes(const GemmSpec &gemm) const {
-  return (int64_t(BM) * kRange(gemm) + int64_t(BM) * (BN + 4) + BM) * 4;
+  return (int64_t(BM) * kRange(gemm) + int64_t(BM) * (BN + 4) + BM + int64_t(BM) * warps) * 4;
 }
 
 bool splitSavesStreaming(int64_t tileBytes, int64_t splits) {

@@ -27,6 +27,10 @@
 //   v5  a tile may be two runs of columns (tl_tile_cols' pair): RoPE's halves of a head
 //       in tiles of 16 or 32 columns, so the 1.1B's QKV fills the SMs without a K split
 //       and its join (it had 64-column tiles, a head each, split 3 ways).
+//   v6  where K is not split, RMSNorm's sums of squares come from A's rows as they are
+//       staged (each thread its chunks, then a warp's, then the block's), not from a second
+//       pass of the first warp over each whole row after the staging: one round trip to
+//       L2 less a task or block.
 //
 // Spec (gemm_common.cuh's): BM = M rows (one row tile), BN, K_SPLITS (every tile split
 // alike), WARPS_N warps; hooks a_src/a_chunk, b_src, gain_elem, epilogue.
@@ -181,6 +185,9 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   float *As = reinterpret_cast<float *>(tl_smem);  // [BM][KR]
   float *tileRows = As + BM * KR;                  // [BM][LD]
   float *rowScale = tileRows + BM * LD;            // [BM]
+  float *squares = rowScale + BM;                  // [BM][WARPS]: each warp's sums of squares of the staged rows
+  // Unsplit, the staged range is the whole row: RMSNorm's sums come from the staging.
+  constexpr bool NORM_FROM_STAGED = S::ROW_NORM && S::K_SPLITS == 1;
 
   const tl_gemv_work<S> work(tl_block_index());
   const int tile = work.tile, split = work.split, bt = work.bt, kBegin = work.kBegin, kEnd = work.kEnd;
@@ -193,19 +200,34 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   tl_wait_for_producers();
 
   // A's rows of this K range, 8 k a thread at a time (the prologue computes them here).
+  float own[BM];  // this thread's sums of squares of its chunks of each row (before the gain)
+#pragma unroll
+  for (int r = 0; r < BM; ++r) own[r] = 0.0f;
   for (int e = threadIdx.x; e < BM * (KR / 8); e += THREADS) {
     const int r = e / (KR / 8), k = kBegin + e % (KR / 8) * 8;
     float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     if (k < kEnd) {
       if constexpr (S::A_COMPUTED) S::a_chunk(p, bt, r, k, v);
       else tl_ld8(S::a_src(p, bt, r, k), 0, v);
+      if constexpr (NORM_FROM_STAGED) {
+#pragma unroll
+        for (int row = 0; row < BM; ++row)  // a register a row: no local memory
+          if (row == r)
+            for (int i = 0; i < 8; ++i) own[row] = fmaf(v[i], v[i], own[row]);
+      }
       if constexpr (S::ROW_NORM && S::NORM_GAIN)
         for (int i = 0; i < 8; ++i) v[i] *= S::gain_elem(p, k + i);
     }
     for (int i = 0; i < 8; ++i) As[r * KR + (k - kBegin) + i] = v[i];
   }
-  // RMSNorm: each row's sum of squares over the whole of K (warp w takes rows w, w + WARPS..).
-  if constexpr (S::ROW_NORM) {
+  if constexpr (NORM_FROM_STAGED) {
+#pragma unroll
+    for (int r = 0; r < BM; ++r) {
+      const float sum = tl_warp_sum(own[r]);
+      if (lane == 0) squares[r * WARPS + warp] = sum;
+    }
+  } else if constexpr (S::ROW_NORM) {
+    // Split: each row's sum of squares over the whole of K (warp w takes rows w, w + WARPS..).
     for (int r = warp; r < BM; r += WARPS) {
       float sum = 0.0f;
       for (int k = lane * 8; k < S::K; k += STEP) {
@@ -219,6 +241,13 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
     }
   }
   tl_sync();
+  if constexpr (NORM_FROM_STAGED) {  // read after the barriers that follow the multiply
+    if (threadIdx.x < BM) {
+      float sum = 0.0f;
+      for (int w = 0; w < WARPS; ++w) sum += squares[threadIdx.x * WARPS + w];
+      rowScale[threadIdx.x] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
+    }
+  }
 
 #if defined(TL_RING)
   static_assert(WARPS == TL_RING_CONSUMER_WARPS, "the ring's slots are freed by this many warps");
