@@ -7,7 +7,8 @@
 #
 # build-dir: a build with tlc and tlc_gpu_tests (default build-gpu; every build links MLIR
 # statically, so one made elsewhere runs here).
-# steps: comma-separated tests,cli,sanitize (the default), and bench (bench/generate.py,
+# steps: comma-separated tests,cli,sanitize (the default), context (the 1.1B's decode step
+# after 96 and 2,016 prompt tokens at O2 and O3), and bench (bench/generate.py,
 # every configuration: appended to bench/RESULTS.md, with bench/generate.svg),
 # bench-workshop and bench-1.1b (the benchmark of one model).
 set -u
@@ -59,6 +60,15 @@ bench() {  # name configs: bench/generate.py beside transformers and our PyTorch
   note "bench $1: rc=$? (bench/RESULTS.md appended)"
   cp bench/RESULTS.md bench/generate.svg "$RESULTS/" 2>/dev/null
 }
+if want context; then  # the decode step's time against its context: O2 and O3's chained launches, 1.1B, bf16
+  for prompt in 96 2016; do
+    for flags in "-O2" "-O3" "-O3 --dependents-at-start"; do
+      timeout 200 "$TLC" generate models/tinyllama-1.1b.tl --prompt-ids "$(seq -s ' ' 1 $prompt)" --max-new-tokens 32 \
+        --ignore-eos --max-context=2048 $flags --dtype=bf16 --target=cuda --progress=never > "$LOGS/context.txt" 2>&1
+      note "1.1B decode after $prompt prompt tokens [$flags]: rc=$? $(grep '^Decode' "$LOGS/context.txt")"
+    done
+  done
+fi
 if want bench; then bench all "workshop:1:128,workshop:8:128,workshop:1:2048,workshop:8:2048,tinyllama-1.1b:1:128,tinyllama-1.1b:8:128,tinyllama-1.1b:1:2048,tinyllama-1.1b:8:2048"; fi
 if want bench-workshop; then bench workshop "workshop:1:128,workshop:8:128,workshop:1:2048,workshop:8:2048"; fi
 if want bench-1.1b; then bench 1.1b "tinyllama-1.1b:1:128,tinyllama-1.1b:8:128,tinyllama-1.1b:1:2048,tinyllama-1.1b:8:2048"; fi
