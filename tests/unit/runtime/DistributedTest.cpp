@@ -297,17 +297,19 @@ TEST(StepWatchdogDeathTest, ABlockedStepEndsTheProcessNamingTheRankThatStopped) 
       testing::ExitedWithCode(1), "tlc: error: cuda backend: the step's all-reduces stopped because another rank did: "
                                   "rank 1 stopped: killed");
 
-  // A watchdog that fired would end this child with status 1 and its message instead.
+  // A watchdog that fired would end this child with status 1 and its message instead. The
+  // step ends 250 ms in, well inside the 2 s grace (a loaded machine may delay this thread);
+  // the watchdog polls every 200 ms, so one that missed the end would fire by 2.2 s.
   EXPECT_EXIT(
       {
         RanksWithAStop ranks;
         {
-          StepWatchdog watchdog(ranks, "cuda backend: the step's all-reduces", std::chrono::milliseconds(300));
+          StepWatchdog watchdog(ranks, "cuda backend: the step's all-reduces", std::chrono::milliseconds(2000));
           watchdog.stepStarted();
           ranks.stop();
-          std::this_thread::sleep_for(std::chrono::milliseconds(250));  // seen, within the grace
+          std::this_thread::sleep_for(std::chrono::milliseconds(250));  // within the grace
           watchdog.stepEnded();  // the step's own wait threw
-          std::this_thread::sleep_for(std::chrono::milliseconds(600));
+          std::this_thread::sleep_for(std::chrono::milliseconds(2200));
         }
         std::fprintf(stderr, "the step ended in time\n");
         std::exit(0);
