@@ -191,8 +191,12 @@ std::string waitFor(Communicator &ranks, const std::string &key) {
     Clock::time_point now = Clock::now();
     if (now - lastCheck > std::chrono::milliseconds(200)) {
       lastCheck = now;
-      if (std::string stopped = stoppedRanks(ranks); !stopped.empty())
+      if (std::string stopped = stoppedRanks(ranks); !stopped.empty()) {
+        // The key may have been set between the look above and the stop: a rank that set
+        // it and then failed (its failure written after) still set it.
+        if (std::optional<std::string> value = ranks.peek(key)) return *value;
         throw Error(fmt::format("waiting for '{}': another rank stopped: {}", key, stopped));
+      }
     }
     if (now - start > ranks.timeout())
       throw Error(fmt::format("waiting for '{}': no rank set it within {} s", key,

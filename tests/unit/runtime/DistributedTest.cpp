@@ -317,6 +317,27 @@ TEST(StepWatchdogDeathTest, ABlockedStepEndsTheProcessNamingTheRankThatStopped) 
       testing::ExitedWithCode(0), "the step ended in time");
 }
 
+// Rank 1 sets a key and then fails, both between a wait's look for the key and its look at
+// the ranks' failures: the wait returns the key's value rather than naming the failure (a
+// rank that set what others wait for did its part; Ranks.ARankThatStopsIsNamed failed about
+// one run in ten when it named it).
+class RanksThatSetThenStop : public RanksWithAStop {
+public:
+  std::optional<std::string> peek(const std::string &key) override {
+    if (key == rankKey("failed", 1) && !RanksWithAStop::peek(rankKey("failed", 1))) {
+      set("tlc.test.late", "here");
+      stop();
+    }
+    return RanksWithAStop::peek(key);
+  }
+};
+
+TEST(Ranks, AKeySetBeforeItsSetterFailedIsFound) {
+  RanksThatSetThenStop ranks;
+  EXPECT_EQ(waitFor(ranks, "tlc.test.late"), "here");
+  EXPECT_CONTAINS(errorMessage([&] { waitFor(ranks, "tlc.test.never"); }), "another rank stopped: rank 1 stopped: killed");
+}
+
 // Each rank's batches are its share of what one process of the whole batch reads:
 // random tokens and a token file alike.
 TEST(Ranks, EachRankReadsItsShareOfTheGlobalBatch) {
