@@ -189,6 +189,10 @@ cl::opt<int> gemvColumns("gemv-columns",
                          cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> gemvWarps("gemv-warps", cl::desc("matrix-vector GEMMs of chained kernels: warps a block (4, 8 or 16)"),
                        cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<bool> gemvTensorCores("gemv-tensor-cores",
+                              cl::desc("chained bf16 GEMMs of up to 16 rows: matrix-vector on NVIDIA tensor cores "
+                                       "(not yet run on a GPU)"),
+                              cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> workersPerSM("workers-per-sm", cl::desc("O3: workers of the persistent kernel sharing an SM"),
                           cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> dependentsAtStart("dependents-at-start",
@@ -539,6 +543,7 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.gemvSplits = gemvSplits;
   overrides.gemvColumns = gemvColumns;
   overrides.gemvWarps = gemvWarps;
+  overrides.gemvTensorCores = gemvTensorCores;
   return overrides;
 }
 

@@ -307,6 +307,9 @@ std::string specConstants(const KernelSource &source, const GemmSpec &gemm, cons
                       gemm.normGrad.has_value());
   spec += fmt::format("  static constexpr int TF32_PRODUCTS = {};  // fp32 operands on tensor cores: 3 (3xTF32) or 1\n",
                       plan.operands.tf32Products);
+  if (plan.gemv)
+    spec += fmt::format("  static constexpr bool GEMV_MMA = {};  // matrix-vector products on tensor cores (v7)\n",
+                        plan.gemv->tensorCores);
   spec += fmt::format("  static constexpr int CLUSTER_N = {} && TILES_N <= {} ? TILES_N : 1;  // a row's tiles, one "
                       "cluster where the target has them\n",
                       gemm.normGrad && maxClusterTiles(source.machine()) > 0, kMaxClusterTiles);
@@ -497,6 +500,13 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
                                                                     "last split to arrive)",
                                                                     gemv.splits)
                                                       : std::string()));
+    if (gemv.tensorCores)
+      headerLines.back() = fmt::format("NVIDIA only: matrix-vector on tensor cores (gemm_gemv.cuh v7), {} rows: A's rows "
+                                       "staged in shared memory, rounded to bf16 for mma.sync m16n8k16 with 16 columns "
+                                       "of weights a block, its {} warps splitting K{}",
+                                       gemv.BM, gemv.warps,
+                                       gemv.splits > 1 ? fmt::format(", K also split {} ways across blocks", gemv.splits)
+                                                       : std::string());
     return headerLines;
   }
   if (plan.matrixUnits && plan.operands.tf32Products == 3)

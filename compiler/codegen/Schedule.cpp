@@ -202,7 +202,9 @@ std::optional<std::vector<int64_t>> tilePairs(const GemmSpec &gemm, int BN) {
 
 int64_t GemvTile::kRange(const GemmSpec &gemm) const { return ceilDiv(gemm.K / 8, splits) * 8; }
 int64_t GemvTile::sharedBytes(const GemmSpec &gemm) const {
-  return (int64_t(BM) * kRange(gemm) + int64_t(BM) * (BN + 4) + BM + int64_t(BM) * warps) * 4;
+  return (int64_t(BM) * kRange(gemm) + int64_t(BM) * (BN + 4) + BM + int64_t(BM) * warps +
+          (tensorCores ? int64_t(warps) * 16 * 16 : 0)) *
+         4;
 }
 
 bool splitSavesStreaming(int64_t tileBytes, int64_t splits) {
@@ -212,12 +214,16 @@ bool splitSavesStreaming(int64_t tileBytes, int64_t splits) {
 }
 
 std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &machine, int weightBytes) {
-  if (!machine.gemv || gemm.M > 2 || gemm.K % 8 != 0 || gemm.bKN || gemm.normGrad) return std::nullopt;
+  if (!machine.gemv || gemm.K % 8 != 0 || gemm.bKN || gemm.normGrad) return std::nullopt;
   GemvTile tile;
   tile.BM = int(gemm.M);
   tile.BN = 0;
+  // The tensor-core form (asked for): 16 columns a block, bf16 weights, chained kernels.
+  tile.tensorCores = machine.overrides.gemvTensorCores && !machine.persistent && weightBytes == 2 &&
+                     gemm.M <= 16 && tilePairs(gemm, 16);
+  if (!tile.tensorCores && gemm.M > 2) return std::nullopt;
   // At least 16 columns a row: a warp's 2 columns a row share each staged element of A.
-  auto holds = [&](int BN) { return BN >= 16 * tile.BM && tilePairs(gemm, BN); };
+  auto holds = [&](int BN) { return (tile.tensorCores ? BN == 16 : BN >= 16 * tile.BM) && tilePairs(gemm, BN); };
   if (machine.persistent) {
     // A worker's tasks run one after another, each paying its waits, A's staging and the
     // norm: tiles as wide as leaves at most one a worker, up to 128 columns (what a

@@ -117,6 +117,7 @@ bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, const Machine &
 // warps over BN columns and a K_SPLITS-th of K each, A's rows staged in shared memory.
 struct GemvTile {
   int BM = 1, BN = 16, splits = 1, warps = 8;
+  bool tensorCores = false;  // gemm_gemv.cuh v7: 16 columns a block on mma.sync, up to 16 rows
   // Per group, where a tile is two runs of columns: the second run's distance from the
   // first (tilePairs), else 0.
   std::vector<int64_t> pairs;

@@ -152,6 +152,40 @@ TEST(GpuDecodeShapes, MatrixVectorGemmsMatchTheCpuReference) {
       }
 }
 
+// --gemv-tensor-cores (gemm_gemv.cuh v7, NVIDIA): a decode-shaped forward of 3, 8 and 16
+// rows with its GEMMs on the tensor-core matrix-vector path, against the CPU reference
+// (bf16), both models' widths. The Programs must hold such kernels, or this tests nothing.
+TEST(GpuDecodeShapes, TensorCoreMatrixVectorGemmsMatchTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  if (device->vendor() != "cuda") GTEST_SKIP() << "the tensor-core matrix-vector path is NVIDIA's only";
+  auto gpu = quietGpuBackend(std::move(device));
+  auto cpu = createCpuBackend();
+  ScheduleOverrides tensorCores;
+  tensorCores.gemvTensorCores = true;
+  for (const char *model : {"workshop", "tinyllama-1.1b"})
+    for (int64_t rows : {3, 8, 16}) {
+      LlamaConfig config = *presetConfig(model);
+      config.layers = 2;
+      uint64_t seed = freshSeed();
+      Program program = compile(config, 2, rows, 1, "bf16", nullptr, true, {}, MatmulPrecision::High, false, 0,
+                                tensorCores);
+      size_t mma = 0;
+      for (const Kernel &kernel : program.kernels) mma += kernel.source.find("GEMV_MMA = true") != std::string::npos;
+      EXPECT_GE(mma, 5u) << model << " " << rows << " rows: no tensor-core matrix-vector GEMM";
+      CpuReference reference;
+      reference.makeOnce(program, seed, *cpu);
+      gpu->load(program, reference.weights);
+      ForwardResult first = gpu->forward(reference.tokens);
+      ForwardResult second = gpu->forward(reference.tokens);
+      double error = relativeError(first.logits.data, reference.logits);
+      std::printf("RESULT_DECODE_MMA model=%s rows=%lld mma_kernels=%zu logits_rel_err=%.3e forward_ms=%.3f seed=%llu\n",
+                  model, (long long)rows, mma, error, second.milliseconds, (unsigned long long)seed);
+      EXPECT_LE(error, tolerance("bf16")) << model << " " << rows << " rows, seed " << seed;
+      EXPECT_EQ(first.logits.data, second.logits.data) << "two runs of the same forward differ";
+    }
+}
+
 // O3 --persistent: the forward as one persistent kernel of tile tasks (docs/megakernel.md)
 // runs as that one launch here (not its parts' fallback), matches the CPU reference, and
 // gives the logits of O2's kernels, whose tiles its tasks are.

@@ -37,7 +37,7 @@ inline Program compile(const LlamaConfig &config, int level, int64_t batch, int6
                        const AdamWOptions *training = nullptr, bool fuseNormGrad = true,
                        const std::function<void(mlir::ModuleOp)> &edit = {},
                        MatmulPrecision precision = MatmulPrecision::High, bool persistent = false,
-                       double allReduceBucketMib = 0) {
+                       double allReduceBucketMib = 0, const ScheduleOverrides &overrides = {}) {
   mlir::DialectRegistry registry;
   registerTlcDialects(registry);
   mlir::MLIRContext context(registry);
@@ -47,6 +47,7 @@ inline Program compile(const LlamaConfig &config, int level, int64_t batch, int6
   CompileOptions options{level, batch, seq, dtype, fuseNormGrad, precision};
   options.persistent = persistent;
   options.allReduceBucketMib = allReduceBucketMib;
+  options.overrides = overrides;
   EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, training)));
   auto program = buildProgram(*module, options, training);
   EXPECT_TRUE(mlir::succeeded(program));

@@ -37,6 +37,16 @@ TL_DEVICE int tl_tile_local(const tl_tile_cols &t, int c) {
   return t.pair == 0 || d < t.pair ? d : d - t.pair + t.width / 2;
 }
 
+#if defined(TL_NVIDIA)
+// d += a · b for one 16x8x16 tile: a row-major 16x16, b 16x8 given column by column.
+TL_DEVICE void tl_mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif
+
 // 8 elements of T as one or two 16-byte loads left them, unconverted (bf16: 4 registers).
 template <class T> struct tl_raw8 {
   tl_u32x4 w[sizeof(T) / 2];

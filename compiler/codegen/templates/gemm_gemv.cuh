@@ -31,9 +31,13 @@
 //       staged (each thread its chunks, then a warp's, then the block's), not from a second
 //       pass of the first warp over each whole row after the staging: one round trip to
 //       L2 less a task or block.
+//   v7  GEMV_MMA (NVIDIA, bf16 weights, up to 16 rows; chained kernels only, an option not
+//       yet run on a GPU): the products on tensor cores, mma.sync m16n8k16 with the tile's
+//       16 columns of weights as the 16-row operand and A's staged rows (rounded to bf16)
+//       as the 8 columns, the block's warps splitting K (tl_gemv_mma).
 //
 // Spec (gemm_common.cuh's): BM = M rows (one row tile), BN, K_SPLITS (every tile split
-// alike), WARPS_N warps; hooks a_src/a_chunk, b_src, gain_elem, epilogue.
+// alike), WARPS_N warps, GEMV_MMA; hooks a_src/a_chunk, b_src, gain_elem, epilogue.
 #pragma once
 #include "gemm_common.cuh"
 
@@ -175,17 +179,83 @@ TL_DEVICE void tl_gemv_from_ring(const float *As, float *tileRows, const tl_gemv
 }
 #endif
 
+#if defined(TL_NVIDIA)
+// v7: the tile's 16 columns times A's BM staged rows on tensor cores. Warp w takes a
+// contiguous share of the K range's 32-k chunks; for each chunk lane (g, t) = (lane / 4,
+// lane % 4) loads 16 bytes of weight columns g and g + 8 at k 8t..8t+7 and the same k of A's
+// row g (of each group of 8 rows), and two m16n8k16 products take k 8t..8t+3, then
+// 8t+4..8t+7, in the fragments' slots (2t, 2t+1 | 2t+8, 2t+9): a permutation of the chunk's
+// k that depends on the slot only, so both operands agree. The warps' partial tiles
+// (`partials`, [WARPS][16][16]) are added in warp order into tileRows.
+template <class S, int LD>
+TL_DEVICE void tl_gemv_mma(const typename S::Params &p, const float *As, float *tileRows, float *partials,
+                           const tl_gemv_work<S> &work, const tl_tile_cols &cols, int warp, int lane) {
+  constexpr int WARPS = S::WARPS_N, KR = tl_gemv_k_range<S>(), NT = (S::BM + 7) / 8, CHUNK = 32, ROUND = 8;
+  constexpr int CHUNKS = (KR + CHUNK - 1) / CHUNK, SHARE = (CHUNKS + WARPS - 1) / WARPS;
+  static_assert(S::BN == 16 && S::BM <= 16, "tensor-core GEMV: 16 columns a block, at most 16 rows");
+  const int g = lane / 4, t = lane % 4;
+  const bool low = S::b_column(cols, g) >= 0, high = S::b_column(cols, g + 8) >= 0;
+  float d[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[n][e] = 0.0f;
+  const int first = warp * SHARE, last = first + SHARE < CHUNKS ? first + SHARE : CHUNKS;
+  for (int q0 = first; q0 < last; q0 += ROUND) {
+    tl_raw8<tl_bf16> w[ROUND][2];  // columns g and g + 8
+#pragma unroll
+    for (int q = 0; q < ROUND; ++q) {
+      const int k = work.kBegin + (q0 + q) * CHUNK + 8 * t;
+      const bool in = q0 + q < last && k < work.kEnd;
+      if (in && low) tl_ld8_raw_stream(S::b_src(p, work.bt, cols, g, k), 0, w[q][0]);
+      else w[q][0] = {};
+      if (in && high) tl_ld8_raw_stream(S::b_src(p, work.bt, cols, g + 8, k), 0, w[q][1]);
+      else w[q][1] = {};
+    }
+#pragma unroll
+    for (int q = 0; q < ROUND; ++q) {
+      const int at = (q0 + q) * CHUNK + 8 * t;  // k - kBegin
+      if (q0 + q >= last) break;
+      const tl_u32x4 lo = w[q][0].w[0], hi = w[q][1].w[0];
+      const unsigned a0[4] = {lo.x, hi.x, lo.y, hi.y}, a1[4] = {lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        float x[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        if (n * 8 + g < S::BM && work.kBegin + at < work.kEnd) tl_ld8(As + (n * 8 + g) * KR, at, x);
+        tl_mma_bf16(d[n], a0, tl_pack_bf16(x[0], x[1]), tl_pack_bf16(x[2], x[3]));
+        tl_mma_bf16(d[n], a1, tl_pack_bf16(x[4], x[5]), tl_pack_bf16(x[6], x[7]));
+      }
+    }
+  }
+  // d[n]: (column g, rows n*8 + 2t and 2t + 1), then (column g + 8, the same rows).
+  float *mine = partials + warp * 256;
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mine[(g + (e / 2) * 8) * 16 + n * 8 + 2 * t + e % 2] = d[n][e];
+  tl_sync();
+  for (int e = threadIdx.x; e < S::BM * 16; e += WARPS * TL_WARP) {
+    const int row = e / 16, column = e % 16;
+    float sum = 0.0f;
+    for (int v = 0; v < WARPS; ++v) sum += partials[v * 256 + column * 16 + row];
+    tileRows[row * LD + column] = sum;
+  }
+}
+#endif
+
 template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, WARPS = S::WARPS_N, THREADS = WARPS * TL_WARP, LD = BN + 4;
   constexpr int KR = tl_gemv_k_range<S>();
   constexpr int STEP = TL_WARP * 8;  // k a warp covers per load: 8 a lane
-  static_assert(S::TILES_M == 1 && BM == S::M && BM <= 4 && S::K % 8 == 0 && !S::B_KN && !S::NORM_GRAD,
-                "GEMV: one row tile of at most 4 rows, K a multiple of 8, B stored [N, K]");
+  static_assert(S::TILES_M == 1 && BM == S::M && BM <= (S::GEMV_MMA ? 16 : 4) && S::K % 8 == 0 && !S::B_KN &&
+                    !S::NORM_GRAD,
+                "GEMV: one row tile of at most 4 rows (16 on tensor cores), K a multiple of 8, B stored [N, K]");
   extern __shared__ __align__(128) unsigned char tl_smem[];
   float *As = reinterpret_cast<float *>(tl_smem);  // [BM][KR]
   float *tileRows = As + BM * KR;                  // [BM][LD]
   float *rowScale = tileRows + BM * LD;            // [BM]
   float *squares = rowScale + BM;                  // [BM][WARPS]: each warp's sums of squares of the staged rows
+  float *partials = squares + BM * WARPS;          // GEMV_MMA: [WARPS][16][16], each warp's partial tile
   // Unsplit, the staged range is the whole row: RMSNorm's sums come from the staging.
   constexpr bool NORM_FROM_STAGED = S::ROW_NORM && S::K_SPLITS == 1;
 
@@ -249,6 +319,13 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
     }
   }
 
+  if constexpr (S::GEMV_MMA) {
+#if defined(TL_NVIDIA)
+    tl_gemv_mma<S, LD>(p, As, tileRows, partials, work, cols, warp, lane);
+#else
+    static_assert(!S::GEMV_MMA, "the tensor-core GEMV (--gemv-tensor-cores) is NVIDIA's only");
+#endif
+  } else {
 #if defined(TL_RING)
   static_assert(WARPS == TL_RING_CONSUMER_WARPS, "the ring's slots are freed by this many warps");
   tl_gemv_from_ring<S, LD>(As, tileRows, work, cols, warp, lane);
@@ -306,6 +383,7 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
       if (lane == 0 && warp + c * WARPS < BN) tileRows[r * LD + warp + c * WARPS] = sum;
     }
 #endif
+  }
   tl_allow_dependents();
   tl_sync();
 

@@ -44,13 +44,6 @@ TL_DEVICE void tl_ldmatrix_x4_trans(unsigned address, unsigned (&r)[4]) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
 }
-// d += a · b for one 16x8x16 tile: a row-major 16x16, b 16x8 given column by column.
-TL_DEVICE void tl_mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 // Accumulator fragments (N of m16n8k16's four floats a thread) set to zero.
 template <int N> TL_DEVICE void tl_zero_fragments(float (&acc)[N][4]) {
 #pragma unroll

@@ -215,6 +215,30 @@ TEST(Schedule, MatrixVectorTilesForOneOrTwoRows) {
   EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), off), 2));
 }
 
+// --gemv-tensor-cores: bf16 GEMMs of up to 16 rows take the matrix-vector path on tensor
+// cores, 16 columns a block (RoPE's paired runs too), in chained kernels only; without it,
+// or for fp32 weights, more than two rows take the tiled paths.
+TEST(Schedule, TensorCoreMatrixVectorTilesWhenAskedFor) {
+  ScheduleOverrides asked;
+  asked.gemvTensorCores = true;
+  const Machine h100 = machineFor(findTarget("sm_90a"), asked);
+  std::optional<GemvTile> eight = chooseGemvTile(plainGemm(8, 2048, 2048), h100, 2);
+  ASSERT_TRUE(eight);
+  EXPECT_TRUE(eight->tensorCores);
+  EXPECT_EQ(eight->BM, 8);
+  EXPECT_EQ(eight->BN, 16);
+  GemvTile fma = *eight;
+  fma.tensorCores = false;
+  EXPECT_EQ(eight->sharedBytes(plainGemm(8, 2048, 2048)) - fma.sharedBytes(plainGemm(8, 2048, 2048)), 8 * 16 * 16 * 4)
+      << "room for the warps' partial tiles";
+  EXPECT_TRUE(chooseGemvTile(plainGemm(16, 2048, 2048), h100, 2));
+  EXPECT_FALSE(chooseGemvTile(plainGemm(17, 2048, 2048), h100, 2));
+  EXPECT_FALSE(chooseGemvTile(plainGemm(8, 2048, 2048), h100, 4)) << "fp32 weights";
+  EXPECT_FALSE(chooseGemvTile(plainGemm(8, 2048, 2048), persistentMachine(h100, 1), 2)) << "chained kernels only";
+  EXPECT_FALSE(chooseGemvTile(plainGemm(8, 2048, 2048), machineFor(findTarget("sm_90a"), {}), 2)) << "not asked for";
+  EXPECT_FALSE(chooseGemvTile(plainGemm(1, 2048, 2048), machineFor(findTarget("sm_90a"), {}), 2)->tensorCores);
+}
+
 // RoPE's pairs (i, i + 32) of 64-wide heads in matrix-vector tiles narrower than a head:
 // each tile two runs of columns, 32 apart, so 2560 columns fill the SMs without a K split
 // (and its join); a GEMM that reads only its own columns keeps one run.

@@ -222,6 +222,48 @@ TEST(KernelCompile, GenerationKernelsCompileForEveryArch) {
   compileAll(*hiprtc, "gfx90a", generationSources);
 }
 
+// The tensor-core matrix-vector GEMMs (--gemv-tensor-cores, gemm_gemv.cuh v7): a 1.1B layer's
+// at 8 and 3 rows (a decode step of a batch; RoPE's paired tiles, the K split's join, the
+// norm in the prologue) and the workshop's at 16, bf16, compile with NVRTC; hipRTC refuses
+// them naming the option (NVIDIA only).
+TEST(KernelCompile, TensorCoreMatrixVectorGemmsCompileForNvidia) {
+  std::map<std::string, std::string> entryOf;
+  for (auto [model, rows] : {std::pair{"tinyllama-1.1b", 8}, std::pair{"tinyllama-1.1b", 3}, std::pair{"workshop", 16}}) {
+    LlamaConfig config = *presetConfig(model);
+    config.layers = 1;
+    auto context = tlContext();
+    auto module = buildLlamaModule(*context, config);
+    CompileOptions options{2, rows, 1, "bf16"};
+    options.overrides.gemvTensorCores = true;
+    ASSERT_TRUE(mlir::succeeded(optimizeModule(*module, options))) << model;
+    auto program = buildProgram(*module, options);
+    ASSERT_TRUE(mlir::succeeded(program)) << model;
+    for (const Kernel &kernel : program->kernels)
+      if (kernel.source.find("GEMV_MMA = true") != std::string::npos) entryOf.emplace(kernel.source, kernel.entry);
+  }
+  std::vector<JitSource> kernels = asSources(entryOf);
+  ASSERT_GE(kernels.size(), 9u) << "four projections and the logits a model, on tensor cores";
+  std::unique_ptr<JitCompiler> nvrtc, hiprtc;
+  ASSERT_NO_THROW(nvrtc = createNvrtcCompiler()) << "NVRTC must be installed where the tests run";
+  JitOptions options;
+  options.useCache = false;
+  options.progress = false;
+  for (const char *arch : {"sm_80", "sm_90a"}) {
+    options.arch = arch;
+    std::vector<std::string> binaries;
+    ASSERT_NO_THROW(binaries = jitCompileAll(*nvrtc, kernels, options)) << arch;
+    for (const std::string &binary : binaries) EXPECT_FALSE(binary.empty()) << arch;
+  }
+  ASSERT_NO_THROW(hiprtc = createHiprtcCompiler()) << "hipRTC (libamdhip64-dev) must be installed where the tests run";
+  options.arch = "gfx90a";
+  try {
+    jitCompileAll(*hiprtc, {kernels.front()}, options);
+    ADD_FAILURE() << "hipRTC compiled a tensor-core GEMV";
+  } catch (const std::exception &error) {
+    EXPECT_NE(std::string(error.what()).find("NVIDIA's only"), std::string::npos) << error.what();
+  }
+}
+
 // The runtime's own kernels (runtime/kernels: a forward on the caller's device buffers)
 // compile for the same archs.
 TEST(KernelCompile, TheRuntimesOwnKernelsCompileForEveryArch) {
