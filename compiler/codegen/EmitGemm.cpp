@@ -492,21 +492,19 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
                                      gemm.groups[g].bands[0] + gemm.groups[g].width - 1,
                                      gemv.BN / int64_t(gemm.groups[g].bands.size()) / 2, gemv.pairs[g]));
     const std::string runs = paired.empty() ? "" : fmt::format(" (accumulator columns {})", fmt::join(paired, "; "));
-    headerLines.push_back(fmt::format("every target: matrix-vector (gemm_gemv.cuh), {} row{}: A's rows staged in shared "
-                                      "memory in fp32, blocks of {} warps over {} columns{}{}, fp32 FMAs on B streamed "
-                                      "with 16-byte loads",
-                                      gemv.BM, gemv.BM == 1 ? "" : "s", gemv.warps, gemv.BN, runs,
-                                      gemv.splits > 1 ? fmt::format(", K split {} ways (partial tiles added by the "
-                                                                    "last split to arrive)",
-                                                                    gemv.splits)
-                                                      : std::string()));
+    const std::string split =
+        gemv.splits > 1 ? fmt::format(", K split {} ways (partial tiles added by the last split to arrive)", gemv.splits)
+                        : std::string();
     if (gemv.tensorCores)
-      headerLines.back() = fmt::format("NVIDIA only: matrix-vector on tensor cores (gemm_gemv.cuh v7), {} rows: A's rows "
-                                       "staged in shared memory, rounded to bf16 for mma.sync m16n8k16 with 16 columns "
-                                       "of weights a block, its {} warps splitting K{}",
-                                       gemv.BM, gemv.warps,
-                                       gemv.splits > 1 ? fmt::format(", K also split {} ways across blocks", gemv.splits)
-                                                       : std::string());
+      headerLines.push_back(fmt::format("NVIDIA only: matrix-vector on tensor cores (gemm_gemv.cuh v7), {} rows: A's rows "
+                                        "staged in shared memory, rounded to bf16 for mma.sync m16n8k16 with 16 columns "
+                                        "of weights a block{}, its {} warps splitting K{}",
+                                        gemv.BM, runs, gemv.warps, split));
+    else
+      headerLines.push_back(fmt::format("every target: matrix-vector (gemm_gemv.cuh), {} row{}: A's rows staged in shared "
+                                        "memory in fp32, blocks of {} warps over {} columns{}{}, fp32 FMAs on B streamed "
+                                        "with 16-byte loads",
+                                        gemv.BM, gemv.BM == 1 ? "" : "s", gemv.warps, gemv.BN, runs, split));
     return headerLines;
   }
   if (plan.matrixUnits && plan.operands.tf32Products == 3)

@@ -109,6 +109,9 @@ int64_t gemmTiles(const GemmSpec &gemm, int BM, int BN) {
   return gemm.batch * ceilDiv(gemm.M, BM) * columnTiles(gemm, BN);
 }
 
+// Beyond this many columns a group's reads are not walked column by column.
+constexpr int64_t kMaxColumnsWalked = 1 << 16;
+
 // Whether every column c of `group` reads `column` (an accumulator column) inside c's own
 // tile of `width` columns, decided from the expression's structure rather than column by
 // column: it repeats every L = lcm(its period in c, width) columns, shifted by
@@ -129,7 +132,7 @@ static bool readsStayInTile(const IndexExpr &column, const GemmGroup &group, int
       if (!inTile(c)) return false;
     return true;
   };
-  constexpr int64_t kMaxPeriod = 4096, kMaxColumnsWalked = 1 << 16;
+  constexpr int64_t kMaxPeriod = 4096;
   int64_t period = column.period("c");
   if (period > kMaxPeriod) return group.width <= kMaxColumnsWalked && allInTile(0, group.width);
   int64_t repeat = std::lcm(period, width);
@@ -139,14 +142,21 @@ static bool readsStayInTile(const IndexExpr &column, const GemmGroup &group, int
   return group.width <= (2 * width + 2) * repeat && allInTile(0, group.width);
 }
 
+// Whether `stays` holds for every accumulator column the group's stores read.
+template <class Stays> static bool storesReadWithin(const GemmGroup &group, Stays &&stays) {
+  for (const Store &store : group.stores)
+    for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator))
+      if (!stays(leaf->column)) return false;
+  return true;
+}
+
 bool tileHoldsEpilogue(const GemmSpec &gemm, int BN) {
   if (flatColumns(gemm)) return BN % 8 == 0;
   for (const GemmGroup &group : gemm.groups) {
     int64_t width = BN / int64_t(group.bands.size());
-    if (width % 8 != 0) return false;
-    for (const Store &store : group.stores)
-      for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator))
-        if (!readsStayInTile(leaf->column, group, width)) return false;
+    if (width % 8 != 0 ||
+        !storesReadWithin(group, [&](const IndexExpr &column) { return readsStayInTile(column, group, width); }))
+      return false;
   }
   return true;
 }
@@ -176,23 +186,17 @@ std::optional<std::vector<int64_t>> tilePairs(const GemmSpec &gemm, int BN) {
   for (const GemmGroup &group : gemm.groups) {
     const int64_t width = BN / int64_t(group.bands.size());
     if (width % 8 != 0) return std::nullopt;
-    auto holds = [&](auto &&stays) {
-      for (const Store &store : group.stores)
-        for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator))
-          if (!stays(leaf->column)) return false;
-      return true;
-    };
-    if (holds([&](const IndexExpr &column) { return readsStayInTile(column, group, width); })) {
+    if (storesReadWithin(group, [&](const IndexExpr &column) { return readsStayInTile(column, group, width); })) {
       pairs.push_back(0);
       continue;
     }
     // Runs of whole 8-column chunks, a block of 2 * pair columns holding whole tiles.
-    constexpr int64_t kMaxColumnsWalked = 1 << 16;
     int64_t found = 0;
     if (width % 16 == 0 && group.width <= kMaxColumnsWalked)
       for (int64_t pair = width / 2; pair <= group.width / 2 && found == 0; pair *= 2)
-        if (group.width % (2 * pair) == 0 &&
-            holds([&](const IndexExpr &column) { return readsStayInPairedTile(column, group, width, pair); }))
+        if (group.width % (2 * pair) == 0 && storesReadWithin(group, [&](const IndexExpr &column) {
+              return readsStayInPairedTile(column, group, width, pair);
+            }))
           found = pair;
     if (found == 0) return std::nullopt;
     pairs.push_back(found);

@@ -130,6 +130,13 @@ struct GemvTile {
 // i + D/2, in a tile narrower than the head): each group's pair (0 where one run holds its
 // reads). None where neither holds.
 std::optional<std::vector<int64_t>> tilePairs(const GemmSpec &gemm, int BN);
+// The group column where paired tile `tile` of `width` columns starts (its second run
+// `pair` on): tiles go through each block of 2 * pair columns a run at a time, as the
+// emitted tile_cols does on the device.
+inline int64_t pairedTileStart(int64_t tile, int64_t width, int64_t pair) {
+  const int64_t half = width / 2;
+  return tile / (pair / half) * 2 * pair + tile % (pair / half) * half;
+}
 // That path's tile, where the GEMM is one (M <= 2: at 4 rows the 1.1B's decode ran faster on
 // the tiled paths; K a multiple of 8, B stored [N, K], not
 // RMSNorm's backward) and the machine runs it: the narrowest BN of 16 columns a row or more

@@ -1,5 +1,7 @@
 #include "compiler/codegen/Tasks.h"
 
+#include "compiler/codegen/Schedule.h"
+
 #include <algorithm>
 
 namespace tlc::codegen {
@@ -101,7 +103,7 @@ BlockAccess gemmBlockAccess(const GemmSpec &gemm, const GemmTileShape &tile, int
       if (first >= 0 && first < tiles && pair == 0) {
         runs.push_back({first * width, std::min(group.width, (first + 1) * width) - 1});
       } else if (first >= 0 && first < tiles) {  // two runs of width / 2, `pair` apart (tl_tile_column)
-        const int64_t half = width / 2, per = pair / half, start = first / per * 2 * pair + first % per * half;
+        const int64_t half = width / 2, start = pairedTileStart(first, width, pair);
         runs.push_back({start, start + half - 1});
         runs.push_back({start + pair, start + pair + half - 1});
       }
