@@ -205,6 +205,7 @@ TEST(Schedule, MatrixVectorTilesForOneOrTwoRows) {
   columns.gemvColumns = 64;
   columns.gemvWarps = 16;
   std::optional<GemvTile> forced = chooseGemvTile(plainGemm(1, 11264, 2048), machineFor(findTarget("sm_90a"), columns), 2);
+  ASSERT_TRUE(forced);
   EXPECT_EQ(forced->BN, 64);
   EXPECT_EQ(forced->warps, 16);
   EXPECT_EQ(chooseGemvTile(plainGemm(1, 11264, 2048), persistentMachine(machineFor(findTarget("sm_90a"), columns), 1), 2)->warps,
