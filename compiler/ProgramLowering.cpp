@@ -287,7 +287,13 @@ private:
 
   // A transformer block: its kernels, launched as one dependent chain (each may start
   // while the one before it finishes); what flows between them is stored in the
-  // model's dtype, small enough to stay in L2.
+  // model's dtype, small enough to stay in L2. Decode attention over the KV cache is
+  // launched on its own: chained, its blocks start while the QKV GEMM's still hold the
+  // SMs, and at long context that made the step slower (docs/generation.md).
+  static bool readsKvCache(const Kernel &kernel) {
+    return llvm::any_of(kernel.ops, [](const OpRecord &op) { return op.kind == OpKind::cache_attention; });
+  }
+
   mlir::LogicalResult lowerBlock(tl::BlockOp block) {
     mlir::Block &body = block.getBody().front();
     for (auto [arg, outer] : llvm::zip(body.getArguments(), block.getInputs())) ids[arg] = ids.lookup(outer);
@@ -296,7 +302,7 @@ private:
       if (!llvm::isa<tl::YieldOp>(inner) && mlir::failed(lowerTopLevel(&inner))) return mlir::failure();
     for (size_t k = first; k < program.kernels.size(); ++k) {
       program.kernels[k].layer = int(block.getLayer());
-      roots[k].chained = k > first;
+      roots[k].chained = k > first && !readsKvCache(program.kernels[k]);
     }
     auto yield = llvm::cast<tl::YieldOp>(body.getTerminator());
     for (auto [result, yielded] : llvm::zip(block.getResults(), yield.getValues())) ids[result] = ids.lookup(yielded);

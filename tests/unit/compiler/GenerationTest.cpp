@@ -8,6 +8,7 @@
 #include "runtime/Error.h"
 #include "runtime/OpKind.h"
 
+#include <map>
 #include <random>
 #include <set>
 
@@ -138,6 +139,25 @@ TEST(Generation, EveryLevelKeepsTheCacheAsStateAndFusesTheDecode) {
   }
   EXPECT_LT(kernels[1], kernels[0]);
   EXPECT_LT(kernels[2], kernels[1]);
+}
+
+// O3's decode step chains each block's kernels as the forward does, but for the attention
+// over the cache: it is launched on its own, so its blocks spread over the whole GPU.
+TEST(Generation, O3ChainsTheDecodeStepButItsCacheAttention) {
+  LlamaConfig config = support::smallConfig("workshop");
+  GenerationPrograms programs = compileGeneration(config, {3, 2, 4, "bf16"}, 16);
+  std::map<int, int> seen;
+  int attention = 0, chained = 0;
+  for (const Kernel &kernel : programs.decode.kernels) {
+    bool readsCache = std::any_of(kernel.ops.begin(), kernel.ops.end(),
+                                  [](const OpRecord &op) { return op.kind == OpKind::cache_attention; });
+    bool firstOfBlock = kernel.layer >= 0 && seen[kernel.layer]++ == 0;
+    EXPECT_EQ(kernel.chained, kernel.layer >= 0 && !firstOfBlock && !readsCache) << kernel.name;
+    attention += readsCache;
+    chained += kernel.chained;
+  }
+  EXPECT_EQ(attention, config.layers);
+  EXPECT_GE(chained, 2 * config.layers) << "the GEMMs after the attention stay chained";
 }
 
 TEST(Generation, RefusesWhatItCannotDo) {
