@@ -14,10 +14,12 @@ namespace {
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Keys a tile: as many as keep the block's shared memory (the query rows, a tile of keys
-// and of values in fp32, the tile's scores) within 40 KiB, 8 to 64.
+// (rows padded as cache_attention.cuh pads them) and of values in fp32, the tile's scores,
+// the output rows) within 40 KiB, 8 to 64.
 int64_t keysPerTile(const CacheAttentionSpec &spec, int64_t rows) {
+  const int64_t keyRow = spec.D % 4 == 0 ? spec.D + 4 : spec.D + 1;
   for (int64_t keys = 64; keys >= 8; keys /= 2)
-    if ((rows * spec.D + keys * (spec.D + 1) + keys * (spec.DV + 1) + rows * keys + 3 * rows) * 4 <= (40 << 10))
+    if ((rows * spec.D + keys * keyRow + keys * spec.DV + rows * keys + rows * spec.DV + 3 * rows) * 4 <= (40 << 10))
       return keys;
   return 0;
 }
@@ -34,10 +36,11 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
     throw Error(fmt::format("code generation: kernel '{}': {} query rows a kv head of head size {} do not fit a "
                             "block's shared memory",
                             entry, rows, spec.D));
-  // Enough splits that the sequences' kv heads make two blocks an SM, each split at least
-  // a tile of keys.
+  // Enough splits that the sequences' kv heads make four blocks an SM (a block's warps
+  // wait on shared memory and on each other; more of them keep an SM busy), each split at
+  // least a tile of keys.
   const int64_t heads = spec.B * spec.HKV;
-  const int64_t splits = std::clamp<int64_t>(ceilDiv(2 * source.machine().multiprocessors, heads), 1,
+  const int64_t splits = std::clamp<int64_t>(ceilDiv(4 * source.machine().multiprocessors, heads), 1,
                                              ceilDiv(spec.context, tile));
   const int vec = spec.D % 8 == 0 && spec.DV % 8 == 0 ? 8 : 1;
   const std::vector<int64_t> cache{spec.layers, spec.B, spec.HKV, spec.context, spec.D};

@@ -11,6 +11,15 @@
 //       normalized output and log-sum-exp to the workspace, and the last split of the
 //       (sequence, kv head) to finish (a counter in the sync words, left zero) combines
 //       them. A sequence whose keys fit one split writes its output directly.
+//   v2  register tiles: v1's loops read two shared floats a multiply-add, and shared
+//       memory, not HBM, set its pace. Scores: a thread takes one key of the tile and up
+//       to 4 query rows at a time, 4 elements a 16-byte read (the key rows padded by 4
+//       floats, so a quarter-warp's rows hit different banks; every lane of a warp reads the
+//       same query row). P·V: a thread keeps 4 output columns of up to 4 rows for its part
+//       of the tile's keys (the block's threads cover every column and row, then split the
+//       keys); the parts are added in order, in shared memory, once at the end. The next
+//       tile's reads are issued before this tile is computed. The last split combines
+//       the others' rows reading several at a time from L2 (v1 read them one by one).
 //
 // Spec S: B, H, HKV, SQ, D, DV, T (the cache's positions), SPLITS, KT, MIN_KEYS, VEC (1 or
 // 8: elements a load), SCALE_LOG2 (the softmax scale times log2(e)), Params, and
@@ -20,26 +29,57 @@
 #pragma once
 #include "prelude.cuh"
 
-// Cache rows j0..j0+KT-1 (zeros from `end` on) into `tile` as fp32, VEC elements a load.
-template <class S, int W, int THREADS, class Row>
-TL_DEVICE void tl_cache_tile(float (&tile)[S::KT][W + 1], Row row, int j0, int end) {
-  for (int i = threadIdx.x; i < S::KT * (W / S::VEC); i += THREADS) {
-    const int j = i / (W / S::VEC), d = i % (W / S::VEC) * S::VEC;
-    float v[S::VEC];
-    if (j0 + j < end) tl_ld_vec<S::VEC>(row(j0 + j), d, v);
-    else for (int x = 0; x < S::VEC; ++x) v[x] = 0.0f;
-    for (int x = 0; x < S::VEC; ++x) tile[j][d + x] = v[x];
+// A tile of cache rows (KT rows of W elements) on its way to shared memory as fp32: load()
+// issues the reads of rows j0..j0+KT-1 (zeros from `end` on) into registers, VEC elements a
+// read, and store() writes them to `tile` (rows of LD floats), so the next tile's reads are
+// in flight while this one is computed.
+template <class S, int W, int THREADS> struct tl_cache_rows {
+  static constexpr int CHUNKS = (S::KT * (W / S::VEC) + THREADS - 1) / THREADS;
+  float v[CHUNKS][S::VEC];
+  template <class Row> TL_DEVICE void load(Row row, int j0, int end) {
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      const int i = threadIdx.x + c * THREADS, j = i / (W / S::VEC), d = i % (W / S::VEC) * S::VEC;
+      if (i < S::KT * (W / S::VEC) && j0 + j < end) tl_ld_vec<S::VEC>(row(j0 + j), d, v[c]);
+      else for (int x = 0; x < S::VEC; ++x) v[c][x] = 0.0f;
+    }
+  }
+  template <int LD> TL_DEVICE void store(float (&tile)[S::KT][LD]) const {
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      const int i = threadIdx.x + c * THREADS, j = i / (W / S::VEC), d = i % (W / S::VEC) * S::VEC;
+      if (i < S::KT * (W / S::VEC))
+        for (int x = 0; x < S::VEC; ++x) tile[j][d + x] = v[c][x];
+    }
+  }
+};
+
+// N consecutive shared floats, as one 16-byte read where N is 4 (p 16-byte aligned).
+template <int N> TL_DEVICE void tl_lds(const float *p, float (&v)[N]) {
+  if constexpr (N == 4) {
+    const float4 x = *reinterpret_cast<const float4 *>(p);
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+  } else {
+    for (int i = 0; i < N; ++i) v[i] = p[i];
   }
 }
 
 template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p) {
   constexpr int THREADS = 128, G = S::H / S::HKV, R = G * S::SQ;
-  constexpr int OUTS = (R * S::DV + THREADS - 1) / THREADS;  // output elements a thread accumulates
-  constexpr int ROW = S::DV + 1;                              // a partial row: DV outputs, then its log-sum-exp
-  __shared__ float qs[R][S::D];
-  __shared__ float ks[S::KT][S::D + 1];  // padded: threads reading one column of different keys hit different banks
-  __shared__ float vs[S::KT][S::DV + 1];
+  constexpr int ROW = S::DV + 1;  // a partial row: DV outputs, then its log-sum-exp
+  // Scores: thread t takes key t % KT and, of each SR rows, those of group t / KT.
+  constexpr int KW = S::D % 4 == 0 ? 4 : 1, KD = S::D % 4 == 0 ? S::D + 4 : S::D + 1;
+  constexpr int SR = R < 4 ? R : 4, SG = THREADS / S::KT;
+  // P·V: items of CW columns x OR rows; KP threads an item, each a part of the keys.
+  constexpr int CW = S::DV % 4 == 0 ? 4 : 1, OR = R < 4 ? R : 4;
+  constexpr int ITEMS = S::DV / CW * ((R + OR - 1) / OR);
+  constexpr int KP = ITEMS < THREADS ? THREADS / ITEMS : 1, IPT = (ITEMS + THREADS - 1) / THREADS;
+  static_assert(THREADS % S::KT == 0, "a tile's keys divide the block's threads");
+  __shared__ __align__(16) float qs[R][S::D];
+  __shared__ __align__(16) float ks[S::KT][KD];
+  __shared__ __align__(16) float vs[S::KT][S::DV];
   __shared__ float ps[R][S::KT];
+  __shared__ float outs[R][S::DV];
   __shared__ float rowMax[R], rowSum[R], rowScale[R];
   tl_wait_for_producers();
   const int split = tl_block_index() % S::SPLITS, bh = tl_block_index() / S::SPLITS;
@@ -63,24 +103,47 @@ template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p
     rowMax[r] = -tl_inf();
     rowSum[r] = 0.0f;
   }
-  float acc[OUTS];
-  for (int o = 0; o < OUTS; ++o) acc[o] = 0.0f;
+  const int part = threadIdx.x / ITEMS;  // P·V: this thread's part of each tile's keys (KP: none)
+  float acc[IPT][OR][CW];
+  for (int o = 0; o < IPT; ++o)
+    for (int q = 0; q < OR; ++q)
+      for (int c = 0; c < CW; ++c) acc[o][q][c] = 0.0f;
 
+  auto keyRow = [&](int t) { return S::k_src(p, b, hkv, t); };
+  auto valueRow = [&](int t) { return S::v_src(p, b, hkv, t); };
+  tl_cache_rows<S, S::D, THREADS> nextKeys;
+  tl_cache_rows<S, S::DV, THREADS> nextValues;
+  nextKeys.load(keyRow, first, end);
+  nextValues.load(valueRow, first, end);
   for (int j0 = first; j0 < end; j0 += S::KT) {
     tl_sync();  // the last tile's reads are done
-    tl_cache_tile<S, S::D, THREADS>(ks, [&](int t) { return S::k_src(p, b, hkv, t); }, j0, end);
-    tl_cache_tile<S, S::DV, THREADS>(vs, [&](int t) { return S::v_src(p, b, hkv, t); }, j0, end);
+    nextKeys.store(ks);
+    nextValues.store(vs);
     tl_sync();
+    if (j0 + S::KT < end) {
+      nextKeys.load(keyRow, j0 + S::KT, end);
+      nextValues.load(valueRow, j0 + S::KT, end);
+    }
     // Scores in base 2; row r (query s = r % SQ) sees keys up to its own position.
-    for (int i = threadIdx.x; i < R * S::KT; i += THREADS) {
-      const int r = i / S::KT, j = i % S::KT, t = j0 + j;
-      float score = -tl_inf();
-      if (t < end && t <= start + r % S::SQ) {
-        float dot = 0.0f;
-        for (int d = 0; d < S::D; ++d) dot = fmaf(qs[r][d], ks[j][d], dot);
-        score = dot;
+    {
+      const int j = threadIdx.x % S::KT, t = j0 + j;
+      for (int r0 = threadIdx.x / S::KT * SR; r0 < R; r0 += SG * SR) {
+        float dot[SR];
+        for (int q = 0; q < SR; ++q) dot[q] = 0.0f;
+        for (int d = 0; d < S::D; d += KW) {
+          float k[KW];
+          tl_lds<KW>(&ks[j][d], k);
+#pragma unroll
+          for (int q = 0; q < SR; ++q)
+            if (r0 + q < R) {
+              float x[KW];
+              tl_lds<KW>(&qs[r0 + q][d], x);
+              for (int e = 0; e < KW; ++e) dot[q] = fmaf(x[e], k[e], dot[q]);
+            }
+        }
+        for (int q = 0; q < SR && r0 + q < R; ++q)
+          ps[r0 + q][j] = t < end && t <= start + (r0 + q) % S::SQ ? dot[q] : -tl_inf();
       }
-      ps[r][j] = score;
     }
     tl_sync();
     // The online softmax, a warp a row: the tile's weights, and how much the row's
@@ -105,25 +168,44 @@ template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p
       }
     }
     tl_sync();
-    for (int o = 0; o < OUTS; ++o) {
-      const int i = threadIdx.x + o * THREADS;
-      if (i < R * S::DV) {
-        const int r = i / S::DV, d = i % S::DV;
-        float sum = acc[o] * rowScale[r];
-        for (int j = 0; j < S::KT; ++j) sum = fmaf(ps[r][j], vs[j][d], sum);
-        acc[o] = sum;
+    if (part < KP) {
+      for (int o = 0; o < IPT; ++o) {
+        const int item = threadIdx.x % ITEMS + o * THREADS;
+        const int c0 = item % (S::DV / CW) * CW, r0 = item / (S::DV / CW) * OR;
+        if (item >= ITEMS) break;
+        for (int q = 0; q < OR && r0 + q < R; ++q)
+          for (int c = 0; c < CW; ++c) acc[o][q][c] *= rowScale[r0 + q];
+        for (int j = part; j < S::KT; j += KP) {
+          float v[CW];
+          tl_lds<CW>(&vs[j][c0], v);
+#pragma unroll
+          for (int q = 0; q < OR; ++q)
+            if (r0 + q < R) {
+              const float weight = ps[r0 + q][j];
+              for (int c = 0; c < CW; ++c) acc[o][q][c] = fmaf(weight, v[c], acc[o][q][c]);
+            }
+        }
       }
     }
+  }
+  // The parts' sums, added in part order (the same result every run).
+  for (int k = 0; k < KP; ++k) {
+    tl_sync();
+    if (part == k)
+      for (int o = 0; o < IPT; ++o) {
+        const int item = threadIdx.x % ITEMS + o * THREADS;
+        const int c0 = item % (S::DV / CW) * CW, r0 = item / (S::DV / CW) * OR;
+        if (item >= ITEMS) break;
+        for (int q = 0; q < OR && r0 + q < R; ++q)
+          for (int c = 0; c < CW; ++c) outs[r0 + q][c0 + c] = (k == 0 ? 0.0f : outs[r0 + q][c0 + c]) + acc[o][q][c];
+      }
   }
   tl_sync();
 
   if (splits == 1) {
-    for (int o = 0; o < OUTS; ++o) {
-      const int i = threadIdx.x + o * THREADS;
-      if (i < R * S::DV) {
-        const int r = i / S::DV, d = i % S::DV;
-        tl_st(S::out_dst(p, b, hkv * G + r / S::SQ, r % S::SQ), d, acc[o] / rowSum[r]);
-      }
+    for (int i = threadIdx.x; i < R * S::DV; i += THREADS) {
+      const int r = i / S::DV, d = i % S::DV;
+      tl_st(S::out_dst(p, b, hkv * G + r / S::SQ, r % S::SQ), d, outs[r][d] / rowSum[r]);
     }
     tl_allow_dependents();
     return;
@@ -131,29 +213,36 @@ template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p
   // This split's rows, normalized, and their log-sum-exp (base 2); -inf for a row that
   // sees none of the split's keys (its later query rows see more than its first).
   float *partial = p.ws + ((tl_i64)bh * S::SPLITS + split) * R * ROW;
-  for (int o = 0; o < OUTS; ++o) {
-    const int i = threadIdx.x + o * THREADS;
-    if (i < R * S::DV) {
-      const int r = i / S::DV, d = i % S::DV;
-      partial[r * ROW + d] = rowSum[r] > 0.0f ? acc[o] / rowSum[r] : 0.0f;
-    }
+  for (int i = threadIdx.x; i < R * S::DV; i += THREADS) {
+    const int r = i / S::DV, d = i % S::DV;
+    partial[r * ROW + d] = rowSum[r] > 0.0f ? outs[r][d] / rowSum[r] : 0.0f;
   }
   for (int r = threadIdx.x; r < R; r += THREADS)
     partial[r * ROW + S::DV] = rowSum[r] > 0.0f ? rowMax[r] + log2f(rowSum[r]) : -tl_inf();
   if (tl_last_block_arrives(p.sync + bh, splits)) {
-    // Read past the L1 cache: the other splits wrote these from other SMs.
-    const volatile float *all = p.ws + (tl_i64)bh * S::SPLITS * R * ROW;
+    // The splits' rows, weighted by their share of each row's sum: a warp a row finds the
+    // largest log-sum-exp and the weights' total, then each output adds the splits'
+    // values, read from L2 (other SMs wrote them) several at a time.
+    const float *all = p.ws + (tl_i64)bh * S::SPLITS * R * ROW;
+    for (int r = threadIdx.x / TL_WARP; r < R; r += THREADS / TL_WARP) {
+      const int lane = threadIdx.x % TL_WARP;
+      float best = -tl_inf();
+      for (int s = lane; s < splits; s += TL_WARP) best = fmaxf(best, tl_ld_l2(all + (s * R + r) * ROW + S::DV));
+      best = tl_warp_max(best);
+      float total = 0.0f;
+      for (int s = lane; s < splits; s += TL_WARP) total += tl_exp2(tl_ld_l2(all + (s * R + r) * ROW + S::DV) - best);
+      total = tl_warp_sum(total);
+      if (lane == 0) rowMax[r] = best, rowSum[r] = total;
+    }
+    tl_sync();
     for (int i = threadIdx.x; i < R * S::DV; i += THREADS) {
       const int r = i / S::DV, d = i % S::DV;
-      float best = -tl_inf();
-      for (int s = 0; s < splits; ++s) best = fmaxf(best, all[(s * R + r) * ROW + S::DV]);
-      float total = 0.0f, sum = 0.0f;
-      for (int s = 0; s < splits; ++s) {
-        const float weight = tl_exp2(all[(s * R + r) * ROW + S::DV] - best);
-        total += weight;
-        sum = fmaf(weight, all[(s * R + r) * ROW + d], sum);
-      }
-      tl_st(S::out_dst(p, b, hkv * G + r / S::SQ, r % S::SQ), d, sum / total);
+      const float best = rowMax[r];
+      float sum = 0.0f;
+#pragma unroll 8
+      for (int s = 0; s < splits; ++s)
+        sum = fmaf(tl_exp2(tl_ld_l2(all + (s * R + r) * ROW + S::DV) - best), tl_ld_l2(all + (s * R + r) * ROW + d), sum);
+      tl_st(S::out_dst(p, b, hkv * G + r / S::SQ, r % S::SQ), d, sum / rowSum[r]);
     }
     if (threadIdx.x == 0) p.sync[bh] = 0u;
   }

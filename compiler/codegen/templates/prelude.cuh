@@ -287,6 +287,15 @@ TL_DEVICE bool tl_last_block_arrives(unsigned *counter, unsigned arrivals = 0) {
   if (last) __threadfence();
   return last;
 }
+// A float another block wrote, read after tl_last_block_arrives: from L2, past this SM's
+// L1 cache, and unlike a volatile read free to be issued beside others.
+TL_DEVICE float tl_ld_l2(const float *p) {
+#if defined(TL_NVIDIA)
+  return __ldcg(p);
+#else
+  return *(const volatile float *)p;
+#endif
+}
 // The sum of x[0..n) in a fixed order (a stride per thread, then a tree), in fp64: the
 // same on every run. Block-wide (tl_block_threads() a power of two, at most 1024); thread 0 gets it.
 TL_DEVICE double tl_block_sum_in_order(const volatile float *x, tl_i64 n) {
