@@ -31,8 +31,8 @@
 //       staged (each thread its chunks, then a warp's, then the block's), not from a second
 //       pass of the first warp over each whole row after the staging: one round trip to
 //       L2 less a task or block.
-//   v7  GEMV_MMA (NVIDIA, bf16 weights, up to 16 rows; chained kernels only, an option not
-//       yet run on a GPU): the products on tensor cores, mma.sync m16n8k16 with the tile's
+//   v7  GEMV_MMA (NVIDIA, bf16 weights, up to 16 rows; chained kernels only, an option:
+//       correct on an H200, slower there than the tiled paths): the products on tensor cores, mma.sync m16n8k16 with the tile's
 //       16 columns of weights as the 16-row operand and A's staged rows (rounded to bf16)
 //       as the 8 columns, the block's warps splitting K (tl_gemv_mma).
 //
