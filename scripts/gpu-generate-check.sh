@@ -8,7 +8,7 @@
 # build-dir: a build with tlc and tlc_gpu_tests (default build-gpu; every build links MLIR
 # statically, so one made elsewhere runs here).
 # steps: comma-separated tests,cli,sanitize (the default), context (the 1.1B's decode step
-# after 96 and 2,016 prompt tokens at O2 and O3), and bench (bench/generate.py,
+# after 96 and 2,016 prompt tokens at O2 and O3, batch 1 and 8), and bench (bench/generate.py,
 # every configuration: appended to bench/RESULTS.md, with bench/generate.svg),
 # bench-workshop and bench-1.1b (the benchmark of one model).
 set -u
@@ -66,6 +66,14 @@ if want context; then  # the decode step's time against its context: O2 and O3's
       timeout 200 "$TLC" generate models/tinyllama-1.1b.tl --prompt-ids "$(seq -s ' ' 1 $prompt)" --max-new-tokens 32 \
         --ignore-eos --max-context=2048 $flags --dtype=bf16 --target=cuda --progress=never > "$LOGS/context.txt" 2>&1
       note "1.1B decode after $prompt prompt tokens [$flags]: rc=$? $(grep '^Decode' "$LOGS/context.txt")"
+    done
+    # A batch of 8 random prompts of this length (a ragged batch's file, equal lengths).
+    python3 -c "import random; random.seed(1); print('\n'.join(' '.join(str(random.randrange(2, 32000)) for _ in range($prompt)) for _ in range(8)))" \
+      > "$LOGS/prompts-8.txt"
+    for flags in "-O2" "-O3"; do
+      timeout 200 "$TLC" generate models/tinyllama-1.1b.tl --prompts "$LOGS/prompts-8.txt" --max-new-tokens 32 \
+        --ignore-eos --max-context=2048 $flags --dtype=bf16 --target=cuda --progress=never > "$LOGS/context.txt" 2>&1
+      note "1.1B decode, batch 8, after $prompt prompt tokens [$flags]: rc=$? $(grep '^Decode' "$LOGS/context.txt")"
     done
   done
 fi
