@@ -15,6 +15,7 @@
 #include "passes/Passes.h"
 
 #include "compiler/TlDialect.h"
+#include "compiler/codegen/KernelBuilder.h"
 #include "passes/Remarks.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -36,7 +37,9 @@ bool fitsOnAccumulator(FusedElementwiseOp chain, mlir::BlockArgument accumulator
   dependent.insert(accumulator);
   for (mlir::Operation &op : chain.getBody().front().without_terminator()) {
     if (llvm::none_of(op.getOperands(), [&](mlir::Value v) { return dependent.contains(v); })) continue;
-    if (!op.hasTrait<OpTrait::EpilogueFusable>() || llvm::isa<SplitOp>(op)) return false;
+    if (!op.hasTrait<OpTrait::EpilogueFusable>() || llvm::isa<SplitOp>(op) ||
+        !tlc::codegen::whyNotGemmEpilogue(&op).empty())
+      return false;
     for (mlir::Value result : op.getResults()) dependent.insert(result);
   }
   for (mlir::Value yielded : chain.bodyYield().getValues()) {

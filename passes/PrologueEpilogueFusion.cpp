@@ -100,6 +100,7 @@ std::string whyNotConsumer(FusedLinearOp fused, mlir::OpResult result) {
     return llvm::isa<YieldOp, mlir::func::ReturnOp>(consumer)
                ? "it is returned"
                : "its reader needs more than one element of each output tile";
+  if (std::string why = tlc::codegen::whyNotGemmEpilogue(consumer); !why.empty()) return why;
   bool movable = llvm::all_of(consumer->getOperands(), [&](mlir::Value operand) {
     return operand.getDefiningOp() == fused ? onlyUsedBy(operand, consumer) : availableAt(operand, fused);
   });

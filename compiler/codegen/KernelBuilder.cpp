@@ -1,6 +1,7 @@
 #include "compiler/codegen/KernelBuilder.h"
 
 #include "compiler/TlDialect.h"
+#include "compiler/codegen/Schedule.h"
 #include "runtime/ElementwiseOps.h"
 #include "runtime/Error.h"
 #include "runtime/OpKind.h"
@@ -527,6 +528,20 @@ bool fitsGemmPrologue(mlir::Operation *op, PrologueUse use) {
   if (use == PrologueUse::rmsnormGain) return false;  // buildOperandA takes the gain as a load
   if (llvm::isa<tl::RMSNormOp>(op)) return use == PrologueUse::a;
   return op->getNumResults() == 1 && op->hasTrait<tl::OpTrait::PerElement>();
+}
+
+std::string whyNotGemmEpilogue(mlir::Operation *op) {
+  auto pairsOf = [](mlir::Value input, llvm::StringRef style) -> std::string {
+    const int64_t head = llvm::cast<mlir::ShapedType>(input.getType()).getShape().back();
+    if (style != "half" || (head > 0 && kFixedTileColumns % head == 0)) return "";
+    return fmt::format("its rotated pairs (i, i + {}) of a head of {} columns do not share one of the {}-column "
+                       "tiles every target's GEMM runs",
+                       head / 2, head, kFixedTileColumns);
+  };
+  if (auto rope = llvm::dyn_cast<tl::RopeOp>(op)) return pairsOf(rope.getInput(), rope.getStyle());
+  if (auto rope = llvm::dyn_cast<tl::RopeAtOp>(op)) return pairsOf(rope.getInput(), rope.getStyle());
+  if (auto rope = llvm::dyn_cast<tl::RopeGradOp>(op)) return pairsOf(rope.getGrad(), rope.getStyle());
+  return "";
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include "mlir/IR/Value.h"
 
 #include <functional>
+#include <string>
 
 namespace tlc::codegen {
 
@@ -37,6 +38,13 @@ enum class PrologueUse {
 // is applied to the accumulator; nothing that computes an RMSNorm's gain. Fusion passes ask
 // this before moving an op into a prologue.
 bool fitsGemmPrologue(mlir::Operation *op, PrologueUse use);
+
+// Why the GEMM generator cannot compute `op` (an EpilogueFusable op) in a fused linear's
+// epilogue; empty when it can. Per-element ops it can; a rotary embedding reads a second
+// accumulator column, its pair's, which must lie in the same tile on every path: in the
+// "half" style (pairs i and i + D/2 of a head of D columns) only where D divides
+// kFixedTileColumns. Fusion passes ask this before moving an op into an epilogue.
+std::string whyNotGemmEpilogue(mlir::Operation *op);
 
 // Throws tlc::Error naming the kernel when its structure has no generator (an op in a
 // fused region that is not elementwise or a layout change, a reduction mixing rows).

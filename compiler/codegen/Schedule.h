@@ -75,6 +75,9 @@ int64_t gemmTiles(const GemmSpec &gemm, int BM, int BN);
 
 // Whether every accumulator read of every group stays inside its tile with this BN.
 bool tileHoldsEpilogue(const GemmSpec &gemm, int BN);
+// The columns of the GEMM tiles every target runs (the SIMT and MFMA paths' 64 x 64): a
+// fused epilogue must hold in them, since one kernel source serves every path.
+constexpr int kFixedTileColumns = 64;
 
 // The tensor-core (mma.sync) tile for this GEMM on `machine` (overrides.gemmTile forces
 // one); throws when no candidate holds the epilogue's reads. `fp32`: operands split for

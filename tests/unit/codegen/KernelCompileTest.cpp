@@ -141,17 +141,21 @@ const std::vector<JitSource> &structuralSources() {
 
 // Generation's own kernels (tl-kv-cache's @prefill and @decode: the cache stores, RoPE at
 // run-time positions, decode attention over the cache, the QKV GEMM storing into the
-// cache), for one layer of both models' shapes (GQA groups of 2 and 8) in both dtypes: O0's
-// stand-alone kernels and O3's fused and chained ones. The rest of those Programs are the
-// forward's kernels, compiled above.
+// cache), for one layer of both models' shapes (GQA groups of 2 and 8; head size 64) in
+// both dtypes: O0's stand-alone kernels and O3's fused ones. The rest of those Programs are
+// the forward's kernels, compiled above. And every kernel of the 1.1B's width in heads of
+// 128, as Llama 2's and 3's are (a GQA group of 4; the attention's wider rows, its smaller
+// key tiles over the cache, RoPE outside the QKV GEMM's 64-column tiles).
 std::vector<JitSource> generationKernelSources() {
   std::map<std::string, std::string> entryOf;
-  for (const char *preset : {"workshop", "tinyllama-1.1b"})
+  for (const char *preset : {"workshop", "tinyllama-1.1b", "heads-of-128"})
     for (const char *dtype : {"f32", "bf16"})
       for (int level : {0, 3}) {
         auto context = tlContext();
-        LlamaConfig config = *presetConfig(preset);
+        const bool wide = std::string(preset) == "heads-of-128";
+        LlamaConfig config = *presetConfig(wide ? "tinyllama-1.1b" : preset);
         config.layers = 1;
+        if (wide) config.heads = 16, config.headDim = 128;
         auto module = buildLlamaModule(*context, config);
         CompileOptions options{level, 2, 16, dtype};
         GenerationOptions generation{256};
@@ -162,7 +166,8 @@ std::vector<JitSource> generationKernelSources() {
         for (const Program *program : {&programs->prefill, &programs->decode})
           for (const Kernel &kernel : program->kernels)
             for (const OpRecord &op : kernel.ops)
-              if (op.kind == OpKind::kv_cache_store || op.kind == OpKind::rope_at || op.kind == OpKind::cache_attention)
+              if (wide || op.kind == OpKind::kv_cache_store || op.kind == OpKind::rope_at ||
+                  op.kind == OpKind::cache_attention)
                 entryOf.emplace(kernel.source, kernel.entry);
       }
   return asSources(entryOf);

@@ -107,6 +107,34 @@ TEST(Levels, AnOpOnANormsGainRunsAtEveryLevel) {
   }
 }
 
+// Llama checkpoints' head sizes (64 is TinyLlama's, 128 Llama 2's and 3's, 80 and 96
+// others') in both RoPE styles: every level compiles the forward and the training step
+// and gives O0's logits, whether or not RoPE can move into the QKV GEMM's epilogue (its
+// "half" pairs, i and i + D/2, must share one of the 64-column tiles every target runs).
+TEST(Levels, EveryHeadSizeAndRopeStyleRunsAtEveryLevel) {
+  AdamWOptions training;
+  for (int64_t headDim : {16, 64, 80, 96, 128})
+    for (const char *style : {"adjacent", "half"}) {
+      SCOPED_TRACE(::testing::Message() << "head size " << headDim << ", " << style);
+      LlamaConfig config = support::resizedConfig("workshop", {1, 2 * headDim, 2, 1, headDim, 96, 97});
+      config.ropeStyle = style;
+      bool fused = false;
+      auto everyLevel = [&] {
+        LevelRuns runs = runEveryLevel(config, "f32", ::testing::UnitTest::GetInstance()->random_seed() + 31);
+        for (int level = 1; level <= 3; ++level)
+          EXPECT_LE(relativeError(runs.results[size_t(level)].logits.data, runs.results[0].logits.data), 1e-5)
+              << "O" << level;
+        for (const Kernel &kernel : runs.programs[2].kernels)
+          fused = fused || (support::computesOp(kernel, "rope") && support::computesOp(kernel, "linear"));
+        for (int level = 0; level <= 3; ++level) support::compileConfig(config, {level, 2, 8, "f32"}, &training);
+        support::compileConfig(config, {2, 1, 1, "bf16"});
+      };
+      ASSERT_NO_THROW(everyLevel());
+      // RoPE leaves the GEMM only where a head's pairs cross a 64-column tile.
+      EXPECT_EQ(fused, std::string(style) == "adjacent" || 64 % headDim == 0);
+    }
+}
+
 std::vector<Program> allLevels(const LlamaConfig &config) {
   std::vector<Program> programs;
   for (int level = 0; level <= 3; ++level) programs.push_back(support::compileConfig(config, {level, 8, 128, "bf16"}));
