@@ -32,9 +32,10 @@
 //       pass of the first warp over each whole row after the staging: one round trip to
 //       L2 less a task or block.
 //   v7  GEMV_MMA (NVIDIA, bf16 weights, up to 16 rows; chained kernels only, an option:
-//       correct on an H200, slower there than the tiled paths): the products on tensor cores, mma.sync m16n8k16 with the tile's
-//       16 columns of weights as the 16-row operand and A's staged rows (rounded to bf16)
-//       as the 8 columns, the block's warps splitting K (tl_gemv_mma).
+//       correct on an H200, slower there than the tiled paths): the products on tensor
+//       cores, mma.sync m16n8k16 with the tile's 16 columns of weights as the 16-row
+//       operand and A's staged rows (rounded to bf16) as the 8 columns, the block's warps
+//       splitting K (tl_gemv_mma).
 //
 // Spec (gemm_common.cuh's): BM = M rows (one row tile), BN, K_SPLITS (every tile split
 // alike), WARPS_N warps, GEMV_MMA; hooks a_src/a_chunk, b_src, gain_elem, epilogue.
