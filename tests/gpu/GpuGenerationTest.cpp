@@ -197,19 +197,22 @@ INSTANTIATE_TEST_SUITE_P(Levels, GpuGeneration, ::testing::ValuesIn(allCases(3))
 
 // The split-cache attention alone at a long context (4096 positions: up to the schedule's
 // splits a sequence, the last split combining): one sequence at the end of the cache,
-// then a ragged batch, GQA groups of 2 (workshop) and 8 (TinyLlama), fp32 and bf16,
+// then a ragged batch, GQA groups of 2 (workshop), 8 (TinyLlama) and 4 of heads of 128
+// (the 1.1B's width in Llama 2's head size), fp32 and bf16,
 // against the CPU reference on random queries and caches. Run twice: the split counters
 // must be back to zero after each.
 TEST(GpuGenerationLongContext, SplitCacheAttentionMatchesTheCpuReference) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);
   const int64_t context = small() ? 2048 : 4096;
-  for (const char *model : {"workshop", "tinyllama-1.1b"})
+  for (const char *model : {"workshop", "tinyllama-1.1b", "heads-of-128"})
     for (const char *dtype : {"f32", "bf16"})
       for (const std::vector<int32_t> &positions :
            {std::vector<int32_t>{int32_t(context - 1)}, std::vector<int32_t>{int32_t(context) - 100, 1234, 7, 2047}}) {
-        LlamaConfig config = *presetConfig(model);
+        const bool wide = std::string(model) == "heads-of-128";
+        LlamaConfig config = *presetConfig(wide ? "tinyllama-1.1b" : model);
         config.layers = 2;
+        if (wide) config.heads = 16, config.headDim = 128;
         GenerationPrograms programs =
             compileGeneration(config, 2, int64_t(positions.size()), 1, context, dtype);
         const Program &decode = programs.decode;
