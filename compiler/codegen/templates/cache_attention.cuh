@@ -11,8 +11,8 @@
 //       normalized output and log-sum-exp to the workspace, and the last split of the
 //       (sequence, kv head) to finish (a counter in the sync words, left zero) combines
 //       them. A sequence whose keys fit one split writes its output directly.
-//   v2  register tiles: v1's loops read two shared floats a multiply-add, and shared
-//       memory, not HBM, set its pace. Scores: a thread takes one key of the tile and up
+//   v2  register tiles: v1's loops read two shared floats a multiply-add (and read HBM at
+//       under a tenth of its bandwidth). Scores: a thread takes one key of the tile and up
 //       to 4 query rows at a time, 4 elements a 16-byte read (the key rows padded by 4
 //       floats, so a quarter-warp's rows hit different banks; every lane of a warp reads the
 //       same query row). P·V: a thread keeps 4 output columns of up to 4 rows for its part
@@ -34,35 +34,31 @@
 // read, and store() writes them to `tile` (rows of LD floats), so the next tile's reads are
 // in flight while this one is computed.
 template <class S, int W, int THREADS> struct tl_cache_rows {
-  static constexpr int CHUNKS = (S::KT * (W / S::VEC) + THREADS - 1) / THREADS;
+  static constexpr int PER_ROW = W / S::VEC, CHUNKS = (S::KT * PER_ROW + THREADS - 1) / THREADS;
   float v[CHUNKS][S::VEC];
+  // This thread's chunk c: its row and first element; false past the tile.
+  static TL_DEVICE bool chunk(int c, int &j, int &d) {
+    const int i = threadIdx.x + c * THREADS;
+    j = i / PER_ROW, d = i % PER_ROW * S::VEC;
+    return i < S::KT * PER_ROW;
+  }
   template <class Row> TL_DEVICE void load(Row row, int j0, int end) {
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
-      const int i = threadIdx.x + c * THREADS, j = i / (W / S::VEC), d = i % (W / S::VEC) * S::VEC;
-      if (i < S::KT * (W / S::VEC) && j0 + j < end) tl_ld_vec<S::VEC>(row(j0 + j), d, v[c]);
+      int j, d;
+      if (chunk(c, j, d) && j0 + j < end) tl_ld_vec<S::VEC>(row(j0 + j), d, v[c]);
       else for (int x = 0; x < S::VEC; ++x) v[c][x] = 0.0f;
     }
   }
   template <int LD> TL_DEVICE void store(float (&tile)[S::KT][LD]) const {
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
-      const int i = threadIdx.x + c * THREADS, j = i / (W / S::VEC), d = i % (W / S::VEC) * S::VEC;
-      if (i < S::KT * (W / S::VEC))
+      int j, d;
+      if (chunk(c, j, d))
         for (int x = 0; x < S::VEC; ++x) tile[j][d + x] = v[c][x];
     }
   }
 };
-
-// N consecutive shared floats, as one 16-byte read where N is 4 (p 16-byte aligned).
-template <int N> TL_DEVICE void tl_lds(const float *p, float (&v)[N]) {
-  if constexpr (N == 4) {
-    const float4 x = *reinterpret_cast<const float4 *>(p);
-    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-  } else {
-    for (int i = 0; i < N; ++i) v[i] = p[i];
-  }
-}
 
 template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p) {
   constexpr int THREADS = 128, G = S::H / S::HKV, R = G * S::SQ;
@@ -104,6 +100,12 @@ template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p
     rowSum[r] = 0.0f;
   }
   const int part = threadIdx.x / ITEMS;  // P·V: this thread's part of each tile's keys (KP: none)
+  // P·V: this thread's item o, its first output column and row; false past the items.
+  auto itemAt = [&](int o, int &c0, int &r0) {
+    const int item = threadIdx.x % ITEMS + o * THREADS;
+    c0 = item % (S::DV / CW) * CW, r0 = item / (S::DV / CW) * OR;
+    return item < ITEMS;
+  };
   float acc[IPT][OR][CW];
   for (int o = 0; o < IPT; ++o)
     for (int q = 0; q < OR; ++q)
@@ -132,12 +134,12 @@ template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p
         for (int q = 0; q < SR; ++q) dot[q] = 0.0f;
         for (int d = 0; d < S::D; d += KW) {
           float k[KW];
-          tl_lds<KW>(&ks[j][d], k);
+          tl_ld_vec<KW>(&ks[j][d], 0, k);
 #pragma unroll
           for (int q = 0; q < SR; ++q)
             if (r0 + q < R) {
               float x[KW];
-              tl_lds<KW>(&qs[r0 + q][d], x);
+              tl_ld_vec<KW>(&qs[r0 + q][d], 0, x);
               for (int e = 0; e < KW; ++e) dot[q] = fmaf(x[e], k[e], dot[q]);
             }
         }
@@ -170,14 +172,13 @@ template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p
     tl_sync();
     if (part < KP) {
       for (int o = 0; o < IPT; ++o) {
-        const int item = threadIdx.x % ITEMS + o * THREADS;
-        const int c0 = item % (S::DV / CW) * CW, r0 = item / (S::DV / CW) * OR;
-        if (item >= ITEMS) break;
+        int c0, r0;
+        if (!itemAt(o, c0, r0)) break;
         for (int q = 0; q < OR && r0 + q < R; ++q)
           for (int c = 0; c < CW; ++c) acc[o][q][c] *= rowScale[r0 + q];
         for (int j = part; j < S::KT; j += KP) {
           float v[CW];
-          tl_lds<CW>(&vs[j][c0], v);
+          tl_ld_vec<CW>(&vs[j][c0], 0, v);
 #pragma unroll
           for (int q = 0; q < OR; ++q)
             if (r0 + q < R) {
@@ -193,9 +194,8 @@ template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p
     tl_sync();
     if (part == k)
       for (int o = 0; o < IPT; ++o) {
-        const int item = threadIdx.x % ITEMS + o * THREADS;
-        const int c0 = item % (S::DV / CW) * CW, r0 = item / (S::DV / CW) * OR;
-        if (item >= ITEMS) break;
+        int c0, r0;
+        if (!itemAt(o, c0, r0)) break;
         for (int q = 0; q < OR && r0 + q < R; ++q)
           for (int c = 0; c < CW; ++c) outs[r0 + q][c0 + c] = (k == 0 ? 0.0f : outs[r0 + q][c0 + c]) + acc[o][q][c];
       }

@@ -230,10 +230,20 @@ TL_DEVICE void tl_st2(float *p, tl_i64 i, float a, float b) {
   p[i + 1] = b;
 }
 
-// V elements from index i on: one 16-byte access for V = 8 (rows 16-byte aligned), else V
-// scalar ones.
+// 4 floats from index i on in one 16-byte access (16-byte aligned); of other types, 4 loads.
+TL_DEVICE void tl_ld4(const float *p, tl_i64 i, float (&v)[4]) {
+  const float4 x = *reinterpret_cast<const float4 *>(p + i);
+  v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+}
+template <class T> TL_DEVICE void tl_ld4(const T *p, tl_i64 i, float (&v)[4]) {
+  for (int j = 0; j < 4; ++j) v[j] = tl_ld(p, i + j);
+}
+
+// V elements from index i on: one 16-byte access for V = 8 (rows 16-byte aligned) and for 4
+// floats, else V scalar ones.
 template <int V, class T> TL_DEVICE void tl_ld_vec(const T *p, tl_i64 i, float (&v)[V]) {
   if constexpr (V == 8) tl_ld8(p, i, v);
+  else if constexpr (V == 4) tl_ld4(p, i, v);
   else for (int j = 0; j < V; ++j) v[j] = tl_ld(p, i + j);
 }
 template <int V, class T> TL_DEVICE void tl_st_vec(T *p, tl_i64 i, const float (&v)[V]) {
