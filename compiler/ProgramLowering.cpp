@@ -285,15 +285,15 @@ private:
     return mlir::success();
   }
 
+  static bool readsKvCache(const Kernel &kernel) {
+    return llvm::any_of(kernel.ops, [](const OpRecord &op) { return op.kind == OpKind::cache_attention; });
+  }
+
   // A transformer block: its kernels, launched as one dependent chain (each may start
   // while the one before it finishes); what flows between them is stored in the
   // model's dtype, small enough to stay in L2. Decode attention over the KV cache is
   // launched on its own: chained, its blocks start while the QKV GEMM's still hold the
   // SMs, and at long context that made the step slower (docs/generation.md).
-  static bool readsKvCache(const Kernel &kernel) {
-    return llvm::any_of(kernel.ops, [](const OpRecord &op) { return op.kind == OpKind::cache_attention; });
-  }
-
   mlir::LogicalResult lowerBlock(tl::BlockOp block) {
     mlir::Block &body = block.getBody().front();
     for (auto [arg, outer] : llvm::zip(body.getArguments(), block.getInputs())) ids[arg] = ids.lookup(outer);

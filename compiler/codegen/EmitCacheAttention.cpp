@@ -36,9 +36,9 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
     throw Error(fmt::format("code generation: kernel '{}': {} query rows a kv head of head size {} do not fit a "
                             "block's shared memory",
                             entry, rows, spec.D));
-  // Enough splits that the sequences' kv heads make four blocks an SM (a block's warps
-  // wait on shared memory and on each other; more of them keep an SM busy), each split at
-  // least a tile of keys.
+  // Enough splits that the sequences' kv heads make four blocks an SM (of two, four and
+  // eight, the fastest where measured: docs/generation.md), each split at least a tile of
+  // keys.
   const int64_t heads = spec.B * spec.HKV;
   const int64_t splits = std::clamp<int64_t>(ceilDiv(4 * source.machine().multiprocessors, heads), 1,
                                              ceilDiv(spec.context, tile));

@@ -20,7 +20,6 @@ namespace {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-constexpr int kFixedTile = kFixedTileColumns;  // the SIMT and MFMA paths
 constexpr int64_t kSimtSharedBytes = 64 * 72 * 4 + 64 * 4;
 
 // RMSNorm's backward in the epilogue (gemm_norm_grad.cuh): its shared memory after the

@@ -533,10 +533,10 @@ bool fitsGemmPrologue(mlir::Operation *op, PrologueUse use) {
 std::string whyNotGemmEpilogue(mlir::Operation *op) {
   auto pairsOf = [](mlir::Value input, llvm::StringRef style) -> std::string {
     const int64_t head = llvm::cast<mlir::ShapedType>(input.getType()).getShape().back();
-    if (style != "half" || (head > 0 && kFixedTileColumns % head == 0)) return "";
+    if (style != "half" || (head > 0 && kFixedTile % head == 0)) return "";
     return fmt::format("its rotated pairs (i, i + {}) of a head of {} columns do not share one of the {}-column "
                        "tiles every target's GEMM runs",
-                       head / 2, head, kFixedTileColumns);
+                       head / 2, head, kFixedTile);
   };
   if (auto rope = llvm::dyn_cast<tl::RopeOp>(op)) return pairsOf(rope.getInput(), rope.getStyle());
   if (auto rope = llvm::dyn_cast<tl::RopeAtOp>(op)) return pairsOf(rope.getInput(), rope.getStyle());

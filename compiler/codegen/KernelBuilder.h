@@ -43,7 +43,7 @@ bool fitsGemmPrologue(mlir::Operation *op, PrologueUse use);
 // epilogue; empty when it can. Per-element ops it can; a rotary embedding reads a second
 // accumulator column, its pair's, which must lie in the same tile on every path: in the
 // "half" style (pairs i and i + D/2 of a head of D columns) only where D divides
-// kFixedTileColumns. Fusion passes ask this before moving an op into an epilogue.
+// kFixedTile. Fusion passes ask this before moving an op into an epilogue.
 std::string whyNotGemmEpilogue(mlir::Operation *op);
 
 // Throws tlc::Error naming the kernel when its structure has no generator (an op in a

@@ -75,9 +75,9 @@ int64_t gemmTiles(const GemmSpec &gemm, int BM, int BN);
 
 // Whether every accumulator read of every group stays inside its tile with this BN.
 bool tileHoldsEpilogue(const GemmSpec &gemm, int BN);
-// The columns of the GEMM tiles every target runs (the SIMT and MFMA paths' 64 x 64): a
+// The rows and columns of the GEMM tiles every target runs (the SIMT and MFMA paths'): a
 // fused epilogue must hold in them, since one kernel source serves every path.
-constexpr int kFixedTileColumns = 64;
+constexpr int kFixedTile = 64;
 
 // The tensor-core (mma.sync) tile for this GEMM on `machine` (overrides.gemmTile forces
 // one); throws when no candidate holds the epilogue's reads. `fp32`: operands split for
@@ -141,7 +141,8 @@ inline int64_t pairedTileStart(int64_t tile, int64_t width, int64_t pair) {
   return tile / (pair / half) * 2 * pair + tile % (pair / half) * half;
 }
 // That path's tile, where the GEMM is one (M <= 2: at 4 rows the 1.1B's decode ran faster on
-// the tiled paths; K a multiple of 8, B stored [N, K], not
+// the tiled paths; up to 16 with overrides.gemvTensorCores, on tensor cores, 16 columns a
+// tile, chained bf16 kernels only; K a multiple of 8, B stored [N, K], not
 // RMSNorm's backward) and the machine runs it: the narrowest BN of 16 columns a row or more
 // that holds the epilogue, in one run of columns or two (tilePairs; in a persistent kernel,
 // the narrowest that leaves at most one tile a worker),
