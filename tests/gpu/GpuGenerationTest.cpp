@@ -4,6 +4,7 @@
 // attention at long context, alone and in a whole generation; sampling on the device
 // reproducible by its seed; stop tokens. Fresh random weights and tokens (seeds printed).
 #include "tests/gpu/GpuTestSupport.h"
+#include "tests/support/TestConfigs.h"
 
 #include <tlc/Generate.h>
 
@@ -209,10 +210,8 @@ TEST(GpuGenerationLongContext, SplitCacheAttentionMatchesTheCpuReference) {
     for (const char *dtype : {"f32", "bf16"})
       for (const std::vector<int32_t> &positions :
            {std::vector<int32_t>{int32_t(context - 1)}, std::vector<int32_t>{int32_t(context) - 100, 1234, 7, 2047}}) {
-        const bool wide = std::string(model) == "heads-of-128";
-        LlamaConfig config = *presetConfig(wide ? "tinyllama-1.1b" : model);
+        LlamaConfig config = support::testConfig(model);
         config.layers = 2;
-        if (wide) config.heads = 16, config.headDim = 128;
         GenerationPrograms programs =
             compileGeneration(config, 2, int64_t(positions.size()), 1, context, dtype);
         const Program &decode = programs.decode;

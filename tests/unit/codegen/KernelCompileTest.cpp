@@ -11,6 +11,7 @@
 #include "compiler/ModelIO.h"
 #include "models/ModelBuilder.h"
 #include "tests/support/ModelVariants.h"
+#include "tests/support/TestConfigs.h"
 
 #include "mlir/IR/MLIRContext.h"
 
@@ -143,22 +144,19 @@ const std::vector<JitSource> &structuralSources() {
 // run-time positions, decode attention over the cache, the QKV GEMM storing into the
 // cache), for one layer of both models' shapes (GQA groups of 2 and 8; head size 64) in
 // both dtypes: O0's stand-alone kernels and O3's fused ones. The rest of those Programs are
-// the forward's kernels, compiled above. And every kernel of two other shapes: the 1.1B's
-// width in heads of 128, as Llama 2's and 3's are (a GQA group of 4; the attention's wider
-// rows, its smaller key tiles over the cache, RoPE outside the QKV GEMM's 64-column tiles),
-// and odd widths (36 wide in heads of 18, an FFN of 50, 13 tokens: no 16-byte rows).
+// the forward's kernels, compiled above. And every kernel of two shapes no preset has
+// (support::testConfig): heads of 128 (a GQA group of 4; the attention's wider rows, its
+// smaller key tiles over the cache, RoPE outside the QKV GEMM's 64-column tiles) and odd
+// widths (no 16-byte rows).
 std::vector<JitSource> generationKernelSources() {
   std::map<std::string, std::string> entryOf;
   for (const char *preset : {"workshop", "tinyllama-1.1b", "heads-of-128", "odd-widths"})
     for (const char *dtype : {"f32", "bf16"})
       for (int level : {0, 3}) {
         auto context = tlContext();
-        const bool wide = std::string(preset) == "heads-of-128", odd = std::string(preset) == "odd-widths";
-        LlamaConfig config = *presetConfig(wide || odd ? "tinyllama-1.1b" : preset);
+        LlamaConfig config = support::testConfig(preset);
         config.layers = 1;
-        if (wide) config.heads = 16, config.headDim = 128;
-        if (odd)
-          config.hidden = 36, config.heads = 2, config.kvHeads = 1, config.headDim = 18, config.ffn = 50, config.vocab = 13;
+        const bool every = !presetConfig(preset);  // the shapes the forward's list leaves out: all their kernels
         auto module = buildLlamaModule(*context, config);
         CompileOptions options{level, 2, 16, dtype};
         GenerationOptions generation{256};
@@ -169,7 +167,7 @@ std::vector<JitSource> generationKernelSources() {
         for (const Program *program : {&programs->prefill, &programs->decode})
           for (const Kernel &kernel : program->kernels)
             for (const OpRecord &op : kernel.ops)
-              if (wide || odd || op.kind == OpKind::kv_cache_store || op.kind == OpKind::rope_at ||
+              if (every || op.kind == OpKind::kv_cache_store || op.kind == OpKind::rope_at ||
                   op.kind == OpKind::cache_attention)
                 entryOf.emplace(kernel.source, kernel.entry);
       }
