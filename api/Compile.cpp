@@ -63,6 +63,7 @@ ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
   flag("TLC_NO_WEIGHT_RING", overrides.noWeightRing);
   flag("TLC_NO_CLUSTERS", overrides.noClusters);
   flag("TLC_GEMV_TENSOR_CORES", overrides.gemvTensorCores);
+  flag("TLC_CACHE_ATTENTION_FMA", overrides.cacheAttentionFma);
   if (const char *trigger = std::getenv("TLC_PDL_TRIGGER"); trigger && std::string(trigger) == "start")
     overrides.dependentsAtStart = true;
   return overrides;
@@ -119,6 +120,7 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
   if (overrides.gemvColumns) parts.push_back(fmt::format("gemv-columns={}", overrides.gemvColumns));
   if (overrides.gemvWarps) parts.push_back(fmt::format("gemv-warps={}", overrides.gemvWarps));
   if (overrides.gemvTensorCores) parts.push_back("gemv-tensor-cores");
+  if (overrides.cacheAttentionFma) parts.push_back("cache-attention-fma");
   std::string text;
   for (const std::string &part : parts) text += (text.empty() ? "" : ", ") + part;
   return text;

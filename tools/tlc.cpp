@@ -193,6 +193,10 @@ cl::opt<bool> gemvTensorCores("gemv-tensor-cores",
                               cl::desc("chained bf16 GEMMs of up to 16 rows: matrix-vector on NVIDIA tensor cores "
                                        "(slower than the schedule's choice where measured)"),
                               cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<bool> cacheAttentionFma("cache-attention-fma",
+                                cl::desc("decode attention over the KV cache on fp32 FMAs (cache_attention.cuh v2), "
+                                         "not tensor cores"),
+                                cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> workersPerSM("workers-per-sm", cl::desc("O3: workers of the persistent kernel sharing an SM"),
                           cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> dependentsAtStart("dependents-at-start",
@@ -544,6 +548,7 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.gemvColumns = gemvColumns;
   overrides.gemvWarps = gemvWarps;
   overrides.gemvTensorCores = gemvTensorCores;
+  overrides.cacheAttentionFma = cacheAttentionFma;
   return overrides;
 }
 

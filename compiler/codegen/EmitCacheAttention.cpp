@@ -13,6 +13,12 @@ namespace {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Blocks of the kernel an SM runs at once: what the split rule fills the GPU with (of two,
+// four and eight, the fastest where measured: docs/generation.md), and on NVIDIA the
+// launch bounds that keep the registers within it (v2 at 136 registers ran three an SM,
+// 7 % slower a batch-8 decode step).
+constexpr int64_t kBlocksPerSM = 4;
+
 // Keys a tile: as many as keep the block's shared memory (the query rows, a tile of keys
 // (rows padded as cache_attention.cuh pads them) and of values in fp32, the tile's scores,
 // the output rows) within 40 KiB, 8 to 64.
@@ -36,13 +42,18 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
     throw Error(fmt::format("code generation: kernel '{}': {} query rows a kv head of head size {} do not fit a "
                             "block's shared memory",
                             entry, rows, spec.D));
-  // Enough splits that the sequences' kv heads make four blocks an SM (of two, four and
-  // eight, the fastest where measured: docs/generation.md), each split at least a tile of
-  // keys.
+  // As many splits as the sequences' kv heads fit in kBlocksPerSM blocks an SM, each at
+  // least a tile of keys: no second wave.
   const int64_t heads = spec.B * spec.HKV;
-  const int64_t splits = std::clamp<int64_t>(ceilDiv(4 * source.machine().multiprocessors, heads), 1,
-                                             ceilDiv(spec.context, tile));
+  const int64_t splits =
+      std::clamp<int64_t>(kBlocksPerSM * source.machine().multiprocessors / heads, 1, ceilDiv(spec.context, tile));
   const int vec = spec.D % 8 == 0 && spec.DV % 8 == 0 ? 8 : 1;
+  // cache_attention.cuh v3 (tensor cores) where NVIDIA compiles the kernel: bf16 caches,
+  // head sizes a multiple of 64, the kv head's query rows one m16 tile. Its dynamic shared
+  // memory: tl_cache_mma_layout's.
+  const bool mma = source.dtype(spec.keys) == DType::BF16 && spec.D % 64 == 0 && spec.DV % 64 == 0 && rows <= 16 &&
+                   !source.machine().overrides.cacheAttentionFma;
+  const int64_t mmaBytes = 16 * spec.D * 2 + 2 * 64 * (spec.D + spec.DV) * 2 + 2 * 4 * 16 * 4 + rows * spec.DV * 4 + 2 * 16 * 4;
   const std::vector<int64_t> cache{spec.layers, spec.B, spec.HKV, spec.context, spec.D};
 
   auto cacheRow = [&](int param, const char *name, int64_t width) {
@@ -67,8 +78,9 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
                    source.name(spec.keys), source.name(spec.values), spec.layers, spec.B, spec.HKV, spec.context,
                    spec.D, spec.layer),
        fmt::format("a block per (sequence, kv head, split): the {} query heads of a kv head x {} rows share each tile "
-                   "of {} keys; up to {} splits of at least {} keys a sequence, combined by the last to finish",
-                   group, spec.SQ, tile, splits, tile),
+                   "of {} keys; up to {} splits of at least {} keys a sequence, combined by the last to finish; {}",
+                   group, spec.SQ, tile, splits, tile,
+                   mma ? "products on tensor cores where NVIDIA compiles it (v3), else fp32 FMAs (v2)" : "fp32 FMAs (v2)"),
        fmt::format("scale {}", spec.scale)});
   out += source.prelude({"cache_attention.cuh"});
   out += source.paramsStruct();
@@ -76,17 +88,21 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
   out += fmt::format("  static constexpr int B = {}, H = {}, HKV = {}, SQ = {}, D = {}, DV = {}, T = {};\n", spec.B,
                      spec.H, spec.HKV, spec.SQ, spec.D, spec.DV, spec.context);
   out += fmt::format("  static constexpr int SPLITS = {}, KT = {}, MIN_KEYS = {}, VEC = {};\n", splits, tile, tile, vec);
+  out += fmt::format("  static constexpr bool MMA = {};\n", mma ? "true" : "false");
   out += fmt::format("  static constexpr float SCALE_LOG2 = {};\n", floatLiteral(spec.scale * 1.4426950408889634));
   out += queryRow(spec.q, "q_src", spec.qRow) + queryRow(spec.out, "out_dst", spec.outRow);
   out += cacheRow(spec.keys, "k_src", spec.D) + cacheRow(spec.values, "v_src", spec.DV);
   out += fmt::format("  TL_DEVICE static int position(const Params &p, int b) {{ return p.{}[b]; }}\n",
                      source.name(spec.positions));
   out += "};\n";
-  out += source.entryPoint("128", fmt::format("  tl_cache_attention<{}_spec>(p);\n", entry));
+  out += fmt::format("#if defined(TL_NVIDIA)\n#define {0}_BOUNDS 128, {1}\n#else\n#define {0}_BOUNDS 128\n#endif\n", entry,
+                     kBlocksPerSM);
+  out += source.entryPoint(entry + "_BOUNDS", fmt::format("  tl_cache_attention<{}_spec>(p);\n", entry));
 
   EmittedKernel emitted;
   emitted.source = std::move(out);
-  emitted.launch["cuda"] = emitted.launch["hip"] = {heads * splits, 128, 0};
+  emitted.launch["cuda"] = {heads * splits, 128, mma ? mmaBytes : 0};
+  emitted.launch["hip"] = {heads * splits, 128, 0};
   emitted.workspaceBytes = splits > 1 ? heads * splits * rows * (spec.DV + 1) * 4 : 0;
   emitted.syncWords = heads;
   return emitted;

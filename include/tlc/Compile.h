@@ -30,11 +30,12 @@ struct ScheduleOverrides {
   int gemvColumns = 0;        // matrix-vector GEMMs: columns a tile, where they hold the epilogue (0: the schedule's)
   int gemvWarps = 0;          // matrix-vector GEMMs of chained kernels: warps a block (0: the schedule's)
   bool gemvTensorCores = false;  // chained bf16 GEMMs of up to 16 rows: matrix-vector on tensor cores (measured slower)
+  bool cacheAttentionFma = false;  // decode attention over the KV cache on fp32 FMAs (v2), not tensor cores
 
   bool empty() const {
     return gemmTile.empty() && wgmmaTile.empty() && attentionTile.empty() && attentionGradRows == 0 && !noWgmma && !noGemv && !noWeightRing &&
            !noClusters && !dependentsAtStart && workersPerSM == 0 && gemvSplits == 0 && gemvColumns == 0 && gemvWarps == 0 &&
-           !gemvTensorCores;
+           !gemvTensorCores && !cacheAttentionFma;
   }
 };
 

@@ -25,13 +25,14 @@ namespace {
 using namespace gputest;
 
 GenerationPrograms compileGeneration(const LlamaConfig &config, int level, int64_t batch, int64_t prompt,
-                                     int64_t context, const std::string &dtype) {
+                                     int64_t context, const std::string &dtype, const ScheduleOverrides &overrides = {}) {
   mlir::DialectRegistry registry;
   registerTlcDialects(registry);
   mlir::MLIRContext mlirContext(registry);
   mlirContext.loadAllAvailableDialects();
   auto module = buildLlamaModule(mlirContext, config);
   CompileOptions options{level, batch, prompt, dtype};
+  options.overrides = overrides;
   GenerationOptions generation{context};
   EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, nullptr, &generation)));
   auto programs = buildGenerationPrograms(*module, options, generation);
@@ -200,20 +201,24 @@ INSTANTIATE_TEST_SUITE_P(Levels, GpuGeneration, ::testing::ValuesIn(allCases(3))
 // splits a sequence, the last split combining): one sequence at the end of the cache,
 // then a ragged batch, GQA groups of 2 (workshop), 8 (TinyLlama) and 4 of heads of 128
 // (the 1.1B's width in Llama 2's head size), fp32 and bf16,
-// against the CPU reference on random queries and caches. Run twice: the split counters
-// must be back to zero after each.
+// against the CPU reference on random queries and caches; bf16 on tensor cores
+// (cache_attention.cuh v3) and on FMAs (v2, which f32 takes). Run twice: the split
+// counters must be back to zero after each.
 TEST(GpuGenerationLongContext, SplitCacheAttentionMatchesTheCpuReference) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);
   const int64_t context = small() ? 2048 : 4096;
   for (const char *model : {"workshop", "tinyllama-1.1b", "heads-of-128"})
-    for (const char *dtype : {"f32", "bf16"})
+    for (const char *form : {"f32", "bf16", "bf16 fma"})
       for (const std::vector<int32_t> &positions :
            {std::vector<int32_t>{int32_t(context - 1)}, std::vector<int32_t>{int32_t(context) - 100, 1234, 7, 2047}}) {
+        const std::string dtype = std::string(form).substr(0, std::string(form).find(' '));
+        ScheduleOverrides overrides;
+        overrides.cacheAttentionFma = std::string(form) == "bf16 fma";
         LlamaConfig config = support::testConfig(model);
         config.layers = 2;
         GenerationPrograms programs =
-            compileGeneration(config, 2, int64_t(positions.size()), 1, context, dtype);
+            compileGeneration(config, 2, int64_t(positions.size()), 1, context, dtype, overrides);
         const Program &decode = programs.decode;
         auto found = std::find_if(decode.kernels.begin(), decode.kernels.end(), [](const Kernel &kernel) {
           return kernel.ops.size() == 1 && kernel.ops[0].kind == OpKind::cache_attention;
@@ -221,6 +226,8 @@ TEST(GpuGenerationLongContext, SplitCacheAttentionMatchesTheCpuReference) {
         ASSERT_NE(found, decode.kernels.end());
         const Kernel &kernel = *found;
         EXPECT_EQ(kernel.source.find("SPLITS = 1,"), std::string::npos) << "one split: nothing to combine";
+        const bool tensorCores = std::string(form) == "bf16";
+        EXPECT_NE(kernel.source.find(tensorCores ? "MMA = true;" : "MMA = false;"), std::string::npos) << form;
         uint64_t seed = freshSeed();
         KernelValues inputs = randomKernelInputs(decode, kernel, seed);
         int positionsId = decode.storageOf(kernel.inputs.back()).id;
@@ -234,13 +241,13 @@ TEST(GpuGenerationLongContext, SplitCacheAttentionMatchesTheCpuReference) {
           for (uint32_t word : runner.syncWords()) EXPECT_EQ(word, 0u) << "a split counter left raised";
           for (const auto &[id, reference] : expected) {
             double error = relativeError(actual.at(id), reference);
-            std::printf("RESULT long_attention model=%s dtype=%s batch=%zu context=%lld rel_err=%.3e seed=%llu\n",
-                        model, dtype, positions.size(), (long long)context, error, (unsigned long long)seed);
-            EXPECT_LE(error, tolerance(dtype)) << model << " " << dtype << " batch " << positions.size() << ", seed "
+            std::printf("RESULT long_attention model=%s form=%s batch=%zu context=%lld rel_err=%.3e seed=%llu\n",
+                        model, form, positions.size(), (long long)context, error, (unsigned long long)seed);
+            EXPECT_LE(error, tolerance(dtype)) << model << " " << form << " batch " << positions.size() << ", seed "
                                                << seed;
           }
         }
-        std::printf("RESULT long_attention_us model=%s dtype=%s batch=%zu context=%lld us=%.2f\n", model, dtype,
+        std::printf("RESULT long_attention_us model=%s form=%s batch=%zu context=%lld us=%.2f\n", model, form,
                     positions.size(), (long long)context, runner.timeMicroseconds());
       }
 }

@@ -20,14 +20,22 @@
 //       keys); the parts are added in order, in shared memory, once at the end. The next
 //       tile's reads are issued before this tile is computed. The last split combines
 //       the others' rows reading several at a time from L2 (v1 read them one by one).
+//   v3  MMA (NVIDIA, bf16 caches, head sizes a multiple of 64, at most 16 query rows a kv
+//       head): the products on tensor cores (v2 issued its fp32 FMAs from few warps,
+//       latency-bound). The R query rows, padded to 16, are one m16 A operand held in
+//       registers; each tile of 16 keys a warp is staged by cp.async into swizzled shared
+//       memory in bf16, two tiles ahead and behind; a warp takes 16 keys of each tile
+//       (scores Q Kᵀ on m16n8k16, its online softmax on the accumulators, P reused from
+//       them as the A operand of P V: attention_tiles.cuh's products), and the warps'
+//       rows are merged in warp order at the end. Splits and their combine are v2's.
 //
 // Spec S: B, H, HKV, SQ, D, DV, T (the cache's positions), SPLITS, KT, MIN_KEYS, VEC (1 or
-// 8: elements a load), SCALE_LOG2 (the softmax scale times log2(e)), Params, and
+// 8: elements a load), MMA (v3 where NVIDIA compiles it, else v2), SCALE_LOG2 (the softmax scale times log2(e)), Params, and
 // q_src(p, b, h, s), out_dst(p, b, h, s) (query and output rows), k_src(p, b, hkv, t),
 // v_src(p, b, hkv, t) (cache rows of the layer), position(p, b) (the sequence's first
 // new token's position).
 #pragma once
-#include "prelude.cuh"
+#include "attention_tiles.cuh"
 
 // A tile of cache rows (KT rows of W elements) on its way to shared memory as fp32: load()
 // issues the reads of rows j0..j0+KT-1 (zeros from `end` on) into registers, VEC elements a
@@ -60,9 +68,85 @@ template <class S, int W, int THREADS> struct tl_cache_rows {
   }
 };
 
-template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p) {
-  constexpr int THREADS = 128, G = S::H / S::HKV, R = G * S::SQ;
+// Which keys block `block` takes: its (sequence, kv head) bh and split of the keys the
+// sequence's rows see, [first, end); `start` is the first new row's position. False where
+// the split is past the keys (or the sequence is not generating).
+template <class S> struct tl_cache_split {
+  int bh, b, hkv, split, start, splits, first, end;
+  TL_DEVICE explicit tl_cache_split(const typename S::Params &p, int block) {
+    split = block % S::SPLITS, bh = block / S::SPLITS;
+    b = bh / S::HKV, hkv = bh % S::HKV;
+    start = S::position(p, b);
+    const int keys = start + S::SQ < S::T ? start + S::SQ : S::T;  // the last row sees keys 0..keys-1
+    int chunk = (keys + S::SPLITS - 1) / S::SPLITS;
+    chunk = chunk < S::MIN_KEYS ? S::MIN_KEYS : (chunk + S::KT - 1) / S::KT * S::KT;
+    splits = (keys + chunk - 1) / chunk;
+    first = split * chunk, end = first + chunk < keys ? first + chunk : keys;
+  }
+  TL_DEVICE bool empty() const { return split >= splits || start < 0; }
+};
+
+// The split's rows (`outs`, R rows of DV floats, not yet divided by their sums), their
+// running maxima and sums (base 2): written out where the sequence has one split, else
+// left normalized with their log-sum-exp in the workspace, where the last split of the
+// (sequence, kv head) to finish adds them up. rowMax and rowSum (R floats of shared
+// memory) are reused by that combine.
+template <class S, int R>
+TL_DEVICE void tl_cache_attention_finish(const typename S::Params &p, const tl_cache_split<S> &at, const float *outs,
+                                         float *rowMax, float *rowSum) {
+  constexpr int THREADS = 128, G = S::H / S::HKV;
   constexpr int ROW = S::DV + 1;  // a partial row: DV outputs, then its log-sum-exp
+  const int b = at.b, hkv = at.hkv, bh = at.bh, splits = at.splits;
+  if (splits == 1) {
+    for (int i = threadIdx.x; i < R * S::DV; i += THREADS) {
+      const int r = i / S::DV, d = i % S::DV;
+      tl_st(S::out_dst(p, b, hkv * G + r / S::SQ, r % S::SQ), d, outs[r * S::DV + d] / rowSum[r]);
+    }
+    tl_allow_dependents();
+    return;
+  }
+  // This split's rows, normalized, and their log-sum-exp (base 2); -inf for a row that
+  // sees none of the split's keys (its later query rows see more than its first).
+  float *partial = p.ws + ((tl_i64)bh * S::SPLITS + at.split) * R * ROW;
+  for (int i = threadIdx.x; i < R * S::DV; i += THREADS) {
+    const int r = i / S::DV, d = i % S::DV;
+    partial[r * ROW + d] = rowSum[r] > 0.0f ? outs[r * S::DV + d] / rowSum[r] : 0.0f;
+  }
+  for (int r = threadIdx.x; r < R; r += THREADS)
+    partial[r * ROW + S::DV] = rowSum[r] > 0.0f ? rowMax[r] + log2f(rowSum[r]) : -tl_inf();
+  if (tl_last_block_arrives(p.sync + bh, splits)) {
+    // The splits' rows, weighted by their share of each row's sum: a warp a row finds the
+    // largest log-sum-exp and the weights' total, then each output adds the splits'
+    // values, read from L2 (other SMs wrote them) several at a time.
+    const float *all = p.ws + (tl_i64)bh * S::SPLITS * R * ROW;
+    for (int r = threadIdx.x / TL_WARP; r < R; r += THREADS / TL_WARP) {
+      const int lane = threadIdx.x % TL_WARP;
+      float best = -tl_inf();
+      for (int s = lane; s < splits; s += TL_WARP) best = fmaxf(best, tl_ld_l2(all + (s * R + r) * ROW + S::DV));
+      best = tl_warp_max(best);
+      float total = 0.0f;
+      for (int s = lane; s < splits; s += TL_WARP) total += tl_exp2(tl_ld_l2(all + (s * R + r) * ROW + S::DV) - best);
+      total = tl_warp_sum(total);
+      if (lane == 0) rowMax[r] = best, rowSum[r] = total;
+    }
+    tl_sync();
+    for (int i = threadIdx.x; i < R * S::DV; i += THREADS) {
+      const int r = i / S::DV, d = i % S::DV;
+      const float best = rowMax[r];
+      float sum = 0.0f;
+#pragma unroll 8
+      for (int s = 0; s < splits; ++s)
+        sum = fmaf(tl_exp2(tl_ld_l2(all + (s * R + r) * ROW + S::DV) - best), tl_ld_l2(all + (s * R + r) * ROW + d), sum);
+      tl_st(S::out_dst(p, b, hkv * G + r / S::SQ, r % S::SQ), d, sum / rowSum[r]);
+    }
+    if (threadIdx.x == 0) p.sync[bh] = 0u;
+  }
+  tl_allow_dependents();
+}
+
+// v2: fp32 FMAs, any dtype and head size.
+template <class S> TL_DEVICE void tl_cache_attention_fma(const typename S::Params &p) {
+  constexpr int THREADS = 128, G = S::H / S::HKV, R = G * S::SQ;
   // Scores: thread t takes key t % KT and, of each SR rows, those of group t / KT.
   constexpr int KW = S::D % 4 == 0 ? 4 : 1, KD = S::D % 4 == 0 ? S::D + 4 : S::D + 1;
   constexpr int SR = R < 4 ? R : 4, SG = THREADS / S::KT;
@@ -78,18 +162,12 @@ template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p
   __shared__ float outs[R][S::DV];
   __shared__ float rowMax[R], rowSum[R], rowScale[R];
   tl_wait_for_producers();
-  const int split = tl_block_index() % S::SPLITS, bh = tl_block_index() / S::SPLITS;
-  const int b = bh / S::HKV, hkv = bh % S::HKV;
-  const int start = S::position(p, b);
-  const int keys = start + S::SQ < S::T ? start + S::SQ : S::T;  // the last row sees keys 0..keys-1
-  int chunk = (keys + S::SPLITS - 1) / S::SPLITS;
-  chunk = chunk < S::MIN_KEYS ? S::MIN_KEYS : (chunk + S::KT - 1) / S::KT * S::KT;
-  const int splits = (keys + chunk - 1) / chunk;
-  if (split >= splits || start < 0) {
+  const tl_cache_split<S> at(p, tl_block_index());
+  if (at.empty()) {
     tl_allow_dependents();
     return;
   }
-  const int first = split * chunk, end = first + chunk < keys ? first + chunk : keys;
+  const int b = at.b, hkv = at.hkv, start = at.start, first = at.first, end = at.end;
 
   for (int i = threadIdx.x; i < R * S::D; i += THREADS) {
     const int r = i / S::D, d = i % S::D;
@@ -201,50 +279,161 @@ template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p
       }
   }
   tl_sync();
+  tl_cache_attention_finish<S, R>(p, at, &outs[0][0], rowMax, rowSum);
+}
 
-  if (splits == 1) {
-    for (int i = threadIdx.x; i < R * S::DV; i += THREADS) {
-      const int r = i / S::DV, d = i % S::DV;
-      tl_st(S::out_dst(p, b, hkv * G + r / S::SQ, r % S::SQ), d, outs[r][d] / rowSum[r]);
-    }
+#if defined(TL_NVIDIA)
+// v3: tensor cores. The dynamic shared memory the emitter asks for: Q's 16 rows, then
+// STAGES tiles of keys and of values (bf16, swizzled), then the warps' row maxima and
+// sums, the merged rows and their maxima and sums.
+template <class S> struct tl_cache_mma_layout {
+  static constexpr int WARPS = 4, KT = 16 * WARPS, STAGES = 2, R = S::H / S::HKV * S::SQ;
+  static constexpr int Q_BYTES = 16 * S::D * 2, K_BYTES = KT * S::D * 2, V_BYTES = KT * S::DV * 2;
+  static constexpr int WARP_ROWS = Q_BYTES + STAGES * (K_BYTES + V_BYTES);  // [WARPS][16] maxima, then sums
+  static constexpr int OUTS = WARP_ROWS + 2 * WARPS * 16 * 4;               // [R][DV]
+  static constexpr int ROW_STATS = OUTS + R * S::DV * 4;                    // [16] maxima, [16] sums
+  static constexpr int BYTES = ROW_STATS + 2 * 16 * 4;
+};
+
+template <class S> TL_DEVICE void tl_cache_attention_mma(const typename S::Params &p) {
+  using L = tl_cache_mma_layout<S>;
+  using E = tl_attention_bf16;
+  constexpr int THREADS = 128, WARPS = L::WARPS, KT = L::KT, R = L::R, D = S::D, DV = S::DV, G = S::H / S::HKV;
+  static_assert(WARPS * TL_WARP == THREADS && R <= 16 && D % 64 == 0 && DV % 64 == 0,
+                "tensor-core decode attention: at most 16 query rows a kv head, head sizes a multiple of 64");
+  extern __shared__ __align__(128) unsigned char tl_smem[];
+  unsigned char *qTile = tl_smem, *kTiles = tl_smem + L::Q_BYTES, *vTiles = kTiles + L::STAGES * L::K_BYTES;
+  float *warpMax = reinterpret_cast<float *>(tl_smem + L::WARP_ROWS), *warpSum = warpMax + WARPS * 16;
+  float *outs = reinterpret_cast<float *>(tl_smem + L::OUTS);
+  float *rowMax = reinterpret_cast<float *>(tl_smem + L::ROW_STATS), *rowSum = rowMax + 16;
+  float *warpOuts = reinterpret_cast<float *>(kTiles);  // [WARPS][16][DV], once every tile is read
+
+  tl_wait_for_producers();
+  const tl_cache_split<S> at(p, tl_block_index());
+  if (at.empty()) {
     tl_allow_dependents();
     return;
   }
-  // This split's rows, normalized, and their log-sum-exp (base 2); -inf for a row that
-  // sees none of the split's keys (its later query rows see more than its first).
-  float *partial = p.ws + ((tl_i64)bh * S::SPLITS + split) * R * ROW;
-  for (int i = threadIdx.x; i < R * S::DV; i += THREADS) {
-    const int r = i / S::DV, d = i % S::DV;
-    partial[r * ROW + d] = rowSum[r] > 0.0f ? outs[r][d] / rowSum[r] : 0.0f;
-  }
-  for (int r = threadIdx.x; r < R; r += THREADS)
-    partial[r * ROW + S::DV] = rowSum[r] > 0.0f ? rowMax[r] + log2f(rowSum[r]) : -tl_inf();
-  if (tl_last_block_arrives(p.sync + bh, splits)) {
-    // The splits' rows, weighted by their share of each row's sum: a warp a row finds the
-    // largest log-sum-exp and the weights' total, then each output adds the splits'
-    // values, read from L2 (other SMs wrote them) several at a time.
-    const float *all = p.ws + (tl_i64)bh * S::SPLITS * R * ROW;
-    for (int r = threadIdx.x / TL_WARP; r < R; r += THREADS / TL_WARP) {
-      const int lane = threadIdx.x % TL_WARP;
-      float best = -tl_inf();
-      for (int s = lane; s < splits; s += TL_WARP) best = fmaxf(best, tl_ld_l2(all + (s * R + r) * ROW + S::DV));
-      best = tl_warp_max(best);
-      float total = 0.0f;
-      for (int s = lane; s < splits; s += TL_WARP) total += tl_exp2(tl_ld_l2(all + (s * R + r) * ROW + S::DV) - best);
-      total = tl_warp_sum(total);
-      if (lane == 0) rowMax[r] = best, rowSum[r] = total;
+  const int b = at.b, hkv = at.hkv, start = at.start, first = at.first, end = at.end;
+  const int warp = threadIdx.x / TL_WARP, lane = threadIdx.x % TL_WARP, g = lane / 4, t4 = lane % 4;
+  auto keyRow = [&](int t) { return S::k_src(p, b, hkv, t); };
+  auto valueRow = [&](int t) { return S::v_src(p, b, hkv, t); };
+  auto stage = [&](int buffer, int j0) {  // rows past `end` are zeros
+    tl_attention_stage<KT, D, THREADS>(kTiles + buffer * L::K_BYTES, j0, end, keyRow);
+    tl_attention_stage<KT, DV, THREADS>(vTiles + buffer * L::V_BYTES, j0, end, valueRow);
+    tl_cp_async_commit();
+  };
+  // Query row r = i * SQ + s is head hkv * G + i's row s; rows R..15 are zeros.
+  tl_attention_stage<16, D, THREADS>(qTile, 0, R, [&](int r) { return S::q_src(p, b, hkv * G + r / S::SQ, r % S::SQ); });
+  stage(0, first);
+
+  unsigned qf[D / 16][4];
+  float o[DV / 8][4];
+#pragma unroll
+  for (int n = 0; n < DV / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
+  // Rows g and g + 8 of this warp's keys: the running maximum (base 2) and this lane's
+  // part of the sum of weights (its quad's four parts are added at the end).
+  float m[2] = {-tl_inf(), -tl_inf()}, l[2] = {0.0f, 0.0f};
+  int buffer = 0;
+  for (int j0 = first; j0 < end; j0 += KT, buffer ^= 1) {
+    if (j0 + KT < end) {
+      stage(buffer ^ 1, j0 + KT);
+      tl_cp_async_wait<1>();
+    } else {
+      tl_cp_async_wait<0>();
     }
     tl_sync();
-    for (int i = threadIdx.x; i < R * S::DV; i += THREADS) {
-      const int r = i / S::DV, d = i % S::DV;
-      const float best = rowMax[r];
-      float sum = 0.0f;
-#pragma unroll 8
-      for (int s = 0; s < splits; ++s)
-        sum = fmaf(tl_exp2(tl_ld_l2(all + (s * R + r) * ROW + S::DV) - best), tl_ld_l2(all + (s * R + r) * ROW + d), sum);
-      tl_st(S::out_dst(p, b, hkv * G + r / S::SQ, r % S::SQ), d, sum / rowSum[r]);
+    if (j0 == first) tl_attention_fragments<D>(qTile, 0, qf);
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    E::mma_nt<16, D>(s, qf, kTiles + buffer * L::K_BYTES + warp * 16 * D * 2);
+    // s[n][e]: row g + 8 (e / 2), key j0 + 16 warp + 8 n + 2 t4 + e % 2; a row sees the
+    // keys up to its own position.
+    float tileMax[2] = {-tl_inf(), -tl_inf()};
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = g + (e / 2) * 8, key = j0 + warp * 16 + n * 8 + 2 * t4 + e % 2;
+        const bool seen = row < R && key < end && key <= start + row % S::SQ;
+        s[n][e] = seen ? s[n][e] * S::SCALE_LOG2 : -tl_inf();
+        tileMax[e / 2] = fmaxf(tileMax[e / 2], s[n][e]);
+      }
+    float shrink[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tileMax[h] = fmaxf(tileMax[h], __shfl_xor_sync(0xffffffffu, tileMax[h], 1));
+      tileMax[h] = fmaxf(tileMax[h], __shfl_xor_sync(0xffffffffu, tileMax[h], 2));
+      const float best = fmaxf(m[h], tileMax[h]);
+      shrink[h] = best == -tl_inf() ? 1.0f : tl_exp2(m[h] - best);
+      m[h] = best;
+      l[h] *= shrink[h];
     }
-    if (threadIdx.x == 0) p.sync[bh] = 0u;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float best = m[e / 2];
+        s[n][e] = best == -tl_inf() ? 0.0f : tl_exp2(s[n][e] - best);
+        l[e / 2] += s[n][e];
+      }
+#pragma unroll
+    for (int n = 0; n < DV / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n][e] *= shrink[e / 2];
+    unsigned pf[1][4];
+    tl_attention_pack<16>(pf, 0, s[0][0], s[0][1], s[0][2], s[0][3]);
+    tl_attention_pack<16>(pf, 1, s[1][0], s[1][1], s[1][2], s[1][3]);
+    E::mma_nn<16, DV>(o, pf, vTiles + buffer * L::V_BYTES + warp * 16 * DV * 2);
+    tl_sync();  // every warp has read this buffer before it is staged again
   }
-  tl_allow_dependents();
+
+  // The warps' rows merged: each warp's weighed by how far its maximum is below the
+  // block's, added in warp order (the same result every run).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    if (t4 == 0) warpMax[warp * 16 + g + 8 * h] = m[h], warpSum[warp * 16 + g + 8 * h] = l[h];
+  }
+  tl_sync();
+  float factor[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = g + 8 * h;
+    float best = -tl_inf();
+    for (int w = 0; w < WARPS; ++w) best = fmaxf(best, warpMax[w * 16 + row]);
+    factor[h] = m[h] == -tl_inf() ? 0.0f : tl_exp2(m[h] - best);
+  }
+#pragma unroll
+  for (int n = 0; n < DV / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      warpOuts[(warp * 16 + g + (e / 2) * 8) * DV + n * 8 + 2 * t4 + e % 2] = o[n][e] * factor[e / 2];
+  for (int r = threadIdx.x; r < R; r += THREADS) {
+    float best = -tl_inf(), total = 0.0f;
+    for (int w = 0; w < WARPS; ++w) best = fmaxf(best, warpMax[w * 16 + r]);
+    for (int w = 0; w < WARPS; ++w)
+      total += warpMax[w * 16 + r] == -tl_inf() ? 0.0f : warpSum[w * 16 + r] * tl_exp2(warpMax[w * 16 + r] - best);
+    rowMax[r] = best, rowSum[r] = total;
+  }
+  tl_sync();
+  for (int i = threadIdx.x; i < R * DV; i += THREADS) {
+    const int r = i / DV, d = i % DV;
+    float sum = 0.0f;
+    for (int w = 0; w < WARPS; ++w) sum += warpOuts[(w * 16 + r) * DV + d];
+    outs[i] = sum;
+  }
+  tl_sync();
+  tl_cache_attention_finish<S, R>(p, at, outs, rowMax, rowSum);
+}
+#endif
+
+template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p) {
+#if defined(TL_NVIDIA)
+  if constexpr (S::MMA) tl_cache_attention_mma<S>(p);
+  else
+#endif
+    tl_cache_attention_fma<S>(p);
 }

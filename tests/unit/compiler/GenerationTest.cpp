@@ -293,3 +293,31 @@ TEST(Generation, EachSequenceStopsAtItsFirstStopToken) {
 }
 
 } // namespace
+
+// The decode step's attention over the cache: bf16 caches of heads of 64 on tensor cores
+// where NVIDIA compiles it (v3, with its dynamic shared memory on CUDA only), f32 and the
+// override on fp32 FMAs (v2); either way no more blocks than four an SM, so none waits for
+// a second wave.
+TEST(Generation, DecodeAttentionTakesTensorCoresForBf16Caches) {
+  LlamaConfig config = support::resizedConfig("workshop", {/*layers=*/2, /*hidden=*/256, /*heads=*/4, /*kvHeads=*/2,
+                                                           /*headDim=*/64, /*ffn=*/256, /*vocab=*/97});
+  for (const char *form : {"f32", "bf16", "bf16 fma"}) {
+    CompileOptions options{2, 3, 4, std::string(form).substr(0, 4) == "bf16" ? "bf16" : "f32"};
+    options.overrides.cacheAttentionFma = std::string(form) == "bf16 fma";
+    options.multiprocessors = 10;
+    GenerationPrograms programs = compileGeneration(config, options, 4096);
+    int seen = 0;
+    for (const Kernel &kernel : programs.decode.kernels) {
+      if (kernel.ops.empty() || kernel.ops[0].kind != OpKind::cache_attention) continue;
+      ++seen;
+      const bool tensorCores = std::string(form) == "bf16";
+      EXPECT_NE(kernel.source.find(tensorCores ? "MMA = true;" : "MMA = false;"), std::string::npos) << form;
+      const KernelLaunch &cuda = kernel.launch.at("cuda"), &hip = kernel.launch.at("hip");
+      EXPECT_EQ(cuda.sharedBytes > 0, tensorCores) << form;
+      EXPECT_EQ(hip.sharedBytes, 0) << form;
+      EXPECT_LE(cuda.gridBlocks, 4 * options.multiprocessors) << form;
+      EXPECT_GT(cuda.gridBlocks, 2 * options.multiprocessors) << form << ": the splits fill the GPU";
+    }
+    EXPECT_EQ(seen, config.layers) << form;
+  }
+}
