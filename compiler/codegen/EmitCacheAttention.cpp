@@ -13,20 +13,30 @@ namespace {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Blocks of the kernel an SM runs at once: what the split rule fills the GPU with (of two,
-// four and eight, the fastest where measured: docs/generation.md), and on NVIDIA the
-// launch bounds that keep the registers within it (v2 at 136 registers ran three an SM,
-// 7 % slower a batch-8 decode step).
+// Blocks of the kernel an SM runs at once, where shared memory allows: what the split rule
+// fills the GPU with (of two, four and eight, the fastest where measured:
+// docs/generation.md), and on NVIDIA the launch bounds that keep the registers within it
+// (v2 at 136 registers ran three an SM, 7 % slower a batch-8 decode step).
 constexpr int64_t kBlocksPerSM = 4;
 
-// Keys a tile: as many as keep the block's shared memory (the query rows, a tile of keys
-// (rows padded as cache_attention.cuh pads them) and of values in fp32, the tile's scores,
-// the output rows) within 40 KiB, 8 to 64.
-int64_t keysPerTile(const CacheAttentionSpec &spec, int64_t rows) {
+// v2's shared memory with tiles of `keys` keys: the query rows, a tile of keys (rows
+// padded as cache_attention.cuh pads them) and of values in fp32, the tile's scores, the
+// output rows and three floats a row.
+int64_t fmaSharedBytes(const CacheAttentionSpec &spec, int64_t rows, int64_t keys) {
   const int64_t keyRow = spec.D % 4 == 0 ? spec.D + 4 : spec.D + 1;
+  return (rows * spec.D + keys * keyRow + keys * spec.DV + rows * keys + rows * spec.DV + 3 * rows) * 4;
+}
+
+// v3's (tl_cache_mma_layout): Q's 16 rows and two stages of 64 keys and values in bf16,
+// then the four warps' row maxima and sums, the merged rows and their maxima and sums.
+int64_t mmaSharedBytes(const CacheAttentionSpec &spec, int64_t rows) {
+  return 16 * spec.D * 2 + 2 * 64 * (spec.D + spec.DV) * 2 + 2 * 4 * 16 * 4 + rows * spec.DV * 4 + 2 * 16 * 4;
+}
+
+// Keys a tile: as many as keep v2's shared memory within 40 KiB, 8 to 64.
+int64_t keysPerTile(const CacheAttentionSpec &spec, int64_t rows) {
   for (int64_t keys = 64; keys >= 8; keys /= 2)
-    if ((rows * spec.D + keys * keyRow + keys * spec.DV + rows * keys + rows * spec.DV + 3 * rows) * 4 <= (40 << 10))
-      return keys;
+    if (fmaSharedBytes(spec, rows, keys) <= (40 << 10)) return keys;
   return 0;
 }
 
@@ -42,18 +52,20 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
     throw Error(fmt::format("code generation: kernel '{}': {} query rows a kv head of head size {} do not fit a "
                             "block's shared memory",
                             entry, rows, spec.D));
-  // As many splits as the sequences' kv heads fit in kBlocksPerSM blocks an SM, each at
-  // least a tile of keys: no second wave.
+  // cache_attention.cuh v3 (tensor cores) where NVIDIA compiles the kernel: bf16 caches,
+  // head sizes a multiple of 64, the kv head's query rows one m16 tile.
+  const Machine &machine = source.machine();
+  const bool mma = source.dtype(spec.keys) == DType::BF16 && spec.D % 64 == 0 && spec.DV % 64 == 0 && rows <= 16 &&
+                   !machine.overrides.cacheAttentionFma;
+  const int64_t sharedBytes = mma ? mmaSharedBytes(spec, rows) : fmaSharedBytes(spec, rows, tile);
+  // As many splits as the sequences' kv heads fit in the blocks an SM runs at once (at most
+  // kBlocksPerSM), each at least a tile of keys: no second wave.
+  const int64_t resident = std::clamp<int64_t>(machine.sharedBytesPerSM / (sharedBytes + machine.reservedPerBlock), 1,
+                                               kBlocksPerSM);
   const int64_t heads = spec.B * spec.HKV;
   const int64_t splits =
-      std::clamp<int64_t>(kBlocksPerSM * source.machine().multiprocessors / heads, 1, ceilDiv(spec.context, tile));
+      std::clamp<int64_t>(resident * machine.multiprocessors / heads, 1, ceilDiv(spec.context, tile));
   const int vec = spec.D % 8 == 0 && spec.DV % 8 == 0 ? 8 : 1;
-  // cache_attention.cuh v3 (tensor cores) where NVIDIA compiles the kernel: bf16 caches,
-  // head sizes a multiple of 64, the kv head's query rows one m16 tile. Its dynamic shared
-  // memory: tl_cache_mma_layout's.
-  const bool mma = source.dtype(spec.keys) == DType::BF16 && spec.D % 64 == 0 && spec.DV % 64 == 0 && rows <= 16 &&
-                   !source.machine().overrides.cacheAttentionFma;
-  const int64_t mmaBytes = 16 * spec.D * 2 + 2 * 64 * (spec.D + spec.DV) * 2 + 2 * 4 * 16 * 4 + rows * spec.DV * 4 + 2 * 16 * 4;
   const std::vector<int64_t> cache{spec.layers, spec.B, spec.HKV, spec.context, spec.D};
 
   auto cacheRow = [&](int param, const char *name, int64_t width) {
@@ -95,13 +107,17 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
   out += fmt::format("  TL_DEVICE static int position(const Params &p, int b) {{ return p.{}[b]; }}\n",
                      source.name(spec.positions));
   out += "};\n";
+  if (mma)  // the dynamic shared memory asked for at launch is the layout's
+    out += fmt::format("#if defined(TL_NVIDIA)\nstatic_assert(tl_cache_mma_layout<{}_spec>::BYTES == {}, \"v3's shared "
+                       "memory\");\n#endif\n",
+                       entry, sharedBytes);
   out += fmt::format("#if defined(TL_NVIDIA)\n#define {0}_BOUNDS 128, {1}\n#else\n#define {0}_BOUNDS 128\n#endif\n", entry,
                      kBlocksPerSM);
   out += source.entryPoint(entry + "_BOUNDS", fmt::format("  tl_cache_attention<{}_spec>(p);\n", entry));
 
   EmittedKernel emitted;
   emitted.source = std::move(out);
-  emitted.launch["cuda"] = {heads * splits, 128, mma ? mmaBytes : 0};
+  emitted.launch["cuda"] = {heads * splits, 128, mma ? sharedBytes : 0};
   emitted.launch["hip"] = {heads * splits, 128, 0};
   emitted.workspaceBytes = splits > 1 ? heads * splits * rows * (spec.DV + 1) * 4 : 0;
   emitted.syncWords = heads;
