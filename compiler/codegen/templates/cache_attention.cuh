@@ -295,67 +295,37 @@ template <class S> struct tl_cache_mma_layout {
   static constexpr int BYTES = ROW_STATS + 2 * 16 * 4;
 };
 
-template <class S> TL_DEVICE void tl_cache_attention_mma(const typename S::Params &p) {
-  using L = tl_cache_mma_layout<S>;
-  using E = tl_attention_bf16;
-  constexpr int THREADS = 128, WARPS = L::WARPS, KT = L::KT, R = L::R, D = S::D, DV = S::DV, G = S::H / S::HKV;
-  static_assert(WARPS * TL_WARP == THREADS && R <= 16 && D % 64 == 0 && DV % 64 == 0,
-                "tensor-core decode attention: at most 16 query rows a kv head, head sizes a multiple of 64");
-  extern __shared__ __align__(128) unsigned char tl_smem[];
-  unsigned char *qTile = tl_smem, *kTiles = tl_smem + L::Q_BYTES, *vTiles = kTiles + L::STAGES * L::K_BYTES;
-  float *warpMax = reinterpret_cast<float *>(tl_smem + L::WARP_ROWS), *warpSum = warpMax + WARPS * 16;
-  float *outs = reinterpret_cast<float *>(tl_smem + L::OUTS);
-  float *rowMax = reinterpret_cast<float *>(tl_smem + L::ROW_STATS), *rowSum = rowMax + 16;
-  float *warpOuts = reinterpret_cast<float *>(kTiles);  // [WARPS][16][DV], once every tile is read
-
-  tl_wait_for_producers();
-  const tl_cache_split<S> at(p, tl_block_index());
-  if (at.empty()) {
-    tl_allow_dependents();
-    return;
-  }
-  const int b = at.b, hkv = at.hkv, start = at.start, first = at.first, end = at.end;
-  const int warp = threadIdx.x / TL_WARP, lane = threadIdx.x % TL_WARP, g = lane / 4, t4 = lane % 4;
-  auto keyRow = [&](int t) { return S::k_src(p, b, hkv, t); };
-  auto valueRow = [&](int t) { return S::v_src(p, b, hkv, t); };
-  auto stage = [&](int buffer, int j0) {  // rows past `end` are zeros
-    tl_attention_stage<KT, D, THREADS>(kTiles + buffer * L::K_BYTES, j0, end, keyRow);
-    tl_attention_stage<KT, DV, THREADS>(vTiles + buffer * L::V_BYTES, j0, end, valueRow);
-    tl_cp_async_commit();
-  };
-  // Query row r = i * SQ + s is head hkv * G + i's row s; rows R..15 are zeros.
-  tl_attention_stage<16, D, THREADS>(qTile, 0, R, [&](int r) { return S::q_src(p, b, hkv * G + r / S::SQ, r % S::SQ); });
-  stage(0, first);
-
-  unsigned qf[D / 16][4];
+// One warp's rows (g and g + 8 of the 16, g = lane / 4) over its 16 keys of each tile: the
+// output accumulators, the running maximum (base 2) and this lane's part of the sum of
+// weights (its quad's four parts are added in merge).
+template <class S> struct tl_cache_mma_warp {
+  static constexpr int D = S::D, DV = S::DV, R = S::H / S::HKV * S::SQ;
   float o[DV / 8][4];
-#pragma unroll
-  for (int n = 0; n < DV / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
-  // Rows g and g + 8 of this warp's keys: the running maximum (base 2) and this lane's
-  // part of the sum of weights (its quad's four parts are added at the end).
   float m[2] = {-tl_inf(), -tl_inf()}, l[2] = {0.0f, 0.0f};
-  int buffer = 0;
-  for (int j0 = first; j0 < end; j0 += KT, buffer ^= 1) {
-    if (j0 + KT < end) {
-      stage(buffer ^ 1, j0 + KT);
-      tl_cp_async_wait<1>();
-    } else {
-      tl_cp_async_wait<0>();
-    }
-    tl_sync();
-    if (j0 == first) tl_attention_fragments<D>(qTile, 0, qf);
+
+  TL_DEVICE tl_cache_mma_warp() {
+#pragma unroll
+    for (int n = 0; n < DV / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
+  }
+
+  // Keys j0 .. j0 + 15 (staged `keys` and `values`, 16 rows each): scores on m16n8k16,
+  // the online softmax on the accumulators, P packed from them times the values. A row
+  // sees the keys before `end` up to its own position (`start` + its query s).
+  TL_DEVICE void tile(const unsigned (&qf)[D / 16][4], const unsigned char *keys, const unsigned char *values, int j0,
+                      int end, int start) {
+    using E = tl_attention_bf16;
+    const int lane = threadIdx.x % TL_WARP, g = lane / 4, t4 = lane % 4;
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    E::mma_nt<16, D>(s, qf, kTiles + buffer * L::K_BYTES + warp * 16 * D * 2);
-    // s[n][e]: row g + 8 (e / 2), key j0 + 16 warp + 8 n + 2 t4 + e % 2; a row sees the
-    // keys up to its own position.
+    E::mma_nt<16, D>(s, qf, keys);
+    // s[n][e]: row g + 8 (e / 2), key j0 + 8 n + 2 t4 + e % 2.
     float tileMax[2] = {-tl_inf(), -tl_inf()};
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = g + (e / 2) * 8, key = j0 + warp * 16 + n * 8 + 2 * t4 + e % 2;
+        const int row = g + (e / 2) * 8, key = j0 + n * 8 + 2 * t4 + e % 2;
         const bool seen = row < R && key < end && key <= start + row % S::SQ;
         s[n][e] = seen ? s[n][e] * S::SCALE_LOG2 : -tl_inf();
         tileMax[e / 2] = fmaxf(tileMax[e / 2], s[n][e]);
@@ -385,47 +355,99 @@ template <class S> TL_DEVICE void tl_cache_attention_mma(const typename S::Param
     unsigned pf[1][4];
     tl_attention_pack<16>(pf, 0, s[0][0], s[0][1], s[0][2], s[0][3]);
     tl_attention_pack<16>(pf, 1, s[1][0], s[1][1], s[1][2], s[1][3]);
-    E::mma_nn<16, DV>(o, pf, vTiles + buffer * L::V_BYTES + warp * 16 * DV * 2);
-    tl_sync();  // every warp has read this buffer before it is staged again
+    E::mma_nn<16, DV>(o, pf, values);
   }
 
-  // The warps' rows merged: each warp's weighed by how far its maximum is below the
-  // block's, added in warp order (the same result every run).
+  // The block's rows from its warps': each warp's weighed by how far its maximum is below
+  // the block's, added in warp order (the same result every run), into `outs` ([R][DV])
+  // and the rows' maxima and sums. The shared memory after the layout's stages is reused;
+  // every warp has read its last tile.
+  TL_DEVICE void merge(float *warpMax, float *warpSum, float *warpOuts, float *outs, float *rowMax, float *rowSum) {
+    constexpr int THREADS = 128, WARPS = tl_cache_mma_layout<S>::WARPS;
+    const int warp = threadIdx.x / TL_WARP, lane = threadIdx.x % TL_WARP, g = lane / 4, t4 = lane % 4;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    if (t4 == 0) warpMax[warp * 16 + g + 8 * h] = m[h], warpSum[warp * 16 + g + 8 * h] = l[h];
-  }
-  tl_sync();
-  float factor[2];
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+      if (t4 == 0) warpMax[warp * 16 + g + 8 * h] = m[h], warpSum[warp * 16 + g + 8 * h] = l[h];
+    }
+    tl_sync();
+    float factor[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = g + 8 * h;
-    float best = -tl_inf();
-    for (int w = 0; w < WARPS; ++w) best = fmaxf(best, warpMax[w * 16 + row]);
-    factor[h] = m[h] == -tl_inf() ? 0.0f : tl_exp2(m[h] - best);
-  }
+    for (int h = 0; h < 2; ++h) {
+      const int row = g + 8 * h;
+      float best = -tl_inf();
+      for (int w = 0; w < WARPS; ++w) best = fmaxf(best, warpMax[w * 16 + row]);
+      factor[h] = m[h] == -tl_inf() ? 0.0f : tl_exp2(m[h] - best);
+    }
 #pragma unroll
-  for (int n = 0; n < DV / 8; ++n)
+    for (int n = 0; n < DV / 8; ++n)
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      warpOuts[(warp * 16 + g + (e / 2) * 8) * DV + n * 8 + 2 * t4 + e % 2] = o[n][e] * factor[e / 2];
-  for (int r = threadIdx.x; r < R; r += THREADS) {
-    float best = -tl_inf(), total = 0.0f;
-    for (int w = 0; w < WARPS; ++w) best = fmaxf(best, warpMax[w * 16 + r]);
-    for (int w = 0; w < WARPS; ++w)
-      total += warpMax[w * 16 + r] == -tl_inf() ? 0.0f : warpSum[w * 16 + r] * tl_exp2(warpMax[w * 16 + r] - best);
-    rowMax[r] = best, rowSum[r] = total;
+      for (int e = 0; e < 4; ++e)
+        warpOuts[(warp * 16 + g + (e / 2) * 8) * DV + n * 8 + 2 * t4 + e % 2] = o[n][e] * factor[e / 2];
+    for (int r = threadIdx.x; r < R; r += THREADS) {
+      float best = -tl_inf(), total = 0.0f;
+      for (int w = 0; w < WARPS; ++w) best = fmaxf(best, warpMax[w * 16 + r]);
+      for (int w = 0; w < WARPS; ++w)
+        total += warpMax[w * 16 + r] == -tl_inf() ? 0.0f : warpSum[w * 16 + r] * tl_exp2(warpMax[w * 16 + r] - best);
+      rowMax[r] = best, rowSum[r] = total;
+    }
+    tl_sync();
+    for (int i = threadIdx.x; i < R * DV; i += THREADS) {
+      float sum = 0.0f;
+      for (int w = 0; w < WARPS; ++w) sum += warpOuts[(w * 16 + i / DV) * DV + i % DV];
+      outs[i] = sum;
+    }
+    tl_sync();
   }
-  tl_sync();
-  for (int i = threadIdx.x; i < R * DV; i += THREADS) {
-    const int r = i / DV, d = i % DV;
-    float sum = 0.0f;
-    for (int w = 0; w < WARPS; ++w) sum += warpOuts[(w * 16 + r) * DV + d];
-    outs[i] = sum;
+};
+
+template <class S> TL_DEVICE void tl_cache_attention_mma(const typename S::Params &p) {
+  using L = tl_cache_mma_layout<S>;
+  constexpr int THREADS = 128, WARPS = L::WARPS, KT = L::KT, R = L::R, D = S::D, DV = S::DV, G = S::H / S::HKV;
+  static_assert(WARPS * TL_WARP == THREADS && R <= 16 && D % 64 == 0 && DV % 64 == 0,
+                "tensor-core decode attention: at most 16 query rows a kv head, head sizes a multiple of 64");
+  extern __shared__ __align__(128) unsigned char tl_smem[];
+  unsigned char *qTile = tl_smem, *kTiles = tl_smem + L::Q_BYTES, *vTiles = kTiles + L::STAGES * L::K_BYTES;
+  float *warpMax = reinterpret_cast<float *>(tl_smem + L::WARP_ROWS), *warpSum = warpMax + WARPS * 16;
+  float *outs = reinterpret_cast<float *>(tl_smem + L::OUTS);
+  float *rowMax = reinterpret_cast<float *>(tl_smem + L::ROW_STATS), *rowSum = rowMax + 16;
+
+  tl_wait_for_producers();
+  const tl_cache_split<S> at(p, tl_block_index());
+  if (at.empty()) {
+    tl_allow_dependents();
+    return;
   }
-  tl_sync();
+  const int b = at.b, hkv = at.hkv, first = at.first, end = at.end, warp = threadIdx.x / TL_WARP;
+  auto keyRow = [&](int t) { return S::k_src(p, b, hkv, t); };
+  auto valueRow = [&](int t) { return S::v_src(p, b, hkv, t); };
+  auto stage = [&](int buffer, int j0) {  // rows past `end` are zeros
+    tl_attention_stage<KT, D, THREADS>(kTiles + buffer * L::K_BYTES, j0, end, keyRow);
+    tl_attention_stage<KT, DV, THREADS>(vTiles + buffer * L::V_BYTES, j0, end, valueRow);
+    tl_cp_async_commit();
+  };
+  // Query row r = i * SQ + s is head hkv * G + i's row s; rows R..15 are zeros.
+  tl_attention_stage<16, D, THREADS>(qTile, 0, R, [&](int r) { return S::q_src(p, b, hkv * G + r / S::SQ, r % S::SQ); });
+  stage(0, first);
+
+  unsigned qf[D / 16][4];
+  tl_cache_mma_warp<S> rows;
+  int buffer = 0;
+  for (int j0 = first; j0 < end; j0 += KT, buffer ^= 1) {
+    if (j0 + KT < end) {  // the next tile in flight while this one is computed
+      stage(buffer ^ 1, j0 + KT);
+      tl_cp_async_wait<1>();
+    } else {
+      tl_cp_async_wait<0>();
+    }
+    tl_sync();
+    if (j0 == first) tl_attention_fragments<D>(qTile, 0, qf);
+    rows.tile(qf, kTiles + buffer * L::K_BYTES + warp * 16 * D * 2, vTiles + buffer * L::V_BYTES + warp * 16 * DV * 2,
+              j0 + warp * 16, end, at.start);
+    tl_sync();  // every warp has read this buffer before it is staged again
+  }
+  rows.merge(warpMax, warpSum, reinterpret_cast<float *>(kTiles), outs, rowMax, rowSum);
   tl_cache_attention_finish<S, R>(p, at, outs, rowMax, rowSum);
 }
 #endif
