@@ -147,18 +147,23 @@ const std::vector<JitSource> &structuralSources() {
 // the forward's kernels, compiled above. And every kernel of two shapes no preset has
 // (support::testConfig): heads of 128 (a GQA group of 4; the attention's wider rows, its
 // smaller key tiles over the cache, RoPE outside the QKV GEMM's 64-column tiles) and odd
-// widths (no 16-byte rows).
+// widths (no 16-byte rows). bf16's decode attention both ways: on tensor cores (the
+// default, cache_attention.cuh v3 where NVIDIA compiles it) and on FMAs (v2,
+// --cache-attention-fma).
 std::vector<JitSource> generationKernelSources() {
   std::map<std::string, std::string> entryOf;
   for (const char *preset : {"workshop", "tinyllama-1.1b", "heads-of-128", "odd-widths"})
-    for (const char *dtype : {"f32", "bf16"})
+    for (const std::string form : {"f32", "bf16", "bf16 fma"})  // bf16's decode attention on tensor cores, and on FMAs
       for (int level : {0, 3}) {
         auto context = tlContext();
         LlamaConfig config = support::testConfig(preset);
         config.layers = 1;
-        const bool every = !presetConfig(preset);  // the shapes the forward's list leaves out: all their kernels
+        const bool fma = form == "bf16 fma";
+        // The shapes the forward's list leaves out: all their kernels (with FMA attention, that kernel only).
+        const bool every = !presetConfig(preset) && !fma;
         auto module = buildLlamaModule(*context, config);
-        CompileOptions options{level, 2, 16, dtype};
+        CompileOptions options{level, 2, 16, fma ? "bf16" : form};
+        options.overrides.cacheAttentionFma = fma;
         GenerationOptions generation{256};
         EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, nullptr, &generation))) << preset;
         auto programs = buildGenerationPrograms(*module, options, generation);
@@ -167,8 +172,8 @@ std::vector<JitSource> generationKernelSources() {
         for (const Program *program : {&programs->prefill, &programs->decode})
           for (const Kernel &kernel : program->kernels)
             for (const OpRecord &op : kernel.ops)
-              if (every || op.kind == OpKind::kv_cache_store || op.kind == OpKind::rope_at ||
-                  op.kind == OpKind::cache_attention)
+              if (every || op.kind == OpKind::cache_attention ||
+                  (!fma && (op.kind == OpKind::kv_cache_store || op.kind == OpKind::rope_at)))
                 entryOf.emplace(kernel.source, kernel.entry);
       }
   return asSources(entryOf);
