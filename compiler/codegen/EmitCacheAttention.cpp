@@ -15,8 +15,9 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Blocks of the kernel an SM runs at once, where shared memory allows: what the split rule
 // fills the GPU with (of two, four and eight, the fastest where measured:
-// docs/generation.md), and on NVIDIA the launch bounds that keep the registers within it
-// (v2 at 136 registers ran three an SM, 7 % slower a batch-8 decode step).
+// docs/generation.md), and on NVIDIA the launch bounds that keep the registers within
+// what the shared memory allows (v2 at 136 registers ran three an SM, 7 % slower a
+// batch-8 decode step).
 constexpr int64_t kBlocksPerSM = 4;
 
 // v2's shared memory with tiles of `keys` keys: the query rows, a tile of keys (rows
@@ -112,7 +113,7 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
                        "memory\");\n#endif\n",
                        entry, sharedBytes);
   out += fmt::format("#if defined(TL_NVIDIA)\n#define {0}_BOUNDS 128, {1}\n#else\n#define {0}_BOUNDS 128\n#endif\n", entry,
-                     kBlocksPerSM);
+                     resident);
   out += source.entryPoint(entry + "_BOUNDS", fmt::format("  tl_cache_attention<{}_spec>(p);\n", entry));
 
   EmittedKernel emitted;
