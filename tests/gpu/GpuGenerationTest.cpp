@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 
 namespace tlc {
 namespace {
@@ -209,12 +210,12 @@ TEST(GpuGenerationLongContext, SplitCacheAttentionMatchesTheCpuReference) {
   TLC_SKIP_WITHOUT_GPU(device);
   const int64_t context = small() ? 2048 : 4096;
   for (const char *model : {"workshop", "tinyllama-1.1b", "heads-of-128"})
-    for (const char *form : {"f32", "bf16", "bf16 fma"})
+    for (auto [form, dtype, fma] : {std::tuple{"f32", "f32", false}, std::tuple{"bf16", "bf16", false},
+                                    std::tuple{"bf16 fma", "bf16", true}})
       for (const std::vector<int32_t> &positions :
            {std::vector<int32_t>{int32_t(context - 1)}, std::vector<int32_t>{int32_t(context) - 100, 1234, 7, 2047}}) {
-        const std::string dtype = std::string(form).substr(0, std::string(form).find(' '));
         ScheduleOverrides overrides;
-        overrides.cacheAttentionFma = std::string(form) == "bf16 fma";
+        overrides.cacheAttentionFma = fma;
         LlamaConfig config = support::testConfig(model);
         config.layers = 2;
         GenerationPrograms programs =
@@ -226,7 +227,7 @@ TEST(GpuGenerationLongContext, SplitCacheAttentionMatchesTheCpuReference) {
         ASSERT_NE(found, decode.kernels.end());
         const Kernel &kernel = *found;
         EXPECT_EQ(kernel.source.find("SPLITS = 1,"), std::string::npos) << "one split: nothing to combine";
-        const bool tensorCores = std::string(form) == "bf16";
+        const bool tensorCores = std::string(dtype) == "bf16" && !fma;
         EXPECT_NE(kernel.source.find(tensorCores ? "MMA = true;" : "MMA = false;"), std::string::npos) << form;
         uint64_t seed = freshSeed();
         KernelValues inputs = randomKernelInputs(decode, kernel, seed);
