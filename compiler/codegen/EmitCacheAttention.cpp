@@ -61,8 +61,7 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
   const int64_t sharedBytes = mma ? mmaSharedBytes(spec, rows) : fmaSharedBytes(spec, rows, tile);
   // As many splits as the sequences' kv heads fit in the blocks an SM runs at once (at most
   // kBlocksPerSM), each at least a tile of keys: no second wave.
-  const int64_t resident = std::clamp<int64_t>(machine.sharedBytesPerSM / (sharedBytes + machine.reservedPerBlock), 1,
-                                               kBlocksPerSM);
+  const int64_t resident = std::clamp<int64_t>(blocksBySharedMemory(machine, sharedBytes), 1, kBlocksPerSM);
   const int64_t heads = spec.B * spec.HKV;
   const int64_t splits =
       std::clamp<int64_t>(resident * machine.multiprocessors / heads, 1, ceilDiv(spec.context, tile));

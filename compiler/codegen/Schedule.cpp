@@ -305,7 +305,7 @@ int64_t WgmmaTile::sharedBytes(int64_t afterTile) const {
 
 int WgmmaTile::blocksPerMultiprocessor(const Machine &machine) const {
   // Registers: 255 per thread unless `resident` caps them.
-  int64_t bySharedMemory = machine.sharedBytesPerSM / (sharedBytes() + machine.reservedPerBlock);
+  int64_t bySharedMemory = blocksBySharedMemory(machine, sharedBytes());
   int64_t byRegisters = std::max<int64_t>(resident, machine.registersPerSM / (int64_t(threads()) * 255));
   return int(std::max<int64_t>(1, std::min({bySharedMemory, byRegisters, int64_t(machine.maxThreadsPerSM / threads())})));
 }

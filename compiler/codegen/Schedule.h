@@ -41,6 +41,11 @@ struct Machine {
 // schedule's "SMs").
 Machine persistentMachine(Machine machine, int workers);
 
+// Blocks of `sharedBytes` of shared memory each that one of the machine's SMs holds at once.
+inline int64_t blocksBySharedMemory(const Machine &machine, int64_t sharedBytes) {
+  return machine.sharedBytesPerSM / (sharedBytes + machine.reservedPerBlock);
+}
+
 // The machine of `target` (an AMD target's sources still carry the NVIDIA paths: they are
 // tuned for kDefaultTarget's), less what the overrides turn off.
 Machine machineFor(const TargetDesc &target, const ScheduleOverrides &overrides);

@@ -23,14 +23,16 @@
 //   v3  MMA (NVIDIA, bf16 caches, head sizes a multiple of 64, at most 16 query rows a kv
 //       head): the products on tensor cores (v2 issued its fp32 FMAs from few warps,
 //       latency-bound). The R query rows, padded to 16, are one m16 A operand held in
-//       registers; each tile of 16 keys a warp is staged by cp.async into swizzled shared
-//       memory in bf16, two tiles ahead and behind; a warp takes 16 keys of each tile
-//       (scores Q Kᵀ on m16n8k16, its online softmax on the accumulators, P reused from
-//       them as the A operand of P V: attention_tiles.cuh's products), and the warps'
-//       rows are merged in warp order at the end. Splits and their combine are v2's.
+//       registers; tiles of 64 keys are staged by cp.async into swizzled shared memory in
+//       bf16, the next one in flight while this one is computed; each of 4 warps takes 16
+//       keys of a tile (scores Q Kᵀ on m16n8k16, its online softmax on the accumulators,
+//       P reused from them as the A operand of P V: attention_tiles.cuh's products), and
+//       the warps' rows are merged in warp order at the end. Splits and their combine are
+//       v2's.
 //
 // Spec S: B, H, HKV, SQ, D, DV, T (the cache's positions), SPLITS, KT, MIN_KEYS, VEC (1 or
-// 8: elements a load), MMA (v3 where NVIDIA compiles it, else v2), SCALE_LOG2 (the softmax scale times log2(e)), Params, and
+// 8: elements a load), MMA (v3 where NVIDIA compiles it, else v2), SCALE_LOG2 (the softmax
+// scale times log2(e)), Params, and
 // q_src(p, b, h, s), out_dst(p, b, h, s) (query and output rows), k_src(p, b, hkv, t),
 // v_src(p, b, hkv, t) (cache rows of the layer), position(p, b) (the sequence's first
 // new token's position).
@@ -299,7 +301,7 @@ template <class S> struct tl_cache_mma_layout {
 // output accumulators, the running maximum (base 2) and this lane's part of the sum of
 // weights (its quad's four parts are added in merge).
 template <class S> struct tl_cache_mma_warp {
-  static constexpr int D = S::D, DV = S::DV, R = S::H / S::HKV * S::SQ;
+  static constexpr int D = S::D, DV = S::DV, R = tl_cache_mma_layout<S>::R;
   float o[DV / 8][4];
   float m[2] = {-tl_inf(), -tl_inf()}, l[2] = {0.0f, 0.0f};
 
