@@ -201,10 +201,9 @@ INSTANTIATE_TEST_SUITE_P(Levels, GpuGeneration, ::testing::ValuesIn(allCases(3))
 // The split-cache attention alone at a long context (4096 positions: up to the schedule's
 // splits a sequence, the last split combining): one sequence at the end of the cache,
 // then a ragged batch, GQA groups of 2 (workshop), 8 (TinyLlama) and 4 of heads of 128
-// (the 1.1B's width in Llama 2's head size), fp32 and bf16,
-// against the CPU reference on random queries and caches; bf16 on tensor cores
-// (cache_attention.cuh v3) and on FMAs (v2, which f32 takes). Run twice: the split
-// counters must be back to zero after each.
+// (the 1.1B's width in Llama 2's head size), fp32 and bf16, against the CPU reference on
+// random queries and caches; bf16 on tensor cores (cache_attention.cuh v3) and on FMAs
+// (v2, which f32 takes). Run twice: the split counters must be back to zero after each.
 TEST(GpuGenerationLongContext, SplitCacheAttentionMatchesTheCpuReference) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);

@@ -1,6 +1,7 @@
 // Generation with the KV cache (tl-kv-cache): at every level, the prefill's logits and
 // each decode step's are those of the whole sequence's forward, ragged batches included.
 #include "TestSupport.h"
+#include "tests/support/TestConfigs.h"
 
 #include <tlc/Generate.h>
 
@@ -11,6 +12,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 using namespace tlc;
 
@@ -292,32 +294,41 @@ TEST(Generation, EachSequenceStopsAtItsFirstStopToken) {
   EXPECT_TRUE(generator.times().steps.empty());
 }
 
-} // namespace
-
-// The decode step's attention over the cache: bf16 caches of heads of 64 on tensor cores
-// where NVIDIA compiles it (v3, with its dynamic shared memory on CUDA only), f32 and the
-// override on fp32 FMAs (v2); either way no more blocks than four an SM, so none waits for
-// a second wave.
+// The decode step's attention over the cache: bf16 caches of heads of 64 and 128 on tensor
+// cores where NVIDIA compiles it (v3, with its dynamic shared memory on CUDA only), f32 and
+// the override on fp32 FMAs (v2). Either way the splits fill the GPU with at most four
+// blocks an SM and, where the launch names its shared memory, no more blocks than the SMs'
+// shared memory holds at once (an H100's 228 KiB, 1 KiB of it reserved a block): heads of
+// 128 on tensor cores take 72 KiB, three an SM.
 TEST(Generation, DecodeAttentionTakesTensorCoresForBf16Caches) {
-  LlamaConfig config = support::resizedConfig("workshop", {/*layers=*/2, /*hidden=*/256, /*heads=*/4, /*kvHeads=*/2,
-                                                           /*headDim=*/64, /*ffn=*/256, /*vocab=*/97});
-  for (const char *form : {"f32", "bf16", "bf16 fma"}) {
-    CompileOptions options{2, 3, 4, std::string(form).substr(0, 4) == "bf16" ? "bf16" : "f32"};
-    options.overrides.cacheAttentionFma = std::string(form) == "bf16 fma";
-    options.multiprocessors = 10;
-    GenerationPrograms programs = compileGeneration(config, options, 4096);
-    int seen = 0;
-    for (const Kernel &kernel : programs.decode.kernels) {
-      if (kernel.ops.empty() || kernel.ops[0].kind != OpKind::cache_attention) continue;
-      ++seen;
-      const bool tensorCores = std::string(form) == "bf16";
-      EXPECT_NE(kernel.source.find(tensorCores ? "MMA = true;" : "MMA = false;"), std::string::npos) << form;
-      const KernelLaunch &cuda = kernel.launch.at("cuda"), &hip = kernel.launch.at("hip");
-      EXPECT_EQ(cuda.sharedBytes > 0, tensorCores) << form;
-      EXPECT_EQ(hip.sharedBytes, 0) << form;
-      EXPECT_LE(cuda.gridBlocks, 4 * options.multiprocessors) << form;
-      EXPECT_GT(cuda.gridBlocks, 2 * options.multiprocessors) << form << ": the splits fill the GPU";
+  LlamaConfig heads64 = support::resizedConfig("workshop", {/*layers=*/2, /*hidden=*/256, /*heads=*/4, /*kvHeads=*/2,
+                                                            /*headDim=*/64, /*ffn=*/256, /*vocab=*/97});
+  LlamaConfig heads128 = support::testConfig("heads-of-128");
+  heads128.layers = 2;
+  for (const LlamaConfig &config : {heads64, heads128})
+    for (auto [form, dtype, fma] : {std::tuple{"f32", "f32", false}, std::tuple{"bf16", "bf16", false},
+                                    std::tuple{"bf16 fma", "bf16", true}}) {
+      SCOPED_TRACE(::testing::Message() << "heads of " << config.headDim << ", " << form);
+      CompileOptions options{2, 3, 4, dtype};
+      options.overrides.cacheAttentionFma = fma;
+      options.multiprocessors = 10;
+      GenerationPrograms programs = compileGeneration(config, options, 4096);
+      const bool tensorCores = std::string(dtype) == "bf16" && !fma;
+      int seen = 0;
+      for (const Kernel &kernel : programs.decode.kernels) {
+        if (kernel.ops.empty() || kernel.ops[0].kind != OpKind::cache_attention) continue;
+        ++seen;
+        EXPECT_NE(kernel.source.find(tensorCores ? "MMA = true;" : "MMA = false;"), std::string::npos);
+        const KernelLaunch &cuda = kernel.launch.at("cuda"), &hip = kernel.launch.at("hip");
+        EXPECT_EQ(cuda.sharedBytes > 0, tensorCores);
+        EXPECT_EQ(hip.sharedBytes, 0);
+        EXPECT_LE(cuda.gridBlocks, 4 * options.multiprocessors);
+        EXPECT_GT(cuda.gridBlocks, 2 * options.multiprocessors) << "the splits fill the GPU";
+        EXPECT_LE(cuda.gridBlocks * (cuda.sharedBytes + (1 << 10)), int64_t(228 << 10) * options.multiprocessors)
+            << "a second wave";
+      }
+      EXPECT_EQ(seen, config.layers);
     }
-    EXPECT_EQ(seen, config.layers) << form;
-  }
 }
+
+} // namespace

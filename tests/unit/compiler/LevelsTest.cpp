@@ -108,9 +108,10 @@ TEST(Levels, AnOpOnANormsGainRunsAtEveryLevel) {
 }
 
 // Llama checkpoints' head sizes (64 is TinyLlama's, 128 Llama 2's and 3's, 80 and 96
-// others'; 18 makes rows of 36, no multiple of 8) in both RoPE styles: every level compiles the forward and the training step
-// and gives O0's logits, whether or not RoPE can move into the QKV GEMM's epilogue (its
-// "half" pairs, i and i + D/2, must share one of the 64-column tiles every target runs).
+// others'; 18 makes rows of 36, no multiple of 8) in both RoPE styles: every level compiles
+// the forward and the training step and gives O0's logits, whether or not RoPE can move
+// into the QKV GEMM's epilogue (its "half" pairs, i and i + D/2, must share one of the
+// 64-column tiles every target runs).
 TEST(Levels, EveryHeadSizeAndRopeStyleRunsAtEveryLevel) {
   AdamWOptions training;
   for (int64_t headDim : {16, 18, 64, 80, 96, 128})
