@@ -16,7 +16,8 @@
 # (the matrix-vector GEMMs of 1 to 16 rows: checked, then timed beside the tiled paths) and ncu
 # (Nsight Compute on the 1.1B decode step's first kernels: DRAM throughput, occupancy, stalls)
 # and pdecode (the persistent decode step's variants: each against O2's logits, timed twice,
-# the 1.1B's layer timeline).
+# the 1.1B's layer timeline) and f32 (issue 31: the f32 levels timed, O2's kernels profiled,
+# the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
@@ -154,6 +155,27 @@ if want ncu; then  # Nsight Compute on the 1.1B decode step's kernels: bandwidth
   note "ncu decode: rc=$? (ncu-decode.csv: one row a metric a kernel)"
   grep -E 'DRAM Throughput|Duration|Achieved Occupancy' "$LOGS/ncu-decode.csv" | cut -c1-200 | tee -a "$summary"
   cp "$LOGS/ncu-decode.csv" "$LOGS/ncu-decode.err" "$RESULTS/" 2>/dev/null
+fi
+if want f32; then  # issue 31: the f32 levels, where their GEMMs' time goes, and the sm_90a tf32 tiles
+  for level in 0 1 2 3; do o3run $MODEL 8 128 $level --iterations=50 --dtype=f32; done
+  "$TLC" $MODEL -O2 --batch-size=8 --seq-len=128 --dtype=f32 --run --target=cuda --profile --iterations=20 \
+    > "$LOGS/profile-f32-O2.txt" 2>&1
+  sed -n '/^ *kernel/,/^$/p' "$LOGS/profile-f32-O2.txt" | head -14 | tee -a "$summary"
+  for tile in ${F32_TILES:-128x128x3 128x64x4 64x128x4 64x64x4}; do
+    o3run $MODEL 8 128 2 --iterations=50 --dtype=f32 --wgmma-tile=$tile
+  done
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  # The first forward's four GEMMs of block 0 (QKV, o_proj, gate/up, down), launch by launch.
+  timeout 600 "$NCU" --clock-control none --kernel-name regex:'linear' --launch-skip 0 --launch-count 4 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis_Tables --section Occupancy --section WarpStateStats --section SchedulerStats \
+    --section LaunchStats --csv --page details \
+    "$TLC" $MODEL -O2 --dtype=f32 --batch-size=8 --seq-len=128 --run --target=cuda --progress=never --profile \
+    --iterations=1 > "$LOGS/ncu-f32.csv" 2> "$LOGS/ncu-f32.err"
+  note "ncu f32: rc=$? (ncu-f32.csv)"
+  grep -E '"(Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy)"' \
+    "$LOGS/ncu-f32.csv" | awk -F'","' '{print $5, "|", $(NF-2), $(NF-1), $NF}' | cut -c1-160 | tee -a "$summary"
+  cp "$LOGS/ncu-f32.csv" "$LOGS/ncu-f32.err" "$RESULTS/" 2>/dev/null
 fi
 if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2, traced
   timeout 600 "$TESTS" --gtest_filter="${O3_TESTS:-GpuPersistent*}" > "$LOGS/o3-forward.txt" 2>&1

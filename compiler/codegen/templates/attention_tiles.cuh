@@ -163,10 +163,10 @@ template <int PRODUCTS> struct tl_attention_tf32 : tl_attention_products<tl_atte
         for (int mt = 0; mt < MT; ++mt) {
           unsigned x[4];
           tl_ldmatrix_x4(tl_smem_addr(a[mt].tile) + tl_swizzle(a[mt].row0 + lane % 16, kk * 2 + lane / 16, COLS * 4), x);
-          tl_split_tf32(x, split[mt].hi, split[mt].lo);
+          tl_split_tf32<PRODUCTS>(x, split[mt].hi, split[mt].lo);
         }
       unsigned hi[4], lo[4];
-      tl_split_tf32(r, hi, lo);
+      tl_split_tf32<PRODUCTS>(r, hi, lo);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         tl_mma_split<PRODUCTS>(acc[mt][2 * j], split[mt].hi, split[mt].lo, hi[0], hi[1], lo[0], lo[1]);
@@ -181,14 +181,14 @@ template <int PRODUCTS> struct tl_attention_tf32 : tl_attention_products<tl_atte
     for (int kc = 0; kc < TILE / 8; ++kc) {
       tl_tf32_fragment a[MT];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) tl_split_tf32(p[mt][kc], a[mt].hi, a[mt].lo);
+      for (int mt = 0; mt < MT; ++mt) tl_split_tf32<PRODUCTS>(p[mt][kc], a[mt].hi, a[mt].lo);
 #pragma unroll
       for (int j = 0; j < COLS / 8; ++j) {
         // B (k, n g) for the permuted k: T's rows 8 kc + 2 tig and 8 kc + 2 tig + 1.
         const unsigned b[2] = {tl_swizzled_f32(tile, kc * 8 + 2 * tig, j * 8 + g, COLS * 4),
                                tl_swizzled_f32(tile, kc * 8 + 2 * tig + 1, j * 8 + g, COLS * 4)};
         unsigned hi[2], lo[2];
-        tl_split_tf32(b, hi, lo);
+        tl_split_tf32<PRODUCTS>(b, hi, lo);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) tl_mma_split<PRODUCTS>(acc[mt][j], a[mt].hi, a[mt].lo, hi[0], hi[1], lo[0], lo[1]);
       }

@@ -220,11 +220,11 @@ template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) 
       // B split once for the warp's MT row tiles, each A row tile once for its NT columns.
       unsigned bHi[NT][2], bLo[NT][2];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) tl_split_tf32(b[j], bHi[j], bLo[j]);
+      for (int j = 0; j < NT; ++j) tl_split_tf32<S::TF32_PRODUCTS>(b[j], bHi[j], bLo[j]);
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
         unsigned aHi[4], aLo[4];
-        tl_split_tf32(a[i], aHi, aLo);
+        tl_split_tf32<S::TF32_PRODUCTS>(a[i], aHi, aLo);
 #pragma unroll
         for (int j = 0; j < NT; ++j)
           tl_mma_split<S::TF32_PRODUCTS>(acc[i][j], aHi, aLo, bHi[j][0], bHi[j][1], bLo[j][0], bLo[j][1]);

@@ -69,7 +69,7 @@ TL_DEVICE void tl_split_stage_tf32(unsigned char *tile, unsigned char *residual,
         if (gain) x[e] = __float_as_uint(v * gain[k + e]);
       }
     }
-    tl_split_tf32(x, hi, lo);
+    tl_split_tf32<PRODUCTS>(x, hi, lo);
     *at = tl_u32x4{hi[0], hi[1], hi[2], hi[3]};
     if constexpr (PRODUCTS == 3)
       reinterpret_cast<tl_u32x4 *>(residual)[c] = tl_u32x4{lo[0], lo[1], lo[2], lo[3]};

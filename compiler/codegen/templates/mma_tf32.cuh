@@ -2,9 +2,9 @@
 // accuracy, for the GEMM (gemm_mma_tf32.cuh, gemm_wgmma_tf32.cuh) and attention kernels.
 //
 // The tensor cores multiply tf32 (fp32 with a 10-bit mantissa). An fp32 x is split into a
-// tf32 high part h = tf32(x) and a tf32 residual l = tf32(x - h), so x = h + l to about
-// 2^-22 |x|; a product a b is then h_a h_b + h_a l_b + l_a h_b, the dropped l_a l_b being
-// about 2^-22 of it: three tensor-core products accumulated in fp32 ("3xTF32"). PRODUCTS
+// tf32 high part h (x rounded) and a tf32 residual l (x - h truncated), so x = h + l to
+// about 2^-21 |x|; a product a b is then h_a h_b + h_a l_b + l_a h_b, the dropped l_a l_b
+// being about 2^-22 of it: three tensor-core products accumulated in fp32 ("3xTF32"). PRODUCTS
 // is the precision a Spec asks for: 3 for that, 1 for the high parts alone (plain TF32,
 // about 2^-11 per product).
 //
@@ -31,12 +31,27 @@ TL_DEVICE unsigned tl_tf32(float x) {
   return r;
 }
 
-// N fp32 values (bits) split into tf32 high parts and residuals.
-template <int N> TL_DEVICE void tl_split_tf32(const unsigned (&x)[N], unsigned (&hi)[N], unsigned (&lo)[N]) {
+// N fp32 values (bits) split into tf32 high parts and residuals, as PRODUCTS needs them.
+// 3xTF32 splits in integer steps, four instructions a value for both parts where
+// cvt.rna.tf32.f32 alone is four on sm_90 (an infinity check and a select around the add
+// and the mask): the high part is x rounded to nearest (half a tf32 ulp added to the bits,
+// the low 13 cleared: cvt.rna's ties away from zero), the residual x - h (exact in fp32)
+// truncated to tf32, an error of at most 2^-21 |x| of either sign. A NaN x may round to a
+// zero or infinite high part (the canonical NaN's bits carry into the sign) but its
+// residual stays NaN, so the products carry it. Plain TF32 has no residual to carry a NaN:
+// it keeps cvt.rna.
+template <int PRODUCTS, int N>
+TL_DEVICE void tl_split_tf32(const unsigned (&x)[N], unsigned (&hi)[N], unsigned (&lo)[N]) {
+  static_assert(PRODUCTS == 1 || PRODUCTS == 3, "3xTF32 or plain TF32");
 #pragma unroll
   for (int e = 0; e < N; ++e) {
-    hi[e] = tl_tf32(__uint_as_float(x[e]));
-    lo[e] = tl_tf32(__uint_as_float(x[e]) - __uint_as_float(hi[e]));
+    if constexpr (PRODUCTS == 3) {
+      hi[e] = (x[e] + 0x1000u) & 0xffffe000u;
+      lo[e] = __float_as_uint(__uint_as_float(x[e]) - __uint_as_float(hi[e])) & 0xffffe000u;
+    } else {
+      hi[e] = tl_tf32(__uint_as_float(x[e]));
+      lo[e] = 0u;
+    }
   }
 }
 
