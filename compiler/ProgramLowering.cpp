@@ -289,11 +289,22 @@ private:
     return llvm::any_of(kernel.ops, [](const OpRecord &op) { return op.kind == OpKind::cache_attention; });
   }
 
-  // A transformer block: its kernels, launched as one dependent chain (each may start
-  // while the one before it finishes); what flows between them is stored in the
-  // model's dtype, small enough to stay in L2. Decode attention over the KV cache is
-  // launched on its own: chained, its blocks start while the QKV GEMM's still hold the
-  // SMs, and at long context that made the step slower (docs/generation.md).
+  // Attention over a whole sequence (more than one query row a sequence).
+  bool attendsOverSequence(const Kernel &kernel) const {
+    return program.seqLen > 1 &&
+           llvm::any_of(kernel.ops, [](const OpRecord &op) { return op.kind == OpKind::flash_attention; });
+  }
+
+  // A transformer block: its kernels, each after the first launched as a dependent of the
+  // one before (it may start while that one finishes); what flows between them is stored
+  // in the model's dtype, small enough to stay in L2. Attention is launched on its own
+  // where its blocks fill the GPU, and so is the GEMM after a sequence's attention: chained,
+  // their blocks start while the kernel before still holds the SMs and crowd onto the few
+  // with room. Measured (H200, bench/RESULTS.md 2026-11-29): the workshop's 8 x 128 O3
+  // forward f32 1.352 -> 1.285 ms, bf16 0.370 -> 0.365; decode attention over the KV cache
+  // at long context (docs/generation.md). A decode-shaped forward's attention (one query
+  // row) stays chained: there the whole chain is faster (the 1.1B's 1 x 1 0.953 ms against
+  // 0.963 with only the GEMMs after GEMMs chained).
   mlir::LogicalResult lowerBlock(tl::BlockOp block) {
     mlir::Block &body = block.getBody().front();
     for (auto [arg, outer] : llvm::zip(body.getArguments(), block.getInputs())) ids[arg] = ids.lookup(outer);
@@ -301,8 +312,10 @@ private:
     for (mlir::Operation &inner : body)
       if (!llvm::isa<tl::YieldOp>(inner) && mlir::failed(lowerTopLevel(&inner))) return mlir::failure();
     for (size_t k = first; k < program.kernels.size(); ++k) {
+      const Kernel &kernel = program.kernels[k];
       program.kernels[k].layer = int(block.getLayer());
-      roots[k].chained = k > first && !readsKvCache(program.kernels[k]);
+      roots[k].chained = k > first && !readsKvCache(kernel) && !attendsOverSequence(kernel) &&
+                         !attendsOverSequence(program.kernels[k - 1]);
     }
     auto yield = llvm::cast<tl::YieldOp>(body.getTerminator());
     for (auto [result, yielded] : llvm::zip(block.getResults(), yield.getValues())) ids[result] = ids.lookup(yielded);

@@ -39,10 +39,12 @@ LEVELS = [
      "silu(gate)·up is written."),
     ("O3", "V4 ultra-fused", ["tl-fuse-blocks"],
      "`tl-fuse-blocks` wraps everything that belongs to one transformer block in a "
-     "`tl.block`. The code generator launches a block's kernels (O2's five) as one "
-     "dependent chain: on sm_90 each is a programmatic dependent launch that starts while "
+     "`tl.block`. The code generator launches a block's kernels (O2's five) as dependents "
+     "of the one before: on sm_90 each is a programmatic dependent launch that starts while "
      "the kernel before it finishes, fetches its weights, then waits "
-     "(`griddepcontrol.wait`) for its inputs. With `--persistent` the forward is one "
+     "(`griddepcontrol.wait`) for its inputs. The attention over a sequence and the GEMM "
+     "after it launch on their own (chained, their blocks crowd onto the SMs the kernel "
+     "before them leaves; `docs/codegen.md` has the measurements). With `--persistent` the forward is one "
      "persistent kernel instead: O2's kernels are its parts, each block of a part's launch a "
      "task (its GEMM tiles unsplit), one worker a multiprocessor. From the kernels' index "
      "expressions the compiler derives what each task reads and writes, so a task waits only "

@@ -50,7 +50,7 @@ def TlFoldNormGain : Pass<"tl-fold-norm-gain", "mlir::ModuleOp"> {
 }
 
 def TlFuseBlocks : Pass<"tl-fuse-blocks", "mlir::ModuleOp"> {
-  let summary = "O3: each transformer block becomes one tl.block, one kernel launch";
+  let summary = "O3: each transformer block becomes one tl.block, its kernels launched chained (or one persistent kernel's parts)";
   let dependentDialects = ["tl::TlDialect"];
 }
 

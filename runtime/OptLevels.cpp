@@ -11,7 +11,7 @@ const OptLevelInfo &optLevelInfo(int level) {
       {"V1 baseline", "one kernel per primitive op"},
       {"V2 fused", "QKV merge, SwiGLU fuse, flash attention"},
       {"V3 custom kernels", "O1 + norm/RoPE/SwiGLU/residual fused into GEMMs"},
-      {"V4 ultra-fused", "the forward as one persistent kernel of O2's kernels as tasks"},
+      {"V4 ultra-fused", "O2's kernels in chained launches (--persistent: one persistent kernel of them as tasks)"},
   };
   if (level < 0 || level > kMaxOptLevel)
     throw Error(fmt::format("optimization level {} does not exist: levels are 0..{}", level, kMaxOptLevel));

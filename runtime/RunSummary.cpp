@@ -50,8 +50,8 @@ std::string kernelCountLines(const Program &program) {
     bytes += kernel->minBytes;
   }
   int64_t perBlock = layers.empty() ? 0 : blockKernels / int64_t(layers.size());
-  bool chained = std::any_of(program.kernels.begin(), program.kernels.end(),
-                             [](const Kernel &kernel) { return kernel.chained; });
+  auto chained = std::count_if(program.kernels.begin(), program.kernels.end(),
+                               [](const Kernel &kernel) { return kernel.chained; });
   std::string launches =
       persistent ? fmt::format("one persistent kernel: {} parts ({} per block x {} block{} + {} outside the blocks) as "
                                "{} tasks on {} workers",
@@ -59,7 +59,10 @@ std::string kernelCountLines(const Program &program) {
                                kernels.size() - size_t(blockKernels), persistent->tasks.size(), persistent->workers.size())
                  : fmt::format("{} per forward: {} per block x {} block{}{} + {} outside the blocks", kernels.size(),
                                perBlock, layers.size(), layers.size() == 1 ? "" : "s",
-                               chained ? " (each block one chained launch sequence)" : "",
+                               chained ? fmt::format(" ({} launched chained: each starts while the kernel before it "
+                                                     "finishes)",
+                                                     chained)
+                                       : std::string(),
                                kernels.size() - size_t(blockKernels));
   std::string fallback = program.persistentFallback.empty()
                              ? ""

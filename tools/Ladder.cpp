@@ -158,7 +158,7 @@ std::string ladderTable(const Ladder &ladder) {
                        double(rung.minBytes) / (1 << 20), rung.milliseconds,
                        rung.milliseconds > 0 ? base.milliseconds / rung.milliseconds : 0.0, difference, loss);
   }
-  if (anyChained) out += "* each block's kernels start as one chained launch sequence (programmatic dependent launch)\n";
+  if (anyChained) out += "* some kernels launched chained: they start while the kernel before them finishes (programmatic dependent launch)\n";
   out += persistent;
   return out;
 }

@@ -268,7 +268,7 @@ std::string ladderSection(const ReportModel &model) {
       escapeHtml(model.data.device), escapeHtml(ladder.weightsFrom), escapeHtml(ladder.tokensFrom), ladder.timedRuns,
       ladder.timedRuns == 1 ? "" : "s", rows,
       std::any_of(ladder.rungs.begin(), ladder.rungs.end(), [](const LadderRung &r) { return r.chained; })
-          ? "<p class=\"note\">* each block's kernels start as one chained launch sequence</p>"
+          ? "<p class=\"note\">* some kernels launched chained: they start while the kernel before them finishes</p>"
           : "",
       chart);
 }

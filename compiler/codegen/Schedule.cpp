@@ -362,8 +362,9 @@ bool normGradClusterFits(const GemmSpec &gemm, const Machine &machine, const Wgm
 }
 
 // overrides.wgmmaTile (BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]) where it parses and
-// the GEMM and the machine can run it; none otherwise.
-std::optional<WgmmaTile> forcedWgmmaTile(const GemmSpec &gemm, const Machine &machine, bool aKM) {
+// the GEMM and the machine can run it; none otherwise. fp32 operands (`tf32`) take
+// gemm_wgmma_tf32.cuh's tiles: 64 or 128 rows and columns, no producer warpgroup.
+std::optional<WgmmaTile> forcedWgmmaTile(const GemmSpec &gemm, const Machine &machine, bool aKM, bool tf32 = false) {
   const std::string &text = machine.overrides.wgmmaTile;
   WgmmaTile forced;
   int producer = 0;
@@ -371,6 +372,10 @@ std::optional<WgmmaTile> forcedWgmmaTile(const GemmSpec &gemm, const Machine &ma
                                              &forced.splits, &forced.resident, &producer) >= 3;
   if (!parsed) return std::nullopt;
   forced.producer = producer == 1;
+  forced.tf32 = tf32;
+  if (tf32 && (forced.producer || (forced.BM != 64 && forced.BM != 128) || (forced.BN != 64 && forced.BN != 128) ||
+               (machine.persistent && forced.splits > 1)))
+    return std::nullopt;
   // The warp-specialized kernel: 64- or 128-row tiles, no RMSNorm gain (one folded into
   // the weight is fine); it splits K only for the 128-row tiles of a short last wave.
   if (forced.producer && forced.splits > 1)
@@ -467,6 +472,7 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
 
 std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine &machine, bool aKM) {
   if (!machine.wgmma || aKM || gemm.bKN || gemm.normGrad) return std::nullopt;
+  if (std::optional<WgmmaTile> forced = forcedWgmmaTile(gemm, machine, aKM, /*tf32=*/true)) return forced;
   const int multiprocessors = machine.multiprocessors;
   // At most two waves of 64x64 tiles: those, two blocks an SM (one's split pass in shared
   // memory beside the other's wgmma), K split two ways where one wave of whole tiles would

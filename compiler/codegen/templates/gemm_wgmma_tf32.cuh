@@ -53,26 +53,32 @@ template <int ROWS, int A_ROWS, int THREADS, int PRODUCTS>
 TL_DEVICE void tl_split_stage_tf32(unsigned char *tile, unsigned char *residual, const float *gain,
                                    float (&sum)[A_ROWS * 8 / THREADS]) {
   constexpr int PASSES = ROWS * 8 / THREADS, A_PASSES = A_ROWS * 8 / THREADS;
-  static_assert(ROWS * 8 % THREADS == 0 && A_ROWS * 8 % THREADS == 0, "whole rows per pass");
+  // Chunks loaded BATCH at a time before any is split: one shared-memory latency a batch.
+  constexpr int BATCH = PASSES < 4 ? PASSES : 4;
+  static_assert(ROWS * 8 % THREADS == 0 && A_ROWS * 8 % THREADS == 0 && PASSES % BATCH == 0, "whole rows per pass");
 #pragma unroll
-  for (int j = 0; j < PASSES; ++j) {
-    const int c = threadIdx.x + j * THREADS;  // 16-byte chunk c % 8 of row c / 8
-    tl_u32x4 *at = reinterpret_cast<tl_u32x4 *>(tile) + c;
-    const tl_u32x4 raw = *at;
-    unsigned x[4] = {raw.x, raw.y, raw.z, raw.w}, hi[4], lo[4];
-    if (j < A_PASSES) {
-      const int k = ((c % 8) ^ (c / 8 % 8)) * 4;  // the chunk's first k in the stage (unswizzled)
+  for (int j0 = 0; j0 < PASSES; j0 += BATCH) {
+    tl_u32x4 raw[BATCH];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float v = __uint_as_float(x[e]);
-        sum[j] = fmaf(v, v, sum[j]);
-        if (gain) x[e] = __float_as_uint(v * gain[k + e]);
+    for (int b = 0; b < BATCH; ++b) raw[b] = reinterpret_cast<const tl_u32x4 *>(tile)[threadIdx.x + (j0 + b) * THREADS];
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      const int j = j0 + b, c = threadIdx.x + j * THREADS;  // 16-byte chunk c % 8 of row c / 8
+      unsigned x[4] = {raw[b].x, raw[b].y, raw[b].z, raw[b].w}, hi[4], lo[4];
+      if (j < A_PASSES) {
+        const int k = ((c % 8) ^ (c / 8 % 8)) * 4;  // the chunk's first k in the stage (unswizzled)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float v = __uint_as_float(x[e]);
+          sum[j] = fmaf(v, v, sum[j]);
+          if (gain) x[e] = __float_as_uint(v * gain[k + e]);
+        }
       }
+      tl_split_tf32<PRODUCTS>(x, hi, lo);
+      reinterpret_cast<tl_u32x4 *>(tile)[c] = tl_u32x4{hi[0], hi[1], hi[2], hi[3]};
+      if constexpr (PRODUCTS == 3)
+        reinterpret_cast<tl_u32x4 *>(residual)[c] = tl_u32x4{lo[0], lo[1], lo[2], lo[3]};
     }
-    tl_split_tf32<PRODUCTS>(x, hi, lo);
-    *at = tl_u32x4{hi[0], hi[1], hi[2], hi[3]};
-    if constexpr (PRODUCTS == 3)
-      reinterpret_cast<tl_u32x4 *>(residual)[c] = tl_u32x4{lo[0], lo[1], lo[2], lo[3]};
   }
 }
 

@@ -5,10 +5,12 @@
 #include "compiler/codegen/Emitter.h"
 #include "compiler/codegen/Schedule.h"
 #include "runtime/Error.h"
+#include "runtime/OpKind.h"
 #include "tools/Compile.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <ostream>
@@ -362,6 +364,23 @@ TEST(Codegen, NormBackwardInsideTheDxGemm) {
   EXPECT_EQ(count(apart, "tl_rmsnorm_grad"), 17);
 }
 
+// --wgmma-tile reaches the f32 GEMMs' tf32 tiles where they can take it (64 or 128 rows
+// and columns); a tile they cannot take leaves the schedule's.
+TEST(Codegen, ForcedWgmmaTileReachesTf32Gemms) {
+  auto gateUp = [](const std::string &tile) {
+    CompileOptions options{2, 8, 128, "f32"};
+    options.overrides.wgmmaTile = tile;
+    Program program = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", options);
+    const Kernel &kernel = kernelNamed(program, "tl_rmsnorm_linear_split_swiglu_f32");
+    EXPECT_TRUE(contains(kernel.source, "  tl_gemm_wgmma_tf32<")) << tile;
+    return wgmmaSpec(kernel);
+  };
+  EXPECT_EQ(gateUp(""), (WgmmaSpec{128, 128, 4, 1, 0}));
+  EXPECT_EQ(gateUp("64x128x3"), (WgmmaSpec{64, 128, 3, 1, 0}));
+  EXPECT_EQ(gateUp("128x64x5x2"), (WgmmaSpec{128, 64, 5, 2, 512}));  // every one of its 8 x 64 tiles split
+  EXPECT_EQ(gateUp("128x256x4"), (WgmmaSpec{128, 128, 4, 1, 0})) << "no tf32 tile of 256 columns";
+}
+
 // f32 matrix products follow the matmul precision: "high" (the default) splits each
 // operand for three tf32 tensor-core products, "medium" keeps one, "highest" the fp32 FMA
 // templates; forward and backward, GEMMs and attention alike.
@@ -417,18 +436,30 @@ TEST(Codegen, MatmulPrecisionLeavesBf16Alone) {
   for (size_t k = 0; k < a.kernels.size(); ++k) EXPECT_EQ(a.kernels[k].source, b.kernels[k].source) << a.kernels[k].name;
 }
 
-// O3 runs the same kernels as O2, each block's as one dependent chain.
-TEST(Codegen, O3ChainsEachBlocksKernels) {
-  Program o2 = workshop(2), o3 = workshop(3);
-  ASSERT_EQ(o2.kernels.size(), o3.kernels.size());
-  std::map<int, int> seen;
-  for (size_t k = 0; k < o3.kernels.size(); ++k) {
-    const Kernel &kernel = o3.kernels[k];
-    EXPECT_EQ(kernel.name, o2.kernels[k].name);
-    EXPECT_FALSE(o2.kernels[k].chained);
-    bool firstOfBlock = kernel.layer >= 0 && seen[kernel.layer]++ == 0;
-    EXPECT_EQ(kernel.chained, kernel.layer >= 0 && !firstOfBlock) << kernel.name;
-    if (kernel.chained) EXPECT_TRUE(contains(kernel.source, "chained: may start")) << kernel.name;
+// O3 runs the same kernels as O2, a block's after its first launched as dependents of the
+// one before; but a sequence's attention and the GEMM after it, which are launched on
+// their own. With one query row (a decode-shaped forward) the attention is chained too.
+TEST(Codegen, O3ChainsEachBlocksKernelsButASequencesAttention) {
+  for (int64_t seq : {128, 1}) {
+    Program o2 = workshop(2, "bf16", 8, seq), o3 = workshop(3, "bf16", 8, seq);
+    ASSERT_EQ(o2.kernels.size(), o3.kernels.size());
+    std::map<int, int> seen;
+    int chained = 0;
+    bool afterAttention = false;
+    for (size_t k = 0; k < o3.kernels.size(); ++k) {
+      const Kernel &kernel = o3.kernels[k];
+      EXPECT_EQ(kernel.name, o2.kernels[k].name);
+      EXPECT_FALSE(o2.kernels[k].chained);
+      bool firstOfBlock = kernel.layer >= 0 && seen[kernel.layer]++ == 0;
+      bool attention = std::any_of(kernel.ops.begin(), kernel.ops.end(),
+                                   [](const OpRecord &op) { return op.kind == OpKind::flash_attention; });
+      bool apart = seq > 1 && (attention || afterAttention);
+      EXPECT_EQ(kernel.chained, kernel.layer >= 0 && !firstOfBlock && !apart) << kernel.name << ", seq " << seq;
+      EXPECT_EQ(contains(kernel.source, "chained: may start"), kernel.chained) << kernel.name << ", seq " << seq;
+      afterAttention = attention;
+      chained += kernel.chained;
+    }
+    EXPECT_EQ(chained, 8 * (seq > 1 ? 2 : 4)) << "seq " << seq;
   }
 }
 
