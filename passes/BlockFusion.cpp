@@ -1,9 +1,11 @@
-// tl-fuse-blocks (O3): each transformer block becomes one tl.block, one launch.
+// tl-fuse-blocks (O3): each transformer block becomes one tl.block, whose kernels the
+// code generator launches chained (programmatic dependent launch) or, with
+// --persistent, makes the parts of one persistent kernel.
 //
 // A block is every op that reads layer N's weights, plus what only depends on
 // those (attention between its projections). Its inputs are the residual stream and
-// its weights; its result is the next residual stream. Inside, intermediates stay
-// on chip or in L2: the whole block writes one [tokens, hidden] tensor.
+// its weights; its result is the next residual stream. Inside, the kernels hand their
+// intermediates on through buffers small enough to stay in L2.
 #include "passes/Passes.h"
 
 #include "compiler/Layers.h"

@@ -161,7 +161,7 @@ if want f32; then  # issue 31: the f32 levels, where their GEMMs' time goes, and
   "$TLC" $MODEL -O2 --batch-size=8 --seq-len=128 --dtype=f32 --run --target=cuda --profile --iterations=20 \
     > "$LOGS/profile-f32-O2.txt" 2>&1
   sed -n '/^ *kernel/,/^$/p' "$LOGS/profile-f32-O2.txt" | head -14 | tee -a "$summary"
-  for tile in ${F32_TILES:-128x128x3 128x64x4 64x128x4 64x64x4}; do
+  for tile in ${F32_TILES:-128x128x3 128x64x4 128x64x6 64x128x4 64x128x6 64x64x4}; do
     o3run $MODEL 8 128 2 --iterations=50 --dtype=f32 --wgmma-tile=$tile
   done
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

@@ -60,12 +60,12 @@ bench() {  # name configs: bench/generate.py beside transformers and our PyTorch
   note "bench $1: rc=$? (bench/RESULTS.md appended)"
   cp bench/RESULTS.md bench/generate.svg "$RESULTS/" 2>/dev/null
 }
-if want context; then  # the decode step's time against its context: O2 and O3's chained launches, 1.1B, bf16
+if want context; then  # the decode step's time (and the prefill's) against its context: O2 and O3's chained launches, 1.1B, bf16
   for prompt in 96 2016; do
     for flags in "-O2" "-O3" "-O3 --dependents-at-start"; do
       timeout 200 "$TLC" generate models/tinyllama-1.1b.tl --prompt-ids "$(seq -s ' ' 1 $prompt)" --max-new-tokens 32 \
         --ignore-eos --max-context=2048 $flags --dtype=bf16 --target=cuda --progress=never > "$LOGS/context.txt" 2>&1
-      note "1.1B decode after $prompt prompt tokens [$flags]: rc=$? $(grep '^Decode' "$LOGS/context.txt")"
+      note "1.1B decode after $prompt prompt tokens [$flags]: rc=$? $(grep '^Decode' "$LOGS/context.txt") | $(grep -o 'prefill [0-9.]* ms' "$LOGS/context.txt")"
     done
     # A batch of 8 random prompts of this length (a ragged batch's file, equal lengths).
     python3 -c "import random; random.seed(1); print('\n'.join(' '.join(str(random.randrange(2, 32000)) for _ in range($prompt)) for _ in range(8)))" \
@@ -73,7 +73,7 @@ if want context; then  # the decode step's time against its context: O2 and O3's
     for flags in "-O2" "-O3"; do
       timeout 200 "$TLC" generate models/tinyllama-1.1b.tl --prompts "$LOGS/prompts-8.txt" --max-new-tokens 32 \
         --ignore-eos --max-context=2048 $flags --dtype=bf16 --target=cuda --progress=never > "$LOGS/context.txt" 2>&1
-      note "1.1B decode, batch 8, after $prompt prompt tokens [$flags]: rc=$? $(grep '^Decode' "$LOGS/context.txt")"
+      note "1.1B decode, batch 8, after $prompt prompt tokens [$flags]: rc=$? $(grep '^Decode' "$LOGS/context.txt") | $(grep -o 'prefill [0-9.]* ms' "$LOGS/context.txt")"
     done
   done
 fi
