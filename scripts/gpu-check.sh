@@ -157,11 +157,15 @@ if want ncu; then  # Nsight Compute on the 1.1B decode step's kernels: bandwidth
   cp "$LOGS/ncu-decode.csv" "$LOGS/ncu-decode.err" "$RESULTS/" 2>/dev/null
 fi
 if want f32; then  # issue 31: the f32 levels, where their GEMMs' time goes, and the sm_90a tf32 tiles
+  timeout 300 "$TESTS" --gtest_filter='GpuKernelsTf32.*:GpuForwardPrecision.*' > "$LOGS/f32-tests.txt" 2>&1
+  note "f32 kernels (the warp-specialized tf32 GEMM among them) and precisions: rc=$? $(grep -c '^\[       OK' "$LOGS/f32-tests.txt") passed," \
+       "$(grep -c '^\[  FAILED  \] [A-Za-z]' "$LOGS/f32-tests.txt") failed"
   for level in 0 1 2 3; do o3run $MODEL 8 128 $level --iterations=50 --dtype=f32; done
   "$TLC" $MODEL -O2 --batch-size=8 --seq-len=128 --dtype=f32 --run --target=cuda --profile --iterations=20 \
     > "$LOGS/profile-f32-O2.txt" 2>&1
   sed -n '/^ *kernel/,/^$/p' "$LOGS/profile-f32-O2.txt" | head -14 | tee -a "$summary"
-  for tile in ${F32_TILES:-128x128x3 128x64x4 128x64x6 64x128x4 64x128x6 64x64x4}; do
+  # xPRODUCER 1: the warp-specialized tf32 kernel (gemm_wgmma_tf32.cuh v3).
+  for tile in ${F32_TILES:-128x128x3 128x64x4 128x64x6 64x128x4 64x128x6 64x64x4 128x128x3x1x1x1 128x64x4x1x1x1 64x128x4x1x1x1}; do
     o3run $MODEL 8 128 2 --iterations=50 --dtype=f32 --wgmma-tile=$tile
   done
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

@@ -516,6 +516,8 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
     headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups{}, {} stages{}{}{}",
                                       hopper->BM, hopper->BN, hopper->BM / 64,
                                       !hopper->producer ? ""
+                                      : hopper->tf32    ? " fed by a producer warpgroup that also splits each stage "
+                                                          "(cp.async; a full and an empty mbarrier per stage)"
                                       : gemm.rowNorm    ? " fed by a producer warpgroup (cp.async; a full and an empty "
                                                           "mbarrier per stage), which also sums the squares of A's rows"
                                                         : " fed by a producer warpgroup (cp.async; a full and an empty "
@@ -590,7 +592,8 @@ std::string gemmEntry(const KernelSource &source, const GemmPlan &plan) {
       plan.matrixUnits
           ? fmt::format("#if {}\n  tl_gemm_wgmma{}<{}>(p);\n#elif defined(TL_NVIDIA)\n  tl_gemm_mma{}<{}>(p);\n"
                         "{}#else\n  tl_gemm_simt<{}>(p);\n#endif\n",
-                        hopperCase, tf32 ? "_tf32" : hopper && hopper->producer ? "_ws" : "", hopperSpec,
+                        hopperCase,
+                        std::string(tf32 ? "_tf32" : "") + (hopper && hopper->producer ? "_ws" : ""), hopperSpec,
                         tf32 ? "_tf32" : "", nvSpec,
                         plan.aKM ? "" : fmt::format("#elif defined(__gfx90a__)\n  tl_gemm_mfma<{}>(p);\n", fixedSpec),
                         fixedSpec)

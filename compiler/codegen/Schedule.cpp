@@ -297,7 +297,8 @@ int64_t WgmmaTile::sharedBytes(int64_t afterTile) const {
   int64_t pipeline = int64_t(stages) * ((BM + BN) * 128 + 128) + (tf32 ? 2 * (BM + BN) * 128 : 0);
   int64_t epilogue = int64_t(BM) * (BN + 8) * 4 + BM * 4 + afterTile;
   if (producer) {  // two mbarriers per stage after the stages, then the rows' inverse RMS; no gain
-    pipeline = int64_t(stages) * ((BM + BN) * 64 * 2 + 16) + BM * 4;
+    // (tf32: each stage's residuals beside it)
+    pipeline = int64_t(stages) * ((BM + BN) * 128 * (tf32 ? 2 : 1) + 16) + BM * 4;
     epilogue -= BM * 4;
   }
   return std::max(pipeline, epilogue) + 1024;
@@ -363,7 +364,8 @@ bool normGradClusterFits(const GemmSpec &gemm, const Machine &machine, const Wgm
 
 // overrides.wgmmaTile (BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]) where it parses and
 // the GEMM and the machine can run it; none otherwise. fp32 operands (`tf32`) take
-// gemm_wgmma_tf32.cuh's tiles: 64 or 128 rows and columns, no producer warpgroup.
+// gemm_wgmma_tf32.cuh's tiles: 64 or 128 rows and columns, K unsplit with a producer
+// (launched kernels only: a persistent kernel's tf32 tasks keep the schedule's tiles).
 std::optional<WgmmaTile> forcedWgmmaTile(const GemmSpec &gemm, const Machine &machine, bool aKM, bool tf32 = false) {
   const std::string &text = machine.overrides.wgmmaTile;
   WgmmaTile forced;
@@ -373,8 +375,8 @@ std::optional<WgmmaTile> forcedWgmmaTile(const GemmSpec &gemm, const Machine &ma
   if (!parsed) return std::nullopt;
   forced.producer = producer == 1;
   forced.tf32 = tf32;
-  if (tf32 && (forced.producer || (forced.BM != 64 && forced.BM != 128) || (forced.BN != 64 && forced.BN != 128) ||
-               (machine.persistent && forced.splits > 1)))
+  if (tf32 && ((forced.producer && forced.splits > 1) || (forced.BM != 64 && forced.BM != 128) ||
+               (forced.BN != 64 && forced.BN != 128) || machine.persistent))
     return std::nullopt;
   // The warp-specialized kernel: 64- or 128-row tiles, no RMSNorm gain (one folded into
   // the weight is fine); it splits K only for the 128-row tiles of a short last wave.

@@ -266,6 +266,25 @@ TEST(GpuKernelsTf32, MmaSyncAndEveryAttentionTileMatchTheCpuReference) {
   }
 }
 
+// The warp-specialized tf32 GEMM (gemm_wgmma_tf32.cuh v3: the producer warpgroup copies
+// and splits each stage), forced by TLC_WGMMA_TILE's producer flag: every forward GEMM it
+// takes, workshop and 1.1B widths, two and one consumer warpgroups, against the CPU. Three
+// launches: the barriers start afresh each.
+TEST(GpuKernelsTf32, WarpSpecializedMatchesTheCpuReference) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  auto ws = [](const Kernel &kernel) { return kernel.source.find("  tl_gemm_wgmma_tf32_ws<") != std::string::npos; };
+  for (const char *tile : {"128x128x3x1x1x1", "128x64x4x1x1x1", "64x128x4x1x1x1"}) {
+    ::setenv("TLC_WGMMA_TILE", tile, 1);
+    for (const char *model : {"workshop", "tinyllama-1.1b"}) {
+      SCOPED_TRACE(std::string(model) + " tile " + tile);
+      Shape shape = testShape(model);
+      EXPECT_GE(checkKernels(*device, compile(shape.config, 2, shape.batch, shape.seq, "f32"), "f32", ws, 3), 4);
+    }
+  }
+  ::unsetenv("TLC_WGMMA_TILE");
+}
+
 // A training step's kernels, each alone: the forward's (attention also writing its
 // log-sum-exp), the backward's and the gradients' global norm (clipping on). AdamW reads
 // the optimizer's state, which only a backend holds: GpuTraining checks it.

@@ -577,6 +577,69 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
 //   empty[s]  each consumer warp arrives when its wgmma reading stage s has completed.
 // Use u of a stage (u = i / STAGES for k tile i) completes phase u of both barriers.
 // After the barriers, the rows' inverse RMS (ROW_NORM: BM floats).
+// The warp-specialized kernels' (v4, gemm_wgmma_tf32.cuh v3) stage barriers: a full one
+// the producer warpgroup's 128 threads arrive on, an empty one each consumer warp's lane 0.
+template <int STAGES, int CONSUMER_WARPS> TL_DEVICE void tl_init_stage_barriers(unsigned fullBar, unsigned emptyBar) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      tl_mbarrier_init(fullBar + s * 8, 128);
+      tl_mbarrier_init(emptyBar + s * 8, CONSUMER_WARPS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  tl_sync();
+}
+
+// After the mainloop of a persistent kernel's task: every wait is over, so the next task
+// may use this memory.
+template <int STAGES> TL_DEVICE void tl_release_stage_barriers(unsigned fullBar, unsigned emptyBar) {
+#if defined(TL_PERSISTENT)
+  if (threadIdx.x == 0)
+    for (int s = 0; s < STAGES; ++s) {
+      tl_mbarrier_inval(fullBar + s * 8);
+      tl_mbarrier_inval(emptyBar + s * 8);
+    }
+#else
+  (void)fullBar, (void)emptyBar;
+#endif
+}
+
+// Chained (v7): the producer copies the weights' first `lag` stages (at most kCount)
+// before waiting for the kernel before, since they do not depend on it; returns how many.
+template <bool CHAINED, class CopyB> TL_DEVICE int tl_copy_weights_early(int lag, int kCount, CopyB copyB) {
+  const int early = CHAINED ? (lag < kCount ? lag : kCount) : 0;
+  if constexpr (CHAINED) {
+    for (int j = 0; j < early; ++j) copyB(j);
+    tl_wait_for_producers();
+  }
+  return early;
+}
+
+// The producer warpgroup's end (v4, gemm_wgmma_tf32.cuh v3): its RMSNorm sums, then
+// barrier 1 with the consumers. Thread t holds the squares of chunk t % 8 of rows
+// t / 8 + 16 c; the 8 threads of a row (lanes 8 q .. 8 q + 7) add theirs, and the row's
+// sum goes to `rowSquares` (NORM_SHARED: column tile 0 publishes them, and `share`, the
+// producers wait for them once their own copies are all issued) or its inverse RMS to
+// `rowScale`.
+template <class S, int THREADS, int COPIES>
+TL_DEVICE void tl_producer_finish(bool sumsSquares, bool share, const float (&squares)[COPIES], float *rowSquares,
+                                  unsigned *normFlag, float *rowScale, int tn) {
+  if (sumsSquares)
+#pragma unroll
+    for (int c = 0; c < COPIES; ++c) {
+      float sum = squares[c];
+      for (int m = 1; m < 8; m <<= 1) sum += TL_SHFL_XOR(sum, m);
+      const int r = threadIdx.x / 8 + c * 16;
+      if (threadIdx.x % 8 != 0) continue;
+      if constexpr (S::NORM_SHARED) rowSquares[r] = sum;
+      else rowScale[r] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
+    }
+  if (S::NORM_SHARED && share)
+    tl_share_row_norm<S, 128>(tn == 0, rowSquares, normFlag, rowScale,
+                              [] { asm volatile("bar.sync 2, 128;" ::: "memory"); });
+  asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
+}
+
 template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 64, GROUPS = BM / 64, THREADS = (GROUPS + 1) * 128;
   constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
@@ -610,14 +673,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   float *rowSquares = tl_norm_sums<S>(p, rowTile);
   unsigned *normFlag = tl_norm_flag<S>(p, rowTile);  // published, readers
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      tl_mbarrier_init(fullBar + s * 8, 128);
-      tl_mbarrier_init(emptyBar + s * 8, GROUPS * 4);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  tl_sync();
+  tl_init_stage_barriers<STAGES, GROUPS * 4>(fullBar, emptyBar);
   float *tileRows = reinterpret_cast<float *>(tl_smem);  // the accumulator tile, over the stages
 
   // Each role ends at barrier 1 (all threads: the stages are free), after which the
@@ -633,13 +689,9 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
       const int k = (kBegin + j) * BK + (threadIdx.x % 8) * 8;
       bCopies.copy(smem + (j % STAGES) * STAGE_BYTES + A_BYTES, S::b_col(k), tl_k_inside<S>(k));
     };
-    // v7: chained, the weights' first stages are on their way while the kernel before
-    // finishes (as v3 does); only A waits for it. They join the first copy group.
-    const int earlyB = S::CHAINED ? (LAG < kCount ? LAG : kCount) : 0;
-    if constexpr (S::CHAINED) {
-      for (int j = 0; j < earlyB; ++j) copyB(j);
-      tl_wait_for_producers();
-    }
+    // v7: chained, only A waits for the kernel before (as v3 does); the early copies of
+    // B join the first copy group.
+    const int earlyB = tl_copy_weights_early<S::CHAINED>(LAG, kCount, copyB);
     float squares[tl_stage_copies<BM, 128>::COPIES] = {};
     for (int j = 0; j < kCount + LAG; ++j) {
       if (j < kCount) {
@@ -659,23 +711,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
       // The stage stays until this thread copies into it again, so the sums need no barrier.
       if (sumsSquares) aCopies.add_squares(tl_smem + (i % STAGES) * STAGE_BYTES, squares);
     }
-    if (sumsSquares) {
-      // The 8 threads of a row (lanes 8 q .. 8 q + 7) hold one chunk each.
-#pragma unroll
-      for (int c = 0; c < tl_stage_copies<BM, 128>::COPIES; ++c) {
-        float sum = squares[c];
-        for (int m = 1; m < 8; m <<= 1) sum += TL_SHFL_XOR(sum, m);
-        const int r = threadIdx.x / 8 + c * 16;
-        if (threadIdx.x % 8 != 0) continue;
-        if constexpr (S::NORM_SHARED) rowSquares[r] = sum;
-        else rowScale[r] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
-      }
-    }
-    // The producers wait for shared sums once their own copies are all issued.
-    if (S::NORM_SHARED && !splitTile)
-      tl_share_row_norm<S, 128>(tn == 0, rowSquares, normFlag, rowScale,
-                                [] { asm volatile("bar.sync 2, 128;" ::: "memory"); });
-    asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
+    tl_producer_finish<S, THREADS>(sumsSquares, !splitTile, squares, rowSquares, normFlag, rowScale, tn);
   } else {
     // Consumer warpgroup `group` computes rows 64 (group - 1) .. of the tile: A and B by
     // descriptor, one group in flight while the next is issued. Chained, they wait for the
@@ -708,13 +744,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
   }
   tl_sync();
   tl_allow_dependents();
-#if defined(TL_PERSISTENT)
-  if (threadIdx.x == 0)  // every wait is over: the next task may use this memory
-    for (int s = 0; s < STAGES; ++s) {
-      tl_mbarrier_inval(fullBar + s * 8);
-      tl_mbarrier_inval(emptyBar + s * 8);
-    }
-#endif
+  tl_release_stage_barriers<STAGES>(fullBar, emptyBar);
   // A split norm tile's rows (NORM_SHARED: the schedule splits one only then) are scaled
   // once its parts are added.
   if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, 1>(p, work, tileRows, rowScale, 0.0f)) return;

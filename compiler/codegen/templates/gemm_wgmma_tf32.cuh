@@ -14,6 +14,14 @@
 //   v2  every TL_TF32_PROMOTE_TILES k tiles the accumulator is added into a running total
 //       and restarted (mma_tf32.cuh says why); there the group in flight is waited for,
 //       not overlapped with the next stage's split.
+//   v3  tl_gemm_wgmma_tf32_ws, warp-specialized as gemm_wgmma.cuh v4/v5 (whose barrier
+//       stall v1 shares): a producer warpgroup copies each stage and, once its own copies
+//       have landed, splits the chunks it copied itself (high parts in place, residuals in
+//       the stage's second half; RMSNorm's squares summed on the way), then hands the stage
+//       over through its full mbarrier; the consumer warpgroups only issue l·h, h·l and h·h
+//       and give the stage back through its empty mbarrier. No block-wide barrier in the
+//       mainloop; a stage is twice v1's. 64 or 128 rows and columns, no norm gain (one
+//       folded into the weight is fine), K unsplit. --wgmma-tile=BMxBNxSTAGESx1x1x1 only.
 //
 // K-major operands only (wgmma has no transpose for tf32): the backward's A stored [K, M]
 // and B stored [K, N] run on gemm_mma_tf32.cuh. BM 64 or 128, BN 64 or 128.
@@ -42,6 +50,21 @@ template <int BN> TL_DEVICE void tl_wgmma_tf32(float (&d)[BN / 2], unsigned long
   static_assert(BN == 64 || BN == 128, "tf32 wgmma tiles: 64 or 128 columns");
   if constexpr (BN == 64) tl_wgmma_tf32_m64n64k8(d, descA, descB);
   else tl_wgmma_tf32_m64n128k8(d, descA, descB);
+}
+
+// One stage's products for a warpgroup's 64 rows: l·h, h·l and h·h (PRODUCTS 3; h·h alone
+// for 1) over its four k8 slices, A and B by descriptor from their high parts' and
+// residuals' shared addresses.
+template <int BN, int PRODUCTS>
+TL_DEVICE void tl_wgmma_tf32_stage(float (&acc)[BN / 2], unsigned aHigh, unsigned aLow, unsigned bHigh, unsigned bLow) {
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    if constexpr (PRODUCTS == 3) {
+      tl_wgmma_tf32<BN>(acc, tl_wgmma_descriptor(aLow, s * 32), tl_wgmma_descriptor(bHigh, s * 32));
+      tl_wgmma_tf32<BN>(acc, tl_wgmma_descriptor(aHigh, s * 32), tl_wgmma_descriptor(bLow, s * 32));
+    }
+    tl_wgmma_tf32<BN>(acc, tl_wgmma_descriptor(aHigh, s * 32), tl_wgmma_descriptor(bHigh, s * 32));
+  }
 }
 
 // A stage's A and B rows (ROWS of 128 bytes, A's first) rewritten as their tf32 high parts,
@@ -169,14 +192,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
     const unsigned aLow = tl_smem_addr(residual) + (warp / 4) * 64 * 128, bLow = tl_smem_addr(residual) + A_BYTES;
     tl_wgmma_fence();
     tl_wgmma_pin(acc);
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      if constexpr (P == 3) {
-        tl_wgmma_tf32<BN>(acc, tl_wgmma_descriptor(aLow, s * 32), tl_wgmma_descriptor(bHigh, s * 32));
-        tl_wgmma_tf32<BN>(acc, tl_wgmma_descriptor(aHigh, s * 32), tl_wgmma_descriptor(bLow, s * 32));
-      }
-      tl_wgmma_tf32<BN>(acc, tl_wgmma_descriptor(aHigh, s * 32), tl_wgmma_descriptor(bHigh, s * 32));
-    }
+    tl_wgmma_tf32_stage<BN, P>(acc, aHigh, aLow, bHigh, bLow);
     tl_wgmma_commit();
     tl_wgmma_pin(acc);
   }
@@ -223,6 +239,146 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
   if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, NORM_THREADS_PER_ROW>(p, work, tileRows, rowScale, rowSum))
     return;
   tl_sync();
+  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
+}
+
+
+// v3: this thread's own chunks of a landed stage (as tl_stage_copies placed them: rows
+// threadIdx.x / 8 + 16 c, chunk threadIdx.x % 8), split for PRODUCTS: high parts in place,
+// residuals STAGE_BYTES on; with SQUARES (A's rows, for RMSNorm) their squares added to
+// sum[c] first. Four loads in flight.
+template <int ROWS, int PRODUCTS, int STAGE_BYTES, bool SQUARES>
+TL_DEVICE void tl_split_own_chunks(unsigned char *rows, unsigned first, float (&sum)[ROWS * 8 / 128]) {
+  constexpr int BATCH = ROWS * 8 / 128 < 4 ? ROWS * 8 / 128 : 4, PASSES = ROWS * 8 / 128;
+  static_assert(ROWS % 16 == 0 && PASSES % BATCH == 0, "whole passes of 16 rows");
+#pragma unroll
+  for (int c0 = 0; c0 < PASSES; c0 += BATCH) {
+    tl_u32x4 raw[BATCH];
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) raw[b] = *reinterpret_cast<const tl_u32x4 *>(rows + first + (c0 + b) * 2048);
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      unsigned x[4] = {raw[b].x, raw[b].y, raw[b].z, raw[b].w}, hi[4], lo[4];
+      if constexpr (SQUARES)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum[c0 + b] = fmaf(__uint_as_float(x[e]), __uint_as_float(x[e]), sum[c0 + b]);
+      tl_split_tf32<PRODUCTS>(x, hi, lo);
+      unsigned char *at = rows + first + (c0 + b) * 2048;
+      *reinterpret_cast<tl_u32x4 *>(at) = tl_u32x4{hi[0], hi[1], hi[2], hi[3]};
+      if constexpr (PRODUCTS == 3) *reinterpret_cast<tl_u32x4 *>(at + STAGE_BYTES) = tl_u32x4{lo[0], lo[1], lo[2], lo[3]};
+    }
+  }
+}
+
+template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params &p) {
+  constexpr int BM = S::BM, BN = S::BN, BK = 32, GROUPS = BM / 64, THREADS = (GROUPS + 1) * 128, P = S::TF32_PRODUCTS;
+  // A slot: a stage's A and B rows (high parts once split), then their residuals.
+  constexpr int A_BYTES = BM * BK * 4, STAGE_BYTES = (BM + BN) * BK * 4, SLOT_BYTES = 2 * STAGE_BYTES;
+  constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES, LD = BN + 8;
+  // Copies of k tile i + LAG are in flight while tile i is split and handed over.
+  constexpr int LAG = STAGES - 2;
+  static_assert((BM == 64 || BM == 128) && (BN == 64 || BN == 128) && STAGES >= 3 && !S::A_KM && !S::B_KN &&
+                    !S::NORM_GRAD && !S::NORM_GAIN && S::K_SPLITS == 1,
+                "warp-specialized tf32 tiles: 64 or 128 rows and columns, K-major operands, no norm gain, K unsplit");
+  static_assert(BM * LD * 4 <= STAGES * SLOT_BYTES, "the accumulator tile fits in the stages");
+  extern __shared__ __align__(128) unsigned char tl_smem_raw[];
+  unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
+  const unsigned smem = tl_smem_addr(tl_smem);
+  const unsigned fullBar = smem + STAGES * SLOT_BYTES, emptyBar = fullBar + STAGES * 8;
+  float *rowScale = reinterpret_cast<float *>(tl_smem + STAGES * SLOT_BYTES + STAGES * 16);
+
+  const tl_tile_work work = tl_block_work<S, KT>();
+  const int tile = work.tile, kBegin = work.kBegin, kCount = work.kCount;
+  const int tm = tile % S::TILES_M, tn = (tile / S::TILES_M) % S::TILES_N, bt = tile / (S::TILES_M * S::TILES_N);
+  const tl_tile_cols cols = S::tile_cols(tn);
+  const int m0 = tm * BM;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 4;
+  const int rowTile = bt * S::TILES_M + tm;
+  const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
+  float *rowSquares = tl_norm_sums<S>(p, rowTile);
+  unsigned *normFlag = tl_norm_flag<S>(p, rowTile);
+
+  tl_init_stage_barriers<STAGES, GROUPS * 4>(fullBar, emptyBar);
+  float *tileRows = reinterpret_cast<float *>(tl_smem);  // the accumulator tile, over the stages
+
+  if (group == 0) {
+    // Producer: thread t copies chunk t % 8 of rows t / 8 + 16 c of A and B, then splits them.
+    using ACopies = tl_stage_copies<BM, 128, float>;
+    ACopies aCopies;
+    aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+    tl_stage_copies<BN, 128, float> bCopies;
+    bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
+    auto copyA = [&](int j) {
+      const int k = (kBegin + j) * BK + (threadIdx.x % 8) * 4;
+      aCopies.copy(smem + (j % STAGES) * SLOT_BYTES, S::a_col(k), tl_k_inside_f32<S>(k));
+    };
+    auto copyB = [&](int j) {
+      const int k = (kBegin + j) * BK + (threadIdx.x % 8) * 4;
+      bCopies.copy(smem + (j % STAGES) * SLOT_BYTES + A_BYTES, S::b_col(k), tl_k_inside_f32<S>(k));
+    };
+    const int earlyB = tl_copy_weights_early<S::CHAINED>(LAG, kCount, copyB);
+    const unsigned first = tl_swizzle(threadIdx.x / 8, threadIdx.x % 8, 128);
+    float squares[ACopies::COPIES] = {}, unused[BN * 8 / 128];
+    for (int j = 0; j < kCount + LAG; ++j) {
+      if (j < kCount) {
+        const int stage = j % STAGES;
+        if (j >= STAGES) tl_mbarrier_wait(emptyBar + stage * 8, (j / STAGES + 1) & 1);
+        copyA(j);
+        if (j >= earlyB) copyB(j);
+      }
+      tl_cp_async_commit();
+      const int i = j - LAG;  // the k tile to split and hand over
+      if (i < 0) continue;
+      tl_cp_async_wait<LAG>();
+      unsigned char *slot = tl_smem + (i % STAGES) * SLOT_BYTES;
+      tl_split_own_chunks<BM, P, STAGE_BYTES, S::ROW_NORM>(slot, first, squares);  // used where sumsSquares
+      tl_split_own_chunks<BN, P, STAGE_BYTES, false>(slot + A_BYTES, first, unused);
+      // Written through the generic proxy; the consumers' wgmma reads through the async one.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      tl_mbarrier_arrive(fullBar + (i % STAGES) * 8);
+    }
+    tl_producer_finish<S, THREADS>(sumsSquares, true, squares, rowSquares, normFlag, rowScale, tn);
+  } else {
+    // Consumer warpgroup `group` computes rows 64 (group - 1) .. of the tile, one wgmma
+    // group in flight while the next stage is waited for.
+    if constexpr (S::CHAINED) tl_wait_for_producers();
+    float acc[BN / 2];
+#pragma unroll
+    for (int e = 0; e < BN / 2; ++e) acc[e] = 0.0f;
+    constexpr bool PROMOTE = KT > TL_TF32_PROMOTE_TILES;  // v2's running total
+    float total[BN / 2] = {};
+    const unsigned aOffset = (group - 1) * 64 * BK * 4;
+    for (int i = 0; i < kCount; ++i) {
+      const int stage = i % STAGES;
+      tl_mbarrier_wait(fullBar + stage * 8, (i / STAGES) & 1);
+      if (PROMOTE && i > 0 && i % TL_TF32_PROMOTE_TILES == 0) {
+        tl_wgmma_wait<0>();
+        tl_wgmma_pin(acc);
+#pragma unroll
+        for (int e = 0; e < BN / 2; ++e) total[e] += acc[e], acc[e] = 0.0f;
+      }
+      const unsigned aHigh = smem + stage * SLOT_BYTES + aOffset, bHigh = smem + stage * SLOT_BYTES + A_BYTES;
+      const unsigned aLow = aHigh + STAGE_BYTES, bLow = bHigh + STAGE_BYTES;
+      tl_wgmma_fence();
+      tl_wgmma_pin(acc);
+      tl_wgmma_tf32_stage<BN, P>(acc, aHigh, aLow, bHigh, bLow);
+      tl_wgmma_commit();
+      tl_wgmma_wait<1>();  // the group before this one is done: its stage goes back
+      tl_wgmma_pin(acc);
+      if (i > 0 && lane == 0) tl_mbarrier_arrive(emptyBar + ((i - 1) % STAGES) * 8);
+    }
+    tl_wgmma_wait<0>();
+    tl_wgmma_pin(acc);
+    if constexpr (PROMOTE)
+#pragma unroll
+      for (int e = 0; e < BN / 2; ++e) acc[e] += total[e];
+    asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
+    const int r = (warp - 4) * 16 + lane / 4;
+    tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, S::ROW_NORM ? rowScale[r] : 1.0f, S::ROW_NORM ? rowScale[r + 8] : 1.0f);
+  }
+  tl_sync();
+  tl_allow_dependents();
+  tl_release_stage_barriers<STAGES>(fullBar, emptyBar);
   tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
 }
 

@@ -365,7 +365,8 @@ TEST(Codegen, NormBackwardInsideTheDxGemm) {
 }
 
 // --wgmma-tile reaches the f32 GEMMs' tf32 tiles where they can take it (64 or 128 rows
-// and columns); a tile they cannot take leaves the schedule's.
+// and columns; a producer warpgroup with K unsplit); a tile they cannot take leaves the
+// schedule's.
 TEST(Codegen, ForcedWgmmaTileReachesTf32Gemms) {
   auto gateUp = [](const std::string &tile) {
     CompileOptions options{2, 8, 128, "f32"};
@@ -379,6 +380,19 @@ TEST(Codegen, ForcedWgmmaTileReachesTf32Gemms) {
   EXPECT_EQ(gateUp("64x128x3"), (WgmmaSpec{64, 128, 3, 1, 0}));
   EXPECT_EQ(gateUp("128x64x5x2"), (WgmmaSpec{128, 64, 5, 2, 512}));  // every one of its 8 x 64 tiles split
   EXPECT_EQ(gateUp("128x256x4"), (WgmmaSpec{128, 128, 4, 1, 0})) << "no tf32 tile of 256 columns";
+  // With the producer flag: the warp-specialized kernel (gemm_wgmma_tf32.cuh v3), a
+  // producer warpgroup beside the consumers, each stage's residuals beside it; K unsplit.
+  CompileOptions options{2, 8, 128, "f32"};
+  options.overrides.wgmmaTile = "128x128x3x1x1x1";
+  Program program = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", options);
+  const Kernel &ws = kernelNamed(program, "tl_rmsnorm_linear_split_swiglu_f32");
+  EXPECT_TRUE(contains(ws.source, "  tl_gemm_wgmma_tf32_ws<"));
+  EXPECT_EQ(wgmmaSpec(ws), (WgmmaSpec{128, 128, 3, 1, 0}));
+  EXPECT_EQ(ws.launch.at("cuda:sm_90a").blockThreads, 384);
+  EXPECT_GE(ws.launch.at("cuda:sm_90a").sharedBytes, 3 * 2 * (128 + 128) * 128);
+  options.overrides.wgmmaTile = "128x128x3x2x1x1";  // split: not the warp-specialized tf32 kernel
+  Program split = compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", options);
+  EXPECT_FALSE(contains(kernelNamed(split, "tl_rmsnorm_linear_split_swiglu_f32").source, "  tl_gemm_wgmma_tf32_ws<"));
 }
 
 // f32 matrix products follow the matmul precision: "high" (the default) splits each

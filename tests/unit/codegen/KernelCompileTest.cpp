@@ -43,6 +43,36 @@ std::vector<JitSource> asSources(const std::map<std::string, std::string> &entry
 // Small batch and sequence keep the Programs quick to build; the tiles the schedule picks
 // only at full size come from the benchmarks' shapes (the 1.1B QKV's 256x160 flat tiles,
 // the workshop down projection's 8-stage pipeline).
+// One layer of `model`'s preset compiled under `options`: its kernels whose source holds
+// `marker`, added to `entryOf` (source -> entry).
+void addKernelsHolding(const char *model, const CompileOptions &options, const std::string &marker,
+                       std::map<std::string, std::string> &entryOf) {
+  LlamaConfig config = *presetConfig(model);
+  config.layers = 1;
+  auto context = tlContext();
+  auto module = buildLlamaModule(*context, config);
+  ASSERT_TRUE(mlir::succeeded(optimizeModule(*module, options))) << model;
+  auto program = buildProgram(*module, options);
+  ASSERT_TRUE(mlir::succeeded(program)) << model;
+  for (const Kernel &kernel : program->kernels)
+    if (kernel.source.find(marker) != std::string::npos) entryOf.emplace(kernel.source, kernel.entry);
+}
+
+// `kernels` compiled by NVRTC for sm_80 and sm_90a, each to a binary.
+void compileForNvidia(const std::vector<JitSource> &kernels) {
+  std::unique_ptr<JitCompiler> nvrtc;
+  ASSERT_NO_THROW(nvrtc = createNvrtcCompiler()) << "NVRTC must be installed where the tests run";
+  JitOptions options;
+  options.useCache = false;
+  options.progress = false;
+  for (const char *arch : {"sm_80", "sm_90a"}) {
+    options.arch = arch;
+    std::vector<std::string> binaries;
+    ASSERT_NO_THROW(binaries = jitCompileAll(*nvrtc, kernels, options)) << arch;
+    for (const std::string &binary : binaries) EXPECT_FALSE(binary.empty()) << arch;
+  }
+}
+
 std::vector<JitSource> allKernelSources() {
   std::map<std::string, std::string> entryOf;  // distinct source -> its entry
   for (const char *model : {"tinyllama.tl", "tinyllama-1.1b.tl"})
@@ -240,31 +270,17 @@ TEST(KernelCompile, GenerationKernelsCompileForEveryArch) {
 TEST(KernelCompile, TensorCoreMatrixVectorGemmsCompileForNvidia) {
   std::map<std::string, std::string> entryOf;
   for (auto [model, rows] : {std::pair{"tinyllama-1.1b", 8}, std::pair{"tinyllama-1.1b", 3}, std::pair{"workshop", 16}}) {
-    LlamaConfig config = *presetConfig(model);
-    config.layers = 1;
-    auto context = tlContext();
-    auto module = buildLlamaModule(*context, config);
     CompileOptions options{2, rows, 1, "bf16"};
     options.overrides.gemvTensorCores = true;
-    ASSERT_TRUE(mlir::succeeded(optimizeModule(*module, options))) << model;
-    auto program = buildProgram(*module, options);
-    ASSERT_TRUE(mlir::succeeded(program)) << model;
-    for (const Kernel &kernel : program->kernels)
-      if (kernel.source.find("GEMV_MMA = true") != std::string::npos) entryOf.emplace(kernel.source, kernel.entry);
+    addKernelsHolding(model, options, "GEMV_MMA = true", entryOf);
   }
   std::vector<JitSource> kernels = asSources(entryOf);
   ASSERT_GE(kernels.size(), 9u) << "four projections and the logits a model, on tensor cores";
-  std::unique_ptr<JitCompiler> nvrtc, hiprtc;
-  ASSERT_NO_THROW(nvrtc = createNvrtcCompiler()) << "NVRTC must be installed where the tests run";
+  compileForNvidia(kernels);
+  std::unique_ptr<JitCompiler> hiprtc;
   JitOptions options;
   options.useCache = false;
   options.progress = false;
-  for (const char *arch : {"sm_80", "sm_90a"}) {
-    options.arch = arch;
-    std::vector<std::string> binaries;
-    ASSERT_NO_THROW(binaries = jitCompileAll(*nvrtc, kernels, options)) << arch;
-    for (const std::string &binary : binaries) EXPECT_FALSE(binary.empty()) << arch;
-  }
   ASSERT_NO_THROW(hiprtc = createHiprtcCompiler()) << "hipRTC (libamdhip64-dev) must be installed where the tests run";
   options.arch = "gfx90a";
   try {
@@ -273,6 +289,22 @@ TEST(KernelCompile, TensorCoreMatrixVectorGemmsCompileForNvidia) {
   } catch (const std::exception &error) {
     EXPECT_NE(std::string(error.what()).find("NVIDIA's only"), std::string::npos) << error.what();
   }
+}
+
+// The warp-specialized tf32 GEMM (gemm_wgmma_tf32.cuh v3), reached only through
+// --wgmma-tile's producer flag, compiles for sm_90a at both widths, two and one consumer
+// warpgroups; the same sources compile for sm_80 (where they run mma.sync).
+TEST(KernelCompile, WarpSpecializedTf32GemmsCompileForNvidia) {
+  std::map<std::string, std::string> entryOf;
+  for (const char *tile : {"128x128x3x1x1x1", "64x128x4x1x1x1"})
+    for (auto [model, rows] : {std::pair{"tinyllama-1.1b", 128}, std::pair{"workshop", 256}}) {
+      CompileOptions options{2, 2, rows / 2, "f32"};
+      options.overrides.wgmmaTile = tile;
+      addKernelsHolding(model, options, "  tl_gemm_wgmma_tf32_ws<", entryOf);
+    }
+  std::vector<JitSource> kernels = asSources(entryOf);
+  ASSERT_GE(kernels.size(), 16u) << "four projections and the logits a model and tile";
+  compileForNvidia(kernels);
 }
 
 // The runtime's own kernels (runtime/kernels: a forward on the caller's device buffers)
