@@ -165,7 +165,7 @@ cl::OptionCategory scheduleCategory("Forcing the schedule's choices, to measure 
                                     "variables of docs/codegen.md)");
 cl::opt<std::string> gemmTile("gemm-tile", cl::desc("mma.sync GEMM tile BMxBNxWARPS_MxWARPS_NxSLICESxSTAGES"),
                               cl::value_desc("tile"), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
-cl::opt<std::string> wgmmaTile("wgmma-tile", cl::desc("sm_90a GEMM tile BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]] (f32: 64 or 128 rows and columns, no producer)"),
+cl::opt<std::string> wgmmaTile("wgmma-tile", cl::desc("sm_90a GEMM tile BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]] (f32: 64 or 128 rows and columns; with a producer, K unsplit)"),
                                cl::value_desc("tile"), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<std::string> attentionTile("attention-tile",
                                    cl::desc("flash attention tile QTxHB[xMT[xRESIDENT]], or rows: one query row a "

@@ -571,12 +571,6 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
 }
 
-// v4: warp-specialized. Warpgroup 0 produces, warpgroups 1..BM/64 consume (64 rows each).
-//   full[s]   the producer's 128 threads arrive when stage s holds its k tile, after a
-//             proxy fence;
-//   empty[s]  each consumer warp arrives when its wgmma reading stage s has completed.
-// Use u of a stage (u = i / STAGES for k tile i) completes phase u of both barriers.
-// After the barriers, the rows' inverse RMS (ROW_NORM: BM floats).
 // The warp-specialized kernels' (v4, gemm_wgmma_tf32.cuh v3) stage barriers: a full one
 // the producer warpgroup's 128 threads arrive on, an empty one each consumer warp's lane 0.
 template <int STAGES, int CONSUMER_WARPS> TL_DEVICE void tl_init_stage_barriers(unsigned fullBar, unsigned emptyBar) {
@@ -640,6 +634,12 @@ TL_DEVICE void tl_producer_finish(bool sumsSquares, bool share, const float (&sq
   asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
 }
 
+// v4: warp-specialized. Warpgroup 0 produces, warpgroups 1..BM/64 consume (64 rows each).
+//   full[s]   the producer's 128 threads arrive when stage s holds its k tile, after a
+//             proxy fence;
+//   empty[s]  each consumer warp arrives when its wgmma reading stage s has completed.
+// Use u of a stage (u = i / STAGES for k tile i) completes phase u of both barriers.
+// After the barriers, the rows' inverse RMS (ROW_NORM: BM floats).
 template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 64, GROUPS = BM / 64, THREADS = (GROUPS + 1) * 128;
   constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;

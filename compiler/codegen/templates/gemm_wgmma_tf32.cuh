@@ -15,13 +15,14 @@
 //       and restarted (mma_tf32.cuh says why); there the group in flight is waited for,
 //       not overlapped with the next stage's split.
 //   v3  tl_gemm_wgmma_tf32_ws, warp-specialized as gemm_wgmma.cuh v4/v5 (whose barrier
-//       stall v1 shares): a producer warpgroup copies each stage and, once its own copies
-//       have landed, splits the chunks it copied itself (high parts in place, residuals in
-//       the stage's second half; RMSNorm's squares summed on the way), then hands the stage
-//       over through its full mbarrier; the consumer warpgroups only issue l·h, h·l and h·h
-//       and give the stage back through its empty mbarrier. No block-wide barrier in the
-//       mainloop; a stage is twice v1's. 64 or 128 rows and columns, no norm gain (one
-//       folded into the weight is fine), K unsplit. --wgmma-tile=BMxBNxSTAGESx1x1x1 only.
+//       stall v1 shares): a producer warpgroup copies each stage and, once its copies have
+//       landed (a barrier of its own 128 threads), splits it as v1 does (high parts in
+//       place, residuals in the stage's second half, RMSNorm's squares summed on the way),
+//       then hands it over through its full mbarrier; the consumer warpgroups only issue
+//       l·h, h·l and h·h and give the stage back through its empty mbarrier. No block-wide
+//       barrier in the mainloop; a stage is twice v1's. 64 or 128 rows and columns, no norm
+//       gain (one folded into the weight is fine), K unsplit. --wgmma-tile=BMxBNxSTAGESx1x1x1
+//       only.
 //
 // K-major operands only (wgmma has no transpose for tf32): the backward's A stored [K, M]
 // and B stored [K, N] run on gemm_mma_tf32.cuh. BM 64 or 128, BN 64 or 128.
@@ -243,33 +244,6 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
 }
 
 
-// v3: this thread's own chunks of a landed stage (as tl_stage_copies placed them: rows
-// threadIdx.x / 8 + 16 c, chunk threadIdx.x % 8), split for PRODUCTS: high parts in place,
-// residuals STAGE_BYTES on; with SQUARES (A's rows, for RMSNorm) their squares added to
-// sum[c] first. Four loads in flight.
-template <int ROWS, int PRODUCTS, int STAGE_BYTES, bool SQUARES>
-TL_DEVICE void tl_split_own_chunks(unsigned char *rows, unsigned first, float (&sum)[ROWS * 8 / 128]) {
-  constexpr int BATCH = ROWS * 8 / 128 < 4 ? ROWS * 8 / 128 : 4, PASSES = ROWS * 8 / 128;
-  static_assert(ROWS % 16 == 0 && PASSES % BATCH == 0, "whole passes of 16 rows");
-#pragma unroll
-  for (int c0 = 0; c0 < PASSES; c0 += BATCH) {
-    tl_u32x4 raw[BATCH];
-#pragma unroll
-    for (int b = 0; b < BATCH; ++b) raw[b] = *reinterpret_cast<const tl_u32x4 *>(rows + first + (c0 + b) * 2048);
-#pragma unroll
-    for (int b = 0; b < BATCH; ++b) {
-      unsigned x[4] = {raw[b].x, raw[b].y, raw[b].z, raw[b].w}, hi[4], lo[4];
-      if constexpr (SQUARES)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sum[c0 + b] = fmaf(__uint_as_float(x[e]), __uint_as_float(x[e]), sum[c0 + b]);
-      tl_split_tf32<PRODUCTS>(x, hi, lo);
-      unsigned char *at = rows + first + (c0 + b) * 2048;
-      *reinterpret_cast<tl_u32x4 *>(at) = tl_u32x4{hi[0], hi[1], hi[2], hi[3]};
-      if constexpr (PRODUCTS == 3) *reinterpret_cast<tl_u32x4 *>(at + STAGE_BYTES) = tl_u32x4{lo[0], lo[1], lo[2], lo[3]};
-    }
-  }
-}
-
 template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 32, GROUPS = BM / 64, THREADS = (GROUPS + 1) * 128, P = S::TF32_PRODUCTS;
   // A slot: a stage's A and B rows (high parts once split), then their residuals.
@@ -302,7 +276,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params
   float *tileRows = reinterpret_cast<float *>(tl_smem);  // the accumulator tile, over the stages
 
   if (group == 0) {
-    // Producer: thread t copies chunk t % 8 of rows t / 8 + 16 c of A and B, then splits them.
+    // Producer: thread t copies chunk t % 8 of rows t / 8 + 16 c of A and B, then splits a stage's share.
     using ACopies = tl_stage_copies<BM, 128, float>;
     ACopies aCopies;
     aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
@@ -317,8 +291,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params
       bCopies.copy(smem + (j % STAGES) * SLOT_BYTES + A_BYTES, S::b_col(k), tl_k_inside_f32<S>(k));
     };
     const int earlyB = tl_copy_weights_early<S::CHAINED>(LAG, kCount, copyB);
-    const unsigned first = tl_swizzle(threadIdx.x / 8, threadIdx.x % 8, 128);
-    float squares[ACopies::COPIES] = {}, unused[BN * 8 / 128];
+    float squares[ACopies::COPIES] = {};
     for (int j = 0; j < kCount + LAG; ++j) {
       if (j < kCount) {
         const int stage = j % STAGES;
@@ -330,9 +303,10 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params
       const int i = j - LAG;  // the k tile to split and hand over
       if (i < 0) continue;
       tl_cp_async_wait<LAG>();
+      asm volatile("bar.sync 2, 128;" ::: "memory");  // the producers' copies of tile i have all landed
+      // Thread t splits (and sums the squares of) chunks of the rows it copied, t / 8 + 16 c.
       unsigned char *slot = tl_smem + (i % STAGES) * SLOT_BYTES;
-      tl_split_own_chunks<BM, P, STAGE_BYTES, S::ROW_NORM>(slot, first, squares);  // used where sumsSquares
-      tl_split_own_chunks<BN, P, STAGE_BYTES, false>(slot + A_BYTES, first, unused);
+      tl_split_stage_tf32<BM + BN, BM, 128, P>(slot, slot + STAGE_BYTES, nullptr, squares);
       // Written through the generic proxy; the consumers' wgmma reads through the async one.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       tl_mbarrier_arrive(fullBar + (i % STAGES) * 8);
