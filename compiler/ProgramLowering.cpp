@@ -297,14 +297,11 @@ private:
 
   // A transformer block: its kernels, each after the first launched as a dependent of the
   // one before (it may start while that one finishes); what flows between them is stored
-  // in the model's dtype, small enough to stay in L2. Attention is launched on its own
-  // where its blocks fill the GPU, and so is the GEMM after a sequence's attention: chained,
-  // their blocks start while the kernel before still holds the SMs and crowd onto the few
-  // with room. Measured (H200, bench/RESULTS.md 2026-11-29): the workshop's 8 x 128 O3
-  // forward f32 1.352 -> 1.285 ms, bf16 0.370 -> 0.365; decode attention over the KV cache
-  // at long context (docs/generation.md). A decode-shaped forward's attention (one query
-  // row) stays chained: there the whole chain is faster (the 1.1B's 1 x 1 0.953 ms against
-  // 0.963 with only the GEMMs after GEMMs chained).
+  // in the model's dtype, small enough to stay in L2. Attention over the KV cache or over
+  // a sequence, and the GEMM after a sequence's attention, are launched on their own:
+  // chained, their blocks start while the kernel before still holds the SMs and crowd onto
+  // the few with room (measured slower: docs/codegen.md, "O3"). A decode-shaped forward's
+  // one-row attention stays chained, where the whole chain measured fastest.
   mlir::LogicalResult lowerBlock(tl::BlockOp block) {
     mlir::Block &body = block.getBody().front();
     for (auto [arg, outer] : llvm::zip(body.getArguments(), block.getInputs())) ids[arg] = ids.lookup(outer);
@@ -312,8 +309,8 @@ private:
     for (mlir::Operation &inner : body)
       if (!llvm::isa<tl::YieldOp>(inner) && mlir::failed(lowerTopLevel(&inner))) return mlir::failure();
     for (size_t k = first; k < program.kernels.size(); ++k) {
-      const Kernel &kernel = program.kernels[k];
-      program.kernels[k].layer = int(block.getLayer());
+      Kernel &kernel = program.kernels[k];
+      kernel.layer = int(block.getLayer());
       roots[k].chained = k > first && !readsKvCache(kernel) && !attendsOverSequence(kernel) &&
                          !attendsOverSequence(program.kernels[k - 1]);
     }
