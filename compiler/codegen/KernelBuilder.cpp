@@ -8,6 +8,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLExtras.h"
 
 #include <fmt/format.h>
 
@@ -381,14 +382,25 @@ public:
 
   // Bands: accumulator ranges read at a fixed distance from the group's own columns
   // (the up half of a gate/up pair) become extra bands of the group's tiles.
+  // A group whose columns are another's band and that reads nothing else (the up half,
+  // saved for the backward beside SwiGLU's output) is stored from that group's tiles, so
+  // its columns are not computed a second time.
   std::vector<GemmGroup> groups() {
-    for (GemmGroup &group : groups_) {
-      for (const Store &store : group.stores)
-        for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator)) {
-          int64_t delta = leaf->column.evaluate({{"c", 0}, {"m", 0}});
-          if (isShiftedIdentity(leaf->column, "c", group.width, delta, {{"m", 0}}) && std::find(group.bands.begin(), group.bands.end(), delta) == group.bands.end())
-            group.bands.push_back(delta);
-        }
+    for (GemmGroup &group : groups_)
+      for (int64_t delta : bandDeltas(group))
+        if (delta >= 0 && std::find(group.bands.begin(), group.bands.end(), delta) == group.bands.end())
+          group.bands.push_back(delta);
+    for (size_t g = 0; g < groups_.size();) {
+      auto host = std::find_if(groups_.begin(), groups_.end(), [&](const GemmGroup &other) {
+        return &other != &groups_[g] && other.width == groups_[g].width && readsOnly(groups_[g], other.bands);
+      });
+      if (host == groups_.end()) {
+        ++g;
+        continue;
+      }
+      host->stores.insert(host->stores.end(), groups_[g].stores.begin(), groups_[g].stores.end());
+      groups_.erase(groups_.begin() + g);
+      g = 0;
     }
     return groups_;
   }
@@ -397,6 +409,23 @@ public:
   int64_t N() const { return N_; }
 
 private:
+  // The accumulator distance of each of the group's reads from its column c; -1 for a
+  // read that is not c shifted (no band).
+  static std::vector<int64_t> bandDeltas(const GemmGroup &group) {
+    std::vector<int64_t> deltas;
+    for (const Store &store : group.stores)
+      for (const ElementExpr *leaf : leaves(store.value, ElementExpr::Kind::Accumulator)) {
+        int64_t delta = leaf->column.evaluate({{"c", 0}, {"m", 0}});
+        deltas.push_back(isShiftedIdentity(leaf->column, "c", group.width, delta, {{"m", 0}}) ? delta : -1);
+      }
+    return deltas;
+  }
+  // Whether every read of `group` lies in one of `bands`.
+  static bool readsOnly(const GemmGroup &group, const std::vector<int64_t> &bands) {
+    std::vector<int64_t> deltas = bandDeltas(group);
+    return !deltas.empty() && llvm::all_of(deltas, [&](int64_t delta) { return llvm::is_contained(bands, delta); });
+  }
+
   // `value` at the accumulator's row m and the group's column c, stored at its own index
   // shifted by `column` in the last dimension of an output of shape `out`.
   void addStore(mlir::Value value, int param, const Shape &out, int64_t column) {

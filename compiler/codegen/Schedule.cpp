@@ -473,7 +473,8 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
 } // namespace
 
 std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine &machine, bool aKM) {
-  if (!machine.wgmma || aKM || gemm.bKN || gemm.normGrad) return std::nullopt;
+  // (A stored [K, M] and B stored [K, N] are transposed as they are split: v4.)
+  if (!machine.wgmma || gemm.normGrad) return std::nullopt;
   if (std::optional<WgmmaTile> forced = forcedWgmmaTile(gemm, machine, aKM, /*tf32=*/true)) return forced;
   const int multiprocessors = machine.multiprocessors;
   // At most two waves of 64x64 tiles: those, two blocks an SM (one's split pass in shared

@@ -24,8 +24,15 @@
 //       gain (one folded into the weight is fine), K unsplit. --wgmma-tile=BMxBNxSTAGESx1x1x1
 //       only.
 //
-// K-major operands only (wgmma has no transpose for tf32): the backward's A stored [K, M]
-// and B stored [K, N] run on gemm_mma_tf32.cuh. BM 64 or 128, BN 64 or 128.
+//   v4  the backward's operands in v1: A stored [K, M] (A_KM) and B stored [K, N] (B_KN).
+//       wgmma reads tf32 only K-major, so such an operand is copied as panels of 32
+//       columns (BK rows of 128 bytes, swizzled), and the split transposes it: each thread
+//       reads 4x4 blocks of floats (four k rows of one chunk), and after a block-wide
+//       barrier writes their high parts and residuals as four K-major rows
+//       (tl_transpose_tf32; a panel becomes the 32 rows it covers, in place). Before, these
+//       GEMMs ran on gemm_mma_tf32.cuh, which cannot split K.
+//
+// BM 64 or 128, BN 64 or 128; v3 K-major operands only.
 #pragma once
 #include "gemm_mma_tf32.cuh"
 #include "gemm_wgmma.cuh"
@@ -75,10 +82,11 @@ TL_DEVICE void tl_wgmma_tf32_stage(float (&acc)[BN / 2], unsigned aHigh, unsigne
 // no barrier.
 template <int ROWS, int A_ROWS, int THREADS, int PRODUCTS>
 TL_DEVICE void tl_split_stage_tf32(unsigned char *tile, unsigned char *residual, const float *gain,
-                                   float (&sum)[A_ROWS * 8 / THREADS]) {
+                                   float (&sum)[A_ROWS > 0 ? A_ROWS * 8 / THREADS : 1]) {
   constexpr int PASSES = ROWS * 8 / THREADS, A_PASSES = A_ROWS * 8 / THREADS;
-  // Chunks loaded BATCH at a time before any is split: one shared-memory latency a batch.
-  constexpr int BATCH = PASSES < 4 ? PASSES : 4;
+  // Chunks loaded BATCH at a time before any is split: one shared-memory latency a batch
+  // (the largest of 4, 3, 2 and 1 that divides the passes: 128x64 tiles make 6).
+  constexpr int BATCH = PASSES % 4 == 0 ? 4 : PASSES % 3 == 0 ? 3 : PASSES % 2 == 0 ? 2 : 1;
   static_assert(ROWS * 8 % THREADS == 0 && A_ROWS * 8 % THREADS == 0 && PASSES % BATCH == 0, "whole rows per pass");
 #pragma unroll
   for (int j0 = 0; j0 < PASSES; j0 += BATCH) {
@@ -106,14 +114,74 @@ TL_DEVICE void tl_split_stage_tf32(unsigned char *tile, unsigned char *residual,
   }
 }
 
+// v4: an operand of ROWS rows stored k-major (A [K, M], B [K, N]), as copied into a stage:
+// panels of 32 of its rows (4 KiB), chunk c (rows 4c..4c+3) of k row r of panel b at
+// b * 4096 + tl_swizzle(r, c, 128). load() takes this thread's 4x4 blocks into registers;
+// after a block-wide barrier store() writes them split and transposed, row m of panel b
+// at b * 4096 + tl_swizzle(m, k / 4, 128): wgmma's K-major layout over the same bytes.
+// Block u of a panel is chunk u % 8 of k rows 4 ((u / 8 + u) % 8) ..: the 8 threads of a
+// shared-memory phase then meet 8 different banks of 16 bytes both reading and writing.
+template <int ROWS, int THREADS> struct tl_transpose_tf32 {
+  static constexpr int BLOCKS = ROWS / 32 * 64, PER_THREAD = (BLOCKS + THREADS - 1) / THREADS;
+  static_assert(ROWS % 32 == 0, "panels of 32 rows");
+  tl_u32x4 raw[PER_THREAD][4];
+
+  TL_DEVICE static int block_of(int j) { return int(threadIdx.x) + j * THREADS; }
+  TL_DEVICE static int chunk_of(int u) { return u % 8; }
+  TL_DEVICE static int k_chunk_of(int u) { return (u / 8 + u) % 8; }
+
+  TL_DEVICE void load(const unsigned char *tile) {
+#pragma unroll
+    for (int j = 0; j < PER_THREAD; ++j) {
+      const int block = block_of(j), u = block % 64;
+      if (BLOCKS % THREADS != 0 && block >= BLOCKS) break;
+      const unsigned char *panel = tile + block / 64 * 4096;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        raw[j][i] = *reinterpret_cast<const tl_u32x4 *>(panel + tl_swizzle(4 * k_chunk_of(u) + i, chunk_of(u), 128));
+    }
+  }
+  template <int PRODUCTS> TL_DEVICE void store(unsigned char *tile, unsigned char *residual) const {
+#pragma unroll
+    for (int j = 0; j < PER_THREAD; ++j) {
+      const int block = block_of(j), u = block % 64;
+      if (BLOCKS % THREADS != 0 && block >= BLOCKS) break;
+      const int panel = block / 64 * 4096;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // row 4 chunk_of(u) + e: its four k from the four k rows read
+        unsigned x[4], hi[4], lo[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[i] = e == 0 ? raw[j][i].x : e == 1 ? raw[j][i].y : e == 2 ? raw[j][i].z : raw[j][i].w;
+        tl_split_tf32<PRODUCTS>(x, hi, lo);
+        const int at = panel + tl_swizzle(4 * chunk_of(u) + e, k_chunk_of(u), 128);
+        *reinterpret_cast<tl_u32x4 *>(tile + at) = tl_u32x4{hi[0], hi[1], hi[2], hi[3]};
+        if constexpr (PRODUCTS == 3) *reinterpret_cast<tl_u32x4 *>(residual + at) = tl_u32x4{lo[0], lo[1], lo[2], lo[3]};
+      }
+    }
+  }
+};
+
+// v4: k rows BK of an operand stored k-major into a stage as tl_transpose_tf32 reads them:
+// chunk c (4 columns) of k row r from `source(r, 4 c)` (null outside the problem: zeros).
+template <int ROWS, int THREADS, int BK, class Source, class Float>
+TL_DEVICE void tl_copy_k_major_f32(unsigned tile, const Float *anywhere, Source source) {
+#pragma unroll
+  for (int i = threadIdx.x; i < BK * (ROWS / 4); i += THREADS) {
+    const int r = i / (ROWS / 4), c = i % (ROWS / 4);
+    const Float *src = source(r, c * 4);
+    tl_cp_async16(tile + c / 8 * 4096 + tl_swizzle(r, c % 8, 128), src ? src : anywhere, src ? 16 : 0);
+  }
+}
+
 template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 32, GROUPS = BM / 64, THREADS = GROUPS * 128, P = S::TF32_PRODUCTS;
   // A stage: A and B rows (their high parts once split). Their residuals go to one of two
   // buffers after the stages, in turn: only the group in flight still reads the other.
   constexpr int A_BYTES = BM * BK * 4, STAGE_BYTES = (BM + BN) * BK * 4;
   constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES;
-  static_assert((BM == 64 || BM == 128) && STAGES >= 3 && !S::A_KM && !S::B_KN && !S::NORM_GRAD,
-                "tf32 wgmma: 64 or 128 rows, K-major operands, the Spec's own epilogue");
+  static_assert((BM == 64 || BM == 128) && STAGES >= 3 && !S::NORM_GRAD,
+                "tf32 wgmma: 64 or 128 rows, the Spec's own epilogue");
+  static_assert(!S::A_KM || (!S::ROW_NORM && !S::NORM_GAIN), "v4: no RMSNorm on an A stored [K, M]");
   static_assert(!S::NORM_SHARED || (S::ROW_NORM && S::K_SPLITS == 1), "shared norm sums: unsplit norm GEMMs only");
   extern __shared__ __align__(128) unsigned char tl_smem_raw[];
   // Swizzled stages must start on 1024 bytes (the launch asks for 1 KiB more).
@@ -131,18 +199,28 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
   const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
 
   tl_stage_copies<BM, THREADS, float> aCopies;
-  aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+  if constexpr (!S::A_KM) aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
   tl_stage_copies<BN, THREADS, float> bCopies;
-  bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
+  if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
   unsigned char *residuals = tl_smem + STAGES * STAGE_BYTES;
   unsigned char *sGain = residuals + 2 * STAGE_BYTES;  // RMSNorm's gain, 32 floats a stage
   auto loadB = [&](int stage, int kt) {
     const int k = kt * BK + (threadIdx.x % 8) * 4;
-    bCopies.copy(smem + stage * STAGE_BYTES + A_BYTES, S::b_col(k), tl_k_inside_f32<S>(k));
+    if constexpr (S::B_KN)
+      tl_copy_k_major_f32<BN, THREADS, BK>(smem + stage * STAGE_BYTES + A_BYTES, S::b_base(p), [&](int r, int n) {
+        return kt * BK + r < S::K ? S::b_src(p, bt, cols, n, kt * BK + r) : nullptr;
+      });
+    else
+      bCopies.copy(smem + stage * STAGE_BYTES + A_BYTES, S::b_col(k), tl_k_inside_f32<S>(k));
   };
   auto loadA = [&](int stage, int kt) {
     const int k = kt * BK + (threadIdx.x % 8) * 4, kGain = kt * BK + threadIdx.x * 4;
-    aCopies.copy(smem + stage * STAGE_BYTES, S::a_col(k), tl_k_inside_f32<S>(k));
+    if constexpr (S::A_KM)
+      tl_copy_k_major_f32<BM, THREADS, BK>(smem + stage * STAGE_BYTES, S::a_base(p), [&](int r, int m) {
+        return kt * BK + r < S::K && m0 + m < S::M ? S::a_src(p, bt, m0 + m, kt * BK + r) : nullptr;
+      });
+    else
+      aCopies.copy(smem + stage * STAGE_BYTES, S::a_col(k), tl_k_inside_f32<S>(k));
     if (S::NORM_GAIN && threadIdx.x < 8)
       tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (kGain < S::K ? kGain : 0),
                     kGain < S::K ? 16 : 0);
@@ -184,8 +262,25 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
     tl_cp_async_commit();
 
     unsigned char *sA = tl_smem + stage * STAGE_BYTES, *residual = residuals + (i % 2) * STAGE_BYTES;
-    tl_split_stage_tf32<BM + BN, BM, THREADS, P>(
-        sA, residual, S::NORM_GAIN ? reinterpret_cast<const float *>(sGain + stage * 128) : nullptr, squares);
+    if constexpr (S::A_KM || S::B_KN) {
+      // v4: the k-major operands' blocks into registers, the K-major one split in place,
+      // then (every thread's reads done) the blocks written back transposed.
+      tl_transpose_tf32<BM, THREADS> aBlocks;
+      tl_transpose_tf32<BN, THREADS> bBlocks;
+      if constexpr (S::A_KM) aBlocks.load(sA);
+      if constexpr (S::B_KN) bBlocks.load(sA + A_BYTES);
+      float none[1] = {};
+      if constexpr (!S::A_KM)
+        tl_split_stage_tf32<BM, BM, THREADS, P>(
+            sA, residual, S::NORM_GAIN ? reinterpret_cast<const float *>(sGain + stage * 128) : nullptr, squares);
+      if constexpr (!S::B_KN) tl_split_stage_tf32<BN, 0, THREADS, P>(sA + A_BYTES, residual + A_BYTES, nullptr, none);
+      tl_sync();
+      if constexpr (S::A_KM) aBlocks.template store<P>(sA, residual);
+      if constexpr (S::B_KN) bBlocks.template store<P>(sA + A_BYTES, residual + A_BYTES);
+    } else {
+      tl_split_stage_tf32<BM + BN, BM, THREADS, P>(
+          sA, residual, S::NORM_GAIN ? reinterpret_cast<const float *>(sGain + stage * 128) : nullptr, squares);
+    }
     // Written through the generic proxy; wgmma reads through the async one.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     tl_sync();

@@ -330,6 +330,25 @@ TEST(Codegen, BackwardEpiloguesAreInsideTheirKernels) {
   EXPECT_TRUE(contains(kernelNamed(step, "tl_rmsnorm_grad_bf16_8x128x512").source, "tl_rmsnorm_grad_rows<"));
 }
 
+// The training step's gate/up keeps gate and up for the backward beside SwiGLU's output:
+// all three stored from the same tiles (up from the band SwiGLU reads it from), so the
+// GEMM computes each of its 4096 columns once, as the forward's does.
+TEST(Codegen, SavedGateAndUpComeFromSwiGlusTiles) {
+  for (const char *dtype : {"bf16", "f32"}) {
+    Program step = compileTrainingStepFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", {2, 8, 128, dtype},
+                                           AdamWOptions{});
+    const Kernel &gateUp = kernelNamed(step, "tl_rmsnorm_linear_split_swiglu_" + std::string(dtype));
+    EXPECT_TRUE(contains(gateUp.source, "epilogue, accumulator columns 0..2047 with 2048..4095: out0 = swiglu(acc, "
+                                        "acc); out1 = acc; out2 = acc"))
+        << dtype;
+    EXPECT_TRUE(contains(gateUp.source, "static constexpr int TILES_N = GROUP0_TILES;")) << dtype;
+    EXPECT_FALSE(contains(gateUp.source, "GROUP1_TILES")) << dtype;
+    ASSERT_EQ(gateUp.outputs.size(), 3u);
+    for (int output = 0; output < 3; ++output)
+      EXPECT_EQ(step.value(gateUp.outputs[output]).shape, (std::vector<int64_t>{8, 128, 2048}));
+  }
+}
+
 // At O2 RMSNorm's backward is the whole epilogue of the dX GEMM that computes its d y
 // where that GEMM reduces over at most 1024 columns (the QKV's and the output
 // projection's): a row's 8 column tiles are one cluster on sm_90 (wgmma's 128x64 tiles on
@@ -413,12 +432,18 @@ TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
     EXPECT_TRUE(contains(qkv.source, "tl_gemm_wgmma_tf32<")) << qkv.name;  // sm_90a
     EXPECT_TRUE(contains(qkv.source, "tl_gemm_mma_tf32<")) << qkv.name;    // other NVIDIA
     EXPECT_TRUE(contains(qkv.source, "static constexpr int TF32_PRODUCTS = " + products + ";"));
-    // The backward's transposed operands run on mma.sync (wgmma has no tf32 transpose).
+    // The backward's transposed operands: on sm_90a wgmma, transposed as they are split
+    // (gemm_wgmma_tf32.cuh v4: wgmma has no tf32 transpose); mma.sync on other NVIDIA GPUs.
     const Kernel &dW = kernelNamed(program, "tl_linear_grad_weight_f32");
+    EXPECT_TRUE(contains(dW.source, "  tl_gemm_wgmma_tf32<")) << dW.name;
     EXPECT_TRUE(contains(dW.source, "  tl_gemm_mma_tf32<")) << dW.name;
     EXPECT_TRUE(contains(dW.source, "B_KN = true, A_KM = true"));
+    const Kernel &dX = kernelNamed(program, "tl_linear_grad_input_silu_mul_silu_grad_split_grad_f32");
+    EXPECT_TRUE(contains(dX.source, "  tl_gemm_wgmma_tf32<")) << dX.name;
+    EXPECT_TRUE(contains(dX.source, "B_KN = true, A_KM = false"));
     const Kernel &normGrad = kernelNamed(program, "tl_linear_grad_input_rmsnorm_grad");
     EXPECT_TRUE(contains(normGrad.source, "  tl_gemm_mma_tf32<")) << normGrad.name;
+    EXPECT_FALSE(contains(normGrad.source, "  tl_gemm_wgmma_tf32<tl_")) << normGrad.name;
     EXPECT_TRUE(contains(normGrad.source, "NORM_GRAD = true"));
     EXPECT_TRUE(contains(kernelNamed(program, "tl_flash_attention_f32").source,
                          ", tl_attention_tf32<" + products + ">>(p);"));

@@ -293,7 +293,8 @@ TEST(KernelCompile, TensorCoreMatrixVectorGemmsCompileForNvidia) {
 
 // The warp-specialized tf32 GEMM (gemm_wgmma_tf32.cuh v3), reached only through
 // --wgmma-tile's producer flag, compiles for sm_90a at both widths, two and one consumer
-// warpgroups; the same sources compile for sm_80 (where they run mma.sync).
+// warpgroups, as do v1's 128x64 tiles; the same sources compile for sm_80 (where they run
+// mma.sync).
 TEST(KernelCompile, WarpSpecializedTf32GemmsCompileForNvidia) {
   std::map<std::string, std::string> entryOf;
   for (const char *tile : {"128x128x3x1x1x1", "64x128x4x1x1x1"})
@@ -304,6 +305,14 @@ TEST(KernelCompile, WarpSpecializedTf32GemmsCompileForNvidia) {
     }
   std::vector<JitSource> kernels = asSources(entryOf);
   ASSERT_GE(kernels.size(), 16u) << "four projections and the logits a model and tile";
+  // v1's 128x64 tiles (six 16-byte chunks a thread a stage, which the split loads three at
+  // a time), which no GEMM of either model takes by default.
+  std::map<std::string, std::string> v1EntryOf;
+  CompileOptions options{2, 2, 128, "f32"};
+  options.overrides.wgmmaTile = "128x64x4";
+  addKernelsHolding("workshop", options, "  tl_gemm_wgmma_tf32<", v1EntryOf);
+  ASSERT_GE(v1EntryOf.size(), 4u) << "the workshop's four projections and its logits on 128x64 tiles";
+  for (const JitSource &kernel : asSources(v1EntryOf)) kernels.push_back(kernel);
   compileForNvidia(kernels);
 }
 
