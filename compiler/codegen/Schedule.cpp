@@ -474,9 +474,19 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
 
 std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine &machine, bool aKM) {
   // (A stored [K, M] and B stored [K, N] are transposed as they are split: v4.)
-  if (!machine.wgmma || gemm.normGrad) return std::nullopt;
+  if (!machine.wgmma) return std::nullopt;
   if (std::optional<WgmmaTile> forced = forcedWgmmaTile(gemm, machine, aKM, /*tf32=*/true)) return forced;
   const int multiprocessors = machine.multiprocessors;
+  // RMSNorm's backward (v5): 128-row tiles of the narrowest width whose row fits one
+  // cluster, as the bf16 kernel's.
+  if (gemm.normGrad) {
+    for (int BN : {64, 128}) {
+      WgmmaTile tile{128, BN, 4};
+      tile.tf32 = true;
+      if (tileHoldsEpilogue(gemm, BN) && normGradClusterFits(gemm, machine, tile)) return tile;
+    }
+    return std::nullopt;
+  }
   // At most two waves of 64x64 tiles: those, two blocks an SM (one's split pass in shared
   // memory beside the other's wgmma), K split two ways where one wave of whole tiles would
   // leave half the block slots idle and K is long.

@@ -112,9 +112,9 @@ struct WgmmaTile {
 // RMSNorm's backward in the epilogue (gemm.normGrad) takes a tile only where a row's
 // column tiles fit one cluster (kMaxClusterTiles), K unsplit.
 std::optional<WgmmaTile> chooseWgmmaTile(const GemmSpec &gemm, const Machine &machine, bool aKM = false);
-// The tile of gemm_wgmma_tf32.cuh (fp32 operands, the Spec's own epilogue; the backward's
-// transposed operands on v4, transposed as they are split): none for RMSNorm's backward
-// (it runs on mma.sync) or where the machine runs no wgmma.
+// The tile of gemm_wgmma_tf32.cuh (fp32 operands; the backward's transposed operands on
+// v4, transposed as they are split; RMSNorm's backward on v5, a row's tiles one cluster):
+// none where the machine runs no wgmma or a row's tiles cannot be one cluster.
 std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine &machine, bool aKM);
 // Whether the warp-specialized `tile` may split the K of its last wave's tiles: beyond one
 // wave, and with RMSNorm from two waves on and only past column tile 0 (whose whole tiles

@@ -31,6 +31,9 @@
 //       barrier writes their high parts and residuals as four K-major rows
 //       (tl_transpose_tf32; a panel becomes the 32 rows it covers, in place). Before, these
 //       GEMMs ran on gemm_mma_tf32.cuh, which cannot split K.
+//   v5  RMSNorm's backward as v1's epilogue (NORM_GRAD), as gemm_wgmma.cuh v11 has it: a
+//       row's column tiles one cluster, K unsplit, x, the residual and the gain loaded
+//       into registers while the mainloop runs. Before, these GEMMs ran on mma.sync.
 //
 // BM 64 or 128, BN 64 or 128; v3 K-major operands only.
 #pragma once
@@ -179,8 +182,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
   // buffers after the stages, in turn: only the group in flight still reads the other.
   constexpr int A_BYTES = BM * BK * 4, STAGE_BYTES = (BM + BN) * BK * 4;
   constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES;
-  static_assert((BM == 64 || BM == 128) && STAGES >= 3 && !S::NORM_GRAD,
-                "tf32 wgmma: 64 or 128 rows, the Spec's own epilogue");
+  static_assert((BM == 64 || BM == 128) && STAGES >= 3, "tf32 wgmma: 64 or 128 rows");
   static_assert(!S::A_KM || (!S::ROW_NORM && !S::NORM_GAIN), "v4: no RMSNorm on an A stored [K, M]");
   static_assert(!S::NORM_SHARED || (S::ROW_NORM && S::K_SPLITS == 1), "shared norm sums: unsplit norm GEMMs only");
   extern __shared__ __align__(128) unsigned char tl_smem_raw[];
@@ -188,7 +190,10 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
   unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
   const unsigned smem = tl_smem_addr(tl_smem);
 
-  const tl_tile_work work = tl_block_work<S, KT>();
+  const tl_tile_work work = [] {
+    if constexpr (S::NORM_GRAD) return tl_norm_grad_block_work<S, KT>();
+    else return tl_block_work<S, KT>();
+  }();
   const int kBegin = work.kBegin, kCount = work.kCount;
   const bool splitTile = work.splits > 1;
   const int tm = work.tile % S::TILES_M, tn = (work.tile / S::TILES_M) % S::TILES_N, bt = work.tile / (S::TILES_M * S::TILES_N);
@@ -229,6 +234,11 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
   // STAGES - 2 stages in flight ahead of the one computed; the stage before that may
   // still be read by the wgmma group in flight.
   tl_gemm_prologue<S::CHAINED>(STAGES - 2, kBegin, kCount, loadA, loadB);
+  // v5, RMSNorm's backward: its inputs on their way into registers while the mainloop runs.
+  const auto normInputs = [&] {
+    if constexpr (S::NORM_GRAD) return tl_norm_grad_prefetch<S, THREADS>(p, m0, cols.col0, cols.width);
+    else return 0;
+  }();
 
   float acc[BN / 2];
 #pragma unroll
@@ -330,6 +340,12 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
     tl_sync();
   }
   const int r = warp * 16 + (threadIdx.x % 32) / 4;
+  if constexpr (S::NORM_GRAD) {
+    tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, 1.0f, 1.0f);
+    tl_sync();
+    tl_gemm_norm_grad<S, THREADS, LD>(p, cols, tm, tn, m0, tileRows, normInputs);
+    return;
+  }
   const bool scaleRows = S::ROW_NORM && !splitTile;
   tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, scaleRows ? rowScale[r] : 1.0f, scaleRows ? rowScale[r + 8] : 1.0f);
   if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, NORM_THREADS_PER_ROW>(p, work, tileRows, rowScale, rowSum))

@@ -441,9 +441,13 @@ TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
     const Kernel &dX = kernelNamed(program, "tl_linear_grad_input_silu_mul_silu_grad_split_grad_f32");
     EXPECT_TRUE(contains(dX.source, "  tl_gemm_wgmma_tf32<")) << dX.name;
     EXPECT_TRUE(contains(dX.source, "B_KN = true, A_KM = false"));
+    // RMSNorm's backward in the dX GEMM: on sm_90a wgmma's 128x64 tiles, a row's 8 one
+    // cluster (v5); mma.sync elsewhere.
     const Kernel &normGrad = kernelNamed(program, "tl_linear_grad_input_rmsnorm_grad");
     EXPECT_TRUE(contains(normGrad.source, "  tl_gemm_mma_tf32<")) << normGrad.name;
-    EXPECT_FALSE(contains(normGrad.source, "  tl_gemm_wgmma_tf32<tl_")) << normGrad.name;
+    EXPECT_TRUE(contains(normGrad.source, "  tl_gemm_wgmma_tf32<" + normGrad.entry + "_spec<128, 64,")) << normGrad.name;
+    EXPECT_TRUE(contains(normGrad.source, "#if defined(TL_NVIDIA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)\n#define " +
+                                              normGrad.entry + "_CLUSTER __cluster_dims__(8, 1, 1)"));
     EXPECT_TRUE(contains(normGrad.source, "NORM_GRAD = true"));
     EXPECT_TRUE(contains(kernelNamed(program, "tl_flash_attention_f32").source,
                          ", tl_attention_tf32<" + products + ">>(p);"));
