@@ -3,10 +3,12 @@
 
     python3 bench/run.py --tlc build-gpu/tools/tlc          (on the GPU machine)
 
-For each configuration (default: the workshop at batch 8, seq 128, and the TinyLlama-1.1B
-shape at batch 1, seq 2048) and dtype (default bf16 and f32) it writes one set of random
-weights and tokens, runs tlc at every level on them (graph replay, median of --iterations
-forwards; f32 at tlc's default matmul precision, or --matmul-precision), loads the same
+For each configuration (default: the workshop at batch 8, seq 128, the TinyLlama-1.1B
+shape at batch 1, seq 2048, and both models' decode-shaped forward, batch 1, seq 1) and
+dtype (default bf16 and f32) it writes one set of random weights and tokens, runs tlc at
+every level on them, and O3 as one persistent kernel (--persistent; off with
+--no-persistent) (graph replay, median of --iterations forwards; f32 at tlc's default
+matmul precision, or --matmul-precision), loads the same
 weights into bench/tinyllama.py, checks its logits against tlc's before any timing is
 trusted, and times it in the same dtype (fp32: full-precision matmuls, no TF32) eagerly,
 under torch.compile and with CUDA graphs. It prints a table per dtype (median ms,
@@ -33,19 +35,21 @@ from chart import svg_chart  # noqa: E402
 LEVEL_NAMES = ["O0 (V1 baseline)", "O1 (V2 fused)", "O2 (V3 custom kernels)", "O3 (V4 block chains)"]
 
 
-def run_tlc(tlc, config, batch, seq, level, work, iterations, weights, tokens, dtype="bf16", precision=None):
+def run_tlc(tlc, config, batch, seq, level, work, iterations, weights, tokens, dtype="bf16", precision=None,
+            persistent=False):
     model = {"workshop": "models/tinyllama.tl", "tinyllama-1.1b": "models/tinyllama-1.1b.tl"}[config]
-    logits = os.path.join(work, f"logits-O{level}-{dtype}.npy")
+    logits = os.path.join(work, f"logits-O{level}{'-persistent' if persistent else ''}-{dtype}.npy")
     cmd = [tlc, model, f"--opt-level={level}", f"--dtype={dtype}", f"--batch-size={batch}", f"--seq-len={seq}",
            "--run", "--target=cuda", f"--iterations={iterations}", f"--tokens={tokens}", f"--save-logits={logits}"]
     cmd += [f"--matmul-precision={precision}"] if precision and dtype == "f32" else []
+    cmd += ["--persistent"] if persistent else []
     cmd += [f"--weights={weights}"] if os.path.exists(weights) else [f"--save-weights={weights}", "--seed=1"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     field = lambda pattern: re.search(pattern, out).group(1)  # noqa: E731
     matmuls = re.search(r"matmuls\s+f32 precision (\S+):", out)
     return {
         "precision": matmuls.group(1) if matmuls else None,
-        "name": f"tlc {LEVEL_NAMES[level]}",
+        "name": f"tlc {LEVEL_NAMES[level]}" + (" --persistent (one kernel)" if persistent else ""),
         "ms": float(field(r"forward\s+([\d.]+) ms")),
         "peak_mib": float(field(r"peak device memory ([\d.]+) MiB")),
         "kernels": int(field(r"kernels\s+(\d+) per forward")),
@@ -162,13 +166,16 @@ def table(title, rows, tokens_per_forward):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tlc", default="build/tools/tlc")
-    parser.add_argument("--configs", default="workshop:8:128,tinyllama-1.1b:1:2048",
+    parser.add_argument("--configs", default="workshop:8:128,tinyllama-1.1b:1:2048,workshop:1:1,tinyllama-1.1b:1:1",
                         help="comma-separated model:batch:seq")
+    parser.add_argument("--no-persistent", action="store_true",
+                        help="leave out the row of O3 as one persistent kernel (--persistent)")
     parser.add_argument("--dtypes", default="bf16,f32", help="comma-separated: bf16, f32")
     parser.add_argument("--matmul-precision", default=None, choices=["highest", "high", "medium"],
                         help="tlc's f32 matmul precision (default: tlc's own, high)")
     parser.add_argument("--modes", default="eager,torch.compile,CUDA graphs,torch.compile + CUDA graphs",
-                        help="PyTorch's modes, comma-separated (the 1.1B shape runs eager and torch.compile of them)")
+                        help="PyTorch's modes, comma-separated (the 1.1B at more than 256 tokens a forward runs "
+                        "eager and torch.compile of them)")
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--results", default="bench/RESULTS.md")
     parser.add_argument("--chart", default="bench/ladder.svg")
@@ -190,11 +197,15 @@ def main():
             weights = os.path.join(work, "weights.safetensors")
             levels = {dtype: [run_tlc(args.tlc, config, batch, seq, level, work, args.iterations, weights, tokens_path,
                                       dtype, args.matmul_precision) for level in range(4)] for dtype in dtypes}
+            if not args.no_persistent:  # issue 30's megakernel, beside the levels
+                for dtype in dtypes:
+                    levels[dtype].append(run_tlc(args.tlc, config, batch, seq, 3, work, args.iterations, weights,
+                                                 tokens_path, dtype, args.matmul_precision, persistent=True))
             fp32 = levels["f32"][0] if "f32" in levels else run_tlc(args.tlc, config, batch, seq, 0, work, 1, weights,
                                                                     tokens_path, "f32", args.matmul_precision)
             semantics = semantic_error(config, weights, tokens, fp32["logits"])
             modes = args.modes.split(",")
-            if config != "workshop":
+            if config != "workshop" and batch * seq > 256:  # the other modes ran past a call's time limit
                 modes = [mode for mode in modes if mode in ("eager", "torch.compile")]
             torch_rows = {dtype: run_torch(config, weights, tokens, args.iterations, modes, levels[dtype][0]["logits"],
                                            dtype) for dtype in dtypes}
@@ -213,14 +224,16 @@ def main():
             rows = rows + theirs
             sections.append(table(title, rows, batch * seq))
             print(sections[-1] + "\n", flush=True)
-            if config == "workshop" and args.chart and dtype == args.chart_dtype:
-                svg_chart(args.chart, f"TinyLlama (workshop), batch {batch} x seq {seq}, {dtype} forward, {device}", rows)
+            if config == "workshop" and batch * seq > 1 and args.chart and dtype == args.chart_dtype:
+                svg_chart(args.chart, f"TinyLlama (workshop), batch {batch} x seq {seq}, {dtype} forward, {device}",
+                          [r for r in rows if "--persistent" not in r["name"]])
     if args.results:
         stamp = datetime.date.today().isoformat()
         with open(args.results, "a") as f:
             options = (f" --dtypes {args.dtypes}" + (f" --matmul-precision {args.matmul_precision}"
                                                      if args.matmul_precision else "")
-                       + (f" --modes '{args.modes}'" if args.modes != parser.get_default("modes") else ""))
+                       + (f" --modes '{args.modes}'" if args.modes != parser.get_default("modes") else "")
+                       + (" --no-persistent" if args.no_persistent else ""))
             f.write(f"\n## {stamp} — {device}, benchmark: tlc levels beside PyTorch\n\n"
                     f"Command: `python3 bench/run.py --tlc {args.tlc} --configs {args.configs}{options} "
                     f"--iterations {args.iterations}`. tlc: graph replay, median of {args.iterations} forwards after a "

@@ -16,8 +16,8 @@
 # (the matrix-vector GEMMs of 1 to 16 rows: checked, then timed beside the tiled paths) and ncu
 # (Nsight Compute on the 1.1B decode step's first kernels: DRAM throughput, occupancy, stalls)
 # and pdecode (the persistent decode step's variants: each against O2's logits, timed twice,
-# the 1.1B's layer timeline) and f32 (issue 31: the f32 levels timed, O2's kernels profiled,
-# the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs).
+# the 1.1B's layer timeline) and f32 (issue 31: the f32 levels timed, O2's forward and
+# training step profiled, the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
@@ -164,6 +164,10 @@ if want f32; then  # issue 31: the f32 levels, where their GEMMs' time goes, and
   "$TLC" $MODEL -O2 --batch-size=8 --seq-len=128 --dtype=f32 --run --target=cuda --profile --iterations=20 \
     > "$LOGS/profile-f32-O2.txt" 2>&1
   sed -n '/^ *kernel/,/^$/p' "$LOGS/profile-f32-O2.txt" | head -14 | tee -a "$summary"
+  # The training step's kernels (the backward's GEMMs, attention's backward, AdamW).
+  "$TLC" train $MODEL -O2 --dtype=f32 --batch-size=8 --seq-len=128 --num-steps=6 --target=cuda --profile \
+    --progress=never > "$LOGS/profile-f32-train.txt" 2>&1
+  sed -n '/^kernel/,/^$/p' "$LOGS/profile-f32-train.txt" | head -16 | tee -a "$summary"
   # xPRODUCER 1: the warp-specialized tf32 kernel (gemm_wgmma_tf32.cuh v3).
   for tile in ${F32_TILES:-128x128x3 128x64x4 128x64x6 64x128x4 64x128x6 64x64x4 128x128x3x1x1x1 128x64x4x1x1x1 64x128x4x1x1x1}; do
     o3run $MODEL 8 128 2 --iterations=50 --dtype=f32 --wgmma-tile=$tile
