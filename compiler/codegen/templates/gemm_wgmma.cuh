@@ -369,6 +369,46 @@ TL_DEVICE bool tl_gemm_join_splits(const typename S::Params &p, const tl_tile_wo
   return true;
 }
 
+// The end of a v1 tile (gemm_wgmma_tf32.cuh v1 ends the same way), once the mainloop's
+// stages are free: RMSNorm's inverse RMS from rowSum (this thread's row's sum of squares,
+// THREADS / BM threads a row), or shared by column tile 0 (NORM_SHARED); the accumulator
+// into tileRows over the stages, rows scaled on the way (split tiles after their parts
+// are added); then RMSNorm's backward (normInputs: its prefetched inputs) or the Spec's
+// epilogue.
+template <class S, int THREADS, int BN, class NormInputs>
+TL_DEVICE void tl_wgmma_finish_tile(const typename S::Params &p, const float (&acc)[BN / 2], unsigned char *stages,
+                                    const tl_tile_work &work, const tl_tile_cols &cols, int tm, int tn, int bt, int m0,
+                                    float rowSum, const NormInputs &normInputs) {
+  constexpr int BM = S::BM, LD = BN + 8, NORM_THREADS_PER_ROW = THREADS / BM;
+  const bool splitTile = work.splits > 1;
+  float *tileRows = reinterpret_cast<float *>(stages);
+  float *rowScale = tileRows + BM * LD;
+  if constexpr (S::NORM_SHARED) {
+    const int rowTile = bt * S::TILES_M + tm;
+    float *rowSquares = tl_norm_sums<S>(p, rowTile);
+    if (tn == 0 && threadIdx.x % NORM_THREADS_PER_ROW == 0) rowSquares[threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
+    tl_share_row_norm<S, THREADS>(tn == 0, rowSquares, tl_norm_flag<S>(p, rowTile), rowScale, [] { tl_sync(); });
+  } else if constexpr (S::ROW_NORM) {
+    if (!splitTile && threadIdx.x % NORM_THREADS_PER_ROW == 0)
+      rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(rowSum / (float)S::K + S::NORM_EPS);
+    tl_sync();
+  }
+  // Unsplit, rows are scaled by the inverse RMS on the way; split, after the parts are added.
+  const int r = threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4;
+  if constexpr (S::NORM_GRAD) {
+    tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, 1.0f, 1.0f);
+    tl_sync();
+    tl_gemm_norm_grad<S, THREADS, LD>(p, cols, tm, tn, m0, tileRows, normInputs);
+    return;
+  }
+  const bool scaleRows = S::ROW_NORM && !splitTile;
+  tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, scaleRows ? rowScale[r] : 1.0f, scaleRows ? rowScale[r + 8] : 1.0f);
+  if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, NORM_THREADS_PER_ROW>(p, work, tileRows, rowScale, rowSum))
+    return;
+  tl_sync();
+  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
+}
+
 template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 64, GROUPS = BM / 64, THREADS = GROUPS * 128;
   constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
@@ -389,7 +429,6 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
     else return tl_block_work<S, KT>();
   }();
   const int tile = work.tile, kBegin = work.kBegin, kCount = work.kCount;
-  const bool splitTile = work.splits > 1;
   const int tm = tile % S::TILES_M, tn = (tile / S::TILES_M) % S::TILES_N, bt = tile / (S::TILES_M * S::TILES_N);
   const tl_tile_cols cols = S::tile_cols(tn);
   const int m0 = tm * BM;
@@ -398,10 +437,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   // their rows' squares, shared before the epilogue (tl_share_row_norm). Otherwise every
   // block sums its rows.
   static_assert(!S::NORM_SHARED || (S::ROW_NORM && SPLITS == 1), "shared norm sums: unsplit norm GEMMs only");
-  const int rowTile = bt * S::TILES_M + tm;
   const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
-  float *rowSquares = tl_norm_sums<S>(p, rowTile);
-  unsigned *normFlag = tl_norm_flag<S>(p, rowTile);  // published, readers
 
   tl_a_stage_copies<S, BM, THREADS> aCopies;
   if constexpr (!S::A_KM) aCopies.init(p, bt, m0);
@@ -538,37 +574,12 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   tl_sync();
   tl_allow_dependents();
 
-  constexpr int LD = BN + 8;
-  float *tileRows = reinterpret_cast<float *>(tl_smem);
-  float *rowScale = tileRows + BM * LD;
   float rowSum = 0.0f;  // this block's part of a row's sum of squares
   if (sumsSquares) {
     rowSum = sumSquares;
     for (int m = 1; m < NORM_THREADS_PER_ROW; m <<= 1) rowSum += TL_SHFL_XOR(rowSum, m);
   }
-  if constexpr (S::NORM_SHARED) {
-    if (tn == 0 && threadIdx.x % NORM_THREADS_PER_ROW == 0)
-      rowSquares[threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
-    tl_share_row_norm<S, THREADS>(tn == 0, rowSquares, normFlag, rowScale, [] { tl_sync(); });
-  } else if constexpr (S::ROW_NORM) {
-    if (!splitTile && threadIdx.x % NORM_THREADS_PER_ROW == 0)
-      rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(rowSum / (float)S::K + S::NORM_EPS);
-    tl_sync();
-  }
-  // Unsplit, rows are scaled by the inverse RMS on the way; split, after the parts are added.
-  const int r = warp * 16 + lane / 4;
-  if constexpr (S::NORM_GRAD) {
-    tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, 1.0f, 1.0f);
-    tl_sync();
-    tl_gemm_norm_grad<S, THREADS, LD>(p, cols, tm, tn, m0, tileRows, normInputs);
-    return;
-  }
-  const bool scaleRows = S::ROW_NORM && !splitTile;
-  tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, scaleRows ? rowScale[r] : 1.0f, scaleRows ? rowScale[r + 8] : 1.0f);
-  if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, NORM_THREADS_PER_ROW>(p, work, tileRows, rowScale, rowSum))
-    return;
-  tl_sync();
-  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
+  tl_wgmma_finish_tile<S, THREADS, BN>(p, acc, tl_smem, work, cols, tm, tn, bt, m0, rowSum, normInputs);
 }
 
 // The warp-specialized kernels' (v4, gemm_wgmma_tf32.cuh v3) stage barriers: a full one

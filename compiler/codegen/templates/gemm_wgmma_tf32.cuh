@@ -195,12 +195,10 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
     else return tl_block_work<S, KT>();
   }();
   const int kBegin = work.kBegin, kCount = work.kCount;
-  const bool splitTile = work.splits > 1;
   const int tm = work.tile % S::TILES_M, tn = (work.tile / S::TILES_M) % S::TILES_N, bt = work.tile / (S::TILES_M * S::TILES_N);
   const tl_tile_cols cols = S::tile_cols(tn);
   const int m0 = tm * BM;
   const int warp = threadIdx.x / 32;
-  const int rowTile = bt * S::TILES_M + tm;
   const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
 
   tl_stage_copies<BM, THREADS, float> aCopies;
@@ -311,47 +309,24 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
   tl_sync();
   tl_allow_dependents();
 
-  // The epilogue as gemm_wgmma.cuh v1's: rows scaled by the inverse RMS (their sums from
-  // this block, or shared by column tile 0), split tiles joined first. The 8 threads of a
-  // row (neighbouring lanes) add their squares; each row's sum passes through rowScale to
-  // the row's thread in gemm_wgmma.cuh's layout (NORM_THREADS_PER_ROW a row).
-  constexpr int LD = BN + 8, NORM_THREADS_PER_ROW = THREADS / BM;
-  float *tileRows = reinterpret_cast<float *>(tl_smem);
-  float *rowScale = tileRows + BM * LD;
+  // The 8 threads of a row (neighbouring lanes) add their squares; each row's sum passes
+  // through shared memory to the row's thread in gemm_wgmma.cuh's layout (THREADS / BM a
+  // row), which ends the tile as that kernel does.
+  constexpr int NORM_THREADS_PER_ROW = THREADS / BM;
   float rowSum = 0.0f;
   if (sumsSquares) {
+    float *rowSums = reinterpret_cast<float *>(tl_smem);
 #pragma unroll
     for (int j = 0; j < BM * 8 / THREADS; ++j) {
       float sum = squares[j];
       for (int m = 1; m < 8; m <<= 1) sum += TL_SHFL_XOR(sum, m);
-      if (threadIdx.x % 8 == 0) rowScale[threadIdx.x / 8 + j * (THREADS / 8)] = sum;
+      if (threadIdx.x % 8 == 0) rowSums[threadIdx.x / 8 + j * (THREADS / 8)] = sum;
     }
     tl_sync();
-    if (threadIdx.x % NORM_THREADS_PER_ROW == 0) rowSum = rowScale[threadIdx.x / NORM_THREADS_PER_ROW];
+    if (threadIdx.x % NORM_THREADS_PER_ROW == 0) rowSum = rowSums[threadIdx.x / NORM_THREADS_PER_ROW];
     tl_sync();
   }
-  if constexpr (S::NORM_SHARED) {
-    float *rowSquares = tl_norm_sums<S>(p, rowTile);
-    if (tn == 0 && threadIdx.x % NORM_THREADS_PER_ROW == 0) rowSquares[threadIdx.x / NORM_THREADS_PER_ROW] = rowSum;
-    tl_share_row_norm<S, THREADS>(tn == 0, rowSquares, tl_norm_flag<S>(p, rowTile), rowScale, [] { tl_sync(); });
-  } else if constexpr (S::ROW_NORM) {
-    if (!splitTile && threadIdx.x % NORM_THREADS_PER_ROW == 0)
-      rowScale[threadIdx.x / NORM_THREADS_PER_ROW] = rsqrtf(rowSum / (float)S::K + S::NORM_EPS);
-    tl_sync();
-  }
-  const int r = warp * 16 + (threadIdx.x % 32) / 4;
-  if constexpr (S::NORM_GRAD) {
-    tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, 1.0f, 1.0f);
-    tl_sync();
-    tl_gemm_norm_grad<S, THREADS, LD>(p, cols, tm, tn, m0, tileRows, normInputs);
-    return;
-  }
-  const bool scaleRows = S::ROW_NORM && !splitTile;
-  tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, scaleRows ? rowScale[r] : 1.0f, scaleRows ? rowScale[r + 8] : 1.0f);
-  if (splitTile && !tl_gemm_join_splits<S, THREADS, LD, NORM_THREADS_PER_ROW>(p, work, tileRows, rowScale, rowSum))
-    return;
-  tl_sync();
-  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
+  tl_wgmma_finish_tile<S, THREADS, BN>(p, acc, tl_smem, work, cols, tm, tn, bt, m0, rowSum, normInputs);
 }
 
 
