@@ -168,9 +168,18 @@ if want f32; then  # issue 31: the f32 levels, where their GEMMs' time goes, and
   "$TLC" train $MODEL -O2 --dtype=f32 --batch-size=8 --seq-len=128 --num-steps=6 --target=cuda --profile \
     --progress=never > "$LOGS/profile-f32-train.txt" 2>&1
   sed -n '/^kernel/,/^$/p' "$LOGS/profile-f32-train.txt" | head -16 | tee -a "$summary"
+  # Forced tiles, kernel by kernel (a tile forced on every GEMM: read each GEMM's own line).
+  # Split K (xSPLITS) for the few-tile GEMMs (the down projection, the gate/up's dX);
   # xPRODUCER 1: the warp-specialized tf32 kernel (gemm_wgmma_tf32.cuh v3).
-  for tile in ${F32_TILES:-128x128x3 128x64x4 128x64x6 64x128x4 64x128x6 64x64x4 128x128x3x1x1x1 128x64x4x1x1x1 64x128x4x1x1x1}; do
-    o3run $MODEL 8 128 2 --iterations=50 --dtype=f32 --wgmma-tile=$tile
+  for tile in ${F32_TILES:-128x128x4x4 128x64x4x2 64x128x4x2 64x64x6x2 64x64x4x4 128x128x3x1x1x1 64x128x4x1x1x1}; do
+    "$TLC" $MODEL -O2 --batch-size=8 --seq-len=128 --dtype=f32 --run --target=cuda --profile --iterations=20 \
+      --progress=never --wgmma-tile=$tile > "$LOGS/profile-f32-$tile.txt" 2>&1
+    note "f32 forward, every GEMM on $tile: rc=$? $(grep -E '^tl_.*linear' "$LOGS/profile-f32-$tile.txt" |
+      awk '{printf "%s %s us; ", $1, $4}')"
+    "$TLC" train $MODEL -O2 --dtype=f32 --batch-size=8 --seq-len=128 --num-steps=6 --target=cuda --profile \
+      --progress=never --wgmma-tile=$tile > "$LOGS/profile-f32-train-$tile.txt" 2>&1
+    note "f32 training step, every GEMM on $tile: rc=$? $(grep -E '^tl_linear_grad' "$LOGS/profile-f32-train-$tile.txt" |
+      awk '{printf "%s %s us; ", $1, $4}')"
   done
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   # The first forward's four GEMMs of block 0 (QKV, o_proj, gate/up, down), launch by launch.
