@@ -395,13 +395,19 @@ EpilogueCode epilogueHook(const KernelSource &source, const GemmSpec &gemm, bool
     epilogue += code.chunk(group.stores, loop, "      ");
     epilogue += "    } break;\n";
     std::vector<std::string> stores;
+    // Reads of a band after the first say which: acc[2048 + c] (up beside gate).
+    auto accumulator = [&](const ElementExpr &leaf) {
+      BandRead read = bandOf(leaf, group);
+      return read.band == 0 ? std::string("acc") : fmt::format("acc[{} + c]", group.bands[read.band]);
+    };
     for (const Store &store : group.stores) {
       // An output written by several stores (a concatenation's pieces) says where each goes.
       bool shared = std::count_if(group.stores.begin(), group.stores.end(),
                                   [&](const Store &other) { return other.param == store.param; }) > 1;
       int64_t column = store.offset.evaluate({{"m", 0}, {"c", 0}, {"bt", 0}});
       std::string where = !shared ? "" : column ? fmt::format("[.., {} + c]", column) : "[.., c]";
-      stores.push_back(fmt::format("{}{} = {}", source.name(store.param), where, describe(store.value, source.names())));
+      stores.push_back(
+          fmt::format("{}{} = {}", source.name(store.param), where, describe(store.value, source.names(), accumulator)));
     }
     std::vector<std::string> bands;
     for (int64_t start : group.bands) bands.push_back(fmt::format("{}..{}", start, start + group.width - 1));

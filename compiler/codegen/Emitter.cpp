@@ -94,20 +94,22 @@ std::string KernelSource::prelude(const std::vector<std::string> &templates) con
   return vendorPrelude() + early + assembleTemplates(all) + "// ---- end of templates ----\n\n";
 }
 
-std::string describe(const ElementRef &expr, const ParamNames &names) {
+std::string describe(const ElementRef &expr, const ParamNames &names,
+                     const std::function<std::string(const ElementExpr &)> &accumulator) {
+  auto inner = [&](const ElementRef &arg) { return describe(arg, names, accumulator); };
   switch (expr->kind) {
   case ElementExpr::Kind::Load: return names.names.at(size_t(expr->param));
-  case ElementExpr::Kind::Accumulator: return "acc";
+  case ElementExpr::Kind::Accumulator: return accumulator ? accumulator(*expr) : "acc";
   case ElementExpr::Kind::Apply: {
     std::vector<std::string> args;
-    for (const ElementRef &arg : expr->args) args.push_back(describe(arg, names));
+    for (const ElementRef &arg : expr->args) args.push_back(inner(arg));
     return fmt::format("{}({})", expr->op, fmt::join(args, ", "));
   }
   case ElementExpr::Kind::Rope:
-    if (expr->positions >= 0) return fmt::format("rope_at({}, {})", describe(expr->args[0], names), names.names.at(size_t(expr->positions)));
-    return fmt::format("{}({})", expr->inverse ? "rope_grad" : "rope", describe(expr->args[0], names));
+    if (expr->positions >= 0) return fmt::format("rope_at({}, {})", inner(expr->args[0]), names.names.at(size_t(expr->positions)));
+    return fmt::format("{}({})", expr->inverse ? "rope_grad" : "rope", inner(expr->args[0]));
   case ElementExpr::Kind::CausalMask:
-    return fmt::format("{}({})", expr->inverse ? "causal_mask_grad" : "causal_mask", describe(expr->args[0], names));
+    return fmt::format("{}({})", expr->inverse ? "causal_mask_grad" : "causal_mask", inner(expr->args[0]));
   }
   return "?";
 }

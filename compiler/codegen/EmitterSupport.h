@@ -7,6 +7,7 @@
 #include "compiler/codegen/Emitter.h"
 #include "compiler/codegen/Schedule.h"
 
+#include <functional>
 #include <string>
 
 namespace tlc::codegen {
@@ -59,8 +60,10 @@ private:
   ParamNames names_;
 };
 
-// A readable one-line form of an element expression: add(in2, acc[c]).
-std::string describe(const ElementRef &expr, const ParamNames &names);
+// A readable one-line form of an element expression: add(in2, acc). `accumulator` names
+// an accumulator read (a GEMM epilogue's other bands); "acc" without it.
+std::string describe(const ElementRef &expr, const ParamNames &names,
+                     const std::function<std::string(const ElementExpr &)> &accumulator = {});
 
 EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm);
 EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &attention);
