@@ -299,8 +299,7 @@ private:
   // one before (it may start while that one finishes); what flows between them is stored
   // in the model's dtype, small enough to stay in L2. Attention over the KV cache or over
   // a sequence, and the GEMM after a sequence's attention, are launched on their own:
-  // chained, their blocks start while the kernel before still holds the SMs and crowd onto
-  // the few with room (measured slower: docs/codegen.md, "O3"). A decode-shaped forward's
+  // chained, they measured slower (docs/codegen.md, "O3"). A decode-shaped forward's
   // one-row attention stays chained, where the whole chain measured fastest.
   mlir::LogicalResult lowerBlock(tl::BlockOp block) {
     mlir::Block &body = block.getBody().front();

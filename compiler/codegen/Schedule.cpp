@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <numeric>
 
 namespace tlc::codegen {
@@ -362,6 +363,18 @@ bool normGradClusterFits(const GemmSpec &gemm, const Machine &machine, const Wgm
                             columnTiles(gemm, tile.BN) <= maxClusterTiles(machine));
 }
 
+// RMSNorm's backward in the epilogue: 128-row tiles, four stages, of the narrowest of
+// `widths` whose columns hold the epilogue and whose row's tiles fit one cluster.
+std::optional<WgmmaTile> normGradTile(const GemmSpec &gemm, const Machine &machine, std::initializer_list<int> widths,
+                                      bool tf32) {
+  for (int BN : widths) {
+    WgmmaTile tile{128, BN, 4};
+    tile.tf32 = tf32;
+    if (tileHoldsEpilogue(gemm, BN) && normGradClusterFits(gemm, machine, tile)) return tile;
+  }
+  return std::nullopt;
+}
+
 // overrides.wgmmaTile (BMxBNxSTAGES[xSPLITS[xRESIDENT[xPRODUCER]]]) where it parses and
 // the GEMM and the machine can run it; none otherwise. fp32 operands (`tf32`) take
 // gemm_wgmma_tf32.cuh's tiles: 64 or 128 rows and columns, K unsplit with a producer
@@ -406,12 +419,7 @@ std::optional<WgmmaTile> chooseWgmmaTileAnySplit(const GemmSpec &gemm, const Mac
   // RMSNorm's backward: 128-row tiles of the narrowest width whose row fits one cluster
   // (H100, the workshop's QKV dX with its norm, 1024x512, K 1024: 14.2 µs on 128x64
   // tiles, 17.5 on 64x64, 23.8 on 64x128, before the registers were prefetched; 13.3 after).
-  if (gemm.normGrad) {
-    for (int BN : {64, 128, 256})
-      if (tileHoldsEpilogue(gemm, BN) && normGradClusterFits(gemm, machine, WgmmaTile{128, BN, 4}))
-        return WgmmaTile{128, BN, 4};
-    return std::nullopt;
-  }
+  if (gemm.normGrad) return normGradTile(gemm, machine, {64, 128, 256}, /*tf32=*/false);
   // Measured on an H100 (bench/kernels.py --sweep-wgmma): GEMMs of at most two waves of
   // 64x64 tiles run fastest on 64x64 tiles with a deep pipeline, splitting K two ways
   // when it is 2048 or more and the tiles leave half the SMs idle; larger ones on 128x128 tiles,
@@ -477,16 +485,8 @@ std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine
   if (!machine.wgmma) return std::nullopt;
   if (std::optional<WgmmaTile> forced = forcedWgmmaTile(gemm, machine, aKM, /*tf32=*/true)) return forced;
   const int multiprocessors = machine.multiprocessors;
-  // RMSNorm's backward (v5): 128-row tiles of the narrowest width whose row fits one
-  // cluster, as the bf16 kernel's.
-  if (gemm.normGrad) {
-    for (int BN : {64, 128}) {
-      WgmmaTile tile{128, BN, 4};
-      tile.tf32 = true;
-      if (tileHoldsEpilogue(gemm, BN) && normGradClusterFits(gemm, machine, tile)) return tile;
-    }
-    return std::nullopt;
-  }
+  // RMSNorm's backward (v5): as the bf16 kernel's, in tf32's widths.
+  if (gemm.normGrad) return normGradTile(gemm, machine, {64, 128}, /*tf32=*/true);
   // At most two waves of 64x64 tiles: those, two blocks an SM (one's split pass in shared
   // memory beside the other's wgmma), K split two ways where one wave of whole tiles would
   // leave half the block slots idle and K is long.
