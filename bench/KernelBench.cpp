@@ -69,7 +69,8 @@ int main(int argc, char **argv) {
     mlir::MLIRContext context(registry);
     context.loadAllAvailableDialects();
     auto module = tlc::buildLlamaModule(context, *config);
-    tlc::CompileOptions options{level, batch, seq, dtype, fuseNormGrad};
+    tlc::CompileOptions options{level, batch, seq, dtype};
+    if (fuseNormGrad.getNumOccurrences()) options.fuseNormGrad = bool(fuseNormGrad);
     tlc::DeviceInfo info;
     info.arch = device->arch();
     info.multiprocessors = device->multiprocessors();

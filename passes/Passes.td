@@ -120,14 +120,18 @@ def TlFuseNormGradGemm : Pass<"tl-fuse-norm-grad-gemm", "mlir::ModuleOp"> {
     d y is never stored. Only rows the kernels can share among a cluster's tiles are
     folded: a multiple of 8 columns, at most `max-row` of them; and only GEMMs whose
     reduction (the gradient's width) is at most `max-k`: a longer one splits K over
-    the SMs its tiles leave idle, which the clustered form cannot match.
+    the SMs its tiles leave idle, which the clustered form cannot match. f32 rows only
+    with `f32`: on the tf32 kernels the fold measured slower than the row kernel.
   }];
   let options = [
     Option<"maxRow", "max-row", "int64_t", /*default=*/"1024",
            "the widest row folded (8 tiles of 128 columns; the 1.1B's 2048 ran about twice as slow folded)">,
     Option<"maxK", "max-k", "int64_t", /*default=*/"1024",
            "the longest reduction folded (an H100: the workshop's gate/up dX, K 4096, took 34 µs folded "
-           "against 27 for the split GEMM and the row kernel)">
+           "against 27 for the split GEMM and the row kernel)">,
+    Option<"foldF32", "f32", "bool", /*default=*/"false",
+           "fold f32 rows too (an H200: the tf32 kernels took the workshop QKV's dX 50.6 µs folded "
+           "against 30.4 + 10.1 apart)">
   ];
   let dependentDialects = ["tl::TlDialect"];
 }

@@ -40,7 +40,7 @@ void buildOptPipeline(mlir::OpPassManager &pm, int level, bool inference) {
 }
 
 // The backward's passes after tl-autodiff: each level fuses more of what it wrote.
-static void buildBackwardPipeline(mlir::OpPassManager &pm, int level, bool fuseNormGrad) {
+static void buildBackwardPipeline(mlir::OpPassManager &pm, int level, std::optional<bool> fuseNormGrad) {
   pm.addPass(mlir::createCSEPass());  // recomputations the backward asked for twice
   if (level >= 3) {
     pm.addPass(tl::createTlFuseNormResidual());   // residual gradients in the norms' backward
@@ -50,7 +50,11 @@ static void buildBackwardPipeline(mlir::OpPassManager &pm, int level, bool fuseN
     pm.addPass(tl::createTlFuseElementwise());                  // the backward's elementwise chains
     pm.addPass(tl::createTlFuseGradEpilogue());                 // those reading a dX, in its GEMM's epilogue
     pm.addPass(tl::createTlFuseLossGrad());                     // the loss and d logits in one pass over the logits
-    if (fuseNormGrad) pm.addPass(tl::createTlFuseNormGradGemm());  // the norms' backward in the dX GEMMs
+    if (fuseNormGrad.value_or(true)) {  // the norms' backward in the dX GEMMs (f32's rows where asked for)
+      tl::TlFuseNormGradGemmOptions normGrad;
+      normGrad.foldF32 = fuseNormGrad.value_or(false);
+      pm.addPass(tl::createTlFuseNormGradGemm(normGrad));
+    }
   }
 }
 

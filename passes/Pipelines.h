@@ -26,7 +26,9 @@ struct PipelineOptions {
   std::optional<tl::TlSpecializeOptions> specialize;  // tl-specialize first, where set
   tl::TlAutodiffOptions autodiff;                     // TrainStep: the optimizer tl-autodiff appends
   tl::TlKvCacheOptions kvCache;                       // Generate: the cache tl-kv-cache builds
-  bool fuseNormGrad = true;                           // TrainStep at O2+: the norms' backward in the dX GEMMs
+  // TrainStep at O2+: the norms' backward in the dX GEMMs (tl-fuse-norm-grad-gemm): unset,
+  // where it measured faster (not f32's rows); true folds every dtype's; false none.
+  std::optional<bool> fuseNormGrad;
   // TrainStep of several ranks: the gradients averaged over them in buckets, last
   std::optional<tl::TlAllReduceGradientsOptions> allReduce;
 };

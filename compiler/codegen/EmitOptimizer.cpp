@@ -53,18 +53,14 @@ EmittedKernel emitOptimizer(const KernelSource &source, const OptimizerSpec &spe
       body += fmt::format("  const float norm = p.{}[0], clip = fminf(1.0f, {} / (norm + 1e-6f));\n",
                           source.name(spec.gradNorm), floatLiteral(spec.maxGradNorm));
     else body += "  const float clip = 1.0f;\n";
-  } else {
-    body += "  float sum = 0.0f;\n";
   }
-  body += "  switch (t) {\n";
-  for (size_t t = 0; t < spec.grads.size(); ++t) {
-    std::string grad = "p." + source.name(spec.grads[t]);
-    if (adamw)
-      body += fmt::format("  case {}: tl_adamw_chunk<S>({}, {}, chunk, clip, state, {}); break;\n", t, grad, spec.counts[t], t);
-    else body += fmt::format("  case {}: sum = tl_chunk_squares<S>({}, {}, chunk); break;\n", t, grad, spec.counts[t]);
-  }
+  // The switch picks the block's gradient; one update (or sum) follows for all tensors.
+  body += "  tl_grad_ref grad;\n  switch (t) {\n";
+  for (size_t t = 0; t < spec.grads.size(); ++t)
+    body += fmt::format("  case {}: grad = tl_grad_of(p.{}, {}); break;\n", t, source.name(spec.grads[t]), spec.counts[t]);
   body += "  }\n";
-  if (!adamw) body += "  __shared__ float red[1024 / TL_WARP];\n  tl_global_norm_finish<S>(p, tl_block_sum(sum, red));\n";
+  if (adamw) body += "  tl_adamw_chunk<S>(grad, chunk, clip, state, t);\n";
+  else body += "  __shared__ float red[1024 / TL_WARP];\n  tl_global_norm_finish<S>(p, tl_block_sum(tl_chunk_squares<S>(grad, chunk), red));\n";
   body += "  tl_allow_dependents();\n";
   out += source.entryPoint(std::to_string(kThreads), body,
                            adamw ? std::vector<std::string>{"const tl_optimizer_state *state"} : std::vector<std::string>{});

@@ -364,11 +364,12 @@ bool normGradClusterFits(const GemmSpec &gemm, const Machine &machine, const Wgm
 }
 
 // RMSNorm's backward in the epilogue: 128-row tiles, four stages, of the narrowest of
-// `widths` whose columns hold the epilogue and whose row's tiles fit one cluster.
+// `widths` whose columns hold the epilogue and whose row's tiles fit one cluster. tf32:
+// 64-row tiles where 128-row ones would leave half the SMs idle (K is never split here).
 std::optional<WgmmaTile> normGradTile(const GemmSpec &gemm, const Machine &machine, std::initializer_list<int> widths,
                                       bool tf32) {
   for (int BN : widths) {
-    WgmmaTile tile{128, BN, 4};
+    WgmmaTile tile{tf32 && 2 * gemmTiles(gemm, 128, BN) <= machine.multiprocessors ? 64 : 128, BN, 4};
     tile.tf32 = tf32;
     if (tileHoldsEpilogue(gemm, BN) && normGradClusterFits(gemm, machine, tile)) return tile;
   }
@@ -488,12 +489,19 @@ std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine
   // RMSNorm's backward (v5): as the bf16 kernel's, in tf32's widths.
   if (gemm.normGrad) return normGradTile(gemm, machine, {64, 128}, /*tf32=*/true);
   // At most two waves of 64x64 tiles: those, two blocks an SM (one's split pass in shared
-  // memory beside the other's wgmma), K split two ways where one wave of whole tiles would
-  // leave half the block slots idle and K is long.
-  if (tileHoldsEpilogue(gemm, 64) && gemmTiles(gemm, 64, 64) <= 2 * multiprocessors) {
+  // memory beside the other's wgmma), K split two or four ways where K is 1024 or more and
+  // the parts still fit the block slots of one wave. K of 2048 or more over 128 rows or
+  // more: 128x128 tiles (half the split passes per product), K split to fill at most one
+  // wave. (Not in a persistent kernel: the next part's tasks fill the idle slots there.)
+  const int64_t kTiles = ceilDiv(gemm.K, 32), tiles = gemmTiles(gemm, 64, 64);
+  if (tileHoldsEpilogue(gemm, 64) && tiles <= 2 * multiprocessors) {
     WgmmaTile tile{64, 64, 4, 1, 2};
-    // (Not in a persistent kernel: the next part's tasks fill the idle slots there.)
-    if (ceilDiv(gemm.K, 32) >= 32 && gemmTiles(gemm, 64, 64) <= multiprocessors && !machine.persistent) tile.splits = 2;
+    if (kTiles >= 64 && gemm.M >= 128 && !machine.persistent && tileHoldsEpilogue(gemm, 128)) {
+      tile = WgmmaTile{128, 128, 4};
+      while (tile.splits < 8 && 2 * tile.splits * gemmTiles(gemm, 128, 128) <= multiprocessors) tile.splits *= 2;
+    } else if (kTiles >= 32 && !machine.persistent) {
+      while (tile.splits < 4 && 2 * tile.splits * tiles <= 2 * multiprocessors) tile.splits *= 2;
+    }
     tile.tf32 = true;
     return tile;
   }

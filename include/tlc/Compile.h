@@ -8,6 +8,7 @@
 #include <tlc/Program.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace tlc {
@@ -46,8 +47,9 @@ struct CompileOptions {
   std::string dtype = "f32";  // storage dtype: f32 or bf16
   // Training at O2+: RMSNorm's backward in the epilogue of the dX GEMM before it
   // (tl-fuse-norm-grad-gemm), for rows of at most 1024 columns and GEMMs reducing over at
-  // most 1024 (where it measured faster on an H100: docs/training.md).
-  bool fuseNormGrad = true;
+  // most 1024. Unset: where it measured faster (docs/training.md): bf16's rows (an H100),
+  // not f32's, whose tf32 kernels ran the workshop's step 2 % slower folded (an H200).
+  std::optional<bool> fuseNormGrad;
   // f32 matrix products (Program.h): the default is the fastest that keeps fp32's accuracy
   // (on NVIDIA tensor cores, 3xTF32); Highest keeps fp32 FMAs, Medium trades accuracy
   // (about 1e-3) for speed. bf16 models are not affected.

@@ -13,6 +13,7 @@
 
 #include <cctype>
 #include <functional>
+#include <optional>
 #include <chrono>
 #include <random>
 #include <cstdio>
@@ -34,7 +35,7 @@ inline std::unique_ptr<GpuDevice> openDevice() {
 // A forward, or with `training` the training step (forward, backward, AdamW).
 // `edit` changes the built model first (tests/support/ModelVariants.h).
 inline Program compile(const LlamaConfig &config, int level, int64_t batch, int64_t seq, const std::string &dtype,
-                       const AdamWOptions *training = nullptr, bool fuseNormGrad = true,
+                       const AdamWOptions *training = nullptr, std::optional<bool> fuseNormGrad = {},
                        const std::function<void(mlir::ModuleOp)> &edit = {},
                        MatmulPrecision precision = MatmulPrecision::High, bool persistent = false,
                        double allReduceBucketMib = 0, const ScheduleOverrides &overrides = {}) {

@@ -2,9 +2,15 @@
 // becomes that GEMM's whole epilogue (the accumulator first, then the norm's other
 // operands, the residual's gradient included); a dX read by another op too, or a d y
 // that no GEMM computes, or a row wider than max-row, or a GEMM reducing over more than
-// max-k columns, stays as it is.
-// RUN: tl-opt --tl-fuse-norm-grad-gemm %s -split-input-file | FileCheck %s
-// RUN: tl-opt --tl-fuse-norm-grad-gemm='max-k=64' %s -split-input-file | FileCheck %s --check-prefix=SHORTK
+// max-k columns, stays as it is. These rows are f32: folded only with f32=true (the
+// tf32 kernels ran the fold slower), so by default @folds stays as it is too.
+// RUN: tl-opt --tl-fuse-norm-grad-gemm='f32=true' %s -split-input-file | FileCheck %s
+// RUN: tl-opt --tl-fuse-norm-grad-gemm='max-k=64 f32=true' %s -split-input-file | FileCheck %s --check-prefix=SHORTK
+// RUN: tl-opt --tl-fuse-norm-grad-gemm %s -split-input-file | FileCheck %s --check-prefix=F32
+// F32-LABEL: func.func @folds
+// F32-NEXT: tl.linear_grad_input %arg2, %arg3 : (tensor<2x8x96xf32>
+// F32-NEXT: tl.rmsnorm_grad
+// F32-NOT: tl.fused_linear_grad_input
 // SHORTK-LABEL: func.func @folds
 // SHORTK-NEXT: tl.linear_grad_input %arg2, %arg3 : (tensor<2x8x96xf32>
 // SHORTK-NEXT: tl.rmsnorm_grad

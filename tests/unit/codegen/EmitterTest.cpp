@@ -418,6 +418,51 @@ TEST(Codegen, ForcedWgmmaTileReachesTf32Gemms) {
   EXPECT_FALSE(contains(kernelNamed(split, "tl_rmsnorm_linear_split_swiglu_f32").source, "  tl_gemm_wgmma_tf32_ws<"));
 }
 
+// RMSNorm's backward folds into the dX GEMMs by default in bf16 and not in f32 (measured
+// slower folded on the tf32 kernels); CompileOptions::fuseNormGrad decides for either.
+TEST(Codegen, NormGradFoldsByDefaultInBf16Only) {
+  auto folded = [](const char *dtype, std::optional<bool> fuse) {
+    CompileOptions options{2, 2, 16, dtype};
+    options.fuseNormGrad = fuse;
+    Program step = compileTrainingStepFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", options, AdamWOptions{});
+    int gemms = 0, rows = 0;
+    for (const Kernel &kernel : step.kernels) {
+      gemms += kernel.name.rfind("tl_linear_grad_input_rmsnorm_grad", 0) == 0;
+      rows += kernel.name.rfind("tl_rmsnorm_grad", 0) == 0;
+    }
+    EXPECT_GT(gemms + rows, 0) << dtype;
+    return std::pair{gemms, rows};
+  };
+  EXPECT_GT(folded("bf16", {}).first, 0);
+  EXPECT_EQ(folded("f32", {}).first, 0);
+  EXPECT_GT(folded("f32", {}).second, folded("bf16", {}).second);
+  EXPECT_GT(folded("f32", true).first, 0);
+  EXPECT_EQ(folded("bf16", false).first, 0);
+}
+
+// The f32 training step's tiles at the workshop's 8 x 128 (sm_90a, 132 SMs): the GEMMs of
+// K 2048 or more on 128x128 tiles split to fill a wave (the gate/up's dX, the down
+// projection), short-K weight gradients split four or two ways by their tile count, and
+// RMSNorm's backward on 64-row tiles where 128 rows would fill only 64 SMs.
+TEST(Codegen, Tf32TilesFillTheWorkshopsTrainingStep) {
+  CompileOptions options{2, 8, 128, "f32"};
+  options.fuseNormGrad = true;
+  Program program = compileTrainingStepFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", options, AdamWOptions{});
+  auto specOf = [&](const char *prefix, const char *shape) {
+    for (const Kernel &kernel : program.kernels)
+      if (kernel.name.rfind(prefix, 0) == 0 && kernel.name.find(shape) != std::string::npos) return wgmmaSpec(kernel);
+    ADD_FAILURE() << "no kernel " << prefix << " " << shape;
+    return WgmmaSpec{};
+  };
+  EXPECT_EQ(specOf("tl_linear_grad_input_f32", "8x128x512"), (WgmmaSpec{128, 128, 4, 4, 32}));  // gate/up dX, K 4096
+  EXPECT_EQ(specOf("tl_linear_add_f32", "1024x512x2048"), (WgmmaSpec{128, 128, 4, 4, 32}));     // down, K 2048
+  EXPECT_EQ(specOf("tl_linear_grad_weight_f32", "512x512"), (WgmmaSpec{64, 64, 4, 4, 64}));     // o_proj dW: 64 tiles
+  EXPECT_EQ(specOf("tl_linear_grad_weight_f32", "1024x512"), (WgmmaSpec{64, 64, 4, 2, 128}));    // QKV dW: 128 tiles
+  EXPECT_EQ(specOf("tl_linear_grad_weight_f32", "512x2048"), (WgmmaSpec{64, 64, 4, 1, 0}));    // down dW: 256 tiles
+  EXPECT_EQ(specOf("tl_linear_grad_input_transpose_f32", "1024x512x512"), (WgmmaSpec{64, 64, 4, 1, 0}));  // K 512
+  EXPECT_EQ(specOf("tl_linear_grad_input_rmsnorm_grad_f32", "1024x1024x512"), (WgmmaSpec{64, 64, 4, 1, 0}));
+}
+
 // f32 matrix products follow the matmul precision: "high" (the default) splits each
 // operand for three tf32 tensor-core products, "medium" keeps one, "highest" the fp32 FMA
 // templates; forward and backward, GEMMs and attention alike.
@@ -426,6 +471,7 @@ TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
   auto step = [&](MatmulPrecision precision) {
     CompileOptions options{2, 2, 16, "f32"};
     options.matmulPrecision = precision;
+    options.fuseNormGrad = true;  // (f32 keeps the row kernels by default)
     return compileTrainingStepFile(path, options, AdamWOptions{});
   };
   for (MatmulPrecision precision : {MatmulPrecision::High, MatmulPrecision::Medium}) {
@@ -445,11 +491,11 @@ TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
     const Kernel &dX = kernelNamed(program, "tl_linear_grad_input_silu_mul_silu_grad_split_grad_f32");
     EXPECT_TRUE(contains(dX.source, "  tl_gemm_wgmma_tf32<")) << dX.name;
     EXPECT_TRUE(contains(dX.source, "B_KN = true, A_KM = false"));
-    // RMSNorm's backward in the dX GEMM: on sm_90a wgmma's 128x64 tiles, a row's 8 one
-    // cluster (v5); mma.sync elsewhere.
+    // RMSNorm's backward in the dX GEMM: on sm_90a wgmma's 64x64 tiles (32 rows: 128-row
+    // tiles would leave most SMs idle), a row's 8 one cluster (v5); mma.sync elsewhere.
     const Kernel &normGrad = kernelNamed(program, "tl_linear_grad_input_rmsnorm_grad");
     EXPECT_TRUE(contains(normGrad.source, "  tl_gemm_mma_tf32<")) << normGrad.name;
-    EXPECT_TRUE(contains(normGrad.source, "  tl_gemm_wgmma_tf32<" + normGrad.entry + "_spec<128, 64,")) << normGrad.name;
+    EXPECT_TRUE(contains(normGrad.source, "  tl_gemm_wgmma_tf32<" + normGrad.entry + "_spec<64, 64,")) << normGrad.name;
     EXPECT_TRUE(contains(normGrad.source, "#if defined(TL_NVIDIA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)\n#define " +
                                               normGrad.entry + "_CLUSTER __cluster_dims__(8, 1, 1)"));
     EXPECT_TRUE(contains(normGrad.source, "NORM_GRAD = true"));
