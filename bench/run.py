@@ -18,6 +18,7 @@ in --chart-dtype (f32, the README command's) as an SVG chart (bench/ladder.svg).
 """
 import argparse
 import datetime
+import math
 import os
 import re
 import subprocess
@@ -52,10 +53,15 @@ def run_tlc(tlc, config, batch, seq, level, work, iterations, weights, tokens, d
         "name": f"tlc {LEVEL_NAMES[level]}" + (" --persistent (one kernel)" if persistent else ""),
         "ms": float(field(r"forward\s+([\d.]+) ms")),
         "peak_mib": float(field(r"peak device memory ([\d.]+) MiB")),
-        "kernels": int(field(r"kernels\s+(\d+) per forward")),
-        "loss": float(field(r"loss\s+([\d.]+)")),
+        "kernels": 1 if persistent else int(field(r"kernels\s+(\d+) per forward")),  # else "one persistent kernel"
+        "loss": float(loss.group(1)) if (loss := re.search(r"loss\s+([\d.]+)", out)) else None,  # none at seq 1
         "logits": np.load(logits),
     }
+
+
+def loss_text(loss):
+    """A sequence of one token has no next token: no loss (tlc says none, PyTorch's mean is NaN)."""
+    return "none" if loss is None or math.isnan(loss) else f"{loss:.4f}"
 
 
 def median_ms(fn, iterations):
@@ -159,7 +165,7 @@ def table(title, rows, tokens_per_forward):
     for r in rows:
         kernels = "—" if r["kernels"] is None else str(r["kernels"])
         lines.append(f"| {r['name']} | {r['ms']:.3f} | {tokens_per_forward / (r['ms'] / 1e3):,.0f} | "
-                     f"{r['peak_mib']:.0f} | {kernels} | {r['loss']:.4f} | {r['ms'] / best:.2f}x |")
+                     f"{r['peak_mib']:.0f} | {kernels} | {loss_text(r['loss'])} | {r['ms'] / best:.2f}x |")
     return "\n".join(lines)
 
 
