@@ -245,6 +245,8 @@ private:
     if (auto block = llvm::dyn_cast<tl::BlockOp>(op)) return lowerBlock(block);
     if (auto update = llvm::dyn_cast<tl::AdamWOp>(op)) return lowerUpdate(update);
     if (auto reduce = llvm::dyn_cast<tl::AllReduceOp>(op)) return lowerAllReduce(reduce);
+    if (auto concat = llvm::dyn_cast<tl::ConcatGradOp>(op); concat && readOnlyByUpdates(concat))
+      return mlir::success();  // lowered with the first update that reads it (lowerUpdate)
 
     return lowerKernel(op);
   }
@@ -320,6 +322,15 @@ private:
 
   // The optimizer's updates, one after another at the end of a training step, make one
   // kernel over every parameter (a multi-tensor update).
+  // A merged weight's gradient (the QKV's, the gate/up's) split into its parameters'
+  // by a tl.concat_grad that only updates read: the split runs in the optimizer's kernel,
+  // whose updates read each piece where it lies in the merged gradient (no copy, no
+  // kernel of its own).
+  static bool readOnlyByUpdates(tl::ConcatGradOp concat) {
+    return !concat->use_empty() &&
+           llvm::all_of(concat->getUsers(), [](mlir::Operation *user) { return llvm::isa<tl::AdamWOp>(user); });
+  }
+
   mlir::LogicalResult lowerUpdate(tl::AdamWOp update) {
     bool extends = !program.kernels.empty() && updatesParameters(program.kernels.back());
     if (!extends) {
@@ -329,10 +340,19 @@ private:
       roots.push_back({update, nullptr, false});
     }
     Kernel &kernel = program.kernels.back();
-    for (mlir::Value operand : update->getOperands()) addInput(kernel, ids.lookup(operand));
+    // The gradient's tl.concat_grad, once, before the first update that reads a piece.
+    if (auto concat = update.getGrad().getDefiningOp<tl::ConcatGradOp>();
+        concat && readOnlyByUpdates(concat) && !ids.count(concat->getResult(0))) {
+      addInput(kernel, ids.lookup(concat.getGrad()));
+      addOrigins(kernel, concat.getLoc());
+      if (mlir::failed(emitOp(concat, kernel))) return mlir::failure();
+    }
+    for (mlir::Value operand : update->getOperands())
+      if (program.values[size_t(ids.lookup(operand))].storage != Storage::Local) addInput(kernel, ids.lookup(operand));
     addOrigins(kernel, update.getLoc());
     if (mlir::failed(emitOp(update, kernel))) return mlir::failure();
-    kernel.name = fmt::format("tl_adamw_{}_{}_tensors", dtypeName(program.dtype), kernel.ops.size());
+    kernel.name = fmt::format("tl_adamw_{}_{}_tensors", dtypeName(program.dtype),
+                              llvm::count_if(kernel.ops, [](const OpRecord &op) { return op.kind == OpKind::adamw; }));
     return mlir::success();
   }
 

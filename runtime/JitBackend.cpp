@@ -397,10 +397,27 @@ public:
         for (const OpRecord &op : kernel.ops)
           if (op.kind == OpKind::adamw) {
             Tensor gradient(program_.value(op.operands.at(0)).shape);
-            gradient.data = readAsFloats(op.operands[0]);
+            gradient.data = readGradient(kernel, op.operands[0]);
             result.gradients[op.stringAttr("key")] = std::move(gradient);
           }
     return result;
+  }
+
+  // An update's gradient: a value in memory, or a piece of a merged weight's gradient that
+  // the optimizer's kernel splits off with its tl.concat_grad (read where it lies).
+  std::vector<float> readGradient(const Kernel &kernel, int id) {
+    if (program_.storageOf(id).storage != Storage::Local) return readAsFloats(id);
+    for (const OpRecord &op : kernel.ops) {
+      if (op.kind != OpKind::concat_grad) continue;
+      auto piece = std::find(op.results.begin(), op.results.end(), id);
+      if (piece == op.results.end()) continue;
+      int64_t begin = 0;
+      for (auto it = op.results.begin(); it != piece; ++it) begin += program_.value(*it).numElements();
+      std::vector<float> merged = readAsFloats(op.operands.at(0));
+      return {merged.begin() + begin, merged.begin() + begin + program_.value(id).numElements()};
+    }
+    throw Error(fmt::format("{} backend: the gradient {} is neither in memory nor a piece of one",
+                            device_->vendor(), program_.value(id).name));
   }
 
   Weights trainedWeights() const override {

@@ -27,9 +27,13 @@ EmittedKernel emitOptimizer(const KernelSource &source, const OptimizerSpec &spe
                           spec.grads.size(), elements, spec.lr, spec.beta1, spec.beta2, spec.eps, spec.weightDecay,
                           spec.gradNorm >= 0 ? fmt::format(", gradients clipped to global norm {}", spec.maxGradNorm) : "")
             : fmt::format("the global L2 norm of {} gradients ({} elements)", spec.grads.size(), elements);
-  std::string out = source.header(
-      what, {fmt::format("chunks of {} elements, one block each ({} blocks); a block finds its tensor in a table",
-                         kChunk, blocks)});
+  std::vector<std::string> notes{
+      fmt::format("chunks of {} elements, one block each ({} blocks); a block finds its tensor in a table", kChunk, blocks)};
+  if (spec.pieces > 0)
+    notes.push_back(fmt::format("merged weights' gradients split in place: {} updates read their piece where it lies "
+                                "in the merged gradient (tl.concat_grad, no copy)",
+                                spec.pieces));
+  std::string out = source.header(what, notes);
   out += source.prelude({"optimizer.cuh"});
   out += source.paramsStruct();
   out += fmt::format("__constant__ tl_i64 {}_first_block[{}] = {{{}}};\n", entry, firstBlock.size(),
@@ -56,8 +60,11 @@ EmittedKernel emitOptimizer(const KernelSource &source, const OptimizerSpec &spe
   }
   // The switch picks the block's gradient; one update (or sum) follows for all tensors.
   body += "  tl_grad_ref grad;\n  switch (t) {\n";
-  for (size_t t = 0; t < spec.grads.size(); ++t)
-    body += fmt::format("  case {}: grad = tl_grad_of(p.{}, {}); break;\n", t, source.name(spec.grads[t]), spec.counts[t]);
+  for (size_t t = 0; t < spec.grads.size(); ++t) {
+    int64_t offset = t < spec.offsets.size() ? spec.offsets[t] : 0;
+    body += fmt::format("  case {}: grad = tl_grad_of(p.{}{}, {}); break;\n", t, source.name(spec.grads[t]),
+                        offset ? fmt::format(" + {}", offset) : "", spec.counts[t]);
+  }
   body += "  }\n";
   if (adamw) body += "  tl_adamw_chunk<S>(grad, chunk, clip, state, t);\n";
   else body += "  __shared__ float red[1024 / TL_WARP];\n  tl_global_norm_finish<S>(p, tl_block_sum(tl_chunk_squares<S>(grad, chunk), red));\n";

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <utility>
@@ -910,19 +911,36 @@ RowSpec buildRows(KernelContext &context, mlir::Operation *op) {
 }
 
 // The optimizer kernel's ops, read off the Program kernel (its adamw ops are one kernel
-// made of several IR ops).
+// made of several IR ops, with the tl.concat_grad ops that split the merged weights'
+// gradients into the pieces they read).
 OptimizerSpec buildOptimizer(KernelContext &context, const Program &program) {
   OptimizerSpec spec;
   const Kernel &kernel = context.kernel();
+  std::map<int, std::pair<int, int64_t>> pieces;  // a concat_grad result: its merged gradient's argument, offset
   for (const OpRecord &op : kernel.ops) {
     if (op.kind == OpKind::global_norm) {
       spec.kind = OptimizerSpec::Kind::GlobalNorm;
-      for (int id : op.operands) spec.grads.push_back(context.paramOfId(id));
+      for (int id : op.operands) {
+        spec.grads.push_back(context.paramOfId(id));
+        spec.counts.push_back(program.value(id).numElements());
+      }
       spec.norm = context.paramOfId(op.results.at(0));
       continue;
     }
+    if (op.kind == OpKind::concat_grad) {  // pieces of rows, one after another in the merged gradient
+      int64_t at = 0;
+      for (int id : op.results) {
+        pieces[id] = {context.paramOfId(op.operands.at(0)), at};
+        at += program.value(id).numElements();
+      }
+      continue;
+    }
     if (op.kind != OpKind::adamw) context.fail(fmt::format("'tl.{}' in the optimizer's kernel", opKindName(op.kind)));
-    spec.grads.push_back(context.paramOfId(op.operands.at(0)));
+    auto piece = pieces.find(op.operands.at(0));
+    spec.grads.push_back(piece != pieces.end() ? piece->second.first : context.paramOfId(op.operands[0]));
+    spec.offsets.push_back(piece != pieces.end() ? piece->second.second : 0);
+    spec.pieces += piece != pieces.end();
+    spec.counts.push_back(program.value(op.operands[0]).numElements());
     if (op.operands.size() == 2) {
       int norm = context.paramOfId(op.operands[1]);
       if (spec.gradNorm >= 0 && spec.gradNorm != norm) context.fail("the updates read different gradient norms");
@@ -940,11 +958,8 @@ OptimizerSpec buildOptimizer(KernelContext &context, const Program &program) {
     spec.eps = values[3];
     spec.weightDecay = values[4];
   }
-  std::vector<KernelParam> params = context.params();
-  for (int param : spec.grads) {
+  for (int param : spec.grads)
     if (param < 0) context.fail("a gradient is not one of the kernel's arguments");
-    spec.counts.push_back(program.value(params.at(size_t(param)).value).numElements());
-  }
   return spec;
 }
 

@@ -127,6 +127,10 @@ struct OptimizerSpec {
   enum class Kind { AdamW, GlobalNorm } kind = Kind::AdamW;
   std::vector<int> grads;          // arguments, one per parameter (AdamW: the update's order)
   std::vector<int64_t> counts;     // their elements
+  // AdamW: where each gradient starts in its argument, in elements (a piece of a merged
+  // weight's gradient that the kernel's tl.concat_grad splits off; 0 for a whole argument)
+  std::vector<int64_t> offsets;
+  int pieces = 0;  // AdamW: the updates reading such a piece
   int gradNorm = -1;               // AdamW with clipping: the global norm's argument
   int norm = -1;                   // GlobalNorm: the f32 scalar written
   double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0, maxGradNorm = 0;

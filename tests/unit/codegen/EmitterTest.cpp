@@ -418,6 +418,32 @@ TEST(Codegen, ForcedWgmmaTileReachesTf32Gemms) {
   EXPECT_FALSE(contains(kernelNamed(split, "tl_rmsnorm_linear_split_swiglu_f32").source, "  tl_gemm_wgmma_tf32_ws<"));
 }
 
+// The merged weights' gradients (QKV's, gate/up's) are split in the optimizer's kernel:
+// each update reads its piece where it lies in the merged gradient, so no tl.concat_grad
+// kernel copies them; where the pieces are read elsewhere too (clipping's global norm)
+// the copies stay.
+TEST(Codegen, MergedWeightsGradientsAreSplitInTheOptimizer) {
+  std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
+  auto step = [&](double maxGradNorm) {
+    AdamWOptions adamw;
+    adamw.maxGradNorm = maxGradNorm;
+    return compileTrainingStepFile(path, CompileOptions{2, 2, 16, "f32"}, adamw);
+  };
+  auto concatKernels = [](const Program &program) {
+    return std::count_if(program.kernels.begin(), program.kernels.end(),
+                         [](const Kernel &kernel) { return kernel.name.rfind("tl_concat_grad", 0) == 0; });
+  };
+  Program split = step(0);
+  EXPECT_EQ(concatKernels(split), 0);
+  const Kernel &adamw = kernelNamed(split, "tl_adamw_f32_74_tensors");
+  EXPECT_EQ(std::count_if(adamw.ops.begin(), adamw.ops.end(), [](const OpRecord &op) { return op.kind == OpKind::concat_grad; }),
+            16);  // two merged weights a layer
+  // Layer 0's k and v (rows 512.. and 768.. of the QKV's 1024 x 512), up (rows 2048.. of 4096 x 512).
+  for (int64_t offset : {512 * 512, 768 * 512, 2048 * 512})
+    EXPECT_TRUE(contains(adamw.source, " + " + std::to_string(offset) + ", ")) << offset;
+  EXPECT_GT(concatKernels(step(1.0)), 0);
+}
+
 // RMSNorm's backward folds into the dX GEMMs by default in bf16 and not in f32 (measured
 // slower folded on the tf32 kernels); CompileOptions::fuseNormGrad decides for either.
 TEST(Codegen, NormGradFoldsByDefaultInBf16Only) {
