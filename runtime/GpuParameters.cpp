@@ -53,6 +53,7 @@ GpuParameters::~GpuParameters() {
 void *GpuParameters::buildTable(const Kernel &optimizer, const std::map<int, void *> &weightPointer) {
   std::vector<OptimizerTensor> tensors;
   for (const OpRecord &op : optimizer.ops) {
+    if (op.kind == OpKind::concat_grad) continue;  // a merged gradient's pieces, which the updates read in place
     if (op.kind != OpKind::adamw)
       throw Error(fmt::format("gpu backend: kernel '{}' mixes '{}' with the updates", optimizer.name,
                               opKindName(op.kind)));
