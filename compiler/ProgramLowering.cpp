@@ -320,8 +320,6 @@ private:
     return mlir::success();
   }
 
-  // The optimizer's updates, one after another at the end of a training step, make one
-  // kernel over every parameter (a multi-tensor update).
   // A merged weight's gradient (the QKV's, the gate/up's) split into its parameters'
   // by a tl.concat_grad that only updates read: the split runs in the optimizer's kernel,
   // whose updates read each piece where it lies in the merged gradient (no copy, no
@@ -331,6 +329,8 @@ private:
            llvm::all_of(concat->getUsers(), [](mlir::Operation *user) { return llvm::isa<tl::AdamWOp>(user); });
   }
 
+  // The optimizer's updates, one after another at the end of a training step, make one
+  // kernel over every parameter (a multi-tensor update).
   mlir::LogicalResult lowerUpdate(tl::AdamWOp update) {
     bool extends = !program.kernels.empty() && updatesParameters(program.kernels.back());
     if (!extends) {
