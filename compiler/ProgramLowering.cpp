@@ -245,8 +245,9 @@ private:
     if (auto block = llvm::dyn_cast<tl::BlockOp>(op)) return lowerBlock(block);
     if (auto update = llvm::dyn_cast<tl::AdamWOp>(op)) return lowerUpdate(update);
     if (auto reduce = llvm::dyn_cast<tl::AllReduceOp>(op)) return lowerAllReduce(reduce);
-    if (auto concat = llvm::dyn_cast<tl::ConcatGradOp>(op); concat && readOnlyByUpdates(concat))
+    if (auto concat = llvm::dyn_cast<tl::ConcatGradOp>(op); concat && splitByTheOptimizer(concat))
       return mlir::success();  // lowered with the first update that reads it (lowerUpdate)
+    if (auto norm = llvm::dyn_cast<tl::GlobalNormOp>(op)) return lowerGlobalNorm(norm);
 
     return lowerKernel(op);
   }
@@ -323,10 +324,41 @@ private:
   // A merged weight's gradient (the QKV's, the gate/up's) split into its parameters'
   // by a tl.concat_grad that only updates read: the split runs in the optimizer's kernel,
   // whose updates read each piece where it lies in the merged gradient (no copy, no
-  // kernel of its own).
-  static bool readOnlyByUpdates(tl::ConcatGradOp concat) {
-    return !concat->use_empty() &&
-           llvm::all_of(concat->getUsers(), [](mlir::Operation *user) { return llvm::isa<tl::AdamWOp>(user); });
+  // kernel of its own). Clipping's global norm may read the pieces too, if it reads them
+  // all: it then reads the merged gradient whole (lowerGlobalNorm).
+  static bool splitByTheOptimizer(tl::ConcatGradOp concat) {
+    return !concat->use_empty() && llvm::all_of(concat->getUsers(), [&](mlir::Operation *user) {
+      auto norm = llvm::dyn_cast<tl::GlobalNormOp>(user);
+      return llvm::isa<tl::AdamWOp>(user) ||
+             (norm && llvm::all_of(concat->getResults(),
+                                   [&](mlir::Value piece) { return llvm::is_contained(norm.getInputs(), piece); }));
+    });
+  }
+
+  // The gradients' global L2 norm: one kernel, reading a merged weight's gradient whole,
+  // once, in place of the pieces AdamW reads in place (the same squares summed).
+  mlir::LogicalResult lowerGlobalNorm(tl::GlobalNormOp norm) {
+    Kernel kernel;
+    kernel.layer = layers.lookup(norm);
+    kernel.name = kernelName(norm, program.dtype);
+    addOrigins(kernel, norm.getLoc());
+    OpRecord record = recordOf(norm, OpKind::global_norm);
+    for (mlir::Value input : norm.getInputs()) {
+      auto concat = input.getDefiningOp<tl::ConcatGradOp>();
+      int id = ids.lookup(concat && splitByTheOptimizer(concat) ? concat.getGrad() : input);
+      if (llvm::is_contained(record.operands, id)) continue;
+      addInput(kernel, id);
+      record.operands.push_back(id);
+    }
+    int result = addValue(norm.getResult(), Storage::Activation);
+    record.results.push_back(result);
+    kernel.outputs.push_back(result);
+    kernel.flops = countFlops(norm);
+    kernel.ops.push_back(std::move(record));
+    producer[result] = int(program.kernels.size());
+    program.kernels.push_back(std::move(kernel));
+    roots.push_back({norm, nullptr, false});
+    return mlir::success();
   }
 
   // The optimizer's updates, one after another at the end of a training step, make one
@@ -342,7 +374,7 @@ private:
     Kernel &kernel = program.kernels.back();
     // The gradient's tl.concat_grad, once, before the first update that reads a piece.
     if (auto concat = update.getGrad().getDefiningOp<tl::ConcatGradOp>();
-        concat && readOnlyByUpdates(concat) && !ids.count(concat->getResult(0))) {
+        concat && splitByTheOptimizer(concat) && !ids.count(concat->getResult(0))) {
       addInput(kernel, ids.lookup(concat.getGrad()));
       addOrigins(kernel, concat.getLoc());
       if (mlir::failed(emitOp(concat, kernel))) return mlir::failure();

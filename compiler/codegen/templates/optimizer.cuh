@@ -10,7 +10,8 @@
 //       bf16) where the tensor's count is a multiple of 4 and every pointer aligned to
 //       them; v1's loop otherwise. The update is compiled once a gradient type (the switch
 //       over tensors picks a pointer), not once a tensor. A merged weight's gradient
-//       (QKV's, gate/up's) is read in place: each parameter's piece at its offset.
+//       (QKV's, gate/up's) is read in place: each parameter's piece at its offset (the
+//       global norm reads it whole).
 //
 // The optimizer state is the runtime's: a kernel of adamw ops takes, after `sync`, a
 // pointer to a tl_optimizer_state (runtime/OptimizerState.h has the same layout).
