@@ -383,8 +383,7 @@ private:
       if (program.values[size_t(ids.lookup(operand))].storage != Storage::Local) addInput(kernel, ids.lookup(operand));
     addOrigins(kernel, update.getLoc());
     if (mlir::failed(emitOp(update, kernel))) return mlir::failure();
-    kernel.name = fmt::format("tl_adamw_{}_{}_tensors", dtypeName(program.dtype),
-                              llvm::count_if(kernel.ops, [](const OpRecord &op) { return op.kind == OpKind::adamw; }));
+    kernel.name = fmt::format("tl_adamw_{}_{}_tensors", dtypeName(program.dtype), updateCount(kernel));
     return mlir::success();
   }
 

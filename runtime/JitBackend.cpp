@@ -408,11 +408,8 @@ public:
   std::vector<float> readGradient(const Kernel &kernel, int id) {
     if (program_.storageOf(id).storage != Storage::Local) return readAsFloats(id);
     for (const OpRecord &op : kernel.ops) {
-      if (op.kind != OpKind::concat_grad) continue;
-      auto piece = std::find(op.results.begin(), op.results.end(), id);
-      if (piece == op.results.end()) continue;
-      int64_t begin = 0;
-      for (auto it = op.results.begin(); it != piece; ++it) begin += program_.value(*it).numElements();
+      int64_t begin = op.kind == OpKind::concat_grad ? pieceOffset(program_, op, id) : -1;
+      if (begin < 0) continue;
       std::vector<float> merged = readAsFloats(op.operands.at(0));
       return {merged.begin() + begin, merged.begin() + begin + program_.value(id).numElements()};
     }

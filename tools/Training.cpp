@@ -38,8 +38,7 @@ std::string kernelSplit(const Program &program) {
   return fmt::format("  kernels   {} per step: {} forward, {} backward, {}{} AdamW over {} parameters; {:.2f} GFLOP\n",
                      program.kernels.size(), forward, backward,
                      collectives ? fmt::format("{} all-reduce, ", collectives) : std::string(), optimizer ? 1 : 0,
-                     std::count_if(last.ops.begin(), last.ops.end(), [](const OpRecord &op) { return op.kind == OpKind::adamw; }),
-                     double(flops) / 1e9);
+                     updateCount(last), double(flops) / 1e9);
 }
 
 // Who the ranks are, where they met, and what averages the gradients among them.

@@ -927,12 +927,8 @@ OptimizerSpec buildOptimizer(KernelContext &context, const Program &program) {
       spec.norm = context.paramOfId(op.results.at(0));
       continue;
     }
-    if (op.kind == OpKind::concat_grad) {  // pieces of rows, one after another in the merged gradient
-      int64_t at = 0;
-      for (int id : op.results) {
-        pieces[id] = {context.paramOfId(op.operands.at(0)), at};
-        at += program.value(id).numElements();
-      }
+    if (op.kind == OpKind::concat_grad) {
+      for (int id : op.results) pieces[id] = {context.paramOfId(op.operands.at(0)), pieceOffset(program, op, id)};
       continue;
     }
     if (op.kind != OpKind::adamw) context.fail(fmt::format("'tl.{}' in the optimizer's kernel", opKindName(op.kind)));

@@ -6,6 +6,7 @@
 
 #include "TestUtil.h"
 #include "runtime/MemoryPlanner.h"
+#include "runtime/OpKind.h"
 #include "runtime/Program.h"
 
 namespace tlc {
@@ -211,6 +212,27 @@ TEST(ProgramValidation, OnlyATrainingStepUpdatesParameters) {
   Program wrongShape = test::trainingStep(2, 4, 6, 3);
   wrongShape.parameters[0].shape = {3, 6};
   EXPECT_CONTAINS(invalid(wrongShape), "weight value 1 ('embed') has shape 6x3, which parameter");
+}
+
+// The optimizer's kernel may open with the concat_grad that splits a merged gradient into
+// the pieces its updates read (an update is what makes it the optimizer's), and each piece
+// starts where the rows before it end.
+TEST(ProgramValidation, TheOptimizersKernelMayHoldTheSplitsOfMergedGradients) {
+  test::ProgramBuilder builder(kBatch, kSeq, kVocab);
+  int merged = builder.value("merged", DType::F32, {5, kHidden}, Storage::Activation);
+  int q = builder.value("q", DType::F32, {3, kHidden}, Storage::Local);
+  int k = builder.value("k", DType::F32, {2, kHidden}, Storage::Local);
+  Kernel optimizer;
+  optimizer.ops = {makeOp("concat_grad", {merged}, {q, k}, {{"sizes", std::vector<int64_t>{3, 2}}}),
+                   makeOp("adamw", {q}, {}), makeOp("adamw", {k}, {})};
+  EXPECT_TRUE(updatesParameters(optimizer));
+  EXPECT_EQ(updateCount(optimizer), 2);
+  const Program &program = builder.program();
+  EXPECT_EQ(pieceOffset(program, optimizer.ops[0], q), 0);
+  EXPECT_EQ(pieceOffset(program, optimizer.ops[0], k), 3 * kHidden);
+  EXPECT_EQ(pieceOffset(program, optimizer.ops[0], merged), -1);
+  optimizer.ops.resize(1);
+  EXPECT_FALSE(updatesParameters(optimizer));
 }
 
 TEST(ProgramValidation, BackwardOpsFollowTheirRules) {
