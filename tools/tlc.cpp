@@ -557,7 +557,7 @@ tlc::ScheduleOverrides scheduleOverrides() {
 // tuned for --target-arch or the GPU the run goes to.
 tlc::CompileOptions compileOptions() {
   tlc::CompileOptions options{optLevel, batchSize, seqLen, dtype, {}, matmulPrecision};
-  if (fuseNormGrad.getNumOccurrences()) options.fuseNormGrad = fuseNormGrad && optLevel >= 2;
+  if (fuseNormGrad.getNumOccurrences()) options.fuseNormGrad = fuseNormGrad;  // (=true below -O2 is refused)
   options.targetArch = targetArch;
   options.overrides = scheduleOverrides();
   options.persistent = persistent;

@@ -60,11 +60,9 @@ EmittedKernel emitOptimizer(const KernelSource &source, const OptimizerSpec &spe
   }
   // The switch picks the block's gradient; one update (or sum) follows for all tensors.
   body += "  tl_grad_ref grad;\n  switch (t) {\n";
-  for (size_t t = 0; t < spec.grads.size(); ++t) {
-    int64_t offset = t < spec.offsets.size() ? spec.offsets[t] : 0;
+  for (size_t t = 0; t < spec.grads.size(); ++t)
     body += fmt::format("  case {}: grad = tl_grad_of(p.{}{}, {}); break;\n", t, source.name(spec.grads[t]),
-                        offset ? fmt::format(" + {}", offset) : "", spec.counts[t]);
-  }
+                        spec.offsets[t] ? fmt::format(" + {}", spec.offsets[t]) : "", spec.counts[t]);
   body += "  }\n";
   if (adamw) body += "  tl_adamw_chunk<S>(grad, chunk, clip, state, t);\n";
   else body += "  __shared__ float red[1024 / TL_WARP];\n  tl_global_norm_finish<S>(p, tl_block_sum(tl_chunk_squares<S>(grad, chunk), red));\n";

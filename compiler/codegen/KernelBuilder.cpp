@@ -922,6 +922,7 @@ OptimizerSpec buildOptimizer(KernelContext &context, const Program &program) {
       spec.kind = OptimizerSpec::Kind::GlobalNorm;
       for (int id : op.operands) {
         spec.grads.push_back(context.paramOfId(id));
+        spec.offsets.push_back(0);
         spec.counts.push_back(program.value(id).numElements());
       }
       spec.norm = context.paramOfId(op.results.at(0));

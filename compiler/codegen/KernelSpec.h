@@ -127,7 +127,7 @@ struct OptimizerSpec {
   enum class Kind { AdamW, GlobalNorm } kind = Kind::AdamW;
   std::vector<int> grads;          // arguments, one per parameter (AdamW: the update's order)
   std::vector<int64_t> counts;     // their elements
-  // AdamW: where each gradient starts in its argument, in elements (a piece of a merged
+  // where each gradient starts in its argument, in elements (AdamW: a piece of a merged
   // weight's gradient that the kernel's tl.concat_grad splits off; 0 for a whole argument)
   std::vector<int64_t> offsets;
   int pieces = 0;  // AdamW: the updates reading such a piece

@@ -493,14 +493,19 @@ std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine
   // the parts still fit the block slots of one wave. K of 2048 or more over 128 rows or
   // more: 128x128 tiles (half the split passes per product), K split to fill at most one
   // wave. (Not in a persistent kernel: the next part's tasks fill the idle slots there.)
-  const int64_t kTiles = ceilDiv(gemm.K, 32), tiles = gemmTiles(gemm, 64, 64);
-  if (tileHoldsEpilogue(gemm, 64) && tiles <= 2 * multiprocessors) {
+  // K split in two, again and again, while the parts still fit the block slots of a wave.
+  auto fillWave = [&](WgmmaTile &tile, int mostSplits) {
+    const int64_t tiles = gemmTiles(gemm, tile.BM, tile.BN), slots = int64_t(multiprocessors) * tile.resident;
+    while (tile.splits < mostSplits && 2 * tile.splits * tiles <= slots) tile.splits *= 2;
+  };
+  const int64_t kTiles = ceilDiv(gemm.K, 32);
+  if (tileHoldsEpilogue(gemm, 64) && gemmTiles(gemm, 64, 64) <= 2 * multiprocessors) {
     WgmmaTile tile{64, 64, 4, 1, 2};
     if (kTiles >= 64 && gemm.M >= 128 && !machine.persistent && tileHoldsEpilogue(gemm, 128)) {
       tile = WgmmaTile{128, 128, 4};
-      while (tile.splits < 8 && 2 * tile.splits * gemmTiles(gemm, 128, 128) <= multiprocessors) tile.splits *= 2;
+      fillWave(tile, 8);
     } else if (kTiles >= 32 && !machine.persistent) {
-      while (tile.splits < 4 && 2 * tile.splits * tiles <= 2 * multiprocessors) tile.splits *= 2;
+      fillWave(tile, 4);
     }
     tile.tf32 = true;
     return tile;

@@ -40,11 +40,13 @@ template <int TENSORS> TL_DEVICE int tl_tensor_of_block(const tl_i64 *first, tl_
   return lo;
 }
 
+// A float copy's value: w, or (kind 2) w rounded to bf16.
+TL_DEVICE float tl_copy_value(int kind, float w) { return kind == 2 ? tl_bf16_lo(tl_pack_bf16(w, 0.0f)) : w; }
+
 TL_DEVICE void tl_store_copy(void *copy, int kind, tl_i64 i, float w) {
   if (!copy) return;
   if (kind == 1) tl_st((tl_bf16 *)copy, i, w);
-  else if (kind == 2) ((float *)copy)[i] = __uint_as_float((tl_pack_bf16(w, 0.0f) & 0xffffu) << 16);
-  else ((float *)copy)[i] = w;
+  else ((float *)copy)[i] = tl_copy_value(kind, w);
 }
 
 // v2: four consecutive elements from index i on (i a multiple of 4), 16-byte loads and
@@ -75,7 +77,7 @@ TL_DEVICE void tl_store_copy4(void *copy, int kind, tl_i64 i, const float (&w)[4
   }
   float v[4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) v[j] = kind == 2 ? __uint_as_float((tl_pack_bf16(w[j], 0.0f) & 0xffffu) << 16) : w[j];
+  for (int j = 0; j < 4; ++j) v[j] = tl_copy_value(kind, w[j]);
   tl_st4_aligned((float *)copy, i, v);
 }
 
