@@ -36,6 +36,8 @@
 //       cores, mma.sync m16n8k16 with the tile's 16 columns of weights as the 16-row
 //       operand and A's staged rows (rounded to bf16) as the 8 columns, the block's warps
 //       splitting K (tl_gemv_mma).
+//   v8  the first round of B's loads is issued before A's rows are staged, not after: a
+//       task's or block's first weights and A come in together.
 //
 // Spec (gemm_common.cuh's): BM = M rows (one row tile), BN, K_SPLITS (every tile split
 // alike), WARPS_N warps, GEMV_MMA; hooks a_src/a_chunk, b_src, gain_elem, epilogue.
@@ -244,6 +246,35 @@ TL_DEVICE void tl_gemv_mma(const typename S::Params &p, const float *As, float *
 }
 #endif
 
+// v2's rounds: warp w computes columns w, w + WARPS, ... (CPW of them), a lane's 8 k of a
+// column at a time, STEP apart; a round loads ROUND chunks of each of its columns (LOADS
+// chunks of 8 a lane in flight) before any is used.
+template <class S> struct tl_gemv_rounds {
+  using BType = typename tl_remove_const_ptr<decltype(S::b_base(typename S::Params{}))>::type;
+  static constexpr int WARPS = S::WARPS_N, STEP = TL_WARP * 8, CPW = (S::BN + WARPS - 1) / WARPS;
+  static constexpr int CHUNKS = (tl_gemv_k_range<S>() + STEP - 1) / STEP;
+  static constexpr int LOADS = 32 / sizeof(BType);  // 16 loads of bf16, 8 of fp32 (two 16-byte loads each)
+  static constexpr int ROUND = CHUNKS < (LOADS / CPW > 0 ? LOADS / CPW : 1) ? CHUNKS : (LOADS / CPW > 0 ? LOADS / CPW : 1);
+  struct Chunks {
+    tl_raw8<BType> b[CPW][ROUND];
+  };
+  // The round from chunk q0 of this warp's columns (zeros past K or the tile).
+  static TL_DEVICE void load(const typename S::Params &p, const tl_tile_cols &cols, int bt, int kBegin, int kEnd,
+                             int warp, int lane, int q0, Chunks &round) {
+#pragma unroll
+    for (int c = 0; c < CPW; ++c) {
+      const int j = warp + c * WARPS;
+      const bool column = j < S::BN && S::b_column(cols, j) >= 0;
+#pragma unroll
+      for (int q = 0; q < ROUND; ++q) {
+        const int k = kBegin + lane * 8 + (q0 + q) * STEP;
+        if (column && q0 + q < CHUNKS && k < kEnd) tl_ld8_raw_stream(S::b_src(p, bt, cols, j, k), 0, round.b[c][q]);
+        else round.b[c][q] = {};
+      }
+    }
+  }
+};
+
 template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, WARPS = S::WARPS_N, THREADS = WARPS * TL_WARP, LD = BN + 4;
   constexpr int KR = tl_gemv_k_range<S>();
@@ -269,6 +300,16 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   tl_gemm_gemv_prefetch<S>(p, threadIdx.x, THREADS);
 #endif
   tl_wait_for_producers();
+
+  // B's first round is loaded before A is staged, so their latencies overlap (v8).
+  using Rounds = tl_gemv_rounds<S>;
+  typename Rounds::Chunks round;
+#if defined(TL_RING)
+  constexpr bool ROUNDS = false;  // the ring's units instead
+#else
+  constexpr bool ROUNDS = !S::GEMV_MMA;
+#endif
+  if constexpr (ROUNDS) Rounds::load(p, cols, bt, kBegin, kEnd, warp, lane, 0, round);
 
   // A's rows of this K range, 8 k a thread at a time (the prologue computes them here).
   float own[BM];  // this thread's sums of squares of its chunks of each row (before the gain)
@@ -333,31 +374,17 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   tl_sync();
   if (threadIdx.x == 0) tl_ring_taken += tl_gemv_ring<S>::UNITS;  // every thread has read it (the sync above)
 #else
-  // Warp w computes columns w, w + WARPS, ... (CPW of them): a lane's 8 k of a column at a
-  // time, STEP apart, ROUND of each column loaded before any is used (LOADS chunks of 8 a
-  // lane in flight), then multiplied with every staged row.
-  using BType = typename tl_remove_const_ptr<decltype(S::b_base(p))>::type;
-  constexpr int CPW = (BN + WARPS - 1) / WARPS, CHUNKS = (KR + STEP - 1) / STEP;
-  constexpr int LOADS = 32 / sizeof(BType);  // 16 loads of bf16, 8 of fp32 (two 16-byte loads each)
-  constexpr int ROUND = CHUNKS < (LOADS / CPW > 0 ? LOADS / CPW : 1) ? CHUNKS : (LOADS / CPW > 0 ? LOADS / CPW : 1);
+  // tl_gemv_rounds: ROUND chunks of each of a warp's columns loaded, then multiplied with
+  // every staged row.
+  constexpr int CPW = Rounds::CPW, CHUNKS = Rounds::CHUNKS, ROUND = Rounds::ROUND;
   float acc[CPW][BM];
 #pragma unroll
   for (int c = 0; c < CPW; ++c)
 #pragma unroll
     for (int r = 0; r < BM; ++r) acc[c][r] = 0.0f;
   for (int q0 = 0; q0 < CHUNKS; q0 += ROUND) {
-    tl_raw8<BType> b[CPW][ROUND];
-#pragma unroll
-    for (int c = 0; c < CPW; ++c) {
-      const int j = warp + c * WARPS;
-      const bool column = j < BN && S::b_column(cols, j) >= 0;
-#pragma unroll
-      for (int q = 0; q < ROUND; ++q) {
-        const int k = kBegin + lane * 8 + (q0 + q) * STEP;
-        if (column && q0 + q < CHUNKS && k < kEnd) tl_ld8_raw_stream(S::b_src(p, bt, cols, j, k), 0, b[c][q]);
-        else b[c][q] = {};
-      }
-    }
+    if (q0 > 0) Rounds::load(p, cols, bt, kBegin, kEnd, warp, lane, q0, round);
+    const auto &b = round.b;
 #pragma unroll
     for (int q = 0; q < ROUND; ++q) {
       const int k = kBegin + lane * 8 + (q0 + q) * STEP;
