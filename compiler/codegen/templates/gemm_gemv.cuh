@@ -275,43 +275,13 @@ template <class S> struct tl_gemv_rounds {
   }
 };
 
-template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
-  constexpr int BM = S::BM, BN = S::BN, WARPS = S::WARPS_N, THREADS = WARPS * TL_WARP, LD = BN + 4;
-  constexpr int KR = tl_gemv_k_range<S>();
-  constexpr int STEP = TL_WARP * 8;  // k a warp covers per load: 8 a lane
-  static_assert(S::TILES_M == 1 && BM == S::M && BM <= (S::GEMV_MMA ? 16 : 4) && S::K % 8 == 0 && !S::B_KN &&
-                    !S::NORM_GRAD,
-                "GEMV: one row tile of at most 4 rows (16 on tensor cores), K a multiple of 8, B stored [N, K]");
-  extern __shared__ __align__(128) unsigned char tl_smem[];
-  float *As = reinterpret_cast<float *>(tl_smem);  // [BM][KR]
-  float *tileRows = As + BM * KR;                  // [BM][LD]
-  float *rowScale = tileRows + BM * LD;            // [BM]
-  float *squares = rowScale + BM;                  // [BM][WARPS]: each warp's sums of squares of the staged rows
-  float *partials = squares + BM * WARPS;          // GEMV_MMA: [WARPS][16][16], each warp's partial tile
-  // Unsplit, the staged range is the whole row: RMSNorm's sums come from the staging.
+// A's rows of [kBegin, kEnd) into As ([BM][KR] fp32), 8 k a thread at a time, the prologue
+// computing them and RMSNorm's gain applied as they are staged. Unsplit (the range is the
+// whole row), each warp's sums of squares of what it staged go to squares ([BM][WARPS]).
+template <class S, int KR, int THREADS>
+TL_DEVICE void tl_gemv_stage_a(const typename S::Params &p, float *As, float *squares, int bt, int kBegin, int kEnd) {
+  constexpr int BM = S::BM, WARPS = THREADS / TL_WARP;
   constexpr bool NORM_FROM_STAGED = S::ROW_NORM && S::K_SPLITS == 1;
-
-  const tl_gemv_work<S> work(tl_block_index());
-  const int tile = work.tile, split = work.split, bt = work.bt, kBegin = work.kBegin, kEnd = work.kEnd;
-  const tl_tile_cols cols = S::tile_cols(work.tn);
-  const int warp = threadIdx.x / TL_WARP, lane = threadIdx.x % TL_WARP;
-
-#if !defined(TL_PERSISTENT)  // a persistent kernel's worker prefetches while it waits
-  tl_gemm_gemv_prefetch<S>(p, threadIdx.x, THREADS);
-#endif
-  tl_wait_for_producers();
-
-  // B's first round is loaded before A is staged, so their latencies overlap (v8).
-  using Rounds = tl_gemv_rounds<S>;
-  typename Rounds::Chunks round;
-#if defined(TL_RING)
-  constexpr bool ROUNDS = false;  // the ring's units instead
-#else
-  constexpr bool ROUNDS = !S::GEMV_MMA;
-#endif
-  if constexpr (ROUNDS) Rounds::load(p, cols, bt, kBegin, kEnd, warp, lane, 0, round);
-
-  // A's rows of this K range, 8 k a thread at a time (the prologue computes them here).
   float own[BM];  // this thread's sums of squares of its chunks of each row (before the gain)
 #pragma unroll
   for (int r = 0; r < BM; ++r) own[r] = 0.0f;
@@ -336,54 +306,54 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
 #pragma unroll
     for (int r = 0; r < BM; ++r) {
       const float sum = tl_warp_sum(own[r]);
-      if (lane == 0) squares[r * WARPS + warp] = sum;
-    }
-  } else if constexpr (S::ROW_NORM) {
-    // Split: each row's sum of squares over the whole of K (warp w takes rows w, w + WARPS..).
-    for (int r = warp; r < BM; r += WARPS) {
-      float sum = 0.0f;
-      for (int k = lane * 8; k < S::K; k += STEP) {
-        float v[8];
-        if constexpr (S::A_COMPUTED) S::a_chunk(p, bt, r, k, v);
-        else tl_ld8(S::a_src(p, bt, r, k), 0, v);
-        for (int i = 0; i < 8; ++i) sum = fmaf(v[i], v[i], sum);
-      }
-      sum = tl_warp_sum(sum);
-      if (lane == 0) rowScale[r] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
+      if (threadIdx.x % TL_WARP == 0) squares[r * WARPS + threadIdx.x / TL_WARP] = sum;
     }
   }
-  tl_sync();
-  if constexpr (NORM_FROM_STAGED) {  // read after the barriers that follow the multiply
-    if (threadIdx.x < BM) {
-      float sum = 0.0f;
-      for (int w = 0; w < WARPS; ++w) sum += squares[threadIdx.x * WARPS + w];
-      rowScale[threadIdx.x] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
-    }
-  }
+}
 
-  if constexpr (S::GEMV_MMA) {
-#if defined(TL_NVIDIA)
-    tl_gemv_mma<S, LD>(p, As, tileRows, partials, work, cols, warp, lane);
-#else
-    static_assert(!S::GEMV_MMA, "the tensor-core GEMV (--gemv-tensor-cores) is NVIDIA's only");
-#endif
-  } else {
-#if defined(TL_RING)
-  static_assert(WARPS == TL_RING_CONSUMER_WARPS, "the ring's slots are freed by this many warps");
-  tl_gemv_from_ring<S, LD>(As, tileRows, work, cols, warp, lane);
-  tl_sync();
-  if (threadIdx.x == 0) tl_ring_taken += tl_gemv_ring<S>::UNITS;  // every thread has read it (the sync above)
-#else
-  // tl_gemv_rounds: ROUND chunks of each of a warp's columns loaded, then multiplied with
-  // every staged row.
+// RMSNorm's inverse RMS of each row into rowScale. Split, from the whole of each row (warp w
+// takes rows w, w + WARPS, ..., before the barrier that ends the staging); unsplit, from the
+// warps' sums of squares (after that barrier: read after the barriers that follow the
+// multiply).
+template <class S, int WARPS> TL_DEVICE void tl_gemv_norm_over_k(const typename S::Params &p, int bt, float *rowScale) {
+  const int warp = threadIdx.x / TL_WARP, lane = threadIdx.x % TL_WARP;
+  for (int r = warp; r < S::BM; r += WARPS) {
+    float sum = 0.0f;
+    for (int k = lane * 8; k < S::K; k += TL_WARP * 8) {
+      float v[8];
+      if constexpr (S::A_COMPUTED) S::a_chunk(p, bt, r, k, v);
+      else tl_ld8(S::a_src(p, bt, r, k), 0, v);
+      for (int i = 0; i < 8; ++i) sum = fmaf(v[i], v[i], sum);
+    }
+    sum = tl_warp_sum(sum);
+    if (lane == 0) rowScale[r] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
+  }
+}
+template <class S, int WARPS> TL_DEVICE void tl_gemv_norm_from_squares(const float *squares, float *rowScale) {
+  if (threadIdx.x < S::BM) {
+    float sum = 0.0f;
+    for (int w = 0; w < WARPS; ++w) sum += squares[threadIdx.x * WARPS + w];
+    rowScale[threadIdx.x] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
+  }
+}
+
+// v2's products: for each round of B (the first already in `round`), its chunks multiplied
+// with every staged row; each column's sums into tileRows.
+template <class S, int LD>
+TL_DEVICE void tl_gemv_multiply_rounds(const typename S::Params &p, const float *As, float *tileRows,
+                                       const tl_gemv_work<S> &work, const tl_tile_cols &cols, int warp, int lane,
+                                       typename tl_gemv_rounds<S>::Chunks &round) {
+  using Rounds = tl_gemv_rounds<S>;
+  constexpr int BM = S::BM, KR = tl_gemv_k_range<S>(), STEP = Rounds::STEP, WARPS = Rounds::WARPS;
   constexpr int CPW = Rounds::CPW, CHUNKS = Rounds::CHUNKS, ROUND = Rounds::ROUND;
+  const int kBegin = work.kBegin, kEnd = work.kEnd;
   float acc[CPW][BM];
 #pragma unroll
   for (int c = 0; c < CPW; ++c)
 #pragma unroll
     for (int r = 0; r < BM; ++r) acc[c][r] = 0.0f;
   for (int q0 = 0; q0 < CHUNKS; q0 += ROUND) {
-    if (q0 > 0) Rounds::load(p, cols, bt, kBegin, kEnd, warp, lane, q0, round);
+    if (q0 > 0) Rounds::load(p, cols, work.bt, kBegin, kEnd, warp, lane, q0, round);
     const auto &b = round.b;
 #pragma unroll
     for (int q = 0; q < ROUND; ++q) {
@@ -408,32 +378,103 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
 #pragma unroll
     for (int r = 0; r < BM; ++r) {
       const float sum = tl_warp_sum(acc[c][r]);
-      if (lane == 0 && warp + c * WARPS < BN) tileRows[r * LD + warp + c * WARPS] = sum;
+      if (lane == 0 && warp + c * WARPS < S::BN) tileRows[r * LD + warp + c * WARPS] = sum;
     }
+}
+
+// A split tile's parts, added in split order by the last split to arrive (after a barrier
+// that follows the block's sums): false in every other split's block, which is done.
+template <class S, int THREADS, int LD>
+TL_DEVICE bool tl_gemv_join_splits(const typename S::Params &p, float *tileRows, int tile, int split) {
+  constexpr int BM = S::BM, BN = S::BN;
+  __shared__ bool last;
+  float *slots = p.ws + (tl_i64)tile * S::K_SPLITS * BM * BN;
+  for (int e = threadIdx.x; e < BM * BN; e += THREADS) slots[split * BM * BN + e] = tileRows[e / BN * LD + e % BN];
+  tl_sync();  // the block's part stored, then released by thread 0's count (acquired by the last)
+  if (threadIdx.x == 0) last = tl_count_acq_rel(p.sync + tile) == unsigned(S::K_SPLITS - 1);
+  tl_sync();
+  if (!last) return false;
+  for (int e = threadIdx.x; e < BM * BN; e += THREADS) {
+    float sum = 0.0f;
+    for (int s = 0; s < S::K_SPLITS; ++s) sum += ((volatile const float *)slots)[s * BM * BN + e];
+    tileRows[e / BN * LD + e % BN] = sum;
+  }
+  if (threadIdx.x == 0) p.sync[tile] = 0u;  // left zero for the next kernel that counts
+  tl_sync();
+  return true;
+}
+
+// A tile's end once its sums are in tileRows (after a barrier): RMSNorm's inverse RMS
+// applied to its rows, then the epilogue.
+template <class S, int THREADS, int LD>
+TL_DEVICE void tl_gemv_finish_tile(const typename S::Params &p, const tl_tile_cols &cols, int bt, float *tileRows,
+                                   const float *rowScale) {
+  if constexpr (S::ROW_NORM) {
+    for (int e = threadIdx.x; e < S::BM * S::BN; e += THREADS) tileRows[e / S::BN * LD + e % S::BN] *= rowScale[e / S::BN];
+    tl_sync();
+  }
+  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, 0, tileRows);
+}
+
+// A block's tile (and split): B's first round, A's rows staged, the products by the
+// tensor cores (v7), the ring (v3) or rounds of loads (v2), the splits joined, the epilogue.
+template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
+  constexpr int BM = S::BM, BN = S::BN, WARPS = S::WARPS_N, THREADS = WARPS * TL_WARP, LD = BN + 4;
+  constexpr int KR = tl_gemv_k_range<S>();
+  static_assert(S::TILES_M == 1 && BM == S::M && BM <= (S::GEMV_MMA ? 16 : 4) && S::K % 8 == 0 && !S::B_KN &&
+                    !S::NORM_GRAD,
+                "GEMV: one row tile of at most 4 rows (16 on tensor cores), K a multiple of 8, B stored [N, K]");
+  extern __shared__ __align__(128) unsigned char tl_smem[];
+  float *As = reinterpret_cast<float *>(tl_smem);  // [BM][KR]
+  float *tileRows = As + BM * KR;                  // [BM][LD]
+  float *rowScale = tileRows + BM * LD;            // [BM]
+  float *squares = rowScale + BM;                  // [BM][WARPS]: each warp's sums of squares of the staged rows
+  float *partials = squares + BM * WARPS;          // GEMV_MMA: [WARPS][16][16], each warp's partial tile
+  // Unsplit, the staged range is the whole row: RMSNorm's sums come from the staging.
+  constexpr bool NORM_FROM_STAGED = S::ROW_NORM && S::K_SPLITS == 1;
+
+  const tl_gemv_work<S> work(tl_block_index());
+  const tl_tile_cols cols = S::tile_cols(work.tn);
+  const int warp = threadIdx.x / TL_WARP, lane = threadIdx.x % TL_WARP;
+
+#if !defined(TL_PERSISTENT)  // a persistent kernel's worker prefetches while it waits
+  tl_gemm_gemv_prefetch<S>(p, threadIdx.x, THREADS);
+#endif
+  tl_wait_for_producers();
+
+  // B's first round is loaded before A is staged, so their latencies overlap (v8).
+  typename tl_gemv_rounds<S>::Chunks round;
+#if defined(TL_RING)
+  constexpr bool ROUNDS = false;  // the ring's units instead
+#else
+  constexpr bool ROUNDS = !S::GEMV_MMA;
+#endif
+  if constexpr (ROUNDS) tl_gemv_rounds<S>::load(p, cols, work.bt, work.kBegin, work.kEnd, warp, lane, 0, round);
+
+  tl_gemv_stage_a<S, KR, THREADS>(p, As, squares, work.bt, work.kBegin, work.kEnd);
+  if constexpr (S::ROW_NORM && !NORM_FROM_STAGED) tl_gemv_norm_over_k<S, WARPS>(p, work.bt, rowScale);
+  tl_sync();
+  if constexpr (NORM_FROM_STAGED) tl_gemv_norm_from_squares<S, WARPS>(squares, rowScale);
+
+  if constexpr (S::GEMV_MMA) {
+#if defined(TL_NVIDIA)
+    tl_gemv_mma<S, LD>(p, As, tileRows, partials, work, cols, warp, lane);
+#else
+    static_assert(!S::GEMV_MMA, "the tensor-core GEMV (--gemv-tensor-cores) is NVIDIA's only");
+#endif
+  } else {
+#if defined(TL_RING)
+    static_assert(WARPS == TL_RING_CONSUMER_WARPS, "the ring's slots are freed by this many warps");
+    tl_gemv_from_ring<S, LD>(As, tileRows, work, cols, warp, lane);
+    tl_sync();
+    if (threadIdx.x == 0) tl_ring_taken += tl_gemv_ring<S>::UNITS;  // every thread has read it (the sync above)
+#else
+    tl_gemv_multiply_rounds<S, LD>(p, As, tileRows, work, cols, warp, lane, round);
 #endif
   }
   tl_allow_dependents();
   tl_sync();
-
-  if constexpr (S::K_SPLITS > 1) {  // the parts, added in split order by the last to arrive
-    __shared__ bool last;
-    float *slots = p.ws + (tl_i64)tile * S::K_SPLITS * BM * BN;
-    for (int e = threadIdx.x; e < BM * BN; e += THREADS) slots[split * BM * BN + e] = tileRows[e / BN * LD + e % BN];
-    tl_sync();  // the block's part stored, then released by thread 0's count (acquired by the last)
-    if (threadIdx.x == 0) last = tl_count_acq_rel(p.sync + tile) == unsigned(S::K_SPLITS - 1);
-    tl_sync();
-    if (!last) return;
-    for (int e = threadIdx.x; e < BM * BN; e += THREADS) {
-      float sum = 0.0f;
-      for (int s = 0; s < S::K_SPLITS; ++s) sum += ((volatile const float *)slots)[s * BM * BN + e];
-      tileRows[e / BN * LD + e % BN] = sum;
-    }
-    if (threadIdx.x == 0) p.sync[tile] = 0u;  // left zero for the next kernel that counts
-    tl_sync();
-  }
-  if constexpr (S::ROW_NORM) {
-    for (int e = threadIdx.x; e < BM * BN; e += THREADS) tileRows[e / BN * LD + e % BN] *= rowScale[e / BN];
-    tl_sync();
-  }
-  tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, 0, tileRows);
+  if constexpr (S::K_SPLITS > 1)
+    if (!tl_gemv_join_splits<S, THREADS, LD>(p, tileRows, work.tile, work.split)) return;
+  tl_gemv_finish_tile<S, THREADS, LD>(p, cols, work.bt, tileRows, rowScale);
 }
