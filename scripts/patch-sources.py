@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Kernel-source experiments without a rebuild: rewrite the GPU sources of a Program that
+`tlc --emit=program` wrote, then run the copy with tl-run.
+
+    tlc models/tinyllama.tl -O3 --dtype=f32 --batch-size=8 --seq-len=128 --emit=program -o out/
+    scripts/patch-sources.py out/program.json variant.json --entry 'linear' \\
+        --replace 'tl_split_stage_tf32<BM + BN, BM,' 'tl_split_stage_tf32<BM, BM,'
+    tl-run variant.json --target=cuda --iterations=50 --allow-nonfinite
+
+Each --replace OLD NEW is plain text, applied to every source whose entry matches --entry
+(a regular expression, searched; default: every source). A replacement that changes no
+source is an error naming it: a patch that matches nothing measures nothing. A variant
+that leaves a stage out gives wrong results on purpose (its time is what it measures), so
+tl-run needs --allow-nonfinite for it and its logits mean nothing.
+"""
+import argparse
+import json
+import re
+import sys
+
+
+def patch(program, entry_pattern, replacements):
+    """Applies the replacements to the matching sources; returns {entry: [count per replacement]}."""
+    sources = program.get("sources")
+    if not isinstance(sources, dict) or not sources:
+        raise ValueError("the program has no GPU sources (was it compiled for a GPU target?)")
+    selected = [entry for entry in sorted(sources) if re.search(entry_pattern, entry)]
+    if not selected:
+        raise ValueError(f"no source's entry matches --entry '{entry_pattern}'")
+    counts = {entry: [] for entry in selected}
+    for old, new in replacements:
+        changed = 0
+        for entry in selected:
+            found = sources[entry].count(old)
+            counts[entry].append(found)
+            if found:
+                sources[entry] = sources[entry].replace(old, new)
+                changed += 1
+        if changed == 0:
+            raise ValueError(f"--replace '{old}' matches no source of the {len(selected)} selected")
+    return counts
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("program", help="program.json written by tlc --emit=program")
+    parser.add_argument("output", help="where the patched copy goes")
+    parser.add_argument("--entry", default="", help="regular expression: the entries whose sources are patched")
+    parser.add_argument("--replace", nargs=2, action="append", metavar=("OLD", "NEW"), required=True,
+                        help="plain text OLD replaced by NEW (repeatable, applied in order)")
+    args = parser.parse_args()
+    try:
+        with open(args.program) as f:
+            program = json.load(f)
+        counts = patch(program, args.entry, args.replace)
+    except (OSError, ValueError, re.error) as error:
+        sys.exit(f"patch-sources: error: {error}")
+    with open(args.output, "w") as f:
+        json.dump(program, f)
+    for entry, found in counts.items():
+        print(f"{entry}: " + ", ".join(f"{n} of replacement {i + 1}" for i, n in enumerate(found)))
+
+
+if __name__ == "__main__":
+    main()
