@@ -785,6 +785,26 @@ void saveNpy(const std::string &path, const tlc::Tensor &tensor) {
   file.commit();
 }
 
+// --profile compiles a persistent kernel with its tasks' stamps (TL_TRACE); what they cost
+// is the same forward on a second backend compiled without them, launched as the profiled
+// one is (directly, not from a graph). Where that backend cannot be made or loaded (a
+// second copy of the weights that does not fit, say), the line says so instead.
+std::string tracingCost(const tlc::Program &program, const tlc::Weights &weights, const std::vector<int32_t> &tokens,
+                        double tracedMs) {
+  tlc::BackendOptions plain = backendOptions();
+  plain.profile = false;
+  plain.graph = false;
+  try {
+    std::unique_ptr<tlc::Backend> untraced = tlc::createBackend(plain);
+    untraced->load(program, weights);
+    const double ms = tlc::timeForward(*untraced, tokens, std::max(10, iterations.getValue())).result.milliseconds;
+    return fmt::format("tracing: the forward {:.3f} ms with the tasks' stamps, {:.3f} ms without them ({:+.1f} %)\n",
+                       tracedMs, ms, 100.0 * (tracedMs / ms - 1.0));
+  } catch (const tlc::Error &error) {
+    return fmt::format("tracing: its cost not measured ({})\n", error.what());
+  }
+}
+
 int runForward(const tlc::Program &program, tlc::Backend &backend) {
   tlc::RunInputs inputs = runInputs();
   tlc::Weights weights = tlc::loadWeights(inputs, program);
@@ -819,7 +839,10 @@ int runForward(const tlc::Program &program, tlc::Backend &backend) {
   fmt::print("{}", tlc::formatRunSummary(summary));
   if (profile) {
     fmt::print("\n{}", profiler.table());
-    if (std::string tasks = profiler.taskTable(); !tasks.empty()) fmt::print("\n{}", tasks);
+    if (std::string tasks = profiler.taskTable(); !tasks.empty()) {
+      fmt::print("\n{}", tasks);
+      if (gpu) fmt::print("{}", tracingCost(program, weights, tokens, timed.result.milliseconds));
+    }
     if (std::string timeline = profiler.layerTimeline(); !timeline.empty()) fmt::print("\n{}", timeline);
     if (!tracePath.empty()) tlc::writeFileAtomically(tracePath, profiler.chromeTrace(), "trace");
     if (!statsCsvPath.empty()) tlc::writeFileAtomically(statsCsvPath, profiler.statsCsv(), "CSV file");
