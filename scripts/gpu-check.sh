@@ -16,7 +16,8 @@
 # (the matrix-vector GEMMs of 1 to 16 rows: checked, then timed beside the tiled paths) and ncu
 # (Nsight Compute on the 1.1B decode step's first kernels: DRAM throughput, occupancy, stalls)
 # and pdecode (the persistent decode step's variants: each against O2's logits, timed twice,
-# the 1.1B's layer timeline) and f32 (issue 31: the f32 levels timed, O2's forward and
+# the 1.1B's layer timeline) and o3sanitize (the persistent kernel under memcheck,
+# racecheck and synccheck) and f32 (issue 31: the f32 levels timed, O2's forward and
 # training step profiled, the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs).
 set -u
 BUILD=${1:-build-gpu}
@@ -249,6 +250,16 @@ if want sanitize; then  # small shapes, launches one by one
     TLC_GPU_TEST_SMALL=1 timeout 300 "$SAN" --tool $tool --error-exitcode 9 "$TESTS" \
       --gtest_filter="Levels/GpuForward.*workshop_O0_*:Levels/GpuForward.*workshop_O2_*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:Levels/GpuTraining.*workshop_O3_bf16*$extra" > "$LOGS/sanitizer-$tool.txt" 2>&1
     note "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer-$tool.txt" | tail -1)"
+  done
+fi
+
+if want o3sanitize; then  # the persistent kernel under every tool (issue 30: memcheck, racecheck, synccheck clean)
+  # Its workers spin on each other's done words: a tool that ran its blocks one after
+  # another would end in the kernel's own timeout (a trap naming the wait), not a hang.
+  for tool in memcheck racecheck synccheck; do
+    TLC_GPU_TEST_SMALL=1 timeout 300 "$SAN" --tool $tool --error-exitcode 9 "$TESTS" \
+      --gtest_filter='GpuPersistent.*' > "$LOGS/o3-sanitizer-$tool.txt" 2>&1
+    note "persistent kernel under $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/o3-sanitizer-$tool.txt" | tail -1)"
   done
 fi
 
