@@ -275,13 +275,16 @@ template <class S> struct tl_gemv_rounds {
   }
 };
 
+// Unsplit, the staged range is the whole row: RMSNorm's sums come from the staging.
+template <class S> TL_DEVICE constexpr bool tl_gemv_norm_from_staged() { return S::ROW_NORM && S::K_SPLITS == 1; }
+
 // A's rows of [kBegin, kEnd) into As ([BM][KR] fp32), 8 k a thread at a time, the prologue
 // computing them and RMSNorm's gain applied as they are staged. Unsplit (the range is the
 // whole row), each warp's sums of squares of what it staged go to squares ([BM][WARPS]).
 template <class S, int KR, int THREADS>
 TL_DEVICE void tl_gemv_stage_a(const typename S::Params &p, float *As, float *squares, int bt, int kBegin, int kEnd) {
   constexpr int BM = S::BM, WARPS = THREADS / TL_WARP;
-  constexpr bool NORM_FROM_STAGED = S::ROW_NORM && S::K_SPLITS == 1;
+  constexpr bool NORM_FROM_STAGED = tl_gemv_norm_from_staged<S>();
   float own[BM];  // this thread's sums of squares of its chunks of each row (before the gain)
 #pragma unroll
   for (int r = 0; r < BM; ++r) own[r] = 0.0f;
@@ -430,8 +433,7 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   float *rowScale = tileRows + BM * LD;            // [BM]
   float *squares = rowScale + BM;                  // [BM][WARPS]: each warp's sums of squares of the staged rows
   float *partials = squares + BM * WARPS;          // GEMV_MMA: [WARPS][16][16], each warp's partial tile
-  // Unsplit, the staged range is the whole row: RMSNorm's sums come from the staging.
-  constexpr bool NORM_FROM_STAGED = S::ROW_NORM && S::K_SPLITS == 1;
+  constexpr bool NORM_FROM_STAGED = tl_gemv_norm_from_staged<S>();
 
   const tl_gemv_work<S> work(tl_block_index());
   const tl_tile_cols cols = S::tile_cols(work.tn);
