@@ -4,7 +4,7 @@
 
     tlc models/tinyllama.tl -O3 --dtype=f32 --batch-size=8 --seq-len=128 --emit=program -o out/
     scripts/patch-sources.py out/program.json variant.json --entry 'linear' \\
-        --replace 'tl_split_stage_tf32<BM + BN, BM,' 'tl_split_stage_tf32<BM, BM,'
+        --replace 'tl_split_stage_tf32<BM + BN, BM, THREADS, P>(' 'tl_split_stage_tf32<BM, BM, THREADS, P>('
     tl-run variant.json --target=cuda --iterations=50 --allow-nonfinite
 
 Each --replace OLD NEW is plain text, applied to every source whose entry matches --entry
