@@ -393,25 +393,30 @@ public:
     result.step = optimizerStep_;
     result.loss = readAsFloats(program_.outputs.at(1))[0];
     if (options.keepGradients)
-      for (const Kernel &kernel : program_.kernels)
+      for (const Kernel &kernel : program_.kernels) {
+        std::map<int, std::vector<float>> merged;  // each merged gradient read once for its pieces
         for (const OpRecord &op : kernel.ops)
           if (op.kind == OpKind::adamw) {
             Tensor gradient(program_.value(op.operands.at(0)).shape);
-            gradient.data = readGradient(kernel, op.operands[0]);
+            gradient.data = readGradient(kernel, op.operands[0], merged);
             result.gradients[op.stringAttr("key")] = std::move(gradient);
           }
+      }
     return result;
   }
 
   // An update's gradient: a value in memory, or a piece of a merged weight's gradient that
-  // the optimizer's kernel splits off with its tl.concat_grad (read where it lies).
-  std::vector<float> readGradient(const Kernel &kernel, int id) {
+  // the optimizer's kernel splits off with its tl.concat_grad (read where it lies; `merged`
+  // keeps the merged gradients read so far).
+  std::vector<float> readGradient(const Kernel &kernel, int id, std::map<int, std::vector<float>> &merged) {
     if (program_.storageOf(id).storage != Storage::Local) return readAsFloats(id);
     for (const OpRecord &op : kernel.ops) {
       int64_t begin = op.kind == OpKind::concat_grad ? pieceOffset(program_, op, id) : -1;
       if (begin < 0) continue;
-      std::vector<float> merged = readAsFloats(op.operands.at(0));
-      return {merged.begin() + begin, merged.begin() + begin + program_.value(id).numElements()};
+      auto [at, fresh] = merged.try_emplace(op.operands.at(0));
+      if (fresh) at->second = readAsFloats(op.operands[0]);
+      const std::vector<float> &whole = at->second;
+      return {whole.begin() + begin, whole.begin() + begin + program_.value(id).numElements()};
     }
     throw Error(fmt::format("{} backend: the gradient {} is neither in memory nor a piece of one",
                             device_->vendor(), program_.value(id).name));
