@@ -57,6 +57,10 @@
 //   v12 A_COMPUTED (gemm_mma.cuh v6) in v1 and v4: a prologue's elementwise ops run as A
 //       is copied into a stage; the proxy fence before a stage is read covers these stores
 //       as it covers cp.async's.
+//   v13 v4's producer and consumers meet at barrier 1 from their own instructions, so it is
+//       the unaligned barrier.sync (tl_roles_join): bar.sync, the aligned form, promised that
+//       every thread of the block runs one instruction, and compute-sanitizer's synccheck
+//       reported each consumer thread of the logits' GEMM as divergent.
 //
 // Same Spec hooks as gemm_mma.cuh (BM = 64, 128 or 256; BN = 64, 128, 160, 192 or 256;
 // with A_KM or B_KN, v1 only and BN a multiple of 64).
@@ -620,6 +624,11 @@ template <bool CHAINED, class CopyB> TL_DEVICE int tl_copy_weights_early(int lag
   return early;
 }
 
+// Where the warp-specialized roles meet (barrier 1, every thread of the block): each role
+// arrives from its own instruction, so the barrier is the unaligned form (bar.sync promises
+// that every thread of the block runs the same one; compute-sanitizer's synccheck holds it).
+template <int THREADS> TL_DEVICE void tl_roles_join() { asm volatile("barrier.sync 1, %0;" ::"n"(THREADS) : "memory"); }
+
 // The producer warpgroup's end (v4, gemm_wgmma_tf32.cuh v3): its RMSNorm sums, then
 // barrier 1 with the consumers. Thread t holds the squares of chunk t % 8 of rows
 // t / 8 + 16 c; the 8 threads of a row (lanes 8 q .. 8 q + 7) add theirs, and the row's
@@ -642,7 +651,7 @@ TL_DEVICE void tl_producer_finish(bool sumsSquares, bool share, const float (&sq
   if (S::NORM_SHARED && share)
     tl_share_row_norm<S, 128>(tn == 0, rowSquares, normFlag, rowScale,
                               [] { asm volatile("bar.sync 2, 128;" ::: "memory"); });
-  asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
+  tl_roles_join<THREADS>();
 }
 
 // v4: warp-specialized. Warpgroup 0 produces, warpgroups 1..BM/64 consume (64 rows each).
@@ -748,7 +757,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_ws(const typename S::Params &p) 
     }
     tl_wgmma_wait<0>();
     tl_wgmma_pin(acc);
-    asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
+    tl_roles_join<THREADS>();
     const int r = (warp - 4) * 16 + lane / 4;
     const bool scaleRows = S::ROW_NORM && !splitTile;  // split, once the parts are added
     tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, scaleRows ? rowScale[r] : 1.0f, scaleRows ? rowScale[r + 8] : 1.0f);

@@ -34,6 +34,7 @@
 //   v5  RMSNorm's backward as v1's epilogue (NORM_GRAD), as gemm_wgmma.cuh v11 has it: a
 //       row's column tiles one cluster, K unsplit, x, the residual and the gain loaded
 //       into registers while the mainloop runs. Before, these GEMMs ran on mma.sync.
+//   v6  v3's roles meet at the unaligned barrier (gemm_wgmma.cuh v13's tl_roles_join).
 //
 // BM 64 or 128, BN 64 or 128; v3 K-major operands only.
 #pragma once
@@ -432,7 +433,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params
     if constexpr (PROMOTE)
 #pragma unroll
       for (int e = 0; e < BN / 2; ++e) acc[e] += total[e];
-    asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
+    tl_roles_join<THREADS>();
     const int r = (warp - 4) * 16 + lane / 4;
     tl_wgmma_store_rows<BN, LD>(acc, tileRows, r, S::ROW_NORM ? rowScale[r] : 1.0f, S::ROW_NORM ? rowScale[r + 8] : 1.0f);
   }
