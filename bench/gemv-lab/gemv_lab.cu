@@ -38,41 +38,7 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(x)                                                                   \
-  do {                                                                             \
-    cudaError_t e = (x);                                                           \
-    if (e != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
-
-__device__ __forceinline__ void unpack8(uint4 v, float w[8]) {
-  const unsigned u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    w[2 * i] = __uint_as_float(u[i] << 16);
-    w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-  }
-}
-__device__ __forceinline__ uint4 load_stream(const void *p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ void dot8(uint4 wv, const float *x, float &acc) {
-  float w[8];
-  unpack8(wv, w);
-  const float4 a = *reinterpret_cast<const float4 *>(x), b = *reinterpret_cast<const float4 *>(x + 4);
-  acc = fmaf(w[0], a.x, acc), acc = fmaf(w[1], a.y, acc), acc = fmaf(w[2], a.z, acc), acc = fmaf(w[3], a.w, acc);
-  acc = fmaf(w[4], b.x, acc), acc = fmaf(w[5], b.y, acc), acc = fmaf(w[6], b.z, acc), acc = fmaf(w[7], b.w, acc);
-}
+#include "common.cuh"
 
 // ---- v1: 16 rows a block of 8 warps, rounds of up to 16 loads a lane ----------------------
 template <int K>
@@ -464,32 +430,7 @@ int main() {
     }
   std::printf("all variants match the host's products (relative error < 1e-5)\n");
 
-  // Time a graph of launches; the median of 20 replays after 3.
-  auto timeGraph = [&](auto record) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    record();
-    CHECK(cudaStreamEndCapture(st, &g));
-    CHECK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
-    std::vector<float> ms;
-    for (int i = 0; i < 23; ++i) {
-      CHECK(cudaEventRecord(a, st));
-      CHECK(cudaGraphLaunch(ge, st));
-      CHECK(cudaEventRecord(b, st));
-      CHECK(cudaEventSynchronize(b));
-      float t;
-      CHECK(cudaEventElapsedTime(&t, a, b));
-      if (i >= 3) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    CHECK(cudaGraphExecDestroy(ge));
-    CHECK(cudaGraphDestroy(g));
-    return ms[ms.size() / 2];
-  };
+  auto timeGraph = [&](auto record) { return graph_median_ms(st, record); };
 
   std::printf("\n%-26s", "µs a launch (TB/s)");
   for (const Shape &s : SHAPES) std::printf(" | %-16s", s.name);
