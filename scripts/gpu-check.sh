@@ -17,8 +17,9 @@
 # (Nsight Compute on the 1.1B decode step's first kernels: DRAM throughput, occupancy, stalls)
 # and pdecode (the persistent decode step's variants: each against O2's logits, timed twice,
 # the 1.1B's layer timeline) and o3sanitize (the persistent kernel under memcheck,
-# racecheck and synccheck) and f32 (issue 31: the f32 levels timed, O2's forward and
-# training step profiled, the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs).
+# racecheck and synccheck) and lab (bench/gemv-lab's two programs, built with the machine's
+# nvcc) and f32 (issue 31: the f32 levels timed, O2's forward and training step profiled,
+# the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
@@ -252,6 +253,15 @@ if want sanitize; then  # small shapes, launches one by one
       --error-exitcode 9 "$TESTS" \
       --gtest_filter="Levels/GpuForward.*workshop_O0_*:Levels/GpuForward.*workshop_O2_*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:Levels/GpuTraining.*workshop_O3_bf16*$extra" > "$LOGS/sanitizer-$tool.txt" 2>&1
     note "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer-$tool.txt" | tail -1)"
+  done
+fi
+
+if want lab; then  # bench/gemv-lab: matrix-vector designs alone, and the decode step as 88 launches or one
+  NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  for lab in gemv_lab step_lab; do
+    "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a "bench/gemv-lab/$lab.cu" -o "$LOGS/$lab" > "$LOGS/$lab.txt" 2>&1 &&
+      timeout 150 "$LOGS/$lab" >> "$LOGS/$lab.txt" 2>&1
+    note "$lab: rc=$? $(grep -E 'step of four|^v|^chained|^persistent|relative error' "$LOGS/$lab.txt" | tr '\n' ';' | cut -c1-900)"
   done
 fi
 
