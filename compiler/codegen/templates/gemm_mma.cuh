@@ -20,6 +20,8 @@
 //   v6  A_COMPUTED: a prologue of elementwise ops (a scale, a SiLU before a norm) runs on A
 //       as it is loaded, through registers into the stage (tl_a_stage_copies), instead of
 //       being refused.
+//   v7  the kernel is a short order of named steps of a tile (tl_mma_tile: start_pipeline,
+//       mainloop, store_tile) instead of one function of lambdas; the same instructions.
 //
 // The emitter writes a Spec struct per kernel (see gemm_common.cuh for the hooks).
 #pragma once
@@ -152,36 +154,51 @@ struct tl_a_stage_copies<S, ROWS, THREADS, true> : tl_stage_copies<ROWS, THREADS
   }
 };
 
-template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
-  constexpr int BM = S::BM, BN = S::BN, BK = 64, SLICES = S::K_SLICES;
-  constexpr int WARPS = S::WARPS_M * S::WARPS_N * SLICES, THREADS = WARPS * 32;
-  constexpr int WTM = BM / S::WARPS_M, WTN = BN / S::WARPS_N, MT = WTM / 16, NT = WTN / 8;
-  constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-  constexpr int KT = (S::K + BK - 1) / BK, STEPS = BK / 16 / SLICES;  // k16 steps per stage, per slice
-  constexpr int B_ROW_BYTES = S::B_KN ? BN * 2 : BK * 2, A_ROW_BYTES = S::A_KM ? BM * 2 : BK * 2;
+// A block's tile of tl_gemm_mma: its geometry, where it reads, and the steps of its
+// pipeline as members (the kernel below is their order).
+template <class S> struct tl_mma_tile {
+  static constexpr int BM = S::BM, BN = S::BN, BK = 64, SLICES = S::K_SLICES;
+  static constexpr int WARPS = S::WARPS_M * S::WARPS_N * SLICES, THREADS = WARPS * 32;
+  static constexpr int WTM = BM / S::WARPS_M, WTN = BN / S::WARPS_N, MT = WTM / 16, NT = WTN / 8;
+  static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int KT = (S::K + BK - 1) / BK, STEPS = BK / 16 / SLICES;  // k16 steps per stage, per slice
+  static constexpr int B_ROW_BYTES = S::B_KN ? BN * 2 : BK * 2, A_ROW_BYTES = S::A_KM ? BM * 2 : BK * 2;
+  // RMSNorm's sums of squares: THREADS / BM threads a row, or BM / THREADS rows a thread.
+  static constexpr int NORM_THREADS_PER_ROW = THREADS >= BM ? THREADS / BM : 1;
+  static constexpr int NORM_ROWS_PER_THREAD = THREADS >= BM ? 1 : BM / THREADS;
+  static constexpr int LD = BN + 8;  // the accumulator tile's row, in floats
   static_assert(WTM % 16 == 0 && WTN % 16 == 0 && STEPS >= 2, "warp tiles are whole 16x16 pieces");
   static_assert(!(S::A_KM && S::ROW_NORM), "RMSNorm reads A's rows along k");
   static_assert(THREADS % BM == 0 || BM % THREADS == 0, "rows split evenly for the norm");
   static_assert(S::K_SPLITS == 1, "the mma.sync GEMM does not split K");
-  extern __shared__ __align__(128) unsigned char tl_smem[];
 
-  const tl_tile_coords at = tl_tile_of_block<S>();
-  const int tm = at.tm, tn = at.tn, bt = at.bt;
-  const tl_tile_cols cols = S::tile_cols(tn);
-  const int m0 = tm * BM;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // Warps of slice s take k16 steps s*STEPS .. (s+1)*STEPS-1 of every stage.
-  const int slice = warp / (S::WARPS_M * S::WARPS_N), spatial = warp % (S::WARPS_M * S::WARPS_N);
-  const int wm = spatial / S::WARPS_N, wn = spatial % S::WARPS_N;
-
-  // Weights never depend on the kernel before: with a chained launch they are fetched
-  // while the producer of A is still finishing.
+  const typename S::Params &p;
+  tl_tile_coords at;
+  tl_tile_cols cols;
+  int m0, lane, slice, wm, wn;  // warps of slice s take k16 steps s*STEPS .. (s+1)*STEPS-1 of every stage
   tl_a_stage_copies<S, BM, THREADS> aCopies;
-  if constexpr (!S::A_KM) aCopies.init(p, bt, m0);
   tl_stage_copies<BN, THREADS> bCopies;
-  if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
-  auto loadB = [&](int stage, int kt) {
-    unsigned char *sB = tl_smem + stage * STAGE_BYTES + A_BYTES;
+
+  TL_DEVICE tl_mma_tile(const typename S::Params &params)
+      : p(params), at(tl_tile_of_block<S>()), cols(S::tile_cols(at.tn)), m0(at.tm * BM) {
+    const int warp = threadIdx.x / 32, spatial = warp % (S::WARPS_M * S::WARPS_N);
+    lane = threadIdx.x % 32;
+    slice = warp / (S::WARPS_M * S::WARPS_N);
+    wm = spatial / S::WARPS_N;
+    wn = spatial % S::WARPS_N;
+    if constexpr (!S::A_KM) aCopies.init(p, at.bt, m0);
+    if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(at.bt, cols, r); });
+  }
+  // The stages, then RMSNorm's gain for a stage's 64 k (128 bytes a stage); the dynamic
+  // shared array itself, so the compiler knows where and how aligned.
+  TL_DEVICE static unsigned char *smem() {
+    extern __shared__ __align__(128) unsigned char tl_smem[];
+    return tl_smem;
+  }
+  TL_DEVICE static unsigned char *gain_stage(int stage) { return smem() + S::STAGES * STAGE_BYTES + stage * 128; }
+
+  TL_DEVICE void load_b(int stage, int kt) const {
+    unsigned char *sB = smem() + stage * STAGE_BYTES + A_BYTES;
     const int k0 = kt * BK;
     if constexpr (!S::B_KN) {
       const int k = k0 + (threadIdx.x % 8) * 8;
@@ -190,33 +207,32 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
 #pragma unroll
       for (int i = threadIdx.x; i < BK * (BN / 8); i += THREADS) {
         const int r = i / (BN / 8), c = i % (BN / 8), k = k0 + r;
-        const tl_bf16 *src = k < S::K ? S::b_src(p, bt, cols, c * 8, k) : nullptr;
+        const tl_bf16 *src = k < S::K ? S::b_src(p, at.bt, cols, c * 8, k) : nullptr;
         tl_cp_async16(tl_smem_addr(sB + tl_swizzle(r, c, B_ROW_BYTES)), src ? src : S::b_base(p), src ? 16 : 0);
       }
     }
-  };
-  // RMSNorm's gain for the stage's 64 k: 128 bytes after all the stages.
-  unsigned char *sGain = tl_smem + S::STAGES * STAGE_BYTES;
-  auto loadA = [&](int stage, int kt) {
+  }
+  TL_DEVICE void load_a(int stage, int kt) const {
     if constexpr (S::A_KM) {  // rows of the tile are k, chunks of 8 m
 #pragma unroll
       for (int i = threadIdx.x; i < BK * (BM / 8); i += THREADS) {
         const int r = i / (BM / 8), c = i % (BM / 8), k = kt * BK + r, m = m0 + c * 8;
         const bool inside = k < S::K && m < S::M;
-        tl_cp_async16(tl_smem_addr(tl_smem + stage * STAGE_BYTES + tl_swizzle(r, c, A_ROW_BYTES)),
-                      inside ? S::a_src(p, bt, m, k) : S::a_base(p), inside ? 16 : 0);
+        tl_cp_async16(tl_smem_addr(smem() + stage * STAGE_BYTES + tl_swizzle(r, c, A_ROW_BYTES)),
+                      inside ? S::a_src(p, at.bt, m, k) : S::a_base(p), inside ? 16 : 0);
       }
     } else {
       const int k = kt * BK + (threadIdx.x % 8) * 8;
-      aCopies.copy_k(p, tl_smem_addr(tl_smem + stage * STAGE_BYTES), k);
+      aCopies.copy_k(p, tl_smem_addr(smem() + stage * STAGE_BYTES), k);
     }
     const int k = kt * BK + (threadIdx.x % 8) * 8;
     if (S::NORM_GAIN && threadIdx.x < 8)
-      tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
-  };
+      tl_cp_async16(tl_smem_addr(gain_stage(stage) + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
+  }
+
   // The fragments of k16 step `step` of a stage: A (gain-scaled for RMSNorm) and B.
-  auto loadFragments = [&](int stage, int kt, int step, unsigned (&a)[MT][4], unsigned (&b)[NT][2]) {
-    const unsigned aBase = tl_smem_addr(tl_smem + stage * STAGE_BYTES), bBase = aBase + A_BYTES;
+  TL_DEVICE void fragments(int stage, int step, unsigned (&a)[MT][4], unsigned (&b)[NT][2]) const {
+    const unsigned aBase = tl_smem_addr(smem() + stage * STAGE_BYTES), bBase = aBase + A_BYTES;
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
       if constexpr (S::A_KM) {  // matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
@@ -229,9 +245,8 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
     }
     if constexpr (S::NORM_GAIN) {
       // The gain multiplies A along k: k = tig*2 + {0,1} (a0, a1) and that + 8 (a2, a3).
-      const unsigned *gain = reinterpret_cast<const unsigned *>(sGain + stage * 128) + step * 8 + lane % 4;
+      const unsigned *gain = reinterpret_cast<const unsigned *>(gain_stage(stage)) + step * 8 + lane % 4;
       const unsigned g0 = gain[0], g8 = gain[4];
-      (void)kt;
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
         a[i][0] = tl_mul_bf16x2(a[i][0], g0);
@@ -255,121 +270,132 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
       b[2 * j + 1][0] = r[2];
       b[2 * j + 1][1] = r[3];
     }
-  };
-
-  // Prologue: STAGES - 1 stages in flight (a chained launch fetches its weights first).
-  if constexpr (S::CHAINED) {
-    for (int s = 0; s < S::STAGES - 1; ++s)
-      if (s < KT) loadB(s, s);
-    tl_wait_for_producers();
   }
-  for (int s = 0; s < S::STAGES - 1; ++s) {
-    if (s < KT) {
-      if constexpr (!S::CHAINED) loadB(s, s);
-      loadA(s, s);
+
+  // Prologue: STAGES - 1 stages in flight. Weights never depend on the kernel before: a
+  // chained launch fetches its B stages while the producer of A is still finishing.
+  TL_DEVICE void start_pipeline() const {
+    if constexpr (S::CHAINED) {
+      for (int s = 0; s < S::STAGES - 1; ++s)
+        if (s < KT) load_b(s, s);
+      tl_wait_for_producers();
     }
-    tl_cp_async_commit();
+    for (int s = 0; s < S::STAGES - 1; ++s) {
+      if (s < KT) {
+        if constexpr (!S::CHAINED) load_b(s, s);
+        load_a(s, s);
+      }
+      tl_cp_async_commit();
+    }
+    tl_cp_async_wait<S::STAGES - 2>();
+    tl_sync();
   }
-  tl_cp_async_wait<S::STAGES - 2>();
-  tl_sync();
 
-  float acc[MT][NT][4];
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-
-  // RMSNorm: each row's sum of squares, from the A tiles as they pass through.
-  constexpr int NORM_THREADS_PER_ROW = THREADS >= BM ? THREADS / BM : 1;
-  constexpr int NORM_ROWS_PER_THREAD = THREADS >= BM ? 1 : BM / THREADS;
-  float sumSquares[NORM_ROWS_PER_THREAD];
-  for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i) sumSquares[i] = 0.0f;
+  // This thread's row (of its NORM_ROWS_PER_THREAD, the i-th) for RMSNorm's sums.
+  TL_DEVICE static int norm_row(int i) {
+    return THREADS >= BM ? threadIdx.x / NORM_THREADS_PER_ROW : threadIdx.x * NORM_ROWS_PER_THREAD + i;
+  }
 
   // The mainloop: fragments double-buffered in registers (step s+1 is read from shared
-  // memory while step s multiplies); the next stage's copy is issued at the first step;
-  // the wait for the stage after this one comes at the second-to-last step, so the last
-  // step's fragments can already be read from it.
-  unsigned a[2][MT][4], b[2][NT][2];
-  int readStage = 0, writeStage = S::STAGES - 1;
-  loadFragments(readStage, 0, slice * STEPS, a[0], b[0]);
-  for (int kt = 0; kt < KT; ++kt) {
+  // memory while step s multiplies); the next stage's copy is issued at the first step,
+  // with RMSNorm's sums of squares of the stage being read; the wait for the stage after
+  // this one comes at the second-to-last step, so the last step's fragments can already be
+  // read from it.
+  TL_DEVICE void mainloop(float (&acc)[MT][NT][4], float (&sumSquares)[NORM_ROWS_PER_THREAD]) const {
+    unsigned a[2][MT][4], b[2][NT][2];
+    int readStage = 0, writeStage = S::STAGES - 1;
+    fragments(readStage, slice * STEPS, a[0], b[0]);
+    for (int kt = 0; kt < KT; ++kt) {
 #pragma unroll
-    for (int step = 0; step < STEPS; ++step) {
-      if (step == 0) {
-        if constexpr (S::ROW_NORM) {
-          const unsigned char *sA = tl_smem + readStage * STAGE_BYTES;
-          for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i) {
-            const int r = THREADS >= BM ? threadIdx.x / NORM_THREADS_PER_ROW : threadIdx.x * NORM_ROWS_PER_THREAD + i;
-            tl_row_sum_squares(sA, r, THREADS >= BM ? threadIdx.x % NORM_THREADS_PER_ROW : 0, NORM_THREADS_PER_ROW,
-                               sumSquares[i]);
+      for (int step = 0; step < STEPS; ++step) {
+        if (step == 0) {
+          if constexpr (S::ROW_NORM)
+            for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i)
+              tl_row_sum_squares(smem() + readStage * STAGE_BYTES, norm_row(i),
+                                 THREADS >= BM ? threadIdx.x % NORM_THREADS_PER_ROW : 0, NORM_THREADS_PER_ROW,
+                                 sumSquares[i]);
+          if (kt + S::STAGES - 1 < KT) {
+            load_b(writeStage, kt + S::STAGES - 1);
+            load_a(writeStage, kt + S::STAGES - 1);
+          }
+          tl_cp_async_commit();
+          writeStage = writeStage + 1 == S::STAGES ? 0 : writeStage + 1;
+        }
+        const int next = (step + 1) % STEPS;
+        if (step == STEPS - 1) readStage = readStage + 1 == S::STAGES ? 0 : readStage + 1;
+        if (step < STEPS - 1 || kt + 1 < KT) fragments(readStage, slice * STEPS + next, a[next % 2], b[next % 2]);
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) tl_mma_bf16(acc[i][j], a[step % 2][i], b[step % 2][j][0], b[step % 2][j][1]);
+        if (step == STEPS - 2) {
+          tl_cp_async_wait<S::STAGES - 2>();
+          tl_sync();
+        }
+      }
+    }
+    tl_cp_async_wait<0>();
+    tl_sync();
+  }
+
+  // The accumulator tile into shared memory (over the stages, which are free), where the
+  // epilogue reads whole rows, so any column of a row (a RoPE partner, the up half of a
+  // gate/up pair) is at hand and each output is stored with 16-byte writes: rows scaled
+  // by the inverse RMS, the k slices summed slice by slice.
+  TL_DEVICE float *store_tile(const float (&acc)[MT][NT][4], const float (&sumSquares)[NORM_ROWS_PER_THREAD]) const {
+    float *tileRows = reinterpret_cast<float *>(smem());
+    float *rowScale = tileRows + BM * LD;
+    if constexpr (S::ROW_NORM) {
+      for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i) {
+        float sum = sumSquares[i];
+        for (int m = 1; m < NORM_THREADS_PER_ROW; m <<= 1) sum += TL_SHFL_XOR(sum, m);
+        if (THREADS < BM || threadIdx.x % NORM_THREADS_PER_ROW == 0)
+          rowScale[norm_row(i)] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
+      }
+      tl_sync();
+    }
+    const int g = lane / 4, tig = lane % 4;
+#pragma unroll
+    for (int s = 0; s < SLICES; ++s) {
+      if (slice == s) {
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          const int r = wm * WTM + i * 16 + g;
+          const float s0 = S::ROW_NORM ? rowScale[r] : 1.0f, s8 = S::ROW_NORM ? rowScale[r + 8] : 1.0f;
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            const int c = wn * WTN + j * 8 + tig * 2;
+            float *top = tileRows + r * LD + c, *bottom = tileRows + (r + 8) * LD + c;
+            top[0] = (s ? top[0] : 0.0f) + acc[i][j][0] * s0;
+            top[1] = (s ? top[1] : 0.0f) + acc[i][j][1] * s0;
+            bottom[0] = (s ? bottom[0] : 0.0f) + acc[i][j][2] * s8;
+            bottom[1] = (s ? bottom[1] : 0.0f) + acc[i][j][3] * s8;
           }
         }
-        if (kt + S::STAGES - 1 < KT) {
-          loadB(writeStage, kt + S::STAGES - 1);
-          loadA(writeStage, kt + S::STAGES - 1);
-        }
-        tl_cp_async_commit();
-        writeStage = writeStage + 1 == S::STAGES ? 0 : writeStage + 1;
       }
-      const int next = (step + 1) % STEPS;
-      if (step == STEPS - 1) readStage = readStage + 1 == S::STAGES ? 0 : readStage + 1;
-      if (step < STEPS - 1 || kt + 1 < KT)
-        loadFragments(readStage, step == STEPS - 1 ? kt + 1 : kt, slice * STEPS + next, a[next % 2], b[next % 2]);
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j) tl_mma_bf16(acc[i][j], a[step % 2][i], b[step % 2][j][0], b[step % 2][j][1]);
-      if (step == STEPS - 2) {
-        tl_cp_async_wait<S::STAGES - 2>();
-        tl_sync();
-      }
+      tl_sync();
     }
+    return tileRows;
   }
-  tl_cp_async_wait<0>();
-  tl_sync();
-  tl_allow_dependents();
+};
 
-  // The accumulator tile goes to shared memory (rows scaled by the inverse RMS; the
-  // k slices summed), where the epilogue reads whole rows, so any column of a row (a
-  // RoPE partner, the up half of a gate/up pair) is at hand and each output is stored
-  // with 16-byte writes.
-  constexpr int LD = BN + 8;
-  float *tileRows = reinterpret_cast<float *>(tl_smem);
-  float *rowScale = tileRows + BM * LD;
-  if constexpr (S::ROW_NORM) {
-    for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i) {
-      float sum = sumSquares[i];
-      for (int m = 1; m < NORM_THREADS_PER_ROW; m <<= 1) sum += TL_SHFL_XOR(sum, m);
-      const int r = THREADS >= BM ? threadIdx.x / NORM_THREADS_PER_ROW : threadIdx.x * NORM_ROWS_PER_THREAD + i;
-      if (THREADS < BM || threadIdx.x % NORM_THREADS_PER_ROW == 0)
-        rowScale[r] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
-    }
-    tl_sync();
-  }
-  const int g = lane / 4, tig = lane % 4;
+template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
+  using T = tl_mma_tile<S>;
+  const T tile(p);
+  tile.start_pipeline();
+  float acc[T::MT][T::NT][4];
 #pragma unroll
-  for (int s = 0; s < SLICES; ++s) {
-    if (slice == s) {
+  for (int i = 0; i < T::MT; ++i)
 #pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        const int r = wm * WTM + i * 16 + g;
-        const float s0 = S::ROW_NORM ? rowScale[r] : 1.0f, s8 = S::ROW_NORM ? rowScale[r + 8] : 1.0f;
+    for (int j = 0; j < T::NT; ++j)
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const int c = wn * WTN + j * 8 + tig * 2;
-          float *top = tileRows + r * LD + c, *bottom = tileRows + (r + 8) * LD + c;
-          top[0] = (s ? top[0] : 0.0f) + acc[i][j][0] * s0;
-          top[1] = (s ? top[1] : 0.0f) + acc[i][j][1] * s0;
-          bottom[0] = (s ? bottom[0] : 0.0f) + acc[i][j][2] * s8;
-          bottom[1] = (s ? bottom[1] : 0.0f) + acc[i][j][3] * s8;
-        }
-      }
-    }
-    tl_sync();
-  }
-  tl_gemm_finish_tile<S, THREADS, LD>(p, cols, at, m0, tileRows);
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  float sumSquares[T::NORM_ROWS_PER_THREAD];  // RMSNorm: this thread's rows' sums of squares
+  for (int i = 0; i < T::NORM_ROWS_PER_THREAD; ++i) sumSquares[i] = 0.0f;
+  tile.mainloop(acc, sumSquares);
+  tl_allow_dependents();
+  float *tileRows = tile.store_tile(acc, sumSquares);
+  tl_gemm_finish_tile<S, T::THREADS, T::LD>(p, tile.cols, tile.at, tile.m0, tileRows);
 }
 
 #endif // TL_NVIDIA
