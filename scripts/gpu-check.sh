@@ -19,7 +19,8 @@
 # the 1.1B's layer timeline) and o3sanitize (the persistent kernel under memcheck,
 # racecheck and synccheck) and lab (bench/gemv-lab's two programs, built with the machine's
 # nvcc) and f32 (issue 31: the f32 levels timed, O2's forward and training step profiled,
-# the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs).
+# the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs) and f32split (the
+# same four GEMMs with no split pass, timed beside main and under Nsight Compute; needs tl-run).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
@@ -43,7 +44,23 @@ o3run() {  # model batch seq level [flags...]: one timed bf16 forward line (--dt
        "| $(grep '  loss ' "$log" | awk '{print "loss", $2}') $(grep -h 'error\|  o3 ' "$log" | head -2)"
 }
 
-if want kernels; then  # every distinct kernel alone against the CPU reference's ops
+# Nsight Compute on a command's first four GEMM launches (their names hold "linear"): the
+# speed of light, memory, occupancy, warp states; $1.csv kept, its key rows in the summary.
+ncu_gemms() {
+  local out=$1 ncu
+  shift
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  timeout 600 "$ncu" --clock-control none --kernel-name regex:'linear' --launch-skip 0 --launch-count 4 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis_Tables --section Occupancy --section WarpStateStats --section SchedulerStats \
+    --section LaunchStats --csv --page details "$@" > "$LOGS/$out.csv" 2> "$LOGS/$out.err"
+  note "$out: rc=$? ($out.csv)"
+  grep -E '"(Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy)"' \
+    "$LOGS/$out.csv" | awk -F'","' '{print $5, "|", $(NF-2), $(NF-1), $NF}' | cut -c1-160 | tee -a "$summary"
+  cp "$LOGS/$out.csv" "$LOGS/$out.err" "$RESULTS/" 2>/dev/null
+}
+
+if want kernels; thenif want kernels; then  # every distinct kernel alone against the CPU reference's ops
   "$TESTS" --gtest_filter='Levels/GpuKernels.*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:GpuKernelsFlatTiles.*:GpuAttentionTiles.*:GpuKernelsComputedPrologue.*' > "$LOGS/kernels.txt" 2>&1
   note "kernels alone: rc=$? $(grep -c '^KERNEL' "$LOGS/kernels.txt") outputs checked," \
        "$(grep '^KERNEL' "$LOGS/kernels.txt" | awk '{split($6,a,"="); if (a[2]+0 > 2e-2 || $7 != "") n++} END {print n+0}') over 2e-2 or non-finite"
@@ -187,18 +204,21 @@ if want f32; then  # issue 31: the f32 levels, where their GEMMs' time goes, and
     note "f32 training step, every GEMM on $tile: rc=$? $(grep -E '^tl_linear_grad' "$LOGS/profile-f32-train-$tile.txt" |
       awk '{printf "%s %s us; ", $1, $4}')"
   done
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   # The first forward's four GEMMs of block 0 (QKV, o_proj, gate/up, down), launch by launch.
-  timeout 600 "$NCU" --clock-control none --kernel-name regex:'linear' --launch-skip 0 --launch-count 4 \
-    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-    --section MemoryWorkloadAnalysis_Tables --section Occupancy --section WarpStateStats --section SchedulerStats \
-    --section LaunchStats --csv --page details \
-    "$TLC" $MODEL -O2 --dtype=f32 --batch-size=8 --seq-len=128 --run --target=cuda --progress=never --profile \
-    --iterations=1 > "$LOGS/ncu-f32.csv" 2> "$LOGS/ncu-f32.err"
-  note "ncu f32: rc=$? (ncu-f32.csv)"
-  grep -E '"(Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy)"' \
-    "$LOGS/ncu-f32.csv" | awk -F'","' '{print $5, "|", $(NF-2), $(NF-1), $NF}' | cut -c1-160 | tee -a "$summary"
-  cp "$LOGS/ncu-f32.csv" "$LOGS/ncu-f32.err" "$RESULTS/" 2>/dev/null
+  ncu_gemms ncu-f32 "$TLC" $MODEL -O2 --dtype=f32 --batch-size=8 --seq-len=128 --run --target=cuda --progress=never \
+    --profile --iterations=1
+fi
+if want f32split; then  # issue 31: the three tf32 products with no split pass (wrong results), timed and profiled
+  "$TLC" $MODEL -O3 --dtype=f32 --batch-size=8 --seq-len=128 --emit=program -o "$LOGS/f32.json" 2>/dev/null
+  python3 scripts/patch-sources.py "$LOGS/f32.json" "$LOGS/f32-nosplit.json" --entry linear \
+    --replace 'tl_split_stage_tf32<BM + BN, BM, THREADS, P>(' 'tl_split_stage_tf32<BM, BM, THREADS, 1>(' \
+    --replace 'const unsigned aLow = tl_smem_addr(residual) + (warp / 4) * 64 * 128, bLow = tl_smem_addr(residual) + A_BYTES;' \
+    'const unsigned aLow = S::A_KM || S::B_KN ? tl_smem_addr(residual) + (warp / 4) * 64 * 128 : aHigh, bLow = S::A_KM || S::B_KN ? tl_smem_addr(residual) + A_BYTES : bHigh;' \
+    > /dev/null
+  for round in 1 2; do for v in f32 f32-nosplit; do
+    note "f32 O3 8x128 $v: $("$BUILD/tools/tl-run" "$LOGS/$v.json" --target=cuda --iterations=50 --allow-nonfinite 2>&1 | grep -E '^ *forward|error' | head -1)"
+  done; done
+  ncu_gemms ncu-f32-nosplit "$BUILD/tools/tl-run" "$LOGS/f32-nosplit.json" --target=cuda --allow-nonfinite
 fi
 if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2, traced
   timeout 600 "$TESTS" --gtest_filter="${O3_TESTS:-GpuPersistent*}" > "$LOGS/o3-forward.txt" 2>&1
