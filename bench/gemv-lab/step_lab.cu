@@ -1,7 +1,7 @@
 // step_lab.cu: what a decode step's weight streaming can reach once its launches are gone.
 // The 1.1B's 22 layers of four matrix-vector products (QKV, o_proj, gate/up, down), each
 // reading the one before's output (the first K of it: attention, SwiGLU and the norms are
-// left out, so only the GEMMs and their dependencies remain), run two ways with the same
+// left out, so only the GEMMs and their dependencies remain), run three ways with the same
 // warp code (gemv_lab.cu's v2, the fastest there: a warp a row, several blocks an SM):
 //
 //   chained     88 launches in one CUDA graph, stream order the only dependency;
@@ -11,10 +11,10 @@
 //               to one of them, so no counter takes more than a 32nd of the adds), reads
 //               x from L2 and finishes its rows. Weights do not depend on the GEMM before,
 //               so each warp's next weights stream while the GEMM before finishes;
-//   (and the same with the weights loaded only after the wait, to see what that early
-//   issue is worth).
+//   persistent, weights after the wait: the same, each warp's weights loaded only once its
+//               wait is over, to see what issuing them before is worth.
 //
-// Both are checked against the host's chain (double sums of the same bf16 weights).
+// Each is checked against the host's chain (double sums of the same bf16 weights).
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a step_lab.cu -o step_lab
 // Run:   timeout 120 ./step_lab   (a persistent kernel that cannot progress traps after 2 s)
 #include <algorithm>
