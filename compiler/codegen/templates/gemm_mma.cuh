@@ -21,7 +21,9 @@
 //       as it is loaded, through registers into the stage (tl_a_stage_copies), instead of
 //       being refused.
 //   v7  the kernel is a short order of named steps of a tile (tl_mma_tile: start_pipeline,
-//       mainloop, store_tile) instead of one function of lambdas; the same instructions.
+//       mainloop, store_tile) instead of one function of lambdas; the prologue, the rows'
+//       inverse RMS and the K slices' store are helpers the tf32 kernel shares. The
+//       mainloop's instructions are unchanged; the store takes fewer address instructions.
 //
 // The emitter writes a Spec struct per kernel (see gemm_common.cuh for the hooks).
 #pragma once
@@ -154,6 +156,76 @@ struct tl_a_stage_copies<S, ROWS, THREADS, true> : tl_stage_copies<ROWS, THREADS
   }
 };
 
+// The pipeline's first `ahead` stages in flight, one commit group each: stage s takes k
+// tile kBegin + s of the block's `count`. Chained, the weights' stages (B) are copied
+// before the wait for the kernel before, whose output A may be.
+template <bool CHAINED, class LoadA, class LoadB>
+TL_DEVICE void tl_gemm_prologue(int ahead, int kBegin, int count, LoadA loadA, LoadB loadB) {
+  if constexpr (CHAINED) {
+    for (int s = 0; s < ahead; ++s)
+      if (s < count) loadB(s, kBegin + s);
+    tl_wait_for_producers();
+  }
+  for (int s = 0; s < ahead; ++s) {
+    if (s < count) {
+      if constexpr (!CHAINED) loadB(s, kBegin + s);
+      loadA(s, kBegin + s);
+    }
+    tl_cp_async_commit();
+  }
+}
+
+// m16n8 accumulator fragments (rows g and g + 8, columns 2 tig + {0, 1} of each 8) into
+// the tile's rows in shared memory, scaled by the rows' factors; `add`: onto what is there
+// (the k slices after the first).
+template <int MT, int NT, int LD>
+TL_DEVICE void tl_store_fragments(const float (&acc)[MT][NT][4], float *tileRows, int row0, int col0,
+                                  const float *rowScale, bool add) {
+  const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+    const int r = row0 + i * 16 + g;
+    const float s0 = rowScale ? rowScale[r] : 1.0f, s8 = rowScale ? rowScale[r + 8] : 1.0f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      float *top = tileRows + r * LD + col0 + j * 8 + tig * 2, *bottom = top + 8 * LD;
+      top[0] = (add ? top[0] : 0.0f) + acc[i][j][0] * s0;
+      top[1] = (add ? top[1] : 0.0f) + acc[i][j][1] * s0;
+      bottom[0] = (add ? bottom[0] : 0.0f) + acc[i][j][2] * s8;
+      bottom[1] = (add ? bottom[1] : 0.0f) + acc[i][j][3] * s8;
+    }
+  }
+}
+
+// RMSNorm's sums of squares in the mma.sync GEMMs: THREADS / BM threads a row, or BM /
+// THREADS rows a thread; this thread's i-th row.
+template <int BM, int THREADS> TL_DEVICE int tl_norm_row(int i) {
+  return THREADS >= BM ? int(threadIdx.x) / (THREADS / BM) : int(threadIdx.x) * (BM / THREADS) + i;
+}
+// The rows' inverse RMS into rowScale from each thread's sums of squares of its rows, then a
+// barrier.
+template <class S, int THREADS, int ROWS_PER_THREAD>
+TL_DEVICE void tl_rows_inverse_rms(const float (&sumSquares)[ROWS_PER_THREAD], float *rowScale) {
+  constexpr int THREADS_PER_ROW = THREADS >= S::BM ? THREADS / S::BM : 1;
+  for (int i = 0; i < ROWS_PER_THREAD; ++i) {
+    float sum = sumSquares[i];
+    for (int m = 1; m < THREADS_PER_ROW; m <<= 1) sum += TL_SHFL_XOR(sum, m);
+    if (THREADS < S::BM || threadIdx.x % THREADS_PER_ROW == 0)
+      rowScale[tl_norm_row<S::BM, THREADS>(i)] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
+  }
+  tl_sync();
+}
+// The warps' accumulators into the tile's rows, the K slices' added one slice at a time.
+template <int SLICES, int LD, int MT, int NT>
+TL_DEVICE void tl_store_slices(const float (&acc)[MT][NT][4], float *tileRows, int slice, int row0, int col0,
+                               const float *rowScale) {
+#pragma unroll
+  for (int s = 0; s < SLICES; ++s) {
+    if (slice == s) tl_store_fragments<MT, NT, LD>(acc, tileRows, row0, col0, rowScale, s > 0);
+    tl_sync();
+  }
+}
+
 // A block's tile of tl_gemm_mma: its geometry, where it reads, and the steps of its
 // pipeline as members (the kernel below is their order).
 template <class S> struct tl_mma_tile {
@@ -272,28 +344,12 @@ template <class S> struct tl_mma_tile {
     }
   }
 
-  // Prologue: STAGES - 1 stages in flight. Weights never depend on the kernel before: a
-  // chained launch fetches its B stages while the producer of A is still finishing.
+  // Prologue: STAGES - 1 stages in flight (a chained launch copies B's first).
   TL_DEVICE void start_pipeline() const {
-    if constexpr (S::CHAINED) {
-      for (int s = 0; s < S::STAGES - 1; ++s)
-        if (s < KT) load_b(s, s);
-      tl_wait_for_producers();
-    }
-    for (int s = 0; s < S::STAGES - 1; ++s) {
-      if (s < KT) {
-        if constexpr (!S::CHAINED) load_b(s, s);
-        load_a(s, s);
-      }
-      tl_cp_async_commit();
-    }
+    tl_gemm_prologue<S::CHAINED>(
+        S::STAGES - 1, 0, KT, [&](int stage, int kt) { load_a(stage, kt); }, [&](int stage, int kt) { load_b(stage, kt); });
     tl_cp_async_wait<S::STAGES - 2>();
     tl_sync();
-  }
-
-  // This thread's row (of its NORM_ROWS_PER_THREAD, the i-th) for RMSNorm's sums.
-  TL_DEVICE static int norm_row(int i) {
-    return THREADS >= BM ? threadIdx.x / NORM_THREADS_PER_ROW : threadIdx.x * NORM_ROWS_PER_THREAD + i;
   }
 
   // The mainloop: fragments double-buffered in registers (step s+1 is read from shared
@@ -311,7 +367,7 @@ template <class S> struct tl_mma_tile {
         if (step == 0) {
           if constexpr (S::ROW_NORM)
             for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i)
-              tl_row_sum_squares(smem() + readStage * STAGE_BYTES, norm_row(i),
+              tl_row_sum_squares(smem() + readStage * STAGE_BYTES, tl_norm_row<BM, THREADS>(i),
                                  THREADS >= BM ? threadIdx.x % NORM_THREADS_PER_ROW : 0, NORM_THREADS_PER_ROW,
                                  sumSquares[i]);
           if (kt + S::STAGES - 1 < KT) {
@@ -345,36 +401,8 @@ template <class S> struct tl_mma_tile {
   TL_DEVICE float *store_tile(const float (&acc)[MT][NT][4], const float (&sumSquares)[NORM_ROWS_PER_THREAD]) const {
     float *tileRows = reinterpret_cast<float *>(smem());
     float *rowScale = tileRows + BM * LD;
-    if constexpr (S::ROW_NORM) {
-      for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i) {
-        float sum = sumSquares[i];
-        for (int m = 1; m < NORM_THREADS_PER_ROW; m <<= 1) sum += TL_SHFL_XOR(sum, m);
-        if (THREADS < BM || threadIdx.x % NORM_THREADS_PER_ROW == 0)
-          rowScale[norm_row(i)] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
-      }
-      tl_sync();
-    }
-    const int g = lane / 4, tig = lane % 4;
-#pragma unroll
-    for (int s = 0; s < SLICES; ++s) {
-      if (slice == s) {
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          const int r = wm * WTM + i * 16 + g;
-          const float s0 = S::ROW_NORM ? rowScale[r] : 1.0f, s8 = S::ROW_NORM ? rowScale[r + 8] : 1.0f;
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            const int c = wn * WTN + j * 8 + tig * 2;
-            float *top = tileRows + r * LD + c, *bottom = tileRows + (r + 8) * LD + c;
-            top[0] = (s ? top[0] : 0.0f) + acc[i][j][0] * s0;
-            top[1] = (s ? top[1] : 0.0f) + acc[i][j][1] * s0;
-            bottom[0] = (s ? bottom[0] : 0.0f) + acc[i][j][2] * s8;
-            bottom[1] = (s ? bottom[1] : 0.0f) + acc[i][j][3] * s8;
-          }
-        }
-      }
-      tl_sync();
-    }
+    if constexpr (S::ROW_NORM) tl_rows_inverse_rms<S, THREADS>(sumSquares, rowScale);
+    tl_store_slices<SLICES, LD>(acc, tileRows, slice, wm * WTM, wn * WTN, S::ROW_NORM ? rowScale : nullptr);
     return tileRows;
   }
 };

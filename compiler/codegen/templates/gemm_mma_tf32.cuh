@@ -11,6 +11,8 @@
 //   v2  the accumulator is added into a running total every TL_TF32_PROMOTE_TILES k tiles
 //       (mma_tf32.cuh says why): the 1.1B's logits gradient (K 32000) went from 1.1e-4 off
 //       the CPU's to 5e-7, the other gradients' GEMMs from about 2e-5 to 5e-7.
+//   v3  the prologue, the rows' inverse RMS and the K slices' store are gemm_mma.cuh's
+//       helpers, shared with the bf16 kernel (v7 there).
 //
 // Spec hooks as gemm_mma.cuh (operand pointers to float), and TF32_PRODUCTS.
 #pragma once
@@ -29,47 +31,6 @@ TL_DEVICE void tl_row_sum_squares_f32(const unsigned char *tile, int row, int pa
     const tl_u32x4 raw = *reinterpret_cast<const tl_u32x4 *>(tile + row * 128 + ((c ^ (row & 7)) << 4));
     const float x[4] = {__uint_as_float(raw.x), __uint_as_float(raw.y), __uint_as_float(raw.z), __uint_as_float(raw.w)};
     for (int e = 0; e < 4; ++e) sum = fmaf(x[e], x[e], sum);
-  }
-}
-
-// The pipeline's first `ahead` stages in flight, one commit group each: stage s takes k
-// tile kBegin + s of the block's `count`. Chained, the weights' stages (B) are copied
-// before the wait for the kernel before, whose output A may be.
-template <bool CHAINED, class LoadA, class LoadB>
-TL_DEVICE void tl_gemm_prologue(int ahead, int kBegin, int count, LoadA loadA, LoadB loadB) {
-  if constexpr (CHAINED) {
-    for (int s = 0; s < ahead; ++s)
-      if (s < count) loadB(s, kBegin + s);
-    tl_wait_for_producers();
-  }
-  for (int s = 0; s < ahead; ++s) {
-    if (s < count) {
-      if constexpr (!CHAINED) loadB(s, kBegin + s);
-      loadA(s, kBegin + s);
-    }
-    tl_cp_async_commit();
-  }
-}
-
-// m16n8 accumulator fragments (rows g and g + 8, columns 2 tig + {0, 1} of each 8) into
-// the tile's rows in shared memory, scaled by the rows' factors; `add`: onto what is there
-// (the k slices after the first).
-template <int MT, int NT, int LD>
-TL_DEVICE void tl_store_fragments(const float (&acc)[MT][NT][4], float *tileRows, int row0, int col0,
-                                  const float *rowScale, bool add) {
-  const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-#pragma unroll
-  for (int i = 0; i < MT; ++i) {
-    const int r = row0 + i * 16 + g;
-    const float s0 = rowScale ? rowScale[r] : 1.0f, s8 = rowScale ? rowScale[r + 8] : 1.0f;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      float *top = tileRows + r * LD + col0 + j * 8 + tig * 2, *bottom = top + 8 * LD;
-      top[0] = (add ? top[0] : 0.0f) + acc[i][j][0] * s0;
-      top[1] = (add ? top[1] : 0.0f) + acc[i][j][1] * s0;
-      bottom[0] = (add ? bottom[0] : 0.0f) + acc[i][j][2] * s8;
-      bottom[1] = (add ? bottom[1] : 0.0f) + acc[i][j][3] * s8;
-    }
   }
 }
 
@@ -190,9 +151,6 @@ template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) 
 
   constexpr int NORM_THREADS_PER_ROW = THREADS >= BM ? THREADS / BM : 1;
   constexpr int NORM_ROWS_PER_THREAD = THREADS >= BM ? 1 : BM / THREADS;
-  auto normRow = [&](int i) {
-    return THREADS >= BM ? int(threadIdx.x) / NORM_THREADS_PER_ROW : int(threadIdx.x) * NORM_ROWS_PER_THREAD + i;
-  };
   float sumSquares[NORM_ROWS_PER_THREAD];
   for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i) sumSquares[i] = 0.0f;
 
@@ -205,7 +163,7 @@ template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) 
   for (int kt = 0; kt < KT; ++kt) {
     if constexpr (S::ROW_NORM)
       for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i)
-        tl_row_sum_squares_f32(tl_smem + readStage * STAGE_BYTES, normRow(i),
+        tl_row_sum_squares_f32(tl_smem + readStage * STAGE_BYTES, tl_norm_row<BM, THREADS>(i),
                                THREADS >= BM ? threadIdx.x % NORM_THREADS_PER_ROW : 0, NORM_THREADS_PER_ROW, sumSquares[i]);
     if (kt + S::STAGES - 1 < KT) {
       loadB(writeStage, kt + S::STAGES - 1);
@@ -257,19 +215,8 @@ template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) 
   constexpr int LD = BN + 8;
   float *tileRows = reinterpret_cast<float *>(tl_smem);
   float *rowScale = tileRows + BM * LD;
-  if constexpr (S::ROW_NORM) {
-    for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i) {
-      float sum = sumSquares[i];
-      for (int m = 1; m < NORM_THREADS_PER_ROW; m <<= 1) sum += TL_SHFL_XOR(sum, m);
-      if (THREADS < BM || threadIdx.x % NORM_THREADS_PER_ROW == 0) rowScale[normRow(i)] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
-    }
-    tl_sync();
-  }
-#pragma unroll
-  for (int s = 0; s < SLICES; ++s) {
-    if (slice == s) tl_store_fragments<MT, NT, LD>(acc, tileRows, wm * WTM, wn * WTN, S::ROW_NORM ? rowScale : nullptr, s > 0);
-    tl_sync();
-  }
+  if constexpr (S::ROW_NORM) tl_rows_inverse_rms<S, THREADS>(sumSquares, rowScale);
+  tl_store_slices<SLICES, LD>(acc, tileRows, slice, wm * WTM, wn * WTN, S::ROW_NORM ? rowScale : nullptr);
   tl_gemm_finish_tile<S, THREADS, LD>(p, cols, at, m0, tileRows);
 }
 
