@@ -262,17 +262,24 @@ if want pdecode; then  # the persistent decode step's variants beside the chaine
     sed -n '/^layer .*timeline/,/^the layer/p' "$last_log" | tee -a "$summary"
   done
 fi
+# compute-sanitizer's `tool` over the GPU tests `filter` selects, at their small shapes, the
+# kernels compiled with line information (-lineinfo, part of the JIT cache's key) so that
+# reports name source lines; the summary line into the notes as `label`.
+sanitize_tests() {
+  local label=$1 tool=$2 filter=$3
+  TLC_JIT_OPTIONS=-lineinfo TLC_GPU_TEST_SMALL=1 timeout 300 "$SAN" --tool $tool --error-exitcode 9 "$TESTS" \
+    --gtest_filter="$filter" > "$LOGS/$label-$tool.txt" 2>&1
+  note "$label under $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/$label-$tool.txt" | tail -1)"
+}
+
 if want sanitize; then  # small shapes, launches one by one
-  # Training: a whole step under both tools; the 1.1B-width training kernels (GQA 32/4)
+  # Training: a whole step under every tool; the 1.1B-width training kernels (GQA 32/4)
   # and the 1.1B QKV at 2048 tokens (flat 256x160 tiles) under memcheck only (racecheck
   # takes over five minutes on them). synccheck: an aligned barrier (bar.sync,
   # __syncthreads) reached from two instructions (gemm_wgmma.cuh v13 fixed one).
   for tool in memcheck racecheck synccheck; do
     extra=$([ $tool = memcheck ] && echo ':Levels/GpuTrainingKernels.*tinyllama_1_1b_O1_f32:GpuKernelsFlatTiles.*')
-    TLC_JIT_OPTIONS=-lineinfo TLC_CACHE_DIR=/tmp/tlc-lineinfo TLC_GPU_TEST_SMALL=1 timeout 300 "$SAN" --tool $tool \
-      --error-exitcode 9 "$TESTS" \
-      --gtest_filter="Levels/GpuForward.*workshop_O0_*:Levels/GpuForward.*workshop_O2_*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:Levels/GpuTraining.*workshop_O3_bf16*$extra" > "$LOGS/sanitizer-$tool.txt" 2>&1
-    note "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer-$tool.txt" | tail -1)"
+    sanitize_tests sanitizer $tool "Levels/GpuForward.*workshop_O0_*:Levels/GpuForward.*workshop_O2_*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:Levels/GpuTraining.*workshop_O3_bf16*$extra"
   done
 fi
 
@@ -288,12 +295,7 @@ fi
 if want o3sanitize; then  # the persistent kernel under every tool (issue 30: memcheck, racecheck, synccheck clean)
   # Its workers spin on each other's done words: a tool that ran its blocks one after
   # another would end in the kernel's own timeout (a trap naming the wait), not a hang.
-  # Kernels with line information (a cache of their own), so reports name source lines.
-  for tool in memcheck racecheck synccheck; do
-    TLC_JIT_OPTIONS=-lineinfo TLC_CACHE_DIR=/tmp/tlc-lineinfo TLC_GPU_TEST_SMALL=1 timeout 300 "$SAN" --tool $tool \
-      --error-exitcode 9 "$TESTS" --gtest_filter='GpuPersistent.*' > "$LOGS/o3-sanitizer-$tool.txt" 2>&1
-    note "persistent kernel under $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/o3-sanitizer-$tool.txt" | tail -1)"
-  done
+  for tool in memcheck racecheck synccheck; do sanitize_tests persistent-kernel $tool 'GpuPersistent.*'; done
 fi
 
 echo
