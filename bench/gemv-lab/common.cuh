@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <algorithm>
 #include <vector>
 
@@ -36,12 +37,28 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-__device__ __forceinline__ void dot8(uint4 wv, const float *x, float &acc) {
+// acc += the 8 weights in wv times x[0..7]; FROM_L2: x read past L1 (another SM wrote it
+// in this launch).
+template <bool FROM_L2 = false> __device__ __forceinline__ void dot8(uint4 wv, const float *x, float &acc) {
   float w[8];
   unpack8(wv, w);
-  const float4 a = *reinterpret_cast<const float4 *>(x), b = *reinterpret_cast<const float4 *>(x + 4);
+  const float4 *x4 = reinterpret_cast<const float4 *>(x);
+  const float4 a = FROM_L2 ? __ldcg(x4) : x4[0], b = FROM_L2 ? __ldcg(x4 + 1) : x4[1];
   acc = fmaf(w[0], a.x, acc), acc = fmaf(w[1], a.y, acc), acc = fmaf(w[2], a.z, acc), acc = fmaf(w[3], a.w, acc);
   acc = fmaf(w[4], b.x, acc), acc = fmaf(w[5], b.y, acc), acc = fmaf(w[6], b.z, acc), acc = fmaf(w[7], b.w, acc);
+}
+
+// bf16 as tlc stores it (the high half of an fp32, truncated here) and back.
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return uint16_t(u >> 16);
+}
+inline float bf16_to_float(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
 }
 
 // `record` (launches on `st`) captured as one CUDA graph: the median of 20 replays after 3, in ms.

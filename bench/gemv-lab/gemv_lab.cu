@@ -285,11 +285,6 @@ struct Shape {
 static const Shape SHAPES[] = {{"qkv", 2560, 2048}, {"o_proj", 2048, 2048}, {"gate/up", 11264, 2048}, {"down", 2048, 5632}};
 constexpr int LAYERS = 22;
 
-struct Variant {
-  const char *name;
-  int version;
-};
-
 static int sms() {
   int d, n;
   CHECK(cudaGetDevice(&d));
@@ -354,13 +349,6 @@ static void launch(int version, int blocksPerSm, const Shape &s, const uint16_t 
   else launch_k<5632>(version, blocksPerSm, W, x, y, s.n, st);
 }
 
-static float bf16_to_float(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 int main() {
   cudaStream_t st;
   CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -374,10 +362,7 @@ int main() {
     uint32_t seed = 12345u + m;
     for (auto &h : host) {
       seed = seed * 1664525u + 1013904223u;
-      const float f = (float(seed >> 8) / 16777216.0f - 0.5f) * 0.1f;
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      h = uint16_t(u >> 16);
+      h = float_to_bf16((float(seed >> 8) / 16777216.0f - 0.5f) * 0.1f);
     }
     for (int l = 0; l < LAYERS; ++l) {
       uint16_t *d;

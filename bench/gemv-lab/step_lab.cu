@@ -66,19 +66,12 @@ __device__ void wait_for(const Step &s, int g) {
   }
 }
 
-// A round of a row's weights times x read from L2 (another SM wrote it in this launch).
+// A round of a row's weights times x, read from L2 (another SM wrote it in this launch).
 template <int CHUNKS> __device__ void multiply_round(const uint4 (&b)[U], const float *x, int q0, float &acc) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int q = 0; q < U; ++q)
-    if (q0 + q < CHUNKS) {
-      float wf[8];
-      unpack8(b[q], wf);
-      const float *xq = x + (q0 + q) * 256 + lane * 8;
-      const float4 a = __ldcg(reinterpret_cast<const float4 *>(xq)), c = __ldcg(reinterpret_cast<const float4 *>(xq + 4));
-      acc = fmaf(wf[0], a.x, acc), acc = fmaf(wf[1], a.y, acc), acc = fmaf(wf[2], a.z, acc), acc = fmaf(wf[3], a.w, acc);
-      acc = fmaf(wf[4], c.x, acc), acc = fmaf(wf[5], c.y, acc), acc = fmaf(wf[6], c.z, acc), acc = fmaf(wf[7], c.w, acc);
-    }
+    if (q0 + q < CHUNKS) dot8<true>(b[q], x + (q0 + q) * 256 + lane * 8, acc);
 }
 
 // A row's dot product, its first round of weights already loaded into `first`.
@@ -150,10 +143,7 @@ int main() {
     uint32_t seed = 977u + m;
     for (auto &h : host[m]) {
       seed = seed * 1664525u + 1013904223u;
-      const float f = (float(seed >> 8) / 8388608.0f - 1.0f) * a;
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      h = uint16_t(u >> 16);
+      h = float_to_bf16((float(seed >> 8) / 8388608.0f - 1.0f) * a);
     }
   }
   std::vector<float> x0(2048);
@@ -176,12 +166,7 @@ int main() {
   // The host's chain, in double, of the same bf16 weights.
   std::vector<std::vector<float>> wf(4);
   for (int m = 0; m < 4; ++m)
-    for (uint16_t b : host[m]) {
-      const uint32_t u = uint32_t(b) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      wf[m].push_back(f);
-    }
+    for (uint16_t b : host[m]) wf[m].push_back(bf16_to_float(b));
   std::vector<double> x(x0.begin(), x0.end()), y;
   for (int g = 0; g < GEMMS; ++g) {
     const Shape &sh = SHAPES[g % 4];
