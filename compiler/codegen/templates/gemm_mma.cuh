@@ -197,21 +197,26 @@ TL_DEVICE void tl_store_fragments(const float (&acc)[MT][NT][4], float *tileRows
   }
 }
 
-// RMSNorm's sums of squares in the mma.sync GEMMs: THREADS / BM threads a row, or BM /
-// THREADS rows a thread; this thread's i-th row.
-template <int BM, int THREADS> TL_DEVICE int tl_norm_row(int i) {
-  return THREADS >= BM ? int(threadIdx.x) / (THREADS / BM) : int(threadIdx.x) * (BM / THREADS) + i;
-}
+// RMSNorm's sums of squares in the mma.sync GEMMs, from the A stages: THREADS / BM threads
+// a row (this thread its part of the row's chunks), or BM / THREADS rows a thread.
+template <int BM, int THREADS> struct tl_norm_rows {
+  static constexpr int THREADS_PER_ROW = THREADS >= BM ? THREADS / BM : 1;
+  static constexpr int ROWS_PER_THREAD = THREADS >= BM ? 1 : BM / THREADS;
+  TL_DEVICE static int row(int i) {  // this thread's i-th row
+    return THREADS >= BM ? int(threadIdx.x) / THREADS_PER_ROW : int(threadIdx.x) * ROWS_PER_THREAD + i;
+  }
+  TL_DEVICE static int part() { return THREADS >= BM ? threadIdx.x % THREADS_PER_ROW : 0; }
+};
 // The rows' inverse RMS into rowScale from each thread's sums of squares of its rows, then a
 // barrier.
-template <class S, int THREADS, int ROWS_PER_THREAD>
-TL_DEVICE void tl_rows_inverse_rms(const float (&sumSquares)[ROWS_PER_THREAD], float *rowScale) {
-  constexpr int THREADS_PER_ROW = THREADS >= S::BM ? THREADS / S::BM : 1;
-  for (int i = 0; i < ROWS_PER_THREAD; ++i) {
+template <class S, int THREADS>
+TL_DEVICE void tl_rows_inverse_rms(const float (&sumSquares)[tl_norm_rows<S::BM, THREADS>::ROWS_PER_THREAD],
+                                   float *rowScale) {
+  using Norm = tl_norm_rows<S::BM, THREADS>;
+  for (int i = 0; i < Norm::ROWS_PER_THREAD; ++i) {
     float sum = sumSquares[i];
-    for (int m = 1; m < THREADS_PER_ROW; m <<= 1) sum += TL_SHFL_XOR(sum, m);
-    if (THREADS < S::BM || threadIdx.x % THREADS_PER_ROW == 0)
-      rowScale[tl_norm_row<S::BM, THREADS>(i)] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
+    for (int m = 1; m < Norm::THREADS_PER_ROW; m <<= 1) sum += TL_SHFL_XOR(sum, m);
+    if (Norm::part() == 0) rowScale[Norm::row(i)] = rsqrtf(sum / (float)S::K + S::NORM_EPS);
   }
   tl_sync();
 }
@@ -235,9 +240,7 @@ template <class S> struct tl_mma_tile {
   static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int KT = (S::K + BK - 1) / BK, STEPS = BK / 16 / SLICES;  // k16 steps per stage, per slice
   static constexpr int B_ROW_BYTES = S::B_KN ? BN * 2 : BK * 2, A_ROW_BYTES = S::A_KM ? BM * 2 : BK * 2;
-  // RMSNorm's sums of squares: THREADS / BM threads a row, or BM / THREADS rows a thread.
-  static constexpr int NORM_THREADS_PER_ROW = THREADS >= BM ? THREADS / BM : 1;
-  static constexpr int NORM_ROWS_PER_THREAD = THREADS >= BM ? 1 : BM / THREADS;
+  using Norm = tl_norm_rows<BM, THREADS>;
   static constexpr int LD = BN + 8;  // the accumulator tile's row, in floats
   static_assert(WTM % 16 == 0 && WTN % 16 == 0 && STEPS >= 2, "warp tiles are whole 16x16 pieces");
   static_assert(!(S::A_KM && S::ROW_NORM), "RMSNorm reads A's rows along k");
@@ -357,7 +360,7 @@ template <class S> struct tl_mma_tile {
   // with RMSNorm's sums of squares of the stage being read; the wait for the stage after
   // this one comes at the second-to-last step, so the last step's fragments can already be
   // read from it.
-  TL_DEVICE void mainloop(float (&acc)[MT][NT][4], float (&sumSquares)[NORM_ROWS_PER_THREAD]) const {
+  TL_DEVICE void mainloop(float (&acc)[MT][NT][4], float (&sumSquares)[Norm::ROWS_PER_THREAD]) const {
     unsigned a[2][MT][4], b[2][NT][2];
     int readStage = 0, writeStage = S::STAGES - 1;
     fragments(readStage, slice * STEPS, a[0], b[0]);
@@ -366,9 +369,8 @@ template <class S> struct tl_mma_tile {
       for (int step = 0; step < STEPS; ++step) {
         if (step == 0) {
           if constexpr (S::ROW_NORM)
-            for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i)
-              tl_row_sum_squares(smem() + readStage * STAGE_BYTES, tl_norm_row<BM, THREADS>(i),
-                                 THREADS >= BM ? threadIdx.x % NORM_THREADS_PER_ROW : 0, NORM_THREADS_PER_ROW,
+            for (int i = 0; i < Norm::ROWS_PER_THREAD; ++i)
+              tl_row_sum_squares(smem() + readStage * STAGE_BYTES, Norm::row(i), Norm::part(), Norm::THREADS_PER_ROW,
                                  sumSquares[i]);
           if (kt + S::STAGES - 1 < KT) {
             load_b(writeStage, kt + S::STAGES - 1);
@@ -398,7 +400,7 @@ template <class S> struct tl_mma_tile {
   // epilogue reads whole rows, so any column of a row (a RoPE partner, the up half of a
   // gate/up pair) is at hand and each output is stored with 16-byte writes: rows scaled
   // by the inverse RMS, the k slices summed slice by slice.
-  TL_DEVICE float *store_tile(const float (&acc)[MT][NT][4], const float (&sumSquares)[NORM_ROWS_PER_THREAD]) const {
+  TL_DEVICE float *store_tile(const float (&acc)[MT][NT][4], const float (&sumSquares)[Norm::ROWS_PER_THREAD]) const {
     float *tileRows = reinterpret_cast<float *>(smem());
     float *rowScale = tileRows + BM * LD;
     if constexpr (S::ROW_NORM) tl_rows_inverse_rms<S, THREADS>(sumSquares, rowScale);
@@ -418,8 +420,8 @@ template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
     for (int j = 0; j < T::NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-  float sumSquares[T::NORM_ROWS_PER_THREAD];  // RMSNorm: this thread's rows' sums of squares
-  for (int i = 0; i < T::NORM_ROWS_PER_THREAD; ++i) sumSquares[i] = 0.0f;
+  float sumSquares[T::Norm::ROWS_PER_THREAD];  // RMSNorm: this thread's rows' sums of squares
+  for (int i = 0; i < T::Norm::ROWS_PER_THREAD; ++i) sumSquares[i] = 0.0f;
   tile.mainloop(acc, sumSquares);
   tl_allow_dependents();
   float *tileRows = tile.store_tile(acc, sumSquares);

@@ -149,10 +149,9 @@ template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) 
 #pragma unroll
   for (int i = 0; i < MT; ++i) tl_zero_fragments(total[i]);
 
-  constexpr int NORM_THREADS_PER_ROW = THREADS >= BM ? THREADS / BM : 1;
-  constexpr int NORM_ROWS_PER_THREAD = THREADS >= BM ? 1 : BM / THREADS;
-  float sumSquares[NORM_ROWS_PER_THREAD];
-  for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i) sumSquares[i] = 0.0f;
+  using Norm = tl_norm_rows<BM, THREADS>;
+  float sumSquares[Norm::ROWS_PER_THREAD];
+  for (int i = 0; i < Norm::ROWS_PER_THREAD; ++i) sumSquares[i] = 0.0f;
 
   // The mainloop: at each k8 step the warp reads its fragments and multiplies them (three
   // products each leave enough tensor work to cover the reads, so they are not
@@ -162,9 +161,9 @@ template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) 
   int readStage = 0, writeStage = S::STAGES - 1;
   for (int kt = 0; kt < KT; ++kt) {
     if constexpr (S::ROW_NORM)
-      for (int i = 0; i < NORM_ROWS_PER_THREAD; ++i)
-        tl_row_sum_squares_f32(tl_smem + readStage * STAGE_BYTES, tl_norm_row<BM, THREADS>(i),
-                               THREADS >= BM ? threadIdx.x % NORM_THREADS_PER_ROW : 0, NORM_THREADS_PER_ROW, sumSquares[i]);
+      for (int i = 0; i < Norm::ROWS_PER_THREAD; ++i)
+        tl_row_sum_squares_f32(tl_smem + readStage * STAGE_BYTES, Norm::row(i), Norm::part(), Norm::THREADS_PER_ROW,
+                               sumSquares[i]);
     if (kt + S::STAGES - 1 < KT) {
       loadB(writeStage, kt + S::STAGES - 1);
       loadA(writeStage, kt + S::STAGES - 1);
