@@ -8,7 +8,8 @@
 # build-dir: a build with tlc and tlc_gpu_tests (default build-gpu; every build links MLIR
 # statically, so one made elsewhere runs here).
 # steps: comma-separated kernels,forward,train,device,timing,ladder,soak,sanitize (the default),
-# and bench (bench/run.py: the levels beside PyTorch, appended to bench/RESULTS.md, with
+# and mma (kernels, forwards and workshop training on the mma.sync path, sm_80's) and
+# bench (bench/run.py: the levels beside PyTorch, appended to bench/RESULTS.md, with
 # the chart), trainbench (bench/train.py: training steps beside PyTorch's, the loss
 # curves), micro (bench/kernels.py: GEMM and attention alone beside cuBLAS and SDPA) and
 # profile (per-kernel tables of O0 and O2, workshop and 1.1B shapes) and o3 (the persistent
@@ -60,10 +61,14 @@ ncu_gemms() {
   cp "$LOGS/$out.csv" "$LOGS/$out.err" "$RESULTS/" 2>/dev/null
 }
 
-if want kernels; thenif want kernels; then  # every distinct kernel alone against the CPU reference's ops
+if want kernels; then  # every distinct kernel alone against the CPU reference's ops
   "$TESTS" --gtest_filter='Levels/GpuKernels.*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:GpuKernelsFlatTiles.*:GpuAttentionTiles.*:GpuKernelsComputedPrologue.*' > "$LOGS/kernels.txt" 2>&1
   note "kernels alone: rc=$? $(grep -c '^KERNEL' "$LOGS/kernels.txt") outputs checked," \
        "$(grep '^KERNEL' "$LOGS/kernels.txt" | awk '{split($6,a,"="); if (a[2]+0 > 2e-2 || $7 != "") n++} END {print n+0}') over 2e-2 or non-finite"
+fi
+if want mma; then  # the mma.sync kernels (sm_80's path) on this GPU: kernels, forwards, workshop training
+  TLC_NO_WGMMA=1 "$TESTS" --gtest_filter='Levels/GpuForward.*:Levels/GpuKernels.*:Levels/GpuTraining.*workshop*' > "$LOGS/mma.txt" 2>&1
+  note "mma.sync path (TLC_NO_WGMMA=1): rc=$? $(grep -c '^\[       OK' "$LOGS/mma.txt") passed, $(grep -c '^\[  FAILED  \] Levels' "$LOGS/mma.txt") failed"
 fi
 if want forward; then  # every level's forward against the CPU reference
   "$TESTS" --gtest_filter='Levels/GpuForward.*' > "$LOGS/forward.txt" 2>&1
@@ -276,8 +281,8 @@ if want sanitize; then  # small shapes, launches one by one
   # Training: a whole step under every tool; the 1.1B-width training kernels (GQA 32/4)
   # and the 1.1B QKV at 2048 tokens (flat 256x160 tiles) under memcheck only (racecheck
   # takes over five minutes on them). synccheck: an aligned barrier (bar.sync,
-  # __syncthreads) reached from two instructions (gemm_wgmma.cuh v13 fixed one).
-  for tool in memcheck racecheck synccheck; do
+  # __syncthreads) reached from two instructions (gemm_wgmma.cuh v13 fixed one). SANITIZE_TOOLS: a subset.
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
     extra=$([ $tool = memcheck ] && echo ':Levels/GpuTrainingKernels.*tinyllama_1_1b_O1_f32:GpuKernelsFlatTiles.*')
     sanitize_tests sanitizer $tool "Levels/GpuForward.*workshop_O0_*:Levels/GpuForward.*workshop_O2_*:GpuKernelsWide.*:GpuKernelsWarpSpecialized.*:Levels/GpuTraining.*workshop_O3_bf16*$extra"
   done

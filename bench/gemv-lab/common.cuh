@@ -37,13 +37,12 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-// acc += the 8 weights in wv times x[0..7]; FROM_L2: x read past L1 (another SM wrote it
-// in this launch).
-template <bool FROM_L2 = false> __device__ __forceinline__ void dot8(uint4 wv, const float *x, float &acc) {
+// acc += the 8 weights in wv times x[0..7].
+__device__ __forceinline__ void dot8(uint4 wv, const float *x, float &acc) {
   float w[8];
   unpack8(wv, w);
   const float4 *x4 = reinterpret_cast<const float4 *>(x);
-  const float4 a = FROM_L2 ? __ldcg(x4) : x4[0], b = FROM_L2 ? __ldcg(x4 + 1) : x4[1];
+  const float4 a = x4[0], b = x4[1];
   acc = fmaf(w[0], a.x, acc), acc = fmaf(w[1], a.y, acc), acc = fmaf(w[2], a.z, acc), acc = fmaf(w[3], a.w, acc);
   acc = fmaf(w[4], b.x, acc), acc = fmaf(w[5], b.y, acc), acc = fmaf(w[6], b.z, acc), acc = fmaf(w[7], b.w, acc);
 }
