@@ -20,7 +20,8 @@
 # the 1.1B's layer timeline) and o3sanitize (the persistent kernel under memcheck,
 # racecheck and synccheck) and lab (bench/gemv-lab's two programs, built with the machine's
 # nvcc) and f32 (issue 31: the f32 levels timed, O2's forward and training step profiled,
-# the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs) and f32split (the
+# the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs) and bf16ncu (the bf16
+# O3 forward's GEMMs profiled, 8 x 128) and f32split (the
 # same four GEMMs with no split pass, timed beside main and under Nsight Compute; needs tl-run).
 set -u
 BUILD=${1:-build-gpu}
@@ -183,6 +184,13 @@ if want ncu; then  # Nsight Compute on the 1.1B decode step's kernels: bandwidth
   note "ncu decode: rc=$? (ncu-decode.csv: one row a metric a kernel)"
   grep -E 'DRAM Throughput|Duration|Achieved Occupancy' "$LOGS/ncu-decode.csv" | cut -c1-200 | tee -a "$summary"
   cp "$LOGS/ncu-decode.csv" "$LOGS/ncu-decode.err" "$RESULTS/" 2>/dev/null
+fi
+if want bf16ncu; then  # issue 30: the bf16 prefill forward's GEMMs (workshop 8 x 128, O3) launch by launch and under Nsight Compute
+  "$TLC" $MODEL -O3 --batch-size=8 --seq-len=128 --dtype=bf16 --run --target=cuda --profile --iterations=20 \
+    --progress=never > "$LOGS/profile-bf16-O3.txt" 2>&1
+  sed -n '/^ *kernel/,/^$/p' "$LOGS/profile-bf16-O3.txt" | head -14 | tee -a "$summary"
+  ncu_gemms ncu-bf16 "$TLC" $MODEL -O3 --dtype=bf16 --batch-size=8 --seq-len=128 --run --target=cuda --progress=never \
+    --profile --iterations=1
 fi
 if want f32; then  # issue 31: the f32 levels, where their GEMMs' time goes, and the sm_90a tf32 tiles
   timeout 300 "$TESTS" --gtest_filter='GpuKernelsTf32.*:GpuForwardPrecision.*' > "$LOGS/f32-tests.txt" 2>&1

@@ -61,6 +61,9 @@
 //       the unaligned barrier.sync (tl_roles_join): bar.sync, the aligned form, promised that
 //       every thread of the block runs one instruction, and compute-sanitizer's synccheck
 //       reported each consumer thread of the logits' GEMM as divergent.
+//   v14 v1's tile as named steps (tl_wgmma_tile: load_a, load_b, start_pipeline,
+//       mma_stage, step, mainloop), as gemm_mma.cuh v7 names the mma.sync tile's; the
+//       same copies, barriers and wgmmas as before.
 //
 // Same Spec hooks as gemm_mma.cuh (BM = 64, 128 or 256; BN = 64, 128, 160, 192 or 256;
 // with A_KM or B_KN, v1 only and BN a multiple of 64).
@@ -413,128 +416,112 @@ TL_DEVICE void tl_wgmma_finish_tile(const typename S::Params &p, const float (&a
   tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
 }
 
-template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
-  constexpr int BM = S::BM, BN = S::BN, BK = 64, GROUPS = BM / 64, THREADS = GROUPS * 128;
-  constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-  constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES;
+// A v1 tile (tl_gemm_wgmma): its stages' copies, its k steps and its pipeline, named as
+// gemm_mma.cuh's tl_mma_tile names them.
+template <class S> struct tl_wgmma_tile {
+  static constexpr int BM = S::BM, BN = S::BN, BK = 64, GROUPS = BM / 64, THREADS = GROUPS * 128;
+  static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES, NORM_THREADS_PER_ROW = THREADS / BM;
+  static constexpr int PANEL_BYTES = BK * 128;  // an M- or N-major operand's panel of 64 columns
   static_assert(BM % 64 == 0 && tl_wgmma_width(BN) && STAGES >= 3, "wgmma tiles: 64 to 256 rows, 64..256 columns");
   // A stored [K, M] or B stored [K, N] (the backward's dX and dW): panels of 64 columns,
   // read by descriptor with wgmma's transpose; no RMSNorm on such A.
   static_assert(!(S::A_KM || S::B_KN) || (BN % 64 == 0 && !S::ROW_NORM && !S::NORM_GAIN),
                 "transposed operands: 64-column panels, no RMSNorm");
-  extern __shared__ __align__(128) unsigned char tl_smem_raw[];
-  // Swizzled stages must start on 1024 bytes (the launch asks for 1 KiB more).
-  unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
-  const unsigned smem = tl_smem_addr(tl_smem);  // the stages' shared address, for the copies
-
-  constexpr int SPLITS = S::K_SPLITS;
-  const tl_tile_work work = [] {
-    if constexpr (S::NORM_GRAD) return tl_norm_grad_block_work<S, KT>();
-    else return tl_block_work<S, KT>();
-  }();
-  const int tile = work.tile, kBegin = work.kBegin, kCount = work.kCount;
-  const int tm = tile % S::TILES_M, tn = (tile / S::TILES_M) % S::TILES_N, bt = tile / (S::TILES_M * S::TILES_N);
-  const tl_tile_cols cols = S::tile_cols(tn);
-  const int m0 = tm * BM;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // RMSNorm with NORM_SHARED (never with split-K): only the blocks of column tile 0 sum
   // their rows' squares, shared before the epilogue (tl_share_row_norm). Otherwise every
   // block sums its rows.
-  static_assert(!S::NORM_SHARED || (S::ROW_NORM && SPLITS == 1), "shared norm sums: unsplit norm GEMMs only");
-  const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
+  static_assert(!S::NORM_SHARED || (S::ROW_NORM && S::K_SPLITS == 1), "shared norm sums: unsplit norm GEMMs only");
 
+  const typename S::Params &p;
+  unsigned char *stages;  // 1024-byte aligned (swizzled stages), then RMSNorm's gain: 128 bytes a stage
+  unsigned smem;          // the stages' shared address, for the copies
+  tl_tile_work work;
+  int tm, tn, bt, m0;
+  tl_tile_cols cols;
+  bool sumsSquares;
   tl_a_stage_copies<S, BM, THREADS> aCopies;
-  if constexpr (!S::A_KM) aCopies.init(p, bt, m0);
   tl_stage_copies<BN, THREADS> bCopies;
-  if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
+
+  TL_DEVICE tl_wgmma_tile(const typename S::Params &params, unsigned char *alignedStages)
+      : p(params), stages(alignedStages), smem(tl_smem_addr(alignedStages)), work([] {
+          if constexpr (S::NORM_GRAD) return tl_norm_grad_block_work<S, KT>();
+          else return tl_block_work<S, KT>();
+        }()) {
+    tm = work.tile % S::TILES_M;
+    tn = (work.tile / S::TILES_M) % S::TILES_N;
+    bt = work.tile / (S::TILES_M * S::TILES_N);
+    cols = S::tile_cols(tn);
+    m0 = tm * BM;
+    sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
+    if constexpr (!S::A_KM) aCopies.init(p, bt, m0);
+    if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
+  }
   // An M- or N-major operand's stage: k row r of chunk c (8 columns) into panel c / 8.
-  constexpr int PANEL_BYTES = BK * 128;
-  auto panelChunk = [](int r, int c) { return (c / 8) * PANEL_BYTES + tl_swizzle(r, c % 8, 128); };
-  auto loadB = [&](int stage, int kt) {
+  TL_DEVICE static int panel_chunk(int r, int c) { return (c / 8) * PANEL_BYTES + tl_swizzle(r, c % 8, 128); }
+  TL_DEVICE unsigned char *gain_stage(int stage) const { return stages + STAGES * STAGE_BYTES + stage * 128; }
+
+  TL_DEVICE void load_b(int stage, int kt) const {
     if constexpr (S::B_KN) {
 #pragma unroll
       for (int i = threadIdx.x; i < BK * (BN / 8); i += THREADS) {
         const int r = i / (BN / 8), c = i % (BN / 8), k = kt * BK + r;
         const tl_bf16 *src = k < S::K ? S::b_src(p, bt, cols, c * 8, k) : nullptr;
-        tl_cp_async16(smem + stage * STAGE_BYTES + A_BYTES + panelChunk(r, c), src ? src : S::b_base(p), src ? 16 : 0);
+        tl_cp_async16(smem + stage * STAGE_BYTES + A_BYTES + panel_chunk(r, c), src ? src : S::b_base(p), src ? 16 : 0);
       }
     } else {
       const int k = kt * BK + (threadIdx.x % 8) * 8;
       bCopies.copy(smem + stage * STAGE_BYTES + A_BYTES, S::b_col(k), tl_k_inside<S>(k));
     }
-  };
-  // RMSNorm's gain for the stage's 64 k: 128 bytes after all the stages.
-  unsigned char *sGain = tl_smem + STAGES * STAGE_BYTES;
-  auto loadA = [&](int stage, int kt) {
+  }
+  TL_DEVICE void load_a(int stage, int kt) const {
     const int k = kt * BK + (threadIdx.x % 8) * 8;
     if constexpr (S::A_KM) {
 #pragma unroll
       for (int i = threadIdx.x; i < BK * (BM / 8); i += THREADS) {
         const int r = i / (BM / 8), c = i % (BM / 8), kr = kt * BK + r, m = m0 + c * 8;
         const bool inside = kr < S::K && m < S::M;
-        tl_cp_async16(smem + stage * STAGE_BYTES + panelChunk(r, c), inside ? S::a_src(p, bt, m, kr) : S::a_base(p),
+        tl_cp_async16(smem + stage * STAGE_BYTES + panel_chunk(r, c), inside ? S::a_src(p, bt, m, kr) : S::a_base(p),
                       inside ? 16 : 0);
       }
     } else {
       aCopies.copy_k(p, smem + stage * STAGE_BYTES, k);
     }
     if (S::NORM_GAIN && threadIdx.x < 8)
-      tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
-  };
+      tl_cp_async16(tl_smem_addr(gain_stage(stage) + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0),
+                    k < S::K ? 16 : 0);
+  }
 
   // STAGES - 2 stages in flight ahead of the one computed; the stage before that may
-  // still be read by the wgmma group in flight.
-  if constexpr (S::CHAINED) {
-    for (int s = 0; s < STAGES - 2; ++s)
-      if (s < kCount) loadB(s, kBegin + s);
-    tl_wait_for_producers();
-  }
-  for (int s = 0; s < STAGES - 2; ++s) {
-    if (s < kCount) {
-      if constexpr (!S::CHAINED) loadB(s, kBegin + s);
-      loadA(s, kBegin + s);
+  // still be read by the wgmma group in flight. Chained, the weights' first stages are
+  // copied before waiting for the kernel before.
+  TL_DEVICE void start_pipeline() const {
+    if constexpr (S::CHAINED) {
+      for (int s = 0; s < STAGES - 2; ++s)
+        if (s < work.kCount) load_b(s, work.kBegin + s);
+      tl_wait_for_producers();
     }
-    tl_cp_async_commit();
-  }
-  // RMSNorm's backward: its x, residual and gain on their way into registers while the
-  // mainloop runs (gemm_norm_grad.cuh v2).
-  const auto normInputs = [&] {
-    if constexpr (S::NORM_GRAD) return tl_norm_grad_prefetch<S, THREADS>(p, m0, cols.col0, cols.width);
-    else return 0;
-  }();
-
-  float acc[BN / 2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-  constexpr int NORM_THREADS_PER_ROW = THREADS / BM;
-  float sumSquares = 0.0f;
-
-  // One k tile: wait for its stage, start the copy of a later one, read this warp's A
-  // fragments (16 rows, four k16 steps) into `frag` if a gain scales them, issue four
-  // wgmmas and commit them. `frag` alternates between two register sets: the group in
-  // flight still reads the other.
-  auto step = [&](int i, unsigned (&frag)[4][4]) {
-    const int kt = kBegin + i, stage = i % STAGES;
-    tl_cp_async_wait<STAGES - 3>();
-    // cp.async wrote the stage through the generic proxy; wgmma reads it through the async one.
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    tl_wgmma_wait<1>();
-    tl_wgmma_pin(acc);
-    tl_sync();
-    if (i + STAGES - 2 < kCount) {
-      loadB((i + STAGES - 2) % STAGES, kt + STAGES - 2);
-      loadA((i + STAGES - 2) % STAGES, kt + STAGES - 2);
+    for (int s = 0; s < STAGES - 2; ++s) {
+      if (s < work.kCount) {
+        if constexpr (!S::CHAINED) load_b(s, work.kBegin + s);
+        load_a(s, work.kBegin + s);
+      }
+      tl_cp_async_commit();
     }
-    tl_cp_async_commit();
+  }
 
-    const unsigned char *sA = tl_smem + stage * STAGE_BYTES;
-    const unsigned aBase = tl_smem_addr(sA), bBase = tl_smem_addr(sA + A_BYTES);
-    if constexpr (S::NORM_GAIN) {  // A through registers, scaled by the gain
+  // The four k16 wgmmas of `stage`, committed as one group. With a gain, this warp's A
+  // fragments (16 rows) are read into `frag` and scaled (`frag` alternates between two
+  // register sets: the group in flight still reads the other); else A by descriptor too.
+  TL_DEVICE void mma_stage(int stage, float (&acc)[BN / 2], unsigned (&frag)[4][4]) const {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const unsigned aBase = smem + stage * STAGE_BYTES, bBase = aBase + A_BYTES;
+    if constexpr (S::NORM_GAIN) {
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         const int row = warp * 16 + lane % 16, chunk = s * 2 + lane / 16;
         tl_ldmatrix_x4(aBase + tl_swizzle(row, chunk, BK * 2), frag[s]);
-        const unsigned *gain = reinterpret_cast<const unsigned *>(sGain + stage * 128) + s * 8 + lane % 4;
+        const unsigned *gain = reinterpret_cast<const unsigned *>(gain_stage(stage)) + s * 8 + lane % 4;
         const unsigned g0 = gain[0], g8 = gain[4];
         frag[s][0] = tl_mul_bf16x2(frag[s][0], g0);
         frag[s][1] = tl_mul_bf16x2(frag[s][1], g0);
@@ -545,7 +532,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
       tl_wgmma_pin(acc);
 #pragma unroll
       for (int s = 0; s < 4; ++s) tl_wgmma<BN>(acc, frag[s], tl_wgmma_descriptor(bBase, s * 32));
-    } else {  // A by descriptor too: the warpgroup's 64 rows of the stage (its panel if M-major)
+    } else {  // the warpgroup's 64 rows of the stage (its panel if M-major)
       const unsigned aRows = aBase + (warp / 4) * 64 * BK * 2;
       tl_wgmma_fence();
       tl_wgmma_pin(acc);
@@ -561,29 +548,71 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
     }
     tl_wgmma_commit();
     tl_wgmma_pin(acc);
-    // RMSNorm's sums of squares while the tensor cores work (the stage stays until the
-    // next barrier).
-    if (sumsSquares)
-      tl_row_sum_squares(sA, threadIdx.x / NORM_THREADS_PER_ROW, threadIdx.x % NORM_THREADS_PER_ROW,
-                         NORM_THREADS_PER_ROW, sumSquares);
-  };
-  unsigned even[4][4], odd[4][4];
-  for (int i = 0; i < kCount; i += 2) {
-    step(i, even);
-    if (i + 1 < kCount) step(i + 1, odd);
   }
-  tl_wgmma_wait<0>();
-  tl_wgmma_pin(acc);
-  tl_cp_async_wait<0>();
-  tl_sync();
-  tl_allow_dependents();
 
-  float rowSum = 0.0f;  // this block's part of a row's sum of squares
-  if (sumsSquares) {
-    rowSum = sumSquares;
-    for (int m = 1; m < NORM_THREADS_PER_ROW; m <<= 1) rowSum += TL_SHFL_XOR(rowSum, m);
+  // k tile i of the block's: wait for its stage, start the copy of a later one, issue its
+  // wgmmas, and RMSNorm's sums of squares while the tensor cores work (the stage stays
+  // until the next barrier).
+  TL_DEVICE void step(int i, float (&acc)[BN / 2], unsigned (&frag)[4][4], float &sumSquares) const {
+    const int kt = work.kBegin + i, stage = i % STAGES;
+    tl_cp_async_wait<STAGES - 3>();
+    // cp.async wrote the stage through the generic proxy; wgmma reads it through the async one.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    tl_wgmma_wait<1>();
+    tl_wgmma_pin(acc);
+    tl_sync();
+    if (i + STAGES - 2 < work.kCount) {
+      load_b((i + STAGES - 2) % STAGES, kt + STAGES - 2);
+      load_a((i + STAGES - 2) % STAGES, kt + STAGES - 2);
+    }
+    tl_cp_async_commit();
+    mma_stage(stage, acc, frag);
+    if (sumsSquares)
+      tl_row_sum_squares(stages + stage * STAGE_BYTES, threadIdx.x / NORM_THREADS_PER_ROW,
+                         threadIdx.x % NORM_THREADS_PER_ROW, NORM_THREADS_PER_ROW, sumSquares);
   }
-  tl_wgmma_finish_tile<S, THREADS, BN>(p, acc, tl_smem, work, cols, tm, tn, bt, m0, rowSum, normInputs);
+
+  // Every k tile into acc; returns this block's part of this thread's row's sum of squares
+  // (RMSNorm; 0 where the block sums none), the stages free again.
+  TL_DEVICE float mainloop(float (&acc)[BN / 2]) const {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    float sumSquares = 0.0f;
+    unsigned even[4][4], odd[4][4];
+    for (int i = 0; i < work.kCount; i += 2) {
+      step(i, acc, even, sumSquares);
+      if (i + 1 < work.kCount) step(i + 1, acc, odd, sumSquares);
+    }
+    tl_wgmma_wait<0>();
+    tl_wgmma_pin(acc);
+    tl_cp_async_wait<0>();
+    tl_sync();
+    float rowSum = 0.0f;
+    if (sumsSquares) {
+      rowSum = sumSquares;
+      for (int m = 1; m < NORM_THREADS_PER_ROW; m <<= 1) rowSum += TL_SHFL_XOR(rowSum, m);
+    }
+    return rowSum;
+  }
+};
+
+template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
+  using T = tl_wgmma_tile<S>;
+  extern __shared__ __align__(128) unsigned char tl_smem_raw[];
+  // Swizzled stages must start on 1024 bytes (the launch asks for 1 KiB more).
+  const T tile(p, tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023));
+  tile.start_pipeline();
+  // RMSNorm's backward: its x, residual and gain on their way into registers while the
+  // mainloop runs (gemm_norm_grad.cuh v2).
+  const auto normInputs = [&] {
+    if constexpr (S::NORM_GRAD) return tl_norm_grad_prefetch<S, T::THREADS>(p, tile.m0, tile.cols.col0, tile.cols.width);
+    else return 0;
+  }();
+  float acc[T::BN / 2];
+  const float rowSum = tile.mainloop(acc);
+  tl_allow_dependents();
+  tl_wgmma_finish_tile<S, T::THREADS, T::BN>(p, acc, tile.stages, tile.work, tile.cols, tile.tm, tile.tn, tile.bt,
+                                             tile.m0, rowSum, normInputs);
 }
 
 // The warp-specialized kernels' (v4, gemm_wgmma_tf32.cuh v3) stage barriers: a full one
