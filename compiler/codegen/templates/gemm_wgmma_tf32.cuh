@@ -35,6 +35,8 @@
 //       row's column tiles one cluster, K unsplit, x, the residual and the gain loaded
 //       into registers while the mainloop runs. Before, these GEMMs ran on mma.sync.
 //   v6  v3's roles meet at the unaligned barrier (gemm_wgmma.cuh v13's tl_roles_join).
+//   v7  v1's tile as named steps (tl_wgmma_tf32_tile: load_a, load_b, start_pipeline,
+//       split_stage, step, row_sum, mainloop), as gemm_wgmma.cuh v14 names the bf16 tile's.
 //
 // BM 64 or 128, BN 64 or 128; v3 K-major operands only.
 #pragma once
@@ -177,38 +179,51 @@ TL_DEVICE void tl_copy_k_major_f32(unsigned tile, const Float *anywhere, Source 
   }
 }
 
-template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p) {
-  constexpr int BM = S::BM, BN = S::BN, BK = 32, GROUPS = BM / 64, THREADS = GROUPS * 128, P = S::TF32_PRODUCTS;
+// A v1 tile (tl_gemm_wgmma_tf32): its stages' copies, each stage's split and wgmmas, and
+// its pipeline, named as gemm_wgmma.cuh's tl_wgmma_tile names them.
+template <class S> struct tl_wgmma_tf32_tile {
+  static constexpr int BM = S::BM, BN = S::BN, BK = 32, GROUPS = BM / 64, THREADS = GROUPS * 128, P = S::TF32_PRODUCTS;
   // A stage: A and B rows (their high parts once split). Their residuals go to one of two
   // buffers after the stages, in turn: only the group in flight still reads the other.
-  constexpr int A_BYTES = BM * BK * 4, STAGE_BYTES = (BM + BN) * BK * 4;
-  constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES;
+  static constexpr int A_BYTES = BM * BK * 4, STAGE_BYTES = (BM + BN) * BK * 4;
+  static constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES, NORM_THREADS_PER_ROW = THREADS / BM;
+  // v2: the accumulator promoted into a running total every TL_TF32_PROMOTE_TILES k tiles.
+  static constexpr bool PROMOTE = KT > TL_TF32_PROMOTE_TILES;
+  static constexpr int SQUARES = BM * 8 / THREADS;  // RMSNorm: rows threadIdx.x / 8 + j * THREADS / 8
   static_assert((BM == 64 || BM == 128) && STAGES >= 3, "tf32 wgmma: 64 or 128 rows");
   static_assert(!S::A_KM || (!S::ROW_NORM && !S::NORM_GAIN), "v4: no RMSNorm on an A stored [K, M]");
   static_assert(!S::NORM_SHARED || (S::ROW_NORM && S::K_SPLITS == 1), "shared norm sums: unsplit norm GEMMs only");
-  extern __shared__ __align__(128) unsigned char tl_smem_raw[];
-  // Swizzled stages must start on 1024 bytes (the launch asks for 1 KiB more).
-  unsigned char *tl_smem = tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023);
-  const unsigned smem = tl_smem_addr(tl_smem);
 
-  const tl_tile_work work = [] {
-    if constexpr (S::NORM_GRAD) return tl_norm_grad_block_work<S, KT>();
-    else return tl_block_work<S, KT>();
-  }();
-  const int kBegin = work.kBegin, kCount = work.kCount;
-  const int tm = work.tile % S::TILES_M, tn = (work.tile / S::TILES_M) % S::TILES_N, bt = work.tile / (S::TILES_M * S::TILES_N);
-  const tl_tile_cols cols = S::tile_cols(tn);
-  const int m0 = tm * BM;
-  const int warp = threadIdx.x / 32;
-  const bool sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
-
+  const typename S::Params &p;
+  unsigned char *stages;  // 1024-byte aligned; then two buffers of residuals, then RMSNorm's gain
+  unsigned smem;          // the stages' shared address, for the copies
+  tl_tile_work work;
+  int tm, tn, bt, m0;
+  tl_tile_cols cols;
+  bool sumsSquares;
   tl_stage_copies<BM, THREADS, float> aCopies;
-  if constexpr (!S::A_KM) aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
   tl_stage_copies<BN, THREADS, float> bCopies;
-  if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
-  unsigned char *residuals = tl_smem + STAGES * STAGE_BYTES;
-  unsigned char *sGain = residuals + 2 * STAGE_BYTES;  // RMSNorm's gain, 32 floats a stage
-  auto loadB = [&](int stage, int kt) {
+
+  TL_DEVICE tl_wgmma_tf32_tile(const typename S::Params &params, unsigned char *alignedStages)
+      : p(params), stages(alignedStages), smem(tl_smem_addr(alignedStages)), work([] {
+          if constexpr (S::NORM_GRAD) return tl_norm_grad_block_work<S, KT>();
+          else return tl_block_work<S, KT>();
+        }()) {
+    tm = work.tile % S::TILES_M;
+    tn = (work.tile / S::TILES_M) % S::TILES_N;
+    bt = work.tile / (S::TILES_M * S::TILES_N);
+    cols = S::tile_cols(tn);
+    m0 = tm * BM;
+    sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
+    if constexpr (!S::A_KM) aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
+    if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
+  }
+  TL_DEVICE unsigned char *residual_buffer(int i) const { return stages + STAGES * STAGE_BYTES + (i % 2) * STAGE_BYTES; }
+  TL_DEVICE const float *gain_stage(int stage) const {  // 32 floats a stage
+    return reinterpret_cast<const float *>(stages + (STAGES + 2) * STAGE_BYTES + stage * 128);
+  }
+
+  TL_DEVICE void load_b(int stage, int kt) const {
     const int k = kt * BK + (threadIdx.x % 8) * 4;
     if constexpr (S::B_KN)
       tl_copy_k_major_f32<BN, THREADS, BK>(smem + stage * STAGE_BYTES + A_BYTES, S::b_base(p), [&](int r, int n) {
@@ -216,8 +231,8 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
       });
     else
       bCopies.copy(smem + stage * STAGE_BYTES + A_BYTES, S::b_col(k), tl_k_inside_f32<S>(k));
-  };
-  auto loadA = [&](int stage, int kt) {
+  }
+  TL_DEVICE void load_a(int stage, int kt) const {
     const int k = kt * BK + (threadIdx.x % 8) * 4, kGain = kt * BK + threadIdx.x * 4;
     if constexpr (S::A_KM)
       tl_copy_k_major_f32<BM, THREADS, BK>(smem + stage * STAGE_BYTES, S::a_base(p), [&](int r, int m) {
@@ -226,33 +241,43 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
     else
       aCopies.copy(smem + stage * STAGE_BYTES, S::a_col(k), tl_k_inside_f32<S>(k));
     if (S::NORM_GAIN && threadIdx.x < 8)
-      tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (kGain < S::K ? kGain : 0),
+      tl_cp_async16(tl_smem_addr(gain_stage(stage)) + threadIdx.x * 16, S::gain(p) + (kGain < S::K ? kGain : 0),
                     kGain < S::K ? 16 : 0);
-  };
-
+  }
   // STAGES - 2 stages in flight ahead of the one computed; the stage before that may
   // still be read by the wgmma group in flight.
-  tl_gemm_prologue<S::CHAINED>(STAGES - 2, kBegin, kCount, loadA, loadB);
-  // v5, RMSNorm's backward: its inputs on their way into registers while the mainloop runs.
-  const auto normInputs = [&] {
-    if constexpr (S::NORM_GRAD) return tl_norm_grad_prefetch<S, THREADS>(p, m0, cols.col0, cols.width);
-    else return 0;
-  }();
+  TL_DEVICE void start_pipeline() const {
+    tl_gemm_prologue<S::CHAINED>(STAGES - 2, work.kBegin, work.kCount, [&](int stage, int kt) { load_a(stage, kt); },
+                                 [&](int stage, int kt) { load_b(stage, kt); });
+  }
 
-  float acc[BN / 2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-  // v2: the running total (unused, so no registers, where K is one period).
-  constexpr bool PROMOTE = KT > TL_TF32_PROMOTE_TILES;
-  float total[BN / 2] = {};
-  // RMSNorm: this thread's squares of rows threadIdx.x / 8 + j * THREADS / 8, from the split.
-  float squares[BM * 8 / THREADS] = {};
+  // Stage `stage` split in place (high parts, residuals into `residual`), RMSNorm's squares
+  // of A's rows summed on the way; v4: a k-major operand's blocks read into registers
+  // first and, every thread's reads done, written back transposed.
+  TL_DEVICE void split_stage(int stage, unsigned char *residual, float (&squares)[SQUARES]) const {
+    unsigned char *sA = stages + stage * STAGE_BYTES;
+    const float *gain = S::NORM_GAIN ? gain_stage(stage) : nullptr;
+    if constexpr (S::A_KM || S::B_KN) {
+      tl_transpose_tf32<BM, THREADS> aBlocks;
+      tl_transpose_tf32<BN, THREADS> bBlocks;
+      if constexpr (S::A_KM) aBlocks.load(sA);
+      if constexpr (S::B_KN) bBlocks.load(sA + A_BYTES);
+      float none[1] = {};
+      if constexpr (!S::A_KM) tl_split_stage_tf32<BM, BM, THREADS, P>(sA, residual, gain, squares);
+      if constexpr (!S::B_KN) tl_split_stage_tf32<BN, 0, THREADS, P>(sA + A_BYTES, residual + A_BYTES, nullptr, none);
+      tl_sync();
+      if constexpr (S::A_KM) aBlocks.template store<P>(sA, residual);
+      if constexpr (S::B_KN) bBlocks.template store<P>(sA + A_BYTES, residual + A_BYTES);
+    } else {
+      tl_split_stage_tf32<BM + BN, BM, THREADS, P>(sA, residual, gain, squares);
+    }
+  }
 
-  // One k tile: wait for its stage and for the group before the last, start the copy of a
-  // later stage, split this one in place (high parts, residuals beside them), then each
-  // warpgroup issues l·h, h·l and h·h for four k8 slices of its 64 rows.
-  for (int i = 0; i < kCount; ++i) {
-    const int kt = kBegin + i, stage = i % STAGES;
+  // k tile i of the block's: wait for its stage and for the group before the last
+  // (promoting the accumulator where due), start the copy of a later stage, split this
+  // one, then each warpgroup issues l·h, h·l and h·h for four k8 slices of its 64 rows.
+  TL_DEVICE void step(int i, float (&acc)[BN / 2], float (&total)[BN / 2], float (&squares)[SQUARES]) const {
+    const int kt = work.kBegin + i, stage = i % STAGES;
     tl_cp_async_wait<STAGES - 3>();
     if (PROMOTE && i > 0 && i % TL_TF32_PROMOTE_TILES == 0) {
       tl_wgmma_wait<0>();
@@ -264,36 +289,19 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
     }
     tl_wgmma_pin(acc);
     tl_sync();
-    if (i + STAGES - 2 < kCount) {
-      loadB((i + STAGES - 2) % STAGES, kt + STAGES - 2);
-      loadA((i + STAGES - 2) % STAGES, kt + STAGES - 2);
+    if (i + STAGES - 2 < work.kCount) {
+      load_b((i + STAGES - 2) % STAGES, kt + STAGES - 2);
+      load_a((i + STAGES - 2) % STAGES, kt + STAGES - 2);
     }
     tl_cp_async_commit();
-
-    unsigned char *sA = tl_smem + stage * STAGE_BYTES, *residual = residuals + (i % 2) * STAGE_BYTES;
-    if constexpr (S::A_KM || S::B_KN) {
-      // v4: the k-major operands' blocks into registers, the K-major one split in place,
-      // then (every thread's reads done) the blocks written back transposed.
-      tl_transpose_tf32<BM, THREADS> aBlocks;
-      tl_transpose_tf32<BN, THREADS> bBlocks;
-      if constexpr (S::A_KM) aBlocks.load(sA);
-      if constexpr (S::B_KN) bBlocks.load(sA + A_BYTES);
-      float none[1] = {};
-      if constexpr (!S::A_KM)
-        tl_split_stage_tf32<BM, BM, THREADS, P>(
-            sA, residual, S::NORM_GAIN ? reinterpret_cast<const float *>(sGain + stage * 128) : nullptr, squares);
-      if constexpr (!S::B_KN) tl_split_stage_tf32<BN, 0, THREADS, P>(sA + A_BYTES, residual + A_BYTES, nullptr, none);
-      tl_sync();
-      if constexpr (S::A_KM) aBlocks.template store<P>(sA, residual);
-      if constexpr (S::B_KN) bBlocks.template store<P>(sA + A_BYTES, residual + A_BYTES);
-    } else {
-      tl_split_stage_tf32<BM + BN, BM, THREADS, P>(
-          sA, residual, S::NORM_GAIN ? reinterpret_cast<const float *>(sGain + stage * 128) : nullptr, squares);
-    }
+    unsigned char *residual = residual_buffer(i);
+    split_stage(stage, residual, squares);
     // Written through the generic proxy; wgmma reads through the async one.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     tl_sync();
-    const unsigned aHigh = tl_smem_addr(sA) + (warp / 4) * 64 * 128, bHigh = tl_smem_addr(sA) + A_BYTES;
+    const int warp = threadIdx.x / 32;
+    const unsigned sA = smem + stage * STAGE_BYTES;
+    const unsigned aHigh = sA + (warp / 4) * 64 * 128, bHigh = sA + A_BYTES;
     const unsigned aLow = tl_smem_addr(residual) + (warp / 4) * 64 * 128, bLow = tl_smem_addr(residual) + A_BYTES;
     tl_wgmma_fence();
     tl_wgmma_pin(acc);
@@ -301,33 +309,60 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
     tl_wgmma_commit();
     tl_wgmma_pin(acc);
   }
-  tl_wgmma_wait<0>();
-  tl_wgmma_pin(acc);
-  if constexpr (PROMOTE)
-#pragma unroll
-    for (int e = 0; e < BN / 2; ++e) acc[e] += total[e];
-  tl_cp_async_wait<0>();
-  tl_sync();
-  tl_allow_dependents();
 
   // The 8 threads of a row (neighbouring lanes) add their squares; each row's sum passes
   // through shared memory to the row's thread in gemm_wgmma.cuh's layout (THREADS / BM a
   // row), which ends the tile as that kernel does.
-  constexpr int NORM_THREADS_PER_ROW = THREADS / BM;
-  float rowSum = 0.0f;
-  if (sumsSquares) {
-    float *rowSums = reinterpret_cast<float *>(tl_smem);
+  TL_DEVICE float row_sum(const float (&squares)[SQUARES]) const {
+    if (!sumsSquares) return 0.0f;
+    float *rowSums = reinterpret_cast<float *>(stages);
 #pragma unroll
-    for (int j = 0; j < BM * 8 / THREADS; ++j) {
+    for (int j = 0; j < SQUARES; ++j) {
       float sum = squares[j];
       for (int m = 1; m < 8; m <<= 1) sum += TL_SHFL_XOR(sum, m);
       if (threadIdx.x % 8 == 0) rowSums[threadIdx.x / 8 + j * (THREADS / 8)] = sum;
     }
     tl_sync();
-    if (threadIdx.x % NORM_THREADS_PER_ROW == 0) rowSum = rowSums[threadIdx.x / NORM_THREADS_PER_ROW];
+    const float rowSum = threadIdx.x % NORM_THREADS_PER_ROW == 0 ? rowSums[threadIdx.x / NORM_THREADS_PER_ROW] : 0.0f;
     tl_sync();
+    return rowSum;
   }
-  tl_wgmma_finish_tile<S, THREADS, BN>(p, acc, tl_smem, work, cols, tm, tn, bt, m0, rowSum, normInputs);
+
+  // Every k tile into acc; returns this block's part of this thread's row's sum of squares
+  // (RMSNorm; 0 where the block sums none), the stages free again.
+  TL_DEVICE float mainloop(float (&acc)[BN / 2]) const {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    float total[BN / 2] = {};  // v2's running total (unused, so no registers, where K is one period)
+    float squares[SQUARES] = {};
+    for (int i = 0; i < work.kCount; ++i) step(i, acc, total, squares);
+    tl_wgmma_wait<0>();
+    tl_wgmma_pin(acc);
+    if constexpr (PROMOTE)
+#pragma unroll
+      for (int e = 0; e < BN / 2; ++e) acc[e] += total[e];
+    tl_cp_async_wait<0>();
+    tl_sync();
+    tl_allow_dependents();
+    return row_sum(squares);
+  }
+};
+
+template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p) {
+  using T = tl_wgmma_tf32_tile<S>;
+  extern __shared__ __align__(128) unsigned char tl_smem_raw[];
+  // Swizzled stages must start on 1024 bytes (the launch asks for 1 KiB more).
+  const T tile(p, tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023));
+  tile.start_pipeline();
+  // v5, RMSNorm's backward: its inputs on their way into registers while the mainloop runs.
+  const auto normInputs = [&] {
+    if constexpr (S::NORM_GRAD) return tl_norm_grad_prefetch<S, T::THREADS>(p, tile.m0, tile.cols.col0, tile.cols.width);
+    else return 0;
+  }();
+  float acc[T::BN / 2];
+  const float rowSum = tile.mainloop(acc);
+  tl_wgmma_finish_tile<S, T::THREADS, T::BN>(p, acc, tile.stages, tile.work, tile.cols, tile.tm, tile.tn, tile.bt,
+                                             tile.m0, rowSum, normInputs);
 }
 
 
