@@ -295,6 +295,7 @@ public:
       callerReady_ = device_->createEvent();
       forwardDone_ = device_->createEvent();
     }
+    connectCollectives();
     device_->synchronize();
     size_t usedAfter = device_->usedBytes();
     report_.peakDeviceBytes = int64_t(usedAfter > usedBefore ? usedAfter - usedBefore : 0);
@@ -867,6 +868,41 @@ private:
     if (timing) device_->recordOn(collectiveStream_.get(), timing->second.get());
     device_->recordOn(collectiveStream_.get(), done.get());
     pendingBuckets_.push_back(bucket);
+  }
+
+  // NCCL connects the ranks lazily, at the first all-reduce of each size class it meets:
+  // every bucket's all-reduce once here, on scratch memory laid out as the bucket, so that
+  // the first step times the step, not the connecting (which took longer than many steps),
+  // and a rank that does not come is named as in a step.
+  void connectCollectives() {
+    if (!collectives_ || buckets_.empty()) return;
+    auto padded = [](const DeviceCollectives::Buffer &buffer) {
+      return (buffer.count * size_t(dtypeBytes(buffer.dtype)) + 255) / 256 * 256;
+    };
+    size_t largest = 0;
+    for (const auto &bucket : buckets_) {
+      size_t bytes = 0;
+      for (const auto &buffer : bucket) bytes += padded(buffer);
+      largest = std::max(largest, bytes);
+    }
+    void *scratch = device_->allocate(largest);
+    device_->fill(scratch, 0, largest);
+    for (const auto &bucket : buckets_) {
+      std::vector<DeviceCollectives::Buffer> standIn;
+      size_t offset = 0;
+      for (const auto &buffer : bucket) {
+        standIn.push_back({static_cast<char *>(scratch) + offset, buffer.count, buffer.dtype});
+        offset += padded(buffer);
+      }
+      collectives_->allReduceMean(standIn, device_->stream());
+    }
+    device_->record(end_.get());
+    {
+      WatchedStep watched(watchdog_.get());
+      awaitStep();
+    }
+    device_->synchronize();
+    device_->release(scratch);
   }
 
   // The compute stream waits for the bucket's all-reduce.

@@ -573,7 +573,7 @@ template <class S> struct tl_wgmma_tile {
   }
 
   // Every k tile into acc; returns this block's part of this thread's row's sum of squares
-  // (RMSNorm; 0 where the block sums none), the stages free again.
+  // (RMSNorm; 0 where the block sums none), the stages free again and dependents let launch.
   TL_DEVICE float mainloop(float (&acc)[BN / 2]) const {
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
@@ -587,6 +587,7 @@ template <class S> struct tl_wgmma_tile {
     tl_wgmma_pin(acc);
     tl_cp_async_wait<0>();
     tl_sync();
+    tl_allow_dependents();
     float rowSum = 0.0f;
     if (sumsSquares) {
       rowSum = sumSquares;
@@ -596,8 +597,9 @@ template <class S> struct tl_wgmma_tile {
   }
 };
 
-template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
-  using T = tl_wgmma_tile<S>;
+// A v1 tile T (tl_wgmma_tile, or gemm_wgmma_tf32.cuh's tl_wgmma_tf32_tile) run whole: its
+// pipeline, its mainloop and the tile's end.
+template <class S, class T> TL_DEVICE void tl_run_wgmma_tile(const typename S::Params &p) {
   extern __shared__ __align__(128) unsigned char tl_smem_raw[];
   // Swizzled stages must start on 1024 bytes (the launch asks for 1 KiB more).
   const T tile(p, tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023));
@@ -610,10 +612,11 @@ template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) {
   }();
   float acc[T::BN / 2];
   const float rowSum = tile.mainloop(acc);
-  tl_allow_dependents();
   tl_wgmma_finish_tile<S, T::THREADS, T::BN>(p, acc, tile.stages, tile.work, tile.cols, tile.tm, tile.tn, tile.bt,
                                              tile.m0, rowSum, normInputs);
 }
+
+template <class S> TL_DEVICE void tl_gemm_wgmma(const typename S::Params &p) { tl_run_wgmma_tile<S, tl_wgmma_tile<S>>(p); }
 
 // The warp-specialized kernels' (v4, gemm_wgmma_tf32.cuh v3) stage barriers: a full one
 // the producer warpgroup's 128 threads arrive on, an empty one each consumer warp's lane 0.

@@ -329,7 +329,7 @@ template <class S> struct tl_wgmma_tf32_tile {
   }
 
   // Every k tile into acc; returns this block's part of this thread's row's sum of squares
-  // (RMSNorm; 0 where the block sums none), the stages free again.
+  // (RMSNorm; 0 where the block sums none), the stages free again and dependents let launch.
   TL_DEVICE float mainloop(float (&acc)[BN / 2]) const {
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
@@ -349,20 +349,7 @@ template <class S> struct tl_wgmma_tf32_tile {
 };
 
 template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p) {
-  using T = tl_wgmma_tf32_tile<S>;
-  extern __shared__ __align__(128) unsigned char tl_smem_raw[];
-  // Swizzled stages must start on 1024 bytes (the launch asks for 1 KiB more).
-  const T tile(p, tl_smem_raw + ((1024 - (tl_smem_addr(tl_smem_raw) & 1023)) & 1023));
-  tile.start_pipeline();
-  // v5, RMSNorm's backward: its inputs on their way into registers while the mainloop runs.
-  const auto normInputs = [&] {
-    if constexpr (S::NORM_GRAD) return tl_norm_grad_prefetch<S, T::THREADS>(p, tile.m0, tile.cols.col0, tile.cols.width);
-    else return 0;
-  }();
-  float acc[T::BN / 2];
-  const float rowSum = tile.mainloop(acc);
-  tl_wgmma_finish_tile<S, T::THREADS, T::BN>(p, acc, tile.stages, tile.work, tile.cols, tile.tm, tile.tn, tile.bt,
-                                             tile.m0, rowSum, normInputs);
+  tl_run_wgmma_tile<S, tl_wgmma_tf32_tile<S>>(p);
 }
 
 
