@@ -231,45 +231,86 @@ TL_DEVICE void tl_store_slices(const float (&acc)[MT][NT][4], float *tileRows, i
   }
 }
 
-// A block's tile of tl_gemm_mma: its geometry, where it reads, and the steps of its
-// pipeline as members (the kernel below is their order).
-template <class S> struct tl_mma_tile {
-  static constexpr int BM = S::BM, BN = S::BN, BK = 64, SLICES = S::K_SLICES;
+// An mma.sync tile's block and warps (gemm_mma.cuh's and gemm_mma_tf32.cuh's): the tile,
+// each warp's place in it and its K slice, the dynamic shared memory, and the accumulator's
+// way into it for the epilogue.
+template <class S> struct tl_mma_block {
+  static constexpr int BM = S::BM, BN = S::BN, SLICES = S::K_SLICES;
   static constexpr int WARPS = S::WARPS_M * S::WARPS_N * SLICES, THREADS = WARPS * 32;
   static constexpr int WTM = BM / S::WARPS_M, WTN = BN / S::WARPS_N, MT = WTM / 16, NT = WTN / 8;
-  static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-  static constexpr int KT = (S::K + BK - 1) / BK, STEPS = BK / 16 / SLICES;  // k16 steps per stage, per slice
-  static constexpr int B_ROW_BYTES = S::B_KN ? BN * 2 : BK * 2, A_ROW_BYTES = S::A_KM ? BM * 2 : BK * 2;
   using Norm = tl_norm_rows<BM, THREADS>;
   static constexpr int LD = BN + 8;  // the accumulator tile's row, in floats
-  static_assert(WTM % 16 == 0 && WTN % 16 == 0 && STEPS >= 2, "warp tiles are whole 16x16 pieces");
-  static_assert(!(S::A_KM && S::ROW_NORM), "RMSNorm reads A's rows along k");
   static_assert(THREADS % BM == 0 || BM % THREADS == 0, "rows split evenly for the norm");
   static_assert(S::K_SPLITS == 1, "the mma.sync GEMM does not split K");
 
-  const typename S::Params &p;
   tl_tile_coords at;
   tl_tile_cols cols;
-  int m0, lane, slice, wm, wn;  // warps of slice s take k16 steps s*STEPS .. (s+1)*STEPS-1 of every stage
-  tl_a_stage_copies<S, BM, THREADS> aCopies;
-  tl_stage_copies<BN, THREADS> bCopies;
+  int m0, lane, slice, wm, wn;  // warps of slice s take the k steps of slice s of every stage
 
-  TL_DEVICE tl_mma_tile(const typename S::Params &params)
-      : p(params), at(tl_tile_of_block<S>()), cols(S::tile_cols(at.tn)), m0(at.tm * BM) {
+  TL_DEVICE tl_mma_block() : at(tl_tile_of_block<S>()), cols(S::tile_cols(at.tn)), m0(at.tm * BM) {
     const int warp = threadIdx.x / 32, spatial = warp % (S::WARPS_M * S::WARPS_N);
     lane = threadIdx.x % 32;
     slice = warp / (S::WARPS_M * S::WARPS_N);
     wm = spatial / S::WARPS_N;
     wn = spatial % S::WARPS_N;
-    if constexpr (!S::A_KM) aCopies.init(p, at.bt, m0);
-    if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(at.bt, cols, r); });
   }
-  // The stages, then RMSNorm's gain for a stage's 64 k (128 bytes a stage); the dynamic
-  // shared array itself, so the compiler knows where and how aligned.
+  // The dynamic shared array itself, so the compiler knows where and how aligned.
   TL_DEVICE static unsigned char *smem() {
     extern __shared__ __align__(128) unsigned char tl_smem[];
     return tl_smem;
   }
+  // The accumulator tile into shared memory (over the stages, which are free), where the
+  // epilogue reads whole rows, so any column of a row (a RoPE partner, the up half of a
+  // gate/up pair) is at hand and each output is stored with 16-byte writes: rows scaled
+  // by the inverse RMS, the k slices summed slice by slice.
+  TL_DEVICE float *store_tile(const float (&acc)[MT][NT][4], const float (&sumSquares)[Norm::ROWS_PER_THREAD]) const {
+    float *tileRows = reinterpret_cast<float *>(smem());
+    float *rowScale = tileRows + BM * LD;
+    if constexpr (S::ROW_NORM) tl_rows_inverse_rms<S, THREADS>(sumSquares, rowScale);
+    tl_store_slices<SLICES, LD>(acc, tileRows, slice, wm * WTM, wn * WTN, S::ROW_NORM ? rowScale : nullptr);
+    return tileRows;
+  }
+};
+
+// A tile T (tl_mma_tile, or gemm_mma_tf32.cuh's tl_mma_tf32_tile) run whole: its pipeline,
+// its mainloop, the accumulator into shared memory and the tile's end.
+template <class S, class T> TL_DEVICE void tl_run_mma_tile(const typename S::Params &p) {
+  const T tile(p);
+  tile.start_pipeline();
+  float acc[T::MT][T::NT][4];
+#pragma unroll
+  for (int i = 0; i < T::MT; ++i) tl_zero_fragments(acc[i]);
+  float sumSquares[T::Norm::ROWS_PER_THREAD];  // RMSNorm: this thread's rows' sums of squares
+  for (int i = 0; i < T::Norm::ROWS_PER_THREAD; ++i) sumSquares[i] = 0.0f;
+  tile.mainloop(acc, sumSquares);
+  tl_allow_dependents();
+  float *tileRows = tile.store_tile(acc, sumSquares);
+  tl_gemm_finish_tile<S, T::THREADS, T::LD>(p, tile.cols, tile.at, tile.m0, tileRows);
+}
+
+// A block's tile of tl_gemm_mma: where it reads, and the steps of its pipeline as members
+// (tl_run_mma_tile is their order).
+template <class S> struct tl_mma_tile : tl_mma_block<S> {
+  using Block = tl_mma_block<S>;
+  using Block::BM, Block::BN, Block::SLICES, Block::THREADS, Block::WTM, Block::WTN, Block::MT, Block::NT;
+  using Block::at, Block::cols, Block::m0, Block::lane, Block::slice, Block::wm, Block::wn, Block::smem;
+  using typename Block::Norm;
+  static constexpr int BK = 64;
+  static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int KT = (S::K + BK - 1) / BK, STEPS = BK / 16 / SLICES;  // k16 steps per stage, per slice
+  static constexpr int B_ROW_BYTES = S::B_KN ? BN * 2 : BK * 2, A_ROW_BYTES = S::A_KM ? BM * 2 : BK * 2;
+  static_assert(WTM % 16 == 0 && WTN % 16 == 0 && STEPS >= 2, "warp tiles are whole 16x16 pieces");
+  static_assert(!(S::A_KM && S::ROW_NORM), "RMSNorm reads A's rows along k");
+
+  const typename S::Params &p;
+  tl_a_stage_copies<S, BM, THREADS> aCopies;
+  tl_stage_copies<BN, THREADS> bCopies;
+
+  TL_DEVICE tl_mma_tile(const typename S::Params &params) : p(params) {
+    if constexpr (!S::A_KM) aCopies.init(p, at.bt, m0);
+    if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(at.bt, cols, r); });
+  }
+  // The stages, then RMSNorm's gain for a stage's 64 k (128 bytes a stage).
   TL_DEVICE static unsigned char *gain_stage(int stage) { return smem() + S::STAGES * STAGE_BYTES + stage * 128; }
 
   TL_DEVICE void load_b(int stage, int kt) const {
@@ -395,37 +436,8 @@ template <class S> struct tl_mma_tile {
     tl_cp_async_wait<0>();
     tl_sync();
   }
-
-  // The accumulator tile into shared memory (over the stages, which are free), where the
-  // epilogue reads whole rows, so any column of a row (a RoPE partner, the up half of a
-  // gate/up pair) is at hand and each output is stored with 16-byte writes: rows scaled
-  // by the inverse RMS, the k slices summed slice by slice.
-  TL_DEVICE float *store_tile(const float (&acc)[MT][NT][4], const float (&sumSquares)[Norm::ROWS_PER_THREAD]) const {
-    float *tileRows = reinterpret_cast<float *>(smem());
-    float *rowScale = tileRows + BM * LD;
-    if constexpr (S::ROW_NORM) tl_rows_inverse_rms<S, THREADS>(sumSquares, rowScale);
-    tl_store_slices<SLICES, LD>(acc, tileRows, slice, wm * WTM, wn * WTN, S::ROW_NORM ? rowScale : nullptr);
-    return tileRows;
-  }
 };
 
-template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) {
-  using T = tl_mma_tile<S>;
-  const T tile(p);
-  tile.start_pipeline();
-  float acc[T::MT][T::NT][4];
-#pragma unroll
-  for (int i = 0; i < T::MT; ++i)
-#pragma unroll
-    for (int j = 0; j < T::NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-  float sumSquares[T::Norm::ROWS_PER_THREAD];  // RMSNorm: this thread's rows' sums of squares
-  for (int i = 0; i < T::Norm::ROWS_PER_THREAD; ++i) sumSquares[i] = 0.0f;
-  tile.mainloop(acc, sumSquares);
-  tl_allow_dependents();
-  float *tileRows = tile.store_tile(acc, sumSquares);
-  tl_gemm_finish_tile<S, T::THREADS, T::LD>(p, tile.cols, tile.at, tile.m0, tileRows);
-}
+template <class S> TL_DEVICE void tl_gemm_mma(const typename S::Params &p) { tl_run_mma_tile<S, tl_mma_tile<S>>(p); }
 
 #endif // TL_NVIDIA

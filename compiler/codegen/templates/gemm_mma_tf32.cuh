@@ -13,6 +13,8 @@
 //       the CPU's to 5e-7, the other gradients' GEMMs from about 2e-5 to 5e-7.
 //   v3  the prologue, the rows' inverse RMS and the K slices' store are gemm_mma.cuh's
 //       helpers, shared with the bf16 kernel (v7 there).
+//   v4  the tile as named steps (tl_mma_tf32_tile: load_a, load_b, fragments,
+//       start_pipeline, multiply_step, mainloop, store_tile), as tl_mma_tile's.
 //
 // Spec hooks as gemm_mma.cuh (operand pointers to float), and TF32_PRODUCTS.
 #pragma once
@@ -34,60 +36,62 @@ TL_DEVICE void tl_row_sum_squares_f32(const unsigned char *tile, int row, int pa
   }
 }
 
-template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) {
-  constexpr int BM = S::BM, BN = S::BN, BK = 32, SLICES = S::K_SLICES;
-  constexpr int WARPS = S::WARPS_M * S::WARPS_N * SLICES, THREADS = WARPS * 32;
-  constexpr int WTM = BM / S::WARPS_M, WTN = BN / S::WARPS_N, MT = WTM / 16, NT = WTN / 8;
-  constexpr int A_BYTES = BM * BK * 4, B_BYTES = BN * BK * 4, STAGE_BYTES = A_BYTES + B_BYTES;
-  constexpr int KT = (S::K + BK - 1) / BK, STEPS = BK / 8 / SLICES;  // k8 steps per stage, per slice
-  constexpr int A_ROW_BYTES = S::A_KM ? BM * 4 : BK * 4, B_ROW_BYTES = S::B_KN ? BN * 4 : BK * 4;
+// A tile (tl_gemm_mma_tf32): its stages' copies, fragments, k steps and pipeline, named
+// as gemm_mma.cuh's tl_mma_tile names them.
+template <class S> struct tl_mma_tf32_tile : tl_mma_block<S> {
+  using Block = tl_mma_block<S>;
+  using Block::BM, Block::BN, Block::SLICES, Block::THREADS, Block::WTM, Block::WTN, Block::MT, Block::NT;
+  using Block::at, Block::cols, Block::m0, Block::lane, Block::slice, Block::wm, Block::wn, Block::smem;
+  using typename Block::Norm;
+  static constexpr int BK = 32;
+  static constexpr int A_BYTES = BM * BK * 4, B_BYTES = BN * BK * 4, STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int KT = (S::K + BK - 1) / BK, STEPS = BK / 8 / SLICES;  // k8 steps per stage, per slice
+  static constexpr int A_ROW_BYTES = S::A_KM ? BM * 4 : BK * 4, B_ROW_BYTES = S::B_KN ? BN * 4 : BK * 4;
+  // v2: the accumulator promoted into a running total every TL_TF32_PROMOTE_TILES k tiles.
+  static constexpr bool PROMOTE = KT > TL_TF32_PROMOTE_TILES;
   static_assert(WTM % 16 == 0 && WTN % 16 == 0 && STEPS >= 2, "warp tiles are whole 16x16 pieces");
   static_assert(!(S::A_KM && S::ROW_NORM), "RMSNorm reads A's rows along k");
-  static_assert(THREADS % BM == 0 || BM % THREADS == 0, "rows split evenly for the norm");
-  static_assert(S::K_SPLITS == 1, "the mma.sync GEMM does not split K");
-  extern __shared__ __align__(128) unsigned char tl_smem[];
 
-  const tl_tile_coords at = tl_tile_of_block<S>();
-  const int tm = at.tm, tn = at.tn, bt = at.bt;
-  const tl_tile_cols cols = S::tile_cols(tn);
-  const int m0 = tm * BM;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-  const int slice = warp / (S::WARPS_M * S::WARPS_N), spatial = warp % (S::WARPS_M * S::WARPS_N);
-  const int wm = spatial / S::WARPS_N, wn = spatial % S::WARPS_N;
-
+  const typename S::Params &p;
+  int g, tig;  // the lane's group of four and its place in it (the fragments' layout)
   tl_stage_copies<BM, THREADS, float> aCopies;
-  if constexpr (!S::A_KM) aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
   tl_stage_copies<BN, THREADS, float> bCopies;
-  if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
-  // k-major stages ([K, M] or [K, N] operands): chunk c (4 columns) of k row r.
-  auto copyKMajor = [&](unsigned char *tile, int rowBytes, int columns, auto source) {
+
+  TL_DEVICE tl_mma_tf32_tile(const typename S::Params &params) : p(params), g(lane / 4), tig(lane % 4) {
+    if constexpr (!S::A_KM)
+      aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(at.bt, m0 + r) : -1; });
+    if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(at.bt, cols, r); });
+  }
+  // The stages, then RMSNorm's gain for a stage's 32 k (128 bytes a stage).
+  TL_DEVICE static unsigned char *gain_stage(int stage) { return smem() + S::STAGES * STAGE_BYTES + stage * 128; }
+
+  // A k-major stage ([K, M] or [K, N] operand): chunk c (4 columns) of k row r from source(r, column).
+  template <class Source> TL_DEVICE void copy_k_major(unsigned char *tile, int rowBytes, int columns, Source source) const {
 #pragma unroll
     for (int i = threadIdx.x; i < BK * (columns / 4); i += THREADS) {
       const int r = i / (columns / 4), c = i % (columns / 4);
       const float *src = source(r, c * 4);
       tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, rowBytes)), src ? src : S::a_base(p), src ? 16 : 0);
     }
-  };
-  auto loadB = [&](int stage, int kt) {
-    unsigned char *sB = tl_smem + stage * STAGE_BYTES + A_BYTES;
+  }
+  TL_DEVICE void load_b(int stage, int kt) const {
+    unsigned char *sB = smem() + stage * STAGE_BYTES + A_BYTES;
     if constexpr (!S::B_KN) {
       const int k = kt * BK + (threadIdx.x % 8) * 4;
       bCopies.copy(tl_smem_addr(sB), S::b_col(k), tl_k_inside_f32<S>(k));
     } else {
-      copyKMajor(sB, B_ROW_BYTES, BN, [&](int r, int n) -> const float * {
+      copy_k_major(sB, B_ROW_BYTES, BN, [&](int r, int n) -> const float * {
         const int k = kt * BK + r;
-        return k < S::K ? S::b_src(p, bt, cols, n, k) : nullptr;
+        return k < S::K ? S::b_src(p, at.bt, cols, n, k) : nullptr;
       });
     }
-  };
-  // RMSNorm's gain for the stage's 32 k: 128 bytes after all the stages.
-  unsigned char *sGain = tl_smem + S::STAGES * STAGE_BYTES;
-  auto loadA = [&](int stage, int kt) {
-    unsigned char *sA = tl_smem + stage * STAGE_BYTES;
+  }
+  TL_DEVICE void load_a(int stage, int kt) const {
+    unsigned char *sA = smem() + stage * STAGE_BYTES;
     if constexpr (S::A_KM) {
-      copyKMajor(sA, A_ROW_BYTES, BM, [&](int r, int m) -> const float * {
+      copy_k_major(sA, A_ROW_BYTES, BM, [&](int r, int m) -> const float * {
         const int k = kt * BK + r;
-        return k < S::K && m0 + m < S::M ? S::a_src(p, bt, m0 + m, k) : nullptr;
+        return k < S::K && m0 + m < S::M ? S::a_src(p, at.bt, m0 + m, k) : nullptr;
       });
     } else {
       const int k = kt * BK + (threadIdx.x % 8) * 4;
@@ -95,12 +99,13 @@ template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) 
     }
     const int k = kt * BK + threadIdx.x * 4;
     if (S::NORM_GAIN && threadIdx.x < 8)
-      tl_cp_async16(tl_smem_addr(sGain + stage * 128 + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
-  };
+      tl_cp_async16(tl_smem_addr(gain_stage(stage) + threadIdx.x * 16), S::gain(p) + (k < S::K ? k : 0), k < S::K ? 16 : 0);
+  }
+
   // The fp32 fragments of k8 step `step` of a stage (A gain-scaled for RMSNorm): K-major
   // operands by ldmatrix, k-major ones a float at a time.
-  auto loadFragments = [&](int stage, int step, unsigned (&a)[MT][4], unsigned (&b)[NT][2]) {
-    const unsigned char *sA = tl_smem + stage * STAGE_BYTES, *sB = sA + A_BYTES;
+  TL_DEVICE void fragments(int stage, int step, unsigned (&a)[MT][4], unsigned (&b)[NT][2]) const {
+    const unsigned char *sA = smem() + stage * STAGE_BYTES, *sB = sA + A_BYTES;
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
       const int row = wm * WTM + i * 16;
@@ -112,7 +117,7 @@ template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) 
       }
     }
     if constexpr (S::NORM_GAIN) {  // the gain multiplies A along k: k = tig (a0, a1) and tig + 4 (a2, a3)
-      const float *gain = reinterpret_cast<const float *>(sGain + stage * 128) + step * 8 + tig;
+      const float *gain = reinterpret_cast<const float *>(gain_stage(stage)) + step * 8 + tig;
       const float g0 = gain[0], g4 = gain[4];
 #pragma unroll
       for (int i = 0; i < MT; ++i)
@@ -134,89 +139,83 @@ template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) 
         b[2 * j + 1][1] = r[3];
       }
     }
-  };
+  }
 
-  tl_gemm_prologue<S::CHAINED>(S::STAGES - 1, 0, KT, loadA, loadB);  // STAGES - 1 stages in flight
-  tl_cp_async_wait<S::STAGES - 2>();
-  tl_sync();
+  // Prologue: STAGES - 1 stages in flight (a chained launch copies B's first).
+  TL_DEVICE void start_pipeline() const {
+    tl_gemm_prologue<S::CHAINED>(
+        S::STAGES - 1, 0, KT, [&](int stage, int kt) { load_a(stage, kt); }, [&](int stage, int kt) { load_b(stage, kt); });
+    tl_cp_async_wait<S::STAGES - 2>();
+    tl_sync();
+  }
 
-  float acc[MT][NT][4];
+  // k8 step `step` of a stage: the warp's fragments split and multiplied (B split once for
+  // the warp's MT row tiles, each A row tile once for its NT columns).
+  TL_DEVICE void multiply_step(int stage, int step, float (&acc)[MT][NT][4]) const {
+    unsigned a[MT][4], b[NT][2];
+    fragments(stage, step, a, b);
+    unsigned bHi[NT][2], bLo[NT][2];
 #pragma unroll
-  for (int i = 0; i < MT; ++i) tl_zero_fragments(acc[i]);
-  // v2: the running total on the FMA units (unused, so no registers, where K is one period).
-  constexpr bool PROMOTE = KT > TL_TF32_PROMOTE_TILES;
-  float total[MT][NT][4];
+    for (int j = 0; j < NT; ++j) tl_split_tf32<S::TF32_PRODUCTS>(b[j], bHi[j], bLo[j]);
 #pragma unroll
-  for (int i = 0; i < MT; ++i) tl_zero_fragments(total[i]);
-
-  using Norm = tl_norm_rows<BM, THREADS>;
-  float sumSquares[Norm::ROWS_PER_THREAD];
-  for (int i = 0; i < Norm::ROWS_PER_THREAD; ++i) sumSquares[i] = 0.0f;
+    for (int i = 0; i < MT; ++i) {
+      unsigned aHi[4], aLo[4];
+      tl_split_tf32<S::TF32_PRODUCTS>(a[i], aHi, aLo);
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        tl_mma_split<S::TF32_PRODUCTS>(acc[i][j], aHi, aLo, bHi[j][0], bHi[j][1], bLo[j][0], bLo[j][1]);
+    }
+  }
 
   // The mainloop: at each k8 step the warp reads its fragments and multiplies them (three
   // products each leave enough tensor work to cover the reads, so they are not
   // double-buffered as in gemm_mma.cuh: that cost registers the splits need); the next
-  // stage's copy is issued at the first step, the wait for the stage after this one
-  // comes after the last.
-  int readStage = 0, writeStage = S::STAGES - 1;
-  for (int kt = 0; kt < KT; ++kt) {
-    if constexpr (S::ROW_NORM)
-      for (int i = 0; i < Norm::ROWS_PER_THREAD; ++i)
-        tl_row_sum_squares_f32(tl_smem + readStage * STAGE_BYTES, Norm::row(i), Norm::part(), Norm::THREADS_PER_ROW,
-                               sumSquares[i]);
-    if (kt + S::STAGES - 1 < KT) {
-      loadB(writeStage, kt + S::STAGES - 1);
-      loadA(writeStage, kt + S::STAGES - 1);
-    }
-    tl_cp_async_commit();
-    writeStage = writeStage + 1 == S::STAGES ? 0 : writeStage + 1;
+  // stage's copy is issued at the first step, with RMSNorm's sums of squares of the stage
+  // being read, the wait for the stage after this one after the last. Promoted (v2), acc
+  // ends as the running total.
+  TL_DEVICE void mainloop(float (&acc)[MT][NT][4], float (&sumSquares)[Norm::ROWS_PER_THREAD]) const {
+    float total[MT][NT][4];  // unused, so no registers, where K is one period
 #pragma unroll
-    for (int step = 0; step < STEPS; ++step) {
-      unsigned a[MT][4], b[NT][2];
-      loadFragments(readStage, slice * STEPS + step, a, b);
-      // B split once for the warp's MT row tiles, each A row tile once for its NT columns.
-      unsigned bHi[NT][2], bLo[NT][2];
-#pragma unroll
-      for (int j = 0; j < NT; ++j) tl_split_tf32<S::TF32_PRODUCTS>(b[j], bHi[j], bLo[j]);
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        unsigned aHi[4], aLo[4];
-        tl_split_tf32<S::TF32_PRODUCTS>(a[i], aHi, aLo);
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-          tl_mma_split<S::TF32_PRODUCTS>(acc[i][j], aHi, aLo, bHi[j][0], bHi[j][1], bLo[j][0], bLo[j][1]);
+    for (int i = 0; i < MT; ++i) tl_zero_fragments(total[i]);
+    int readStage = 0, writeStage = S::STAGES - 1;
+    for (int kt = 0; kt < KT; ++kt) {
+      if constexpr (S::ROW_NORM)
+        for (int i = 0; i < Norm::ROWS_PER_THREAD; ++i)
+          tl_row_sum_squares_f32(smem() + readStage * STAGE_BYTES, Norm::row(i), Norm::part(), Norm::THREADS_PER_ROW,
+                                 sumSquares[i]);
+      if (kt + S::STAGES - 1 < KT) {
+        load_b(writeStage, kt + S::STAGES - 1);
+        load_a(writeStage, kt + S::STAGES - 1);
       }
+      tl_cp_async_commit();
+      writeStage = writeStage + 1 == S::STAGES ? 0 : writeStage + 1;
+#pragma unroll
+      for (int step = 0; step < STEPS; ++step) multiply_step(readStage, slice * STEPS + step, acc);
+      if (PROMOTE && (kt % TL_TF32_PROMOTE_TILES == TL_TF32_PROMOTE_TILES - 1 || kt == KT - 1))
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) total[i][j][e] += acc[i][j][e], acc[i][j][e] = 0.0f;
+      readStage = readStage + 1 == S::STAGES ? 0 : readStage + 1;
+      tl_cp_async_wait<S::STAGES - 2>();
+      tl_sync();
     }
-    if (PROMOTE && (kt % TL_TF32_PROMOTE_TILES == TL_TF32_PROMOTE_TILES - 1 || kt == KT - 1))
+    tl_cp_async_wait<0>();
+    tl_sync();
+    if constexpr (PROMOTE)
 #pragma unroll
       for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) total[i][j][e] += acc[i][j][e], acc[i][j][e] = 0.0f;
-    readStage = readStage + 1 == S::STAGES ? 0 : readStage + 1;
-    tl_cp_async_wait<S::STAGES - 2>();
-    tl_sync();
+          for (int e = 0; e < 4; ++e) acc[i][j][e] = total[i][j][e];
   }
-  tl_cp_async_wait<0>();
-  tl_sync();
-  tl_allow_dependents();
-  if constexpr (PROMOTE)
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = total[i][j][e];
+};
 
-  // The accumulator tile to shared memory (rows scaled by the inverse RMS, the k slices
-  // summed), where the epilogue reads whole rows.
-  constexpr int LD = BN + 8;
-  float *tileRows = reinterpret_cast<float *>(tl_smem);
-  float *rowScale = tileRows + BM * LD;
-  if constexpr (S::ROW_NORM) tl_rows_inverse_rms<S, THREADS>(sumSquares, rowScale);
-  tl_store_slices<SLICES, LD>(acc, tileRows, slice, wm * WTM, wn * WTN, S::ROW_NORM ? rowScale : nullptr);
-  tl_gemm_finish_tile<S, THREADS, LD>(p, cols, at, m0, tileRows);
+template <class S> TL_DEVICE void tl_gemm_mma_tf32(const typename S::Params &p) {
+  tl_run_mma_tile<S, tl_mma_tf32_tile<S>>(p);
 }
 
 #endif // TL_NVIDIA

@@ -416,12 +416,36 @@ TL_DEVICE void tl_wgmma_finish_tile(const typename S::Params &p, const float (&a
   tl_gemm_epilogue<S, THREADS, LD>(p, cols, bt, m0, tileRows);
 }
 
+// Where a v1 tile's block works (gemm_wgmma.cuh's and gemm_wgmma_tf32.cuh's): its tile
+// and part of K (k tiles of K_TILE), the tile's place, and whether it sums RMSNorm's
+// squares (NORM_SHARED: only column tile 0's blocks do).
+template <class S, int K_TILE> struct tl_wgmma_block {
+  static constexpr int KT = (S::K + K_TILE - 1) / K_TILE;
+  tl_tile_work work;
+  int tm, tn, bt, m0;
+  tl_tile_cols cols;
+  bool sumsSquares;
+  TL_DEVICE tl_wgmma_block() : work([] {
+    if constexpr (S::NORM_GRAD) return tl_norm_grad_block_work<S, KT>();
+    else return tl_block_work<S, KT>();
+  }()) {
+    tm = work.tile % S::TILES_M;
+    tn = (work.tile / S::TILES_M) % S::TILES_N;
+    bt = work.tile / (S::TILES_M * S::TILES_N);
+    cols = S::tile_cols(tn);
+    m0 = tm * S::BM;
+    sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
+  }
+};
+
 // A v1 tile (tl_gemm_wgmma): its stages' copies, its k steps and its pipeline, named as
 // gemm_mma.cuh's tl_mma_tile names them.
-template <class S> struct tl_wgmma_tile {
+template <class S> struct tl_wgmma_tile : tl_wgmma_block<S, 64> {
+  using Block = tl_wgmma_block<S, 64>;
+  using Block::work, Block::tm, Block::tn, Block::bt, Block::m0, Block::cols, Block::sumsSquares;
   static constexpr int BM = S::BM, BN = S::BN, BK = 64, GROUPS = BM / 64, THREADS = GROUPS * 128;
   static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-  static constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES, NORM_THREADS_PER_ROW = THREADS / BM;
+  static constexpr int KT = Block::KT, STAGES = S::STAGES, NORM_THREADS_PER_ROW = THREADS / BM;
   static constexpr int PANEL_BYTES = BK * 128;  // an M- or N-major operand's panel of 64 columns
   static_assert(BM % 64 == 0 && tl_wgmma_width(BN) && STAGES >= 3, "wgmma tiles: 64 to 256 rows, 64..256 columns");
   // A stored [K, M] or B stored [K, N] (the backward's dX and dW): panels of 64 columns,
@@ -436,24 +460,11 @@ template <class S> struct tl_wgmma_tile {
   const typename S::Params &p;
   unsigned char *stages;  // 1024-byte aligned (swizzled stages), then RMSNorm's gain: 128 bytes a stage
   unsigned smem;          // the stages' shared address, for the copies
-  tl_tile_work work;
-  int tm, tn, bt, m0;
-  tl_tile_cols cols;
-  bool sumsSquares;
   tl_a_stage_copies<S, BM, THREADS> aCopies;
   tl_stage_copies<BN, THREADS> bCopies;
 
   TL_DEVICE tl_wgmma_tile(const typename S::Params &params, unsigned char *alignedStages)
-      : p(params), stages(alignedStages), smem(tl_smem_addr(alignedStages)), work([] {
-          if constexpr (S::NORM_GRAD) return tl_norm_grad_block_work<S, KT>();
-          else return tl_block_work<S, KT>();
-        }()) {
-    tm = work.tile % S::TILES_M;
-    tn = (work.tile / S::TILES_M) % S::TILES_N;
-    bt = work.tile / (S::TILES_M * S::TILES_N);
-    cols = S::tile_cols(tn);
-    m0 = tm * BM;
-    sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
+      : p(params), stages(alignedStages), smem(tl_smem_addr(alignedStages)) {
     if constexpr (!S::A_KM) aCopies.init(p, bt, m0);
     if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
   }

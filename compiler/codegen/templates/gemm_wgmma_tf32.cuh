@@ -181,12 +181,14 @@ TL_DEVICE void tl_copy_k_major_f32(unsigned tile, const Float *anywhere, Source 
 
 // A v1 tile (tl_gemm_wgmma_tf32): its stages' copies, each stage's split and wgmmas, and
 // its pipeline, named as gemm_wgmma.cuh's tl_wgmma_tile names them.
-template <class S> struct tl_wgmma_tf32_tile {
+template <class S> struct tl_wgmma_tf32_tile : tl_wgmma_block<S, 32> {
+  using Block = tl_wgmma_block<S, 32>;
+  using Block::work, Block::tm, Block::tn, Block::bt, Block::m0, Block::cols, Block::sumsSquares;
   static constexpr int BM = S::BM, BN = S::BN, BK = 32, GROUPS = BM / 64, THREADS = GROUPS * 128, P = S::TF32_PRODUCTS;
   // A stage: A and B rows (their high parts once split). Their residuals go to one of two
   // buffers after the stages, in turn: only the group in flight still reads the other.
   static constexpr int A_BYTES = BM * BK * 4, STAGE_BYTES = (BM + BN) * BK * 4;
-  static constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES, NORM_THREADS_PER_ROW = THREADS / BM;
+  static constexpr int KT = Block::KT, STAGES = S::STAGES, NORM_THREADS_PER_ROW = THREADS / BM;
   // v2: the accumulator promoted into a running total every TL_TF32_PROMOTE_TILES k tiles.
   static constexpr bool PROMOTE = KT > TL_TF32_PROMOTE_TILES;
   static constexpr int SQUARES = BM * 8 / THREADS;  // RMSNorm: rows threadIdx.x / 8 + j * THREADS / 8
@@ -197,24 +199,11 @@ template <class S> struct tl_wgmma_tf32_tile {
   const typename S::Params &p;
   unsigned char *stages;  // 1024-byte aligned; then two buffers of residuals, then RMSNorm's gain
   unsigned smem;          // the stages' shared address, for the copies
-  tl_tile_work work;
-  int tm, tn, bt, m0;
-  tl_tile_cols cols;
-  bool sumsSquares;
   tl_stage_copies<BM, THREADS, float> aCopies;
   tl_stage_copies<BN, THREADS, float> bCopies;
 
   TL_DEVICE tl_wgmma_tf32_tile(const typename S::Params &params, unsigned char *alignedStages)
-      : p(params), stages(alignedStages), smem(tl_smem_addr(alignedStages)), work([] {
-          if constexpr (S::NORM_GRAD) return tl_norm_grad_block_work<S, KT>();
-          else return tl_block_work<S, KT>();
-        }()) {
-    tm = work.tile % S::TILES_M;
-    tn = (work.tile / S::TILES_M) % S::TILES_N;
-    bt = work.tile / (S::TILES_M * S::TILES_N);
-    cols = S::tile_cols(tn);
-    m0 = tm * BM;
-    sumsSquares = S::ROW_NORM && (!S::NORM_SHARED || tn == 0);
+      : p(params), stages(alignedStages), smem(tl_smem_addr(alignedStages)) {
     if constexpr (!S::A_KM) aCopies.init(S::a_base(p), [&](int r) { return m0 + r < S::M ? S::a_row(bt, m0 + r) : -1; });
     if constexpr (!S::B_KN) bCopies.init(S::b_base(p), [&](int r) { return S::b_row(bt, cols, r); });
   }
