@@ -24,6 +24,8 @@
 //       mainloop, store_tile) instead of one function of lambdas; the prologue, the rows'
 //       inverse RMS and the K slices' store are helpers the tf32 kernel shares. The
 //       mainloop's instructions are unchanged; the store takes fewer address instructions.
+//   v8  what the bf16 and tf32 tiles share is one base, tl_mma_block (the tile, the warps'
+//       places and K slices, the accumulator's store), and one run, tl_run_mma_tile.
 //
 // The emitter writes a Spec struct per kernel (see gemm_common.cuh for the hooks).
 #pragma once

@@ -63,7 +63,8 @@
 //       reported each consumer thread of the logits' GEMM as divergent.
 //   v14 v1's tile as named steps (tl_wgmma_tile: load_a, load_b, start_pipeline,
 //       mma_stage, step, mainloop), as gemm_mma.cuh v7 names the mma.sync tile's; the
-//       same copies, barriers and wgmmas as before.
+//       same copies, barriers and wgmmas as before. Where the block works (tl_wgmma_block)
+//       and the tile's run (tl_run_wgmma_tile) are the tf32 tile's too.
 //
 // Same Spec hooks as gemm_mma.cuh (BM = 64, 128 or 256; BN = 64, 128, 160, 192 or 256;
 // with A_KM or B_KN, v1 only and BN a multiple of 64).
