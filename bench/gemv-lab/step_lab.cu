@@ -21,7 +21,9 @@
 //   ring:       each warp keeps a number of 4 KB rounds of its weights in flight through
 //               cp.async into shared memory of its own, across the waits (ring_kernel).
 //
-// Each is checked against the host's chain (double sums of the same bf16 weights).
+// Each is checked against the host's chain (double sums of the same bf16 weights). A second
+// table runs the chained, blocks-wait and no-wait ways on one L2-resident matrix: the
+// hand-offs' own cost.
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a step_lab.cu -o step_lab
 // Run:   timeout 120 ./step_lab   (a persistent kernel that cannot progress traps after 2 s)
 #include <algorithm>
@@ -337,7 +339,8 @@ int main() {
     std::fprintf(stderr, "the rings do not fit: %d and %d blocks an SM\n", ringPerSm6, ringPerSm3);
     return 1;
   }
-  auto record = [&](int way) {
+  // Way `way` of the step whose tables are `ds` (device) and `s` (host).
+  auto record_on = [&](const Step &s, const Step *ds, int way) {
     CHECK(cudaMemsetAsync(s.counters, 0, GEMMS * COUNTERS * 32 * 4, st));
     if (way == 1) step_kernel<true, Wait::WARP><<<grid, WARPS * 32, 0, st>>>(ds, 0, GEMMS);
     else if (way == 2) step_kernel<true, Wait::BLOCK><<<grid, WARPS * 32, 0, st>>>(ds, 0, GEMMS);
@@ -349,8 +352,10 @@ int main() {
     else
       for (int g = 0; g < GEMMS; ++g) step_kernel<true, Wait::WARP><<<grid, WARPS * 32, 0, st>>>(ds, g, g + 1);
   };
-  auto check = [&](const char *name) {
-    std::vector<float> out(SHAPES[3].n);
+  auto record = [&](int way) { record_on(s, ds, way); };
+  // The last output of the step `s` against the host's `y`.
+  auto check_on = [&](const Step &s, const std::vector<double> &y, const char *name) {
+    std::vector<float> out(y.size());
     CHECK(cudaMemcpy(out.data(), s.y[GEMMS - 1], out.size() * 4, cudaMemcpyDeviceToHost));
     double num = 0, den = 0;
     for (size_t i = 0; i < out.size(); ++i) num += (out[i] - y[i]) * (out[i] - y[i]), den += y[i] * y[i];
@@ -358,6 +363,7 @@ int main() {
     std::printf("%-42s relative error of the last output %.2e (|y| %.3g)\n", name, rel, std::sqrt(den));
     return rel < 1e-4;
   };
+  auto check = [&](const char *name) { return check_on(s, y, name); };
   bool ok = true;
   for (int way = 0; way < WAYS; ++way) {
     CHECK(cudaMemsetAsync(s.y[GEMMS - 1], 0, SHAPES[3].n * 4, st));
@@ -374,6 +380,41 @@ int main() {
       const double us = graph_median_ms(st, [&] { record(way); }) * 1000.0;
       std::printf("%-42s %7.1f µs (%.2f TB/s, %.0f %% of 4.8)\n", names[way], us, bytes / (us * 1e-6) / 1e12,
                   bytes / (us * 1e-6) / 4.8e12 * 100);
+    }
+
+  // The hand-offs alone: the same 88 dependent GEMVs all of o_proj's one matrix (2048 x
+  // 2048, 8 MB: it stays in L2), so a GEMM's time is little more than its hand-off.
+  Step t = s;
+  for (int g = 0; g < GEMMS; ++g) {
+    t.w[g] = s.w[1], t.n[g] = SHAPES[1].n, t.k[g] = SHAPES[1].k;
+    CHECK(cudaMalloc(&t.y[g], SHAPES[1].n * 4));
+    t.x[g] = g == 0 ? dx0 : t.y[g - 1];
+  }
+  Step *dt;
+  CHECK(cudaMalloc(&dt, sizeof(Step)));
+  CHECK(cudaMemcpy(dt, &t, sizeof(Step), cudaMemcpyHostToDevice));
+  std::vector<double> tx(x0.begin(), x0.end()), ty(SHAPES[1].n);
+  for (int g = 0; g < GEMMS; ++g) {
+    for (int r = 0; r < SHAPES[1].n; ++r) {
+      const float *row = wf[1].data() + size_t(r) * SHAPES[1].k;
+      double sum = 0.0;
+      for (int k = 0; k < SHAPES[1].k; ++k) sum += double(row[k]) * tx[k];
+      ty[r] = sum;
+    }
+    tx = ty;
+  }
+  const int handoffWays[] = {0, 2, UNCHECKED};
+  std::printf("\nthe hand-offs alone: 88 dependent GEMVs of one 2048 x 2048 matrix (in L2)\n");
+  for (int way : handoffWays) {
+    CHECK(cudaMemsetAsync(t.y[GEMMS - 1], 0, SHAPES[1].n * 4, st));
+    record_on(t, dt, way);
+    CHECK(cudaStreamSynchronize(st));
+    if (way != UNCHECKED && !check_on(t, ty, names[way])) return 1;
+  }
+  for (int round = 0; round < 2; ++round)
+    for (int way : handoffWays) {
+      const double us = graph_median_ms(st, [&] { record_on(t, dt, way); }) * 1000.0;
+      std::printf("%-42s %7.1f µs (%.2f µs a GEMM)\n", names[way], us, us / GEMMS);
     }
   return 0;
 }
