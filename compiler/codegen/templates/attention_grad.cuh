@@ -20,6 +20,8 @@
 //   v4  four columns at a time, c, c+1, c + D/2, c + D/2 + 1 (store4), so RoPE's pairs
 //       by halves (Hugging Face's style) are in hand as well as adjacent ones; the tile
 //       goes through shared memory to group them (they were other threads' registers).
+//   v5  the kernel is its two roles (tl_attention_grad_block: queries, keys, and the GQA
+//       heads' join) over one struct of staged tiles, instead of one function of lambdas.
 //
 // Spec S: D, DV, B, H, HKV, SQ, SK, CAUSAL, SCALE, ROWS (rows per tile, dividing 256),
 // Params, partial(p) (B*H*SK*(D+DV) floats of workspace when H > HKV), counter(p)
@@ -118,94 +120,99 @@ TL_DEVICE void tl_attention_grad_sum_heads(int rows, int first, int last, Share 
   }
 }
 
-template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Params &p) {
+// The tiles a block of tl_attention_grad_rows stages (rows padded by one float, so
+// neighbouring rows fall in different banks): a query tile (Q, dO, their lse and D_i), a
+// key tile (K, V), p_ij and dS_ij of the pair.
+template <class S> struct tl_attention_grad_tiles {
   using T = tl_attention_grad_shape<S>;
-  constexpr int R = T::R, LD = T::LD, LDV = T::LDV, LDR = T::LDR, THREADS = 256;
-  constexpr int OFFSET = S::SK - S::SQ, G = S::H / S::HKV;
-  constexpr int PER_D = (R * S::D + THREADS - 1) / THREADS, PER_DV = (R * S::DV + THREADS - 1) / THREADS;
-  static_assert(THREADS % R == 0, "whole groups of threads per row");
-  __shared__ float qs[R * LD], dos[R * LDV], ks[R * LD], vs[R * LDV], ps[R * LDR], dss[R * LDR];
-  __shared__ float lse[R], rowDot[R];
-  tl_wait_for_producers();
+  float qs[T::R * T::LD], dos[T::R * T::LDV], ks[T::R * T::LD], vs[T::R * T::LDV];
+  float ps[T::R * T::LDR], dss[T::R * T::LDR];
+  float lse[T::R], rowDot[T::R], dotPart[256];
+};
 
-  // D_i = dO_i · O_i and lse_i of the staged query tile (dos already staged): THREADS / R
-  // threads per row each sum a stride of it, their partial sums added in order.
-  constexpr int PER_ROW = THREADS / R;
-  __shared__ float dotPart[THREADS];
-  auto stageQueryScalars = [&](int b, int h, int i0) {
+// A block of tl_attention_grad_rows: a query tile's dQ or a key tile's dK and dV, its
+// staging and its sums as members (the kernel below picks the role).
+template <class S> struct tl_attention_grad_block {
+  using T = tl_attention_grad_shape<S>;
+  static constexpr int R = T::R, LD = T::LD, LDV = T::LDV, LDR = T::LDR, THREADS = 256;
+  static constexpr int OFFSET = S::SK - S::SQ, G = S::H / S::HKV;
+  static constexpr int PER_D = (R * S::D + THREADS - 1) / THREADS, PER_DV = (R * S::DV + THREADS - 1) / THREADS;
+  static constexpr int PER_ROW = THREADS / R;  // threads summing a row's D_i
+  static_assert(THREADS % R == 0, "whole groups of threads per row");
+
+  const typename S::Params &p;
+  tl_attention_grad_tiles<S> &t;
+
+  TL_DEVICE static bool visible(int i, int j) { return i < S::SQ && j < S::SK && (!S::CAUSAL || j <= i + OFFSET); }
+  // R rows from r0 on: K and V of kv head hkv, or Q and dO of query head h.
+  TL_DEVICE void stage_keys(int b, int hkv, int j0) const {
+    tl_stage_rows<R, S::D, LD>(t.ks, j0, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
+    tl_stage_rows<R, S::DV, LDV>(t.vs, j0, S::SK, [&](int j) { return S::v_src(p, b, hkv, j); });
+  }
+  TL_DEVICE void stage_queries(int b, int h, int i0) const {
+    tl_stage_rows<R, S::D, LD>(t.qs, i0, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
+    tl_stage_rows<R, S::DV, LDV>(t.dos, i0, S::SQ, [&](int i) { return S::do_src(p, b, h, i); });
+  }
+  // D_i = dO_i · O_i and lse_i of the staged query tile (dos already staged): PER_ROW
+  // threads a row each sum a stride of it, their partial sums added in order.
+  TL_DEVICE void stage_query_scalars(int b, int h, int i0) const {
     const int r = threadIdx.x / PER_ROW, part = threadIdx.x % PER_ROW;
     float dot = 0.0f;
     if (i0 + r < S::SQ) {
       const auto *o = S::o_src(p, b, h, i0 + r);
-      for (int d = part; d < S::DV; d += PER_ROW) dot = fmaf(dos[r * LDV + d], tl_ld(o, d), dot);
+      for (int d = part; d < S::DV; d += PER_ROW) dot = fmaf(t.dos[r * LDV + d], tl_ld(o, d), dot);
     }
-    dotPart[threadIdx.x] = dot;
+    t.dotPart[threadIdx.x] = dot;
     tl_sync();
     if (threadIdx.x < R) {
       float sum = 0.0f;
-      for (int q = 0; q < PER_ROW; ++q) sum += dotPart[threadIdx.x * PER_ROW + q];
-      rowDot[threadIdx.x] = sum;
-      lse[threadIdx.x] = i0 + (int)threadIdx.x < S::SQ ? *S::lse_src(p, b, h, i0 + threadIdx.x) : 0.0f;
+      for (int q = 0; q < PER_ROW; ++q) sum += t.dotPart[threadIdx.x * PER_ROW + q];
+      t.rowDot[threadIdx.x] = sum;
+      t.lse[threadIdx.x] = i0 + (int)threadIdx.x < S::SQ ? *S::lse_src(p, b, h, i0 + threadIdx.x) : 0.0f;
     }
-  };
-  auto visible = [](int i, int j) { return i < S::SQ && j < S::SK && (!S::CAUSAL || j <= i + OFFSET); };
-  // R rows from r0 on: K and V of kv head hkv, or Q and dO of query head h.
-  auto stageKeys = [&](int b, int hkv, int j0) {
-    tl_stage_rows<R, S::D, LD>(ks, j0, S::SK, [&](int j) { return S::k_src(p, b, hkv, j); });
-    tl_stage_rows<R, S::DV, LDV>(vs, j0, S::SK, [&](int j) { return S::v_src(p, b, hkv, j); });
-  };
-  auto stageQueries = [&](int b, int h, int i0) {
-    tl_stage_rows<R, S::D, LD>(qs, i0, S::SQ, [&](int i) { return S::q_src(p, b, h, i); });
-    tl_stage_rows<R, S::DV, LDV>(dos, i0, S::SQ, [&](int i) { return S::do_src(p, b, h, i); });
-  };
+  }
 
-  if ((long long)tl_block_index() < T::QUERY_BLOCKS) {
-    // dQ of R queries of head h.
-    const int qt = tl_block_index() % T::QUERY_TILES, h = (tl_block_index() / T::QUERY_TILES) % S::H;
-    const int b = tl_block_index() / (T::QUERY_TILES * S::H), hkv = h / G, i0 = qt * R;
-    stageQueries(b, h, i0);
+  // dQ of R queries of head h: the key tiles up to the diagonal, dS of each pair rebuilt.
+  TL_DEVICE void queries(int block) const {
+    const int qt = block % T::QUERY_TILES, h = (block / T::QUERY_TILES) % S::H;
+    const int b = block / (T::QUERY_TILES * S::H), hkv = h / G, i0 = qt * R;
+    stage_queries(b, h, i0);
     tl_sync();
-    stageQueryScalars(b, h, i0);
+    stage_query_scalars(b, h, i0);
     float acc[PER_D];
-    
 #pragma unroll
     for (int u = 0; u < PER_D; ++u) acc[u] = 0.0f;
     const int lastQuery = i0 + R - 1 < S::SQ - 1 ? i0 + R - 1 : S::SQ - 1;
     const int lastKey = S::CAUSAL ? (lastQuery + OFFSET < S::SK - 1 ? lastQuery + OFFSET : S::SK - 1) : S::SK - 1;
     for (int j0 = 0; j0 <= lastKey; j0 += R) {
       tl_sync();
-      stageKeys(b, hkv, j0);
+      stage_keys(b, hkv, j0);
       tl_sync();
       for (int e = threadIdx.x; e < R * R; e += THREADS) {
         const int i = e / R, j = e % R;
         float score = 0.0f, dp = 0.0f;
-        for (int d = 0; d < S::D; ++d) score = fmaf(qs[i * LD + d], ks[j * LD + d], score);
-        for (int d = 0; d < S::DV; ++d) dp = fmaf(dos[i * LDV + d], vs[j * LDV + d], dp);
-        const float pij = visible(i0 + i, j0 + j) ? expf(score * S::SCALE - lse[i]) : 0.0f;
-        dss[i * LDR + j] = pij * (dp - rowDot[i]) * S::SCALE;
+        for (int d = 0; d < S::D; ++d) score = fmaf(t.qs[i * LD + d], t.ks[j * LD + d], score);
+        for (int d = 0; d < S::DV; ++d) dp = fmaf(t.dos[i * LDV + d], t.vs[j * LDV + d], dp);
+        const float pij = visible(i0 + i, j0 + j) ? expf(score * S::SCALE - t.lse[i]) : 0.0f;
+        t.dss[i * LDR + j] = pij * (dp - t.rowDot[i]) * S::SCALE;
       }
       tl_sync();
-      
 #pragma unroll
-    for (int u = 0; u < PER_D; ++u) {
+      for (int u = 0; u < PER_D; ++u) {
         const int e = threadIdx.x + u * THREADS, i = e / S::D, d = e % S::D;
         if (e < R * S::D)
-          for (int j = 0; j < R; ++j) acc[u] = fmaf(dss[i * LDR + j], ks[j * LD + d], acc[u]);
+          for (int j = 0; j < R; ++j) acc[u] = fmaf(t.dss[i * LDR + j], t.ks[j * LD + d], acc[u]);
       }
     }
-    
     tl_attention_grad_store<R, S::D>(
-        acc, i0, S::SQ, qs,
+        acc, i0, S::SQ, t.qs,
         [&](int i, int c, float a0, float a1, float b0, float b1) { S::dq_store4(p, b, h, i, c, a0, a1, b0, b1); },
         [&](int i) { return S::dq_dst(p, b, h, i); });
-  } else {
-    // dK and dV of R keys from query head h's queries; with GQA, each head's share goes to
-    // the workspace and the last head of the group to finish adds them in head order.
-    const int block = tl_block_index() - T::QUERY_BLOCKS;
-    const int kt = block % T::KEY_TILES, h = (block / T::KEY_TILES) % S::H;
-    const int b = block / (T::KEY_TILES * S::H), hkv = h / G, j0 = kt * R;
-    stageKeys(b, hkv, j0);
-    float dk[PER_D], dv[PER_DV];
+  }
+
+  // dK and dV of R keys (from j0) from query head h's queries, the query tiles from the
+  // diagonal on: p and dS of each pair rebuilt.
+  TL_DEVICE void key_sums(int b, int h, int j0, float (&dk)[PER_D], float (&dv)[PER_DV]) const {
 #pragma unroll
     for (int u = 0; u < PER_D; ++u) dk[u] = 0.0f;
 #pragma unroll
@@ -213,67 +220,86 @@ template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Param
     const int firstQuery = S::CAUSAL ? (j0 - OFFSET > 0 ? j0 - OFFSET : 0) : 0;
     for (int i0 = firstQuery / R * R; i0 < S::SQ; i0 += R) {
       tl_sync();
-      stageQueries(b, h, i0);
+      stage_queries(b, h, i0);
       tl_sync();
-      stageQueryScalars(b, h, i0);
+      stage_query_scalars(b, h, i0);
       tl_sync();
       for (int e = threadIdx.x; e < R * R; e += THREADS) {
         const int j = e / R, i = e % R;
         float score = 0.0f, dp = 0.0f;
-        for (int d = 0; d < S::D; ++d) score = fmaf(ks[j * LD + d], qs[i * LD + d], score);
-        for (int d = 0; d < S::DV; ++d) dp = fmaf(vs[j * LDV + d], dos[i * LDV + d], dp);
-        const float pij = visible(i0 + i, j0 + j) ? expf(score * S::SCALE - lse[i]) : 0.0f;
-        ps[j * LDR + i] = pij;
-        dss[j * LDR + i] = pij * (dp - rowDot[i]) * S::SCALE;
+        for (int d = 0; d < S::D; ++d) score = fmaf(t.ks[j * LD + d], t.qs[i * LD + d], score);
+        for (int d = 0; d < S::DV; ++d) dp = fmaf(t.vs[j * LDV + d], t.dos[i * LDV + d], dp);
+        const float pij = visible(i0 + i, j0 + j) ? expf(score * S::SCALE - t.lse[i]) : 0.0f;
+        t.ps[j * LDR + i] = pij;
+        t.dss[j * LDR + i] = pij * (dp - t.rowDot[i]) * S::SCALE;
       }
       tl_sync();
 #pragma unroll
       for (int u = 0; u < PER_DV; ++u) {
         const int e = threadIdx.x + u * THREADS, j = e / S::DV, d = e % S::DV;
         if (e < R * S::DV)
-          for (int i = 0; i < R; ++i) dv[u] = fmaf(ps[j * LDR + i], dos[i * LDV + d], dv[u]);
+          for (int i = 0; i < R; ++i) dv[u] = fmaf(t.ps[j * LDR + i], t.dos[i * LDV + d], dv[u]);
       }
 #pragma unroll
       for (int u = 0; u < PER_D; ++u) {
         const int e = threadIdx.x + u * THREADS, j = e / S::D, d = e % S::D;
         if (e < R * S::D)
-          for (int i = 0; i < R; ++i) dk[u] = fmaf(dss[j * LDR + i], qs[i * LD + d], dk[u]);
-      }
-    }
-    if constexpr (G == 1) {
-      tl_attention_grad_store<R, S::D>(
-          dk, j0, S::SK, qs,
-          [&](int j, int c, float a0, float a1, float b0, float b1) { S::dk_store4(p, b, hkv, j, c, a0, a1, b0, b1); },
-          [&](int j) { return S::dk_dst(p, b, hkv, j); });
-      tl_attention_grad_store<R, S::DV>(
-          dv, j0, S::SK, dos,
-          [&](int j, int c, float a0, float a1, float b0, float b1) { S::dv_store4(p, b, hkv, j, c, a0, a1, b0, b1); },
-          [&](int j) { return S::dv_dst(p, b, hkv, j); });
-    } else {
-      // This head's share: [B, H, SK, D] of dK, then [B, H, SK, DV] of dV.
-      float *shareK = S::partial(p), *shareV = shareK + (long long)S::B * S::H * S::SK * S::D;
-      auto rowK = [&](int head, int j) { return shareK + (((long long)b * S::H + head) * S::SK + j) * S::D; };
-      auto rowV = [&](int head, int j) { return shareV + (((long long)b * S::H + head) * S::SK + j) * S::DV; };
-      tl_store_tile<R, S::D>(dk, j0, S::SK, [&](int j) { return rowK(h, j); });
-      tl_store_tile<R, S::DV>(dv, j0, S::SK, [&](int j) { return rowV(h, j); });
-      unsigned *counter = S::counter(p) + ((long long)b * S::HKV + hkv) * T::KEY_TILES + kt;
-      if (tl_last_block_arrives(counter, G)) {
-        const int rows = S::SK - j0 < R ? S::SK - j0 : R;
-        tl_attention_grad_sum_heads<S::D, THREADS>(
-            rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowK(head, j0 + j); },
-            [&](int j, int d, float a0, float a1, float b0, float b1) {
-              S::dk_store4(p, b, hkv, j0 + j, d, a0, a1, b0, b1);
-            },
-            [&](int j, int d, float v) { tl_st(S::dk_dst(p, b, hkv, j0 + j), d, v); });
-        tl_attention_grad_sum_heads<S::DV, THREADS>(
-            rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowV(head, j0 + j); },
-            [&](int j, int d, float a0, float a1, float b0, float b1) {
-              S::dv_store4(p, b, hkv, j0 + j, d, a0, a1, b0, b1);
-            },
-            [&](int j, int d, float v) { tl_st(S::dv_dst(p, b, hkv, j0 + j), d, v); });
-        if (threadIdx.x == 0) *counter = 0u;
+          for (int i = 0; i < R; ++i) dk[u] = fmaf(t.dss[j * LDR + i], t.qs[i * LD + d], dk[u]);
       }
     }
   }
+
+  // With GQA each head's share goes to the workspace ([B, H, SK, D] of dK, then [B, H, SK,
+  // DV] of dV) and the last head of the group to finish adds them in head order.
+  TL_DEVICE void join_heads(int b, int h, int hkv, int kt, int j0, const float (&dk)[PER_D],
+                            const float (&dv)[PER_DV]) const {
+    float *shareK = S::partial(p), *shareV = shareK + (long long)S::B * S::H * S::SK * S::D;
+    auto rowK = [&](int head, int j) { return shareK + (((long long)b * S::H + head) * S::SK + j) * S::D; };
+    auto rowV = [&](int head, int j) { return shareV + (((long long)b * S::H + head) * S::SK + j) * S::DV; };
+    tl_store_tile<R, S::D>(dk, j0, S::SK, [&](int j) { return rowK(h, j); });
+    tl_store_tile<R, S::DV>(dv, j0, S::SK, [&](int j) { return rowV(h, j); });
+    unsigned *counter = S::counter(p) + ((long long)b * S::HKV + hkv) * T::KEY_TILES + kt;
+    if (!tl_last_block_arrives(counter, G)) return;
+    const int rows = S::SK - j0 < R ? S::SK - j0 : R;
+    tl_attention_grad_sum_heads<S::D, THREADS>(
+        rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowK(head, j0 + j); },
+        [&](int j, int d, float a0, float a1, float b0, float b1) { S::dk_store4(p, b, hkv, j0 + j, d, a0, a1, b0, b1); },
+        [&](int j, int d, float v) { tl_st(S::dk_dst(p, b, hkv, j0 + j), d, v); });
+    tl_attention_grad_sum_heads<S::DV, THREADS>(
+        rows, hkv * G, (hkv + 1) * G, [&](int head, int j) { return rowV(head, j0 + j); },
+        [&](int j, int d, float a0, float a1, float b0, float b1) { S::dv_store4(p, b, hkv, j0 + j, d, a0, a1, b0, b1); },
+        [&](int j, int d, float v) { tl_st(S::dv_dst(p, b, hkv, j0 + j), d, v); });
+    if (threadIdx.x == 0) *counter = 0u;
+  }
+
+  // dK and dV of key tile `block`, stored (one query head a kv head) or joined (GQA).
+  TL_DEVICE void keys(int block) const {
+    const int kt = block % T::KEY_TILES, h = (block / T::KEY_TILES) % S::H;
+    const int b = block / (T::KEY_TILES * S::H), hkv = h / G, j0 = kt * R;
+    stage_keys(b, hkv, j0);
+    float dk[PER_D], dv[PER_DV];
+    key_sums(b, h, j0, dk, dv);
+    if constexpr (G == 1) {
+      tl_attention_grad_store<R, S::D>(
+          dk, j0, S::SK, t.qs,
+          [&](int j, int c, float a0, float a1, float b0, float b1) { S::dk_store4(p, b, hkv, j, c, a0, a1, b0, b1); },
+          [&](int j) { return S::dk_dst(p, b, hkv, j); });
+      tl_attention_grad_store<R, S::DV>(
+          dv, j0, S::SK, t.dos,
+          [&](int j, int c, float a0, float a1, float b0, float b1) { S::dv_store4(p, b, hkv, j, c, a0, a1, b0, b1); },
+          [&](int j) { return S::dv_dst(p, b, hkv, j); });
+    } else {
+      join_heads(b, h, hkv, kt, j0, dk, dv);
+    }
+  }
+};
+
+template <class S> TL_DEVICE void tl_attention_grad_rows(const typename S::Params &p) {
+  using T = tl_attention_grad_shape<S>;
+  __shared__ tl_attention_grad_tiles<S> tiles;
+  tl_wait_for_producers();
+  const tl_attention_grad_block<S> block{p, tiles};
+  if ((long long)tl_block_index() < T::QUERY_BLOCKS) block.queries(int(tl_block_index()));
+  else block.keys(int(tl_block_index() - T::QUERY_BLOCKS));
   tl_allow_dependents();
 }
