@@ -508,18 +508,8 @@ template <class S> struct tl_wgmma_tile : tl_wgmma_block<S, 64> {
   // still be read by the wgmma group in flight. Chained, the weights' first stages are
   // copied before waiting for the kernel before.
   TL_DEVICE void start_pipeline() const {
-    if constexpr (S::CHAINED) {
-      for (int s = 0; s < STAGES - 2; ++s)
-        if (s < work.kCount) load_b(s, work.kBegin + s);
-      tl_wait_for_producers();
-    }
-    for (int s = 0; s < STAGES - 2; ++s) {
-      if (s < work.kCount) {
-        if constexpr (!S::CHAINED) load_b(s, work.kBegin + s);
-        load_a(s, work.kBegin + s);
-      }
-      tl_cp_async_commit();
-    }
+    tl_gemm_prologue<S::CHAINED>(STAGES - 2, work.kBegin, work.kCount, [&](int stage, int kt) { load_a(stage, kt); },
+                                 [&](int stage, int kt) { load_b(stage, kt); });
   }
 
   // The four k16 wgmmas of `stage`, committed as one group. With a gain, this warp's A
