@@ -21,8 +21,9 @@
 # racecheck and synccheck) and lab (bench/gemv-lab's two programs, built with the machine's
 # nvcc) and f32 (issue 31: the f32 levels timed, O2's forward and training step profiled,
 # the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs) and bf16ncu (the bf16
-# O3 forward's GEMMs profiled, 8 x 128) and f32split (the
-# same four GEMMs with no split pass, timed beside main and under Nsight Compute; needs tl-run).
+# O3 forward's GEMMs at 8 x 128, launch by launch and under Nsight Compute) and f32split
+# (f32's four GEMMs with no split pass, timed beside main and under Nsight Compute; needs
+# tl-run).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
