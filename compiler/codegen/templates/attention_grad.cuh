@@ -34,6 +34,7 @@
 #include "prelude.cuh"
 
 template <class S> struct tl_attention_grad_shape {
+  static constexpr int THREADS = 256;  // a block's (the launch's)
   static constexpr int R = S::ROWS;  // rows per tile
   static constexpr int LD = S::D + 1, LDV = S::DV + 1, LDR = R + 1;
   static constexpr int QUERY_TILES = (S::SQ + R - 1) / R, KEY_TILES = (S::SK + R - 1) / R;
@@ -127,14 +128,14 @@ template <class S> struct tl_attention_grad_tiles {
   using T = tl_attention_grad_shape<S>;
   float qs[T::R * T::LD], dos[T::R * T::LDV], ks[T::R * T::LD], vs[T::R * T::LDV];
   float ps[T::R * T::LDR], dss[T::R * T::LDR];
-  float lse[T::R], rowDot[T::R], dotPart[256];
+  float lse[T::R], rowDot[T::R], dotPart[T::THREADS];
 };
 
 // A block of tl_attention_grad_rows: a query tile's dQ or a key tile's dK and dV, its
 // staging and its sums as members (the kernel below picks the role).
 template <class S> struct tl_attention_grad_block {
   using T = tl_attention_grad_shape<S>;
-  static constexpr int R = T::R, LD = T::LD, LDV = T::LDV, LDR = T::LDR, THREADS = 256;
+  static constexpr int R = T::R, LD = T::LD, LDV = T::LDV, LDR = T::LDR, THREADS = T::THREADS;
   static constexpr int OFFSET = S::SK - S::SQ, G = S::H / S::HKV;
   static constexpr int PER_D = (R * S::D + THREADS - 1) / THREADS, PER_DV = (R * S::DV + THREADS - 1) / THREADS;
   static constexpr int PER_ROW = THREADS / R;  // threads summing a row's D_i
