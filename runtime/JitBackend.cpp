@@ -88,7 +88,7 @@ public:
     prefillRows_ = static_cast<int *>(allocate(int64_t(words)));
     decodeRows_ = static_cast<int *>(allocate(int64_t(words)));
     random_ = allocate(batch * 8);
-    settings_ = allocate(int64_t(sizeof(Settings)));
+    settings_ = allocate(int64_t(sizeof(SamplerSettings)));
     std::vector<int32_t> rows(static_cast<size_t>(batch));
     for (int64_t b = 0; b < batch; ++b) rows[size_t(b)] = int32_t(b);
     device_->copyToDevice(decodeRows_, rows.data(), words);
@@ -109,7 +109,7 @@ public:
   void setSampling(const SamplingOptions &sampling) {
     std::vector<float> logits{0.0f};
     chooseToken(logits.data(), 1, sampling, 0);  // throws for options out of range
-    Settings settings{float(sampling.temperature), float(sampling.topP), int(std::min<int64_t>(sampling.topK, INT32_MAX)), 0};
+    SamplerSettings settings{float(sampling.temperature), float(sampling.topP), int(std::min<int64_t>(sampling.topK, INT32_MAX)), 0};
     device_->copyToDevice(settings_, &settings, sizeof settings);
     std::vector<uint64_t> seeds(static_cast<size_t>(batch_));
     for (size_t b = 0; b < seeds.size(); ++b) seeds[b] = sampling.seed * 0x9e3779b97f4a7c15ull + b * 0xd1b54a32d192ed03ull;
@@ -124,14 +124,7 @@ public:
     std::vector<unsigned char> args;  // tl_sample_args (sampling.cuh), by value
   };
   SamplerLaunch samplerAfter(const Program &program, const void *logits) const {
-    struct Args {
-      const void *logits;
-      const int *rows;
-      const void *settings;
-      void *random;
-      int *chosen, *next, *positions;
-      int vocab, bf16, advance;
-    } args{logits,    program.kind == ProgramKind::Decode ? decodeRows_ : prefillRows_,
+    SamplerArgs args{logits,    program.kind == ProgramKind::Decode ? decodeRows_ : prefillRows_,
            settings_, random_,
            chosen_,   decodeIds_,
            positions_, int(program.vocab),
@@ -155,10 +148,6 @@ public:
   }
 
 private:
-  struct Settings {  // tl_sampling_settings (sampling.cuh)
-    float temperature, topP;
-    int topK, unused;
-  };
   std::shared_ptr<GpuDevice> device_;
   bool useCache_;
   std::vector<void *> owned_;

@@ -203,6 +203,22 @@ GpuOptions gpuOptionsFor(const BackendOptions &options);
 // inputs (token ids and positions, which the sampler writes for the next step) and the
 // device sampler (runtime/kernels/sampling.cuh) with its buffers. A backend loading a
 // prefill or decode without one makes its own.
+// The device sampler's arguments (runtime/kernels/sampling.cuh: tl_sampling_settings,
+// tl_sample_args), as the host writes them.
+struct SamplerSettings {
+  float temperature, topP;
+  int topK;
+  int radixOnly;  // 1: its radix passes even where its top-k path applies (tests)
+};
+struct SamplerArgs {
+  const void *logits;
+  const int *rows;
+  const void *settings;
+  void *random;
+  int *chosen, *next, *positions;
+  int vocab, bf16, advance;
+};
+
 class GpuGenerationState;
 std::shared_ptr<GpuGenerationState> makeGpuGenerationState(std::shared_ptr<GpuDevice> device, bool useCache);
 

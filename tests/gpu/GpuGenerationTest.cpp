@@ -8,6 +8,8 @@
 
 #include <tlc/Generate.h>
 
+#include "runtime/CallerBuffers.h"
+#include "runtime/Jit.h"
 #include "runtime/KernelRunner.h"
 #include "runtime/OpKind.h"
 #include "runtime/Tensor.h"
@@ -17,6 +19,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <numeric>
 #include <random>
 #include <tuple>
 
@@ -309,6 +313,99 @@ TEST(GpuGenerationSampling, ReproducibleBySeedAndStopsAtStopTokens) {
   std::vector<double> times = gpu.times().steps;
   std::sort(times.begin(), times.end());
   std::printf("RESULT sampling decode_ms=%.3f seed=%llu\n", times[times.size() / 2], (unsigned long long)seed);
+}
+
+// The device sampler alone (runtime/kernels/sampling.cuh) on rows made here: v2's top-k
+// path (the tokens at the k-th key gathered and sorted) chooses exactly what v1's radix
+// passes choose from the same rows and random states, and every choice lies in the
+// row's top-k. Rows of normal logits, of logits rounded to halves (ties at the cut), of
+// one value (every token tied), bf16 and fp32, a vocabulary whose rows are 16-byte
+// aligned and one whose rows are not; top-k from 1 to past what v2 gathers.
+TEST(GpuGenerationSampling, TopKPathChoosesAsTheRadixPasses) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  CurrentDevice current(*device);
+  JitOptions options;
+  options.arch = device->arch();
+  options.progress = false;
+  auto compiler = device->compiler();
+  LoadedKernel sampler =
+      device->load(jitCompileAll(*compiler, {{"tl_sample", embeddedRuntimeKernels().at("sampling.cuh")}}, options)[0],
+                   "tl_sample");
+  const uint64_t seed = freshSeed();
+  std::mt19937_64 random(seed);
+  const int rows = 48;
+  std::vector<void *> owned;
+  auto upload = [&](const void *data, size_t bytes) {
+    void *pointer = device->allocate(bytes);
+    owned.push_back(pointer);
+    if (data) device->copyToDevice(pointer, data, bytes);
+    return pointer;
+  };
+  std::vector<int32_t> rowIds(rows);
+  std::iota(rowIds.begin(), rowIds.end(), 0);
+  auto *rowsOnDevice = static_cast<int *>(upload(rowIds.data(), rows * 4));
+  auto *chosen = static_cast<int *>(upload(nullptr, rows * 4)), *next = static_cast<int *>(upload(nullptr, rows * 4)),
+       *positions = static_cast<int *>(upload(nullptr, rows * 4));
+  void *states = upload(nullptr, rows * 8), *settingsOnDevice = upload(nullptr, sizeof(SamplerSettings));
+  const std::vector<SamplerSettings> settingsList{{0.8f, 0.95f, 40, 0}, {1.0f, 1.0f, 1, 0},   {1.3f, 1.0f, 1024, 0},
+                                           {0.7f, 0.5f, 200, 0}, {1.0f, 0.9f, 1025, 0}, {2.0f, 0.99f, 7, 0}};
+  int64_t compared = 0, fromTopKPath = 0;
+  for (int vocab : {32000, 1003}) {
+    for (int bf16 : {1, 0}) {
+      for (int kind = 0; kind < 3; ++kind) {  // normal, rounded to halves, one value
+        std::normal_distribution<float> normal(0.0f, kind == 1 ? 1.5f : 3.0f);
+        std::vector<float> logits(size_t(rows) * vocab);
+        for (float &x : logits) {
+          x = kind == 2 ? 0.25f : normal(random);
+          if (kind == 1) x = std::round(x * 2.0f) / 2.0f;
+        }
+        std::vector<uint16_t> halves(logits.size());
+        for (size_t i = 0; i < logits.size(); ++i) {  // bf16 by truncation, and the fp32 rows the same values
+          uint32_t bits;
+          std::memcpy(&bits, &logits[i], 4);
+          halves[i] = uint16_t(bits >> 16);
+          bits &= 0xffff0000u;
+          std::memcpy(&logits[i], &bits, 4);
+        }
+        void *logitsOnDevice = bf16 ? upload(halves.data(), halves.size() * 2) : upload(logits.data(), logits.size() * 4);
+        for (const SamplerSettings &base : settingsList) {
+          std::vector<uint64_t> seeds(rows);
+          for (uint64_t &s : seeds) s = random();
+          std::vector<int32_t> byPath[2];
+          for (int radixOnly : {0, 1}) {
+            SamplerSettings settings = base;
+            settings.radixOnly = radixOnly;
+            device->copyToDevice(settingsOnDevice, &settings, sizeof settings);
+            device->copyToDevice(states, seeds.data(), seeds.size() * 8);
+            SamplerArgs args{logitsOnDevice, rowsOnDevice, settingsOnDevice, states, chosen, next, positions, vocab, bf16, 0};
+            void *argv[] = {&args};
+            device->launch(sampler.function, "tl_sample", rows, 1024, 0, argv, false);
+            device->synchronize();
+            byPath[radixOnly].resize(rows);
+            device->copyToHost(byPath[radixOnly].data(), chosen, rows * 4);
+          }
+          const std::string where = fmt::format("vocab {}, {}, logits kind {}, T {} top-k {} top-p {}, seed {}", vocab,
+                                                bf16 ? "bf16" : "fp32", kind, base.temperature, base.topK, base.topP, seed);
+          EXPECT_EQ(byPath[0], byPath[1]) << where;
+          for (int r = 0; r < rows; ++r) {
+            const float *row = logits.data() + size_t(r) * vocab;
+            const int id = byPath[0][size_t(r)];
+            ASSERT_TRUE(id >= 0 && id < vocab) << where;
+            // Tokens before it in (logit descending, id ascending): fewer than k.
+            int64_t before = 0;
+            for (int i = 0; i < vocab; ++i) before += row[i] > row[id] || (row[i] == row[id] && i < id);
+            EXPECT_LT(before, base.topK) << where << ", row " << r;
+          }
+          compared += rows;
+          fromTopKPath += base.topK <= 1024 && kind != 2 ? rows : 0;
+        }
+      }
+    }
+  }
+  for (void *pointer : owned) device->release(pointer);
+  std::printf("RESULT sampler_paths rows=%lld top_k_path_rows=%lld seed=%llu\n", (long long)compared,
+              (long long)fromTopKPath, (unsigned long long)seed);
 }
 
 } // namespace
