@@ -128,7 +128,8 @@ public:
            settings_, random_,
            chosen_,   decodeIds_,
            positions_, int(program.vocab),
-           program.value(program.outputs[0]).dtype == DType::BF16, program.kind == ProgramKind::Decode};
+           program.value(program.outputs[0]).dtype == DType::BF16, program.kind == ProgramKind::Decode,
+                     nullptr};
     const auto *bytes = reinterpret_cast<const unsigned char *>(&args);
     return {sampler_.function, std::vector<unsigned char>(bytes, bytes + sizeof args)};
   }

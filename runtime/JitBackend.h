@@ -217,6 +217,7 @@ struct SamplerArgs {
   void *random;
   int *chosen, *next, *positions;
   int vocab, bf16, advance;
+  int *paths;  // or null: 1 for each sequence its top-k path chose (tests)
 };
 
 class GpuGenerationState;

@@ -23,10 +23,10 @@
 //       each thread's tokens by digit in register slots, into four copies of the bins
 //       (v1 added a run of tokens at a time to few bins, and the block waited on those
 //       atomics); 32 threads walk the bins; the argmax is a maximum of words of
-//       key and id; and with top-k of at most TL_SAMPLE_CANDIDATES the cut's key is found by
-//       counting alone, then the tokens at or above it are gathered and sorted (key
-//       descending, id ascending), so top-p and the draw work on those k tokens instead
-//       of the row. v1's passes remain for the rest (top-p alone, a large top-k, more
+//       key and id; and with top-k of at most TL_SAMPLE_CANDIDATES the tokens at or above
+//       the k-th largest of the threads' largest keys (from the argmax's pass) are
+//       gathered and sorted (key descending, id ascending), so top-k, top-p and the draw
+//       work on those few tokens instead of the row. v1's passes remain for the rest (top-p alone, a large top-k, more
 //       tokens tied at the cut than fit).
 
 struct tl_sampling_settings {
@@ -45,6 +45,7 @@ struct tl_sample_args {
   int *next;                    // [batch] the decode's input ids
   int *positions;               // [batch] the decode's positions
   int vocab, bf16, advance;
+  int *paths;                   // [batch] or null: 1 where v2's top-k path chose, 0 elsewhere (tests)
 };
 
 #define TL_SAMPLE_MAX_THREADS 1024
@@ -330,25 +331,28 @@ __device__ __forceinline__ int tl_sample_power_of_two(int n) {
   return p;
 }
 
-// v2's choice under a top-k of at most TL_SAMPLE_CANDIDATES (and at most the block's
-// threads): the k-th token's key by counting, the tokens at or above it gathered and
-// sorted by (key descending, id ascending), of which the first k are the top-k; top-p
-// and the draw on those, a token a thread. The same tokens and integer sums as v1, so
-// the same choice. False (nothing chosen) where more tokens reach the key than fit.
+// v2's choice under a top-k of at most TL_SAMPLE_CANDIDATES (the block's threads):
+// `threshold` is the k-th largest of the threads' largest keys (maxKey, each thread's
+// from the argmax's pass), so at least k tokens reach it and the top-k are among them.
+// Those tokens are gathered and sorted by (key descending, id ascending), the first k are
+// the top-k; top-p and the draw on those, a token a thread. The same tokens and integer
+// sums as v1, so the same choice. False (nothing chosen) where more tokens reach the
+// threshold than fit.
 template <class Weight>
 __device__ bool tl_sample_from_top_k(const tl_sample_args &a, long long row, const tl_sampling_settings &settings,
-                                     Weight weight, unsigned long long z, int *result) {
+                                     Weight weight, unsigned maxKey, unsigned long long z, int *result) {
   __shared__ unsigned long long words[TL_SAMPLE_CANDIDATES], weights[TL_SAMPLE_CANDIDATES];
   __shared__ int gathered, last;
   const int t = threadIdx.x, k = settings.topK;
-  const tl_sample_one one;
-  const tl_sample_all all;
-  const tl_sample_cut cut = tl_sample_radix(a, row, (unsigned long long)k, all, one);
+  words[t] = ~maxKey;  // ascending: the largest key first
   if (t == 0) gathered = 0;
+  __syncthreads();
+  tl_sample_sort(words, blockDim.x);
+  const unsigned threshold = ~(unsigned)words[k - 1];
   __syncthreads();
   tl_sample_each(a, row, [&](int i, float x) {
     const unsigned key = tl_sample_key(x);
-    if (key < cut.key) return;
+    if (key < threshold) return;
     const int slot = atomicAdd(&gathered, 1);
     if (slot < TL_SAMPLE_CANDIDATES) words[slot] = ((unsigned long long)~key << 32) | (unsigned)i;
   });
@@ -430,10 +434,11 @@ extern "C" __global__ void __launch_bounds__(TL_SAMPLE_MAX_THREADS) tl_sample(tl
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
-    const bool fewK = !settings.radixOnly && settings.topK > 0 && settings.topK < a.vocab && settings.topK <= TL_SAMPLE_CANDIDATES &&
-                      (int)blockDim.x >= TL_SAMPLE_CANDIDATES;
-    if (!fewK || !tl_sample_from_top_k(a, row, settings, weight, z, &result))
-      tl_sample_by_radix(a, row, settings, weight, z, &result);
+    const bool fewK = !settings.radixOnly && settings.topK > 0 && settings.topK < a.vocab &&
+                      settings.topK <= TL_SAMPLE_CANDIDATES && (int)blockDim.x == TL_SAMPLE_CANDIDATES;
+    const bool fromTopK = fewK && tl_sample_from_top_k(a, row, settings, weight, (unsigned)(best >> 32), z, &result);
+    if (!fromTopK) tl_sample_by_radix(a, row, settings, weight, z, &result);
+    if (t == 0 && a.paths) a.paths[b] = fromTopK;
     if (t == 0) a.random[b] = state;
   }
   if (t == 0) {
