@@ -26,8 +26,8 @@
 //       key and id; and with top-k of at most TL_SAMPLE_CANDIDATES the tokens at or above
 //       the k-th largest of the threads' largest keys (from the argmax's pass) are
 //       gathered and sorted (key descending, id ascending), so top-k, top-p and the draw
-//       work on those few tokens instead of the row. v1's passes remain for the rest (top-p alone, a large top-k, more
-//       tokens tied at the cut than fit).
+//       work on those few tokens instead of the row. v1's passes remain for the rest
+//       (no top-k or a large one, more tokens at the threshold than fit).
 
 struct tl_sampling_settings {
   float temperature;  // 0: greedy
