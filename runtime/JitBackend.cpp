@@ -36,6 +36,16 @@ int64_t alignUp(int64_t bytes, int64_t alignment = 256) { return (bytes + alignm
 
 } // namespace
 
+LoadedKernel loadSampler(GpuDevice &device, bool useCache) {
+  JitOptions options;
+  options.arch = device.arch();
+  options.useCache = useCache;
+  options.progress = false;
+  auto compiler = device.compiler();
+  return device.load(jitCompileAll(*compiler, {{"tl_sample", embeddedRuntimeKernels().at("sampling.cuh")}}, options)[0],
+                     "tl_sample");
+}
+
 // Device memory a generator's prefill and decode backends share, owned here and released
 // with the last of them; the device sampler, compiled on first use.
 class GpuGenerationState {
@@ -95,13 +105,7 @@ public:
     device_->fill(decodeIds_, 0, words);
     device_->fill(positions_, 0, words);
     setSampling({});
-    const std::string &source = embeddedRuntimeKernels().at("sampling.cuh");
-    JitOptions options;
-    options.arch = device_->arch();
-    options.useCache = useCache_;
-    options.progress = false;
-    auto compiler = device_->compiler();
-    sampler_ = device_->load(jitCompileAll(*compiler, {{"tl_sample", source}}, options)[0], "tl_sample");
+    sampler_ = loadSampler(*device_, useCache_);
   }
 
   // The sampler's settings, and each sequence's random stream seeded from the seed and its

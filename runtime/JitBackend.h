@@ -198,13 +198,10 @@ GpuOptions gpuOptionsFor(const BackendOptions &options);
 
 // ---- generation on a GPU (docs/generation.md) -------------------------------------------
 
-// What a generator's prefill and decode backends share on their one device: the KV cache
-// (state, by name, zeros at each load), the weights (each uploaded once), the decode's
-// inputs (token ids and positions, which the sampler writes for the next step) and the
-// device sampler (runtime/kernels/sampling.cuh) with its buffers. A backend loading a
-// prefill or decode without one makes its own.
-// The device sampler's arguments (runtime/kernels/sampling.cuh: tl_sampling_settings,
-// tl_sample_args), as the host writes them.
+// The device sampler (runtime/kernels/sampling.cuh, tl_sample) compiled for `device`
+// (through the JIT cache where `useCache`) and loaded, and its arguments as the host
+// writes them (tl_sampling_settings, tl_sample_args); one block of 1024 threads a sequence.
+LoadedKernel loadSampler(GpuDevice &device, bool useCache);
 struct SamplerSettings {
   float temperature, topP;
   int topK;
@@ -220,6 +217,11 @@ struct SamplerArgs {
   int *paths;  // or null: 1 for each sequence its top-k path chose (tests)
 };
 
+// What a generator's prefill and decode backends share on their one device: the KV cache
+// (state, by name, zeros at each load), the weights (each uploaded once), the decode's
+// inputs (token ids and positions, which the sampler writes for the next step) and the
+// device sampler (runtime/kernels/sampling.cuh) with its buffers. A backend loading a
+// prefill or decode without one makes its own.
 class GpuGenerationState;
 std::shared_ptr<GpuGenerationState> makeGpuGenerationState(std::shared_ptr<GpuDevice> device, bool useCache);
 

@@ -49,7 +49,7 @@ struct tl_sample_args {
 };
 
 #define TL_SAMPLE_MAX_THREADS 1024
-#define TL_SAMPLE_CANDIDATES 1024  // the most tokens v2 gathers for a top-k
+#define TL_SAMPLE_CANDIDATES TL_SAMPLE_MAX_THREADS  // the most tokens v2 gathers for a top-k: one a thread
 #define TL_SAMPLE_COPIES 4         // copies of the radix bins, a warp adding to copy warp % 4
 
 // Shared memory every part uses in turn (one copy, not one an instantiation): the
@@ -91,6 +91,17 @@ __device__ __forceinline__ unsigned tl_sample_key(float x) {
   if (x != x) return 0u;
   const unsigned u = __float_as_uint(x == 0.0f ? 0.0f : x);  // -0 ties with +0, as in a comparison
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The logit of a key (NaN's key gives a NaN).
+__device__ __forceinline__ float tl_sample_value(unsigned key) {
+  return __uint_as_float(key & 0x80000000u ? key & 0x7fffffffu : ~key);
+}
+
+// What top-p keeps of a total weight: the weight the kept tokens must reach, in [1, total].
+__device__ __forceinline__ unsigned long long tl_sample_top_p_want(float topP, unsigned long long total) {
+  const unsigned long long want = (unsigned long long)ceil((double)topP * (double)total);
+  return want < 1ull ? 1ull : want > total ? total : want;
 }
 
 // The exclusive prefix sum of each thread's value in thread order, and the total.
@@ -277,9 +288,7 @@ __device__ void tl_sample_by_radix(const tl_sample_args &a, long long row, const
   int pBound = a.vocab - 1;
   const bool cutP = settings.topP < 1.0f;
   if (cutP) {
-    unsigned long long want = (unsigned long long)ceil((double)settings.topP * (double)total);
-    want = want < 1ull ? 1ull : want > total ? total : want;
-    const tl_sample_cut cut = tl_sample_radix(a, row, want, keptK, weight);
+    const tl_sample_cut cut = tl_sample_radix(a, row, tl_sample_top_p_want(settings.topP, total), keptK, weight);
     pKey = cut.key;
     pBound = tl_sample_tie_bound(a, row, cut.key, cut.rest, keptK, weight);
   }
@@ -372,8 +381,7 @@ __device__ bool tl_sample_from_top_k(const tl_sample_args &a, long long row, con
   unsigned long long total;
   const unsigned long long before = tl_sample_scan(w, &total);
   if (settings.topP < 1.0f) {
-    unsigned long long want = (unsigned long long)ceil((double)settings.topP * (double)total);
-    want = want < 1ull ? 1ull : want > total ? total : want;
+    const unsigned long long want = tl_sample_top_p_want(settings.topP, total);
     if (top && before < want && before + w >= want) last = t;
   }
   if (top) weights[t] = w;
@@ -417,8 +425,7 @@ extern "C" __global__ void __launch_bounds__(TL_SAMPLE_MAX_THREADS) tl_sample(tl
   if (t == 0) {
     const unsigned key = (unsigned)(words[0] >> 32);
     result = key == 0u ? 0 : (int)~(unsigned)words[0];  // every logit NaN: token 0
-    maximumLogit = key == 0u ? -__uint_as_float(0x7f800000u)
-                             : __uint_as_float(key & 0x80000000u ? key & 0x7fffffffu : ~key);
+    maximumLogit = key == 0u ? -__uint_as_float(0x7f800000u) : tl_sample_value(key);
   }
   __syncthreads();
   const float maximum = maximumLogit;

@@ -8,8 +8,6 @@
 
 #include <tlc/Generate.h>
 
-#include "runtime/CallerBuffers.h"
-#include "runtime/Jit.h"
 #include "runtime/KernelRunner.h"
 #include "runtime/OpKind.h"
 #include "runtime/Tensor.h"
@@ -316,22 +314,16 @@ TEST(GpuGenerationSampling, ReproducibleBySeedAndStopsAtStopTokens) {
 }
 
 // The device sampler alone (runtime/kernels/sampling.cuh) on rows made here: v2's top-k
-// path (the tokens at the k-th key gathered and sorted) chooses exactly what v1's radix
-// passes choose from the same rows and random states, and every choice lies in the
-// row's top-k. Rows of normal logits, of logits rounded to halves (ties at the cut), of
+// path (the tokens at or above its threshold gathered and sorted) chooses exactly what
+// v1's radix passes choose from the same rows and random states, it chooses for a good
+// share of the rows, and every choice lies in the row's top-k. Rows of normal logits, of logits rounded to halves (ties at the cut), of
 // one value (every token tied), bf16 and fp32, a vocabulary whose rows are 16-byte
 // aligned and one whose rows are not; top-k from 1 to past what v2 gathers.
 TEST(GpuGenerationSampling, TopKPathChoosesAsTheRadixPasses) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);
   CurrentDevice current(*device);
-  JitOptions options;
-  options.arch = device->arch();
-  options.progress = false;
-  auto compiler = device->compiler();
-  LoadedKernel sampler =
-      device->load(jitCompileAll(*compiler, {{"tl_sample", embeddedRuntimeKernels().at("sampling.cuh")}}, options)[0],
-                   "tl_sample");
+  LoadedKernel sampler = loadSampler(*device, true);
   const uint64_t seed = freshSeed();
   std::mt19937_64 random(seed);
   const int rows = 48;
