@@ -16,6 +16,8 @@
 # kernel: O3 against the CPU reference and O2, at the workshop, decode and 1.1B shapes) and decode
 # (the matrix-vector GEMMs of 1 to 16 rows: checked, then timed beside the tiled paths) and ncu
 # (Nsight Compute on the 1.1B decode step's first kernels: DRAM throughput, occupancy, stalls)
+# and gemvmma (the tensor-core matrix-vector GEMMs of 3 to 8 rows: checked, timed beside
+# the tiled paths at O2 and O3, a batch-8 decode step with each)
 # and pdecode (the persistent decode step's variants: each against O2's logits, timed twice,
 # the 1.1B's layer timeline) and o3sanitize (the persistent kernel under memcheck,
 # racecheck and synccheck) and lab (bench/gemv-lab's two programs, built with the machine's
@@ -173,6 +175,33 @@ if want decode; then  # decode shapes: the matrix-vector GEMMs against the CPU r
   done
   o3run models/tinyllama-1.1b.tl 1 1 2 --iterations=20 --profile
   sed -n '/^ *kernel/,/^$/p' "$last_log" | head -30 | tee -a "$summary"
+fi
+if want gemvmma; then  # the tensor-core matrix-vector GEMMs (gemm_gemv.cuh v9) of 3 to 8 rows beside the tiled paths
+  timeout 300 "$TESTS" --gtest_filter='GpuDecodeShapes.*' > "$LOGS/gemvmma.txt" 2>&1
+  note "decode shapes against the CPU: rc=$? $(grep -c '^\[       OK' "$LOGS/gemvmma.txt") passed;" \
+       "$(grep '^RESULT_DECODE_MMA' "$LOGS/gemvmma.txt" | awk '{print $2, $3, $5}' | tr '\n' ';')"
+  # The schedule's choice, the tiled paths alone (--no-gemv: at 3 or more rows, main's
+  # schedule before v9) and v9 on every GEMM, at O2 and O3 (chained launches).
+  for round in 1 2; do
+    for rows in ${GEMV_ROWS:-3 8 16}; do
+      for level in 2 3; do
+        for flags in "" "--no-gemv" "--gemv-tensor-cores"; do
+          o3run models/tinyllama-1.1b.tl $rows 1 $level --iterations=50 $flags
+        done
+      done
+    done
+  done
+  for flags in "" "--no-gemv"; do
+    o3run models/tinyllama-1.1b.tl 8 1 2 --iterations=20 --profile $flags
+    sed -n '/^kernel/,/^$/p' "$last_log" | head -9 | tee -a "$summary"
+  done
+  python3 -c "import random; random.seed(1); print('\n'.join(' '.join(str(random.randrange(2, 32000)) for _ in range(2016)) for _ in range(8)))" \
+    > "$LOGS/prompts-8.txt"
+  for flags in "-O2" "-O2 --no-gemv" "-O3" "-O3 --no-gemv"; do
+    timeout 200 "$TLC" generate models/tinyllama-1.1b.tl --prompts "$LOGS/prompts-8.txt" --max-new-tokens 32 \
+      --ignore-eos --max-context=2048 $flags --dtype=bf16 --target=cuda --progress=never > "$LOGS/gen8.txt" 2>&1
+    note "1.1B decode, batch 8, after 2016 prompt tokens [$flags]: rc=$? $(grep '^Decode' "$LOGS/gen8.txt")"
+  done
 fi
 if want ncu; then  # Nsight Compute on the 1.1B decode step's kernels: bandwidth, occupancy, where warps stall
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

@@ -190,8 +190,8 @@ cl::opt<int> gemvColumns("gemv-columns",
 cl::opt<int> gemvWarps("gemv-warps", cl::desc("matrix-vector GEMMs of chained kernels: warps a block (4, 8 or 16)"),
                        cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> gemvTensorCores("gemv-tensor-cores",
-                              cl::desc("chained bf16 GEMMs of up to 16 rows: matrix-vector on NVIDIA tensor cores "
-                                       "(slower than the schedule's choice where measured)"),
+                              cl::desc("chained bf16 GEMMs of up to 16 rows, of any width: matrix-vector on NVIDIA "
+                                       "tensor cores (the schedule takes it for 3 to 8 rows of narrow GEMMs)"),
                               cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> cacheAttentionFma("cache-attention-fma",
                                 cl::desc("decode attention over the KV cache on fp32 FMAs (cache_attention.cuh v2), "

@@ -307,7 +307,7 @@ std::string specConstants(const KernelSource &source, const GemmSpec &gemm, cons
   spec += fmt::format("  static constexpr int TF32_PRODUCTS = {};  // fp32 operands on tensor cores: 3 (3xTF32) or 1\n",
                       plan.operands.tf32Products);
   if (plan.gemv)
-    spec += fmt::format("  static constexpr bool GEMV_MMA = {};  // matrix-vector products on tensor cores (v7)\n",
+    spec += fmt::format("  static constexpr bool GEMV_MMA = {};  // matrix-vector products on tensor cores (v9)\n",
                         plan.gemv->tensorCores);
   spec += fmt::format("  static constexpr int CLUSTER_N = {} && TILES_N <= {} ? TILES_N : 1;  // a row's tiles, one "
                       "cluster where the target has them\n",
@@ -501,10 +501,13 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
         gemv.splits > 1 ? fmt::format(", K split {} ways (partial tiles added by the last split to arrive)", gemv.splits)
                         : std::string();
     if (gemv.tensorCores)
-      headerLines.push_back(fmt::format("NVIDIA only: matrix-vector on tensor cores (gemm_gemv.cuh v7), {} rows: A's rows "
-                                        "staged in shared memory, rounded to bf16 for mma.sync m16n8k16 with 16 columns "
-                                        "of weights a block{}, its {} warps splitting K{}",
-                                        gemv.BM, runs, gemv.warps, split));
+      headerLines.push_back(fmt::format(
+          "NVIDIA: matrix-vector on tensor cores (gemm_gemv.cuh v9), {} rows: A's rows staged in shared memory in bf16, "
+          "mma.sync m16n8k16 with 16 columns of weights a warp as the 16-row operand; blocks of {} warps over {} "
+          "columns{}{}{} (AMD: fp32 FMAs over the bf16 rows)",
+          gemv.BM, gemv.warps, gemv.BN, runs,
+          gemv.warpsSplitK() ? fmt::format(", {} warps a 16 columns splitting K", gemv.warps / (gemv.BN / 16)) : "",
+          split));
     else
       headerLines.push_back(fmt::format("every target: matrix-vector (gemm_gemv.cuh), {} row{}: A's rows staged in shared "
                                         "memory in fp32, blocks of {} warps over {} columns{}{}, fp32 FMAs on B streamed "

@@ -125,12 +125,15 @@ bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, const Machine &
 // warps over BN columns and a K_SPLITS-th of K each, A's rows staged in shared memory.
 struct GemvTile {
   int BM = 1, BN = 16, splits = 1, warps = 8;
-  bool tensorCores = false;  // gemm_gemv.cuh v7: 16 columns a block on mma.sync, up to 16 rows
+  bool tensorCores = false;  // gemm_gemv.cuh v9: mma.sync on groups of 16 columns, up to 16 rows
   // Per group, where a tile is two runs of columns: the second run's distance from the
   // first (tilePairs), else 0.
   std::vector<int64_t> pairs;
   int threads(int warpSize) const { return warps * warpSize; }
   int64_t kRange(const GemmSpec &gemm) const;  // of each split, in elements
+  // A staged row's elements (fp32; bf16 on tensor cores, padded: Mma::LDA in gemm_gemv.cuh).
+  int64_t stagedRowElements(const GemmSpec &gemm) const;
+  bool warpsSplitK() const;  // tensor cores: more warps than column groups, partial tiles added
   int64_t sharedBytes(const GemmSpec &gemm) const;
 };
 // Where a tile of BN columns holds the epilogue's reads only as two runs (each group's
@@ -145,9 +148,10 @@ inline int64_t pairedTileStart(int64_t tile, int64_t width, int64_t pair) {
   const int64_t half = width / 2;
   return tile / (pair / half) * 2 * pair + tile % (pair / half) * half;
 }
-// That path's tile, where the GEMM is one (M <= 2: at 4 rows the 1.1B's decode ran faster on
-// the tiled paths; up to 16 with overrides.gemvTensorCores, on tensor cores, 16 columns a
-// tile, chained bf16 kernels only; K a multiple of 8, B stored [N, K], not
+// That path's tile, where the GEMM is one (M <= 2 on FMAs; on tensor cores, chained bf16
+// kernels only, 3 to 8 rows where the tiled paths' 64-column tiles leave SMs idle, or up
+// to 16 with overrides.gemvTensorCores: the widest tile of up to 128 columns that gives
+// every SM one, else 16 columns; K a multiple of 8, B stored [N, K], not
 // RMSNorm's backward) and the machine runs it: the narrowest BN of 16 columns a row or more
 // that holds the epilogue, in one run of columns or two (tilePairs; in a persistent kernel,
 // the narrowest that leaves at most one tile a worker),

@@ -30,7 +30,7 @@ struct ScheduleOverrides {
   int gemvSplits = 0;         // matrix-vector GEMMs: K split this many ways where it can be (0: the schedule's)
   int gemvColumns = 0;        // matrix-vector GEMMs: columns a tile, where they hold the epilogue (0: the schedule's)
   int gemvWarps = 0;          // matrix-vector GEMMs of chained kernels: warps a block (0: the schedule's)
-  bool gemvTensorCores = false;  // chained bf16 GEMMs of up to 16 rows: matrix-vector on tensor cores (measured slower)
+  bool gemvTensorCores = false;  // chained bf16 GEMMs of up to 16 rows, any width: matrix-vector on tensor cores
   bool cacheAttentionFma = false;  // decode attention over the KV cache on fp32 FMAs (v2), not tensor cores
 
   bool empty() const {

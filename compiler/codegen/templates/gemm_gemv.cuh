@@ -38,6 +38,14 @@
 //       splitting K (tl_gemv_mma).
 //   v8  the first round of B's loads is issued before A's rows are staged, not after: a
 //       task's or block's first weights and A come in together.
+//   v9  the tensor-core path stages A's rows once in bf16 (the products' own rounding; v7
+//       kept fp32 and rounded at every product), rows a multiple of 128 bytes plus 64 apart
+//       so a quarter warp's fragment loads fall in distinct banks; its warps take the tile's
+//       columns 16 at a time before splitting K (a tile of BN = 16 x groups columns, so
+//       A is staged once for all of them), each warp's first round of B is issued before A
+//       is staged, and a warp that has its columns' whole K range stores its sums directly;
+//       A's chunks are staged two at a time. The schedule takes it for 3 to 8 rows of narrow
+//       GEMMs. AMD compiles the same spec onto v2's FMAs over the bf16 rows.
 //
 // Spec (gemm_common.cuh's): BM = M rows (one row tile), BN, K_SPLITS (every tile split
 // alike), WARPS_N warps, GEMV_MMA; hooks a_src/a_chunk, b_src, gain_elem, epilogue.
@@ -59,6 +67,14 @@ TL_DEVICE unsigned tl_count_acq_rel(unsigned *count) {
   return __hip_atomic_fetch_add(count, 1u, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
 #endif
 }
+
+// The element type of A's staged rows: bf16 where the products are on tensor cores (v9).
+template <bool MMA> struct tl_gemv_a {
+  using type = float;
+};
+template <> struct tl_gemv_a<true> {
+  using type = tl_bf16;
+};
 
 // The K range of each split, in elements (a multiple of 8): what a block stages of A's rows.
 template <class S> TL_DEVICE constexpr int tl_gemv_k_range() {
@@ -182,66 +198,101 @@ TL_DEVICE void tl_gemv_from_ring(const float *As, float *tileRows, const tl_gemv
 }
 #endif
 
+// The tensor-core path's (v9) shape: the tile's BN columns in GROUPS of 16, each taken by
+// KWARPS warps splitting the K range's 32-k chunks (warp w: group w % GROUPS, part w /
+// GROUPS); A staged in bf16, LDA elements a row; ROUND chunks of each of a lane's two
+// columns in flight.
+template <class S> struct tl_gemv_mma_rounds {
+  static constexpr int GROUPS = S::BN / 16 > 0 ? S::BN / 16 : 1, CHUNK = 32;
+  static constexpr int KWARPS = S::WARPS_N / GROUPS > 0 ? S::WARPS_N / GROUPS : 1;
+  static constexpr int KR = tl_gemv_k_range<S>(), CHUNKS = (KR + CHUNK - 1) / CHUNK;
+  static constexpr int SHARE = (CHUNKS + KWARPS - 1) / KWARPS, ROUND = SHARE < 8 ? SHARE : 8;
+  static constexpr int LDA = (KR + 63) / 64 * 64 + 32;  // 64 bytes past a multiple of 128
+  static_assert(!S::GEMV_MMA || (S::BN % 16 == 0 && S::WARPS_N % GROUPS == 0),
+                "16 columns a warp group, whole groups a block");
+  struct Chunks {
+    tl_raw8<tl_bf16> w[ROUND][2];  // columns g and g + 8 of the lane's group
+  };
+  static TL_DEVICE int first(int warp) { return warp / GROUPS * SHARE; }
+  static TL_DEVICE int last(int warp) { return first(warp) + SHARE < CHUNKS ? first(warp) + SHARE : CHUNKS; }
+  // Lane (g, t)'s 16 bytes at k 8t..8t+7 of chunks q0.. of columns g and g + 8 (zeros past
+  // its share, K or the tile).
+  static TL_DEVICE void load(const typename S::Params &p, const tl_tile_cols &cols, const tl_gemv_work<S> &work,
+                             int warp, int lane, int q0, Chunks &round) {
+    const int c0 = warp % GROUPS * 16 + lane / 4, t = lane % 4, end = last(warp);
+    const bool low = S::b_column(cols, c0) >= 0, high = S::b_column(cols, c0 + 8) >= 0;
+#pragma unroll
+    for (int q = 0; q < ROUND; ++q) {
+      const int k = work.kBegin + (q0 + q) * CHUNK + 8 * t;
+      const bool in = q0 + q < end && k < work.kEnd;
+      if (in && low) tl_ld8_raw_stream(S::b_src(p, work.bt, cols, c0, k), 0, round.w[q][0]);
+      else round.w[q][0] = {};
+      if (in && high) tl_ld8_raw_stream(S::b_src(p, work.bt, cols, c0 + 8, k), 0, round.w[q][1]);
+      else round.w[q][1] = {};
+    }
+  }
+};
+
 #if defined(TL_NVIDIA)
-// v7: the tile's 16 columns times A's BM staged rows on tensor cores. Warp w takes a
-// contiguous share of the K range's 32-k chunks; for each chunk lane (g, t) = (lane / 4,
-// lane % 4) loads 16 bytes of weight columns g and g + 8 at k 8t..8t+7 and the same k of A's
-// row g (of each group of 8 rows), and two m16n8k16 products take k 8t..8t+3, then
-// 8t+4..8t+7, in the fragments' slots (2t, 2t+1 | 2t+8, 2t+9): a permutation of the chunk's
-// k that depends on the slot only, so both operands agree. The warps' partial tiles
-// (`partials`, [WARPS][16][16]) are added in warp order into tileRows.
+// v9's products: for each round of B (the first already in `round`), lane (g, t)'s chunk of
+// columns g and g + 8 as the 16-row operand of two m16n8k16 products (k 8t..8t+3, then
+// 8t+4..8t+7, in the fragments' slots 2t, 2t+1 | 2t+8, 2t+9: a permutation of the chunk's
+// k that depends on the slot only) and the same k of A's bf16 rows g (of each group of 8
+// rows) as the 8 columns. With one warp a group its sums go to tileRows; else to its
+// partial tile (`partials`, [WARPS][16][16]), added in K order.
 template <class S, int LD>
-TL_DEVICE void tl_gemv_mma(const typename S::Params &p, const float *As, float *tileRows, float *partials,
-                           const tl_gemv_work<S> &work, const tl_tile_cols &cols, int warp, int lane) {
-  constexpr int WARPS = S::WARPS_N, KR = tl_gemv_k_range<S>(), NT = (S::BM + 7) / 8, CHUNK = 32, ROUND = 8;
-  constexpr int CHUNKS = (KR + CHUNK - 1) / CHUNK, SHARE = (CHUNKS + WARPS - 1) / WARPS;
-  static_assert(S::BN == 16 && S::BM <= 16, "tensor-core GEMV: 16 columns a block, at most 16 rows");
-  const int g = lane / 4, t = lane % 4;
-  const bool low = S::b_column(cols, g) >= 0, high = S::b_column(cols, g + 8) >= 0;
+TL_DEVICE void tl_gemv_mma(const typename S::Params &p, const tl_bf16 *As, float *tileRows, float *partials,
+                           const tl_gemv_work<S> &work, const tl_tile_cols &cols, int warp, int lane,
+                           typename tl_gemv_mma_rounds<S>::Chunks &round) {
+  using R = tl_gemv_mma_rounds<S>;
+  constexpr int NT = (S::BM + 7) / 8, ROUND = R::ROUND, LDA = R::LDA;
+  const int g = lane / 4, t = lane % 4, group = warp % R::GROUPS, first = R::first(warp), last = R::last(warp);
   float d[NT][4];
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) d[n][e] = 0.0f;
-  const int first = warp * SHARE, last = first + SHARE < CHUNKS ? first + SHARE : CHUNKS;
   for (int q0 = first; q0 < last; q0 += ROUND) {
-    tl_raw8<tl_bf16> w[ROUND][2];  // columns g and g + 8
+    if (q0 > first) R::load(p, cols, work, warp, lane, q0, round);
 #pragma unroll
     for (int q = 0; q < ROUND; ++q) {
-      const int k = work.kBegin + (q0 + q) * CHUNK + 8 * t;
-      const bool in = q0 + q < last && k < work.kEnd;
-      if (in && low) tl_ld8_raw_stream(S::b_src(p, work.bt, cols, g, k), 0, w[q][0]);
-      else w[q][0] = {};
-      if (in && high) tl_ld8_raw_stream(S::b_src(p, work.bt, cols, g + 8, k), 0, w[q][1]);
-      else w[q][1] = {};
-    }
-#pragma unroll
-    for (int q = 0; q < ROUND; ++q) {
-      const int at = (q0 + q) * CHUNK + 8 * t;  // k - kBegin
+      const int at = (q0 + q) * R::CHUNK + 8 * t;  // k - kBegin
       if (q0 + q >= last) break;
-      const tl_u32x4 lo = w[q][0].w[0], hi = w[q][1].w[0];
+      const tl_u32x4 lo = round.w[q][0].w[0], hi = round.w[q][1].w[0];
       const unsigned a0[4] = {lo.x, hi.x, lo.y, hi.y}, a1[4] = {lo.z, hi.z, lo.w, hi.w};
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
-        float x[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-        if (n * 8 + g < S::BM && work.kBegin + at < work.kEnd) tl_ld8(As + (n * 8 + g) * KR, at, x);
-        tl_mma_bf16(d[n], a0, tl_pack_bf16(x[0], x[1]), tl_pack_bf16(x[2], x[3]));
-        tl_mma_bf16(d[n], a1, tl_pack_bf16(x[4], x[5]), tl_pack_bf16(x[6], x[7]));
+        tl_u32x4 x = {0u, 0u, 0u, 0u};
+        if (n * 8 + g < S::BM && work.kBegin + at < work.kEnd)
+          x = *reinterpret_cast<const tl_u32x4 *>(As + (n * 8 + g) * LDA + at);
+        tl_mma_bf16(d[n], a0, x.x, x.y);
+        tl_mma_bf16(d[n], a1, x.z, x.w);
       }
     }
   }
   // d[n]: (column g, rows n*8 + 2t and 2t + 1), then (column g + 8, the same rows).
-  float *mine = partials + warp * 256;
+  if constexpr (R::KWARPS == 1) {
 #pragma unroll
-  for (int n = 0; n < NT; ++n)
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) mine[(g + (e / 2) * 8) * 16 + n * 8 + 2 * t + e % 2] = d[n][e];
-  tl_sync();
-  for (int e = threadIdx.x; e < S::BM * 16; e += WARPS * TL_WARP) {
-    const int row = e / 16, column = e % 16;
-    float sum = 0.0f;
-    for (int v = 0; v < WARPS; ++v) sum += partials[v * 256 + column * 16 + row];
-    tileRows[row * LD + column] = sum;
+      for (int e = 0; e < 4; ++e) {
+        const int row = n * 8 + 2 * t + e % 2;
+        if (row < S::BM) tileRows[row * LD + group * 16 + g + (e / 2) * 8] = d[n][e];
+      }
+  } else {
+    float *mine = partials + warp * 256;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) mine[(g + (e / 2) * 8) * 16 + n * 8 + 2 * t + e % 2] = d[n][e];
+    tl_sync();
+    for (int e = threadIdx.x; e < S::BM * S::BN; e += S::WARPS_N * TL_WARP) {
+      const int row = e / S::BN, column = e % S::BN;
+      float sum = 0.0f;
+      for (int part = 0; part < R::KWARPS; ++part)
+        sum += partials[(part * R::GROUPS + column / 16) * 256 + column % 16 * 16 + row];
+      tileRows[row * LD + column] = sum;
+    }
   }
 }
 #endif
@@ -278,32 +329,59 @@ template <class S> struct tl_gemv_rounds {
 // Unsplit, the staged range is the whole row: RMSNorm's sums come from the staging.
 template <class S> TL_DEVICE constexpr bool tl_gemv_norm_from_staged() { return S::ROW_NORM && S::K_SPLITS == 1; }
 
-// A's rows of [kBegin, kEnd) into As ([BM][KR] fp32), 8 k a thread at a time, the prologue
-// computing them and RMSNorm's gain applied as they are staged. Unsplit (the range is the
-// whole row), each warp's sums of squares of what it staged go to squares ([BM][WARPS]).
-template <class S, int KR, int THREADS>
-TL_DEVICE void tl_gemv_stage_a(const typename S::Params &p, float *As, float *squares, int bt, int kBegin, int kEnd) {
-  constexpr int BM = S::BM, WARPS = THREADS / TL_WARP;
+// A's rows of [kBegin, kEnd) into As ([BM][LDA] of fp32, or of bf16 for the tensor cores), 8
+// k a thread at a time, the prologue computing them and RMSNorm's gain applied as they are
+// staged; on tensor cores a thread's chunks are read two at a time before either is stored
+// (more at once held registers that halved the blocks an SM runs; on v2's FMAs, two at once
+// made the 1.1B's one-row decode 1 % slower). Unsplit (the range is the
+// whole row), each warp's sums of squares of what it staged (before rounding) go to
+// squares ([BM][WARPS]).
+template <class S, int KR, int LDA, int THREADS, class AT>
+TL_DEVICE void tl_gemv_stage_a(const typename S::Params &p, AT *As, float *squares, int bt, int kBegin, int kEnd) {
+  constexpr int BM = S::BM, WARPS = THREADS / TL_WARP, CHUNKS = BM * (KR / 8);
+  constexpr int PER = (CHUNKS + THREADS - 1) / THREADS, BATCH = S::GEMV_MMA && PER > 1 ? 2 : 1;
   constexpr bool NORM_FROM_STAGED = tl_gemv_norm_from_staged<S>();
   float own[BM];  // this thread's sums of squares of its chunks of each row (before the gain)
 #pragma unroll
   for (int r = 0; r < BM; ++r) own[r] = 0.0f;
-  for (int e = threadIdx.x; e < BM * (KR / 8); e += THREADS) {
+  // Chunk e's 8 elements of A (zeros past K), then its sums of squares, gain and store.
+  auto load = [&](int e, float (&v)[8]) {
     const int r = e / (KR / 8), k = kBegin + e % (KR / 8) * 8;
-    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+    if (k >= kEnd) return;
+    if constexpr (S::A_COMPUTED) S::a_chunk(p, bt, r, k, v);
+    else tl_ld8(S::a_src(p, bt, r, k), 0, v);
+  };
+  auto stage = [&](int e, float (&v)[8]) {
+    const int r = e / (KR / 8), k = kBegin + e % (KR / 8) * 8;
     if (k < kEnd) {
-      if constexpr (S::A_COMPUTED) S::a_chunk(p, bt, r, k, v);
-      else tl_ld8(S::a_src(p, bt, r, k), 0, v);
       if constexpr (NORM_FROM_STAGED) {
 #pragma unroll
         for (int row = 0; row < BM; ++row)  // a register a row: no local memory
           if (row == r)
-            for (int i = 0; i < 8; ++i) own[row] = fmaf(v[i], v[i], own[row]);
+            for (int j = 0; j < 8; ++j) own[row] = fmaf(v[j], v[j], own[row]);
       }
       if constexpr (S::ROW_NORM && S::NORM_GAIN)
-        for (int i = 0; i < 8; ++i) v[i] *= S::gain_elem(p, k + i);
+        for (int j = 0; j < 8; ++j) v[j] *= S::gain_elem(p, k + j);
     }
-    for (int i = 0; i < 8; ++i) As[r * KR + (k - kBegin) + i] = v[i];
+    tl_st8(As, r * LDA + (k - kBegin), v);
+  };
+  if constexpr (BATCH == 1) {
+    for (int e = threadIdx.x; e < CHUNKS; e += THREADS) {
+      float v[8];
+      load(e, v);
+      stage(e, v);
+    }
+  } else {
+    for (int e0 = threadIdx.x; e0 < CHUNKS; e0 += BATCH * THREADS) {
+      float v[BATCH][8];
+#pragma unroll
+      for (int i = 0; i < BATCH; ++i)
+        if (e0 + i * THREADS < CHUNKS) load(e0 + i * THREADS, v[i]);
+#pragma unroll
+      for (int i = 0; i < BATCH; ++i)
+        if (e0 + i * THREADS < CHUNKS) stage(e0 + i * THREADS, v[i]);
+    }
   }
   if constexpr (NORM_FROM_STAGED) {
 #pragma unroll
@@ -341,9 +419,9 @@ template <class S, int WARPS> TL_DEVICE void tl_gemv_norm_from_squares(const flo
 }
 
 // v2's products: for each round of B (the first already in `round`), its chunks multiplied
-// with every staged row; each column's sums into tileRows.
-template <class S, int LD>
-TL_DEVICE void tl_gemv_multiply_rounds(const typename S::Params &p, const float *As, float *tileRows,
+// with every staged row (LDA elements apart); each column's sums into tileRows.
+template <class S, int LD, int LDA, class AT>
+TL_DEVICE void tl_gemv_multiply_rounds(const typename S::Params &p, const AT *As, float *tileRows,
                                        const tl_gemv_work<S> &work, const tl_tile_cols &cols, int warp, int lane,
                                        typename tl_gemv_rounds<S>::Chunks &round) {
   using Rounds = tl_gemv_rounds<S>;
@@ -364,7 +442,7 @@ TL_DEVICE void tl_gemv_multiply_rounds(const typename S::Params &p, const float 
       if (q0 + q >= CHUNKS || k >= kEnd) break;
       float a[BM][8];
 #pragma unroll
-      for (int r = 0; r < BM; ++r) tl_ld8(As + r * KR, k - kBegin, a[r]);
+      for (int r = 0; r < BM; ++r) tl_ld8(As + r * LDA, k - kBegin, a[r]);
 #pragma unroll
       for (int c = 0; c < CPW; ++c) {
         float w[8];
@@ -420,19 +498,23 @@ TL_DEVICE void tl_gemv_finish_tile(const typename S::Params &p, const tl_tile_co
 }
 
 // A block's tile (and split): B's first round, A's rows staged, the products by the
-// tensor cores (v7), the ring (v3) or rounds of loads (v2), the splits joined, the epilogue.
+// tensor cores (v9), the ring (v3) or rounds of loads (v2), the splits joined, the epilogue.
 template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, WARPS = S::WARPS_N, THREADS = WARPS * TL_WARP, LD = BN + 4;
   constexpr int KR = tl_gemv_k_range<S>();
   static_assert(S::TILES_M == 1 && BM == S::M && BM <= (S::GEMV_MMA ? 16 : 4) && S::K % 8 == 0 && !S::B_KN &&
                     !S::NORM_GRAD,
                 "GEMV: one row tile of at most 4 rows (16 on tensor cores), K a multiple of 8, B stored [N, K]");
+  // Staged A: fp32 rows of KR, or (tensor cores) bf16 rows of the padded LDA.
+  using Mma = tl_gemv_mma_rounds<S>;
+  using AType = typename tl_gemv_a<S::GEMV_MMA>::type;
+  constexpr int LDA = S::GEMV_MMA ? Mma::LDA : KR;
   extern __shared__ __align__(128) unsigned char tl_smem[];
-  float *As = reinterpret_cast<float *>(tl_smem);  // [BM][KR]
-  float *tileRows = As + BM * KR;                  // [BM][LD]
-  float *rowScale = tileRows + BM * LD;            // [BM]
-  float *squares = rowScale + BM;                  // [BM][WARPS]: each warp's sums of squares of the staged rows
-  float *partials = squares + BM * WARPS;          // GEMV_MMA: [WARPS][16][16], each warp's partial tile
+  AType *As = reinterpret_cast<AType *>(tl_smem);                    // [BM][LDA]
+  float *tileRows = reinterpret_cast<float *>(As + BM * LDA);       // [BM][LD]
+  float *rowScale = tileRows + BM * LD;                              // [BM]
+  float *squares = rowScale + BM;                                    // [BM][WARPS]: each warp's sums of squares of the staged rows
+  float *partials = squares + BM * WARPS;                            // GEMV_MMA with K split by warps: [WARPS][16][16]
   constexpr bool NORM_FROM_STAGED = tl_gemv_norm_from_staged<S>();
 
   const tl_gemv_work<S> work(tl_block_index());
@@ -445,33 +527,38 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   tl_wait_for_producers();
 
   // B's first round is loaded before A is staged, so their latencies overlap (v8).
-  typename tl_gemv_rounds<S>::Chunks round;
+#if defined(TL_NVIDIA)
+  constexpr bool MMA = S::GEMV_MMA;
+#else
+  constexpr bool MMA = false;  // v2's FMAs over the bf16 rows
+#endif
 #if defined(TL_RING)
   constexpr bool ROUNDS = false;  // the ring's units instead
 #else
-  constexpr bool ROUNDS = !S::GEMV_MMA;
+  constexpr bool ROUNDS = !MMA;
 #endif
+  typename tl_gemv_rounds<S>::Chunks round;
+  typename Mma::Chunks mmaRound;
   if constexpr (ROUNDS) tl_gemv_rounds<S>::load(p, cols, work.bt, work.kBegin, work.kEnd, warp, lane, 0, round);
+  if constexpr (MMA) Mma::load(p, cols, work, warp, lane, Mma::first(warp), mmaRound);
 
-  tl_gemv_stage_a<S, KR, THREADS>(p, As, squares, work.bt, work.kBegin, work.kEnd);
+  tl_gemv_stage_a<S, KR, LDA, THREADS>(p, As, squares, work.bt, work.kBegin, work.kEnd);
   if constexpr (S::ROW_NORM && !NORM_FROM_STAGED) tl_gemv_norm_over_k<S, WARPS>(p, work.bt, rowScale);
   tl_sync();
   if constexpr (NORM_FROM_STAGED) tl_gemv_norm_from_squares<S, WARPS>(squares, rowScale);
 
-  if constexpr (S::GEMV_MMA) {
+  if constexpr (MMA) {
 #if defined(TL_NVIDIA)
-    tl_gemv_mma<S, LD>(p, As, tileRows, partials, work, cols, warp, lane);
-#else
-    static_assert(!S::GEMV_MMA, "the tensor-core GEMV (--gemv-tensor-cores) is NVIDIA's only");
+    tl_gemv_mma<S, LD>(p, As, tileRows, partials, work, cols, warp, lane, mmaRound);
 #endif
   } else {
 #if defined(TL_RING)
-    static_assert(WARPS == TL_RING_CONSUMER_WARPS, "the ring's slots are freed by this many warps");
+    static_assert(WARPS == TL_RING_CONSUMER_WARPS && !S::GEMV_MMA, "the ring's slots are freed by this many warps");
     tl_gemv_from_ring<S, LD>(As, tileRows, work, cols, warp, lane);
     tl_sync();
     if (threadIdx.x == 0) tl_ring_taken += tl_gemv_ring<S>::UNITS;  // every thread has read it (the sync above)
 #else
-    tl_gemv_multiply_rounds<S, LD>(p, As, tileRows, work, cols, warp, lane, round);
+    tl_gemv_multiply_rounds<S, LD, LDA>(p, As, tileRows, work, cols, warp, lane, round);
 #endif
   }
   tl_allow_dependents();

@@ -586,7 +586,8 @@ TEST(Codegen, O3ChainsEachBlocksKernelsButASequencesAttention) {
 
 // A decode step's GEMMs (one or two rows) run the matrix-vector path on every target, its
 // tile read from the call's spec arguments (<name>_spec<BM, BN, 1, WARPS, 1, 1, K_SPLITS,
-// 0>); three rows take the tiled paths again. Split tiles get a workspace slot each and a
+// 0>); three rows of narrow GEMMs take it on tensor cores, wide ones and 16 rows the tiled
+// paths. Split tiles get a workspace slot each and a
 // counter; in a persistent kernel nothing is split and every block is a task.
 TEST(Codegen, DecodeGemmsStreamWeightsThroughTheMatrixVectorPath) {
   struct GemvSpec {
@@ -629,8 +630,15 @@ TEST(Codegen, DecodeGemmsStreamWeightsThroughTheMatrixVectorPath) {
   EXPECT_EQ(findLaunch(qkv, "cuda", "sm_90a")->gridBlocks, 160);
   EXPECT_EQ(qkv.workspaceBytes, 0);
   EXPECT_TRUE(contains(qkv.source, "c0 = tl_tile_column(t, lc)")) << "the epilogue's columns through the pairing";
-  for (const Kernel &kernel : workshop(2, "bf16", 3, 1).kernels)
-    if (contains(kernel.name, "linear")) EXPECT_EQ(gemvSpec(kernel).BM, 0) << kernel.name << ": three rows, tiled";
+  // Three rows of the narrow GEMMs: the same path on tensor cores (v9); the logits' 32,000
+  // columns fill the SMs tiled, and so does everything at 16 rows.
+  for (int64_t rows : {3, 16})
+    for (const Kernel &kernel : workshop(2, "bf16", rows, 1).kernels) {
+      if (!contains(kernel.name, "linear")) continue;
+      const bool mma = rows == 3 && !contains(kernel.name, "x32000x");
+      EXPECT_EQ(gemvSpec(kernel).BM, mma ? rows : 0) << kernel.name;
+      EXPECT_EQ(contains(kernel.source, "GEMV_MMA = true"), mma) << kernel.name;
+    }
   // In a persistent kernel: at most one tile a worker (one an SM), K split where the tiles
   // are fewer and a split saves more streaming than its join costs; every block, each
   // split's included, is a task.

@@ -180,7 +180,8 @@ TEST(Schedule, MatrixVectorTilesForOneOrTwoRows) {
   EXPECT_EQ(narrow->splits, 2) << "64 tiles: K split in two";
   EXPECT_EQ(narrow->kRange(plainGemm(1, 1024, 2048)), 1024);
   EXPECT_EQ(chooseGemvTile(plainGemm(2, 1024, 2048), h100, 2)->BN, 32);
-  EXPECT_FALSE(chooseGemvTile(plainGemm(3, 1024, 2048), h100, 2));
+  EXPECT_TRUE(chooseGemvTile(plainGemm(3, 1024, 2048), h100, 2)->tensorCores) << "3 rows: on tensor cores";
+  EXPECT_FALSE(chooseGemvTile(plainGemm(3, 1024, 2048), h100, 4)) << "3 rows of fp32 weights: tiled";
   EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2044), h100, 2)) << "K not a multiple of 8";
   const Machine workers = persistentMachine(h100, 1);
   std::optional<GemvTile> task = chooseGemvTile(plainGemm(1, 11264, 2048), workers, 2);
@@ -216,28 +217,40 @@ TEST(Schedule, MatrixVectorTilesForOneOrTwoRows) {
   EXPECT_FALSE(chooseGemvTile(plainGemm(1, 1024, 2048), machineFor(findTarget("sm_90a"), off), 2));
 }
 
-// --gemv-tensor-cores: bf16 GEMMs of up to 16 rows take the matrix-vector path on tensor
-// cores, 16 columns a block (RoPE's paired runs too), in chained kernels only; without it,
-// or for fp32 weights, more than two rows take the tiled paths.
-TEST(Schedule, TensorCoreMatrixVectorTilesWhenAskedFor) {
-  ScheduleOverrides asked;
-  asked.gemvTensorCores = true;
-  const Machine h100 = machineFor(findTarget("sm_90a"), asked);
+// The tensor-core matrix-vector path (gemm_gemv.cuh v9): taken for bf16 GEMMs of 3 to 8
+// rows whose 64-column tiles would leave SMs idle, in chained kernels only; with
+// --gemv-tensor-cores for up to 16 rows of any width, the widest tile that still gives every
+// SM one. Without it, wide GEMMs and 16 rows take the tiled paths, and so do fp32 weights.
+TEST(Schedule, TensorCoreMatrixVectorTilesForNarrowGemmsOfAFewRows) {
+  const Machine h100 = machineFor(findTarget("sm_90a"), {});
   std::optional<GemvTile> eight = chooseGemvTile(plainGemm(8, 2048, 2048), h100, 2);
   ASSERT_TRUE(eight);
   EXPECT_TRUE(eight->tensorCores);
   EXPECT_EQ(eight->BM, 8);
-  EXPECT_EQ(eight->BN, 16);
-  GemvTile fma = *eight;
-  fma.tensorCores = false;
-  EXPECT_EQ(eight->sharedBytes(plainGemm(8, 2048, 2048)) - fma.sharedBytes(plainGemm(8, 2048, 2048)), 8 * 16 * 16 * 4)
-      << "room for the warps' partial tiles";
-  EXPECT_TRUE(chooseGemvTile(plainGemm(16, 2048, 2048), h100, 2));
-  EXPECT_FALSE(chooseGemvTile(plainGemm(17, 2048, 2048), h100, 2));
+  EXPECT_EQ(eight->BN, 16) << "2048 columns in 32-column tiles would leave SMs idle";
+  EXPECT_EQ(eight->splits, 1);
+  EXPECT_TRUE(eight->warpsSplitK());
+  // A in bf16, rows padded to 64 bytes past a multiple of 128; the warps' partial tiles.
+  EXPECT_EQ(eight->stagedRowElements(plainGemm(8, 2048, 2048)), 2048 + 32);
+  EXPECT_EQ(eight->sharedBytes(plainGemm(8, 2048, 2048)), 8 * 2080 * 2 + (8 * 20 + 8 + 8 * 8 + 8 * 256) * 4);
+  EXPECT_TRUE(chooseGemvTile(plainGemm(3, 2560, 2048), h100, 2)->tensorCores);
+  EXPECT_FALSE(chooseGemvTile(plainGemm(8, 11264, 2048), h100, 2)) << "wide: the tiled paths fill the SMs";
+  EXPECT_FALSE(chooseGemvTile(plainGemm(16, 2048, 2048), h100, 2)) << "16 rows ran faster tiled";
   EXPECT_FALSE(chooseGemvTile(plainGemm(8, 2048, 2048), h100, 4)) << "fp32 weights";
   EXPECT_FALSE(chooseGemvTile(plainGemm(8, 2048, 2048), persistentMachine(h100, 1), 2)) << "chained kernels only";
-  EXPECT_FALSE(chooseGemvTile(plainGemm(8, 2048, 2048), machineFor(findTarget("sm_90a"), {}), 2)) << "not asked for";
-  EXPECT_FALSE(chooseGemvTile(plainGemm(1, 2048, 2048), machineFor(findTarget("sm_90a"), {}), 2)->tensorCores);
+  EXPECT_FALSE(chooseGemvTile(plainGemm(2, 2048, 2048), h100, 2)->tensorCores) << "two rows stay on FMAs";
+
+  ScheduleOverrides asked;
+  asked.gemvTensorCores = true;
+  const Machine forced = machineFor(findTarget("sm_90a"), asked);
+  std::optional<GemvTile> wide = chooseGemvTile(plainGemm(8, 11264, 2048), forced, 2);
+  ASSERT_TRUE(wide && wide->tensorCores);
+  EXPECT_EQ(wide->BN, 64) << "176 tiles of 64 columns still give each of 132 SMs one";
+  EXPECT_EQ(wide->warps / (wide->BN / 16), 2) << "two warps a group of 16 columns, splitting K";
+  EXPECT_TRUE(chooseGemvTile(plainGemm(16, 2048, 2048), forced, 2)->tensorCores);
+  EXPECT_FALSE(chooseGemvTile(plainGemm(17, 2048, 2048), forced, 2));
+  EXPECT_TRUE(chooseGemvTile(plainGemm(1, 2048, 2048), forced, 2)->tensorCores) << "asked for: every row count";
+  EXPECT_FALSE(chooseGemvTile(plainGemm(1, 2048, 2048), h100, 2)->tensorCores) << "one row stays on FMAs";
 }
 
 // RoPE's pairs (i, i + 32) of 64-wide heads in matrix-vector tiles narrower than a head:
