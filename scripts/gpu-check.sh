@@ -191,6 +191,20 @@ if want gemvmma; then  # the tensor-core matrix-vector GEMMs (gemm_gemv.cuh v9) 
       done
     done
   done
+  # O3 with the tensor-core GEMVs launched unchained, the launches after them unchained, or
+  # both (program.json patched; needs tl-run): is chaining what makes O3 slower than O2 here?
+  for rows in 3 8; do
+    "$TLC" models/tinyllama-1.1b.tl -O3 --dtype=bf16 --batch-size=$rows --seq-len=1 --emit=program \
+      -o "$LOGS/o3-$rows.json" > /dev/null 2>&1
+    python3 scripts/patch-sources.py "$LOGS/o3-$rows.json" "$LOGS/o3-$rows-in.json" --unchain 'GEMV_MMA = true' > /dev/null
+    python3 scripts/patch-sources.py "$LOGS/o3-$rows.json" "$LOGS/o3-$rows-out.json" --unchain-after 'GEMV_MMA = true' > /dev/null
+    python3 scripts/patch-sources.py "$LOGS/o3-$rows-in.json" "$LOGS/o3-$rows-both.json" --unchain-after 'GEMV_MMA = true' > /dev/null
+    for round in 1 2; do
+      for v in "" -in -out -both; do
+        note "1.1B ${rows}x1 O3 ${v:-as compiled} (unchained v9 launches): $("$BUILD/tools/tl-run" "$LOGS/o3-$rows$v.json" --target=cuda --iterations=50 2>&1 | grep -E '^ *forward|error' | head -1)"
+      done
+    done
+  done
   for flags in "" "--no-gemv"; do
     o3run models/tinyllama-1.1b.tl 8 1 2 --iterations=20 --profile $flags
     sed -n '/^kernel/,/^$/p' "$last_log" | head -9 | tee -a "$summary"

@@ -12,6 +12,14 @@ Each --replace OLD NEW is plain text, applied to every source whose entry matche
 source is an error naming it: a patch that matches nothing measures nothing. A variant
 that leaves a stage out gives wrong results on purpose (its time is what it measures), so
 tl-run needs --allow-nonfinite for it and its logits mean nothing.
+
+--unchain TEXT launches the kernels whose source holds TEXT on their own instead of as
+dependents of the launch before (O3's chained launches; their sources are unchanged: a
+kernel's wait for its producers is then already met), and --unchain-after TEXT the
+launches right after those; the results stay right. Either one that unchains no chained
+launch is an error.
+
+    scripts/patch-sources.py out/program.json variant.json --unchain 'GEMV_MMA = true'
 """
 import argparse
 import json
@@ -41,24 +49,54 @@ def patch(program, entry_pattern, replacements):
     return counts
 
 
+def unchain(program, text, after):
+    """Unchains the launches whose source holds `text` (or, with `after`, the launches right
+    after those); returns how many chained launches it unchained."""
+    sources = program.get("sources") or {}
+    kernels = program.get("kernels") or []
+    holds = [text in sources.get(kernel.get("entry", ""), "") for kernel in kernels]
+    targets = [k + 1 for k, held in enumerate(holds) if held and k + 1 < len(kernels)] if after else \
+        [k for k, held in enumerate(holds) if held]
+    unchained = 0
+    for k in targets:
+        if kernels[k].get("chained"):
+            kernels[k]["chained"] = False
+            unchained += 1
+    if unchained == 0:
+        option = "--unchain-after" if after else "--unchain"
+        raise ValueError(f"{option} '{text}' unchains no chained launch")
+    return unchained
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("program", help="program.json written by tlc --emit=program")
     parser.add_argument("output", help="where the patched copy goes")
     parser.add_argument("--entry", default="", help="regular expression: the entries whose sources are patched")
-    parser.add_argument("--replace", nargs=2, action="append", metavar=("OLD", "NEW"), required=True,
+    parser.add_argument("--replace", nargs=2, action="append", metavar=("OLD", "NEW"), default=[],
                         help="plain text OLD replaced by NEW (repeatable, applied in order)")
+    parser.add_argument("--unchain", metavar="TEXT", help="launch the kernels whose source holds TEXT unchained")
+    parser.add_argument("--unchain-after", metavar="TEXT", help="the same for the launches right after those")
     args = parser.parse_args()
+    if not args.replace and not args.unchain and not args.unchain_after:
+        parser.error("nothing to do: give --replace, --unchain or --unchain-after")
+    unchained = []
     try:
         with open(args.program) as f:
             program = json.load(f)
-        counts = patch(program, args.entry, args.replace)
+        counts = patch(program, args.entry, args.replace) if args.replace else {}
+        for text, after in ((args.unchain, False), (args.unchain_after, True)):
+            if text:
+                unchained.append((text, after, unchain(program, text, after)))
     except (OSError, ValueError, re.error) as error:
         sys.exit(f"patch-sources: error: {error}")
     with open(args.output, "w") as f:
         json.dump(program, f)
     for entry, found in counts.items():
         print(f"{entry}: " + ", ".join(f"{n} of replacement {i + 1}" for i, n in enumerate(found)))
+    for text, after, count in unchained:
+        where = "right after a launch whose source holds" if after else "whose source holds"
+        print(f"unchained {count} launch{'es' if count != 1 else ''} {where} '{text}'")
 
 
 if __name__ == "__main__":
