@@ -8,7 +8,8 @@
 # build-dir: a build with tlc and tlc_gpu_tests (default build-gpu; every build links MLIR
 # statically, so one made elsewhere runs here).
 # steps: comma-separated tests,cli,sanitize (the default), context (the 1.1B's decode step
-# after 96 and 2,016 prompt tokens at O2 and O3, batch 1 and 8), and bench (bench/generate.py,
+# after 96 and 2,016 prompt tokens at O2 and O3, batch 1 and 8), sampler (the device sampler's
+# tests and its time alone per setting under Nsight Compute), and bench (bench/generate.py,
 # every configuration: appended to bench/RESULTS.md, with bench/generate.svg),
 # bench-workshop and bench-1.1b (the benchmark of one model).
 set -u
@@ -75,6 +76,21 @@ if want context; then  # the decode step's time (and the prefill's) against its 
         --ignore-eos --max-context=2048 $flags --dtype=bf16 --target=cuda --progress=never > "$LOGS/context.txt" 2>&1
       note "1.1B decode, batch 8, after $prompt prompt tokens [$flags]: rc=$? $(grep '^Decode' "$LOGS/context.txt") | $(grep -o 'prefill [0-9.]* ms' "$LOGS/context.txt")"
     done
+  done
+fi
+if want sampler; then  # the device sampler: its tests, its time alone per setting (Nsight Compute), a step with each
+  timeout 300 "$TESTS" --gtest_filter='GpuGenerationSampling.*' > "$LOGS/sampler.txt" 2>&1
+  note "sampler tests: rc=$? $(passed "$LOGS/sampler.txt"); $(grep -h '^RESULT sampler_paths' "$LOGS/sampler.txt" | sed 's/ seed=.*//')"
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  for flags in "" "--temperature 0.8" "--temperature 0.8 --top-k 40" "--temperature 0.8 --top-p 0.95" \
+               "--temperature 0.8 --top-k 40 --top-p 0.95"; do
+    args=(generate models/tinyllama-1.1b.tl --prompt-ids "$(seq -s ' ' 1 32)" --max-new-tokens 64 --ignore-eos -O3
+          --dtype=bf16 --target=cuda --progress=never --seed 7 $flags)
+    timeout 200 "$TLC" "${args[@]}" > "$LOGS/sampled.txt" 2>&1
+    step=$(grep '^Decode' "$LOGS/sampled.txt")
+    timeout 300 "$NCU" --clock-control none --kernel-name tl_sample --launch-skip 8 --launch-count 2 \
+      --metrics gpu__time_duration.sum --csv "$TLC" "${args[@]}" > "$LOGS/sampler-ncu.csv" 2>/dev/null
+    note "1.1B O3 [${flags:-greedy}]: $step | tl_sample: $(grep gpu__time_duration "$LOGS/sampler-ncu.csv" | awk -F'","' '{u = $(NF-1); v = $NF; gsub(/[",]/, "", v); printf "%s %s, ", v, u}')"
   done
 fi
 if want bench; then bench all "workshop:1:128,workshop:8:128,workshop:1:2048,workshop:8:2048,tinyllama-1.1b:1:128,tinyllama-1.1b:8:128,tinyllama-1.1b:1:2048,tinyllama-1.1b:8:2048"; fi
