@@ -1009,7 +1009,7 @@ private:
     launch.byValue = std::move(sampler.args);
     launch.args = {launch.byValue.data()};
     launch.blocks = program_.batch;
-    launch.threads = 1024;
+    launch.threads = kSamplerThreads;
     if (device_->blocksPerMultiprocessor(launch.function, launch.threads, 0) < 1)
       throw Error(fmt::format("{} backend: the sampler cannot run a block of {} threads on {}", device_->vendor(),
                               launch.threads, device_->name()));

@@ -200,8 +200,10 @@ GpuOptions gpuOptionsFor(const BackendOptions &options);
 
 // The device sampler (runtime/kernels/sampling.cuh, tl_sample) compiled for `device`
 // (through the JIT cache where `useCache`) and loaded, and its arguments as the host
-// writes them (tl_sampling_settings, tl_sample_args); one block of 1024 threads a sequence.
+// writes them (tl_sampling_settings, tl_sample_args); one block of kSamplerThreads threads
+// a sequence (TL_SAMPLE_MAX_THREADS: its top-k path takes a token a thread).
 LoadedKernel loadSampler(GpuDevice &device, bool useCache);
+constexpr int kSamplerThreads = 1024;
 struct SamplerSettings {
   float temperature, topP;
   int topK;

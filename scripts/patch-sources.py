@@ -55,8 +55,7 @@ def unchain(program, text, after):
     sources = program.get("sources") or {}
     kernels = program.get("kernels") or []
     holds = [text in sources.get(kernel.get("entry", ""), "") for kernel in kernels]
-    targets = [k + 1 for k, held in enumerate(holds) if held and k + 1 < len(kernels)] if after else \
-        [k for k, held in enumerate(holds) if held]
+    targets = [k + after for k, held in enumerate(holds) if held and k + after < len(kernels)]
     unchained = 0
     for k in targets:
         if kernels[k].get("chained"):

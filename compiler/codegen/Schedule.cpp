@@ -234,6 +234,7 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   tile.tensorCores = (machine.overrides.gemvTensorCores || (gemm.M >= 3 && gemm.M <= 8 && narrow)) &&
                      !machine.persistent && weightBytes == 2 && gemm.M <= 16 && tilePairs(gemm, 16);
   if (!tile.tensorCores && gemm.M > 2) return std::nullopt;
+  // A persistent kernel's weight ring is freed by the default number of warps.
   const int warps = machine.overrides.gemvWarps > 0 && !machine.persistent ? machine.overrides.gemvWarps : tile.warps;
   // At least 16 columns a row: a warp's 2 columns a row share each staged element of A. On
   // tensor cores, groups of 16 columns that the block's warps divide.
@@ -259,7 +260,6 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   if (machine.overrides.gemvColumns > 0 && holds(machine.overrides.gemvColumns)) tile.BN = machine.overrides.gemvColumns;
   if (tile.BN == 0) return std::nullopt;
   tile.pairs = *tilePairs(gemm, tile.BN);
-  // A persistent kernel's weight ring is freed by the default number of warps.
   tile.warps = warps;
   // K split only where the tiles leave SMs (or workers) idle (a split costs a round trip
   // through the workspace); each split at least two warps' worth of k, A's range in at

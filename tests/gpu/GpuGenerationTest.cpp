@@ -373,7 +373,7 @@ TEST(GpuGenerationSampling, TopKPathChoosesAsTheRadixPasses) {
             SamplerArgs args{logitsOnDevice, rowsOnDevice, settingsOnDevice, states, chosen, next, positions, vocab, bf16, 0,
                              paths};
             void *argv[] = {&args};
-            device->launch(sampler.function, "tl_sample", rows, 1024, 0, argv, false);
+            device->launch(sampler.function, "tl_sample", rows, kSamplerThreads, 0, argv, false);
             device->synchronize();
             byPath[radixOnly].resize(rows);
             device->copyToHost(byPath[radixOnly].data(), chosen, rows * 4);

@@ -68,14 +68,6 @@ TL_DEVICE unsigned tl_count_acq_rel(unsigned *count) {
 #endif
 }
 
-// The element type of A's staged rows: bf16 where the products are on tensor cores (v9).
-template <bool MMA> struct tl_gemv_a {
-  using type = float;
-};
-template <> struct tl_gemv_a<true> {
-  using type = tl_bf16;
-};
-
 // The K range of each split, in elements (a multiple of 8): what a block stages of A's rows.
 template <class S> TL_DEVICE constexpr int tl_gemv_k_range() {
   return ((S::K / 8 + S::K_SPLITS - 1) / S::K_SPLITS) * 8;
@@ -366,7 +358,7 @@ TL_DEVICE void tl_gemv_stage_a(const typename S::Params &p, AT *As, float *squar
     }
     tl_st8(As, r * LDA + (k - kBegin), v);
   };
-  if constexpr (BATCH == 1) {
+  if constexpr (BATCH == 1) {  // v2's loop as timed (the batched one at BATCH 1 compiles otherwise)
     for (int e = threadIdx.x; e < CHUNKS; e += THREADS) {
       float v[8];
       load(e, v);
@@ -507,7 +499,7 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
                 "GEMV: one row tile of at most 4 rows (16 on tensor cores), K a multiple of 8, B stored [N, K]");
   // Staged A: fp32 rows of KR, or (tensor cores) bf16 rows of the padded LDA.
   using Mma = tl_gemv_mma_rounds<S>;
-  using AType = typename tl_gemv_a<S::GEMV_MMA>::type;
+  using AType = typename tl_conditional<S::GEMV_MMA, tl_bf16, float>::type;
   constexpr int LDA = S::GEMV_MMA ? Mma::LDA : KR;
   extern __shared__ __align__(128) unsigned char tl_smem[];
   AType *As = reinterpret_cast<AType *>(tl_smem);                    // [BM][LDA]

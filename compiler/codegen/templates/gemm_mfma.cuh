@@ -16,13 +16,10 @@
 
 typedef short tl_bf16x4 __attribute__((ext_vector_type(4)));
 typedef float tl_f32x16 __attribute__((ext_vector_type(16)));
-// The operands as staged in LDS: bf16, or fp32 (v2).
-template <bool F32> struct tl_mfma_operand { using type = tl_bf16; };
-template <> struct tl_mfma_operand<true> { using type = float; };
 
 template <class S> TL_DEVICE void tl_gemm_mfma(const typename S::Params &p) {
   constexpr bool F32 = S::TF32_PRODUCTS > 0;
-  using T = typename tl_mfma_operand<F32>::type;
+  using T = typename tl_conditional<F32, float, tl_bf16>::type;  // the operands as staged in LDS (fp32: v2)
   constexpr int BM = 64, BN = 64, BK = 32, THREADS = 256, LDK = BK + (F32 ? 4 : 8), LD = BN + 8;
   static_assert(S::BM == BM && S::BN == BN, "the MFMA GEMM runs 64x64 tiles");
   extern __shared__ __align__(128) unsigned char tl_smem[];

@@ -157,6 +157,14 @@ TL_DEVICE float tl_inf() { return __uint_as_float(0x7f800000u); }
 TL_DEVICE float tl_nan() { return __uint_as_float(0x7fc00000u); }
 TL_DEVICE float tl_exp(float x) { return expf(x); }
 
+// T where C holds, else F (std::conditional: the JIT compilers see no standard headers).
+template <bool C, class T, class F> struct tl_conditional {
+  using type = T;
+};
+template <class T, class F> struct tl_conditional<false, T, F> {
+  using type = F;
+};
+
 // ---- bf16 <-> fp32 ----------------------------------------------------------------
 TL_DEVICE float tl_bf16_lo(unsigned pair) { return __uint_as_float(pair << 16); }
 TL_DEVICE float tl_bf16_hi(unsigned pair) { return __uint_as_float(pair & 0xffff0000u); }

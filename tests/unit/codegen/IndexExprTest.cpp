@@ -239,6 +239,9 @@ TEST(Schedule, TensorCoreMatrixVectorTilesForNarrowGemmsOfAFewRows) {
   EXPECT_FALSE(chooseGemvTile(plainGemm(8, 2048, 2048), h100, 4)) << "fp32 weights";
   EXPECT_FALSE(chooseGemvTile(plainGemm(8, 2048, 2048), persistentMachine(h100, 1), 2)) << "chained kernels only";
   EXPECT_FALSE(chooseGemvTile(plainGemm(2, 2048, 2048), h100, 2)->tensorCores) << "two rows stay on FMAs";
+  Machine sixteenSMs = h100;
+  sixteenSMs.multiprocessors = 16;
+  EXPECT_FALSE(chooseGemvTile(plainGemm(8, 2048, 2048), sixteenSMs, 2)) << "32 tiles of 64 columns fill 16 SMs";
 
   ScheduleOverrides asked;
   asked.gemvTensorCores = true;
