@@ -42,6 +42,8 @@ const NumberOverride kNumberOverrides[] = {
     {"--gemv-splits", "TLC_GEMV_SPLITS", &ScheduleOverrides::gemvSplits, {0, 1024, "the schedule's"}},
     {"--gemv-columns", "TLC_GEMV_COLUMNS", &ScheduleOverrides::gemvColumns, {0, 256, "the schedule's"}},
     {"--gemv-warps", "TLC_GEMV_WARPS", &ScheduleOverrides::gemvWarps, {0, 16, "the schedule's"}},
+    {"--cache-attention-split-keys", "TLC_CACHE_ATTENTION_SPLIT_KEYS", &ScheduleOverrides::cacheAttentionSplitKeys,
+     {0, 1 << 20, "the schedule's"}},
 };
 
 // The TLC_* variables (docs/codegen.md) fill the overrides the options leave unset: a
@@ -64,6 +66,8 @@ ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
   flag("TLC_NO_CLUSTERS", overrides.noClusters);
   flag("TLC_GEMV_TENSOR_CORES", overrides.gemvTensorCores);
   flag("TLC_CACHE_ATTENTION_FMA", overrides.cacheAttentionFma);
+  flag("TLC_CHAIN_CACHE_ATTENTION", overrides.chainCacheAttention);
+  flag("TLC_CHAIN_BLOCKS", overrides.chainBlocks);
   if (const char *trigger = std::getenv("TLC_PDL_TRIGGER"); trigger && std::string(trigger) == "start")
     overrides.dependentsAtStart = true;
   return overrides;
@@ -121,6 +125,10 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
   if (overrides.gemvWarps) parts.push_back(fmt::format("gemv-warps={}", overrides.gemvWarps));
   if (overrides.gemvTensorCores) parts.push_back("gemv-tensor-cores");
   if (overrides.cacheAttentionFma) parts.push_back("cache-attention-fma");
+  if (overrides.chainCacheAttention) parts.push_back("chain-cache-attention");
+  if (overrides.chainBlocks) parts.push_back("chain-blocks");
+  if (overrides.cacheAttentionSplitKeys)
+    parts.push_back(fmt::format("cache-attention-split-keys={}", overrides.cacheAttentionSplitKeys));
   std::string text;
   for (const std::string &part : parts) text += (text.empty() ? "" : ", ") + part;
   return text;
@@ -183,6 +191,21 @@ mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &
   return pm.run(module);
 }
 
+// The launches the overrides chain where the lowering left them on their own (experiments):
+// attention over the KV cache after its block's QKV GEMM (--chain-cache-attention), and
+// the first kernel after a block boundary after the kernel before it (--chain-blocks).
+static void chainAsOverridden(const Program &program, std::vector<codegen::KernelSpec> &specs,
+                              const ScheduleOverrides &overrides) {
+  for (size_t k = 1; k < specs.size() && k < program.kernels.size(); ++k) {
+    const Kernel &kernel = program.kernels[k], &before = program.kernels[k - 1];
+    if (specs[k].collective || specs[k - 1].collective) continue;
+    const bool cacheAttention = std::holds_alternative<codegen::CacheAttentionSpec>(specs[k].body);
+    if (overrides.chainCacheAttention && cacheAttention && kernel.layer >= 0 && kernel.layer == before.layer)
+      specs[k].chained = true;
+    if (overrides.chainBlocks && kernel.layer != before.layer && !cacheAttention) specs[k].chained = true;
+  }
+}
+
 // The Program's kernels written for the options' target (its HIP/CUDA sources and launch
 // shapes): O3's forward as one persistent kernel where asked (`persistentAllowed`).
 static mlir::LogicalResult emitKernels(mlir::ModuleOp module, Program &program,
@@ -208,7 +231,9 @@ static mlir::LogicalResult emitKernels(mlir::ModuleOp module, Program &program,
   codegen::Machine machine = codegen::machineFor(target, overrides);
   if (options.persistent && options.optLevel >= 3 && persistentAllowed)
     machine = codegen::persistentMachine(machine, overrides.workersPerSM > 0 ? overrides.workersPerSM : 1);
-  std::vector<codegen::TaskPlan> plans = emitHipKernels(program, specs, machine);
+  std::vector<codegen::KernelSpec> launched = specs;
+  chainAsOverridden(program, launched, overrides);
+  std::vector<codegen::TaskPlan> plans = emitHipKernels(program, launched, machine);
   if (machine.persistent) {
     std::string why = codegen::formPersistentKernel(program, plans, machine);
     if (!why.empty()) program.persistentFallback = why;

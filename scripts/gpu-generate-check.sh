@@ -11,7 +11,9 @@
 # after 96 and 2,016 prompt tokens at O2 and O3, batch 1 and 8), sampler (the device sampler's
 # tests and its time alone per setting under Nsight Compute), and bench (bench/generate.py,
 # every configuration: appended to bench/RESULTS.md, with bench/generate.svg),
-# bench-workshop and bench-1.1b (the benchmark of one model).
+# bench-workshop and bench-1.1b (the benchmark of one model), cachechain (the 1.1B's decode
+# step with its attention over the cache chained, blocks chained, splits of 256 keys),
+# attentionncu (that attention alone under Nsight Compute after 96 and 2,016 positions).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-tests,cli,sanitize}
@@ -91,6 +93,40 @@ if want sampler; then  # the device sampler: its tests, its time alone per setti
     timeout 300 "$NCU" --clock-control none --kernel-name tl_sample --launch-skip 8 --launch-count 2 \
       --metrics gpu__time_duration.sum --csv "$TLC" "${args[@]}" > "$LOGS/sampler-ncu.csv" 2>/dev/null
     note "1.1B O3 [${flags:-greedy}]: $step | tl_sample: $(grep gpu__time_duration "$LOGS/sampler-ncu.csv" | awk -F'","' '{u = $(NF-1); v = $NF; gsub(/[",]/, "", v); printf "%s %s, ", v, u}')"
+  done
+fi
+if want cachechain; then  # decode attention over the cache: chained or on its own, splits of more keys, blocks chained
+  # Correctness first: generation against the CPU with every launch chained.
+  if [ -z "${CHAIN_SKIP_TESTS:-}" ]; then
+    TLC_CHAIN_CACHE_ATTENTION=1 TLC_CHAIN_BLOCKS=1 timeout 600 "$TESTS" --gtest_filter='Levels/GpuGeneration.*bf16*' \
+      > "$LOGS/chained-generation.txt" 2>&1
+    note "generation against the cpu, every launch chained: rc=$? $(passed "$LOGS/chained-generation.txt")"
+  fi
+  # CHAIN_FLAGS: the variants, separated by commas ("" the schedule's); CHAIN_RUNS: batch:context pairs.
+  IFS=, read -r -a variants <<< "${CHAIN_FLAGS-,--chain-cache-attention,--chain-blocks,--cache-attention-split-keys=256}"
+  for round in $(seq 1 ${CHAIN_ROUNDS:-2}); do
+    for run in ${CHAIN_RUNS:-1:96 1:2016 8:2016}; do
+      batch=${run%%:*} context=${run##*:} new=$((2047 - ${run##*:} < 64 ? 2047 - ${run##*:} : 64))
+      python3 -c "import random; random.seed(1); print('\n'.join(' '.join(str(random.randrange(2, 32000)) for _ in range($context)) for _ in range($batch)))" \
+        > "$LOGS/prompts.txt"
+      for flags in "${variants[@]}"; do
+        timeout 200 "$TLC" generate models/tinyllama-1.1b.tl --prompts "$LOGS/prompts.txt" --max-new-tokens $new \
+          --ignore-eos --max-context=2048 -O3 --dtype=bf16 --target=cuda --progress=never $flags > "$LOGS/chain.txt" 2>&1
+        note "1.1B O3 batch $batch after $context [${flags:-as compiled}]: rc=$? $(grep '^Decode' "$LOGS/chain.txt")"
+      done
+    done
+  done
+fi
+if want attentionncu; then  # the decode attention over the cache alone under Nsight Compute, after 96 and 2,016 positions
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  for context in 96 2016; do
+    python3 -c "import random; random.seed(1); print(' '.join(str(random.randrange(2, 32000)) for _ in range($context)))" \
+      > "$LOGS/prompt.txt"
+    timeout 300 "$NCU" --clock-control none --kernel-name regex:cache_attention --launch-skip 44 --launch-count 4 \
+      --metrics gpu__time_duration.sum --csv "$TLC" generate models/tinyllama-1.1b.tl --prompts "$LOGS/prompt.txt" \
+      --max-new-tokens 8 --ignore-eos --max-context=2048 -O3 --dtype=bf16 --target=cuda --progress=never \
+      > "$LOGS/attention-ncu.csv" 2>/dev/null
+    note "1.1B cache attention after $context, batch 1: $(grep gpu__time_duration "$LOGS/attention-ncu.csv" | awk -F'","' '{u = $(NF-1); v = $NF; gsub(/[",]/, "", v); printf "%s %s, ", v, u}')"
   done
 fi
 if want bench; then bench all "workshop:1:128,workshop:8:128,workshop:1:2048,workshop:8:2048,tinyllama-1.1b:1:128,tinyllama-1.1b:8:128,tinyllama-1.1b:1:2048,tinyllama-1.1b:8:2048"; fi

@@ -197,6 +197,18 @@ cl::opt<bool> cacheAttentionFma("cache-attention-fma",
                                 cl::desc("decode attention over the KV cache on fp32 FMAs (cache_attention.cuh v2), "
                                          "not tensor cores"),
                                 cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<bool> chainCacheAttention("chain-cache-attention",
+                                  cl::desc("decode attention over the KV cache launched as a dependent of the QKV "
+                                           "GEMM before it (chained), as the block's other kernels are"),
+                                  cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<bool> chainBlocks("chain-blocks",
+                          cl::desc("a transformer block's first kernel (and the one after the last block) launched "
+                                   "as a dependent of the kernel before it, as a block's other kernels are"),
+                          cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<int> cacheAttentionSplitKeys(
+    "cache-attention-split-keys",
+    cl::desc("decode attention over the KV cache: a sequence's keys cut into splits of at least this many (whole tiles)"),
+    cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> workersPerSM("workers-per-sm", cl::desc("O3: workers of the persistent kernel sharing an SM"),
                           cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> dependentsAtStart("dependents-at-start",
@@ -550,6 +562,9 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.gemvWarps = gemvWarps;
   overrides.gemvTensorCores = gemvTensorCores;
   overrides.cacheAttentionFma = cacheAttentionFma;
+  overrides.cacheAttentionSplitKeys = cacheAttentionSplitKeys;
+  overrides.chainCacheAttention = chainCacheAttention;
+  overrides.chainBlocks = chainBlocks;
   return overrides;
 }
 

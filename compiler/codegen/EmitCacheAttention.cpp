@@ -63,8 +63,12 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
   // kBlocksPerSM), each at least a tile of keys: no second wave.
   const int64_t resident = std::clamp<int64_t>(blocksBySharedMemory(machine, sharedBytes), 1, kBlocksPerSM);
   const int64_t heads = spec.B * spec.HKV;
-  const int64_t splits =
-      std::clamp<int64_t>(resident * machine.multiprocessors / heads, 1, ceilDiv(spec.context, tile));
+  // A split's keys at least: one tile, or the override's whole tiles.
+  const int64_t splitKeys = std::max<int64_t>(tile, ceilDiv(machine.overrides.cacheAttentionSplitKeys, tile) * tile);
+  // The combine's weights (rows x splits floats) live in the key tiles' shared memory.
+  const int64_t combineFloats = mma ? 64 * (spec.D + spec.DV) : tile * (spec.D % 4 == 0 ? spec.D + 4 : spec.D + 1);
+  const int64_t splits = std::clamp<int64_t>(std::min(resident * machine.multiprocessors / heads, combineFloats / rows),
+                                             1, ceilDiv(spec.context, splitKeys));
   const int vec = spec.D % 8 == 0 && spec.DV % 8 == 0 ? 8 : 1;
   const std::vector<int64_t> cache{spec.layers, spec.B, spec.HKV, spec.context, spec.D};
 
@@ -91,7 +95,7 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
                    spec.D, spec.layer),
        fmt::format("a block per (sequence, kv head, split): the {} query heads of a kv head x {} rows share each tile "
                    "of {} keys; up to {} splits of at least {} keys a sequence, combined by the last to finish; {}",
-                   group, spec.SQ, tile, splits, tile,
+                   group, spec.SQ, tile, splits, splitKeys,
                    mma ? "products on tensor cores where NVIDIA compiles it (v3), else fp32 FMAs (v2)" : "fp32 FMAs (v2)"),
        fmt::format("scale {}", spec.scale)});
   out += source.prelude({"cache_attention.cuh"});
@@ -99,7 +103,8 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
   out += fmt::format("struct {}_spec {{\n  using Params = {}_params;\n", entry, entry);
   out += fmt::format("  static constexpr int B = {}, H = {}, HKV = {}, SQ = {}, D = {}, DV = {}, T = {};\n", spec.B,
                      spec.H, spec.HKV, spec.SQ, spec.D, spec.DV, spec.context);
-  out += fmt::format("  static constexpr int SPLITS = {}, KT = {}, MIN_KEYS = {}, VEC = {};\n", splits, tile, tile, vec);
+  out += fmt::format("  static constexpr int SPLITS = {}, KT = {}, MIN_KEYS = {}, ONE_SPLIT_KEYS = {}, VEC = {};\n", splits,
+                     tile, splitKeys, std::max(2 * tile, splitKeys), vec);
   out += fmt::format("  static constexpr bool MMA = {};\n", mma ? "true" : "false");
   out += fmt::format("  static constexpr float SCALE_LOG2 = {};\n", floatLiteral(spec.scale * 1.4426950408889634));
   out += queryRow(spec.q, "q_src", spec.qRow) + queryRow(spec.out, "out_dst", spec.outRow);

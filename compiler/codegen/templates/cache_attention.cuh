@@ -29,8 +29,19 @@
 //       P reused from them as the A operand of P V: attention_tiles.cuh's products), and
 //       the warps' rows are merged in warp order at the end. Splits and their combine are
 //       v2's.
+//   v4  v3's first tile of keys and values issued before the wait for the kernel before:
+//       the cache rows of earlier steps (positions before the sequence's first new one) are
+//       not that kernel's to write, so their reads overlap its tail (where it is launched
+//       as that kernel's dependent); only the step's own rows and the query wait for it.
+//   v5  the combine's loads in flight together (v2's read a split's log-sum-exp again for
+//       every output, and a few splits at a time): every split's log-sum-exp at once into
+//       weights in shared memory, then each output 4 floats a load (the workspace keeps a
+//       split's rows apart from their log-sums-exp), 16 splits in flight. And a sequence
+//       of at most ONE_SPLIT_KEYS keys (two tiles) is one split: reading its tiles in
+//       turn costs less than combining splits.
 //
-// Spec S: B, H, HKV, SQ, D, DV, T (the cache's positions), SPLITS, KT, MIN_KEYS, VEC (1 or
+// Spec S: B, H, HKV, SQ, D, DV, T (the cache's positions), SPLITS, KT, MIN_KEYS,
+// ONE_SPLIT_KEYS, VEC (1 or
 // 8: elements a load), MMA (v3 where NVIDIA compiles it, else v2), SCALE_LOG2 (the softmax
 // scale times log2(e)), Params, and
 // q_src(p, b, h, s), out_dst(p, b, h, s) (query and output rows), k_src(p, b, hkv, t),
@@ -82,22 +93,40 @@ template <class S> struct tl_cache_split {
     const int keys = start + S::SQ < S::T ? start + S::SQ : S::T;  // the last row sees keys 0..keys-1
     int chunk = (keys + S::SPLITS - 1) / S::SPLITS;
     chunk = chunk < S::MIN_KEYS ? S::MIN_KEYS : (chunk + S::KT - 1) / S::KT * S::KT;
+    if (keys <= S::ONE_SPLIT_KEYS) chunk = keys;  // a few tiles: reading them beats a combine
     splits = (keys + chunk - 1) / chunk;
     first = split * chunk, end = first + chunk < keys ? first + chunk : keys;
   }
   TL_DEVICE bool empty() const { return split >= splits || start < 0; }
 };
 
+// The VEC floats at p, which another block wrote, read after tl_last_block_arrives (as
+// tl_ld_l2 reads one).
+template <int VEC> TL_DEVICE void tl_ld_l2_vec(const float *p, float (&v)[VEC]) {
+#if defined(TL_NVIDIA)
+  if constexpr (VEC == 4) {
+    const float4 x = __ldcg(reinterpret_cast<const float4 *>(p));
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+  } else
+#endif
+    for (int e = 0; e < VEC; ++e) v[e] = tl_ld_l2(p + e);
+}
+
+// Floats of scratch the combine needs: a weight for each of a kv head's R rows and its
+// SPLITS splits (the emitter keeps SPLITS within what the kernel's scratch holds).
+template <class S, int R> constexpr int tl_cache_combine_floats = R * S::SPLITS;
+
 // The split's rows (`outs`, R rows of DV floats, not yet divided by their sums), their
 // running maxima and sums (base 2): written out where the sequence has one split, else
-// left normalized with their log-sum-exp in the workspace, where the last split of the
-// (sequence, kv head) to finish adds them up. rowMax and rowSum (R floats of shared
-// memory) are reused by that combine.
+// left normalized in the workspace with their log-sum-exp after them, where the last
+// split of the (sequence, kv head) to finish adds them up, its weights in `scratch`
+// (tl_cache_combine_floats of shared memory, free once the split's rows are in `outs`).
 template <class S, int R>
 TL_DEVICE void tl_cache_attention_finish(const typename S::Params &p, const tl_cache_split<S> &at, const float *outs,
-                                         float *rowMax, float *rowSum) {
-  constexpr int THREADS = 128, G = S::H / S::HKV;
-  constexpr int ROW = S::DV + 1;  // a partial row: DV outputs, then its log-sum-exp
+                                         float *rowMax, float *rowSum, float *scratch) {
+  constexpr int THREADS = 128, WARPS = THREADS / TL_WARP, G = S::H / S::HKV;
+  constexpr int PART = R * (S::DV + 1);  // a split's part: R rows of DV outputs, then their R log-sums-exp
+  constexpr int VEC = S::DV % 4 == 0 && PART % 4 == 0 ? 4 : 1;
   const int b = at.b, hkv = at.hkv, bh = at.bh, splits = at.splits;
   if (splits == 1) {
     for (int i = threadIdx.x; i < R * S::DV; i += THREADS) {
@@ -109,37 +138,43 @@ TL_DEVICE void tl_cache_attention_finish(const typename S::Params &p, const tl_c
   }
   // This split's rows, normalized, and their log-sum-exp (base 2); -inf for a row that
   // sees none of the split's keys (its later query rows see more than its first).
-  float *partial = p.ws + ((tl_i64)bh * S::SPLITS + at.split) * R * ROW;
-  for (int i = threadIdx.x; i < R * S::DV; i += THREADS) {
-    const int r = i / S::DV, d = i % S::DV;
-    partial[r * ROW + d] = rowSum[r] > 0.0f ? outs[r * S::DV + d] / rowSum[r] : 0.0f;
-  }
+  float *partial = p.ws + ((tl_i64)bh * S::SPLITS + at.split) * PART;
+  for (int i = threadIdx.x; i < R * S::DV; i += THREADS)
+    partial[i] = rowSum[i / S::DV] > 0.0f ? outs[i] / rowSum[i / S::DV] : 0.0f;
   for (int r = threadIdx.x; r < R; r += THREADS)
-    partial[r * ROW + S::DV] = rowSum[r] > 0.0f ? rowMax[r] + log2f(rowSum[r]) : -tl_inf();
+    partial[R * S::DV + r] = rowSum[r] > 0.0f ? rowMax[r] + log2f(rowSum[r]) : -tl_inf();
   if (tl_last_block_arrives(p.sync + bh, splits)) {
-    // The splits' rows, weighted by their share of each row's sum: a warp a row finds the
-    // largest log-sum-exp and the weights' total, then each output adds the splits'
-    // values, read from L2 (other SMs wrote them) several at a time.
-    const float *all = p.ws + (tl_i64)bh * S::SPLITS * R * ROW;
-    for (int r = threadIdx.x / TL_WARP; r < R; r += THREADS / TL_WARP) {
+    // Every split's log-sums-exp at once (read from L2: other SMs wrote them), then a warp
+    // a row turns its splits' into weights, their share of the row's total.
+    const float *all = p.ws + (tl_i64)bh * S::SPLITS * PART;
+    float *weight = scratch;  // [R][SPLITS]
+    for (int i = threadIdx.x; i < splits * R; i += THREADS)
+      weight[i % R * S::SPLITS + i / R] = tl_ld_l2(all + i / R * PART + R * S::DV + i % R);
+    tl_sync();
+    for (int r = threadIdx.x / TL_WARP; r < R; r += WARPS) {
       const int lane = threadIdx.x % TL_WARP;
+      float *w = weight + r * S::SPLITS;
       float best = -tl_inf();
-      for (int s = lane; s < splits; s += TL_WARP) best = fmaxf(best, tl_ld_l2(all + (s * R + r) * ROW + S::DV));
+      for (int s = lane; s < splits; s += TL_WARP) best = fmaxf(best, w[s]);
       best = tl_warp_max(best);
       float total = 0.0f;
-      for (int s = lane; s < splits; s += TL_WARP) total += tl_exp2(tl_ld_l2(all + (s * R + r) * ROW + S::DV) - best);
+      for (int s = lane; s < splits; s += TL_WARP) total += w[s] == -tl_inf() ? 0.0f : tl_exp2(w[s] - best);
       total = tl_warp_sum(total);
-      if (lane == 0) rowMax[r] = best, rowSum[r] = total;
+      for (int s = lane; s < splits; s += TL_WARP) w[s] = w[s] == -tl_inf() ? 0.0f : tl_exp2(w[s] - best) / total;
     }
     tl_sync();
-    for (int i = threadIdx.x; i < R * S::DV; i += THREADS) {
+    // Each output VEC at a time, the splits' values in flight several at once.
+    for (int i = threadIdx.x * VEC; i < R * S::DV; i += THREADS * VEC) {
       const int r = i / S::DV, d = i % S::DV;
-      const float best = rowMax[r];
-      float sum = 0.0f;
-#pragma unroll 8
-      for (int s = 0; s < splits; ++s)
-        sum = fmaf(tl_exp2(tl_ld_l2(all + (s * R + r) * ROW + S::DV) - best), tl_ld_l2(all + (s * R + r) * ROW + d), sum);
-      tl_st(S::out_dst(p, b, hkv * G + r / S::SQ, r % S::SQ), d, sum / rowSum[r]);
+      float sum[VEC] = {};
+#pragma unroll 16
+      for (int s = 0; s < splits; ++s) {
+        float v[VEC];
+        tl_ld_l2_vec<VEC>(all + s * PART + i, v);
+        const float w = weight[r * S::SPLITS + s];
+        for (int e = 0; e < VEC; ++e) sum[e] = fmaf(w, v[e], sum[e]);
+      }
+      for (int e = 0; e < VEC; ++e) tl_st(S::out_dst(p, b, hkv * G + r / S::SQ, r % S::SQ), d + e, sum[e]);
     }
     if (threadIdx.x == 0) p.sync[bh] = 0u;
   }
@@ -281,10 +316,24 @@ template <class S> TL_DEVICE void tl_cache_attention_fma(const typename S::Param
       }
   }
   tl_sync();
-  tl_cache_attention_finish<S, R>(p, at, &outs[0][0], rowMax, rowSum);
+  static_assert(tl_cache_combine_floats<S, R> <= S::KT * KD, "the combine's weights fit the key tile");
+  tl_cache_attention_finish<S, R>(p, at, &outs[0][0], rowMax, rowSum, &ks[0][0]);
 }
 
 #if defined(TL_NVIDIA)
+// Rows r0 .. r0+TILE-1 of a cache tile that take(r0 + r) picks, as tl_attention_stage
+// stages them (zeros from `rows` on; cp.async, not committed).
+template <int TILE, int COLS, int THREADS, class Row, class Take>
+TL_DEVICE void tl_cache_stage_rows(unsigned char *tile, int r0, int rows, Row row, Take take) {
+  constexpr int CHUNKS = COLS * 2 / 16;
+  for (int i = threadIdx.x; i < TILE * CHUNKS; i += THREADS) {
+    const int r = i / CHUNKS, c = i % CHUNKS;
+    if (!take(r0 + r)) continue;
+    const bool inside = r0 + r < rows;
+    tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, COLS * 2)), row(inside ? r0 + r : 0) + c * 8, inside ? 16 : 0);
+  }
+}
+
 // v3: tensor cores. The dynamic shared memory the emitter asks for: Q's 16 rows, then
 // STAGES tiles of keys and of values (bf16, swizzled), then the warps' row maxima and
 // sums, the merged rows and their maxima and sums.
@@ -415,13 +464,14 @@ template <class S> TL_DEVICE void tl_cache_attention_mma(const typename S::Param
   float *outs = reinterpret_cast<float *>(tl_smem + L::OUTS);
   float *rowMax = reinterpret_cast<float *>(tl_smem + L::ROW_STATS), *rowSum = rowMax + 16;
 
-  tl_wait_for_producers();
+  // The positions and the cache rows before them are the earlier steps' (the sampler
+  // advances the positions after this step's last use of them): read before the wait.
   const tl_cache_split<S> at(p, tl_block_index());
   if (at.empty()) {
     tl_allow_dependents();
     return;
   }
-  const int b = at.b, hkv = at.hkv, first = at.first, end = at.end, warp = threadIdx.x / TL_WARP;
+  const int b = at.b, hkv = at.hkv, first = at.first, end = at.end, start = at.start, warp = threadIdx.x / TL_WARP;
   auto keyRow = [&](int t) { return S::k_src(p, b, hkv, t); };
   auto valueRow = [&](int t) { return S::v_src(p, b, hkv, t); };
   auto stage = [&](int buffer, int j0) {  // rows past `end` are zeros
@@ -429,9 +479,18 @@ template <class S> TL_DEVICE void tl_cache_attention_mma(const typename S::Param
     tl_attention_stage<KT, DV, THREADS>(vTiles + buffer * L::V_BYTES, j0, end, valueRow);
     tl_cp_async_commit();
   };
+  // The first tile in two parts: the rows `take` picks (the others left for the second).
+  auto stageFirst = [&](auto take) {
+    tl_cache_stage_rows<KT, D, THREADS>(kTiles, first, end, keyRow, take);
+    tl_cache_stage_rows<KT, DV, THREADS>(vTiles, first, end, valueRow, take);
+  };
+  stageFirst([&](int j) { return j < start || j >= end; });
+  tl_cp_async_commit();
+  tl_wait_for_producers();
   // Query row r = i * SQ + s is head hkv * G + i's row s; rows R..15 are zeros.
   tl_attention_stage<16, D, THREADS>(qTile, 0, R, [&](int r) { return S::q_src(p, b, hkv * G + r / S::SQ, r % S::SQ); });
-  stage(0, first);
+  stageFirst([&](int j) { return j >= start && j < end; });  // this step's rows, stored by the kernel before
+  tl_cp_async_commit();
 
   unsigned qf[D / 16][4];
   tl_cache_mma_warp<S> rows;
@@ -446,11 +505,13 @@ template <class S> TL_DEVICE void tl_cache_attention_mma(const typename S::Param
     tl_sync();
     if (j0 == first) tl_attention_fragments<D>(qTile, 0, qf);
     rows.tile(qf, kTiles + buffer * L::K_BYTES + warp * 16 * D * 2, vTiles + buffer * L::V_BYTES + warp * 16 * DV * 2,
-              j0 + warp * 16, end, at.start);
+              j0 + warp * 16, end, start);
     tl_sync();  // every warp has read this buffer before it is staged again
   }
   rows.merge(warpMax, warpSum, reinterpret_cast<float *>(kTiles), outs, rowMax, rowSum);
-  tl_cache_attention_finish<S, R>(p, at, outs, rowMax, rowSum);
+  static_assert(tl_cache_combine_floats<S, R> * 4 <= L::STAGES * (L::K_BYTES + L::V_BYTES),
+                "the combine's weights fit the tiles' stages");
+  tl_cache_attention_finish<S, R>(p, at, outs, rowMax, rowSum, reinterpret_cast<float *>(kTiles));
 }
 #endif
 

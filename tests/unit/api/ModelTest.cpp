@@ -114,6 +114,8 @@ TEST(Compile, RefusesScheduleOverridesItCannotRead) {
       {[](tlc::ScheduleOverrides &o) { o.gemvColumns = 24; }, "--gemv-columns=24 must be a multiple of 16"},
       {[](tlc::ScheduleOverrides &o) { o.gemvColumns = 512; }, "--gemv-columns=512 must be 0 (the schedule's) to 256"},
       {[](tlc::ScheduleOverrides &o) { o.gemvWarps = 2; }, "--gemv-warps=2 must be 4, 8 or 16"},
+      {[](tlc::ScheduleOverrides &o) { o.cacheAttentionSplitKeys = -64; },
+       "--cache-attention-split-keys=-64 must be 0 (the schedule's) to 1048576"},
   };
   for (const auto &[set, message] : bad) {
     EXPECT_NE(errorWith(set).find(message), std::string::npos) << message;

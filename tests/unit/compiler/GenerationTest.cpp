@@ -331,4 +331,74 @@ TEST(Generation, DecodeAttentionTakesTensorCoresForBf16Caches) {
     }
 }
 
+// The decode attention's splits (its spec's SPLITS, MIN_KEYS and ONE_SPLIT_KEYS): a split
+// is at least a tile of keys, or the override's whole tiles; a sequence of up to two tiles
+// (or the override's keys) is one split; and no more splits than the combine's weights
+// (rows x splits floats) fit the tiles' shared memory, here where the SMs would allow more
+// (without the override: 512, against the cache's 2,048 tiles of 32 keys).
+TEST(Generation, DecodeAttentionSplitsFitTheirCombine) {
+  struct Split {
+    int splits = 0, tile = 0, minKeys = 0, oneSplitKeys = 0;
+  };
+  auto splitsOf = [](const Kernel &kernel) {
+    Split split;
+    size_t at = kernel.source.find("static constexpr int SPLITS = ");
+    EXPECT_NE(at, std::string::npos) << kernel.name;
+    if (at != std::string::npos)
+      std::sscanf(kernel.source.c_str() + at, "static constexpr int SPLITS = %d, KT = %d, MIN_KEYS = %d, ONE_SPLIT_KEYS = %d",
+                  &split.splits, &split.tile, &split.minKeys, &split.oneSplitKeys);
+    return split;
+  };
+  // 16 query heads on one kv head: 16 rows a block, so the combine holds 512 splits on
+  // tensor cores (64 x 128 floats of tiles); 1,000 SMs would take 4,000.
+  LlamaConfig config = support::resizedConfig("workshop", {/*layers=*/1, /*hidden=*/1024, /*heads=*/16,
+                                                           /*kvHeads=*/1, /*headDim=*/64, /*ffn=*/256, /*vocab=*/97});
+  for (int splitKeys : {0, 200}) {
+    SCOPED_TRACE(::testing::Message() << "--cache-attention-split-keys=" << splitKeys);
+    CompileOptions options{2, 1, 4, "bf16"};
+    options.multiprocessors = 1000;
+    options.overrides.cacheAttentionSplitKeys = splitKeys;
+    GenerationPrograms programs = compileGeneration(config, options, 65536);
+    int seen = 0;
+    for (const Kernel &kernel : programs.decode.kernels) {
+      if (kernel.ops.empty() || kernel.ops[0].kind != OpKind::cache_attention) continue;
+      ++seen;
+      const Split split = splitsOf(kernel);
+      ASSERT_GT(split.tile, 0);
+      EXPECT_EQ(split.minKeys, std::max(split.tile, (splitKeys + split.tile - 1) / split.tile * split.tile))
+          << "whole tiles";
+      EXPECT_EQ(split.oneSplitKeys, std::max(2 * split.tile, split.minKeys));
+      const int bySplitKeys = (65536 + split.minKeys - 1) / split.minKeys;
+      EXPECT_EQ(split.splits, std::min(512, bySplitKeys)) << "the combine's weights bound the splits";
+      if (splitKeys) EXPECT_LT(split.splits, 512);
+      EXPECT_EQ(kernel.launch.at("cuda").gridBlocks, split.splits);
+    }
+    EXPECT_EQ(seen, config.layers);
+  }
+}
+
+// The hidden chaining overrides: --chain-cache-attention launches each block's attention
+// over the cache as a dependent of its QKV GEMM, --chain-blocks each kernel after a block
+// boundary as a dependent of the one before; the other launches stay as the schedule has them.
+TEST(Generation, ChainingOverridesChainWhatTheyName) {
+  LlamaConfig config = support::smallConfig("workshop");
+  const GenerationPrograms plain = compileGeneration(config, {3, 2, 4, "bf16"}, 16);
+  for (auto [attention, blocks] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+    SCOPED_TRACE(::testing::Message() << "attention " << attention << ", blocks " << blocks);
+    CompileOptions options{3, 2, 4, "bf16"};
+    options.overrides.chainCacheAttention = attention;
+    options.overrides.chainBlocks = blocks;
+    GenerationPrograms programs = compileGeneration(config, options, 16);
+    const std::vector<Kernel> &kernels = programs.decode.kernels;
+    ASSERT_EQ(kernels.size(), plain.decode.kernels.size());
+    EXPECT_FALSE(kernels[0].chained) << "the first launch has nothing before it";
+    for (size_t k = 1; k < kernels.size(); ++k) {
+      const bool readsCache = kernels[k].ops[0].kind == OpKind::cache_attention;
+      const bool crossesBlocks = kernels[k].layer != kernels[k - 1].layer;
+      const bool forced = (attention && readsCache) || (blocks && crossesBlocks);
+      EXPECT_EQ(kernels[k].chained, plain.decode.kernels[k].chained || forced) << kernels[k].name;
+    }
+  }
+}
+
 } // namespace
