@@ -67,7 +67,6 @@ ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
   flag("TLC_GEMV_TENSOR_CORES", overrides.gemvTensorCores);
   flag("TLC_CACHE_ATTENTION_FMA", overrides.cacheAttentionFma);
   flag("TLC_CHAIN_CACHE_ATTENTION", overrides.chainCacheAttention);
-  flag("TLC_CHAIN_BLOCKS", overrides.chainBlocks);
   if (const char *trigger = std::getenv("TLC_PDL_TRIGGER"); trigger && std::string(trigger) == "start")
     overrides.dependentsAtStart = true;
   return overrides;
@@ -126,7 +125,6 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
   if (overrides.gemvTensorCores) parts.push_back("gemv-tensor-cores");
   if (overrides.cacheAttentionFma) parts.push_back("cache-attention-fma");
   if (overrides.chainCacheAttention) parts.push_back("chain-cache-attention");
-  if (overrides.chainBlocks) parts.push_back("chain-blocks");
   if (overrides.cacheAttentionSplitKeys)
     parts.push_back(fmt::format("cache-attention-split-keys={}", overrides.cacheAttentionSplitKeys));
   std::string text;
@@ -191,18 +189,15 @@ mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &
   return pm.run(module);
 }
 
-// The launches the overrides chain where the lowering left them on their own (experiments):
-// attention over the KV cache after its block's QKV GEMM (--chain-cache-attention), and
-// the first kernel after a block boundary after the kernel before it (--chain-blocks).
+// The launches the overrides chain where the lowering left them on their own (an
+// experiment): attention over the KV cache after its block's QKV GEMM (--chain-cache-attention).
 static void chainAsOverridden(const Program &program, std::vector<codegen::KernelSpec> &specs,
                               const ScheduleOverrides &overrides) {
   for (size_t k = 1; k < specs.size() && k < program.kernels.size(); ++k) {
     const Kernel &kernel = program.kernels[k], &before = program.kernels[k - 1];
-    if (specs[k].collective || specs[k - 1].collective) continue;
-    const bool cacheAttention = std::holds_alternative<codegen::CacheAttentionSpec>(specs[k].body);
-    if (overrides.chainCacheAttention && cacheAttention && kernel.layer >= 0 && kernel.layer == before.layer)
+    if (overrides.chainCacheAttention && std::holds_alternative<codegen::CacheAttentionSpec>(specs[k].body) &&
+        kernel.layer >= 0 && kernel.layer == before.layer)
       specs[k].chained = true;
-    if (overrides.chainBlocks && kernel.layer != before.layer && !cacheAttention) specs[k].chained = true;
   }
 }
 

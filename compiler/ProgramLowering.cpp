@@ -149,7 +149,14 @@ public:
         }
         continue;
       }
+      const size_t first = program.kernels.size();
       if (mlir::failed(lowerTopLevel(&op))) return mlir::failure();
+      // The first kernel after the last block (the logits GEMM) chained to it, as the
+      // block's own are.
+      if (llvm::isa<tl::BlockOp>(op)) blockEnd = program.kernels.size();
+      else if (first > 0 && first == blockEnd && first < program.kernels.size() && chainable(first) &&
+               !readsKvCache(program.kernels[first]) && !attendsOverSequence(program.kernels[first]))
+        roots[first].chained = true;
     }
     for (Kernel &kernel : program.kernels) {
       kernel.minBytes = 0;
@@ -292,18 +299,28 @@ private:
     return llvm::any_of(kernel.ops, [](const OpRecord &op) { return op.kind == OpKind::cache_attention; });
   }
 
+  // Kernel k may be launched as a dependent of the one before: neither is a collective
+  // (its library launches those).
+  bool chainable(size_t k) const {
+    auto collective = [&](size_t i) {
+      return llvm::any_of(program.kernels[i].ops, [](const OpRecord &op) { return op.kind == OpKind::all_reduce; });
+    };
+    return k > 0 && !collective(k) && !collective(k - 1);
+  }
+
   // Attention over a whole sequence (more than one query row a sequence).
   bool attendsOverSequence(const Kernel &kernel) const {
     return program.seqLen > 1 &&
            llvm::any_of(kernel.ops, [](const OpRecord &op) { return op.kind == OpKind::flash_attention; });
   }
 
-  // A transformer block: its kernels, each after the first launched as a dependent of the
-  // one before (it may start while that one finishes); what flows between them is stored
-  // in the model's dtype, small enough to stay in L2. Attention over the KV cache or over
-  // a sequence, and the GEMM after a sequence's attention, are launched on their own:
-  // chained, they measured slower (docs/codegen.md, "O3"). A decode-shaped forward's
-  // one-row attention stays chained, where the whole chain measured fastest.
+  // A transformer block: its kernels launched as dependents of the one before (each may
+  // start while that one finishes), the first too, after the block before it (or the
+  // embedding); what flows between them is stored in the model's dtype, small enough to
+  // stay in L2. Attention over the KV cache or over a sequence, and the GEMM after a
+  // sequence's attention, are launched on their own: chained, they measured slower
+  // (docs/codegen.md, "O3"). A decode-shaped forward's one-row attention stays chained,
+  // where the whole chain measured fastest.
   mlir::LogicalResult lowerBlock(tl::BlockOp block) {
     mlir::Block &body = block.getBody().front();
     for (auto [arg, outer] : llvm::zip(body.getArguments(), block.getInputs())) ids[arg] = ids.lookup(outer);
@@ -313,7 +330,7 @@ private:
     for (size_t k = first; k < program.kernels.size(); ++k) {
       Kernel &kernel = program.kernels[k];
       kernel.layer = int(block.getLayer());
-      roots[k].chained = k > first && !readsKvCache(kernel) && !attendsOverSequence(kernel) &&
+      roots[k].chained = k > 0 && chainable(k) && !readsKvCache(kernel) && !attendsOverSequence(kernel) &&
                          !attendsOverSequence(program.kernels[k - 1]);
     }
     auto yield = llvm::cast<tl::YieldOp>(body.getTerminator());
@@ -610,6 +627,7 @@ private:
   llvm::DenseSet<mlir::Location> claimedViews;                           // those a kernel has taken
   std::map<std::pair<unsigned, unsigned>, int> sourceIndex;              // (line, column) -> Program::sourceOps
   std::vector<codegen::KernelRoot> roots;  // what each kernel was lowered from
+  size_t blockEnd = 0;                      // the kernels lowered up to the end of the last tl.block
 };
 
 } // namespace

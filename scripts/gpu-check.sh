@@ -25,7 +25,7 @@
 # the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs) and bf16ncu (the bf16
 # O3 forward's GEMMs at 8 x 128, launch by launch and under Nsight Compute) and f32split
 # (f32's four GEMMs with no split pass, timed beside main and under Nsight Compute; needs
-# tl-run) and chainblocks (O3 with a block's first kernel chained too, beside as compiled).
+# tl-run).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
@@ -215,14 +215,6 @@ if want gemvmma; then  # the tensor-core matrix-vector GEMMs (gemm_gemv.cuh v9) 
     timeout 200 "$TLC" generate models/tinyllama-1.1b.tl --prompts "$LOGS/prompts-8.txt" --max-new-tokens 32 \
       --ignore-eos --max-context=2048 $flags --dtype=bf16 --target=cuda --progress=never > "$LOGS/gen8.txt" 2>&1
     note "1.1B decode, batch 8, after 2016 prompt tokens [$flags]: rc=$? $(grep '^Decode' "$LOGS/gen8.txt")"
-  done
-fi
-if want chainblocks; then  # O3 with each block's first kernel chained to the kernel before (--chain-blocks)
-  # CHAIN_SHAPES: model:batch:seq, separated by spaces.
-  for round in $(seq 1 ${CHAIN_ROUNDS:-2}); do
-    for shape in ${CHAIN_SHAPES:-$MODEL:1:1 $MODEL:8:128 models/tinyllama-1.1b.tl:1:1 models/tinyllama-1.1b.tl:3:1 models/tinyllama-1.1b.tl:8:1}; do
-      for flags in "" "--chain-blocks"; do o3run ${shape//:/ } 3 --iterations=50 $flags; done
-    done
   done
 fi
 if want ncu; then  # Nsight Compute on the 1.1B decode step's kernels: bandwidth, occupancy, where warps stall

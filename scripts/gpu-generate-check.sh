@@ -12,7 +12,7 @@
 # tests and its time alone per setting under Nsight Compute), and bench (bench/generate.py,
 # every configuration: appended to bench/RESULTS.md, with bench/generate.svg),
 # bench-workshop and bench-1.1b (the benchmark of one model), cachechain (the 1.1B's decode
-# step with its attention over the cache chained, blocks chained, splits of 256 keys),
+# step with its attention over the cache chained, splits of 256 keys),
 # attentionncu (that attention alone under Nsight Compute after 96 and 2,016 positions).
 set -u
 BUILD=${1:-build-gpu}
@@ -95,15 +95,15 @@ if want sampler; then  # the device sampler: its tests, its time alone per setti
     note "1.1B O3 [${flags:-greedy}]: $step | tl_sample: $(grep gpu__time_duration "$LOGS/sampler-ncu.csv" | awk -F'","' '{u = $(NF-1); v = $NF; gsub(/[",]/, "", v); printf "%s %s, ", v, u}')"
   done
 fi
-if want cachechain; then  # decode attention over the cache: chained or on its own, splits of more keys, blocks chained
-  # Correctness first: generation against the CPU with every launch chained.
+if want cachechain; then  # decode attention over the cache: chained or on its own, splits of more keys
+  # Correctness first: generation against the CPU with the attention chained too.
   if [ -z "${CHAIN_SKIP_TESTS:-}" ]; then
-    TLC_CHAIN_CACHE_ATTENTION=1 TLC_CHAIN_BLOCKS=1 timeout 600 "$TESTS" --gtest_filter='Levels/GpuGeneration.*bf16*' \
+    TLC_CHAIN_CACHE_ATTENTION=1 timeout 600 "$TESTS" --gtest_filter='Levels/GpuGeneration.*bf16*' \
       > "$LOGS/chained-generation.txt" 2>&1
-    note "generation against the cpu, every launch chained: rc=$? $(passed "$LOGS/chained-generation.txt")"
+    note "generation against the cpu, the attention chained: rc=$? $(passed "$LOGS/chained-generation.txt")"
   fi
   # CHAIN_FLAGS: the variants, separated by commas ("" the schedule's); CHAIN_RUNS: batch:context pairs.
-  IFS=, read -r -a variants <<< "${CHAIN_FLAGS-,--chain-cache-attention,--chain-blocks,--cache-attention-split-keys=256}"
+  IFS=, read -r -a variants <<< "${CHAIN_FLAGS-,--chain-cache-attention,--cache-attention-split-keys=256}"
   for round in $(seq 1 ${CHAIN_ROUNDS:-2}); do
     for run in ${CHAIN_RUNS:-1:96 1:2016 8:2016}; do
       batch=${run%%:*} context=${run##*:} new=$((2047 - ${run##*:} < 64 ? 2047 - ${run##*:} : 64))

@@ -201,10 +201,6 @@ cl::opt<bool> chainCacheAttention("chain-cache-attention",
                                   cl::desc("decode attention over the KV cache launched as a dependent of the QKV "
                                            "GEMM before it (chained), as the block's other kernels are"),
                                   cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
-cl::opt<bool> chainBlocks("chain-blocks",
-                          cl::desc("a transformer block's first kernel (and the one after the last block) launched "
-                                   "as a dependent of the kernel before it, as a block's other kernels are"),
-                          cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> cacheAttentionSplitKeys(
     "cache-attention-split-keys",
     cl::desc("decode attention over the KV cache: a sequence's keys cut into splits of at least this many (whole tiles)"),
@@ -564,7 +560,6 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.cacheAttentionFma = cacheAttentionFma;
   overrides.cacheAttentionSplitKeys = cacheAttentionSplitKeys;
   overrides.chainCacheAttention = chainCacheAttention;
-  overrides.chainBlocks = chainBlocks;
   return overrides;
 }
 

@@ -33,13 +33,12 @@ struct ScheduleOverrides {
   bool gemvTensorCores = false;  // chained bf16 GEMMs of up to 16 rows, any width: matrix-vector on tensor cores
   bool cacheAttentionFma = false;  // decode attention over the KV cache on fp32 FMAs (v2), not tensor cores
   bool chainCacheAttention = false;  // decode attention over the KV cache launched as a dependent of the QKV GEMM
-  bool chainBlocks = false;  // a block's first kernel (and the one after the last block) chained to the one before
   int cacheAttentionSplitKeys = 0;  // decode attention over the KV cache: keys a split at least (0: one tile)
 
   bool empty() const {
     return gemmTile.empty() && wgmmaTile.empty() && attentionTile.empty() && attentionGradRows == 0 && !noWgmma && !noGemv && !noWeightRing &&
            !noClusters && !dependentsAtStart && workersPerSM == 0 && gemvSplits == 0 && gemvColumns == 0 && gemvWarps == 0 &&
-           !gemvTensorCores && !cacheAttentionFma && !chainCacheAttention && !chainBlocks &&
+           !gemvTensorCores && !cacheAttentionFma && !chainCacheAttention &&
            cacheAttentionSplitKeys == 0;
   }
 };

@@ -143,18 +143,20 @@ TEST(Generation, EveryLevelKeepsTheCacheAsStateAndFusesTheDecode) {
   EXPECT_LT(kernels[2], kernels[1]);
 }
 
-// O3's decode step chains each block's kernels as the forward does, but for the attention
+// O3's decode step chains each block's kernels as the forward does (the first after the
+// kernel before the block, the logits GEMM after the last block), but for the attention
 // over the cache: it is launched on its own, so its blocks spread over the whole GPU.
 TEST(Generation, O3ChainsTheDecodeStepButItsCacheAttention) {
   LlamaConfig config = support::smallConfig("workshop");
   GenerationPrograms programs = compileGeneration(config, {3, 2, 4, "bf16"}, 16);
-  std::map<int, int> seen;
+  const std::vector<Kernel> &kernels = programs.decode.kernels;
   int attention = 0, chained = 0;
-  for (const Kernel &kernel : programs.decode.kernels) {
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    const Kernel &kernel = kernels[k];
     bool readsCache = std::any_of(kernel.ops.begin(), kernel.ops.end(),
                                   [](const OpRecord &op) { return op.kind == OpKind::cache_attention; });
-    bool firstOfBlock = kernel.layer >= 0 && seen[kernel.layer]++ == 0;
-    EXPECT_EQ(kernel.chained, kernel.layer >= 0 && !firstOfBlock && !readsCache) << kernel.name;
+    bool blockOrAfter = kernel.layer >= 0 || (k > 0 && kernels[k - 1].layer >= 0);
+    EXPECT_EQ(kernel.chained, k > 0 && blockOrAfter && !readsCache) << kernel.name;
     attention += readsCache;
     chained += kernel.chained;
   }
@@ -377,28 +379,23 @@ TEST(Generation, DecodeAttentionSplitsFitTheirCombine) {
   }
 }
 
-// The hidden chaining overrides: --chain-cache-attention launches each block's attention
-// over the cache as a dependent of its QKV GEMM, --chain-blocks each kernel after a block
-// boundary as a dependent of the one before; the other launches stay as the schedule has them.
-TEST(Generation, ChainingOverridesChainWhatTheyName) {
+// The hidden --chain-cache-attention launches each block's attention over the cache as a
+// dependent of its QKV GEMM; the other launches stay as the schedule has them.
+TEST(Generation, ChainingTheCacheAttentionChainsOnlyIt) {
   LlamaConfig config = support::smallConfig("workshop");
   const GenerationPrograms plain = compileGeneration(config, {3, 2, 4, "bf16"}, 16);
-  for (auto [attention, blocks] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
-    SCOPED_TRACE(::testing::Message() << "attention " << attention << ", blocks " << blocks);
-    CompileOptions options{3, 2, 4, "bf16"};
-    options.overrides.chainCacheAttention = attention;
-    options.overrides.chainBlocks = blocks;
-    GenerationPrograms programs = compileGeneration(config, options, 16);
-    const std::vector<Kernel> &kernels = programs.decode.kernels;
-    ASSERT_EQ(kernels.size(), plain.decode.kernels.size());
-    EXPECT_FALSE(kernels[0].chained) << "the first launch has nothing before it";
-    for (size_t k = 1; k < kernels.size(); ++k) {
-      const bool readsCache = kernels[k].ops[0].kind == OpKind::cache_attention;
-      const bool crossesBlocks = kernels[k].layer != kernels[k - 1].layer;
-      const bool forced = (attention && readsCache) || (blocks && crossesBlocks);
-      EXPECT_EQ(kernels[k].chained, plain.decode.kernels[k].chained || forced) << kernels[k].name;
-    }
+  CompileOptions options{3, 2, 4, "bf16"};
+  options.overrides.chainCacheAttention = true;
+  GenerationPrograms programs = compileGeneration(config, options, 16);
+  const std::vector<Kernel> &kernels = programs.decode.kernels;
+  ASSERT_EQ(kernels.size(), plain.decode.kernels.size());
+  int attention = 0;
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    const bool readsCache = kernels[k].ops[0].kind == OpKind::cache_attention;
+    attention += readsCache;
+    EXPECT_EQ(kernels[k].chained, plain.decode.kernels[k].chained || readsCache) << kernels[k].name;
   }
+  EXPECT_EQ(attention, config.layers);
 }
 
 } // namespace

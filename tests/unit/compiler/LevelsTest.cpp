@@ -155,12 +155,13 @@ TEST(Levels, KernelCountsAndBytesFallFromO0ToO2) {
     EXPECT_LT(programs[level].kernels.size(), programs[level - 1].kernels.size()) << "O" << level;
     EXPECT_LT(totalBytes(programs[level]), totalBytes(programs[level - 1])) << "O" << level;
   }
-  // O3 launches O2's kernels, each block's GEMMs after GEMMs (gate/up, down) chained.
+  // O3 launches O2's kernels, each block's GEMMs after GEMMs chained: the QKV after the
+  // kernel before the block, gate/up, down, and the logits GEMM after the last block.
   EXPECT_EQ(programs[3].kernels.size(), programs[2].kernels.size());
   EXPECT_EQ(totalBytes(programs[3]), totalBytes(programs[2]));
   int chained = 0;
   for (const Kernel &kernel : programs[3].kernels) chained += kernel.chained;
-  EXPECT_EQ(chained, config.layers * 2);
+  EXPECT_EQ(chained, config.layers * 3 + 1);
 }
 
 TEST(Levels, O1HasNoScoreMatrixAndMergedProjections) {
