@@ -189,18 +189,6 @@ mlir::LogicalResult optimizeModule(mlir::ModuleOp module, const CompileOptions &
   return pm.run(module);
 }
 
-// The launches the overrides chain where the lowering left them on their own (an
-// experiment): attention over the KV cache after its block's QKV GEMM (--chain-cache-attention).
-static void chainAsOverridden(const Program &program, std::vector<codegen::KernelSpec> &specs,
-                              const ScheduleOverrides &overrides) {
-  for (size_t k = 1; k < specs.size() && k < program.kernels.size(); ++k) {
-    const Kernel &kernel = program.kernels[k], &before = program.kernels[k - 1];
-    if (overrides.chainCacheAttention && std::holds_alternative<codegen::CacheAttentionSpec>(specs[k].body) &&
-        kernel.layer >= 0 && kernel.layer == before.layer)
-      specs[k].chained = true;
-  }
-}
-
 // The Program's kernels written for the options' target (its HIP/CUDA sources and launch
 // shapes): O3's forward as one persistent kernel where asked (`persistentAllowed`).
 static mlir::LogicalResult emitKernels(mlir::ModuleOp module, Program &program,
@@ -226,9 +214,7 @@ static mlir::LogicalResult emitKernels(mlir::ModuleOp module, Program &program,
   codegen::Machine machine = codegen::machineFor(target, overrides);
   if (options.persistent && options.optLevel >= 3 && persistentAllowed)
     machine = codegen::persistentMachine(machine, overrides.workersPerSM > 0 ? overrides.workersPerSM : 1);
-  std::vector<codegen::KernelSpec> launched = specs;
-  chainAsOverridden(program, launched, overrides);
-  std::vector<codegen::TaskPlan> plans = emitHipKernels(program, launched, machine);
+  std::vector<codegen::TaskPlan> plans = emitHipKernels(program, specs, machine);
   if (machine.persistent) {
     std::string why = codegen::formPersistentKernel(program, plans, machine);
     if (!why.empty()) program.persistentFallback = why;
@@ -259,11 +245,17 @@ mlir::FailureOr<GenerationPrograms> buildGenerationPrograms(mlir::ModuleOp modul
                                                            const GenerationOptions &generation) {
   if (mlir::failed(checkCostsFit(module))) return mlir::failure();
   GenerationPrograms programs;
+  bool chainCacheAttention = false;  // --chain-cache-attention or its variable (emitKernels checks the rest)
+  try {
+    chainCacheAttention = withEnvironment(options.overrides).chainCacheAttention;
+  } catch (const Error &error) {
+    return module.emitError(error.what());
+  }
   for (auto [entry, program] : {std::pair<const char *, Program *>{"prefill", &programs.prefill},
                                 {"decode", &programs.decode}}) {
     std::vector<codegen::KernelSpec> specs;
-    auto lowered =
-        lowerToProgram(module, {options.optLevel, pipelineText(options, nullptr, &generation), entry}, &specs);
+    auto lowered = lowerToProgram(
+        module, {options.optLevel, pipelineText(options, nullptr, &generation), entry, chainCacheAttention}, &specs);
     if (mlir::failed(lowered)) return mlir::failure();
     planMemory(*lowered);
     // Generation keeps O2's launches at O3 (no persistent kernel: the cache's rows are

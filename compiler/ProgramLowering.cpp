@@ -114,8 +114,8 @@ std::string fusedElementwiseName(tl::FusedElementwiseOp fused, DType dtype) {
 
 class Lowering {
 public:
-  Lowering(mlir::func::FuncOp forward, Program &program)
-      : forward(forward), program(program), asmState(forward), layers(assignLayers(forward)) {}
+  Lowering(mlir::func::FuncOp forward, Program &program, const LoweringOptions &options)
+      : forward(forward), program(program), options(options), asmState(forward), layers(assignLayers(forward)) {}
 
   // The kernel-level representation of every kernel, read off the IR it came from.
   mlir::LogicalResult buildSpecs(std::vector<codegen::KernelSpec> &specs) {
@@ -154,9 +154,7 @@ public:
       // The first kernel after the last block (the logits GEMM) chained to it, as the
       // block's own are.
       if (llvm::isa<tl::BlockOp>(op)) blockEnd = program.kernels.size();
-      else if (first > 0 && first == blockEnd && first < program.kernels.size() && chainable(first) &&
-               !readsKvCache(program.kernels[first]) && !attendsOverSequence(program.kernels[first]))
-        roots[first].chained = true;
+      else if (first == blockEnd && first < program.kernels.size()) roots[first].chained = mayChain(first);
     }
     for (Kernel &kernel : program.kernels) {
       kernel.minBytes = 0;
@@ -300,12 +298,14 @@ private:
   }
 
   // Kernel k may be launched as a dependent of the one before: neither is a collective
-  // (its library launches those).
-  bool chainable(size_t k) const {
+  // (its library launches those), and it is not one of the launches kept apart (lowerBlock).
+  bool mayChain(size_t k) const {
     auto collective = [&](size_t i) {
       return llvm::any_of(program.kernels[i].ops, [](const OpRecord &op) { return op.kind == OpKind::all_reduce; });
     };
-    return k > 0 && !collective(k) && !collective(k - 1);
+    const Kernel &kernel = program.kernels[k];
+    return k > 0 && !collective(k) && !collective(k - 1) && (options.chainCacheAttention || !readsKvCache(kernel)) &&
+           !attendsOverSequence(kernel) && !attendsOverSequence(program.kernels[k - 1]);
   }
 
   // Attention over a whole sequence (more than one query row a sequence).
@@ -330,8 +330,7 @@ private:
     for (size_t k = first; k < program.kernels.size(); ++k) {
       Kernel &kernel = program.kernels[k];
       kernel.layer = int(block.getLayer());
-      roots[k].chained = k > 0 && chainable(k) && !readsKvCache(kernel) && !attendsOverSequence(kernel) &&
-                         !attendsOverSequence(program.kernels[k - 1]);
+      roots[k].chained = mayChain(k);
     }
     auto yield = llvm::cast<tl::YieldOp>(body.getTerminator());
     for (auto [result, yielded] : llvm::zip(block.getResults(), yield.getValues())) ids[result] = ids.lookup(yielded);
@@ -616,6 +615,7 @@ private:
 
   mlir::func::FuncOp forward;
   Program &program;
+  const LoweringOptions &options;
   mlir::AsmState asmState;
   llvm::DenseMap<mlir::Operation *, int> layers;
   llvm::DenseMap<mlir::Value, int> ids;
@@ -674,7 +674,7 @@ mlir::FailureOr<Program> lowerToProgram(mlir::ModuleOp module, const LoweringOpt
   program.vocab = table.getDimSize(0);
   program.dtype = toDType(table.getElementType());
 
-  Lowering lowering(forward, program);
+  Lowering lowering(forward, program, options);
   if (mlir::failed(lowering.run())) return mlir::failure();
   if (specs && mlir::failed(lowering.buildSpecs(*specs))) return mlir::failure();
   return program;

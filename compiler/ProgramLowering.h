@@ -15,6 +15,7 @@ struct LoweringOptions {
   int optLevel = 0;
   std::string pipeline;
   std::string entry;  // the function to lower: "prefill", "decode" (tl-kv-cache); "": the forward or training step
+  bool chainCacheAttention = false;  // an experiment (ScheduleOverrides): attention over the KV cache chained too
 };
 
 // Kernel partition: every op of @forward is one kernel, except weights (parameters),

@@ -209,8 +209,7 @@ if want gemvmma; then  # the tensor-core matrix-vector GEMMs (gemm_gemv.cuh v9) 
     o3run models/tinyllama-1.1b.tl 8 1 2 --iterations=20 --profile $flags
     sed -n '/^kernel/,/^$/p' "$last_log" | head -9 | tee -a "$summary"
   done
-  python3 -c "import random; random.seed(1); print('\n'.join(' '.join(str(random.randrange(2, 32000)) for _ in range(2016)) for _ in range(8)))" \
-    > "$LOGS/prompts-8.txt"
+  random_prompts 8 2016 "$LOGS/prompts-8.txt"
   for flags in "-O2" "-O2 --no-gemv" "-O3" "-O3 --no-gemv"; do
     timeout 200 "$TLC" generate models/tinyllama-1.1b.tl --prompts "$LOGS/prompts-8.txt" --max-new-tokens 32 \
       --ignore-eos --max-context=2048 $flags --dtype=bf16 --target=cuda --progress=never > "$LOGS/gen8.txt" 2>&1

@@ -14,3 +14,13 @@ note() { echo "$*" | tee -a "$summary"; }
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+
+# BATCH prompts of LENGTH random token ids (2..31999), a line each, into FILE: the same
+# every call (seed 1), for tlc generate --prompts.
+random_prompts() {
+  python3 -c "import random; random.seed(1); print('\n'.join(' '.join(str(random.randrange(2, 32000)) for _ in range($2)) for _ in range($1)))" > "$3"
+}
+# The launch times in an Nsight Compute CSV of gpu__time_duration.sum: "VALUE UNIT, " each.
+ncu_times() {
+  grep gpu__time_duration "$1" | awk -F'","' '{u = $(NF-1); v = $NF; gsub(/[",]/, "", v); printf "%s %s, ", v, u}'
+}

@@ -71,8 +71,7 @@ if want context; then  # the decode step's time (and the prefill's) against its 
       note "1.1B decode after $prompt prompt tokens [$flags]: rc=$? $(grep '^Decode' "$LOGS/context.txt") | $(grep -o 'prefill [0-9.]* ms' "$LOGS/context.txt")"
     done
     # A batch of 8 random prompts of this length (a ragged batch's file, equal lengths).
-    python3 -c "import random; random.seed(1); print('\n'.join(' '.join(str(random.randrange(2, 32000)) for _ in range($prompt)) for _ in range(8)))" \
-      > "$LOGS/prompts-8.txt"
+    random_prompts 8 $prompt "$LOGS/prompts-8.txt"
     for flags in "-O2" "-O3"; do
       timeout 200 "$TLC" generate models/tinyllama-1.1b.tl --prompts "$LOGS/prompts-8.txt" --max-new-tokens 32 \
         --ignore-eos --max-context=2048 $flags --dtype=bf16 --target=cuda --progress=never > "$LOGS/context.txt" 2>&1
@@ -92,7 +91,7 @@ if want sampler; then  # the device sampler: its tests, its time alone per setti
     step=$(grep '^Decode' "$LOGS/sampled.txt")
     timeout 300 "$NCU" --clock-control none --kernel-name tl_sample --launch-skip 8 --launch-count 2 \
       --metrics gpu__time_duration.sum --csv "$TLC" "${args[@]}" > "$LOGS/sampler-ncu.csv" 2>/dev/null
-    note "1.1B O3 [${flags:-greedy}]: $step | tl_sample: $(grep gpu__time_duration "$LOGS/sampler-ncu.csv" | awk -F'","' '{u = $(NF-1); v = $NF; gsub(/[",]/, "", v); printf "%s %s, ", v, u}')"
+    note "1.1B O3 [${flags:-greedy}]: $step | tl_sample: $(ncu_times "$LOGS/sampler-ncu.csv")"
   done
 fi
 if want cachechain; then  # decode attention over the cache: chained or on its own, splits of more keys
@@ -106,9 +105,9 @@ if want cachechain; then  # decode attention over the cache: chained or on its o
   IFS=, read -r -a variants <<< "${CHAIN_FLAGS-,--chain-cache-attention,--cache-attention-split-keys=256}"
   for round in $(seq 1 ${CHAIN_ROUNDS:-2}); do
     for run in ${CHAIN_RUNS:-1:96 1:2016 8:2016}; do
-      batch=${run%%:*} context=${run##*:} new=$((2047 - ${run##*:} < 64 ? 2047 - ${run##*:} : 64))
-      python3 -c "import random; random.seed(1); print('\n'.join(' '.join(str(random.randrange(2, 32000)) for _ in range($context)) for _ in range($batch)))" \
-        > "$LOGS/prompts.txt"
+      batch=${run%%:*} context=${run##*:}
+      new=$((2047 - context < 64 ? 2047 - context : 64))  # what the cache of 2,048 positions leaves, at most 64
+      random_prompts $batch $context "$LOGS/prompts.txt"
       for flags in "${variants[@]}"; do
         timeout 200 "$TLC" generate models/tinyllama-1.1b.tl --prompts "$LOGS/prompts.txt" --max-new-tokens $new \
           --ignore-eos --max-context=2048 -O3 --dtype=bf16 --target=cuda --progress=never $flags > "$LOGS/chain.txt" 2>&1
@@ -120,13 +119,12 @@ fi
 if want attentionncu; then  # the decode attention over the cache alone under Nsight Compute, after 96 and 2,016 positions
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   for context in 96 2016; do
-    python3 -c "import random; random.seed(1); print(' '.join(str(random.randrange(2, 32000)) for _ in range($context)))" \
-      > "$LOGS/prompt.txt"
+    random_prompts 1 $context "$LOGS/prompt.txt"
     timeout 300 "$NCU" --clock-control none --kernel-name regex:cache_attention --launch-skip 44 --launch-count 4 \
       --metrics gpu__time_duration.sum --csv "$TLC" generate models/tinyllama-1.1b.tl --prompts "$LOGS/prompt.txt" \
       --max-new-tokens 8 --ignore-eos --max-context=2048 -O3 --dtype=bf16 --target=cuda --progress=never \
       > "$LOGS/attention-ncu.csv" 2>/dev/null
-    note "1.1B cache attention after $context, batch 1: $(grep gpu__time_duration "$LOGS/attention-ncu.csv" | awk -F'","' '{u = $(NF-1); v = $NF; gsub(/[",]/, "", v); printf "%s %s, ", v, u}')"
+    note "1.1B cache attention after $context, batch 1: $(ncu_times "$LOGS/attention-ncu.csv")"
   done
 fi
 if want bench; then bench all "workshop:1:128,workshop:8:128,workshop:1:2048,workshop:8:2048,tinyllama-1.1b:1:128,tinyllama-1.1b:8:128,tinyllama-1.1b:1:2048,tinyllama-1.1b:8:2048"; fi

@@ -23,15 +23,16 @@ constexpr int64_t kBlocksPerSM = 4;
 // v2's shared memory with tiles of `keys` keys: the query rows, a tile of keys (rows
 // padded as cache_attention.cuh pads them) and of values in fp32, the tile's scores, the
 // output rows and three floats a row.
+int64_t fmaKeyRow(const CacheAttentionSpec &spec) { return spec.D % 4 == 0 ? spec.D + 4 : spec.D + 1; }
 int64_t fmaSharedBytes(const CacheAttentionSpec &spec, int64_t rows, int64_t keys) {
-  const int64_t keyRow = spec.D % 4 == 0 ? spec.D + 4 : spec.D + 1;
-  return (rows * spec.D + keys * keyRow + keys * spec.DV + rows * keys + rows * spec.DV + 3 * rows) * 4;
+  return (rows * spec.D + keys * fmaKeyRow(spec) + keys * spec.DV + rows * keys + rows * spec.DV + 3 * rows) * 4;
 }
 
 // v3's (tl_cache_mma_layout): Q's 16 rows and two stages of 64 keys and values in bf16,
 // then the four warps' row maxima and sums, the merged rows and their maxima and sums.
+int64_t mmaStageBytes(const CacheAttentionSpec &spec) { return 2 * 64 * (spec.D + spec.DV) * 2; }
 int64_t mmaSharedBytes(const CacheAttentionSpec &spec, int64_t rows) {
-  return 16 * spec.D * 2 + 2 * 64 * (spec.D + spec.DV) * 2 + 2 * 4 * 16 * 4 + rows * spec.DV * 4 + 2 * 16 * 4;
+  return 16 * spec.D * 2 + mmaStageBytes(spec) + 2 * 4 * 16 * 4 + rows * spec.DV * 4 + 2 * 16 * 4;
 }
 
 // Keys a tile: as many as keep v2's shared memory within 40 KiB, 8 to 64.
@@ -66,7 +67,7 @@ EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentio
   // A split's keys at least: one tile, or the override's whole tiles.
   const int64_t splitKeys = std::max<int64_t>(tile, ceilDiv(machine.overrides.cacheAttentionSplitKeys, tile) * tile);
   // The combine's weights (rows x splits floats) live in the key tiles' shared memory.
-  const int64_t combineFloats = mma ? 64 * (spec.D + spec.DV) : tile * (spec.D % 4 == 0 ? spec.D + 4 : spec.D + 1);
+  const int64_t combineFloats = mma ? mmaStageBytes(spec) / 4 : tile * fmaKeyRow(spec);
   const int64_t splits = std::clamp<int64_t>(std::min(resident * machine.multiprocessors / heads, combineFloats / rows),
                                              1, ceilDiv(spec.context, splitKeys));
   const int vec = spec.D % 8 == 0 && spec.DV % 8 == 0 ? 8 : 1;

@@ -12,13 +12,18 @@
 
 #if defined(TL_NVIDIA)
 
+struct tl_every_row {
+  TL_DEVICE bool operator()(int) const { return true; }
+};
+
 // Rows r0 .. r0+TILE-1 of a [rows, COLS] operand into a swizzled tile, zeros past `rows`
-// (cp.async, not yet waited for).
-template <int TILE, int COLS, int THREADS, int BYTES = 2, class Row>
-TL_DEVICE void tl_attention_stage(unsigned char *tile, int r0, int rows, Row row) {
+// (cp.async, not yet waited for); only the rows r0 + r that take() picks, where given.
+template <int TILE, int COLS, int THREADS, int BYTES = 2, class Row, class Take = tl_every_row>
+TL_DEVICE void tl_attention_stage(unsigned char *tile, int r0, int rows, Row row, Take take = Take()) {
   constexpr int CHUNKS = COLS * BYTES / 16;
   for (int i = threadIdx.x; i < TILE * CHUNKS; i += THREADS) {
     const int r = i / CHUNKS, c = i % CHUNKS;
+    if (!take(r0 + r)) continue;
     const bool inside = r0 + r < rows;
     tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, COLS * BYTES)), row(inside ? r0 + r : 0) + c * (16 / BYTES),
                   inside ? 16 : 0);

@@ -321,19 +321,6 @@ template <class S> TL_DEVICE void tl_cache_attention_fma(const typename S::Param
 }
 
 #if defined(TL_NVIDIA)
-// Rows r0 .. r0+TILE-1 of a cache tile that take(r0 + r) picks, as tl_attention_stage
-// stages them (zeros from `rows` on; cp.async, not committed).
-template <int TILE, int COLS, int THREADS, class Row, class Take>
-TL_DEVICE void tl_cache_stage_rows(unsigned char *tile, int r0, int rows, Row row, Take take) {
-  constexpr int CHUNKS = COLS * 2 / 16;
-  for (int i = threadIdx.x; i < TILE * CHUNKS; i += THREADS) {
-    const int r = i / CHUNKS, c = i % CHUNKS;
-    if (!take(r0 + r)) continue;
-    const bool inside = r0 + r < rows;
-    tl_cp_async16(tl_smem_addr(tile + tl_swizzle(r, c, COLS * 2)), row(inside ? r0 + r : 0) + c * 8, inside ? 16 : 0);
-  }
-}
-
 // v3: tensor cores. The dynamic shared memory the emitter asks for: Q's 16 rows, then
 // STAGES tiles of keys and of values (bf16, swizzled), then the warps' row maxima and
 // sums, the merged rows and their maxima and sums.
@@ -481,8 +468,8 @@ template <class S> TL_DEVICE void tl_cache_attention_mma(const typename S::Param
   };
   // The first tile in two parts: the rows `take` picks (the others left for the second).
   auto stageFirst = [&](auto take) {
-    tl_cache_stage_rows<KT, D, THREADS>(kTiles, first, end, keyRow, take);
-    tl_cache_stage_rows<KT, DV, THREADS>(vTiles, first, end, valueRow, take);
+    tl_attention_stage<KT, D, THREADS>(kTiles, first, end, keyRow, take);
+    tl_attention_stage<KT, DV, THREADS>(vTiles, first, end, valueRow, take);
   };
   stageFirst([&](int j) { return j < start || j >= end; });
   tl_cp_async_commit();
