@@ -9,6 +9,7 @@
 #include "runtime/Error.h"
 #include "runtime/OpKind.h"
 
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <set>
@@ -396,6 +397,13 @@ TEST(Generation, ChainingTheCacheAttentionChainsOnlyIt) {
     EXPECT_EQ(kernels[k].chained, plain.decode.kernels[k].chained || readsCache) << kernels[k].name;
   }
   EXPECT_EQ(attention, config.layers);
+  // Its variable asks the same (the lowering reads it, not only the emitter).
+  setenv("TLC_CHAIN_CACHE_ATTENTION", "1", 1);
+  GenerationPrograms fromEnvironment = compileGeneration(config, {3, 2, 4, "bf16"}, 16);
+  unsetenv("TLC_CHAIN_CACHE_ATTENTION");
+  ASSERT_EQ(fromEnvironment.decode.kernels.size(), kernels.size());
+  for (size_t k = 0; k < kernels.size(); ++k)
+    EXPECT_EQ(fromEnvironment.decode.kernels[k].chained, kernels[k].chained) << kernels[k].name;
 }
 
 } // namespace
