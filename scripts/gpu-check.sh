@@ -25,7 +25,10 @@
 # the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs) and bf16ncu (the bf16
 # O3 forward's GEMMs at 8 x 128, launch by launch and under Nsight Compute) and f32split
 # (f32's four GEMMs with no split pass, timed beside main and under Nsight Compute; needs
-# tl-run).
+# tl-run) and jitvariants (JIT_VARIANTS, TLC_JIT_OPTIONS values separated by ';', say
+# -DNAME for a macro a template tests: each checked at O3, then the decode-shaped forwards
+# timed with each and as compiled) and chainsweep (O3's decode-shaped forwards with one kind
+# of chained launch at a time launched on its own, by patch-sources.py; needs tl-run).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
@@ -191,20 +194,6 @@ if want gemvmma; then  # the tensor-core matrix-vector GEMMs (gemm_gemv.cuh v9) 
       done
     done
   done
-  # O3 with the tensor-core GEMVs launched unchained, the launches after them unchained, or
-  # both (program.json patched; needs tl-run): is chaining what makes O3 slower than O2 here?
-  for rows in 3 8; do
-    "$TLC" models/tinyllama-1.1b.tl -O3 --dtype=bf16 --batch-size=$rows --seq-len=1 --emit=program \
-      -o "$LOGS/o3-$rows.json" > /dev/null 2>&1
-    python3 scripts/patch-sources.py "$LOGS/o3-$rows.json" "$LOGS/o3-$rows-in.json" --unchain 'GEMV_MMA = true' > /dev/null
-    python3 scripts/patch-sources.py "$LOGS/o3-$rows.json" "$LOGS/o3-$rows-out.json" --unchain-after 'GEMV_MMA = true' > /dev/null
-    python3 scripts/patch-sources.py "$LOGS/o3-$rows-in.json" "$LOGS/o3-$rows-both.json" --unchain-after 'GEMV_MMA = true' > /dev/null
-    for round in 1 2; do
-      for v in "" -in -out -both; do
-        note "1.1B ${rows}x1 O3 ${v:-as compiled} (unchained v9 launches): $("$BUILD/tools/tl-run" "$LOGS/o3-$rows$v.json" --target=cuda --iterations=50 2>&1 | grep -E '^ *forward|error' | head -1)"
-      done
-    done
-  done
   for flags in "" "--no-gemv"; do
     o3run models/tinyllama-1.1b.tl 8 1 2 --iterations=20 --profile $flags
     sed -n '/^kernel/,/^$/p' "$last_log" | head -9 | tee -a "$summary"
@@ -339,6 +328,40 @@ if want sanitize; then  # small shapes, launches one by one
   done
 fi
 
+if want jitvariants; then  # kernel-source experiments by macro: JIT_VARIANTS, TLC_JIT_OPTIONS values separated by ';'
+  IFS=';' read -r -a variants <<< "${JIT_VARIANTS:-}"
+  for variant in "${variants[@]}"; do
+    TLC_JIT_OPTIONS=$variant timeout 300 "$TESTS" --gtest_filter='Levels/GpuForward.*O3_bf16*:Levels/GpuGeneration.*O3_bf16*' \
+      > "$LOGS/variant.txt" 2>&1
+    note "[$variant] O3 forward and generation against the cpu: rc=$? $(grep -c '^\[       OK' "$LOGS/variant.txt") passed"
+  done
+  for round in 1 2; do
+    for variant in "" "${variants[@]}"; do
+      for shape in "models/tinyllama.tl 1 1" "models/tinyllama-1.1b.tl 1 1" "models/tinyllama-1.1b.tl 8 1"; do
+        note "[${variant:-as compiled}]"
+        TLC_JIT_OPTIONS=$variant o3run $shape 3 --iterations=50
+      done
+    done
+  done
+fi
+if want chainsweep; then  # O3's decode-shaped forwards with one kind of launch unchained at a time (needs tl-run)
+  for shape in "models/tinyllama-1.1b.tl 1" "models/tinyllama-1.1b.tl 8" "models/tinyllama.tl 1"; do
+    read -r model rows <<< "$shape"
+    base="$LOGS/sweep-$(basename "$model" .tl)-$rows"
+    "$TLC" "$model" -O3 --dtype=bf16 --batch-size=$rows --seq-len=1 --emit=program -o "$base.json" > /dev/null 2>&1
+    kinds="split_rope flash_attention transpose_linear_add split_swiglu tl_linear_add_bf16 x32000x x1000x"
+    for kind in $kinds; do  # a kind with no chained launch (or not in this model) is skipped
+      python3 scripts/patch-sources.py "$base.json" "$base-$kind.json" --unchain "$kind" > /dev/null 2>&1 || rm -f "$base-$kind.json"
+    done
+    for round in 1 2; do
+      for kind in "" $kinds; do
+        file="$base${kind:+-$kind}.json"
+        [ -f "$file" ] || continue
+        note "$(basename "$model" .tl) ${rows}x1 O3 [${kind:+$kind unchained}${kind:-as compiled}]: $("$BUILD/tools/tl-run" "$file" --target=cuda --iterations=50 2>&1 | grep -E '^ *forward|error' | head -1 | sed 's/ on the GPU.*//')"
+      done
+    done
+  done
+fi
 if want lab; then  # bench/gemv-lab: matrix-vector designs alone, and the decode step as 88 launches or one
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   for lab in gemv_lab step_lab; do

@@ -101,17 +101,22 @@ if want cachechain; then  # decode attention over the cache: chained or on its o
       > "$LOGS/chained-generation.txt" 2>&1
     note "generation against the cpu, the attention chained: rc=$? $(passed "$LOGS/chained-generation.txt")"
   fi
-  # CHAIN_FLAGS: the variants, separated by commas ("" the schedule's); CHAIN_RUNS: batch:context pairs.
+  # CHAIN_FLAGS: the variants, separated by commas ("" the schedule's), each tlc's flags and
+  # NAME=value words set in its environment (TLC_JIT_OPTIONS=-DNAME); CHAIN_RUNS: batch:context pairs.
   IFS=, read -r -a variants <<< "${CHAIN_FLAGS-,--chain-cache-attention,--cache-attention-split-keys=256}"
   for round in $(seq 1 ${CHAIN_ROUNDS:-2}); do
     for run in ${CHAIN_RUNS:-1:96 1:2016 8:2016}; do
       batch=${run%%:*} context=${run##*:}
       new=$((2047 - context < 64 ? 2047 - context : 64))  # what the cache of 2,048 positions leaves, at most 64
       random_prompts $batch $context "$LOGS/prompts.txt"
-      for flags in "${variants[@]}"; do
-        timeout 200 "$TLC" generate models/tinyllama-1.1b.tl --prompts "$LOGS/prompts.txt" --max-new-tokens $new \
-          --ignore-eos --max-context=2048 -O3 --dtype=bf16 --target=cuda --progress=never $flags > "$LOGS/chain.txt" 2>&1
-        note "1.1B O3 batch $batch after $context [${flags:-as compiled}]: rc=$? $(grep '^Decode' "$LOGS/chain.txt")"
+      for variant in "${variants[@]}"; do
+        read -r -a words <<< "$variant"
+        envs=() flags=()
+        for word in "${words[@]}"; do [[ $word =~ ^[A-Z_]+= ]] && envs+=("$word") || flags+=("$word"); done
+        timeout 200 env "${envs[@]}" "$TLC" generate models/tinyllama-1.1b.tl --prompts "$LOGS/prompts.txt" \
+          --max-new-tokens $new --ignore-eos --max-context=2048 -O3 --dtype=bf16 --target=cuda --progress=never \
+          "${flags[@]}" > "$LOGS/chain.txt" 2>&1
+        note "1.1B O3 batch $batch after $context [${variant:-as compiled}]: rc=$? $(grep '^Decode' "$LOGS/chain.txt")"
       done
     done
   done

@@ -228,6 +228,10 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
     codegen::TaskPlan tasks;
     auto emitSigned = [&] {
       codegen::EmittedKernel emitted = codegen::emitKernel(program, spec, machine);
+      if (emitted.launchesApart && spec.chained) {
+        spec.chained = false;
+        emitted = codegen::emitKernel(program, spec, machine);
+      }
       tasks = std::move(emitted.tasks);
       kernel.launch = std::move(emitted.launch);
       kernel.workspaceBytes = emitted.workspaceBytes;
@@ -254,6 +258,7 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
     if (program.sourceOps.empty()) break;
     codegen::KernelSpec spec = specs[launches.front()];
     spec.entry = entry;
+    spec.chained = program.kernels[launches.front()].chained;
     spec.provenance = provenanceLines(program, launches);
     std::string source = codegen::emitKernel(program, spec, machine).source;
     for (size_t k : launches)

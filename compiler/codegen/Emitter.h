@@ -22,6 +22,9 @@ struct EmittedKernel {
   int64_t workspaceBytes = 0;
   int64_t syncWords = 0;  // zeroed counters it uses (and leaves zeroed)
   TaskPlan tasks;         // its blocks on the machine's path, as tasks of a persistent kernel
+  // The path it took runs faster launched on its own than as a dependent of the kernel
+  // before (the tensor-core matrix-vector GEMMs): a chained spec is emitted unchained.
+  bool launchesApart = false;
 };
 
 // Throws tlc::Error naming the kernel when its spec has no generator. NVIDIA launch shapes

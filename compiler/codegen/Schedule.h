@@ -148,8 +148,8 @@ inline int64_t pairedTileStart(int64_t tile, int64_t width, int64_t pair) {
   const int64_t half = width / 2;
   return tile / (pair / half) * 2 * pair + tile % (pair / half) * half;
 }
-// That path's tile, where the GEMM is one (M <= 2 on FMAs; on tensor cores, chained bf16
-// kernels only, 3 to 8 rows where the tiled paths' 64-column tiles leave SMs idle, or up
+// That path's tile, where the GEMM is one (M <= 2 on FMAs; on tensor cores, bf16 kernels
+// only, 3 to 8 rows where the tiled paths' 64-column tiles leave SMs idle, or up
 // to 16 with overrides.gemvTensorCores: the widest tile of up to 128 columns that gives
 // every SM one, else 16 columns; K a multiple of 8, B stored [N, K], not
 // RMSNorm's backward) and the machine runs it: the narrowest BN of 16 columns a row or more

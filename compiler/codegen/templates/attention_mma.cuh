@@ -20,6 +20,9 @@
 //       keeps an f32 model's attention on the tensor cores at fp32's accuracy.
 //   v7  the block's placement, staging, a tile's online softmax and the rows' store as
 //       named members (tl_attention_mma_block); the kernel is their order.
+//   v8  the next launch let in at the start, not the end: a chained GEMM after it (a
+//       decode-shaped forward's o_proj) still waits for it to finish, but streams its
+//       weights into L2 meanwhile.
 //
 // Spec S: D, DV, QT, HB, MT, B, H, HKV, SQ, SK, CAUSAL, SCALE_LOG2 (scale * log2 e), LSE,
 // Params, q_src(p, b, h, s), k_src(p, b, hkv, s), v_src(p, b, hkv, s) (rows of D or DV
@@ -153,6 +156,7 @@ template <class S, class E = tl_attention_bf16> TL_DEVICE void tl_attention_mma(
   using A = tl_attention_mma_block<S, E>;
   constexpr int KT = A::KT, MT = A::MT, DV = A::DV;
   const A block(p);
+  tl_allow_dependents();  // v8
   tl_wait_for_producers();
   block.stage_queries();
   typename E::template AFrags<A::D> qf[MT];
@@ -187,7 +191,6 @@ template <class S, class E = tl_attention_bf16> TL_DEVICE void tl_attention_mma(
     E::template nn<KT, DV, MT>(o, pf, block.sV + (t % 2) * A::V_BYTES);
   }
   tl_cp_async_wait<0>();
-  tl_allow_dependents();
   block.store_rows(o, rowMax, rowSum);
 }
 

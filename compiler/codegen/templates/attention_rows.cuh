@@ -6,6 +6,7 @@
 //       head h / (H / HKV) read directly (GQA), no score matrix.
 //
 //   v2  with LSE, each row's log-sum-exp of the scaled scores (the backward's input).
+//   v3  the next launch let in at the start (attention_mma.cuh v8).
 //
 // Spec S: D, DV, B, H, HKV, SQ, SK, CAUSAL, SCALE, LSE, Params, q_src, k_src, v_src,
 // out_dst, lse_dst (as attention_mma.cuh, element pointers of any storage type).
@@ -18,6 +19,7 @@ template <class S> TL_DEVICE void tl_attention_rows(const typename S::Params &p)
   __shared__ float qs[S::D];
   __shared__ float ps[THREADS];
   __shared__ float red[THREADS / TL_WARP];
+  tl_allow_dependents();  // v3
   tl_wait_for_producers();
   for (tl_i64 row = tl_block_index(); row < (tl_i64)S::B * S::H * S::SQ; row += tl_grid_blocks()) {
     const int i = row % S::SQ, h = (row / S::SQ) % S::H, b = row / ((tl_i64)S::SQ * S::H);
@@ -53,5 +55,4 @@ template <class S> TL_DEVICE void tl_attention_rows(const typename S::Params &p)
     if (threadIdx.x < S::DV) tl_st(S::out_dst(p, b, h, i), threadIdx.x, visible ? acc / total : tl_nan());
     if (S::LSE && threadIdx.x == 0) *S::lse_dst(p, b, h, i) = visible ? best + logf(total) : tl_nan();
   }
-  tl_allow_dependents();
 }

@@ -39,6 +39,9 @@
 //       split's rows apart from their log-sums-exp), 16 splits in flight. And a sequence
 //       of at most ONE_SPLIT_KEYS keys (two tiles) is one split: reading its tiles in
 //       turn costs less than combining splits.
+//   v6  the next launch let in at the start (it was at the end): the GEMM after it (the
+//       o_proj) still waits for this kernel to finish, but its blocks are resident
+//       already and stream their weights into L2 beside the attention, which reads little.
 //
 // Spec S: B, H, HKV, SQ, D, DV, T (the cache's positions), SPLITS, KT, MIN_KEYS,
 // ONE_SPLIT_KEYS, VEC (1 or
@@ -133,7 +136,6 @@ TL_DEVICE void tl_cache_attention_finish(const typename S::Params &p, const tl_c
       const int r = i / S::DV, d = i % S::DV;
       tl_st(S::out_dst(p, b, hkv * G + r / S::SQ, r % S::SQ), d, outs[r * S::DV + d] / rowSum[r]);
     }
-    tl_allow_dependents();
     return;
   }
   // This split's rows, normalized, and their log-sum-exp (base 2); -inf for a row that
@@ -178,7 +180,6 @@ TL_DEVICE void tl_cache_attention_finish(const typename S::Params &p, const tl_c
     }
     if (threadIdx.x == 0) p.sync[bh] = 0u;
   }
-  tl_allow_dependents();
 }
 
 // v2: fp32 FMAs, any dtype and head size.
@@ -200,10 +201,7 @@ template <class S> TL_DEVICE void tl_cache_attention_fma(const typename S::Param
   __shared__ float rowMax[R], rowSum[R], rowScale[R];
   tl_wait_for_producers();
   const tl_cache_split<S> at(p, tl_block_index());
-  if (at.empty()) {
-    tl_allow_dependents();
-    return;
-  }
+  if (at.empty()) return;
   const int b = at.b, hkv = at.hkv, start = at.start, first = at.first, end = at.end;
 
   for (int i = threadIdx.x; i < R * S::D; i += THREADS) {
@@ -454,10 +452,7 @@ template <class S> TL_DEVICE void tl_cache_attention_mma(const typename S::Param
   // The positions and the cache rows before them are the earlier steps' (the sampler
   // advances the positions after this step's last use of them): read before the wait.
   const tl_cache_split<S> at(p, tl_block_index());
-  if (at.empty()) {
-    tl_allow_dependents();
-    return;
-  }
+  if (at.empty()) return;
   const int b = at.b, hkv = at.hkv, first = at.first, end = at.end, start = at.start, warp = threadIdx.x / TL_WARP;
   auto keyRow = [&](int t) { return S::k_src(p, b, hkv, t); };
   auto valueRow = [&](int t) { return S::v_src(p, b, hkv, t); };
@@ -503,6 +498,7 @@ template <class S> TL_DEVICE void tl_cache_attention_mma(const typename S::Param
 #endif
 
 template <class S> TL_DEVICE void tl_cache_attention(const typename S::Params &p) {
+  tl_allow_dependents();  // v6: the next kernel's prefetch beside this one
 #if defined(TL_NVIDIA)
   if constexpr (S::MMA) tl_cache_attention_mma<S>(p);
   else

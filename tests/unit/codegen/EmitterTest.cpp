@@ -560,10 +560,12 @@ TEST(Codegen, MatmulPrecisionLeavesBf16Alone) {
 // O3 runs the same kernels as O2, a block's launched as dependents of the one before (its
 // first of the kernel before the block, and the logits GEMM of the last block's); but a
 // sequence's attention and the GEMM after it, which are launched on their own. With one
-// query row (a decode-shaped forward) the attention is chained too.
+// query row (a decode-shaped forward) the attention is chained too (two rows: the GEMMs on
+// the FMA matrix-vector path, chained as well).
 TEST(Codegen, O3ChainsEachBlocksKernelsButASequencesAttention) {
   for (int64_t seq : {128, 1}) {
-    Program o2 = workshop(2, "bf16", 8, seq), o3 = workshop(3, "bf16", 8, seq);
+    const int64_t batch = seq > 1 ? 8 : 2;
+    Program o2 = workshop(2, "bf16", batch, seq), o3 = workshop(3, "bf16", batch, seq);
     ASSERT_EQ(o2.kernels.size(), o3.kernels.size());
     int chained = 0;
     bool afterAttention = false;
@@ -582,6 +584,24 @@ TEST(Codegen, O3ChainsEachBlocksKernelsButASequencesAttention) {
     }
     EXPECT_EQ(chained, 8 * (seq > 1 ? 3 : 5) + 1) << "seq " << seq;
   }
+}
+
+// The tensor-core matrix-vector GEMMs (3 to 8 rows) launch on their own at O3, as their
+// emitted source says; the kernel after one (a block's attention) stays chained.
+TEST(Codegen, O3LaunchesTheTensorCoreMatrixVectorGemmsOnTheirOwn) {
+  Program o3 = workshop(3, "bf16", 3, 1);
+  int apart = 0, chained = 0;
+  for (size_t k = 0; k < o3.kernels.size(); ++k) {
+    const Kernel &kernel = o3.kernels[k];
+    const bool mma = contains(kernel.source, "GEMV_MMA = true");
+    apart += mma;
+    chained += kernel.chained;
+    if (mma) EXPECT_FALSE(kernel.chained) << kernel.name;
+    EXPECT_EQ(contains(kernel.source, "chained: may start"), kernel.chained) << kernel.name;
+    EXPECT_EQ(contains(kernel.source, "CHAINED = true"), kernel.chained && contains(kernel.name, "linear")) << kernel.name;
+  }
+  EXPECT_EQ(apart, 4 * 8 + 1) << "every GEMM of the workshop at 3 rows is narrow";
+  EXPECT_EQ(chained, 8) << "each block's attention, after its QKV GEMM";
 }
 
 // A decode step's GEMMs (one or two rows) run the matrix-vector path on every target, its
