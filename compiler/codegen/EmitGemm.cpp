@@ -703,8 +703,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   EmittedKernel emitted;
   emitted.source = std::move(out);
   gemmLaunches(gemm, plan, emitted);
-  // On their own, the 1.1B's 3- and 8-row O3 forwards on an H200 took 1.258 -> 1.152 and
-  // 1.274 -> 1.256 ms (bench/RESULTS.md, 2026-12-02, third).
+  // Chained, the tensor-core GEMVs measured slower than on their own (docs/codegen.md, "O3").
   emitted.launchesApart = plan.gemv && plan.gemv->tensorCores;
   return emitted;
 }

@@ -228,7 +228,7 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
     codegen::TaskPlan tasks;
     auto emitSigned = [&] {
       codegen::EmittedKernel emitted = codegen::emitKernel(program, spec, machine);
-      if (emitted.launchesApart && spec.chained) {
+      if (emitted.launchesApart && spec.chained) {  // its path runs faster unchained: emit it so
         spec.chained = false;
         emitted = codegen::emitKernel(program, spec, machine);
       }
