@@ -587,9 +587,10 @@ TEST(Codegen, O3ChainsEachBlocksKernelsButASequencesAttention) {
 }
 
 // The tensor-core matrix-vector GEMMs (3 to 8 rows) launch on their own at O3, as their
-// emitted source says; the kernel after one (a block's attention) stays chained.
+// emitted source says (O2's source); the kernel after one (a block's attention) stays chained.
 TEST(Codegen, O3LaunchesTheTensorCoreMatrixVectorGemmsOnTheirOwn) {
-  Program o3 = workshop(3, "bf16", 3, 1);
+  Program o2 = workshop(2, "bf16", 3, 1), o3 = workshop(3, "bf16", 3, 1);
+  ASSERT_EQ(o2.kernels.size(), o3.kernels.size());
   int apart = 0, chained = 0;
   for (size_t k = 0; k < o3.kernels.size(); ++k) {
     const Kernel &kernel = o3.kernels[k];
@@ -597,6 +598,7 @@ TEST(Codegen, O3LaunchesTheTensorCoreMatrixVectorGemmsOnTheirOwn) {
     apart += mma;
     chained += kernel.chained;
     if (mma) EXPECT_FALSE(kernel.chained) << kernel.name;
+    if (mma) EXPECT_EQ(kernel.source, o2.kernels[k].source) << kernel.name;
     EXPECT_EQ(contains(kernel.source, "chained: may start"), kernel.chained) << kernel.name;
     EXPECT_EQ(contains(kernel.source, "CHAINED = true"), kernel.chained && contains(kernel.name, "linear")) << kernel.name;
   }
