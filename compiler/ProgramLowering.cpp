@@ -299,6 +299,7 @@ private:
 
   // Kernel k may be launched as a dependent of the one before: neither is a collective
   // (its library launches those), and it is not one of the launches kept apart (lowerBlock).
+  // Code generation keeps apart too the kernels whose path runs faster so (codegen::launchesApart).
   bool mayChain(size_t k) const {
     auto collective = [&](size_t i) {
       return llvm::any_of(program.kernels[i].ops, [](const OpRecord &op) { return op.kind == OpKind::all_reduce; });

@@ -703,9 +703,13 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   EmittedKernel emitted;
   emitted.source = std::move(out);
   gemmLaunches(gemm, plan, emitted);
-  // Chained, the tensor-core GEMVs measured slower than on their own (docs/codegen.md, "O3").
-  emitted.launchesApart = plan.gemv && plan.gemv->tensorCores;
   return emitted;
+}
+
+// Chained, the tensor-core GEMVs measured slower than on their own (docs/codegen.md, "O3").
+bool gemmLaunchesApart(const KernelSource &source, const GemmSpec &gemm) {
+  const GemmPlan plan = planGemm(source, gemm);
+  return plan.gemv && plan.gemv->tensorCores;
 }
 
 } // namespace tlc::codegen

@@ -130,6 +130,11 @@ EmittedKernel emitKernel(const Program &program, const KernelSpec &spec, const M
       spec.body);
 }
 
+bool launchesApart(const Program &program, const KernelSpec &spec, const Machine &machine) {
+  const auto *gemm = std::get_if<GemmSpec>(&spec.body);
+  return gemm && gemmLaunchesApart(KernelSource(program, spec, machine), *gemm);
+}
+
 } // namespace tlc::codegen
 
 namespace tlc {
@@ -224,14 +229,11 @@ std::vector<codegen::TaskPlan> emitHipKernels(Program &program, const std::vecto
       continue;
     }
     spec.provenance.clear();
+    if (spec.chained && codegen::launchesApart(program, spec, machine)) spec.chained = false;
     // The source opens with what it was written for (the runtime checks it against the Program).
     codegen::TaskPlan tasks;
     auto emitSigned = [&] {
       codegen::EmittedKernel emitted = codegen::emitKernel(program, spec, machine);
-      if (emitted.launchesApart && spec.chained) {  // its path runs faster unchained: emit it so
-        spec.chained = false;
-        emitted = codegen::emitKernel(program, spec, machine);
-      }
       tasks = std::move(emitted.tasks);
       kernel.launch = std::move(emitted.launch);
       kernel.workspaceBytes = emitted.workspaceBytes;

@@ -22,14 +22,16 @@ struct EmittedKernel {
   int64_t workspaceBytes = 0;
   int64_t syncWords = 0;  // zeroed counters it uses (and leaves zeroed)
   TaskPlan tasks;         // its blocks on the machine's path, as tasks of a persistent kernel
-  // The path it took runs faster launched on its own than as a dependent of the kernel
-  // before (the tensor-core matrix-vector GEMMs): a chained spec is emitted unchained.
-  bool launchesApart = false;
 };
 
 // Throws tlc::Error naming the kernel when its spec has no generator. NVIDIA launch shapes
 // are chosen for `machine`.
 EmittedKernel emitKernel(const Program &program, const KernelSpec &spec, const Machine &machine);
+
+// Whether the path the machine runs the kernel on is faster launched on its own than as a
+// dependent of the kernel before (the tensor-core matrix-vector GEMMs), chained or not in
+// the lowering (ProgramLowering's mayChain): emitHipKernels emits it unchained.
+bool launchesApart(const Program &program, const KernelSpec &spec, const Machine &machine);
 
 } // namespace tlc::codegen
 

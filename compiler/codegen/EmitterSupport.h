@@ -66,6 +66,7 @@ std::string describe(const ElementRef &expr, const ParamNames &names,
                      const std::function<std::string(const ElementExpr &)> &accumulator = {});
 
 EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm);
+bool gemmLaunchesApart(const KernelSource &source, const GemmSpec &gemm);
 EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &attention);
 EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentionSpec &attention);
 EmittedKernel emitRows(const KernelSource &source, const RowSpec &rows);

@@ -227,7 +227,7 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   tile.BM = int(gemm.M);
   tile.BN = 0;
   // The tensor-core form: bf16 weights, 16 columns a warp group, launched on its own at O3
-  // too (EmittedKernel::launchesApart). Taken for
+  // too (codegen::launchesApart). Taken for
   // 3 to 8 rows where 64-column tiles of the tiled paths would not give every SM one (the
   // 1.1B's QKV, o_proj and down at a batch of 8: 10-15 % faster; its gate/up and logits,
   // and 16 rows, ran faster tiled); for up to 16 rows everywhere where asked for.

@@ -218,7 +218,7 @@ TEST(Schedule, MatrixVectorTilesForOneOrTwoRows) {
 }
 
 // The tensor-core matrix-vector path (gemm_gemv.cuh v9): taken for bf16 GEMMs of 3 to 8
-// rows whose 64-column tiles would leave SMs idle, in chained kernels only; with
+// rows whose 64-column tiles would leave SMs idle, not in a persistent kernel; with
 // --gemv-tensor-cores for up to 16 rows of any width, the widest tile that still gives every
 // SM one. Without it, wide GEMMs and 16 rows take the tiled paths, and so do fp32 weights.
 TEST(Schedule, TensorCoreMatrixVectorTilesForNarrowGemmsOfAFewRows) {
@@ -237,7 +237,7 @@ TEST(Schedule, TensorCoreMatrixVectorTilesForNarrowGemmsOfAFewRows) {
   EXPECT_FALSE(chooseGemvTile(plainGemm(8, 11264, 2048), h100, 2)) << "wide: the tiled paths fill the SMs";
   EXPECT_FALSE(chooseGemvTile(plainGemm(16, 2048, 2048), h100, 2)) << "16 rows ran faster tiled";
   EXPECT_FALSE(chooseGemvTile(plainGemm(8, 2048, 2048), h100, 4)) << "fp32 weights";
-  EXPECT_FALSE(chooseGemvTile(plainGemm(8, 2048, 2048), persistentMachine(h100, 1), 2)) << "chained kernels only";
+  EXPECT_FALSE(chooseGemvTile(plainGemm(8, 2048, 2048), persistentMachine(h100, 1), 2)) << "not in a persistent kernel";
   EXPECT_FALSE(chooseGemvTile(plainGemm(2, 2048, 2048), h100, 2)->tensorCores) << "two rows stay on FMAs";
   Machine sixteenSMs = h100;
   sixteenSMs.multiprocessors = 16;
