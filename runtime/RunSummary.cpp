@@ -80,6 +80,9 @@ std::string matmulPrecisionLine(const Program &program, const Backend &backend) 
   if (!gpu) how = "the CPU reference multiplies exact fp32 at every precision";
   else if (program.matmulPrecision == MatmulPrecision::Highest) how = "fp32 FMAs (exact products)";
   else if (gpu->arch.rfind("gfx", 0) == 0) how = gpu->arch == "gfx90a" ? "fp32 MFMA" : "fp32 FMAs (no fp32 matrix path here)";
+  else if (program.matmulPrecision == MatmulPrecision::High && gpu->arch == "sm_90a")
+    how = "three products of split operands on the tensor cores, accumulated in fp32: bf16 high parts and residuals "
+          "in the GEMMs of operands stored K-major (3xBF16), tf32 ones in the rest (3xTF32)";
   else if (program.matmulPrecision == MatmulPrecision::High)
     how = "3xTF32 on the tensor cores (each operand a tf32 high part and residual, three products accumulated in fp32)";
   else how = "plain TF32 on the tensor cores (one product of tf32-rounded operands)";

@@ -28,7 +28,8 @@
 # tl-run) and jitvariants (JIT_VARIANTS, TLC_JIT_OPTIONS values separated by ';', say
 # -DNAME for a macro a template tests: each checked at O3, then the decode-shaped forwards
 # timed with each and as compiled) and chainsweep (O3's decode-shaped forwards with one kind
-# of chained launch at a time launched on its own, by patch-sources.py; needs tl-run).
+# of chained launch at a time launched on its own, by patch-sources.py; needs tl-run) and f32jit
+# (issue 31: JIT_VARIANTS as jitvariants, each checked on the f32 tests, then the f32 levels timed).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
@@ -342,6 +343,32 @@ if want jitvariants; then  # kernel-source experiments by macro: JIT_VARIANTS, T
         TLC_JIT_OPTIONS=$variant o3run $shape 3 --iterations=50
       done
     done
+  done
+fi
+if want f32jit; then  # issue 31: f32 kernel-source experiments by macro (JIT_VARIANTS), checked then timed
+  IFS=';' read -r -a variants <<< "${JIT_VARIANTS:-}"
+  for variant in "" "${variants[@]}"; do
+    TLC_JIT_OPTIONS=$variant timeout 300 "$TESTS" \
+      --gtest_filter='Levels/GpuForward.*f32*:GpuForwardPrecision.*:Levels/GpuTraining.*f32*' > "$LOGS/f32jit.txt" 2>&1
+    note "[${variant:-as compiled}] f32 forwards, precisions and training against the cpu: rc=$?" \
+         "$(grep -c '^\[       OK' "$LOGS/f32jit.txt") passed, $(grep -c '^\[  FAILED  \] [A-Za-z]' "$LOGS/f32jit.txt") failed;" \
+         "$(grep -oE '^RESULT[A-Z_]* model=[^ ]+ level=O[0-9]( dtype=f32| precision=[a-z]+) logits_rel_err=[^ ]+' "$LOGS/f32jit.txt" |
+            sed 's/^RESULT[A-Z_]* model=//; s/ logits_rel_err=/ /' | tr '\n' ';')"
+  done
+  for round in 1 2; do
+    for variant in "" "${variants[@]}"; do
+      for level in 1 2 3; do
+        note "[${variant:-as compiled}]"
+        TLC_JIT_OPTIONS=$variant o3run $MODEL 8 128 $level --iterations=50 --dtype=f32
+      done
+    done
+  done
+  for variant in "" "${variants[@]}"; do
+    TLC_JIT_OPTIONS=$variant "$TLC" $MODEL -O2 --batch-size=8 --seq-len=128 --dtype=f32 --run --target=cuda --profile \
+      --iterations=20 --progress=never > "$LOGS/f32jit-profile.txt" 2>&1
+    note "[${variant:-as compiled}] O2 f32 per kernel: $(grep -E '^tl_' "$LOGS/f32jit-profile.txt" | awk '{printf "%s %s us; ", $1, $4}')"
+    note "[${variant:-as compiled}]"
+    TLC_JIT_OPTIONS=$variant o3run models/tinyllama-1.1b.tl 1 2048 2 --iterations=10 --dtype=f32
   done
 fi
 if want chainsweep; then  # O3's decode-shaped forwards with one kind of launch unchained at a time (needs tl-run)

@@ -37,6 +37,11 @@ int64_t normGradSyncWords(const GemmSpec &gemm, int BM, int BN) { return ceilDiv
 struct GemmOperands {
   bool matrixUnits = false;
   int tf32Products = 0;  // fp32 operands: 3 (3xTF32) or 1 (plain TF32)
+  // High precision on sm_90a's wgmma GEMMs splits K-major fp32 operands into two bf16 parts
+  // each (3xBF16, PyTorch's "high" as a sum of two bfloat16s): bf16 products run at twice
+  // tf32's rate, about 2^-17 |x| is dropped against 2^-22. Operands stored [K, M] or [K, N]
+  // (the backward's) keep tf32 parts.
+  bool bf16Parts(const GemmSpec &gemm, bool aKM) const { return tf32Products == 3 && !aKM && !gemm.bKN; }
 };
 GemmOperands gemmOperands(const KernelSource &source, const GemmSpec &gemm) {
   auto all = [&](DType dtype) {  // A (the loads it is computed from, where it is), B and the gain
@@ -306,6 +311,9 @@ std::string specConstants(const KernelSource &source, const GemmSpec &gemm, cons
                       gemm.normGrad.has_value());
   spec += fmt::format("  static constexpr int TF32_PRODUCTS = {};  // fp32 operands on tensor cores: 3 (3xTF32) or 1\n",
                       plan.operands.tf32Products);
+  spec += fmt::format("  static constexpr bool BF16_PARTS = {};  // sm_90a's wgmma: the 3 products' parts bf16 (3xBF16), "
+                      "not tf32\n",
+                      plan.operands.bf16Parts(gemm, plan.aKM));
   if (plan.gemv)
     spec += fmt::format("  static constexpr bool GEMV_MMA = {};  // matrix-vector products on tensor cores (v9)\n",
                         plan.gemv->tensorCores);
@@ -516,8 +524,12 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
     return headerLines;
   }
   if (plan.matrixUnits && plan.operands.tf32Products == 3)
-    headerLines.push_back("fp32 operands on NVIDIA tensor cores (matmul precision high): each element a tf32 high part "
-                          "and residual, three tf32 products accumulated in fp32 (3xTF32)");
+    headerLines.push_back(std::string("fp32 operands on NVIDIA tensor cores (matmul precision high): ") +
+                          (plan.operands.bf16Parts(gemm, plan.aKM)
+                               ? "on sm_90a each element a bf16 high part and residual, three bf16 products accumulated "
+                                 "in fp32 (3xBF16); elsewhere tf32 parts (3xTF32)"
+                               : "each element a tf32 high part and residual, three tf32 products accumulated in fp32 "
+                                 "(3xTF32)"));
   else if (plan.matrixUnits && plan.operands.tf32Products == 1)
     headerLines.push_back("fp32 operands on NVIDIA tensor cores (matmul precision medium): one product of the "
                           "tf32-rounded operands (plain TF32)");

@@ -37,6 +37,12 @@
 //   v6  v3's roles meet at the unaligned barrier (gemm_wgmma.cuh v13's tl_roles_join).
 //   v7  v1's tile as named steps (tl_wgmma_tf32_tile: load_a, load_b, start_pipeline,
 //       split_stage, step, row_sum, mainloop), as gemm_wgmma.cuh v14 names the bf16 tile's.
+//   v8  3xBF16 where the Spec asks (BF16_PARTS: high precision, K-major operands): a stage's
+//       fp32 rows are split into bf16 high parts and residuals (tl_split_stage_bf16x3), out
+//       of place into the residual buffer as rows of a bf16 stage, which bf16 wgmmas read
+//       (l·h, h·l, h·h: six m64nNk16 for 32 k where 3xTF32 issues twelve m64nNk8 of half
+//       the rate). About 2^-17 |x| of each operand is dropped (PyTorch's "high" promises
+//       about 16 bits), against 3xTF32's 2^-22. In v1 and v3.
 //
 // BM 64 or 128, BN 64 or 128; v3 K-major operands only.
 #pragma once
@@ -120,6 +126,59 @@ TL_DEVICE void tl_split_stage_tf32(unsigned char *tile, unsigned char *residual,
   }
 }
 
+// v8: a stage's A and B rows (ROWS of 32 floats, A's first) as two bf16 parts each, x = h +
+// l with h = bf16(x) and l = bf16(x - h) (about 2^-17 |x| dropped), written to `out` as rows
+// of 64 bf16: k 0..31 the high parts, k 32..63 the residuals, in the 128-byte swizzle of a
+// bf16 stage (gemm_wgmma.cuh's), so bf16 wgmmas read them by descriptor. A's rows are
+// multiplied by RMSNorm's gain first (`gain` or null) and their squares added to sum[j] as
+// tl_split_stage_tf32 adds them. Block-wide, no barrier.
+template <int ROWS, int A_ROWS, int THREADS>
+TL_DEVICE void tl_split_stage_bf16x3(const unsigned char *tile, unsigned char *out, const float *gain,
+                                     float (&sum)[A_ROWS > 0 ? A_ROWS * 8 / THREADS : 1]) {
+  constexpr int PASSES = ROWS * 8 / THREADS, A_PASSES = A_ROWS * 8 / THREADS;
+  constexpr int BATCH = PASSES % 4 == 0 ? 4 : PASSES % 3 == 0 ? 3 : PASSES % 2 == 0 ? 2 : 1;
+  static_assert(ROWS * 8 % THREADS == 0 && A_ROWS * 8 % THREADS == 0 && PASSES % BATCH == 0, "whole rows per pass");
+#pragma unroll
+  for (int j0 = 0; j0 < PASSES; j0 += BATCH) {
+    tl_u32x4 raw[BATCH];
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) raw[b] = reinterpret_cast<const tl_u32x4 *>(tile)[threadIdx.x + (j0 + b) * THREADS];
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      const int j = j0 + b, c = threadIdx.x + j * THREADS, row = c / 8;
+      const int chunk = (c % 8) ^ (row % 8);  // floats 4 chunk .. 4 chunk + 3 of the row
+      float v[4] = {__uint_as_float(raw[b].x), __uint_as_float(raw[b].y), __uint_as_float(raw[b].z),
+                    __uint_as_float(raw[b].w)};
+      if (j < A_PASSES) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sum[j] = fmaf(v[e], v[e], sum[j]);
+          if (gain) v[e] *= gain[chunk * 4 + e];
+        }
+      }
+      const unsigned hi0 = tl_pack_bf16(v[0], v[1]), hi1 = tl_pack_bf16(v[2], v[3]);
+      const unsigned lo0 = tl_pack_bf16(v[0] - tl_bf16_lo(hi0), v[1] - tl_bf16_hi(hi0));
+      const unsigned lo1 = tl_pack_bf16(v[2] - tl_bf16_lo(hi1), v[3] - tl_bf16_hi(hi1));
+      // bf16 k 4 chunk ..: byte 8 chunk of the row (high parts), 64 + 8 chunk (residuals).
+      unsigned char *rowBytes = out + row * 128 + (chunk % 2) * 8;
+      *reinterpret_cast<uint2 *>(rowBytes + ((chunk / 2) ^ (row % 8)) * 16) = make_uint2(hi0, hi1);
+      *reinterpret_cast<uint2 *>(rowBytes + ((4 + chunk / 2) ^ (row % 8)) * 16) = make_uint2(lo0, lo1);
+    }
+  }
+}
+
+// v8: one stage's products for a warpgroup's 64 rows from tl_split_stage_bf16x3's rows:
+// l·h, h·l and h·h over the two k16 slices of each part (six bf16 wgmmas for 32 k, where
+// 3xTF32 issues twelve tf32 ones of half a bf16 one's rate).
+template <int BN> TL_DEVICE void tl_wgmma_bf16x3_stage(float (&acc)[BN / 2], unsigned a, unsigned b) {
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    tl_wgmma_ss<BN>(acc, tl_wgmma_descriptor(a, 64 + s * 32), tl_wgmma_descriptor(b, s * 32));
+    tl_wgmma_ss<BN>(acc, tl_wgmma_descriptor(a, s * 32), tl_wgmma_descriptor(b, 64 + s * 32));
+    tl_wgmma_ss<BN>(acc, tl_wgmma_descriptor(a, s * 32), tl_wgmma_descriptor(b, s * 32));
+  }
+}
+
 // v4: an operand of ROWS rows stored k-major (A [K, M], B [K, N]), as copied into a stage:
 // panels of 32 of its rows (4 KiB), chunk c (rows 4c..4c+3) of k row r of panel b at
 // b * 4096 + tl_swizzle(r, c, 128). load() takes this thread's 4x4 blocks into registers;
@@ -191,6 +250,9 @@ template <class S> struct tl_wgmma_tf32_tile : tl_wgmma_block<S, 32> {
   static constexpr int KT = Block::KT, STAGES = S::STAGES, NORM_THREADS_PER_ROW = THREADS / BM;
   // v2: the accumulator promoted into a running total every TL_TF32_PROMOTE_TILES k tiles.
   static constexpr bool PROMOTE = KT > TL_TF32_PROMOTE_TILES;
+  // v8: high's operands as bf16 parts (3xBF16) where the Spec asks (K-major operands only).
+  static constexpr bool BF16X3 = S::BF16_PARTS;
+  static_assert(!BF16X3 || (P == 3 && !S::A_KM && !S::B_KN), "3xBF16: high precision, K-major operands");
   static constexpr int SQUARES = BM * 8 / THREADS;  // RMSNorm: rows threadIdx.x / 8 + j * THREADS / 8
   static_assert((BM == 64 || BM == 128) && STAGES >= 3, "tf32 wgmma: 64 or 128 rows");
   static_assert(!S::A_KM || (!S::ROW_NORM && !S::NORM_GAIN), "v4: no RMSNorm on an A stored [K, M]");
@@ -257,6 +319,8 @@ template <class S> struct tl_wgmma_tf32_tile : tl_wgmma_block<S, 32> {
       tl_sync();
       if constexpr (S::A_KM) aBlocks.template store<P>(sA, residual);
       if constexpr (S::B_KN) bBlocks.template store<P>(sA + A_BYTES, residual + A_BYTES);
+    } else if constexpr (BF16X3) {
+      tl_split_stage_bf16x3<BM + BN, BM, THREADS>(sA, residual, gain, squares);
     } else {
       tl_split_stage_tf32<BM + BN, BM, THREADS, P>(sA, residual, gain, squares);
     }
@@ -294,7 +358,8 @@ template <class S> struct tl_wgmma_tf32_tile : tl_wgmma_block<S, 32> {
     const unsigned aLow = tl_smem_addr(residual) + (warp / 4) * 64 * 128, bLow = tl_smem_addr(residual) + A_BYTES;
     tl_wgmma_fence();
     tl_wgmma_pin(acc);
-    tl_wgmma_tf32_stage<BN, P>(acc, aHigh, aLow, bHigh, bLow);
+    if constexpr (BF16X3) tl_wgmma_bf16x3_stage<BN>(acc, aLow, bLow);
+    else tl_wgmma_tf32_stage<BN, P>(acc, aHigh, aLow, bHigh, bLow);
     tl_wgmma_commit();
     tl_wgmma_pin(acc);
   }
@@ -344,6 +409,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
 
 template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 32, GROUPS = BM / 64, THREADS = (GROUPS + 1) * 128, P = S::TF32_PRODUCTS;
+  constexpr bool BF16X3 = S::BF16_PARTS;  // v8
   // A slot: a stage's A and B rows (high parts once split), then their residuals.
   constexpr int A_BYTES = BM * BK * 4, STAGE_BYTES = (BM + BN) * BK * 4, SLOT_BYTES = 2 * STAGE_BYTES;
   constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES, LD = BN + 8;
@@ -404,7 +470,8 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params
       asm volatile("bar.sync 2, 128;" ::: "memory");  // the producers' copies of tile i have all landed
       // Thread t splits (and sums the squares of) chunks of the rows it copied, t / 8 + 16 c.
       unsigned char *slot = tl_smem + (i % STAGES) * SLOT_BYTES;
-      tl_split_stage_tf32<BM + BN, BM, 128, P>(slot, slot + STAGE_BYTES, nullptr, squares);
+      if constexpr (BF16X3) tl_split_stage_bf16x3<BM + BN, BM, 128>(slot, slot + STAGE_BYTES, nullptr, squares);
+      else tl_split_stage_tf32<BM + BN, BM, 128, P>(slot, slot + STAGE_BYTES, nullptr, squares);
       // Written through the generic proxy; the consumers' wgmma reads through the async one.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       tl_mbarrier_arrive(fullBar + (i % STAGES) * 8);
@@ -433,7 +500,8 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params
       const unsigned aLow = aHigh + STAGE_BYTES, bLow = bHigh + STAGE_BYTES;
       tl_wgmma_fence();
       tl_wgmma_pin(acc);
-      tl_wgmma_tf32_stage<BN, P>(acc, aHigh, aLow, bHigh, bLow);
+      if constexpr (BF16X3) tl_wgmma_bf16x3_stage<BN>(acc, aLow, bLow);
+      else tl_wgmma_tf32_stage<BN, P>(acc, aHigh, aLow, bHigh, bLow);
       tl_wgmma_commit();
       tl_wgmma_wait<1>();  // the group before this one is done: its stage goes back
       tl_wgmma_pin(acc);

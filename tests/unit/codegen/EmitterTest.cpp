@@ -492,7 +492,8 @@ TEST(Codegen, Tf32TilesFillTheWorkshopsTrainingStep) {
 }
 
 // f32 matrix products follow the matmul precision: "high" (the default) splits each
-// operand for three tf32 tensor-core products, "medium" keeps one, "highest" the fp32 FMA
+// operand for three tensor-core products (bf16 parts on sm_90a's wgmma where both operands
+// are K-major, tf32 elsewhere), "medium" keeps one tf32 product, "highest" the fp32 FMA
 // templates; forward and backward, GEMMs and attention alike.
 TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
   std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
@@ -510,12 +511,16 @@ TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
     EXPECT_TRUE(contains(qkv.source, "tl_gemm_wgmma_tf32<")) << qkv.name;  // sm_90a
     EXPECT_TRUE(contains(qkv.source, "tl_gemm_mma_tf32<")) << qkv.name;    // other NVIDIA
     EXPECT_TRUE(contains(qkv.source, "static constexpr int TF32_PRODUCTS = " + products + ";"));
+    // sm_90a's wgmma splits high's K-major operands into bf16 parts (3xBF16), not tf32.
+    const std::string bf16Parts = precision == MatmulPrecision::High ? "true" : "false";
+    EXPECT_TRUE(contains(qkv.source, "static constexpr bool BF16_PARTS = " + bf16Parts + ";")) << qkv.name;
     // The backward's transposed operands: on sm_90a wgmma, transposed as they are split
     // (gemm_wgmma_tf32.cuh v4: wgmma has no tf32 transpose); mma.sync on other NVIDIA GPUs.
     const Kernel &dW = kernelNamed(program, "tl_linear_grad_weight_f32");
     EXPECT_TRUE(contains(dW.source, "  tl_gemm_wgmma_tf32<")) << dW.name;
     EXPECT_TRUE(contains(dW.source, "  tl_gemm_mma_tf32<")) << dW.name;
     EXPECT_TRUE(contains(dW.source, "B_KN = true, A_KM = true"));
+    EXPECT_TRUE(contains(dW.source, "static constexpr bool BF16_PARTS = false;")) << dW.name;  // transposed: tf32
     const Kernel &dX = kernelNamed(program, "tl_linear_grad_input_silu_mul_silu_grad_split_grad_f32");
     EXPECT_TRUE(contains(dX.source, "  tl_gemm_wgmma_tf32<")) << dX.name;
     EXPECT_TRUE(contains(dX.source, "B_KN = true, A_KM = false"));
