@@ -37,11 +37,6 @@ int64_t normGradSyncWords(const GemmSpec &gemm, int BM, int BN) { return ceilDiv
 struct GemmOperands {
   bool matrixUnits = false;
   int tf32Products = 0;  // fp32 operands: 3 (3xTF32) or 1 (plain TF32)
-  // High precision on sm_90a's wgmma GEMMs splits K-major fp32 operands into two bf16 parts
-  // each (3xBF16, PyTorch's "high" as a sum of two bfloat16s): bf16 products run at twice
-  // tf32's rate, about 2^-17 |x| is dropped against 2^-22. Operands stored [K, M] or [K, N]
-  // (the backward's) keep tf32 parts.
-  bool bf16Parts(const GemmSpec &gemm, bool aKM) const { return tf32Products == 3 && !aKM && !gemm.bKN; }
 };
 GemmOperands gemmOperands(const KernelSource &source, const GemmSpec &gemm) {
   auto all = [&](DType dtype) {  // A (the loads it is computed from, where it is), B and the gain
@@ -154,6 +149,11 @@ struct GemmPlan {
   GemmOperands operands;
   bool computedA = false;  // A's elements computed as they are loaded (a prologue)
   bool aKM = false;        // A stored [K, M]: NVIDIA's mma.sync path transposes it as it loads
+  // High precision on sm_90a's wgmma splits K-major fp32 operands into two bf16 parts each
+  // (3xBF16, PyTorch's "high" as a sum of two bfloat16s): bf16 products run at twice tf32's
+  // rate, about 2^-17 |x| is dropped against 2^-22. Operands stored [K, M] or [K, N] (the
+  // backward's) keep tf32 parts.
+  bool bf16Parts = false;
   bool matrixUnits = false;
   bool flat = false;        // tiles run across the groups' columns (Schedule.h's flatColumns)
   bool normShared = false;  // sm_90a: RMSNorm's row sums of squares computed once, shared
@@ -199,6 +199,7 @@ GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm) {
   // loads; the other paths read A along k.
   plan.aKM = plan.operands.matrixUnits && !plan.computedA && !gemm.rowNorm &&
              !ElementCode::contiguous(gemm.aOffset, alongK) && ElementCode::contiguous(gemm.aOffset, alongM);
+  plan.bf16Parts = plan.operands.tf32Products == 3 && !plan.aKM && !gemm.bKN;
   plan.matrixUnits = plan.operands.matrixUnits && gemm.K % 8 == 0 &&
                      (plan.computedA || plan.aKM || (ElementCode::contiguous(gemm.aOffset, alongK) && plan.aParts)) &&
                      ElementCode::contiguous(gemm.bOffset, gemm.bKN ? alongN : alongK) &&
@@ -313,7 +314,7 @@ std::string specConstants(const KernelSource &source, const GemmSpec &gemm, cons
                       plan.operands.tf32Products);
   spec += fmt::format("  static constexpr bool BF16_PARTS = {};  // sm_90a's wgmma: the 3 products' parts bf16 (3xBF16), "
                       "not tf32\n",
-                      plan.operands.bf16Parts(gemm, plan.aKM));
+                      plan.bf16Parts);
   if (plan.gemv)
     spec += fmt::format("  static constexpr bool GEMV_MMA = {};  // matrix-vector products on tensor cores (v9)\n",
                         plan.gemv->tensorCores);
@@ -525,7 +526,7 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
   }
   if (plan.matrixUnits && plan.operands.tf32Products == 3)
     headerLines.push_back(std::string("fp32 operands on NVIDIA tensor cores (matmul precision high): ") +
-                          (plan.operands.bf16Parts(gemm, plan.aKM)
+                          (plan.bf16Parts
                                ? "on sm_90a each element a bf16 high part and residual, three bf16 products accumulated "
                                  "in fp32 (3xBF16); elsewhere tf32 parts (3xTF32)"
                                : "each element a tf32 high part and residual, three tf32 products accumulated in fp32 "

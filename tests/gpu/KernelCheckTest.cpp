@@ -240,8 +240,9 @@ TEST(GpuAttentionTiles, EveryTileMatchesTheCpuReference) {
 
 // f32 on tensor cores (the default matmul precision, high): sm_90a's forward GEMMs run
 // wgmma on bf16 parts, so TLC_NO_WGMMA=1 puts them on mma.sync's K-major 3xTF32 path as
-// other NVIDIA GPUs run them (the backward's transposed operands take mma.sync anyway); and the attention
-// tiles f32 may pick, on the 100 queries of GpuAttentionTiles. fp32's tolerance holds.
+// other NVIDIA GPUs run them (the backward's transposed operands take mma.sync anyway);
+// and the attention tiles f32 may pick, on the 100 queries of GpuAttentionTiles. fp32's
+// tolerance holds.
 TEST(GpuKernelsTf32, MmaSyncAndEveryAttentionTileMatchTheCpuReference) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);
@@ -267,9 +268,9 @@ TEST(GpuKernelsTf32, MmaSyncAndEveryAttentionTileMatchTheCpuReference) {
 }
 
 // The warp-specialized tf32 GEMM (gemm_wgmma_tf32.cuh v3: the producer warpgroup copies
-// and splits each stage, into bf16 parts at high precision), forced by TLC_WGMMA_TILE's producer flag: every forward GEMM it
-// takes, workshop and 1.1B widths, two and one consumer warpgroups, against the CPU. Three
-// launches: the barriers start afresh each.
+// and splits each stage, into bf16 parts at high precision), forced by TLC_WGMMA_TILE's
+// producer flag: every forward GEMM it takes, workshop and 1.1B widths, two and one
+// consumer warpgroups, against the CPU. Three launches: the barriers start afresh each.
 TEST(GpuKernelsTf32, WarpSpecializedMatchesTheCpuReference) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);

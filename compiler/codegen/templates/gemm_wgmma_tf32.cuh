@@ -87,14 +87,13 @@ TL_DEVICE void tl_wgmma_tf32_stage(float (&acc)[BN / 2], unsigned aHigh, unsigne
   }
 }
 
-// A stage's A and B rows (ROWS of 128 bytes, A's first) rewritten as their tf32 high parts,
-// with the residuals at the same places of `residual` (PRODUCTS 3); A's rows
-// multiplied by RMSNorm's gain first (`gain`, the stage's 32 floats, or null), and their
-// squares added to sum[j] (the thread's row threadIdx.x / 8 + j * THREADS / 8). Block-wide,
-// no barrier.
-template <int ROWS, int A_ROWS, int THREADS, int PRODUCTS>
-TL_DEVICE void tl_split_stage_tf32(unsigned char *tile, unsigned char *residual, const float *gain,
-                                   float (&sum)[A_ROWS > 0 ? A_ROWS * 8 / THREADS : 1]) {
+// What both splits walk: this thread's 16-byte chunks of a stage's ROWS rows of 128 bytes
+// (chunk c % 8 of row c / 8, c = threadIdx.x + j * THREADS), A's first A_ROWS rows times
+// RMSNorm's gain (`gain`, the stage's 32 floats, or null) with their squares added to
+// sum[j] first; then write(c, x), x the chunk's four floats as bits. Block-wide, no barrier.
+template <int ROWS, int A_ROWS, int THREADS, class Write>
+TL_DEVICE void tl_split_stage_chunks(const unsigned char *tile, const float *gain,
+                                     float (&sum)[A_ROWS > 0 ? A_ROWS * 8 / THREADS : 1], Write write) {
   constexpr int PASSES = ROWS * 8 / THREADS, A_PASSES = A_ROWS * 8 / THREADS;
   // Chunks loaded BATCH at a time before any is split: one shared-memory latency a batch
   // (the largest of 4, 3, 2 and 1 that divides the passes: 128x64 tiles make 6).
@@ -107,8 +106,8 @@ TL_DEVICE void tl_split_stage_tf32(unsigned char *tile, unsigned char *residual,
     for (int b = 0; b < BATCH; ++b) raw[b] = reinterpret_cast<const tl_u32x4 *>(tile)[threadIdx.x + (j0 + b) * THREADS];
 #pragma unroll
     for (int b = 0; b < BATCH; ++b) {
-      const int j = j0 + b, c = threadIdx.x + j * THREADS;  // 16-byte chunk c % 8 of row c / 8
-      unsigned x[4] = {raw[b].x, raw[b].y, raw[b].z, raw[b].w}, hi[4], lo[4];
+      const int j = j0 + b, c = threadIdx.x + j * THREADS;
+      unsigned x[4] = {raw[b].x, raw[b].y, raw[b].z, raw[b].w};
       if (j < A_PASSES) {
         const int k = ((c % 8) ^ (c / 8 % 8)) * 4;  // the chunk's first k in the stage (unswizzled)
 #pragma unroll
@@ -118,53 +117,46 @@ TL_DEVICE void tl_split_stage_tf32(unsigned char *tile, unsigned char *residual,
           if (gain) x[e] = __float_as_uint(v * gain[k + e]);
         }
       }
-      tl_split_tf32<PRODUCTS>(x, hi, lo);
-      reinterpret_cast<tl_u32x4 *>(tile)[c] = tl_u32x4{hi[0], hi[1], hi[2], hi[3]};
-      if constexpr (PRODUCTS == 3)
-        reinterpret_cast<tl_u32x4 *>(residual)[c] = tl_u32x4{lo[0], lo[1], lo[2], lo[3]};
+      write(c, x);
     }
   }
+}
+
+// A stage's A and B rows (ROWS of 128 bytes, A's first) rewritten as their tf32 high parts,
+// with the residuals at the same places of `residual` (PRODUCTS 3); the gain and the
+// squares as tl_split_stage_chunks has them.
+template <int ROWS, int A_ROWS, int THREADS, int PRODUCTS>
+TL_DEVICE void tl_split_stage_tf32(unsigned char *tile, unsigned char *residual, const float *gain,
+                                   float (&sum)[A_ROWS > 0 ? A_ROWS * 8 / THREADS : 1]) {
+  tl_split_stage_chunks<ROWS, A_ROWS, THREADS>(tile, gain, sum, [&](int c, const unsigned (&x)[4]) {
+    unsigned hi[4], lo[4];
+    tl_split_tf32<PRODUCTS>(x, hi, lo);
+    reinterpret_cast<tl_u32x4 *>(tile)[c] = tl_u32x4{hi[0], hi[1], hi[2], hi[3]};
+    if constexpr (PRODUCTS == 3) reinterpret_cast<tl_u32x4 *>(residual)[c] = tl_u32x4{lo[0], lo[1], lo[2], lo[3]};
+  });
 }
 
 // v8: a stage's A and B rows (ROWS of 32 floats, A's first) as two bf16 parts each, x = h +
 // l with h = bf16(x) and l = bf16(x - h) (about 2^-17 |x| dropped), written to `out` as rows
 // of 64 bf16: k 0..31 the high parts, k 32..63 the residuals, in the 128-byte swizzle of a
-// bf16 stage (gemm_wgmma.cuh's), so bf16 wgmmas read them by descriptor. A's rows are
-// multiplied by RMSNorm's gain first (`gain` or null) and their squares added to sum[j] as
-// tl_split_stage_tf32 adds them. Block-wide, no barrier.
+// bf16 stage (gemm_wgmma.cuh's), so bf16 wgmmas read them by descriptor. The gain and the
+// squares as tl_split_stage_chunks has them.
 template <int ROWS, int A_ROWS, int THREADS>
 TL_DEVICE void tl_split_stage_bf16x3(const unsigned char *tile, unsigned char *out, const float *gain,
                                      float (&sum)[A_ROWS > 0 ? A_ROWS * 8 / THREADS : 1]) {
-  constexpr int PASSES = ROWS * 8 / THREADS, A_PASSES = A_ROWS * 8 / THREADS;
-  constexpr int BATCH = PASSES % 4 == 0 ? 4 : PASSES % 3 == 0 ? 3 : PASSES % 2 == 0 ? 2 : 1;
-  static_assert(ROWS * 8 % THREADS == 0 && A_ROWS * 8 % THREADS == 0 && PASSES % BATCH == 0, "whole rows per pass");
+  tl_split_stage_chunks<ROWS, A_ROWS, THREADS>(tile, gain, sum, [&](int c, const unsigned (&x)[4]) {
+    const int row = c / 8, chunk = (c % 8) ^ (row % 8);  // floats 4 chunk .. 4 chunk + 3 of the row
+    float v[4];
 #pragma unroll
-  for (int j0 = 0; j0 < PASSES; j0 += BATCH) {
-    tl_u32x4 raw[BATCH];
-#pragma unroll
-    for (int b = 0; b < BATCH; ++b) raw[b] = reinterpret_cast<const tl_u32x4 *>(tile)[threadIdx.x + (j0 + b) * THREADS];
-#pragma unroll
-    for (int b = 0; b < BATCH; ++b) {
-      const int j = j0 + b, c = threadIdx.x + j * THREADS, row = c / 8;
-      const int chunk = (c % 8) ^ (row % 8);  // floats 4 chunk .. 4 chunk + 3 of the row
-      float v[4] = {__uint_as_float(raw[b].x), __uint_as_float(raw[b].y), __uint_as_float(raw[b].z),
-                    __uint_as_float(raw[b].w)};
-      if (j < A_PASSES) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          sum[j] = fmaf(v[e], v[e], sum[j]);
-          if (gain) v[e] *= gain[chunk * 4 + e];
-        }
-      }
-      const unsigned hi0 = tl_pack_bf16(v[0], v[1]), hi1 = tl_pack_bf16(v[2], v[3]);
-      const unsigned lo0 = tl_pack_bf16(v[0] - tl_bf16_lo(hi0), v[1] - tl_bf16_hi(hi0));
-      const unsigned lo1 = tl_pack_bf16(v[2] - tl_bf16_lo(hi1), v[3] - tl_bf16_hi(hi1));
-      // bf16 k 4 chunk ..: byte 8 chunk of the row (high parts), 64 + 8 chunk (residuals).
-      unsigned char *rowBytes = out + row * 128 + (chunk % 2) * 8;
-      *reinterpret_cast<uint2 *>(rowBytes + ((chunk / 2) ^ (row % 8)) * 16) = make_uint2(hi0, hi1);
-      *reinterpret_cast<uint2 *>(rowBytes + ((4 + chunk / 2) ^ (row % 8)) * 16) = make_uint2(lo0, lo1);
-    }
-  }
+    for (int e = 0; e < 4; ++e) v[e] = __uint_as_float(x[e]);
+    const unsigned hi0 = tl_pack_bf16(v[0], v[1]), hi1 = tl_pack_bf16(v[2], v[3]);
+    const unsigned lo0 = tl_pack_bf16(v[0] - tl_bf16_lo(hi0), v[1] - tl_bf16_hi(hi0));
+    const unsigned lo1 = tl_pack_bf16(v[2] - tl_bf16_lo(hi1), v[3] - tl_bf16_hi(hi1));
+    // bf16 k 4 chunk ..: byte 8 chunk of the row (high parts), 64 + 8 chunk (residuals).
+    unsigned char *rowBytes = out + row * 128 + (chunk % 2) * 8;
+    *reinterpret_cast<uint2 *>(rowBytes + ((chunk / 2) ^ (row % 8)) * 16) = make_uint2(hi0, hi1);
+    *reinterpret_cast<uint2 *>(rowBytes + ((4 + chunk / 2) ^ (row % 8)) * 16) = make_uint2(lo0, lo1);
+  });
 }
 
 // v8: one stage's products for a warpgroup's 64 rows from tl_split_stage_bf16x3's rows:
