@@ -29,7 +29,9 @@
 # -DNAME for a macro a template tests: each checked at O3, then the decode-shaped forwards
 # timed with each and as compiled) and chainsweep (O3's decode-shaped forwards with one kind
 # of chained launch at a time launched on its own, by patch-sources.py; needs tl-run) and f32jit
-# (issue 31: JIT_VARIANTS as jitvariants, each checked on the f32 tests, then the f32 levels timed).
+# (issue 31: JIT_VARIANTS as jitvariants, each checked on the f32 tests, then the f32 levels timed)
+# and f32attention (issue 31: the f32 GPU tests, the f32 levels timed, O2's kernels profiled).
+# BENCH_ARGS: bench/run.py's arguments for the bench step (say --configs workshop:8:128 --dtypes f32).
 set -u
 BUILD=${1:-build-gpu}
 STEPS=${2:-kernels,forward,train,device,timing,ladder,soak,sanitize}
@@ -141,7 +143,7 @@ if want soak; then  # driver objects released, and tlc::Model over many shapes w
   note "soak: rc=$?"; sed -n '2,5p' "$LOGS/soak.txt" | tee -a "$summary"
 fi
 if want bench; then  # tlc O0..O3 beside our PyTorch TinyLlama, same weights, tokens and device
-  PYTHONUNBUFFERED=1 python3 bench/run.py --tlc "$TLC" > "$LOGS/bench.txt" 2>&1
+  PYTHONUNBUFFERED=1 python3 bench/run.py --tlc "$TLC" ${BENCH_ARGS:-} > "$LOGS/bench.txt" 2>&1
   note "bench: rc=$? (bench/RESULTS.md appended, bench/ladder.svg drawn)"
   cp bench/RESULTS.md bench/ladder.svg "$RESULTS/" 2>/dev/null
 fi
@@ -253,6 +255,17 @@ if want f32; then  # issue 31: the f32 levels, where their GEMMs' time goes, and
   # The first forward's four GEMMs of block 0 (QKV, o_proj, gate/up, down), launch by launch.
   ncu_gemms ncu-f32 "$TLC" $MODEL -O2 --dtype=f32 --batch-size=8 --seq-len=128 --run --target=cuda --progress=never \
     --profile --iterations=1
+fi
+if want f32attention; then  # issue 31: the f32 forward's attention as 3xBF16 (attention_mma.cuh v9), checked and timed
+  timeout 420 "$TESTS" --gtest_filter='GpuKernelsTf32.*:GpuForwardPrecision.*:Levels/GpuForward.*f32*:Levels/GpuTraining.*f32*' \
+    > "$LOGS/f32attention-tests.txt" 2>&1
+  note "f32 kernels, forwards and training steps: rc=$? $(grep -c '^\[       OK' "$LOGS/f32attention-tests.txt") passed," \
+       "$(grep -c '^\[  FAILED  \] [A-Za-z]' "$LOGS/f32attention-tests.txt") failed"
+  grep -h 'FAILED\|relative error' "$LOGS/f32attention-tests.txt" | head -12 | tee -a "$summary"
+  for level in 0 1 2 3; do o3run $MODEL 8 128 $level --iterations=50 --dtype=f32; done
+  "$TLC" $MODEL -O2 --batch-size=8 --seq-len=128 --dtype=f32 --run --target=cuda --profile --iterations=20 \
+    > "$LOGS/profile-f32-O2.txt" 2>&1
+  sed -n '/^ *kernel/,/^$/p' "$LOGS/profile-f32-O2.txt" | head -14 | tee -a "$summary"
 fi
 if want f32split; then  # issue 31: the three tf32 products with no split pass (wrong results), timed and profiled
   "$TLC" $MODEL -O3 --dtype=f32 --batch-size=8 --seq-len=128 --emit=program -o "$LOGS/f32.json" 2>/dev/null

@@ -1,5 +1,5 @@
 // Flash attention: a Spec for attention_mma.cuh (NVIDIA tensor cores: bf16, or fp32 split
-// for tf32 products) and attention_rows.cuh (fp32 FMAs: fp32 at the highest matmul
+// for 3xBF16 or TF32 products) and attention_rows.cuh (fp32 FMAs: fp32 at the highest matmul
 // precision, AMD, head sizes the former does not take).
 #include "compiler/codegen/EmitterSupport.h"
 #include "compiler/codegen/Schedule.h"
@@ -14,10 +14,10 @@ namespace tlc::codegen {
 
 namespace {
 
-// Which path runs the attention: NVIDIA's tensor cores (bf16, or fp32 as tf32 products)
+// Which path runs the attention: NVIDIA's tensor cores (bf16, or fp32 as split products)
 // with a tile of queries and heads a block, or fp32 FMAs a query row a block.
 struct AttentionPath {
-  int tf32 = 0;  // fp32 operands on tensor cores: 3 (3xTF32), 1 (plain TF32), 0 (neither)
+  int tf32 = 0;  // fp32 operands on tensor cores: 3 products (3xBF16), 1 (plain TF32), 0 (neither)
   bool matrixUnits = false;
   AttentionTile tile{16, 1};
 };
@@ -54,7 +54,7 @@ std::string attentionHeader(const KernelSource &source, const AttentionSpec &spe
        path.matrixUnits
            ? fmt::format("NVIDIA: tensor cores{}, {} queries x {} heads per block sharing their K/V tiles, {} "
                          "queries per warp{}; other targets: one query row per block",
-                         path.tf32 == 3   ? " (fp32 operands, 3xTF32: a tf32 high part and residual each, three "
+                         path.tf32 == 3   ? " (fp32 operands, 3xBF16: a bf16 high part and residual each, three "
                                             "products; matmul precision high)"
                          : path.tf32 == 1 ? " (fp32 operands, plain TF32; matmul precision medium)"
                                           : "",
@@ -88,6 +88,12 @@ std::string attentionSpecStruct(const KernelSource &source, const AttentionSpec 
   return out + "};\n";
 }
 
+// The template's operand policy after the Spec (attention_tiles.cuh): none for bf16 (its
+// default), fp32 split into bf16 parts at high precision, plain TF32 at medium.
+std::string operandPolicy(const AttentionPath &path) {
+  return path.tf32 == 3 ? ", tl_attention_bf16x3" : path.tf32 ? fmt::format(", tl_attention_tf32<{}>", path.tf32) : "";
+}
+
 // Launch bounds (threads per block, and blocks meant to share an SM) and the entry point:
 // the tensor-core template on NVIDIA where the path takes it, the FMA rows elsewhere.
 std::string attentionEntry(const KernelSource &source, const AttentionPath &path) {
@@ -101,7 +107,7 @@ std::string attentionEntry(const KernelSource &source, const AttentionPath &path
                                      ? fmt::format("#if defined(TL_NVIDIA)\n  tl_attention_mma<{}_spec<{}, {}, {}>{}>(p);\n"
                                                    "#else\n  {}\n#endif\n",
                                                    entry, tile.queries, tile.heads, tile.mTiles,
-                                                   path.tf32 ? fmt::format(", tl_attention_tf32<{}>", path.tf32) : "", rows)
+                                                   operandPolicy(path), rows)
                                      : "  " + rows + "\n");
 }
 

@@ -543,11 +543,11 @@ int64_t AttentionTile::sharedBytes(const AttentionSpec &spec) const {
   return (int64_t(heads) * queries * spec.D + 2 * 64 * (spec.D + spec.DV)) * elementBytes;
 }
 
-static AttentionTile attentionTileOf(const AttentionSpec &spec, const Machine &machine, int mostMTiles) {
+static AttentionTile attentionTileOf(const AttentionSpec &spec, const Machine &machine, bool fp32) {
   const int multiprocessors = machine.multiprocessors;
   int group = int(spec.H / spec.HKV);
   // Two m16 tiles a warp hold 32 query rows of scores and outputs: registers allow it at head size 64.
-  int maxMTiles = spec.D <= 64 && spec.DV <= 64 ? mostMTiles : 1;
+  int maxMTiles = spec.D <= 64 && spec.DV <= 64 && !fp32 ? 2 : 1;
   // overrides.attentionTile: QTxHB[xMT[xRESIDENT]].
   if (const std::string &text = machine.overrides.attentionTile; !text.empty()) {
     AttentionTile forced;
@@ -571,7 +571,10 @@ static AttentionTile attentionTileOf(const AttentionSpec &spec, const Machine &m
     return tile;
   };
   // All heads of a kv group in one block when 8 warps allow (K and V read once per
-  // group); then the largest query tile that still gives every SM a block.
+  // group); then the largest query tile that still gives every SM a block, or two where
+  // the operands are fp32 (one m16 tile a warp: a block's key tiles are a longer chain of
+  // splits and products, so more of them side by side hide it better).
+  const int64_t wantedBlocks = int64_t(multiprocessors) * 9 / 10 * (fp32 ? 2 : 1);
   AttentionTile best{16, 1};
   for (int heads = group; heads >= 1; --heads) {
     if (group % heads) continue;
@@ -580,7 +583,7 @@ static AttentionTile attentionTileOf(const AttentionSpec &spec, const Machine &m
       int warps = heads * queries / 16;
       // 128 queries of one head in a block measured slower than 64 (H100, S = 512 and 2048).
       if (warps > 8 || queries > ceilDiv(spec.SQ, 16) * 16 || (heads == 1 && queries > 64)) continue;
-      if (tile.blocks(spec) >= multiprocessors * 9 / 10 || queries == 16) return capped(tile);
+      if (tile.blocks(spec) >= wantedBlocks || queries == 16) return capped(tile);
     }
     best = {16, heads};
   }
@@ -588,7 +591,7 @@ static AttentionTile attentionTileOf(const AttentionSpec &spec, const Machine &m
 }
 
 AttentionTile chooseAttentionTile(const AttentionSpec &spec, const Machine &machine, bool fp32) {
-  AttentionTile tile = attentionTileOf(spec, machine, fp32 ? 1 : 2);
+  AttentionTile tile = attentionTileOf(spec, machine, fp32);
   tile.elementBytes = fp32 ? 4 : 2;
   return tile;
 }

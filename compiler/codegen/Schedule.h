@@ -186,9 +186,9 @@ struct AttentionTile {
   int64_t sharedBytes(const AttentionSpec &spec) const;
 };
 
-// overrides.attentionTile forces one. `fp32`: operands split for tf32 products
-// (attention_tiles.cuh's tl_attention_tf32): one m16 tile a warp (their fragments leave no
-// registers for two).
+// overrides.attentionTile forces one. `fp32`: operands split for tensor-core products
+// (attention_tiles.cuh's tl_attention_bf16x3 and tl_attention_tf32): one m16 tile a warp
+// (two measured slower), and query tiles that give every SM two blocks.
 AttentionTile chooseAttentionTile(const AttentionSpec &spec, const Machine &machine, bool fp32 = false);
 
 } // namespace tlc::codegen

@@ -23,6 +23,9 @@
 //   v8  the next launch let in at the start, not the end: a chained GEMM after it (a
 //       decode-shaped forward's o_proj) still waits for it to finish, but streams its
 //       weights into L2 meanwhile.
+//   v9  fp32 at high precision as 3xBF16 (tl_attention_bf16x3): three bf16 m16n8k16
+//       products a k16 step where 3xTF32 (tl_attention_tf32<3>, the backward's) takes six
+//       m16n8k8.
 //
 // Spec S: D, DV, QT, HB, MT, B, H, HKV, SQ, SK, CAUSAL, SCALE_LOG2 (scale * log2 e), LSE,
 // Params, q_src(p, b, h, s), k_src(p, b, hkv, s), v_src(p, b, hkv, s) (rows of D or DV

@@ -2,7 +2,7 @@
 // attention_grad_mma.cuh) share: staging rows of an operand into swizzled shared memory,
 // a warp's rows as A fragments, and the two products with a staged tile, A · Tᵀ (its rows
 // are the product's columns: Q Kᵀ) and A · T (P V); the operand types as policies
-// (tl_attention_bf16, tl_attention_tf32).
+// (tl_attention_bf16, tl_attention_tf32, tl_attention_bf16x3).
 //
 // Operands are BYTES wide (bf16 2, fp32 4); a k step of an ldmatrix fragment is 32 bytes
 // of a row either way (16 bf16 for m16n8k16, 8 floats for m16n8k8 tf32).
@@ -143,7 +143,9 @@ struct tl_tf32_rows {  // rows row0 .. row0 + 15 of a staged tile
   const unsigned char *tile;
   int row0;
 };
-template <int PRODUCTS> struct tl_attention_tf32 : tl_attention_products<tl_attention_tf32<PRODUCTS>> {
+// What both fp32 policies share: fp32 staged, a warp's rows left in shared memory, P (or
+// dS) as the accumulators' fp32 bits, split where the next product reads them.
+template <class E> struct tl_attention_fp32_rows : tl_attention_products<E> {
   using T = float;
   static constexpr int BYTES = 4;
   static constexpr bool ROWS_IN_SHARED = true;
@@ -152,6 +154,11 @@ template <int PRODUCTS> struct tl_attention_tf32 : tl_attention_products<tl_atte
   template <int COLS> TL_DEVICE static void fragments(const unsigned char *tile, int row0, AFrags<COLS> &f) {
     f = {tile, row0};
   }
+};
+template <int PRODUCTS> struct tl_attention_tf32 : tl_attention_fp32_rows<tl_attention_tf32<PRODUCTS>> {
+  using Rows = tl_attention_fp32_rows<tl_attention_tf32>;  // a dependent base: its names spelled out
+  template <int COLS> using AFrags = typename Rows::template AFrags<COLS>;
+  template <int TILE> using Probs = typename Rows::template Probs<TILE>;
   template <int TILE> TL_DEVICE static void pack(Probs<TILE> &f, int j, float v0, float v1, float v2, float v3) {
     f[j][0] = __float_as_uint(v0);  // (row g, k 2 tig) as k tig
     f[j][1] = __float_as_uint(v2);  // (row g + 8, k 2 tig)
@@ -196,6 +203,103 @@ template <int PRODUCTS> struct tl_attention_tf32 : tl_attention_products<tl_atte
         tl_split_tf32<PRODUCTS>(b, hi, lo);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) tl_mma_split<PRODUCTS>(acc[mt][j], a[mt].hi, a[mt].lo, hi[0], hi[1], lo[0], lo[1]);
+      }
+    }
+  }
+};
+
+// Two fp32 values (bits) as a bf16 pair of their high parts (x0 in the low half) and a
+// pair of their residuals: x = h + l to about 2^-17 |x|.
+TL_DEVICE void tl_split_bf16(unsigned x0, unsigned x1, unsigned &hi, unsigned &lo) {
+  const float a = __uint_as_float(x0), b = __uint_as_float(x1);
+  hi = tl_pack_bf16(a, b);
+  lo = tl_pack_bf16(a - tl_bf16_lo(hi), b - tl_bf16_hi(hi));
+}
+// d += a · b for split bf16 fragments: the residual products first, then the high parts.
+TL_DEVICE void tl_mma_bf16x3(float (&d)[4], const tl_tf32_fragment &a, unsigned bHi0, unsigned bHi1, unsigned bLo0,
+                             unsigned bLo1) {
+  tl_mma_bf16(d, a.lo, bHi0, bHi1);
+  tl_mma_bf16(d, a.hi, bLo0, bLo1);
+  tl_mma_bf16(d, a.hi, bHi0, bHi1);
+}
+
+// fp32 operands as 3xBF16 on m16n8k16 (h_a h_b + h_a l_b + l_a h_b, tl_split_bf16's parts;
+// the fragment type is tl_tf32_fragment's): a k16 step is three bf16 mma.sync where 3xTF32
+// takes six m16n8k8, the tensor cores running bf16 at twice tf32's rate. Staged fp32 and
+// read as tl_attention_tf32 reads it: a k16 step of Q or K is two k8 reads by ldmatrix, so
+// its k runs permuted within each 8 (slot 2 tig <- column tig, 2 tig + 1 <- tig + 4) in A
+// and B alike. P stays fp32 in the accumulators' order until nn splits it; nn's B pairs
+// V's rows 2 tig and 2 tig + 1.
+struct tl_attention_bf16x3 : tl_attention_fp32_rows<tl_attention_bf16x3> {
+  template <int TILE> TL_DEVICE static void pack(Probs<TILE> &f, int j, float v0, float v1, float v2, float v3) {
+    f[j][0] = __float_as_uint(v0), f[j][1] = __float_as_uint(v1), f[j][2] = __float_as_uint(v2), f[j][3] = __float_as_uint(v3);
+  }
+  template <int TILE, int COLS, int MT>
+  TL_DEVICE static void nt(float (&acc)[MT][TILE / 8][4], const AFrags<COLS> (&a)[MT], const unsigned char *tile) {
+    const int lane = threadIdx.x % 32;
+    const unsigned t = tl_smem_addr(tile);
+#pragma unroll
+    for (int kq = 0; kq < COLS / 16; ++kq) {
+      tl_tf32_fragment split[MT];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        // x[0] (row g, column tig of the k8 step), x[1] row g + 8, x[2] and x[3] column tig + 4
+        unsigned x[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          tl_ldmatrix_x4(tl_smem_addr(a[mt].tile) + tl_swizzle(a[mt].row0 + lane % 16, (2 * kq + h) * 2 + lane / 16, COLS * 4),
+                         x[h]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          tl_split_bf16(x[h][0], x[h][2], split[mt].hi[2 * h], split[mt].lo[2 * h]);
+          tl_split_bf16(x[h][1], x[h][3], split[mt].hi[2 * h + 1], split[mt].lo[2 * h + 1]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < TILE / 16; ++j) {
+        // r[h][0] (key 16 j + g, column tig of k8 step 2 kq + h), r[h][1] column tig + 4; [2], [3] key + 8
+        unsigned r[2][4], hi[4], lo[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          tl_ldmatrix_x4(t + tl_swizzle(j * 16 + lane % 8 + (lane / 16) * 8, (2 * kq + h) * 2 + (lane / 8) % 2, COLS * 4),
+                         r[h]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          tl_split_bf16(r[h][0], r[h][1], hi[h], lo[h]);          // keys 16 j .. + 7
+          tl_split_bf16(r[h][2], r[h][3], hi[2 + h], lo[2 + h]);  // keys 16 j + 8 .. + 15
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          tl_mma_bf16x3(acc[mt][2 * j], split[mt], hi[0], hi[1], lo[0], lo[1]);
+          tl_mma_bf16x3(acc[mt][2 * j + 1], split[mt], hi[2], hi[3], lo[2], lo[3]);
+        }
+      }
+    }
+  }
+  template <int TILE, int COLS, int MT>
+  TL_DEVICE static void nn(float (&acc)[MT][COLS / 8][4], const Probs<TILE> (&p)[MT], const unsigned char *tile) {
+    const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+#pragma unroll
+    for (int kc = 0; kc < TILE / 16; ++kc) {
+      tl_tf32_fragment a[MT];  // keys 16 kc + 2 tig, + 1 (the accumulators of key tile 2 kc), and + 8 (2 kc + 1)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          tl_split_bf16(p[mt][2 * kc + h][0], p[mt][2 * kc + h][1], a[mt].hi[2 * h], a[mt].lo[2 * h]);
+          tl_split_bf16(p[mt][2 * kc + h][2], p[mt][2 * kc + h][3], a[mt].hi[2 * h + 1], a[mt].lo[2 * h + 1]);
+        }
+#pragma unroll
+      for (int j = 0; j < COLS / 8; ++j) {
+        unsigned hi[2], lo[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int key = kc * 16 + h * 8 + 2 * tig;
+          tl_split_bf16(tl_swizzled_f32(tile, key, j * 8 + g, COLS * 4), tl_swizzled_f32(tile, key + 1, j * 8 + g, COLS * 4),
+                        hi[h], lo[h]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) tl_mma_bf16x3(acc[mt][j], a[mt], hi[0], hi[1], lo[0], lo[1]);
       }
     }
   }

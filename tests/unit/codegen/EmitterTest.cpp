@@ -491,9 +491,22 @@ TEST(Codegen, Tf32TilesFillTheWorkshopsTrainingStep) {
   EXPECT_EQ(specOf("tl_linear_grad_input_rmsnorm_grad_f32", "1024x1024x512"), (WgmmaSpec{64, 64, 4, 1, 0}));
 }
 
+// fp32 attention (3xBF16) takes query tiles that give every SM two blocks, bf16 one: at
+// the workshop's 8 x 128 (8 query heads over 4 kv heads), 16 queries of both heads of a kv
+// group a block against bf16's 32, on the default target's 132 SMs.
+TEST(Codegen, Fp32AttentionTilesGiveEverySmTwoBlocks) {
+  const std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
+  const Kernel f32 = kernelNamed(compileModelFile(path, {2, 8, 128, "f32"}), "tl_flash_attention_f32");
+  const Kernel bf16 = kernelNamed(compileModelFile(path, {2, 8, 128, "bf16"}), "tl_flash_attention");
+  EXPECT_TRUE(contains(f32.source, "_spec<16, 2, 1>, tl_attention_bf16x3>(p);")) << f32.name;
+  EXPECT_TRUE(contains(bf16.source, "_spec<32, 2, 1>>(p);")) << bf16.name;
+  EXPECT_EQ(f32.launch.at("cuda").gridBlocks, 8 * 4 * 128 / 16);
+  EXPECT_EQ(bf16.launch.at("cuda").gridBlocks, 8 * 4 * 128 / 32);
+}
+
 // f32 matrix products follow the matmul precision: "high" (the default) splits each
 // operand for three tensor-core products (bf16 parts on sm_90a's wgmma where both operands
-// are K-major, tf32 elsewhere), "medium" keeps one tf32 product, "highest" the fp32 FMA
+// are K-major and in the forward's attention, tf32 elsewhere), "medium" keeps one tf32 product, "highest" the fp32 FMA
 // templates; forward and backward, GEMMs and attention alike.
 TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
   std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
@@ -532,8 +545,9 @@ TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
     EXPECT_TRUE(contains(normGrad.source, "#if defined(TL_NVIDIA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)\n#define " +
                                               normGrad.entry + "_CLUSTER __cluster_dims__(8, 1, 1)"));
     EXPECT_TRUE(contains(normGrad.source, "NORM_GRAD = true"));
+    // The forward's attention splits into bf16 parts at high (attention_mma.cuh v9), the backward's into tf32 ones.
     EXPECT_TRUE(contains(kernelNamed(program, "tl_flash_attention_f32").source,
-                         ", tl_attention_tf32<" + products + ">>(p);"));
+                         precision == MatmulPrecision::High ? ", tl_attention_bf16x3>(p);" : ", tl_attention_tf32<1>>(p);"));
     EXPECT_TRUE(contains(kernelNamed(program, "tl_flash_attention_grad").source,
                          ", tl_attention_tf32<" + products + ">>(p);"));
     // fp32 tiles are twice bf16's: the backward's three buffers of 64 rows of q and do (or k and v).
