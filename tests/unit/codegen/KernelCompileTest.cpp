@@ -1,9 +1,9 @@
 // Every generated kernel of every level, dtype and model file (forwards and training
-// steps; f32 at every matmul precision) compiles with NVRTC for sm_90a and sm_90, one
-// kernel of each structure for sm_80, and every kernel with hipRTC for gfx90a (Debian's
-// hipRTC aborts on gfx942: tests/gfx942 compiles a representative set for it with clang
-// 19). Identical kernels are compiled once; compiles run in parallel; the cache is off so
-// the compilers really run.
+// steps; f32 at every matmul precision) compiles with NVRTC for sm_90a, for sm_90 where
+// its source asks for sm_90a's features, one kernel of each structure for sm_80, and
+// every kernel with hipRTC for gfx90a (Debian's hipRTC aborts on gfx942: tests/gfx942
+// compiles a representative set for it with clang 19). Identical kernels are compiled
+// once; compiles run in parallel; the cache is off so the compilers really run.
 #include "runtime/CallerBuffers.h"
 #include "runtime/Jit.h"
 #include "runtime/OpKind.h"
@@ -149,25 +149,32 @@ const std::vector<JitSource> &sources() {
 }
 
 // One kernel of each structure: the distinct sources once every run of digits in them
-// (shapes, tiles, strides, names) is masked. sm_90 compiles every kernel, so each path a
-// number selects on NVIDIA's mma.sync and SIMT paths; sm_80 differs from it only where
-// the source asks for the architecture (clusters, griddepcontrol), which no number
-// decides, so one kernel of each structure covers it.
-const std::vector<JitSource> &structuralSources() {
-  static const std::vector<JitSource> representatives = [] {
-    std::map<std::string, JitSource> byStructure;
-    for (const JitSource &source : sources()) {
-      std::string masked;
-      for (char c : source.source)
-        if (!std::isdigit(static_cast<unsigned char>(c)) || masked.empty() || masked.back() != '#')
-          masked += std::isdigit(static_cast<unsigned char>(c)) ? '#' : c;
-      byStructure.emplace(std::move(masked), source);
-    }
-    std::vector<JitSource> kept;
-    for (auto &[structure, source] : byStructure) kept.push_back(source);
-    return kept;
-  }();
-  return representatives;
+// (shapes, tiles, strides, names) is masked. sm_90a and sm_90 compile every path a number
+// selects; sm_80 differs from sm_90 only where the source asks for the architecture
+// (clusters, griddepcontrol), which no number decides, so one kernel of each structure
+// covers it.
+std::vector<JitSource> structuralOf(const std::vector<JitSource> &sources) {
+  std::map<std::string, JitSource> byStructure;
+  for (const JitSource &source : sources) {
+    std::string masked;
+    for (char c : source.source)
+      if (!std::isdigit(static_cast<unsigned char>(c)) || masked.empty() || masked.back() != '#')
+        masked += std::isdigit(static_cast<unsigned char>(c)) ? '#' : c;
+    byStructure.emplace(std::move(masked), source);
+  }
+  std::vector<JitSource> kept;
+  for (auto &[structure, source] : byStructure) kept.push_back(source);
+  return kept;
+}
+
+// The sources sm_90 compiles otherwise than sm_90a: those that ask for sm_90a's features
+// (__CUDA_ARCH_FEAT_SM90_ALL: wgmma and its fallback to mma.sync). Every other source
+// preprocesses to the same code for both, which sm_90a's compile covers.
+std::vector<JitSource> askingForSm90aOf(const std::vector<JitSource> &sources) {
+  std::vector<JitSource> kept;
+  for (const JitSource &source : sources)
+    if (source.source.find("__CUDA_ARCH_FEAT_SM90_ALL") != std::string::npos) kept.push_back(source);
+  return kept;
 }
 
 // Generation's own kernels (tl-kv-cache's @prefill and @decode: the cache stores, RoPE at
@@ -214,36 +221,41 @@ const std::vector<JitSource> &generationSources() {
   return all;
 }
 
-void compileAll(const JitCompiler &compiler, const std::string &arch,
-                const std::vector<JitSource> &(*kernels)() = sources) {
+void compileAll(const JitCompiler &compiler, const std::string &arch, const std::vector<JitSource> &kernels) {
   JitOptions options;
   options.arch = arch;
   options.useCache = false;
   options.progress = false;
   JitStats stats;
   auto start = std::chrono::steady_clock::now();
-  std::vector<std::string> binaries = jitCompileAll(compiler, kernels(), options, &stats);
+  std::vector<std::string> binaries = jitCompileAll(compiler, kernels, options, &stats);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ASSERT_EQ(binaries.size(), kernels().size());
-  for (size_t i = 0; i < binaries.size(); ++i) EXPECT_FALSE(binaries[i].empty()) << kernels()[i].entry;
-  std::printf("%s compiled %zu distinct kernels for %s in %.1f s\n", compiler.version().c_str(), kernels().size(),
+  ASSERT_EQ(binaries.size(), kernels.size());
+  for (size_t i = 0; i < binaries.size(); ++i) EXPECT_FALSE(binaries[i].empty()) << kernels[i].entry;
+  std::printf("%s compiled %zu distinct kernels for %s in %.1f s\n", compiler.version().c_str(), kernels.size(),
               arch.c_str(), seconds);
 }
 
+// sm_90a, then sm_90 where it differs, then sm_80's structures.
+void compileForNvidiaArchs(const JitCompiler &nvrtc, const std::vector<JitSource> &kernels) {
+  const std::vector<JitSource> structural = structuralOf(kernels), sm90 = askingForSm90aOf(kernels);
+  ASSERT_GT(structural.size(), kernels.size() / 10) << "the masking merged unlike kernels";
+  for (auto [arch, list] : {std::pair{"sm_90a", &kernels}, std::pair{"sm_90", &sm90}, std::pair{"sm_80", &structural}}) {
+    SCOPED_TRACE(arch);
+    compileAll(nvrtc, arch, *list);
+  }
+}
+
 // NVIDIA's archs in one test, so the kernels are generated once for them (building them is
-// a minute and more): sm_90a compiles the Hopper-only paths (wgmma) the H100 and H200 run,
-// sm_90 every mma.sync and SIMT path, sm_80 (an A100) each kernel structure without
-// Hopper's clusters and griddepcontrol.
+// a minute and more): sm_90a compiles every kernel as the H100 and H200 run it (wgmma
+// where the path takes it), sm_90 the kernels whose source asks for sm_90a (their mma.sync
+// fallback), sm_80 (an A100) each kernel structure without Hopper's clusters and
+// griddepcontrol.
 TEST(KernelCompile, EveryKernelCompilesWithNvrtc) {
   std::unique_ptr<JitCompiler> nvrtc;
   ASSERT_NO_THROW(nvrtc = createNvrtcCompiler()) << "NVRTC must be installed where the tests run";
-  ASSERT_GT(structuralSources().size(), sources().size() / 10) << "the masking merged unlike kernels";
-  for (const char *arch : {"sm_90a", "sm_90"}) {
-    SCOPED_TRACE(arch);
-    compileAll(*nvrtc, arch);
-  }
-  SCOPED_TRACE("sm_80");
-  compileAll(*nvrtc, "sm_80", structuralSources);
+  ASSERT_GT(askingForSm90aOf(sources()).size(), sources().size() / 4) << "the GEMMs ask for sm_90a";
+  compileForNvidiaArchs(*nvrtc, sources());
 }
 
 // hipRTC compiles one kernel at a time (ROCm 5's is not safe on several threads): a test
@@ -251,7 +263,7 @@ TEST(KernelCompile, EveryKernelCompilesWithNvrtc) {
 TEST(KernelCompile, EveryKernelCompilesWithHiprtcForGfx90a) {
   std::unique_ptr<JitCompiler> hiprtc;
   ASSERT_NO_THROW(hiprtc = createHiprtcCompiler()) << "hipRTC (libamdhip64-dev) must be installed where the tests run";
-  compileAll(*hiprtc, "gfx90a");
+  compileAll(*hiprtc, "gfx90a", sources());
 }
 
 TEST(KernelCompile, GenerationKernelsCompileForEveryArch) {
@@ -259,8 +271,8 @@ TEST(KernelCompile, GenerationKernelsCompileForEveryArch) {
   ASSERT_NO_THROW(nvrtc = createNvrtcCompiler()) << "NVRTC must be installed where the tests run";
   ASSERT_NO_THROW(hiprtc = createHiprtcCompiler()) << "hipRTC (libamdhip64-dev) must be installed where the tests run";
   ASSERT_GE(generationSources().size(), 8u);
-  for (const char *arch : {"sm_80", "sm_90", "sm_90a"}) compileAll(*nvrtc, arch, generationSources);
-  compileAll(*hiprtc, "gfx90a", generationSources);
+  compileForNvidiaArchs(*nvrtc, generationSources());
+  compileAll(*hiprtc, "gfx90a", generationSources());
 }
 
 // The tensor-core matrix-vector GEMMs (gemm_gemv.cuh v9, forced onto every GEMM with
