@@ -227,14 +227,23 @@ if want bf16ncu; then  # issue 30: the bf16 prefill forward's GEMMs (workshop 8 
   ncu_gemms ncu-bf16 "$TLC" $MODEL -O3 --dtype=bf16 --batch-size=8 --seq-len=128 --run --target=cuda --progress=never \
     --profile --iterations=1
 fi
-if want f32; then  # issue 31: the f32 levels, where their GEMMs' time goes, and the sm_90a tf32 tiles
-  timeout 300 "$TESTS" --gtest_filter='GpuKernelsTf32.*:GpuForwardPrecision.*' > "$LOGS/f32-tests.txt" 2>&1
-  note "f32 kernels (the warp-specialized tf32 GEMM among them) and precisions: rc=$? $(grep -c '^\[       OK' "$LOGS/f32-tests.txt") passed," \
-       "$(grep -c '^\[  FAILED  \] [A-Za-z]' "$LOGS/f32-tests.txt") failed"
+# Issue 31's steps: the f32 GPU tests FILTER (log NAME.txt; the attention kernels' errors
+# against the CPU in the summary), and the f32 levels timed at 8 x 128 with O2's kernels profiled.
+f32_tests() {
+  timeout 420 "$TESTS" --gtest_filter="$1" > "$LOGS/$2.txt" 2>&1
+  note "f32 tests $1: rc=$? $(grep -c '^\[       OK' "$LOGS/$2.txt") passed," \
+       "$(grep -c '^\[  FAILED  \] [A-Za-z]' "$LOGS/$2.txt") failed"
+  grep -h '^\[  FAILED  \] [A-Za-z]\|KERNEL f32 tl_flash_attention' "$LOGS/$2.txt" | head -12 | tee -a "$summary"
+}
+f32_ladder() {
   for level in 0 1 2 3; do o3run $MODEL 8 128 $level --iterations=50 --dtype=f32; done
   "$TLC" $MODEL -O2 --batch-size=8 --seq-len=128 --dtype=f32 --run --target=cuda --profile --iterations=20 \
     > "$LOGS/profile-f32-O2.txt" 2>&1
   sed -n '/^ *kernel/,/^$/p' "$LOGS/profile-f32-O2.txt" | head -14 | tee -a "$summary"
+}
+if want f32; then  # issue 31: the f32 levels, where their GEMMs' time goes, and the sm_90a tf32 tiles
+  f32_tests 'GpuKernelsTf32.*:GpuForwardPrecision.*' f32-tests
+  f32_ladder
   # The training step's kernels (the backward's GEMMs, attention's backward, AdamW).
   "$TLC" train $MODEL -O2 --dtype=f32 --batch-size=8 --seq-len=128 --num-steps=6 --target=cuda --profile \
     --progress=never > "$LOGS/profile-f32-train.txt" 2>&1
@@ -257,15 +266,8 @@ if want f32; then  # issue 31: the f32 levels, where their GEMMs' time goes, and
     --profile --iterations=1
 fi
 if want f32attention; then  # issue 31: the f32 forward's attention as 3xBF16 (attention_mma.cuh v9), checked and timed
-  timeout 420 "$TESTS" --gtest_filter='GpuKernelsTf32.*:GpuForwardPrecision.*:Levels/GpuForward.*f32*:Levels/GpuTraining.*f32*' \
-    > "$LOGS/f32attention-tests.txt" 2>&1
-  note "f32 kernels, forwards and training steps: rc=$? $(grep -c '^\[       OK' "$LOGS/f32attention-tests.txt") passed," \
-       "$(grep -c '^\[  FAILED  \] [A-Za-z]' "$LOGS/f32attention-tests.txt") failed"
-  grep -h 'FAILED\|relative error' "$LOGS/f32attention-tests.txt" | head -12 | tee -a "$summary"
-  for level in 0 1 2 3; do o3run $MODEL 8 128 $level --iterations=50 --dtype=f32; done
-  "$TLC" $MODEL -O2 --batch-size=8 --seq-len=128 --dtype=f32 --run --target=cuda --profile --iterations=20 \
-    > "$LOGS/profile-f32-O2.txt" 2>&1
-  sed -n '/^ *kernel/,/^$/p' "$LOGS/profile-f32-O2.txt" | head -14 | tee -a "$summary"
+  f32_tests 'GpuKernelsTf32.*:GpuForwardPrecision.*:Levels/GpuForward.*f32*:Levels/GpuTraining.*f32*' f32attention-tests
+  f32_ladder
 fi
 if want f32split; then  # issue 31: the three tf32 products with no split pass (wrong results), timed and profiled
   "$TLC" $MODEL -O3 --dtype=f32 --batch-size=8 --seq-len=128 --emit=program -o "$LOGS/f32.json" 2>/dev/null

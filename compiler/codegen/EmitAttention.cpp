@@ -17,7 +17,7 @@ namespace {
 // Which path runs the attention: NVIDIA's tensor cores (bf16, or fp32 as split products)
 // with a tile of queries and heads a block, or fp32 FMAs a query row a block.
 struct AttentionPath {
-  int tf32 = 0;  // fp32 operands on tensor cores: 3 products (3xBF16), 1 (plain TF32), 0 (neither)
+  int fp32Products = 0;  // fp32 operands on tensor cores: 3 (3xBF16), 1 (plain TF32), 0 (neither)
   bool matrixUnits = false;
   AttentionTile tile{16, 1};
 };
@@ -29,15 +29,15 @@ AttentionPath choosePath(const KernelSource &source, const AttentionSpec &spec) 
   };
   AttentionPath path;
   // fp32 runs on tensor cores too unless the precision asks for exact products.
-  path.tf32 = all(DType::F32) ? tf32Products(source.matmulPrecision()) : 0;
+  path.fp32Products = all(DType::F32) ? tf32Products(source.matmulPrecision()) : 0;
   // The FMA path where --attention-tile=rows asks for it, and in a persistent kernel's
   // decode step (one query row: a tensor-core tile would be mostly padding), where it needs
   // no shared memory, so the weight ring gets the room.
   const std::string &forced = source.machine().overrides.attentionTile;
   const bool rows = forced == "rows" || (forced.empty() && source.machine().persistent && spec.SQ == 1);
-  path.matrixUnits = (all(DType::BF16) || path.tf32) && (spec.D == 64 || spec.D == 128) &&
+  path.matrixUnits = (all(DType::BF16) || path.fp32Products) && (spec.D == 64 || spec.D == 128) &&
                      (spec.DV == 64 || spec.DV == 128) && !rows;
-  if (path.matrixUnits) path.tile = chooseAttentionTile(spec, source.machine(), path.tf32 > 0);
+  if (path.matrixUnits) path.tile = chooseAttentionTile(spec, source.machine(), path.fp32Products > 0);
   return path;
 }
 
@@ -54,9 +54,9 @@ std::string attentionHeader(const KernelSource &source, const AttentionSpec &spe
        path.matrixUnits
            ? fmt::format("NVIDIA: tensor cores{}, {} queries x {} heads per block sharing their K/V tiles, {} "
                          "queries per warp{}; other targets: one query row per block",
-                         path.tf32 == 3   ? " (fp32 operands, 3xBF16: a bf16 high part and residual each, three "
+                         path.fp32Products == 3   ? " (fp32 operands, 3xBF16: a bf16 high part and residual each, three "
                                             "products; matmul precision high)"
-                         : path.tf32 == 1 ? " (fp32 operands, plain TF32; matmul precision medium)"
+                         : path.fp32Products == 1 ? " (fp32 operands, plain TF32; matmul precision medium)"
                                           : "",
                          tile.queries, tile.heads, 16 * tile.mTiles,
                          tile.resident > 1 ? fmt::format(", registers capped for {} blocks per SM", tile.resident) : "")
@@ -91,7 +91,7 @@ std::string attentionSpecStruct(const KernelSource &source, const AttentionSpec 
 // The template's operand policy after the Spec (attention_tiles.cuh): none for bf16 (its
 // default), fp32 split into bf16 parts at high precision, plain TF32 at medium.
 std::string operandPolicy(const AttentionPath &path) {
-  return path.tf32 == 3 ? ", tl_attention_bf16x3" : path.tf32 ? fmt::format(", tl_attention_tf32<{}>", path.tf32) : "";
+  return path.fp32Products == 3 ? ", tl_attention_bf16x3" : path.fp32Products ? fmt::format(", tl_attention_tf32<{}>", path.fp32Products) : "";
 }
 
 // Launch bounds (threads per block, and blocks meant to share an SM) and the entry point:

@@ -30,26 +30,35 @@ TL_DEVICE void tl_attention_stage(unsigned char *tile, int r0, int rows, Row row
   }
 }
 
+// One ldmatrix x4 of k step kk (32 bytes) of a staged tile of rows ROW_BYTES long: rows
+// row0 .. row0 + 15 as an A fragment, or rows 16 j .. 16 j + 15 as the B fragments of two
+// n8 tiles (r[0..1] the first 8 rows, r[2..3] the next).
+template <int ROW_BYTES> TL_DEVICE void tl_attention_a_read(unsigned tile, int row0, int kk, unsigned (&f)[4]) {
+  const int lane = threadIdx.x % 32;
+  tl_ldmatrix_x4(tile + tl_swizzle(row0 + lane % 16, kk * 2 + lane / 16, ROW_BYTES), f);
+}
+template <int ROW_BYTES> TL_DEVICE void tl_attention_b_read(unsigned tile, int j, int kk, unsigned (&r)[4]) {
+  const int lane = threadIdx.x % 32;
+  tl_ldmatrix_x4(tile + tl_swizzle(j * 16 + lane % 8 + (lane / 16) * 8, kk * 2 + (lane / 8) % 2, ROW_BYTES), r);
+}
+
 // Rows row0 .. row0+15 of a staged tile as this warp's A fragments, a k step per 32 bytes.
 template <int COLS, int BYTES = 2>
 TL_DEVICE void tl_attention_fragments(const unsigned char *tile, int row0, unsigned (&f)[COLS * BYTES / 32][4]) {
-  const int lane = threadIdx.x % 32, row = row0 + lane % 16;
 #pragma unroll
-  for (int kk = 0; kk < COLS * BYTES / 32; ++kk)
-    tl_ldmatrix_x4(tl_smem_addr(tile) + tl_swizzle(row, kk * 2 + lane / 16, COLS * BYTES), f[kk]);
+  for (int kk = 0; kk < COLS * BYTES / 32; ++kk) tl_attention_a_read<COLS * BYTES>(tl_smem_addr(tile), row0, kk, f[kk]);
 }
 
 // The B fragments of A[16 x COLS] · Tᵀ, T a staged [TILE, COLS] tile: use(kk, j, r) for
 // k step kk and columns 16 j .. 16 j + 15 (r[0..1] the first 8, r[2..3] the next), so
 // that several A fragment sets can share each fragment read.
 template <int TILE, int COLS, int BYTES = 2, class Use> TL_DEVICE void tl_attention_nt_fragments(unsigned tile, Use use) {
-  const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < COLS * BYTES / 32; ++kk)
 #pragma unroll
     for (int j = 0; j < TILE / 16; ++j) {
       unsigned r[4];
-      tl_ldmatrix_x4(tile + tl_swizzle(j * 16 + lane % 8 + (lane / 16) * 8, kk * 2 + (lane / 8) % 2, COLS * BYTES), r);
+      tl_attention_b_read<COLS * BYTES>(tile, j, kk, r);
       use(kk, j, r);
     }
 }
@@ -129,17 +138,10 @@ struct tl_attention_bf16 : tl_attention_products<tl_attention_bf16> {
   }
 };
 
-// fp32 operands on m16n8k8, split for tf32 products (mma_tf32.cuh: PRODUCTS 3 or 1) as
-// they are used: each A fragment once per k step, each B fragment once per read. A warp's
-// own rows stay in shared memory (fp32 fragments of a row of 64 take 32 registers, twice
-// bf16's, and the backward holds two such operands), read by ldmatrix at each product.
-// P (or dS) leaves the accumulators with its k (keys, or queries) permuted within each 8:
-// a thread's columns 2 tig and 2 tig + 1 become the fragment's k tig and tig + 4, and nn's
-// B fragments read T's rows in that order (the sum over k does not care).
-struct tl_tf32_fragment {
+struct tl_split_fragment {  // an A fragment's high parts and residuals
   unsigned hi[4], lo[4];
 };
-struct tl_tf32_rows {  // rows row0 .. row0 + 15 of a staged tile
+struct tl_fp32_rows {  // rows row0 .. row0 + 15 of a staged tile
   const unsigned char *tile;
   int row0;
 };
@@ -149,12 +151,19 @@ template <class E> struct tl_attention_fp32_rows : tl_attention_products<E> {
   using T = float;
   static constexpr int BYTES = 4;
   static constexpr bool ROWS_IN_SHARED = true;
-  template <int COLS> using AFrags = tl_tf32_rows;
+  template <int COLS> using AFrags = tl_fp32_rows;
   template <int TILE> using Probs = unsigned[TILE / 8][4];
   template <int COLS> TL_DEVICE static void fragments(const unsigned char *tile, int row0, AFrags<COLS> &f) {
     f = {tile, row0};
   }
 };
+// fp32 operands on m16n8k8, split for tf32 products (mma_tf32.cuh: PRODUCTS 3 or 1) as
+// they are used: each A fragment once per k step, each B fragment once per read. A warp's
+// own rows stay in shared memory (fp32 fragments of a row of 64 take 32 registers, twice
+// bf16's, and the backward holds two such operands), read by ldmatrix at each product.
+// P (or dS) leaves the accumulators with its k (keys, or queries) permuted within each 8:
+// a thread's columns 2 tig and 2 tig + 1 become the fragment's k tig and tig + 4, and nn's
+// B fragments read T's rows in that order (the sum over k does not care).
 template <int PRODUCTS> struct tl_attention_tf32 : tl_attention_fp32_rows<tl_attention_tf32<PRODUCTS>> {
   using Rows = tl_attention_fp32_rows<tl_attention_tf32>;  // a dependent base: its names spelled out
   template <int COLS> using AFrags = typename Rows::template AFrags<COLS>;
@@ -167,14 +176,13 @@ template <int PRODUCTS> struct tl_attention_tf32 : tl_attention_fp32_rows<tl_att
   }
   template <int TILE, int COLS, int MT>
   TL_DEVICE static void nt(float (&acc)[MT][TILE / 8][4], const AFrags<COLS> (&a)[MT], const unsigned char *tile) {
-    const int lane = threadIdx.x % 32;
-    tl_tf32_fragment split[MT];
+    tl_split_fragment split[MT];
     tl_attention_nt_fragments<TILE, COLS, 4>(tl_smem_addr(tile), [&](int kk, int j, const unsigned (&r)[4]) {
       if (j == 0)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           unsigned x[4];
-          tl_ldmatrix_x4(tl_smem_addr(a[mt].tile) + tl_swizzle(a[mt].row0 + lane % 16, kk * 2 + lane / 16, COLS * 4), x);
+          tl_attention_a_read<COLS * 4>(tl_smem_addr(a[mt].tile), a[mt].row0, kk, x);
           tl_split_tf32<PRODUCTS>(x, split[mt].hi, split[mt].lo);
         }
       unsigned hi[4], lo[4];
@@ -191,7 +199,7 @@ template <int PRODUCTS> struct tl_attention_tf32 : tl_attention_fp32_rows<tl_att
     const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
 #pragma unroll
     for (int kc = 0; kc < TILE / 8; ++kc) {
-      tl_tf32_fragment a[MT];
+      tl_split_fragment a[MT];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) tl_split_tf32<PRODUCTS>(p[mt][kc], a[mt].hi, a[mt].lo);
 #pragma unroll
@@ -216,17 +224,17 @@ TL_DEVICE void tl_split_bf16(unsigned x0, unsigned x1, unsigned &hi, unsigned &l
   lo = tl_pack_bf16(a - tl_bf16_lo(hi), b - tl_bf16_hi(hi));
 }
 // d += a · b for split bf16 fragments: the residual products first, then the high parts.
-TL_DEVICE void tl_mma_bf16x3(float (&d)[4], const tl_tf32_fragment &a, unsigned bHi0, unsigned bHi1, unsigned bLo0,
+TL_DEVICE void tl_mma_bf16x3(float (&d)[4], const tl_split_fragment &a, unsigned bHi0, unsigned bHi1, unsigned bLo0,
                              unsigned bLo1) {
   tl_mma_bf16(d, a.lo, bHi0, bHi1);
   tl_mma_bf16(d, a.hi, bLo0, bLo1);
   tl_mma_bf16(d, a.hi, bHi0, bHi1);
 }
 
-// fp32 operands as 3xBF16 on m16n8k16 (h_a h_b + h_a l_b + l_a h_b, tl_split_bf16's parts;
-// the fragment type is tl_tf32_fragment's): a k16 step is three bf16 mma.sync where 3xTF32
-// takes six m16n8k8, the tensor cores running bf16 at twice tf32's rate. Staged fp32 and
-// read as tl_attention_tf32 reads it: a k16 step of Q or K is two k8 reads by ldmatrix, so
+// fp32 operands as 3xBF16 on m16n8k16 (h_a h_b + h_a l_b + l_a h_b, tl_split_bf16's parts
+// in tl_split_fragments): a k16 step is three bf16 mma.sync where 3xTF32 takes six
+// m16n8k8, the tensor cores running bf16 at twice tf32's rate. Staged fp32 and read as
+// tl_attention_tf32 reads it: a k16 step of Q or K is two k8 reads by ldmatrix, so
 // its k runs permuted within each 8 (slot 2 tig <- column tig, 2 tig + 1 <- tig + 4) in A
 // and B alike. P stays fp32 in the accumulators' order until nn splits it; nn's B pairs
 // V's rows 2 tig and 2 tig + 1.
@@ -236,19 +244,16 @@ struct tl_attention_bf16x3 : tl_attention_fp32_rows<tl_attention_bf16x3> {
   }
   template <int TILE, int COLS, int MT>
   TL_DEVICE static void nt(float (&acc)[MT][TILE / 8][4], const AFrags<COLS> (&a)[MT], const unsigned char *tile) {
-    const int lane = threadIdx.x % 32;
     const unsigned t = tl_smem_addr(tile);
 #pragma unroll
     for (int kq = 0; kq < COLS / 16; ++kq) {
-      tl_tf32_fragment split[MT];
+      tl_split_fragment split[MT];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         // x[0] (row g, column tig of the k8 step), x[1] row g + 8, x[2] and x[3] column tig + 4
         unsigned x[2][4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          tl_ldmatrix_x4(tl_smem_addr(a[mt].tile) + tl_swizzle(a[mt].row0 + lane % 16, (2 * kq + h) * 2 + lane / 16, COLS * 4),
-                         x[h]);
+        for (int h = 0; h < 2; ++h) tl_attention_a_read<COLS * 4>(tl_smem_addr(a[mt].tile), a[mt].row0, 2 * kq + h, x[h]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           tl_split_bf16(x[h][0], x[h][2], split[mt].hi[2 * h], split[mt].lo[2 * h]);
@@ -260,9 +265,7 @@ struct tl_attention_bf16x3 : tl_attention_fp32_rows<tl_attention_bf16x3> {
         // r[h][0] (key 16 j + g, column tig of k8 step 2 kq + h), r[h][1] column tig + 4; [2], [3] key + 8
         unsigned r[2][4], hi[4], lo[4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          tl_ldmatrix_x4(t + tl_swizzle(j * 16 + lane % 8 + (lane / 16) * 8, (2 * kq + h) * 2 + (lane / 8) % 2, COLS * 4),
-                         r[h]);
+        for (int h = 0; h < 2; ++h) tl_attention_b_read<COLS * 4>(t, j, 2 * kq + h, r[h]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           tl_split_bf16(r[h][0], r[h][1], hi[h], lo[h]);          // keys 16 j .. + 7
@@ -281,7 +284,7 @@ struct tl_attention_bf16x3 : tl_attention_fp32_rows<tl_attention_bf16x3> {
     const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
 #pragma unroll
     for (int kc = 0; kc < TILE / 16; ++kc) {
-      tl_tf32_fragment a[MT];  // keys 16 kc + 2 tig, + 1 (the accumulators of key tile 2 kc), and + 8 (2 kc + 1)
+      tl_split_fragment a[MT];  // keys 16 kc + 2 tig, + 1 (the accumulators of key tile 2 kc), and + 8 (2 kc + 1)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll

@@ -506,8 +506,8 @@ TEST(Codegen, Fp32AttentionTilesGiveEverySmTwoBlocks) {
 
 // f32 matrix products follow the matmul precision: "high" (the default) splits each
 // operand for three tensor-core products (bf16 parts on sm_90a's wgmma where both operands
-// are K-major and in the forward's attention, tf32 elsewhere), "medium" keeps one tf32 product, "highest" the fp32 FMA
-// templates; forward and backward, GEMMs and attention alike.
+// are K-major and in the forward's attention, tf32 elsewhere), "medium" keeps one tf32
+// product, "highest" the fp32 FMA templates; forward and backward, GEMMs and attention.
 TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
   std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
   auto step = [&](MatmulPrecision precision) {
@@ -545,7 +545,8 @@ TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
     EXPECT_TRUE(contains(normGrad.source, "#if defined(TL_NVIDIA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)\n#define " +
                                               normGrad.entry + "_CLUSTER __cluster_dims__(8, 1, 1)"));
     EXPECT_TRUE(contains(normGrad.source, "NORM_GRAD = true"));
-    // The forward's attention splits into bf16 parts at high (attention_mma.cuh v9), the backward's into tf32 ones.
+    // The forward's attention splits into bf16 parts at high (attention_mma.cuh v9), the
+    // backward's into tf32 ones.
     EXPECT_TRUE(contains(kernelNamed(program, "tl_flash_attention_f32").source,
                          precision == MatmulPrecision::High ? ", tl_attention_bf16x3>(p);" : ", tl_attention_tf32<1>>(p);"));
     EXPECT_TRUE(contains(kernelNamed(program, "tl_flash_attention_grad").source,

@@ -366,4 +366,3 @@ TEST(KernelCompile, TheRuntimesOwnKernelsCompileForEveryArch) {
 
 } // namespace
 } // namespace tlc
-
