@@ -16,7 +16,9 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
+#include "runtime/Bf16Parts.h"
 #include "runtime/CallerBuffers.h"
 #include "runtime/DeviceCollectives.h"
 #include "runtime/Distributed.h"
@@ -33,6 +35,9 @@ namespace tlc {
 namespace {
 
 int64_t alignUp(int64_t bytes, int64_t alignment = 256) { return (bytes + alignment - 1) / alignment * alignment; }
+
+// A weight as the device holds it: its contents, its dtype, and whether as bf16 parts.
+using StoredWeight = std::tuple<WeightContents, DType, bool>;
 
 } // namespace
 
@@ -145,8 +150,8 @@ public:
   int *prefillRows() const { return prefillRows_; }
   int *chosen() const { return chosen_; }
 
-  // Weights uploaded by either backend, by contents and dtype.
-  std::map<std::pair<WeightContents, DType>, void *> weights;
+  // Weights uploaded by either backend, by contents, dtype and layout.
+  std::map<StoredWeight, void *> weights;
   void *allocate(int64_t bytes) {
     owned_.push_back(device_->allocate(size_t(std::max<int64_t>(bytes, 4))));
     return owned_.back();
@@ -594,7 +599,7 @@ private:
     Launch launch;
     launch.entry = kernel.entry;
     launch.function = function;
-    for (int id : kernel.inputs) launch.pointers.push_back(pointerOf(id));
+    for (int id : kernel.inputs) launch.pointers.push_back(inputPointer(*shape, id));
     for (int id : kernel.outputs) launch.pointers.push_back(pointerOf(id));
     launch.pointers.push_back(workspace_ + workspaceOffset);
     launch.pointers.push_back(sync_ + syncOffset * 4);
@@ -648,7 +653,8 @@ private:
     std::vector<void *> params;
     for (size_t p = 0; p < kernel.parts.size(); ++p) {
       const Kernel &part = kernel.parts[p];
-      for (int id : part.inputs) params.push_back(pointerOf(id));
+      const KernelLaunch &partShape = *findLaunch(part, device_->vendor(), device_->arch());
+      for (int id : part.inputs) params.push_back(inputPointer(partShape, id));
       for (int id : part.outputs) params.push_back(pointerOf(id));
       params.push_back(workspace_ + kernel.partWorkspaceOffsets[p]);
       params.push_back(sync_ + kernel.partSyncOffsets[p] * 4);
@@ -1034,6 +1040,11 @@ private:
     return step;
   }
 
+  // A kernel's input on its launch's path: a weight it reads as bf16 parts, from their copy.
+  void *inputPointer(const KernelLaunch &shape, int id) {
+    return readsAsBf16Parts(shape, id) ? partsPointer_.at(program_.storageOf(id).id) : pointerOf(id);
+  }
+
   void *pointerOf(int id) {
     const Value &base = program_.storageOf(id);
     if (base.storage == Storage::Weight) return weightPointer_.at(base.id);
@@ -1048,53 +1059,86 @@ private:
     return arena_ + base.offset;
   }
 
+  // Which Weight values (by their storage) this device's launches read as bf16 parts, and
+  // which plain: a value may be read both ways (say a tied embedding's table), then is
+  // stored both ways; one no kernel reads is stored plain.
+  std::pair<std::set<int>, std::set<int>> weightLayoutsRead() const {
+    std::set<int> plain, parts;
+    auto readBy = [&](const Kernel &kernel) {
+      const KernelLaunch *shape = findLaunch(kernel, device_->vendor(), device_->arch());
+      for (int id : kernel.inputs) {
+        const Value &base = program_.storageOf(id);
+        if (base.storage != Storage::Weight) continue;
+        (shape && readsAsBf16Parts(*shape, id) ? parts : plain).insert(base.id);
+      }
+    };
+    for (const Kernel &kernel : program_.kernels) {
+      if (kernel.parts.empty()) readBy(kernel);
+      for (const Kernel &part : kernel.parts) readBy(part);  // a persistent kernel's parts read its inputs
+    }
+    return {plain, parts};
+  }
+
   // Each Weight value is its keys' tensors concatenated along dim 0 (columns scaled if it
-  // says so), stored in its own dtype (rounded to bf16 as the CPU reference does); values
-  // with the same contents share.
+  // says so), stored in its own dtype (rounded to bf16 as the CPU reference does), or as
+  // bf16 parts where a kernel reads it so; values with the same contents share.
   void uploadWeights(const Weights &weights) {
-    std::map<std::pair<WeightContents, DType>, int64_t> offsetOf;
+    const auto [readPlain, readAsParts] = weightLayoutsRead();
+    std::map<StoredWeight, int64_t> offsetOf;
     std::vector<std::pair<int64_t, std::vector<char>>> blobs;
     int64_t total = 0;
-    std::map<int, int64_t> offsets;
-    std::map<int, void *> shared;
+    std::map<std::pair<int, bool>, int64_t> offsets;  // (value, as parts) -> offset in the block
+    std::map<std::pair<int, bool>, void *> shared;
     for (const Value &value : program_.values) {
       if (value.storage != Storage::Weight) continue;
       // A training step reads these from the parameters' masters (GpuParameters).
       if (readsMasterInPlace(program_, value)) continue;
-      auto key = std::make_pair(weightContents(value), value.dtype);
-      if (generation_ && generation_->weights.count(key)) {  // the other backend of a generator uploaded it
-        shared[value.id] = generation_->weights.at(key);
-        continue;
-      }
-      auto found = offsetOf.find(key);
-      if (found == offsetOf.end()) {
-        std::vector<float> data = weights.concatenated(value, device_->vendor());
-        std::vector<char> bytes(size_t(value.bytes()));
-        if (value.dtype == DType::BF16) {
-          auto *halves = reinterpret_cast<uint16_t *>(bytes.data());
-          for (size_t i = 0; i < data.size(); ++i) halves[i] = floatToBf16(data[i]);
-        } else {
-          if (program_.dtype == DType::BF16)
-            for (float &element : data) element = bf16ToFloat(floatToBf16(element));
-          std::memcpy(bytes.data(), data.data(), bytes.size());
+      for (bool asParts : {false, true}) {
+        if (asParts ? !readAsParts.count(value.id) : readAsParts.count(value.id) && !readPlain.count(value.id))
+          continue;
+        const StoredWeight key{weightContents(value), value.dtype, asParts};
+        if (generation_ && generation_->weights.count(key)) {  // the other backend of a generator uploaded it
+          shared[{value.id, asParts}] = generation_->weights.at(key);
+          continue;
         }
-        found = offsetOf.emplace(key, total).first;
-        blobs.emplace_back(total, std::move(bytes));
-        total = alignUp(total + value.bytes());
+        auto found = offsetOf.find(key);
+        if (found == offsetOf.end()) {
+          found = offsetOf.emplace(key, total).first;
+          blobs.emplace_back(total, storedBytes(value, weights.concatenated(value, device_->vendor()), asParts));
+          total = alignUp(total + value.bytes());
+        }
+        offsets[{value.id, asParts}] = found->second;
       }
-      offsets[value.id] = found->second;
     }
     // A generator's weights belong to its state, which both backends keep.
     char *block = static_cast<char *>(generation_ ? generation_->allocate(total)
                                                   : device_->allocate(size_t(std::max<int64_t>(total, 1))));
     if (!generation_) weights_ = block;
     for (const auto &[offset, bytes] : blobs) device_->copyToDevice(block + offset, bytes.data(), bytes.size());
-    for (const auto &[id, offset] : offsets) weightPointer_[id] = block + offset;
-    for (const auto &[id, pointer] : shared) weightPointer_[id] = pointer;
-    if (generation_)
-      for (const Value &value : program_.values)
-        if (offsets.count(value.id)) generation_->weights[{weightContents(value), value.dtype}] = weightPointer_[value.id];
+    auto place = [&](std::pair<int, bool> stored, void *pointer) {
+      (stored.second ? partsPointer_ : weightPointer_)[stored.first] = pointer;
+      const Value &value = program_.value(stored.first);
+      if (generation_) generation_->weights[{weightContents(value), value.dtype, stored.second}] = pointer;
+    };
+    for (const auto &[stored, offset] : offsets) place(stored, block + offset);
+    for (const auto &[stored, pointer] : shared) place(stored, pointer);
     report_.weightBytes = total;
+    report_.weightsAsBf16Parts = int(readAsParts.size());
+  }
+
+  // A weight's bytes on the device: its dtype's, or bf16 parts (runtime/Bf16Parts.h).
+  std::vector<char> storedBytes(const Value &value, std::vector<float> data, bool asParts) const {
+    std::vector<char> bytes(size_t(value.bytes()));
+    if (value.dtype == DType::BF16) {
+      auto *halves = reinterpret_cast<uint16_t *>(bytes.data());
+      for (size_t i = 0; i < data.size(); ++i) halves[i] = floatToBf16(data[i]);
+      return bytes;
+    }
+    if (program_.dtype == DType::BF16)
+      for (float &element : data) element = bf16ToFloat(floatToBf16(element));
+    if (asParts) splitIntoBf16Parts(data.data(), data.size(), reinterpret_cast<uint16_t *>(bytes.data()));
+    else std::memcpy(bytes.data(), data.data(), bytes.size());
+    return bytes;
   }
 
   std::vector<float> readAsFloats(int id) {
@@ -1138,6 +1182,7 @@ private:
     traced_ = {};
     arena_ = workspace_ = sync_ = weights_ = nullptr;
     weightPointer_.clear();
+    partsPointer_.clear();
     if (ownGeneration_) generation_.reset();  // its cache and weights were this load's
     ownGeneration_ = false;
     loaded_ = false;
@@ -1152,6 +1197,7 @@ private:
   bool loaded_ = false;
   char *arena_ = nullptr, *workspace_ = nullptr, *sync_ = nullptr, *weights_ = nullptr;
   std::map<int, void *> weightPointer_;
+  std::map<int, void *> partsPointer_;  // weights a launch reads as bf16 parts, by value
   std::vector<Launch> launches_;
   std::vector<void *> persistentBuffers_;  // a persistent kernel's tables and parameters
   GpuDevice::Mapped timedOut_;              // its report of a timed-out wait (TimedOutWait)

@@ -259,6 +259,7 @@ struct GpuReport {
   std::string collectives;     // what runs the all-reduces of several ranks: "NCCL 2.27.3, ..." ("" for one process)
   JitStats jit;
   int64_t arenaBytes = 0, weightBytes = 0, workspaceBytes = 0;
+  int weightsAsBf16Parts = 0;   // weight values stored as bf16 parts (KernelLaunch::bf16PartsInputs)
   int64_t peakDeviceBytes = 0;  // device memory in use at the end of load, above what was in use before
 };
 const GpuReport *gpuReport(const Backend &backend);  // null for other backends

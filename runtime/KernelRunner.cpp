@@ -1,5 +1,7 @@
 #include "runtime/KernelRunner.h"
 
+#include "runtime/Bf16Parts.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -132,6 +134,11 @@ void GpuKernelRunner::setInputs(const KernelValues &inputs) {
     if (found == inputs.end() || int64_t(found->second.size()) != value.numElements())
       throw Error(fmt::format("kernel '{}': no input data for '{}'", kernel_.name, value.name));
     std::vector<char> bytes(size_t(value.bytes()));
+    if (readsAsBf16Parts(launch_, kernel_.inputs[i])) {  // a weight the backend would split at load
+      splitIntoBf16Parts(found->second.data(), found->second.size(), reinterpret_cast<uint16_t *>(bytes.data()));
+      device_.copyToDevice(buffers_[i], bytes.data(), bytes.size());
+      continue;
+    }
     for (size_t e = 0; e < found->second.size(); ++e) {
       float x = found->second[e];
       if (value.dtype == DType::BF16) reinterpret_cast<uint16_t *>(bytes.data())[e] = floatToBf16(x);

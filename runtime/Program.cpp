@@ -380,6 +380,24 @@ private:
     }
   }
 
+  // A weight read as bf16 parts (KernelLaunch::bf16PartsInputs): an f32 weight among the
+  // kernel's inputs, whole blocks of 32 elements, never one a training step updates (the
+  // optimizer writes the weights where the forward reads them, in their own layout).
+  void checkBf16Parts(const Kernel &kernel, const std::string &path) const {
+    for (const auto &[backend, shape] : kernel.launch)
+      for (size_t i = 0; i < shape.bf16PartsInputs.size(); ++i) {
+        const int id = shape.bf16PartsInputs[i];
+        const std::string where = fmt::format("{}.launch.{}.bf16_parts_inputs[{}]", path, backend, i);
+        if (std::find(kernel.inputs.begin(), kernel.inputs.end(), id) == kernel.inputs.end())
+          fail(where, fmt::format("value {} is not among the kernel's inputs", id));
+        const Value &weight = base(id);
+        if (weight.storage != Storage::Weight || weight.dtype != DType::F32 || weight.numElements() % 32 != 0)
+          fail(where, fmt::format("{} is not an f32 weight of whole blocks of 32 elements", describe(id)));
+        if (program_.kind == ProgramKind::TrainStep)
+          fail(where, fmt::format("{} is updated by the training step, so it cannot be kept as bf16 parts", describe(id)));
+      }
+  }
+
   // Provenance is text for readers: valid UTF-8 and origins that name a source op.
   void checkSources() const {
     checkText(program_.sourceFile, "source_file");
@@ -426,6 +444,7 @@ private:
                                     describe(list[i])));
         }
       }
+      checkBf16Parts(kernel, path);
       for (size_t o = 0; o < kernel.ops.size(); ++o)
         checkOp(kernel, fmt::format("{}.ops[{}]", path, o), kernel.ops[o], int(k), localOwner);
       if (!kernel.parts.empty() || !kernel.tasks.empty()) checkPersistent(kernel, path + ".persistent");
@@ -463,6 +482,7 @@ private:
           checkId(id, where);
           if (!isKernelBuffer(kernel, id)) fail(where, fmt::format("{} is not among the kernel's buffers", describe(id)));
         }
+      checkBf16Parts(part, where);
       checkFields({{"workspace_offset", kernel.partWorkspaceOffsets[p], 0, kernel.workspaceBytes - part.workspaceBytes},
                    {"sync_offset", kernel.partSyncOffsets[p], 0, kernel.syncWords - part.syncWords}},
                   where);

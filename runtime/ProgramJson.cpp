@@ -145,10 +145,12 @@ Json kernelHeader(const Kernel &kernel) {
   if (!kernel.entry.empty()) {
     header["entry"] = kernel.entry;
     Json launch = Json::object();
-    for (const auto &[backend, shape] : kernel.launch)
+    for (const auto &[backend, shape] : kernel.launch) {
       launch[backend] = Json{{"grid_blocks", shape.gridBlocks},
                              {"block_threads", shape.blockThreads},
                              {"shared_bytes", shape.sharedBytes}};
+      if (!shape.bf16PartsInputs.empty()) launch[backend]["bf16_parts_inputs"] = shape.bf16PartsInputs;
+    }
     header["launch"] = launch;
     header["chained"] = kernel.chained;
     header["workspace_bytes"] = kernel.workspaceBytes;
@@ -405,6 +407,12 @@ Kernel kernelFromJson(const JsonReader &reader, const nlohmann::json &json,
       shape.gridBlocks = reader.integer(item.value(), "grid_blocks", shapeWhere);
       shape.blockThreads = reader.intField(item.value(), "block_threads", shapeWhere);
       shape.sharedBytes = reader.integer(item.value(), "shared_bytes", shapeWhere);
+      if (reader.optionalField(item.value(), "bf16_parts_inputs"))
+        for (int64_t id : reader.integers(item.value(), "bf16_parts_inputs", shapeWhere)) {
+          if (id < 0 || id > std::numeric_limits<int>::max())
+            reader.fail(JsonReader::join(shapeWhere, "bf16_parts_inputs"), fmt::format("{} is not a value id", id));
+          shape.bf16PartsInputs.push_back(int(id));
+        }
       kernel.launch[item.key()] = shape;
     }
     const nlohmann::json &chained = reader.field(json, "chained", where);

@@ -82,7 +82,10 @@ std::string matmulPrecisionLine(const Program &program, const Backend &backend) 
   else if (gpu->arch.rfind("gfx", 0) == 0) how = gpu->arch == "gfx90a" ? "fp32 MFMA" : "fp32 FMAs (no fp32 matrix path here)";
   else if (program.matmulPrecision == MatmulPrecision::High && gpu->arch == "sm_90a")
     how = "three products of split operands on the tensor cores, accumulated in fp32: bf16 high parts and residuals "
-          "in the GEMMs of operands stored K-major (3xBF16), tf32 ones in the rest (3xTF32)";
+          "in the GEMMs of operands stored K-major (3xBF16), tf32 ones in the rest (3xTF32)" +
+          (gpu->weightsAsBf16Parts > 0
+               ? fmt::format("; {} weights split into their bf16 parts once, at load", gpu->weightsAsBf16Parts)
+               : std::string());
   else if (program.matmulPrecision == MatmulPrecision::High)
     how = "3xTF32 on the tensor cores (each operand a tf32 high part and residual, three products accumulated in fp32)";
   else how = "plain TF32 on the tensor cores (one product of tf32-rounded operands)";

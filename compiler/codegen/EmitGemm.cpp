@@ -154,6 +154,10 @@ struct GemmPlan {
   // rate, about 2^-17 |x| is dropped against 2^-22. Operands stored [K, M] or [K, N] (the
   // backward's) keep tf32 parts.
   bool bf16Parts = false;
+  // And where B is a weight that never changes, the runtime splits it into its bf16 parts
+  // once, at load (runtime/Bf16Parts.h), and sm_90a's tiles split A alone (KernelLaunch's
+  // bf16PartsInputs).
+  bool weightParts = false;
   bool matrixUnits = false;
   bool flat = false;        // tiles run across the groups' columns (Schedule.h's flatColumns)
   bool normShared = false;  // sm_90a: RMSNorm's row sums of squares computed once, shared
@@ -164,6 +168,22 @@ struct GemmPlan {
   int64_t hopperRowTiles = 0, hopperTiles = 0, hopperSplitTiles = 0;
   int64_t nvidiaColumnTiles = 0, clusterTiles = 1, hopperColumnTiles = 0, hopperCluster = 1;
 };
+
+// Whether B can be read as a weight's bf16 parts (blocks of 32 floats, each as its 32 high
+// parts, then its 32 residuals): an f32 weight of a forward, whose element [n, k] is at a
+// row offset of whole blocks plus k, with K whole blocks too.
+bool bReadsWeightParts(const KernelSource &source, const GemmSpec &gemm, const std::optional<Separated> &bParts) {
+  const Value &weight = source.value(gemm.b);
+  if (!source.weightPartsAllowed() || weight.storage != Storage::Weight || weight.dtype != DType::F32 || !bParts ||
+      gemm.bKN || gemm.K % 32 != 0 || weight.numElements() % 32 != 0)
+    return false;
+  for (int64_t k = 0; k < gemm.K; ++k)
+    if (bParts->column.evaluate({{"k", k}}) != k) return false;
+  for (int64_t b : sampleValues(gemm.batch))
+    for (int64_t n = 0; n < gemm.N; ++n)
+      if (bParts->row.evaluate({{"n", n}, {"bt", b}}) % 32 != 0) return false;
+  return true;
+}
 
 GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm) {
   GemmPlan plan;
@@ -216,6 +236,7 @@ GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm) {
     plan.hopper = plan.operands.tf32Products ? chooseWgmmaTf32Tile(gemm, machine, plan.aKM)
                                              : chooseWgmmaTile(gemm, machine, plan.aKM);
   const std::optional<WgmmaTile> &hopper = plan.hopper;
+  plan.weightParts = hopper && plan.bf16Parts && bReadsWeightParts(source, gemm, plan.bParts);
   plan.hopperRowTiles = hopper ? gemm.batch * ceilDiv(gemm.M, hopper->BM) : 0;
   plan.hopperTiles = hopper ? plan.hopperRowTiles * columnTiles(gemm, hopper->BN) : 0;
   // Split-K: every tile, or only those of a short last wave.
@@ -315,6 +336,9 @@ std::string specConstants(const KernelSource &source, const GemmSpec &gemm, cons
   spec += fmt::format("  static constexpr bool BF16_PARTS = {};  // sm_90a's wgmma: the 3 products' parts bf16 (3xBF16), "
                       "not tf32\n",
                       plan.bf16Parts);
+  spec += fmt::format("  static constexpr bool B_PARTS = {};  // sm_90a: B a weight split into bf16 parts at load "
+                      "(gemm_wgmma_tf32.cuh v9)\n",
+                      plan.weightParts);
   if (plan.gemv)
     spec += fmt::format("  static constexpr bool GEMV_MMA = {};  // matrix-vector products on tensor cores (v9)\n",
                         plan.gemv->tensorCores);
@@ -527,8 +551,12 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
   if (plan.matrixUnits && plan.operands.tf32Products == 3)
     headerLines.push_back(std::string("fp32 operands on NVIDIA tensor cores (matmul precision high): ") +
                           (plan.bf16Parts
-                               ? "on sm_90a each element a bf16 high part and residual, three bf16 products accumulated "
-                                 "in fp32 (3xBF16); elsewhere tf32 parts (3xTF32)"
+                               ? std::string("on sm_90a each element a bf16 high part and residual, three bf16 "
+                                             "products accumulated in fp32 (3xBF16)") +
+                                     (plan.weightParts ? ", B (a weight) split into its parts once when the weights are "
+                                                         "loaded, A in each tile"
+                                                       : "") +
+                                     "; elsewhere tf32 parts (3xTF32)"
                                : "each element a tf32 high part and residual, three tf32 products accumulated in fp32 "
                                  "(3xTF32)"));
   else if (plan.matrixUnits && plan.operands.tf32Products == 1)
@@ -716,6 +744,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   EmittedKernel emitted;
   emitted.source = std::move(out);
   gemmLaunches(gemm, plan, emitted);
+  if (plan.weightParts) emitted.launch.at("cuda:sm_90a").bf16PartsInputs = {source.valueId(gemm.b)};
   return emitted;
 }
 

@@ -28,6 +28,12 @@ public:
   const std::string &type(int param) const { return names_.types.at(size_t(param)); }
   DType dtype(int param) const { return spec_.params.at(size_t(param)).dtype; }
   const Value &value(int param) const { return program_.value(spec_.params.at(size_t(param)).value); }
+  int valueId(int param) const { return spec_.params.at(size_t(param)).value; }
+  // Whether a GEMM may read its weight as bf16 parts (KernelLaunch::bf16PartsInputs): in a
+  // forward. A training step's optimizer writes the weights where the forward reads them,
+  // in their own layout; a generator's prefill and decode share theirs, and the decode's
+  // matrix-vector GEMMs read them plain (a second copy would double the weights).
+  bool weightPartsAllowed() const { return program_.kind == ProgramKind::Forward; }
   bool chained() const { return spec_.chained; }
   // What the NVIDIA launch shapes are chosen for, and the compile options' overrides.
   const Machine &machine() const { return machine_; }

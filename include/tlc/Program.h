@@ -112,6 +112,11 @@ struct KernelLaunch {
   int64_t gridBlocks = 0;
   int blockThreads = 0;
   int64_t sharedBytes = 0;    // dynamic shared memory per block
+  // Weight values among the kernel's inputs that it reads, on this path, as bf16 parts:
+  // every 32 elements as their 32 bf16 high parts h = bf16(x), then their 32 residuals
+  // bf16(x - h) (runtime/Bf16Parts.h). The backend stores such a weight that way, split
+  // once at load, where it would otherwise be split in every tile (sm_90a's 3xBF16 GEMMs).
+  std::vector<int> bf16PartsInputs;
 };
 
 // One block of a persistent kernel's part, run as a task (O3: the forward as one kernel).

@@ -43,6 +43,11 @@
 //       (l·h, h·l, h·h: six m64nNk16 for 32 k where 3xTF32 issues twelve m64nNk8 of half
 //       the rate). About 2^-17 |x| of each operand is dropped (PyTorch's "high" promises
 //       about 16 bits), against 3xTF32's 2^-22. In v1 and v3.
+//   v9  B_PARTS: B a weight the runtime split into bf16 parts once, at load (a block of 32
+//       floats as their 32 high parts, then their 32 residuals: runtime/Bf16Parts.h), which
+//       is tl_split_stage_bf16x3's row of a k tile byte for byte. Its rows are copied as the
+//       fp32 rows were (128 bytes, the same swizzle) and read by the wgmmas where they land;
+//       a stage's split covers A's rows only. In v1 and v3.
 //
 // BM 64 or 128, BN 64 or 128; v3 K-major operands only.
 #pragma once
@@ -245,6 +250,7 @@ template <class S> struct tl_wgmma_tf32_tile : tl_wgmma_block<S, 32> {
   // v8: high's operands as bf16 parts (3xBF16) where the Spec asks (K-major operands only).
   static constexpr bool BF16X3 = S::BF16_PARTS;
   static_assert(!BF16X3 || (P == 3 && !S::A_KM && !S::B_KN), "3xBF16: high precision, K-major operands");
+  static_assert(!S::B_PARTS || (BF16X3 && S::K % BK == 0), "v9: B's bf16 parts in whole k tiles, for 3xBF16");
   static constexpr int SQUARES = BM * 8 / THREADS;  // RMSNorm: rows threadIdx.x / 8 + j * THREADS / 8
   static_assert((BM == 64 || BM == 128) && STAGES >= 3, "tf32 wgmma: 64 or 128 rows");
   static_assert(!S::A_KM || (!S::ROW_NORM && !S::NORM_GAIN), "v4: no RMSNorm on an A stored [K, M]");
@@ -312,7 +318,7 @@ template <class S> struct tl_wgmma_tf32_tile : tl_wgmma_block<S, 32> {
       if constexpr (S::A_KM) aBlocks.template store<P>(sA, residual);
       if constexpr (S::B_KN) bBlocks.template store<P>(sA + A_BYTES, residual + A_BYTES);
     } else if constexpr (BF16X3) {
-      tl_split_stage_bf16x3<BM + BN, BM, THREADS>(sA, residual, gain, squares);
+      tl_split_stage_bf16x3<S::B_PARTS ? BM : BM + BN, BM, THREADS>(sA, residual, gain, squares);  // v9: A's alone
     } else {
       tl_split_stage_tf32<BM + BN, BM, THREADS, P>(sA, residual, gain, squares);
     }
@@ -350,7 +356,7 @@ template <class S> struct tl_wgmma_tf32_tile : tl_wgmma_block<S, 32> {
     const unsigned aLow = tl_smem_addr(residual) + (warp / 4) * 64 * 128, bLow = tl_smem_addr(residual) + A_BYTES;
     tl_wgmma_fence();
     tl_wgmma_pin(acc);
-    if constexpr (BF16X3) tl_wgmma_bf16x3_stage<BN>(acc, aLow, bLow);
+    if constexpr (BF16X3) tl_wgmma_bf16x3_stage<BN>(acc, aLow, S::B_PARTS ? bHigh : bLow);  // v9: B's parts as copied
     else tl_wgmma_tf32_stage<BN, P>(acc, aHigh, aLow, bHigh, bLow);
     tl_wgmma_commit();
     tl_wgmma_pin(acc);
@@ -402,6 +408,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
 template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 32, GROUPS = BM / 64, THREADS = (GROUPS + 1) * 128, P = S::TF32_PRODUCTS;
   constexpr bool BF16X3 = S::BF16_PARTS;  // v8
+  static_assert(!S::B_PARTS || (BF16X3 && S::K % BK == 0), "v9: B's bf16 parts in whole k tiles, for 3xBF16");
   // A slot: a stage's A and B rows (high parts once split), then their residuals.
   constexpr int A_BYTES = BM * BK * 4, STAGE_BYTES = (BM + BN) * BK * 4, SLOT_BYTES = 2 * STAGE_BYTES;
   constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES, LD = BN + 8;
@@ -462,7 +469,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params
       asm volatile("bar.sync 2, 128;" ::: "memory");  // the producers' copies of tile i have all landed
       // Thread t splits (and sums the squares of) chunks of the rows it copied, t / 8 + 16 c.
       unsigned char *slot = tl_smem + (i % STAGES) * SLOT_BYTES;
-      if constexpr (BF16X3) tl_split_stage_bf16x3<BM + BN, BM, 128>(slot, slot + STAGE_BYTES, nullptr, squares);
+      if constexpr (BF16X3) tl_split_stage_bf16x3<S::B_PARTS ? BM : BM + BN, BM, 128>(slot, slot + STAGE_BYTES, nullptr, squares);
       else tl_split_stage_tf32<BM + BN, BM, 128, P>(slot, slot + STAGE_BYTES, nullptr, squares);
       // Written through the generic proxy; the consumers' wgmma reads through the async one.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -492,7 +499,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params
       const unsigned aLow = aHigh + STAGE_BYTES, bLow = bHigh + STAGE_BYTES;
       tl_wgmma_fence();
       tl_wgmma_pin(acc);
-      if constexpr (BF16X3) tl_wgmma_bf16x3_stage<BN>(acc, aLow, bLow);
+      if constexpr (BF16X3) tl_wgmma_bf16x3_stage<BN>(acc, aLow, S::B_PARTS ? bHigh : bLow);
       else tl_wgmma_tf32_stage<BN, P>(acc, aHigh, aLow, bHigh, bLow);
       tl_wgmma_commit();
       tl_wgmma_wait<1>();  // the group before this one is done: its stage goes back

@@ -504,6 +504,39 @@ TEST(Codegen, Fp32AttentionTilesGiveEverySmTwoBlocks) {
   EXPECT_EQ(bf16.launch.at("cuda").gridBlocks, 8 * 4 * 128 / 32);
 }
 
+// At high precision a forward's weights are split into bf16 parts once, at load: every
+// K-major GEMM's sm_90a launch lists its weight among the inputs it reads so (the CPU,
+// other NVIDIA and AMD paths read it as floats), and its tile splits only A (B_PARTS). Not
+// where the weights change (a training step) or at medium (no split at all).
+TEST(Codegen, Fp32ForwardWeightsAreSplitIntoBf16PartsAtLoad) {
+  const std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
+  const Program forward = compileModelFile(path, {2, 8, 128, "f32"});
+  int gemms = 0;
+  for (const Kernel &kernel : forward.kernels) {
+    if (!contains(kernel.source, "tl_gemm_wgmma_tf32<")) continue;
+    ++gemms;
+    EXPECT_TRUE(contains(kernel.source, "static constexpr bool B_PARTS = true;")) << kernel.name;
+    const std::vector<int> &parts = kernel.launch.at("cuda:sm_90a").bf16PartsInputs;
+    ASSERT_EQ(parts.size(), 1u) << kernel.name;
+    EXPECT_EQ(parts[0], kernel.inputs.at(1)) << kernel.name;  // B, after A
+    EXPECT_EQ(forward.storageOf(parts[0]).storage, Storage::Weight) << kernel.name;
+    EXPECT_TRUE(kernel.launch.at("cuda").bf16PartsInputs.empty() && kernel.launch.at("hip").bf16PartsInputs.empty());
+  }
+  EXPECT_EQ(gemms, 4 * 8 + 1);  // QKV, o_proj, gate/up, down a block, and the logits
+  for (const Kernel &kernel : forward.kernels)
+    if (!contains(kernel.source, "tl_gemm_wgmma_tf32<")) EXPECT_FALSE(contains(kernel.source, "B_PARTS = true")) << kernel.name;
+
+  CompileOptions medium{2, 8, 128, "f32"};
+  medium.matmulPrecision = MatmulPrecision::Medium;
+  CompileOptions trainingOptions{2, 2, 16, "f32"};
+  trainingOptions.fuseNormGrad = true;
+  for (const Program &program : {compileModelFile(path, medium), compileTrainingStepFile(path, trainingOptions, AdamWOptions{})})
+    for (const Kernel &kernel : program.kernels) {
+      EXPECT_FALSE(contains(kernel.source, "B_PARTS = true")) << kernel.name;
+      for (const auto &[backend, launch] : kernel.launch) EXPECT_TRUE(launch.bf16PartsInputs.empty()) << kernel.name;
+    }
+}
+
 // f32 matrix products follow the matmul precision: "high" (the default) splits each
 // operand for three tensor-core products (bf16 parts on sm_90a's wgmma where both operands
 // are K-major and in the forward's attention, tf32 elsewhere), "medium" keeps one tf32

@@ -137,6 +137,35 @@ TEST(ProgramJson, RoundTripKeepsEveryField) {
   EXPECT_EQ(programToJson(parsed), text);
 }
 
+// A launch's weights read as bf16 parts round-trip, and a file's bad id names its path.
+TEST(ProgramJson, LaunchesKeepTheWeightsTheyReadAsBf16Parts) {
+  test::ProgramBuilder builder(2, 3, 8);
+  int ids = builder.value("ids", DType::I32, {2, 3}, Storage::Input);
+  int table = builder.weight("embed", {8, 32}, {{"model.embed_tokens.weight", {8, 32}}});
+  int x = builder.value("x", DType::F32, {2, 3, 32}, Storage::Activation);
+  int logits = builder.value("logits", DType::F32, {2, 3, 8}, Storage::Output);
+  int loss = builder.value("loss", DType::F32, {}, Storage::Output);
+  builder.kernel("tl_embedding", {makeOp("embedding", {table, ids}, {x})});
+  builder.kernel("tl_head", {makeOp("linear", {x, table}, {logits})});
+  builder.kernel("tl_loss", {makeOp("cross_entropy", {logits, ids}, {loss})});
+  Program &program = builder.program();
+  planMemory(program);
+  program.kernels[1].entry = "tl_head";
+  program.kernels[1].launch["cuda"] = {4, 128, 0};
+  program.kernels[1].launch["cuda:sm_90a"] = {4, 128, 1024, {table}};
+  const std::string text = programToJson(program);
+  Program parsed = programFromJson(text, "parts.json");
+  EXPECT_EQ(parsed.kernels[1].launch.at("cuda:sm_90a").bf16PartsInputs, std::vector<int>{table});
+  EXPECT_TRUE(parsed.kernels[1].launch.at("cuda").bf16PartsInputs.empty());
+  EXPECT_EQ(programToJson(parsed), text);
+  std::string negative = text;
+  const std::string field = "\"bf16_parts_inputs\": [" + std::to_string(table) + "]";
+  ASSERT_NE(negative.find(field), std::string::npos) << text;
+  negative.replace(negative.find(field), field.size(), "\"bf16_parts_inputs\": [-2]");
+  EXPECT_CONTAINS(errorMessage([&] { programFromJson(negative, "parts.json"); }),
+                  "kernels[1].launch.cuda:sm_90a.bf16_parts_inputs: -2 is not a value id");
+}
+
 // A training step says so ("kind"); a forward's file has no such field, as before.
 TEST(ProgramJson, TrainingStepsKeepTheirKind) {
   Program step = test::trainingStep();

@@ -18,7 +18,7 @@ using test::makeOp;
 constexpr int64_t kBatch = 2, kSeq = 3, kVocab = 7, kHidden = 4;
 
 // embedding -> rmsnorm (local) -> linear -> logits -> cross_entropy, planned.
-Program validProgram() {
+Program validProgram(int64_t kHidden = tlc::kHidden) {
   test::ProgramBuilder builder(kBatch, kSeq, kVocab);
   int ids = builder.value("ids", DType::I32, {kBatch, kSeq}, Storage::Input);
   int table = builder.weight("embed", {kVocab, kHidden}, {{"model.embed_tokens.weight", {kVocab, kHidden}}});
@@ -134,6 +134,29 @@ TEST(ProgramValidation, KernelFieldsStayInRange) {
   Program total = validProgram();
   total.kernels[0].flops = total.kernels[1].flops = std::numeric_limits<int64_t>::max();
   EXPECT_CONTAINS(invalid(total), "total flops or min_bytes overflow");
+}
+
+// A weight a launch reads as bf16 parts (KernelLaunch::bf16PartsInputs) is an f32 weight
+// among the kernel's inputs, of whole blocks of 32 elements, that no training step updates.
+TEST(ProgramValidation, WeightsReadAsBf16PartsAreWholeBlocksAmongTheInputs) {
+  const int table = 1, x = 3;
+  Program parts = validProgram(32);  // a table of 7 x 32
+  parts.kernels[1].launch["cuda:sm_90a"] = {1, 128, 0, {table}};
+  validateProgram(parts);
+  Program odd = validProgram();  // 7 x 4
+  odd.kernels[1].launch["cuda:sm_90a"] = {1, 128, 0, {table}};
+  EXPECT_EQ(invalid(odd), "invalid program: kernels[1].launch.cuda:sm_90a.bf16_parts_inputs[0]: value 1 ('embed') is "
+                          "not an f32 weight of whole blocks of 32 elements");
+  Program activation = validProgram(32);
+  activation.kernels[1].launch["cuda:sm_90a"] = {1, 128, 0, {x}};
+  EXPECT_CONTAINS(invalid(activation), "value 3 ('x') is not an f32 weight");
+  Program elsewhere = validProgram(32);
+  elsewhere.kernels[2].launch["hip"] = {1, 128, 0, {table}};  // the loss does not read the table
+  EXPECT_EQ(invalid(elsewhere), "invalid program: kernels[2].launch.hip.bf16_parts_inputs[0]: value 1 is not among "
+                                "the kernel's inputs");
+  Program training = test::trainingStep(2, 4, 8, 4);  // a table of 8 x 4, updated by AdamW
+  training.kernels[1].launch["cuda:sm_90a"] = {1, 128, 0, {table}};
+  EXPECT_CONTAINS(invalid(training), "value 1 ('embed') is updated by the training step, so it cannot be kept as bf16 parts");
 }
 
 TEST(ProgramValidation, TheCallingConventionHolds) {

@@ -5,8 +5,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "TestUtil.h"
+#include "runtime/Bf16Parts.h"
 #include "runtime/Weights.h"
 
 namespace tlc {
@@ -360,6 +362,30 @@ TEST(Weights, ConcatenatedScalesColumnsByTheColumnScaleKey) {
             "cuda backend: weight 'w_ab_scaled' has 3 columns but its column scale 'b' has 6 elements");
   value.columnScaleKey = "missing";
   EXPECT_EQ(errorMessage([&] { weights.concatenated(value, "cpu"); }), "missing weight 'missing'");
+}
+
+// A weight as bf16 parts (runtime/Bf16Parts.h, what sm_90a's 3xBF16 GEMMs read): each
+// block of 32 floats as their bf16 high parts, then their residuals, which together keep
+// about 16 bits of every element where the high parts alone keep 8.
+TEST(Bf16Parts, BlocksHoldHighPartsThenResidualsThatSumBack) {
+  std::mt19937 random(std::random_device{}());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  std::vector<float> weight(3 * kBf16PartsBlock);
+  for (float &x : weight) x = std::ldexp(normal(random), exponent(random));
+  std::vector<uint16_t> parts(2 * weight.size());
+  splitIntoBf16Parts(weight.data(), weight.size(), parts.data());
+  double partsError = 0, highError = 0;
+  for (size_t i = 0; i < weight.size(); ++i) {
+    const size_t block = i / kBf16PartsBlock, e = i % kBf16PartsBlock;
+    const uint16_t high = parts[2 * kBf16PartsBlock * block + e], low = parts[2 * kBf16PartsBlock * block + kBf16PartsBlock + e];
+    EXPECT_EQ(high, floatToBf16(weight[i])) << i;
+    const double x = weight[i], sum = double(bf16ToFloat(high)) + double(bf16ToFloat(low));
+    EXPECT_LE(std::abs(sum - x), std::ldexp(std::abs(x), -16)) << i;
+    partsError += (sum - x) * (sum - x) / (x * x);
+    highError += (bf16ToFloat(high) - x) * (bf16ToFloat(high) - x) / (x * x);
+  }
+  EXPECT_LT(partsError, highError / 1000);  // the residuals carry the next 8 bits
 }
 
 } // namespace
