@@ -1093,9 +1093,9 @@ private:
       if (value.storage != Storage::Weight) continue;
       // A training step reads these from the parameters' masters (GpuParameters).
       if (readsMasterInPlace(program_, value)) continue;
+      const bool parts = readAsParts.count(value.id), plain = readPlain.count(value.id) || !parts;
       for (bool asParts : {false, true}) {
-        if (asParts ? !readAsParts.count(value.id) : readAsParts.count(value.id) && !readPlain.count(value.id))
-          continue;
+        if (!(asParts ? parts : plain)) continue;
         const StoredWeight key{weightContents(value), value.dtype, asParts};
         if (generation_ && generation_->weights.count(key)) {  // the other backend of a generator uploaded it
           shared[{value.id, asParts}] = generation_->weights.at(key);

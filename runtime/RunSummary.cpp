@@ -76,6 +76,10 @@ std::string kernelCountLines(const Program &program) {
 std::string matmulPrecisionLine(const Program &program, const Backend &backend) {
   if (program.dtype != DType::F32) return "";
   const GpuReport *gpu = gpuReport(backend);
+  const std::string splitAtLoad =
+      gpu && gpu->weightsAsBf16Parts > 0
+          ? fmt::format("; {} weights split into their bf16 parts once, at load", gpu->weightsAsBf16Parts)
+          : "";
   std::string how;
   if (!gpu) how = "the CPU reference multiplies exact fp32 at every precision";
   else if (program.matmulPrecision == MatmulPrecision::Highest) how = "fp32 FMAs (exact products)";
@@ -83,11 +87,13 @@ std::string matmulPrecisionLine(const Program &program, const Backend &backend) 
   else if (program.matmulPrecision == MatmulPrecision::High && gpu->arch == "sm_90a")
     how = "three products of split operands on the tensor cores, accumulated in fp32: bf16 high parts and residuals "
           "in the GEMMs of operands stored K-major (3xBF16), tf32 ones in the rest (3xTF32)" +
-          (gpu->weightsAsBf16Parts > 0
-               ? fmt::format("; {} weights split into their bf16 parts once, at load", gpu->weightsAsBf16Parts)
-               : std::string());
+          splitAtLoad;
   else if (program.matmulPrecision == MatmulPrecision::High)
     how = "3xTF32 on the tensor cores (each operand a tf32 high part and residual, three products accumulated in fp32)";
+  else if (gpu->arch == "sm_90a")
+    how = "one product on the tensor cores: of bf16-rounded operands in the GEMMs of operands stored K-major, of "
+          "tf32-rounded ones in the rest (plain TF32)" +
+          splitAtLoad;
   else how = "plain TF32 on the tensor cores (one product of tf32-rounded operands)";
   return fmt::format("  matmuls   f32 precision {}: {}\n", matmulPrecisionName(program.matmulPrecision), how);
 }

@@ -126,10 +126,11 @@ cl::opt<tlc::MatmulPrecision> matmulPrecision(
     cl::init(tlc::MatmulPrecision::High),
     cl::values(clEnumValN(tlc::MatmulPrecision::Highest, "highest", "fp32 FMAs: exact products"),
                clEnumValN(tlc::MatmulPrecision::High, "high",
-                          "NVIDIA tensor cores, 3xTF32 (tf32 high parts and residuals, three products): fp32's "
-                          "accuracy"),
+                          "NVIDIA tensor cores, each operand a high part and a residual (bf16 on sm_90a, tf32 "
+                          "elsewhere), three products: about fp32's accuracy"),
                clEnumValN(tlc::MatmulPrecision::Medium, "medium",
-                          "NVIDIA tensor cores, plain TF32 (one product): about 1e-3 relative error, faster")),
+                          "NVIDIA tensor cores, one product (of bf16-rounded operands on sm_90a's GEMMs, as "
+                          "PyTorch's medium; plain TF32 elsewhere): about 1e-2 relative error, faster")),
     cl::cat(compileCategory), cl::sub(everywhere));
 
 enum class Emit { None, IR, Program, Hip, Schedule };

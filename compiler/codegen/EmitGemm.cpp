@@ -151,7 +151,8 @@ struct GemmPlan {
   bool aKM = false;        // A stored [K, M]: NVIDIA's mma.sync path transposes it as it loads
   // High precision on sm_90a's wgmma splits K-major fp32 operands into two bf16 parts each
   // (3xBF16, PyTorch's "high" as a sum of two bfloat16s): bf16 products run at twice tf32's
-  // rate, about 2^-17 |x| is dropped against 2^-22. Operands stored [K, M] or [K, N] (the
+  // rate, about 2^-17 |x| is dropped against 2^-22. Medium multiplies their high parts
+  // alone (PyTorch's "medium" computes in bf16). Operands stored [K, M] or [K, N] (the
   // backward's) keep tf32 parts.
   bool bf16Parts = false;
   // And where B is a weight that never changes, the runtime splits it into its bf16 parts
@@ -219,7 +220,7 @@ GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm) {
   // loads; the other paths read A along k.
   plan.aKM = plan.operands.matrixUnits && !plan.computedA && !gemm.rowNorm &&
              !ElementCode::contiguous(gemm.aOffset, alongK) && ElementCode::contiguous(gemm.aOffset, alongM);
-  plan.bf16Parts = plan.operands.tf32Products == 3 && !plan.aKM && !gemm.bKN;
+  plan.bf16Parts = plan.operands.tf32Products > 0 && !plan.aKM && !gemm.bKN;
   plan.matrixUnits = plan.operands.matrixUnits && gemm.K % 8 == 0 &&
                      (plan.computedA || plan.aKM || (ElementCode::contiguous(gemm.aOffset, alongK) && plan.aParts)) &&
                      ElementCode::contiguous(gemm.bOffset, gemm.bKN ? alongN : alongK) &&
@@ -560,8 +561,13 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
                                : "each element a tf32 high part and residual, three tf32 products accumulated in fp32 "
                                  "(3xTF32)"));
   else if (plan.matrixUnits && plan.operands.tf32Products == 1)
-    headerLines.push_back("fp32 operands on NVIDIA tensor cores (matmul precision medium): one product of the "
-                          "tf32-rounded operands (plain TF32)");
+    headerLines.push_back(std::string("fp32 operands on NVIDIA tensor cores (matmul precision medium): one product of ") +
+                          (plan.bf16Parts ? std::string("the operands rounded to bf16 on sm_90a") +
+                                                (plan.weightParts ? " (B, a weight, rounded once when the weights are "
+                                                                    "loaded)"
+                                                                  : "") +
+                                                ", of the tf32-rounded ones elsewhere (plain TF32)"
+                                          : "the tf32-rounded operands (plain TF32)"));
   if (hopper)
     headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups{}, {} stages{}{}{}",
                                       hopper->BM, hopper->BN, hopper->BM / 64,

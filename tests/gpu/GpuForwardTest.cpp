@@ -81,7 +81,8 @@ INSTANTIATE_TEST_SUITE_P(Levels, GpuForward, ::testing::ValuesIn(allCases(3)), c
 
 // The f32 matmul precisions at O2 against the CPU reference (exact fp32 products): highest
 // (fp32 FMAs) and high (3xTF32 on tensor cores, the default) within fp32's tolerance,
-// medium (plain TF32) within 2e-2. The errors are printed for the record.
+// medium (one product: bf16 in sm_90a's GEMMs, plain TF32 elsewhere) within 2e-2. The errors
+// are printed for the record.
 TEST(GpuForwardPrecision, EachF32PrecisionKeepsItsTolerance) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);

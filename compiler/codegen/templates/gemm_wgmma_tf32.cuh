@@ -38,16 +38,20 @@
 //   v7  v1's tile as named steps (tl_wgmma_tf32_tile: load_a, load_b, start_pipeline,
 //       split_stage, step, row_sum, mainloop), as gemm_wgmma.cuh v14 names the bf16 tile's.
 //   v8  3xBF16 where the Spec asks (BF16_PARTS: high precision, K-major operands): a stage's
-//       fp32 rows are split into bf16 high parts and residuals (tl_split_stage_bf16x3), out
+//       fp32 rows are split into bf16 high parts and residuals (tl_split_stage_bf16), out
 //       of place into the residual buffer as rows of a bf16 stage, which bf16 wgmmas read
 //       (l·h, h·l, h·h: six m64nNk16 for 32 k where 3xTF32 issues twelve m64nNk8 of half
 //       the rate). About 2^-17 |x| of each operand is dropped (PyTorch's "high" promises
 //       about 16 bits), against 3xTF32's 2^-22. In v1 and v3.
 //   v9  B_PARTS: B a weight the runtime split into bf16 parts once, at load (a block of 32
 //       floats as their 32 high parts, then their 32 residuals: runtime/Bf16Parts.h), which
-//       is tl_split_stage_bf16x3's row of a k tile byte for byte. Its rows are copied as the
+//       is tl_split_stage_bf16's row of a k tile byte for byte. Its rows are copied as the
 //       fp32 rows were (128 bytes, the same swizzle) and read by the wgmmas where they land;
 //       a stage's split covers A's rows only. In v1 and v3.
+//   v10 medium (TF32_PRODUCTS 1) on bf16 parts too, as PyTorch's medium computes in bf16:
+//       one product of the high parts (h·h, two m64nNk16 for 32 k where plain TF32 issued
+//       four m64nNk8 of half the rate), the split writing no residuals; B a weight's parts
+//       as v9 (their residuals unread). About 2^-9 |x| of each operand dropped.
 //
 // BM 64 or 128, BN 64 or 128; v3 K-major operands only.
 #pragma once
@@ -143,35 +147,39 @@ TL_DEVICE void tl_split_stage_tf32(unsigned char *tile, unsigned char *residual,
 
 // v8: a stage's A and B rows (ROWS of 32 floats, A's first) as two bf16 parts each, x = h +
 // l with h = bf16(x) and l = bf16(x - h) (about 2^-17 |x| dropped), written to `out` as rows
-// of 64 bf16: k 0..31 the high parts, k 32..63 the residuals, in the 128-byte swizzle of a
-// bf16 stage (gemm_wgmma.cuh's), so bf16 wgmmas read them by descriptor. The gain and the
-// squares as tl_split_stage_chunks has them.
-template <int ROWS, int A_ROWS, int THREADS>
-TL_DEVICE void tl_split_stage_bf16x3(const unsigned char *tile, unsigned char *out, const float *gain,
-                                     float (&sum)[A_ROWS > 0 ? A_ROWS * 8 / THREADS : 1]) {
+// of 64 bf16: k 0..31 the high parts, k 32..63 the residuals (v10: none for one product),
+// in the 128-byte swizzle of a bf16 stage (gemm_wgmma.cuh's), so bf16 wgmmas read them by
+// descriptor. The gain and the squares as tl_split_stage_chunks has them.
+template <int ROWS, int A_ROWS, int THREADS, int PRODUCTS>
+TL_DEVICE void tl_split_stage_bf16(const unsigned char *tile, unsigned char *out, const float *gain,
+                                   float (&sum)[A_ROWS > 0 ? A_ROWS * 8 / THREADS : 1]) {
   tl_split_stage_chunks<ROWS, A_ROWS, THREADS>(tile, gain, sum, [&](int c, const unsigned (&x)[4]) {
     const int row = c / 8, chunk = (c % 8) ^ (row % 8);  // floats 4 chunk .. 4 chunk + 3 of the row
     float v[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) v[e] = __uint_as_float(x[e]);
     const unsigned hi0 = tl_pack_bf16(v[0], v[1]), hi1 = tl_pack_bf16(v[2], v[3]);
-    const unsigned lo0 = tl_pack_bf16(v[0] - tl_bf16_lo(hi0), v[1] - tl_bf16_hi(hi0));
-    const unsigned lo1 = tl_pack_bf16(v[2] - tl_bf16_lo(hi1), v[3] - tl_bf16_hi(hi1));
     // bf16 k 4 chunk ..: byte 8 chunk of the row (high parts), 64 + 8 chunk (residuals).
     unsigned char *rowBytes = out + row * 128 + (chunk % 2) * 8;
     *reinterpret_cast<uint2 *>(rowBytes + ((chunk / 2) ^ (row % 8)) * 16) = make_uint2(hi0, hi1);
-    *reinterpret_cast<uint2 *>(rowBytes + ((4 + chunk / 2) ^ (row % 8)) * 16) = make_uint2(lo0, lo1);
+    if constexpr (PRODUCTS == 3) {
+      const unsigned lo0 = tl_pack_bf16(v[0] - tl_bf16_lo(hi0), v[1] - tl_bf16_hi(hi0));
+      const unsigned lo1 = tl_pack_bf16(v[2] - tl_bf16_lo(hi1), v[3] - tl_bf16_hi(hi1));
+      *reinterpret_cast<uint2 *>(rowBytes + ((4 + chunk / 2) ^ (row % 8)) * 16) = make_uint2(lo0, lo1);
+    }
   });
 }
 
-// v8: one stage's products for a warpgroup's 64 rows from tl_split_stage_bf16x3's rows:
-// l·h, h·l and h·h over the two k16 slices of each part (six bf16 wgmmas for 32 k, where
-// 3xTF32 issues twelve tf32 ones of half a bf16 one's rate).
-template <int BN> TL_DEVICE void tl_wgmma_bf16x3_stage(float (&acc)[BN / 2], unsigned a, unsigned b) {
+// v8: one stage's products for a warpgroup's 64 rows from tl_split_stage_bf16's rows: l·h,
+// h·l and h·h over the two k16 slices of each part (six bf16 wgmmas for 32 k, where 3xTF32
+// issues twelve tf32 ones of half a bf16 one's rate); v10: h·h alone for one product.
+template <int BN, int PRODUCTS> TL_DEVICE void tl_wgmma_bf16_parts_stage(float (&acc)[BN / 2], unsigned a, unsigned b) {
 #pragma unroll
   for (int s = 0; s < 2; ++s) {
-    tl_wgmma_ss<BN>(acc, tl_wgmma_descriptor(a, 64 + s * 32), tl_wgmma_descriptor(b, s * 32));
-    tl_wgmma_ss<BN>(acc, tl_wgmma_descriptor(a, s * 32), tl_wgmma_descriptor(b, 64 + s * 32));
+    if constexpr (PRODUCTS == 3) {
+      tl_wgmma_ss<BN>(acc, tl_wgmma_descriptor(a, 64 + s * 32), tl_wgmma_descriptor(b, s * 32));
+      tl_wgmma_ss<BN>(acc, tl_wgmma_descriptor(a, s * 32), tl_wgmma_descriptor(b, 64 + s * 32));
+    }
     tl_wgmma_ss<BN>(acc, tl_wgmma_descriptor(a, s * 32), tl_wgmma_descriptor(b, s * 32));
   }
 }
@@ -248,9 +256,9 @@ template <class S> struct tl_wgmma_tf32_tile : tl_wgmma_block<S, 32> {
   // v2: the accumulator promoted into a running total every TL_TF32_PROMOTE_TILES k tiles.
   static constexpr bool PROMOTE = KT > TL_TF32_PROMOTE_TILES;
   // v8: high's operands as bf16 parts (3xBF16) where the Spec asks (K-major operands only).
-  static constexpr bool BF16X3 = S::BF16_PARTS;
-  static_assert(!BF16X3 || (P == 3 && !S::A_KM && !S::B_KN), "3xBF16: high precision, K-major operands");
-  static_assert(!S::B_PARTS || (BF16X3 && S::K % BK == 0), "v9: B's bf16 parts in whole k tiles, for 3xBF16");
+  static constexpr bool BF16 = S::BF16_PARTS;
+  static_assert(!BF16 || ((P == 3 || P == 1) && !S::A_KM && !S::B_KN), "bf16 parts: K-major operands");
+  static_assert(!S::B_PARTS || (BF16 && S::K % BK == 0), "v9: B's bf16 parts in whole k tiles, for bf16 products");
   static constexpr int SQUARES = BM * 8 / THREADS;  // RMSNorm: rows threadIdx.x / 8 + j * THREADS / 8
   static_assert((BM == 64 || BM == 128) && STAGES >= 3, "tf32 wgmma: 64 or 128 rows");
   static_assert(!S::A_KM || (!S::ROW_NORM && !S::NORM_GAIN), "v4: no RMSNorm on an A stored [K, M]");
@@ -317,8 +325,8 @@ template <class S> struct tl_wgmma_tf32_tile : tl_wgmma_block<S, 32> {
       tl_sync();
       if constexpr (S::A_KM) aBlocks.template store<P>(sA, residual);
       if constexpr (S::B_KN) bBlocks.template store<P>(sA + A_BYTES, residual + A_BYTES);
-    } else if constexpr (BF16X3) {
-      tl_split_stage_bf16x3<S::B_PARTS ? BM : BM + BN, BM, THREADS>(sA, residual, gain, squares);  // v9: A's alone
+    } else if constexpr (BF16) {
+      tl_split_stage_bf16<S::B_PARTS ? BM : BM + BN, BM, THREADS, P>(sA, residual, gain, squares);  // v9: A's alone
     } else {
       tl_split_stage_tf32<BM + BN, BM, THREADS, P>(sA, residual, gain, squares);
     }
@@ -356,7 +364,7 @@ template <class S> struct tl_wgmma_tf32_tile : tl_wgmma_block<S, 32> {
     const unsigned aLow = tl_smem_addr(residual) + (warp / 4) * 64 * 128, bLow = tl_smem_addr(residual) + A_BYTES;
     tl_wgmma_fence();
     tl_wgmma_pin(acc);
-    if constexpr (BF16X3) tl_wgmma_bf16x3_stage<BN>(acc, aLow, S::B_PARTS ? bHigh : bLow);  // v9: B's parts as copied
+    if constexpr (BF16) tl_wgmma_bf16_parts_stage<BN, P>(acc, aLow, S::B_PARTS ? bHigh : bLow);  // v9: B's parts as copied
     else tl_wgmma_tf32_stage<BN, P>(acc, aHigh, aLow, bHigh, bLow);
     tl_wgmma_commit();
     tl_wgmma_pin(acc);
@@ -407,8 +415,8 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32(const typename S::Params &p
 
 template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params &p) {
   constexpr int BM = S::BM, BN = S::BN, BK = 32, GROUPS = BM / 64, THREADS = (GROUPS + 1) * 128, P = S::TF32_PRODUCTS;
-  constexpr bool BF16X3 = S::BF16_PARTS;  // v8
-  static_assert(!S::B_PARTS || (BF16X3 && S::K % BK == 0), "v9: B's bf16 parts in whole k tiles, for 3xBF16");
+  constexpr bool BF16 = S::BF16_PARTS;  // v8, v10
+  static_assert(!S::B_PARTS || (BF16 && S::K % BK == 0), "v9: B's bf16 parts in whole k tiles, for bf16 products");
   // A slot: a stage's A and B rows (high parts once split), then their residuals.
   constexpr int A_BYTES = BM * BK * 4, STAGE_BYTES = (BM + BN) * BK * 4, SLOT_BYTES = 2 * STAGE_BYTES;
   constexpr int KT = (S::K + BK - 1) / BK, STAGES = S::STAGES, LD = BN + 8;
@@ -469,7 +477,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params
       asm volatile("bar.sync 2, 128;" ::: "memory");  // the producers' copies of tile i have all landed
       // Thread t splits (and sums the squares of) chunks of the rows it copied, t / 8 + 16 c.
       unsigned char *slot = tl_smem + (i % STAGES) * SLOT_BYTES;
-      if constexpr (BF16X3) tl_split_stage_bf16x3<S::B_PARTS ? BM : BM + BN, BM, 128>(slot, slot + STAGE_BYTES, nullptr, squares);
+      if constexpr (BF16) tl_split_stage_bf16<S::B_PARTS ? BM : BM + BN, BM, 128, P>(slot, slot + STAGE_BYTES, nullptr, squares);
       else tl_split_stage_tf32<BM + BN, BM, 128, P>(slot, slot + STAGE_BYTES, nullptr, squares);
       // Written through the generic proxy; the consumers' wgmma reads through the async one.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -499,7 +507,7 @@ template <class S> TL_DEVICE void tl_gemm_wgmma_tf32_ws(const typename S::Params
       const unsigned aLow = aHigh + STAGE_BYTES, bLow = bHigh + STAGE_BYTES;
       tl_wgmma_fence();
       tl_wgmma_pin(acc);
-      if constexpr (BF16X3) tl_wgmma_bf16x3_stage<BN>(acc, aLow, S::B_PARTS ? bHigh : bLow);
+      if constexpr (BF16) tl_wgmma_bf16_parts_stage<BN, P>(acc, aLow, S::B_PARTS ? bHigh : bLow);
       else tl_wgmma_tf32_stage<BN, P>(acc, aHigh, aLow, bHigh, bLow);
       tl_wgmma_commit();
       tl_wgmma_wait<1>();  // the group before this one is done: its stage goes back

@@ -504,33 +504,39 @@ TEST(Codegen, Fp32AttentionTilesGiveEverySmTwoBlocks) {
   EXPECT_EQ(bf16.launch.at("cuda").gridBlocks, 8 * 4 * 128 / 32);
 }
 
-// At high precision a forward's weights are split into bf16 parts once, at load: every
-// K-major GEMM's sm_90a launch lists its weight among the inputs it reads so (the CPU,
-// other NVIDIA and AMD paths read it as floats), and its tile splits only A (B_PARTS). Not
-// where the weights change (a training step) or at medium (no split at all).
+// At high and medium precision a forward's weights are split into bf16 parts once, at load:
+// every K-major GEMM's sm_90a launch lists its weight among the inputs it reads so (the
+// CPU, other NVIDIA and AMD paths read it as floats), and its tile splits only A (B_PARTS).
+// Not where the weights change (a training step) or at highest (fp32 FMAs).
 TEST(Codegen, Fp32ForwardWeightsAreSplitIntoBf16PartsAtLoad) {
   const std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
-  const Program forward = compileModelFile(path, {2, 8, 128, "f32"});
-  int gemms = 0;
-  for (const Kernel &kernel : forward.kernels) {
-    if (!contains(kernel.source, "tl_gemm_wgmma_tf32<")) continue;
-    ++gemms;
-    EXPECT_TRUE(contains(kernel.source, "static constexpr bool B_PARTS = true;")) << kernel.name;
-    const std::vector<int> &parts = kernel.launch.at("cuda:sm_90a").bf16PartsInputs;
-    ASSERT_EQ(parts.size(), 1u) << kernel.name;
-    EXPECT_EQ(parts[0], kernel.inputs.at(1)) << kernel.name;  // B, after A
-    EXPECT_EQ(forward.storageOf(parts[0]).storage, Storage::Weight) << kernel.name;
-    EXPECT_TRUE(kernel.launch.at("cuda").bf16PartsInputs.empty() && kernel.launch.at("hip").bf16PartsInputs.empty());
+  auto forwardAt = [&](MatmulPrecision precision) {
+    CompileOptions options{2, 8, 128, "f32"};
+    options.matmulPrecision = precision;
+    return compileModelFile(path, options);
+  };
+  for (MatmulPrecision precision : {MatmulPrecision::High, MatmulPrecision::Medium}) {
+    const Program forward = forwardAt(precision);
+    int gemms = 0;
+    for (const Kernel &kernel : forward.kernels) {
+      if (!contains(kernel.source, "tl_gemm_wgmma_tf32<")) {
+        EXPECT_FALSE(contains(kernel.source, "B_PARTS = true")) << kernel.name;
+        continue;
+      }
+      ++gemms;
+      EXPECT_TRUE(contains(kernel.source, "static constexpr bool B_PARTS = true;")) << kernel.name;
+      const std::vector<int> &parts = kernel.launch.at("cuda:sm_90a").bf16PartsInputs;
+      ASSERT_EQ(parts.size(), 1u) << kernel.name;
+      EXPECT_EQ(parts[0], kernel.inputs.at(1)) << kernel.name;  // B, after A
+      EXPECT_EQ(forward.storageOf(parts[0]).storage, Storage::Weight) << kernel.name;
+      EXPECT_TRUE(kernel.launch.at("cuda").bf16PartsInputs.empty() && kernel.launch.at("hip").bf16PartsInputs.empty());
+    }
+    EXPECT_EQ(gemms, 4 * 8 + 1);  // QKV, o_proj, gate/up, down a block, and the logits
   }
-  EXPECT_EQ(gemms, 4 * 8 + 1);  // QKV, o_proj, gate/up, down a block, and the logits
-  for (const Kernel &kernel : forward.kernels)
-    if (!contains(kernel.source, "tl_gemm_wgmma_tf32<")) EXPECT_FALSE(contains(kernel.source, "B_PARTS = true")) << kernel.name;
-
-  CompileOptions medium{2, 8, 128, "f32"};
-  medium.matmulPrecision = MatmulPrecision::Medium;
   CompileOptions trainingOptions{2, 2, 16, "f32"};
   trainingOptions.fuseNormGrad = true;
-  for (const Program &program : {compileModelFile(path, medium), compileTrainingStepFile(path, trainingOptions, AdamWOptions{})})
+  for (const Program &program :
+       {forwardAt(MatmulPrecision::Highest), compileTrainingStepFile(path, trainingOptions, AdamWOptions{})})
     for (const Kernel &kernel : program.kernels) {
       EXPECT_FALSE(contains(kernel.source, "B_PARTS = true")) << kernel.name;
       for (const auto &[backend, launch] : kernel.launch) EXPECT_TRUE(launch.bf16PartsInputs.empty()) << kernel.name;
@@ -539,8 +545,9 @@ TEST(Codegen, Fp32ForwardWeightsAreSplitIntoBf16PartsAtLoad) {
 
 // f32 matrix products follow the matmul precision: "high" (the default) splits each
 // operand for three tensor-core products (bf16 parts on sm_90a's wgmma where both operands
-// are K-major and in the forward's attention, tf32 elsewhere), "medium" keeps one tf32
-// product, "highest" the fp32 FMA templates; forward and backward, GEMMs and attention.
+// are K-major and in the forward's attention, tf32 elsewhere), "medium" keeps one product
+// (of the bf16 high parts there, tf32 elsewhere), "highest" the fp32 FMA templates; forward
+// and backward, GEMMs and attention.
 TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
   std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
   auto step = [&](MatmulPrecision precision) {
@@ -557,9 +564,9 @@ TEST(Codegen, Fp32MatmulPrecisionPicksTheTemplates) {
     EXPECT_TRUE(contains(qkv.source, "tl_gemm_wgmma_tf32<")) << qkv.name;  // sm_90a
     EXPECT_TRUE(contains(qkv.source, "tl_gemm_mma_tf32<")) << qkv.name;    // other NVIDIA
     EXPECT_TRUE(contains(qkv.source, "static constexpr int TF32_PRODUCTS = " + products + ";"));
-    // sm_90a's wgmma splits high's K-major operands into bf16 parts (3xBF16), not tf32.
-    const std::string bf16Parts = precision == MatmulPrecision::High ? "true" : "false";
-    EXPECT_TRUE(contains(qkv.source, "static constexpr bool BF16_PARTS = " + bf16Parts + ";")) << qkv.name;
+    // sm_90a's wgmma splits K-major operands into bf16 parts (3xBF16; medium multiplies the
+    // high parts alone), not tf32.
+    EXPECT_TRUE(contains(qkv.source, "static constexpr bool BF16_PARTS = true;")) << qkv.name;
     // The backward's transposed operands: on sm_90a wgmma, transposed as they are split
     // (gemm_wgmma_tf32.cuh v4: wgmma has no tf32 transpose); mma.sync on other NVIDIA GPUs.
     const Kernel &dW = kernelNamed(program, "tl_linear_grad_weight_f32");

@@ -135,7 +135,7 @@ std::vector<JitSource> allKernelSources() {
           for (const Kernel &kernel : program->kernels) entryOf.emplace(kernel.source, kernel.entry);
       }
   // f32 at the other matmul precisions (the default, high, is above): fp32 FMAs, and one
-  // tf32 product.
+  // product (bf16 on sm_90a's wgmma, tf32 elsewhere).
   for (MatmulPrecision precision : {MatmulPrecision::Highest, MatmulPrecision::Medium})
     for (int level = 0; level <= 3; ++level) {
       CompileOptions options{level, 2, 16, "f32", true, precision};
