@@ -66,7 +66,7 @@ ncu_gemms() {
     --section MemoryWorkloadAnalysis_Tables --section Occupancy --section WarpStateStats --section SchedulerStats \
     --section LaunchStats --csv --page details "$@" > "$LOGS/$out.csv" 2> "$LOGS/$out.err"
   note "$out: rc=$? ($out.csv)"
-  grep -E '"(Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy)"' \
+  grep -E '"(Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued Instruction)"' \
     "$LOGS/$out.csv" | awk -F'","' '{print $5, "|", $(NF-2), $(NF-1), $NF}' | cut -c1-160 | tee -a "$summary"
   cp "$LOGS/$out.csv" "$LOGS/$out.err" "$RESULTS/" 2>/dev/null
 }
