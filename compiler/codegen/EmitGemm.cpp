@@ -334,8 +334,8 @@ std::string specConstants(const KernelSource &source, const GemmSpec &gemm, cons
                       gemm.normGrad.has_value());
   spec += fmt::format("  static constexpr int TF32_PRODUCTS = {};  // fp32 operands on tensor cores: 3 (3xTF32) or 1\n",
                       plan.operands.tf32Products);
-  spec += fmt::format("  static constexpr bool BF16_PARTS = {};  // sm_90a's wgmma: the 3 products' parts bf16 (3xBF16), "
-                      "not tf32\n",
+  spec += fmt::format("  static constexpr bool BF16_PARTS = {};  // sm_90a's wgmma: the products' parts bf16 (3xBF16, "
+                      "or medium's one), not tf32\n",
                       plan.bf16Parts);
   spec += fmt::format("  static constexpr bool B_PARTS = {};  // sm_90a: B a weight split into bf16 parts at load "
                       "(gemm_wgmma_tf32.cuh v9)\n",
@@ -499,6 +499,21 @@ std::vector<std::string> normGradDetails(const KernelSource &source, const GemmS
   return details;
 }
 
+// What an fp32 GEMM multiplies on the tensor cores, at its precision and on each path.
+std::string fp32ProductsLine(const GemmPlan &plan) {
+  const std::string weights = plan.weightParts ? "B, a weight, split into its parts once, when the weights are loaded" : "";
+  if (plan.operands.tf32Products == 3)
+    return "fp32 operands on NVIDIA tensor cores (matmul precision high): " +
+           (plan.bf16Parts ? "on sm_90a each element a bf16 high part and residual, three bf16 products accumulated in "
+                             "fp32 (3xBF16" + (weights.empty() ? "" : "; " + weights) + "); elsewhere tf32 parts (3xTF32)"
+                           : std::string("each element a tf32 high part and residual, three tf32 products accumulated "
+                                         "in fp32 (3xTF32)"));
+  return "fp32 operands on NVIDIA tensor cores (matmul precision medium): one product, " +
+         (plan.bf16Parts ? "of the bf16 high parts on sm_90a" + (weights.empty() ? "" : " (" + weights + ")") +
+                               "; of the tf32-rounded operands elsewhere (plain TF32)"
+                         : std::string("of the tf32-rounded operands (plain TF32)"));
+}
+
 // The kernel's header comment: what it computes and on which path with which tile.
 std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &gemm, const GemmPlan &plan,
                                     const std::vector<std::string> &epilogueDetails) {
@@ -549,25 +564,7 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
                                         gemv.BM, gemv.BM == 1 ? "" : "s", gemv.warps, gemv.BN, runs, split));
     return headerLines;
   }
-  if (plan.matrixUnits && plan.operands.tf32Products == 3)
-    headerLines.push_back(std::string("fp32 operands on NVIDIA tensor cores (matmul precision high): ") +
-                          (plan.bf16Parts
-                               ? std::string("on sm_90a each element a bf16 high part and residual, three bf16 "
-                                             "products accumulated in fp32 (3xBF16)") +
-                                     (plan.weightParts ? ", B (a weight) split into its parts once when the weights are "
-                                                         "loaded, A in each tile"
-                                                       : "") +
-                                     "; elsewhere tf32 parts (3xTF32)"
-                               : "each element a tf32 high part and residual, three tf32 products accumulated in fp32 "
-                                 "(3xTF32)"));
-  else if (plan.matrixUnits && plan.operands.tf32Products == 1)
-    headerLines.push_back(std::string("fp32 operands on NVIDIA tensor cores (matmul precision medium): one product of ") +
-                          (plan.bf16Parts ? std::string("the operands rounded to bf16 on sm_90a") +
-                                                (plan.weightParts ? " (B, a weight, rounded once when the weights are "
-                                                                    "loaded)"
-                                                                  : "") +
-                                                ", of the tf32-rounded ones elsewhere (plain TF32)"
-                                          : "the tf32-rounded operands (plain TF32)"));
+  if (plan.matrixUnits && plan.operands.tf32Products > 0) headerLines.push_back(fp32ProductsLine(plan));
   if (hopper)
     headerLines.push_back(fmt::format("sm_90a: warpgroup tensor cores (wgmma), {}x{} tiles, {} warpgroups{}, {} stages{}{}{}",
                                       hopper->BM, hopper->BN, hopper->BM / 64,
