@@ -1104,7 +1104,10 @@ private:
         auto found = offsetOf.find(key);
         if (found == offsetOf.end()) {
           found = offsetOf.emplace(key, total).first;
-          blobs.emplace_back(total, storedBytes(value, weights.concatenated(value, device_->vendor()), asParts));
+          std::vector<float> data = weights.concatenated(value, device_->vendor());
+          if (program_.dtype == DType::BF16 && value.dtype != DType::BF16)  // as the CPU reference rounds it
+            for (float &element : data) element = bf16ToFloat(floatToBf16(element));
+          blobs.emplace_back(total, deviceBytes(value.dtype, data, asParts));
           total = alignUp(total + value.bytes());
         }
         offsets[{value.id, asParts}] = found->second;
@@ -1124,21 +1127,6 @@ private:
     for (const auto &[stored, pointer] : shared) place(stored, pointer);
     report_.weightBytes = total;
     report_.weightsAsBf16Parts = int(readAsParts.size());
-  }
-
-  // A weight's bytes on the device: its dtype's, or bf16 parts (runtime/Bf16Parts.h).
-  std::vector<char> storedBytes(const Value &value, std::vector<float> data, bool asParts) const {
-    std::vector<char> bytes(size_t(value.bytes()));
-    if (value.dtype == DType::BF16) {
-      auto *halves = reinterpret_cast<uint16_t *>(bytes.data());
-      for (size_t i = 0; i < data.size(); ++i) halves[i] = floatToBf16(data[i]);
-      return bytes;
-    }
-    if (program_.dtype == DType::BF16)
-      for (float &element : data) element = bf16ToFloat(floatToBf16(element));
-    if (asParts) splitIntoBf16Parts(data.data(), data.size(), reinterpret_cast<uint16_t *>(bytes.data()));
-    else std::memcpy(bytes.data(), data.data(), bytes.size());
-    return bytes;
   }
 
   std::vector<float> readAsFloats(int id) {

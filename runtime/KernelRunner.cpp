@@ -133,18 +133,8 @@ void GpuKernelRunner::setInputs(const KernelValues &inputs) {
     auto found = inputs.find(value.id);
     if (found == inputs.end() || int64_t(found->second.size()) != value.numElements())
       throw Error(fmt::format("kernel '{}': no input data for '{}'", kernel_.name, value.name));
-    std::vector<char> bytes(size_t(value.bytes()));
-    if (readsAsBf16Parts(launch_, kernel_.inputs[i])) {  // a weight the backend would split at load
-      splitIntoBf16Parts(found->second.data(), found->second.size(), reinterpret_cast<uint16_t *>(bytes.data()));
-      device_.copyToDevice(buffers_[i], bytes.data(), bytes.size());
-      continue;
-    }
-    for (size_t e = 0; e < found->second.size(); ++e) {
-      float x = found->second[e];
-      if (value.dtype == DType::BF16) reinterpret_cast<uint16_t *>(bytes.data())[e] = floatToBf16(x);
-      else if (value.dtype == DType::I32) reinterpret_cast<int32_t *>(bytes.data())[e] = int32_t(x);
-      else reinterpret_cast<float *>(bytes.data())[e] = x;
-    }
+    // A weight the backend would split at load goes in as its parts.
+    const std::vector<char> bytes = deviceBytes(value.dtype, found->second, readsAsBf16Parts(launch_, kernel_.inputs[i]));
     device_.copyToDevice(buffers_[i], bytes.data(), bytes.size());
   }
 }

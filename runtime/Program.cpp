@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "runtime/Bf16Parts.h"
 #include "runtime/Checked.h"
 #include "runtime/Error.h"
 #include "runtime/MemoryPlanner.h"
@@ -391,8 +392,9 @@ private:
         if (std::find(kernel.inputs.begin(), kernel.inputs.end(), id) == kernel.inputs.end())
           fail(where, fmt::format("value {} is not among the kernel's inputs", id));
         const Value &weight = base(id);
-        if (weight.storage != Storage::Weight || weight.dtype != DType::F32 || weight.numElements() % 32 != 0)
-          fail(where, fmt::format("{} is not an f32 weight of whole blocks of 32 elements", describe(id)));
+        if (weight.storage != Storage::Weight || weight.dtype != DType::F32 ||
+            weight.numElements() % int64_t(kBf16PartsBlock) != 0)
+          fail(where, fmt::format("{} is not an f32 weight of whole blocks of {} elements", describe(id), kBf16PartsBlock));
         if (program_.kind == ProgramKind::TrainStep)
           fail(where, fmt::format("{} is updated by the training step, so it cannot be kept as bf16 parts", describe(id)));
       }

@@ -23,9 +23,7 @@
 # racecheck and synccheck) and lab (bench/gemv-lab's two programs, built with the machine's
 # nvcc) and f32 (issue 31: the f32 levels timed, O2's forward and training step profiled,
 # the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs) and bf16ncu (the bf16
-# O3 forward's GEMMs at 8 x 128, launch by launch and under Nsight Compute) and f32split
-# (f32's four GEMMs with no split pass, timed beside main and under Nsight Compute; needs
-# tl-run) and jitvariants (JIT_VARIANTS, TLC_JIT_OPTIONS values separated by ';', say
+# O3 forward's GEMMs at 8 x 128, launch by launch and under Nsight Compute) and jitvariants (JIT_VARIANTS, TLC_JIT_OPTIONS values separated by ';', say
 # -DNAME for a macro a template tests: each checked at O3, then the decode-shaped forwards
 # timed with each and as compiled) and chainsweep (O3's decode-shaped forwards with one kind
 # of chained launch at a time launched on its own, by patch-sources.py; needs tl-run) and f32jit
@@ -268,18 +266,6 @@ fi
 if want f32attention; then  # issue 31: the f32 forward's attention as 3xBF16 (attention_mma.cuh v9), checked and timed
   f32_tests 'GpuKernelsTf32.*:GpuForwardPrecision.*:Levels/GpuForward.*f32*:Levels/GpuTraining.*f32*' f32attention-tests
   f32_ladder
-fi
-if want f32split; then  # issue 31: the three tf32 products with no split pass (wrong results), timed and profiled
-  "$TLC" $MODEL -O3 --dtype=f32 --batch-size=8 --seq-len=128 --emit=program -o "$LOGS/f32.json" 2>/dev/null
-  python3 scripts/patch-sources.py "$LOGS/f32.json" "$LOGS/f32-nosplit.json" --entry linear \
-    --replace 'tl_split_stage_tf32<BM + BN, BM, THREADS, P>(' 'tl_split_stage_tf32<BM, BM, THREADS, 1>(' \
-    --replace 'const unsigned aLow = tl_smem_addr(residual) + (warp / 4) * 64 * 128, bLow = tl_smem_addr(residual) + A_BYTES;' \
-    'const unsigned aLow = S::A_KM || S::B_KN ? tl_smem_addr(residual) + (warp / 4) * 64 * 128 : aHigh, bLow = S::A_KM || S::B_KN ? tl_smem_addr(residual) + A_BYTES : bHigh;' \
-    > /dev/null
-  for round in 1 2; do for v in f32 f32-nosplit; do
-    note "f32 O3 8x128 $v: $("$BUILD/tools/tl-run" "$LOGS/$v.json" --target=cuda --iterations=50 --allow-nonfinite 2>&1 | grep -E '^ *forward|error' | head -1)"
-  done; done
-  ncu_gemms ncu-f32-nosplit "$BUILD/tools/tl-run" "$LOGS/f32-nosplit.json" --target=cuda --allow-nonfinite
 fi
 if want o3; then  # the persistent kernel: correct against the CPU reference, timed beside O2, traced
   timeout 600 "$TESTS" --gtest_filter="${O3_TESTS:-GpuPersistent*}" > "$LOGS/o3-forward.txt" 2>&1

@@ -4,6 +4,7 @@
 #include "compiler/codegen/EmitterSupport.h"
 #include "compiler/codegen/Schedule.h"
 
+#include "runtime/Bf16Parts.h"
 #include "runtime/Error.h"
 
 #include <fmt/format.h>
@@ -175,14 +176,15 @@ struct GemmPlan {
 // row offset of whole blocks plus k, with K whole blocks too.
 bool bReadsWeightParts(const KernelSource &source, const GemmSpec &gemm, const std::optional<Separated> &bParts) {
   const Value &weight = source.value(gemm.b);
+  const int64_t block = int64_t(kBf16PartsBlock);  // also the tiles' k step: a k tile's row is one block
   if (!source.weightPartsAllowed() || weight.storage != Storage::Weight || weight.dtype != DType::F32 || !bParts ||
-      gemm.bKN || gemm.K % 32 != 0 || weight.numElements() % 32 != 0)
+      gemm.bKN || gemm.K % block != 0 || weight.numElements() % block != 0)
     return false;
   for (int64_t k = 0; k < gemm.K; ++k)
     if (bParts->column.evaluate({{"k", k}}) != k) return false;
   for (int64_t b : sampleValues(gemm.batch))
     for (int64_t n = 0; n < gemm.N; ++n)
-      if (bParts->row.evaluate({{"n", n}, {"bt", b}}) % 32 != 0) return false;
+      if (bParts->row.evaluate({{"n", n}, {"bt", b}}) % block != 0) return false;
   return true;
 }
 

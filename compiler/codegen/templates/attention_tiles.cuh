@@ -216,13 +216,6 @@ template <int PRODUCTS> struct tl_attention_tf32 : tl_attention_fp32_rows<tl_att
   }
 };
 
-// Two fp32 values (bits) as a bf16 pair of their high parts (x0 in the low half) and a
-// pair of their residuals: x = h + l to about 2^-17 |x|.
-TL_DEVICE void tl_split_bf16(unsigned x0, unsigned x1, unsigned &hi, unsigned &lo) {
-  const float a = __uint_as_float(x0), b = __uint_as_float(x1);
-  hi = tl_pack_bf16(a, b);
-  lo = tl_pack_bf16(a - tl_bf16_lo(hi), b - tl_bf16_hi(hi));
-}
 // d += a · b for split bf16 fragments: the residual products first, then the high parts.
 TL_DEVICE void tl_mma_bf16x3(float (&d)[4], const tl_split_fragment &a, unsigned bHi0, unsigned bHi1, unsigned bLo0,
                              unsigned bLo1) {

@@ -155,18 +155,13 @@ TL_DEVICE void tl_split_stage_bf16(const unsigned char *tile, unsigned char *out
                                    float (&sum)[A_ROWS > 0 ? A_ROWS * 8 / THREADS : 1]) {
   tl_split_stage_chunks<ROWS, A_ROWS, THREADS>(tile, gain, sum, [&](int c, const unsigned (&x)[4]) {
     const int row = c / 8, chunk = (c % 8) ^ (row % 8);  // floats 4 chunk .. 4 chunk + 3 of the row
-    float v[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = __uint_as_float(x[e]);
-    const unsigned hi0 = tl_pack_bf16(v[0], v[1]), hi1 = tl_pack_bf16(v[2], v[3]);
+    unsigned hi0, lo0, hi1, lo1;  // (one product: the residuals unused, so never computed)
+    tl_split_bf16(x[0], x[1], hi0, lo0);
+    tl_split_bf16(x[2], x[3], hi1, lo1);
     // bf16 k 4 chunk ..: byte 8 chunk of the row (high parts), 64 + 8 chunk (residuals).
     unsigned char *rowBytes = out + row * 128 + (chunk % 2) * 8;
     *reinterpret_cast<uint2 *>(rowBytes + ((chunk / 2) ^ (row % 8)) * 16) = make_uint2(hi0, hi1);
-    if constexpr (PRODUCTS == 3) {
-      const unsigned lo0 = tl_pack_bf16(v[0] - tl_bf16_lo(hi0), v[1] - tl_bf16_hi(hi0));
-      const unsigned lo1 = tl_pack_bf16(v[2] - tl_bf16_lo(hi1), v[3] - tl_bf16_hi(hi1));
-      *reinterpret_cast<uint2 *>(rowBytes + ((4 + chunk / 2) ^ (row % 8)) * 16) = make_uint2(lo0, lo1);
-    }
+    if constexpr (PRODUCTS == 3) *reinterpret_cast<uint2 *>(rowBytes + ((4 + chunk / 2) ^ (row % 8)) * 16) = make_uint2(lo0, lo1);
   });
 }
 

@@ -55,6 +55,15 @@ TL_DEVICE void tl_split_tf32(const unsigned (&x)[N], unsigned (&hi)[N], unsigned
   }
 }
 
+// Two fp32 values (bits) as a bf16 pair of their high parts (x0 in the low half) and a
+// pair of their residuals: x = h + l to about 2^-17 |x| (3xBF16, in the attention's
+// fragments and the wgmma GEMMs' stages; runtime/Bf16Parts.h splits weights the same way).
+TL_DEVICE void tl_split_bf16(unsigned x0, unsigned x1, unsigned &hi, unsigned &lo) {
+  const float a = __uint_as_float(x0), b = __uint_as_float(x1);
+  hi = tl_pack_bf16(a, b);
+  lo = tl_pack_bf16(a - tl_bf16_lo(hi), b - tl_bf16_hi(hi));
+}
+
 // d += a · b for one 16x8x8 tile of tf32: a row-major 16x8, b 8x8 given column by column.
 TL_DEVICE void tl_mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "

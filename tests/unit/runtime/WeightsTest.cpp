@@ -373,8 +373,10 @@ TEST(Bf16Parts, BlocksHoldHighPartsThenResidualsThatSumBack) {
   std::uniform_int_distribution<int> exponent(-20, 20);
   std::vector<float> weight(3 * kBf16PartsBlock);
   for (float &x : weight) x = std::ldexp(normal(random), exponent(random));
+  const std::vector<char> bytes = deviceBytes(DType::F32, weight, /*asBf16Parts=*/true);
+  ASSERT_EQ(bytes.size(), weight.size() * 4);  // 4 bytes an element, as the floats took
   std::vector<uint16_t> parts(2 * weight.size());
-  splitIntoBf16Parts(weight.data(), weight.size(), parts.data());
+  std::memcpy(parts.data(), bytes.data(), bytes.size());
   double partsError = 0, highError = 0;
   for (size_t i = 0; i < weight.size(); ++i) {
     const size_t block = i / kBf16PartsBlock, e = i % kBf16PartsBlock;
@@ -386,6 +388,25 @@ TEST(Bf16Parts, BlocksHoldHighPartsThenResidualsThatSumBack) {
     highError += (bf16ToFloat(high) - x) * (bf16ToFloat(high) - x) / (x * x);
   }
   EXPECT_LT(partsError, highError / 1000);  // the residuals carry the next 8 bits
+}
+
+// The other layouts deviceBytes writes: the floats themselves, bf16 rounded to nearest,
+// token ids as i32.
+TEST(Bf16Parts, DeviceBytesOfEachDtype) {
+  const std::vector<float> values{1.0f, -2.5f, 3.0f + 3.0f / 256, 7.0f};
+  const std::vector<char> f32 = deviceBytes(DType::F32, values, false);
+  ASSERT_EQ(f32.size(), 16u);
+  EXPECT_EQ(std::memcmp(f32.data(), values.data(), 16), 0);
+  const std::vector<char> bf16 = deviceBytes(DType::BF16, values, false);
+  ASSERT_EQ(bf16.size(), 8u);
+  uint16_t halves[4];
+  std::memcpy(halves, bf16.data(), 8);
+  EXPECT_EQ(bf16ToFloat(halves[1]), -2.5f);
+  EXPECT_EQ(bf16ToFloat(halves[2]), 3.0f + 1.0f / 64);  // 3/4 of bf16's step 2^-6 above 3: rounded up, not cut
+  const std::vector<char> ids = deviceBytes(DType::I32, values, false);
+  int32_t id[4];
+  std::memcpy(id, ids.data(), 16);
+  EXPECT_EQ(id[3], 7);
 }
 
 } // namespace
