@@ -342,6 +342,8 @@ std::string specConstants(const KernelSource &source, const GemmSpec &gemm, cons
   spec += fmt::format("  static constexpr bool B_PARTS = {};  // sm_90a: B a weight split into bf16 parts at load "
                       "(gemm_wgmma_tf32.cuh v9)\n",
                       plan.weightParts);
+  spec += fmt::format("  static constexpr bool B_CONSTANT = {};  // no kernel writes B: may be read before the producers' wait\n",
+                      source.constantArgument(gemm.b));
   if (plan.gemv)
     spec += fmt::format("  static constexpr bool GEMV_MMA = {};  // matrix-vector products on tensor cores (v9)\n",
                         plan.gemv->tensorCores);

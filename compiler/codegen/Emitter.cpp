@@ -26,6 +26,12 @@ KernelSource::KernelSource(const Program &program, const KernelSpec &spec, const
   }
 }
 
+bool KernelSource::constantArgument(int param) const {
+  const Value *value = &this->value(param);
+  while (value->storage == Storage::View) value = &program_.value(value->viewOf);
+  return value->storage == Storage::Weight && program_.kind != ProgramKind::TrainStep;
+}
+
 std::string KernelSource::paramsStruct() const {
   std::string out = fmt::format("struct {}_params {{\n", entry());
   for (size_t i = 0; i < spec_.params.size(); ++i)

@@ -34,6 +34,9 @@ public:
   // in their own layout; a generator's prefill and decode share theirs, and the decode's
   // matrix-vector GEMMs read them plain (a second copy would double the weights).
   bool weightPartsAllowed() const { return program_.kind == ProgramKind::Forward; }
+  // Whether no kernel of the program writes argument `param`: a weight (or a view of one)
+  // outside a training step, whose optimizer updates the weights in place.
+  bool constantArgument(int param) const;
   bool chained() const { return spec_.chained; }
   // What the NVIDIA launch shapes are chosen for, and the compile options' overrides.
   const Machine &machine() const { return machine_; }

@@ -46,6 +46,9 @@
 //       is staged, and a warp that has its columns' whole K range stores its sums directly;
 //       A's chunks are staged two at a time. The schedule takes it for 3 to 8 rows of narrow
 //       GEMMs. AMD compiles the same spec onto v2's FMAs over the bf16 rows.
+//   v10 where B is constant (a weight outside a training step: S::B_CONSTANT), that first
+//       round is issued before the producers' wait, so a chained launch's blocks hold
+//       their first weights when the kernel before them ends.
 //
 // Spec (gemm_common.cuh's): BM = M rows (one row tile), BN, K_SPLITS (every tile split
 // alike), WARPS_N warps, GEMV_MMA; hooks a_src/a_chunk, b_src, gain_elem, epilogue.
@@ -516,9 +519,9 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
 #if !defined(TL_PERSISTENT)  // a persistent kernel's worker prefetches while it waits
   tl_gemm_gemv_prefetch<S>(p, threadIdx.x, THREADS);
 #endif
-  tl_wait_for_producers();
 
-  // B's first round is loaded before A is staged, so their latencies overlap (v8).
+  // B's first round is loaded before A is staged, so their latencies overlap (v8), and
+  // before the producers' wait where no kernel writes B (v10).
 #if defined(TL_NVIDIA)
   constexpr bool MMA = S::GEMV_MMA;
 #else
@@ -531,8 +534,13 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
 #endif
   typename tl_gemv_rounds<S>::Chunks round;
   typename Mma::Chunks mmaRound;
-  if constexpr (ROUNDS) tl_gemv_rounds<S>::load(p, cols, work.bt, work.kBegin, work.kEnd, warp, lane, 0, round);
-  if constexpr (MMA) Mma::load(p, cols, work, warp, lane, Mma::first(warp), mmaRound);
+  const auto loadFirstRound = [&] {
+    if constexpr (ROUNDS) tl_gemv_rounds<S>::load(p, cols, work.bt, work.kBegin, work.kEnd, warp, lane, 0, round);
+    if constexpr (MMA) Mma::load(p, cols, work, warp, lane, Mma::first(warp), mmaRound);
+  };
+  if constexpr (S::B_CONSTANT) loadFirstRound();
+  tl_wait_for_producers();
+  if constexpr (!S::B_CONSTANT) loadFirstRound();
 
   tl_gemv_stage_a<S, KR, LDA, THREADS>(p, As, squares, work.bt, work.kBegin, work.kEnd);
   if constexpr (S::ROW_NORM && !NORM_FROM_STAGED) tl_gemv_norm_over_k<S, WARPS>(p, work.bt, rowScale);

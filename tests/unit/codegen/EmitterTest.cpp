@@ -543,6 +543,26 @@ TEST(Codegen, Fp32ForwardWeightsAreSplitIntoBf16PartsAtLoad) {
     }
 }
 
+// A matrix-vector GEMM loads its first weights before waiting for the kernel before it
+// (gemm_gemv.cuh v10) only where no kernel writes them: a forward's weights, not a training
+// step's, whose optimizer updates them in place. Every GEMM's spec says which.
+TEST(Codegen, MatrixVectorGemmsReadWeightsBeforeTheWaitOnlyWhereNothingWritesThem) {
+  const std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
+  auto countGemms = [](const Program &program, const char *constant) {
+    int gemvs = 0;
+    for (const Kernel &kernel : program.kernels) {
+      if (!contains(kernel.source, "tl_gemm_gemv<")) continue;
+      ++gemvs;
+      EXPECT_TRUE(contains(kernel.source, std::string("static constexpr bool B_CONSTANT = ") + constant + ";"))
+          << kernel.name;
+    }
+    return gemvs;
+  };
+  EXPECT_EQ(countGemms(compileModelFile(path, {3, 1, 1, "bf16"}), "true"), 4 * 8 + 1);  // a block's 4 and the logits
+  const Program step = compileTrainingStepFile(path, {3, 1, 2, "f32"}, AdamWOptions{});
+  EXPECT_GT(countGemms(step, "false"), 0);
+}
+
 // f32 matrix products follow the matmul precision: "high" (the default) splits each
 // operand for three tensor-core products (bf16 parts on sm_90a's wgmma where both operands
 // are K-major and in the forward's attention, tf32 elsewhere), "medium" keeps one product
