@@ -160,6 +160,7 @@ struct GemmPlan {
   // once, at load (runtime/Bf16Parts.h), and sm_90a's tiles split A alone (KernelLaunch's
   // bf16PartsInputs).
   bool weightParts = false;
+  bool bConstant = false;  // no kernel writes B (a forward's weight): it may be read ahead of the producers
   bool matrixUnits = false;
   bool flat = false;        // tiles run across the groups' columns (Schedule.h's flatColumns)
   bool normShared = false;  // sm_90a: RMSNorm's row sums of squares computed once, shared
@@ -193,6 +194,7 @@ GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm) {
   // Operands the matrix units take: bf16, or fp32 split for tf32 products unless the
   // precision asks for exact ones (gemm_mma_tf32.cuh: 3xTF32, or plain TF32).
   plan.operands = gemmOperands(source, gemm);
+  plan.bConstant = source.constantArgument(gemm.b);
   // The matrix-unit paths load 16 bytes of A along k, and of B along k (or n when B is
   // stored [K, N]), with one access: 8 bf16 or 4 floats.
   const int chunk = plan.operands.tf32Products ? 4 : 8;
@@ -343,7 +345,7 @@ std::string specConstants(const KernelSource &source, const GemmSpec &gemm, cons
                       "(gemm_wgmma_tf32.cuh v9)\n",
                       plan.weightParts);
   spec += fmt::format("  static constexpr bool B_CONSTANT = {};  // no kernel writes B: may be read before the producers' wait\n",
-                      source.constantArgument(gemm.b));
+                      plan.bConstant);
   if (plan.gemv)
     spec += fmt::format("  static constexpr bool GEMV_MMA = {};  // matrix-vector products on tensor cores (v9)\n",
                         plan.gemv->tensorCores);
@@ -661,7 +663,7 @@ std::string gemmEntry(const KernelSource &source, const GemmPlan &plan) {
 
 // Each path's launch shape, the workspace and sync words its tiles share, and the tile
 // tasks a persistent kernel runs it as.
-void gemvLaunches(const GemmSpec &gemm, const GemvTile &gemv, EmittedKernel &emitted) {
+void gemvLaunches(const GemmSpec &gemm, const GemvTile &gemv, bool bConstant, EmittedKernel &emitted) {
   const int64_t tiles = gemm.batch * columnTiles(gemm, gemv.BN);
   emitted.launch["cuda"] = {tiles * gemv.splits, gemv.threads(32), gemv.sharedBytes(gemm)};
   emitted.launch["hip"] = {tiles * gemv.splits, gemv.threads(64), gemv.sharedBytes(gemm)};
@@ -675,11 +677,11 @@ void gemvLaunches(const GemmSpec &gemm, const GemvTile &gemv, EmittedKernel &emi
   GemmTileShape shape{gemv.BM, gemv.BN, flatColumns(gemm), gemv.pairs};
   emitted.tasks = {launch.gridBlocks, launch.blockThreads, launch.sharedBytes,
                    [gemm, shape, tiles](int64_t block) { return gemmBlockAccess(gemm, shape, block % tiles); },
-                   /*streamsWeights=*/true, /*joinsSplits=*/gemv.splits > 1};
+                   /*streamsWeights=*/true, /*joinsSplits=*/gemv.splits > 1, /*weightsConstant=*/bConstant};
 }
 
 void gemmLaunches(const GemmSpec &gemm, const GemmPlan &plan, EmittedKernel &emitted) {
-  if (plan.gemv) return gemvLaunches(gemm, *plan.gemv, emitted);
+  if (plan.gemv) return gemvLaunches(gemm, *plan.gemv, plan.bConstant, emitted);
   const GemmTile &nvidia = plan.nvidia;
   const std::optional<WgmmaTile> &hopper = plan.hopper;
   int64_t fixedTiles = gemmTiles(gemm, kFixedTile, kFixedTile);

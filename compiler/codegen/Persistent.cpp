@@ -240,8 +240,11 @@ namespace {
 WeightRing planWeightRing(const Program &program, const std::vector<TaskPlan> &plans, const Machine &machine,
                           int64_t shared, int threads) {
   int64_t largestTask = 0;
-  for (size_t k = 0; k < plans.size(); ++k)
-    if (plans[k].streamsWeights) largestTask = std::max(largestTask, program.kernels[k].minBytes / plans[k].blocks);
+  for (size_t k = 0; k < plans.size(); ++k) {
+    if (!plans[k].streamsWeights) continue;
+    if (!plans[k].weightsConstant) return {};  // the producer copies ahead of the waits: only what nothing writes
+    largestTask = std::max(largestTask, program.kernels[k].minBytes / plans[k].blocks);
+  }
   if (machine.overrides.noWeightRing || largestTask < kRingTaskBytes || threads + 32 > machine.maxThreadsPerBlock)
     return {};
   WeightRing ring;
