@@ -37,7 +37,7 @@ struct TaskPlan {
   std::function<BlockAccess(int64_t block)> access;
   bool streamsWeights = false;  // a GEMV: its weights may come through the weight ring
   bool joinsSplits = false;     // a GEMV split along K: the last split to arrive adds the parts
-  bool weightsConstant = true;  // no kernel writes what a GEMV streams: a ring may copy it ahead of the task
+  bool weightsConstant = false;  // no kernel writes what a GEMV streams: a ring may copy it ahead of the task
 };
 
 // [min, max] of `offset` with each named variable over [first, last] (the others over

@@ -548,7 +548,7 @@ TEST(Codegen, Fp32ForwardWeightsAreSplitIntoBf16PartsAtLoad) {
 // step's, whose optimizer updates them in place. Every GEMM's spec says which.
 TEST(Codegen, MatrixVectorGemmsReadWeightsBeforeTheWaitOnlyWhereNothingWritesThem) {
   const std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
-  auto countGemms = [](const Program &program, const char *constant) {
+  auto countGemvs = [](const Program &program, const char *constant) {
     int gemvs = 0;
     for (const Kernel &kernel : program.kernels) {
       if (!contains(kernel.source, "tl_gemm_gemv<")) continue;
@@ -558,9 +558,9 @@ TEST(Codegen, MatrixVectorGemmsReadWeightsBeforeTheWaitOnlyWhereNothingWritesThe
     }
     return gemvs;
   };
-  EXPECT_EQ(countGemms(compileModelFile(path, {3, 1, 1, "bf16"}), "true"), 4 * 8 + 1);  // a block's 4 and the logits
+  EXPECT_EQ(countGemvs(compileModelFile(path, {3, 1, 1, "bf16"}), "true"), 4 * 8 + 1);  // a block's 4 and the logits
   const Program step = compileTrainingStepFile(path, {3, 1, 2, "f32"}, AdamWOptions{});
-  EXPECT_GT(countGemms(step, "false"), 0);
+  EXPECT_GT(countGemvs(step, "false"), 0);
 }
 
 // f32 matrix products follow the matmul precision: "high" (the default) splits each
