@@ -42,6 +42,7 @@ const NumberOverride kNumberOverrides[] = {
     {"--gemv-splits", "TLC_GEMV_SPLITS", &ScheduleOverrides::gemvSplits, {0, 1024, "the schedule's"}},
     {"--gemv-columns", "TLC_GEMV_COLUMNS", &ScheduleOverrides::gemvColumns, {0, 256, "the schedule's"}},
     {"--gemv-warps", "TLC_GEMV_WARPS", &ScheduleOverrides::gemvWarps, {0, 16, "the schedule's"}},
+    {"--gemv-chain-columns", "TLC_GEMV_CHAIN_COLUMNS", &ScheduleOverrides::gemvChainColumns, {0, 256, "the schedule's"}},
     {"--cache-attention-split-keys", "TLC_CACHE_ATTENTION_SPLIT_KEYS", &ScheduleOverrides::cacheAttentionSplitKeys,
      {0, 1 << 20, "the schedule's"}},
 };
@@ -97,6 +98,8 @@ std::string scheduleOverridesError(const ScheduleOverrides &overrides) {
       return problem;
   if (overrides.gemvColumns % 16 != 0)
     return fmt::format("--gemv-columns={} must be a multiple of 16", overrides.gemvColumns);
+  if (int columns = overrides.gemvChainColumns; columns != 0 && (columns < 8 || (columns & (columns - 1)) != 0))
+    return fmt::format("--gemv-chain-columns={} must be a power of two from 8 to 256", columns);
   if (int warps = overrides.gemvWarps; warps != 0 && warps != 4 && warps != 8 && warps != 16)
     return fmt::format("--gemv-warps={} must be 4, 8 or 16", warps);
   if (int rows = overrides.attentionGradRows; rows != 0 && rows != 8 && rows != 16 && rows != 32)
@@ -122,6 +125,7 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
   if (overrides.gemvSplits) parts.push_back(fmt::format("gemv-splits={}", overrides.gemvSplits));
   if (overrides.gemvColumns) parts.push_back(fmt::format("gemv-columns={}", overrides.gemvColumns));
   if (overrides.gemvWarps) parts.push_back(fmt::format("gemv-warps={}", overrides.gemvWarps));
+  if (overrides.gemvChainColumns) parts.push_back(fmt::format("gemv-chain-columns={}", overrides.gemvChainColumns));
   if (overrides.gemvTensorCores) parts.push_back("gemv-tensor-cores");
   if (overrides.cacheAttentionFma) parts.push_back("cache-attention-fma");
   if (overrides.chainCacheAttention) parts.push_back("chain-cache-attention");
@@ -141,6 +145,7 @@ static PipelineOptions pipelineOptions(const CompileOptions &options, const Adam
   PipelineOptions pipeline;
   pipeline.level = options.optLevel;
   pipeline.specialize = tl::TlSpecializeOptions{options.batch, options.seqLen, options.dtype};
+  pipeline.gemvChains = options.gemvChains && !options.persistent;
   if (generation) {
     pipeline.mode = PipelineMode::Generate;
     pipeline.kvCache.maxContext = generation->maxContext;

@@ -54,6 +54,19 @@ def TlFuseBlocks : Pass<"tl-fuse-blocks", "mlir::ModuleOp"> {
   let dependentDialects = ["tl::TlDialect"];
 }
 
+def TlFuseGemvChains : Pass<"tl-fuse-gemv-chains", "mlir::ModuleOp"> {
+  let summary = "O3, decode shapes: a matrix-vector GEMM whose A is another's whole output takes that GEMM into its prologue (gate/up into down): one kernel, h kept on chip";
+  let description = [{
+    At a few rows (a decode step) each GEMM streams its weights and the hand-off between
+    two launches costs about as much as one's streaming. The reader's prologue then holds
+    the producer: each block computes a slice of the producer's columns, keeps it on chip,
+    and adds its products with the reader's matching K slice into the result (a split-K
+    over the producer's columns). Opt-in at O3 (--gemv-chains), not for a persistent kernel:
+    measured slower than two chained launches so far (docs/megakernel.md).
+  }];
+  let dependentDialects = ["tl::TlDialect"];
+}
+
 def TlFuseElementwise : Pass<"tl-fuse-elementwise", "mlir::ModuleOp"> {
   let summary = "O2+ training: chains of per-element ops become one tl.fused_elementwise kernel each";
   let description = [{

@@ -14,7 +14,7 @@ namespace tlc {
 
 // Each level is the one before plus one idea; canonicalize (which also drops dead
 // ops) and CSE run after every fusion so each pass sees a clean graph.
-void buildOptPipeline(mlir::OpPassManager &pm, int level, bool inference) {
+void buildOptPipeline(mlir::OpPassManager &pm, int level, bool inference, bool gemvChains) {
   auto cleanup = [&] {
     pm.addPass(mlir::createCanonicalizerPass());
     pm.addPass(mlir::createCSEPass());
@@ -35,6 +35,8 @@ void buildOptPipeline(mlir::OpPassManager &pm, int level, bool inference) {
   }
   if (level >= 3) {  // V4: one kernel per transformer block
     pm.addPass(tl::createTlFuseBlocks());
+    // A decode step's gate/up in its down projection's prologue, where asked for.
+    if (inference && gemvChains) pm.addPass(tl::createTlFuseGemvChains());
     cleanup();
   }
 }
@@ -65,7 +67,7 @@ static void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &option
   // Generation's functions are built from the unfused forward: each level fuses them as one.
   if (options.mode == PipelineMode::Generate) pm.addPass(std::move(kvCache));
   bool inference = options.mode == PipelineMode::Forward || options.mode == PipelineMode::Generate;
-  buildOptPipeline(pm, options.level, inference);
+  buildOptPipeline(pm, options.level, inference, options.gemvChains);
   if (options.mode != PipelineMode::TrainStep) return;
   pm.addPass(std::move(autodiff));
   buildBackwardPipeline(pm, options.level, options.fuseNormGrad);

@@ -31,13 +31,15 @@ struct PipelineOptions {
   std::optional<bool> fuseNormGrad;
   // TrainStep of several ranks: the gradients averaged over them in buckets, last
   std::optional<tl::TlAllReduceGradientsOptions> allReduce;
+  bool gemvChains = false;  // O3, inference: tl-fuse-gemv-chains (CompileOptions::gemvChains)
 };
 
 // Adds the pipeline's passes to a module pass manager.
 void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
 
 // Adds level N's forward passes (0..3); `inference` as PipelineMode::Forward.
-void buildOptPipeline(mlir::OpPassManager &pm, int level, bool inference = true);
+// `gemvChains`: at O3, inference only, tl-fuse-gemv-chains after the blocks (opt-in).
+void buildOptPipeline(mlir::OpPassManager &pm, int level, bool inference = true, bool gemvChains = false);
 
 // The passes in order, comma-separated, with the options of those the run configures
 // (tl-specialize, tl-autodiff) in shortest decimals: what tlc prints and a Program records.

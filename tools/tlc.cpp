@@ -158,6 +158,10 @@ cl::opt<bool> persistent("persistent",
                           cl::desc("-O3: the forward as one persistent kernel whose tasks are O2's kernels' blocks, "
                                    "each waiting only for what it reads (measured slower so far: docs/megakernel.md)"),
                           cl::cat(compileCategory), cl::sub(everywhere));
+cl::opt<bool> gemvChains("gemv-chains",
+                         cl::desc("-O3 at a decode step's rows: each block's gate/up GEMM inside its down projection's "
+                                  "kernel, h kept on chip (measured slower so far: docs/megakernel.md)"),
+                         cl::cat(compileCategory), cl::sub(everywhere));
 cl::opt<bool> printKernels("print-kernels", cl::desc("list every kernel of the forward: name, block, FLOPs, bytes"),
                            cl::cat(compileCategory));
 
@@ -188,6 +192,10 @@ cl::opt<int> gemvSplits("gemv-splits", cl::desc("matrix-vector GEMMs: K split th
 cl::opt<int> gemvColumns("gemv-columns",
                          cl::desc("matrix-vector GEMMs: columns a tile, where they hold the epilogue"), cl::init(0),
                          cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<int> gemvChainColumns("gemv-chain-columns",
+                              cl::desc("O3's GEMV chains (a decode step's gate/up and down): columns of h a block "
+                                       "(a power of two from 8 to 256)"),
+                              cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> gemvWarps("gemv-warps", cl::desc("matrix-vector GEMMs of chained kernels: warps a block (4, 8 or 16)"),
                        cl::init(0), cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<bool> gemvTensorCores("gemv-tensor-cores",
@@ -557,6 +565,7 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.gemvSplits = gemvSplits;
   overrides.gemvColumns = gemvColumns;
   overrides.gemvWarps = gemvWarps;
+  overrides.gemvChainColumns = gemvChainColumns;
   overrides.gemvTensorCores = gemvTensorCores;
   overrides.cacheAttentionFma = cacheAttentionFma;
   overrides.cacheAttentionSplitKeys = cacheAttentionSplitKeys;
@@ -572,6 +581,7 @@ tlc::CompileOptions compileOptions() {
   options.targetArch = targetArch;
   options.overrides = scheduleOverrides();
   options.persistent = persistent;
+  options.gemvChains = gemvChains;
   if (trainCommand && trainingWorldSize() > 1) options.allReduceBucketMib = bucketMib;
   if (runDevice) tlc::tuneForDevice(options, *runDevice);
   return options;
@@ -701,6 +711,8 @@ std::string checkFlagsAgainst(mlir::ModuleOp module, const tlc::CompileOptions &
     return "--persistent applies to a forward: a training step keeps O2's launches";
   if (persistent && optLevel < 3 && !ladderCommand && !reportCommand)
     return fmt::format("--persistent needs -O3 (the level that fuses the whole forward), not -O{}", optLevel);
+  if (gemvChains && (optLevel < 3 || persistent || trainCommand) && !ladderCommand && !reportCommand)
+    return "--gemv-chains applies to -O3's chained launches of a forward or generation (not --persistent, not training)";
   if (std::string problem = tlc::scheduleOverridesError(scheduleOverrides()); !problem.empty()) return problem;
   if (!dumpIrDir.empty()) {
     if (std::error_code error = llvm::sys::fs::create_directories(dumpIrDir))

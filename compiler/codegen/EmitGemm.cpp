@@ -1,8 +1,7 @@
 // GEMM kernels: a Spec of hooks for gemm_mma.cuh and gemm_wgmma.cuh (NVIDIA tensor cores;
 // their _tf32 versions for fp32 operands), gemm_mfma.cuh (AMD gfx90a) and gemm_simt.cuh
 // (fp32 at the highest matmul precision, or operands the matrix-unit loaders cannot take).
-#include "compiler/codegen/EmitterSupport.h"
-#include "compiler/codegen/Schedule.h"
+#include "compiler/codegen/GemmSource.h"
 
 #include "runtime/Bf16Parts.h"
 #include "runtime/Error.h"
@@ -16,8 +15,7 @@
 #include <cstdlib>
 #include <optional>
 
-namespace tlc::codegen {
-namespace {
+namespace tlc::codegen::gemm {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -33,12 +31,6 @@ int64_t normGradWorkspaceBytes(const GemmSpec &gemm, int BM, int BN) {
 }
 int64_t normGradSyncWords(const GemmSpec &gemm, int BM, int BN) { return ceilDiv(gemm.N, BN) + ceilDiv(gemm.M, BM); }
 
-// What the matrix-unit paths would multiply: bf16 operands, or fp32 ones split for tf32
-// products (the precision "highest" keeps fp32 on FMAs).
-struct GemmOperands {
-  bool matrixUnits = false;
-  int tf32Products = 0;  // fp32 operands: 3 (3xTF32) or 1 (plain TF32)
-};
 GemmOperands gemmOperands(const KernelSource &source, const GemmSpec &gemm) {
   auto all = [&](DType dtype) {  // A (the loads it is computed from, where it is), B and the gain
     bool a = true;
@@ -87,9 +79,6 @@ BandRead bandOf(const ElementExpr &leaf, const GemmGroup &group) {
 // offset = row part (of `rowVar` and bt) + column part (of k), where the layout allows it
 // (splits, head splits and merges, transposes do): the tensor-core loaders then compute
 // each thread's row offsets once and only move along k.
-struct Separated {
-  IndexExpr row, column;
-};
 std::optional<Separated> separate(const IndexExpr &offset, const std::string &rowVar, int64_t rows, int64_t batch,
                                   int64_t K) {
   IndexExpr origin = offset.substitute(rowVar, IndexExpr(0)).substitute("bt", IndexExpr(0)).substitute("k", IndexExpr(0));
@@ -143,34 +132,6 @@ std::map<std::string, std::vector<int64_t>> gemmSamples(const GemmSpec &gemm, bo
   if (withK) s["k"] = sampleValues(gemm.K);
   return s;
 }
-
-// What a GEMM runs on, decided before any code is written: the operands the matrix units
-// take, how A and B are addressed, and each path's tile.
-struct GemmPlan {
-  GemmOperands operands;
-  bool computedA = false;  // A's elements computed as they are loaded (a prologue)
-  bool aKM = false;        // A stored [K, M]: NVIDIA's mma.sync path transposes it as it loads
-  // High precision on sm_90a's wgmma splits K-major fp32 operands into two bf16 parts each
-  // (3xBF16, PyTorch's "high" as a sum of two bfloat16s): bf16 products run at twice tf32's
-  // rate, about 2^-17 |x| is dropped against 2^-22. Medium multiplies their high parts
-  // alone (PyTorch's "medium" computes in bf16). Operands stored [K, M] or [K, N] (the
-  // backward's) keep tf32 parts.
-  bool bf16Parts = false;
-  // And where B is a weight that never changes, the runtime splits it into its bf16 parts
-  // once, at load (runtime/Bf16Parts.h), and sm_90a's tiles split A alone (KernelLaunch's
-  // bf16PartsInputs).
-  bool weightParts = false;
-  bool bConstant = false;  // no kernel writes B (a forward's weight): it may be read ahead of the producers
-  bool matrixUnits = false;
-  bool flat = false;        // tiles run across the groups' columns (Schedule.h's flatColumns)
-  bool normShared = false;  // sm_90a: RMSNorm's row sums of squares computed once, shared
-  std::optional<Separated> aParts, bParts;
-  GemmTile nvidia;                 // mma.sync (or the fixed 64x64 tile off the matrix units)
-  std::optional<WgmmaTile> hopper;  // sm_90a's wgmma tile, where it runs
-  std::optional<GemvTile> gemv;     // a few rows: the matrix-vector path on every target
-  int64_t hopperRowTiles = 0, hopperTiles = 0, hopperSplitTiles = 0;
-  int64_t nvidiaColumnTiles = 0, clusterTiles = 1, hopperColumnTiles = 0, hopperCluster = 1;
-};
 
 // Whether B can be read as a weight's bf16 parts (blocks of 32 floats, each as its 32 high
 // parts, then its 32 residuals): an f32 weight of a forward, whose element [n, k] is at a
@@ -262,15 +223,6 @@ GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm) {
   return plan;
 }
 
-// Which accumulator columns a column tile computes (tile_cols) and the weight row behind
-// tile column j (b_column): flat tiles run across the groups' columns, the group of each 8
-// columns found in the epilogue; otherwise each group has tiles of its own, a band of
-// BN / bands columns each, one run of the group's columns or, where `pairs` gives the
-// group a pair, two runs that far apart (tl_tile_column).
-struct ColumnMapping {
-  std::string groupTiles;  // GROUPg_TILES constants
-  std::string tilesN, tileCols, bColumn;
-};
 
 ColumnMapping columnMapping(const GemmSpec &gemm, bool flat, const std::vector<int64_t> &pairs) {
   ColumnMapping map;
@@ -311,13 +263,13 @@ ColumnMapping columnMapping(const GemmSpec &gemm, bool flat, const std::vector<i
 
 // The spec's compile-time shape and switches, which the mainloop templates read.
 std::string specConstants(const KernelSource &source, const GemmSpec &gemm, const GemmPlan &plan,
-                          const ColumnMapping &columns) {
+                          const ColumnMapping &columns, const std::string &specName) {
   const std::string &entry = source.entry();
   std::string spec;
   spec += fmt::format("template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int K_SLICES_, int K_SPLITS_, "
                       "int SPLIT_TILES_>\n"
-                      "struct {}_spec {{\n",
-                      entry);
+                      "struct {} {{\n",
+                      specName.empty() ? entry + "_spec" : specName);
   spec += fmt::format("  using Params = {}_params;\n", entry);
   spec += "  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_, "
           "K_SLICES = K_SLICES_, K_SPLITS = K_SPLITS_, SPLIT_TILES = SPLIT_TILES_;\n";
@@ -372,11 +324,8 @@ std::string specConstants(const KernelSource &source, const GemmSpec &gemm, cons
   return spec;
 }
 
-// The operand hooks: A (as stored, or computed as it is loaded), RMSNorm's gain, and B.
-std::string operandHooks(const KernelSource &source, const GemmSpec &gemm, const GemmPlan &plan,
-                         const ColumnMapping &columns, ElementCode &code) {
+std::string operandAHooks(const KernelSource &source, const GemmSpec &gemm, const GemmPlan &plan, ElementCode &code) {
   const std::string &bType = source.type(gemm.b);
-  const std::string b = "p." + source.name(gemm.b);
   std::string spec = plan.computedA ? operandAComputed(gemm, code, gemmSamples(gemm, false))
                                     : operandA(source, gemm, plan.aParts);
   if (gemm.gain >= 0) {
@@ -387,8 +336,14 @@ std::string operandHooks(const KernelSource &source, const GemmSpec &gemm, const
     spec += fmt::format("  TL_DEVICE static const {} *gain(const Params &) {{ return nullptr; }}\n", bType);
     spec += "  TL_DEVICE static float gain_elem(const Params &, int) { return 1.0f; }\n";
   }
+  return spec;
+}
 
-  spec += "  TL_DEVICE static int b_column(const tl_tile_cols &t, int j) {\n" + columns.bColumn + "  }\n";
+std::string operandBHooks(const KernelSource &source, const GemmSpec &gemm, const GemmPlan &plan,
+                          const ColumnMapping &columns) {
+  const std::string &bType = source.type(gemm.b);
+  const std::string b = "p." + source.name(gemm.b);
+  std::string spec = "  TL_DEVICE static int b_column(const tl_tile_cols &t, int j) {\n" + columns.bColumn + "  }\n";
   spec += fmt::format("  TL_DEVICE static const {} *b_base(const Params &p) {{ return {}; }}\n", bType, b);
   spec += fmt::format("  TL_DEVICE static const {0} *b_src(const Params &p, int bt, const tl_tile_cols &t, int j, int k) {{\n"
                       "    (void)bt; const int n = b_column(t, j); return n < 0 ? nullptr : {1} + ({2});\n  }}\n",
@@ -405,12 +360,20 @@ std::string operandHooks(const KernelSource &source, const GemmSpec &gemm, const
   return spec;
 }
 
-// The epilogue hook (each group's stores for 8 columns c0 .. c0 + 7 of row m), closing the
-// spec, and a line a group saying what it stores, for the kernel's header.
-struct EpilogueCode {
-  std::string hook;
-  std::vector<std::string> details;
-};
+
+std::function<std::string(const ElementExpr &, const std::string &)>
+epilogueAccumulator(const GemmGroup &group, bool paired) {
+  // The tile's place of group column x (its row's index): two runs where the tile pairs them.
+  auto local = [paired](const std::string &x) { return paired ? fmt::format("tl_tile_local(t, {})", x) : x + " - t.col0"; };
+  return [group, local](const ElementExpr &leaf, const std::string &i) {
+    BandRead read = bandOf(leaf, group);
+    std::string width = bandWidth(group);
+    if (read.aligned) return read.band == 0 ? fmt::format("v[{}]", i) : fmt::format("row[lc + {} + {} * {}]", i, read.band, width);
+    std::string column = indexCode(leaf.column - group.bands[read.band]);
+    return read.band == 0 ? fmt::format("row[{}]", local(column))
+                          : fmt::format("row[{} * {} + {}]", read.band, width, local(column));
+  };
+}
 
 EpilogueCode epilogueHook(const KernelSource &source, const GemmSpec &gemm, bool flat, const std::vector<int64_t> &pairs,
                           ElementCode &code) {
@@ -419,17 +382,8 @@ EpilogueCode epilogueHook(const KernelSource &source, const GemmSpec &gemm, bool
   for (size_t g = 0; g < gemm.groups.size(); ++g) {
     const GemmGroup &group = gemm.groups[g];
     const bool paired = g < pairs.size() && pairs[g] != 0;
-    // The tile's place of group column x (its row's index): two runs where the tile pairs them.
-    auto local = [&](const std::string &x) { return paired ? fmt::format("tl_tile_local(t, {})", x) : x + " - t.col0"; };
     ChunkLoop loop{"c", "c0", 8, group.width, {{"m", sampleValues(gemm.M)}, {"bt", sampleValues(gemm.batch)}}, {}};
-    loop.accumulator = [&](const ElementExpr &leaf, const std::string &i) {
-      BandRead read = bandOf(leaf, group);
-      std::string width = bandWidth(group);
-      if (read.aligned) return read.band == 0 ? fmt::format("v[{}]", i) : fmt::format("row[lc + {} + {} * {}]", i, read.band, width);
-      std::string column = indexCode(leaf.column - group.bands[read.band]);
-      return read.band == 0 ? fmt::format("row[{}]", local(column))
-                            : fmt::format("row[{} * {} + {}]", read.band, width, local(column));
-    };
+    loop.accumulator = epilogueAccumulator(group, paired);
     epilogue += fmt::format("    case {}: {{  // columns {}..{} of this group's output\n      const int c0 = {};\n", g, 0,
                             group.width - 1, paired ? "tl_tile_column(t, lc)" : "t.col0 + lc");
     epilogue += code.chunk(group.stores, loop, "      ");
@@ -725,17 +679,21 @@ void gemmLaunches(const GemmSpec &gemm, const GemmPlan &plan, EmittedKernel &emi
   }
 }
 
-} // namespace
+} // namespace tlc::codegen::gemm
+
+namespace tlc::codegen {
+using namespace gemm;
 
 // A GEMM kernel in five steps: decide its paths and tiles, write the spec (constants,
 // operand hooks, epilogue), describe it, write the entry point, give its launches.
 EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
+  if (gemm.producer) return emitGemvChain(source, gemm);
   const GemmPlan plan = planGemm(source, gemm);
   const std::vector<int64_t> pairs = plan.gemv ? plan.gemv->pairs : std::vector<int64_t>{};
   const ColumnMapping columns = columnMapping(gemm, plan.flat, pairs);
   ElementCode code(source.entry(), source.names());
   std::string spec = specConstants(source, gemm, plan, columns);
-  spec += operandHooks(source, gemm, plan, columns, code);
+  spec += operandAHooks(source, gemm, plan, code) + operandBHooks(source, gemm, plan, columns);
   EpilogueCode epilogue = epilogueHook(source, gemm, plan.flat, pairs, code);
   spec += epilogue.hook;
 
@@ -759,6 +717,7 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
 
 // Chained, the tensor-core GEMVs measured slower than on their own (docs/codegen.md, "O3").
 bool gemmLaunchesApart(const KernelSource &source, const GemmSpec &gemm) {
+  if (gemm.producer) return false;
   const GemmPlan plan = planGemm(source, gemm);
   return plan.gemv && plan.gemv->tensorCores;
 }

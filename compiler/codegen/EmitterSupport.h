@@ -75,6 +75,8 @@ std::string describe(const ElementRef &expr, const ParamNames &names,
                      const std::function<std::string(const ElementExpr &)> &accumulator = {});
 
 EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm);
+// A GEMM whose A its producer computes in the same kernel (GemmSpec::producer).
+EmittedKernel emitGemvChain(const KernelSource &source, const GemmSpec &reader);
 bool gemmLaunchesApart(const KernelSource &source, const GemmSpec &gemm);
 EmittedKernel emitAttention(const KernelSource &source, const AttentionSpec &attention);
 EmittedKernel emitCacheAttention(const KernelSource &source, const CacheAttentionSpec &attention);

@@ -597,23 +597,50 @@ GemmSpec buildLinear(KernelContext &context, tl::LinearOp linear, mlir::Operatio
   return gemm;
 }
 
+// A fused linear's shape, A and B; returns A's leading shape (its rows).
+Shape fusedOperands(KernelContext &context, tl::FusedLinearOp fused, GemmSpec &gemm);
+
 GemmSpec buildFusedLinear(KernelContext &context, tl::FusedLinearOp fused) {
   context.addComputed(fused);
   GemmSpec gemm;
+  Shape lead = fusedOperands(context, fused, gemm);
+  GemmBuilder builder(context, fused.getEpilogue().front().getArgument(0), lead);
+  for (auto [result, yielded] : llvm::zip(fused.getResults(), fused.epilogueYield().getValues()))
+    builder.addOutput(yielded, context.requireParam(result, "result"));
+  gemm.groups = builder.groups();
+  return gemm;
+}
+
+// The GEMM inside a fused linear's prologue (tl-fuse-gemv-chains): its one output is the
+// reader's A, kept on chip, so its one store goes to no argument (param -1).
+GemmSpec buildChainProducer(KernelContext &context, tl::FusedLinearOp producer) {
+  GemmSpec gemm;
+  Shape lead = fusedOperands(context, producer, gemm);
+  GemmBuilder builder(context, producer.getEpilogue().front().getArgument(0), lead);
+  builder.addOutput(producer.epilogueYield().getValues()[0], -1);
+  gemm.groups = builder.groups();
+  if (gemm.groups.size() != 1 || gemm.groups[0].stores.size() != 1 || gemm.groups[0].width != shapeOf(producer.getResult(0)).back())
+    context.fail("a GEMM in a prologue must compute its reader's A as one group of columns");
+  return gemm;
+}
+
+Shape fusedOperands(KernelContext &context, tl::FusedLinearOp fused, GemmSpec &gemm) {
   mlir::Value a = fused.prologueYield().getValues()[0];
   Shape aShape = shapeOf(a);
   Shape lead(aShape.begin(), aShape.end() - 1);
   gemm.K = aShape.back();
   gemm.N = shapeOf(fused.getWeight())[0];
   gemm.M = product(lead);
-  buildOperandA(context, gemm, a, lead);
+  if (auto producer = a.getDefiningOp<tl::FusedLinearOp>(); producer && context.isComputed(a)) {
+    if (shapeOf(producer.getResult(0)) != aShape || gemm.M > kMaxGemvFmaRows)
+      context.fail("a GEMM in a prologue must yield its reader's A as it is, for a few rows");
+    gemm.producer = std::make_shared<const GemmSpec>(buildChainProducer(context, producer));
+  } else {
+    buildOperandA(context, gemm, a, lead);
+  }
   gemm.b = context.requireParam(fused.getWeight(), "weight");
   gemm.bOffset = IndexExpr::variable("n", gemm.N) * gemm.K + IndexExpr::variable("k", gemm.K);
-  GemmBuilder builder(context, fused.getEpilogue().front().getArgument(0), lead);
-  for (auto [result, yielded] : llvm::zip(fused.getResults(), fused.epilogueYield().getValues()))
-    builder.addOutput(yielded, context.requireParam(result, "result"));
-  gemm.groups = builder.groups();
-  return gemm;
+  return lead;
 }
 
 GemmSpec buildBatchMatmul(KernelContext &context, tl::BatchMatmulOp matmul) {

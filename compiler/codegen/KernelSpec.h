@@ -14,6 +14,7 @@
 #include "compiler/codegen/ElementExpr.h"
 #include "runtime/Program.h"
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -74,6 +75,11 @@ struct GemmSpec {
   // its d y the accumulator, dy unset), one group with no stores. Each row's sums span all
   // its column tiles, which share them (gemm_norm_grad.cuh).
   std::optional<RowSpec> normGrad;
+  // Set: A is this GEMM's output, computed in the same kernel (tl-fuse-gemv-chains: gate/up
+  // in a decode step's down projection). Its one group's one store is A's element [m, c]
+  // (param -1: kept on chip); `a` and `aValue` are unset. Each block computes a slice of
+  // its columns and adds their products with this GEMM's matching K slice (gemv_chain.cuh).
+  std::shared_ptr<const GemmSpec> producer;
 };
 
 struct AttentionSpec {

@@ -221,6 +221,46 @@ bool splitSavesStreaming(int64_t tileBytes, int64_t splits) {
   return unsplitUs * (1.0 - 1.0 / double(splits)) > kSplitJoinUs;
 }
 
+namespace {
+constexpr int64_t kMaxGemvChainBlocks = 1024;
+// The narrowest tile (a power of two from 8 to 256 dividing `width`) that leaves at most
+// kMaxGemvChainBlocks blocks; 0 for none.
+int narrowestChainTile(int64_t width) {
+  for (int BI = 8; BI <= 256; BI *= 2)
+    if (width % BI == 0 && width / BI <= kMaxGemvChainBlocks) return BI;
+  return 0;
+}
+} // namespace
+
+int64_t gemvChainSharedBytes(int64_t rows, int64_t K, int64_t N, int BI, int bands, int warps) {
+  return (rows * ceilDiv(K, 8) * 8 + rows * (N + 4) + rows * (int64_t(BI) * bands + 4) + rows * BI + rows + rows * warps) * 4;
+}
+
+std::string whyNotGemvChain(int64_t rows, int64_t K, int64_t width, int64_t N) {
+  if (rows > kMaxGemvFmaRows) return fmt::format("{} rows, more than the matrix-vector path takes", rows);
+  if (K % 8 != 0 || width % 8 != 0)
+    return fmt::format("K {} and the producer's {} columns must be multiples of 8", K, width);
+  if (!narrowestChainTile(width))
+    return fmt::format("no tile of 8 to 256 columns divides {} into at most {} blocks", width, kMaxGemvChainBlocks);
+  if (int64_t bytes = gemvChainSharedBytes(rows, K, N, 64, 2, 16); bytes > (64 << 10))
+    return fmt::format("its rows need {} bytes of shared memory, more than AMD's 64 KiB", bytes);
+  return "";
+}
+
+GemvChainTile chooseGemvChainTile(int64_t width, const Machine &machine) {
+  GemvChainTile tile;
+  tile.BI = narrowestChainTile(width);
+  for (int BI = 32; BI >= 8; BI /= 2)
+    if (width % BI == 0 && 2 * (width / BI) >= machine.multiprocessors && width / BI <= kMaxGemvChainBlocks) {
+      tile.BI = BI;
+      break;
+    }
+  if (int asked = machine.overrides.gemvChainColumns; asked > 0 && width % asked == 0 && width / asked <= kMaxGemvChainBlocks)
+    tile.BI = asked;
+  if (machine.overrides.gemvWarps > 0) tile.warps = machine.overrides.gemvWarps;
+  return tile;
+}
+
 std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &machine, int weightBytes) {
   if (!machine.gemv || gemm.K % 8 != 0 || gemm.bKN || gemm.normGrad) return std::nullopt;
   GemvTile tile;
@@ -234,7 +274,7 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   const bool narrow = gemm.batch * ceilDiv(gemm.N, 64) < machine.multiprocessors;
   tile.tensorCores = (machine.overrides.gemvTensorCores || (gemm.M >= 3 && gemm.M <= 8 && narrow)) &&
                      !machine.persistent && weightBytes == 2 && gemm.M <= 16 && tilePairs(gemm, 16);
-  if (!tile.tensorCores && gemm.M > 2) return std::nullopt;
+  if (!tile.tensorCores && gemm.M > kMaxGemvFmaRows) return std::nullopt;
   // A persistent kernel's weight ring is freed by the default number of warps.
   const int warps = machine.overrides.gemvWarps > 0 && !machine.persistent ? machine.overrides.gemvWarps : tile.warps;
   // At least 16 columns a row: a warp's 2 columns a row share each staged element of A. On

@@ -121,6 +121,9 @@ std::optional<WgmmaTile> chooseWgmmaTf32Tile(const GemmSpec &gemm, const Machine
 // share the sums).
 bool splitsLastWave(const GemmSpec &gemm, const WgmmaTile &tile, const Machine &machine);
 
+// The most rows the matrix-vector path takes on FMAs (more run on tensor cores or tiled).
+constexpr int kMaxGemvFmaRows = 2;
+
 // The matrix-vector path of a GEMM with at most 2 rows (gemm_gemv.cuh): blocks of `warps`
 // warps over BN columns and a K_SPLITS-th of K each, A's rows staged in shared memory.
 struct GemvTile {
@@ -159,6 +162,25 @@ inline int64_t pairedTileStart(int64_t tile, int64_t width, int64_t pair) {
 // splitSavesStreaming). `weightBytes`: B's element size.
 // The caller checks that A and B can be read 8 k at a time.
 std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &machine, int weightBytes);
+
+// A GEMV chain's tile (gemv_chain.cuh, tl-fuse-gemv-chains): the producer's output columns a
+// block computes, BI, and its warps. BI: the widest power of two from 8 to 32 that divides
+// the producer's group (`width`) into a block for every two SMs at least (the reader's K
+// slice of each weight row is BI elements: wider reads stream better, fewer blocks less);
+// on an H200 that is 32 for the 1.1B and 16 for the workshop, the best of 8 to 64 at both.
+// Or overrides.gemvChainColumns where it divides the group.
+struct GemvChainTile {
+  int BI = 8, warps = 8;
+};
+GemvChainTile chooseGemvChainTile(int64_t width, const Machine &machine);
+// Why gemv_chain.cuh cannot run a producer of `rows` x `width` outputs over K and its
+// reader of N outputs (over K = width); empty when it can: at most kMaxGemvFmaRows rows,
+// K and width read 8 at a time, a tile of 8 to 256 columns that leaves at most 1024 blocks
+// (the fixed-point sums' range), and shared memory within AMD's 64 KiB. tl-fuse-gemv-chains
+// asks before it fuses.
+std::string whyNotGemvChain(int64_t rows, int64_t K, int64_t width, int64_t N);
+// gemv_chain.cuh's shared memory, in bytes.
+int64_t gemvChainSharedBytes(int64_t rows, int64_t K, int64_t N, int BI, int bands, int warps);
 
 // The cost model's rates, per SM: an H100's measured bf16 tensor-core rate and HBM
 // bandwidth (shared/TINYLLAMA.md, the device notes); fp32 kernels run on FMAs.

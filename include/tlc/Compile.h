@@ -30,6 +30,7 @@ struct ScheduleOverrides {
   int gemvSplits = 0;         // matrix-vector GEMMs: K split this many ways where it can be (0: the schedule's)
   int gemvColumns = 0;        // matrix-vector GEMMs: columns a tile, where they hold the epilogue (0: the schedule's)
   int gemvWarps = 0;          // matrix-vector GEMMs of chained kernels: warps a block (0: the schedule's)
+  int gemvChainColumns = 0;   // GEMV chains (O3's decode gate/up and down): producer columns a block (0: the schedule's)
   bool gemvTensorCores = false;  // chained bf16 GEMMs of up to 16 rows, any width: matrix-vector on tensor cores
   bool cacheAttentionFma = false;  // decode attention over the KV cache on fp32 FMAs (v2), not tensor cores
   bool chainCacheAttention = false;  // decode attention over the KV cache launched as a dependent of the QKV GEMM
@@ -37,7 +38,7 @@ struct ScheduleOverrides {
 
   bool empty() const {
     return gemmTile.empty() && wgmmaTile.empty() && attentionTile.empty() && attentionGradRows == 0 && !noWgmma && !noGemv && !noWeightRing &&
-           !noClusters && !dependentsAtStart && workersPerSM == 0 && gemvSplits == 0 && gemvColumns == 0 && gemvWarps == 0 &&
+           !noClusters && !dependentsAtStart && workersPerSM == 0 && gemvSplits == 0 && gemvColumns == 0 && gemvWarps == 0 && gemvChainColumns == 0 &&
            !gemvTensorCores && !cacheAttentionFma && !chainCacheAttention &&
            cacheAttentionSplitKeys == 0;
   }
@@ -66,6 +67,10 @@ struct CompileOptions {
   // wait only for what they read: codegen/Persistent.h), rather than O2's kernels chained
   // block by block. Off by default while it measures slower (docs/megakernel.md).
   bool persistent = false;
+  // O3 at a decode step's rows: each block's gate/up GEMM inside its down projection's kernel
+  // (tl-fuse-gemv-chains, gemv_chain.cuh: h kept on chip, one hand-off less a block). Off by
+  // default while it measures slower than the two chained launches (docs/megakernel.md).
+  bool gemvChains = false;
   // Training on several ranks (data parallelism, docs/distributed.md): the gradients are
   // averaged over the ranks inside the step, in buckets of this many MiB, each as soon as
   // the backward has finished it (tl-all-reduce-gradients). 0: one process, no exchange.

@@ -108,9 +108,10 @@ TEST(GpuForwardPrecision, EachF32PrecisionKeepsItsTolerance) {
 
 // Decode-shaped forwards (a token or two: batch x seq of 1 or 2 rows), where the GEMMs run
 // the matrix-vector path (gemm_gemv.cuh, K split across blocks where the tiles are few):
-// O2, O3's chained launches and (at 1 x 1) O3's persistent kernel against the CPU reference, fp32 and
-// bf16, both models' widths. The Programs must hold matrix-vector kernels, or this tests
-// nothing new.
+// O2, O3's chained launches, O3 --gemv-chains (a token a sequence: gate/up inside down,
+// gemv_chain.cuh, its sums in fixed point so two runs agree bit for bit) and (at 1 x 1) O3's
+// persistent kernel against the CPU reference, fp32 and bf16, both models' widths. The
+// Programs must hold matrix-vector kernels, or this tests nothing new.
 TEST(GpuDecodeShapes, MatrixVectorGemmsMatchTheCpuReference) {
   auto device = openDevice();
   TLC_SKIP_WITHOUT_GPU(device);
@@ -126,23 +127,30 @@ TEST(GpuDecodeShapes, MatrixVectorGemmsMatchTheCpuReference) {
         config.layers = 2;
         uint64_t seed = freshSeed();
         CpuReference reference;
-        // The persistent kernel (a long compile) at one token a sequence only.
-        const int variants = rows.batch == 1 && rows.seq == 1 ? 3 : 2;
-        for (int variant = 0; variant < variants; ++variant) {
-          Program program = compile(config, variant == 0 ? 2 : 3, rows.batch, rows.seq, dtype, nullptr, true, {},
-                                    MatmulPrecision::High, /*persistent=*/variant == 2);
-          size_t gemv = 0;
+        // O2, O3, O3 --gemv-chains (gate/up inside down where a sequence is one token), and the
+        // persistent kernel (a long compile) at one token a sequence only.
+        enum Variant { O2, O3, Chains, Persistent };
+        std::vector<Variant> variants{O2, O3};
+        if (rows.seq == 1) variants.push_back(Chains);
+        if (rows.batch == 1 && rows.seq == 1) variants.push_back(Persistent);
+        for (Variant variant : variants) {
+          Program program = compile(config, variant == O2 ? 2 : 3, rows.batch, rows.seq, dtype, nullptr, true, {},
+                                    MatmulPrecision::High, /*persistent=*/variant == Persistent, 0, {},
+                                    /*gemvChains=*/variant == Chains);
+          size_t gemv = 0, chains = 0;
           for (const Kernel &kernel : program.kernels) {
             gemv += kernel.source.find("tl_gemm_gemv<") != std::string::npos;
+            chains += kernel.source.find("  tl_gemv_chain<") != std::string::npos;
             for (const Kernel &part : kernel.parts) gemv += part.source.find("tl_gemm_gemv<") != std::string::npos;
           }
+          EXPECT_EQ(chains, variant == Chains ? size_t(config.layers) : 0u) << model << ": gate/up inside down";
           EXPECT_GT(gemv, 0u) << model << " " << rows.batch << "x" << rows.seq << ": no matrix-vector GEMM";
           reference.makeOnce(program, seed, *cpu);
           gpu->load(program, reference.weights);
           ForwardResult first = gpu->forward(reference.tokens);
           ForwardResult second = gpu->forward(reference.tokens);
           double error = relativeError(first.logits.data, reference.logits);
-          const char *name = variant == 0 ? "O2" : variant == 1 ? "O3" : "O3-persistent";
+          const char *name = variant == O2 ? "O2" : variant == O3 ? "O3" : variant == Chains ? "O3-gemv-chains" : "O3-persistent";
           std::printf("RESULT_DECODE model=%s rows=%lldx%lld dtype=%s level=%s gemv_kernels=%zu logits_rel_err=%.3e "
                       "forward_ms=%.3f seed=%llu\n",
                       model, (long long)rows.batch, (long long)rows.seq, dtype, name, gemv, error, second.milliseconds,
@@ -151,6 +159,42 @@ TEST(GpuDecodeShapes, MatrixVectorGemmsMatchTheCpuReference) {
           EXPECT_EQ(first.logits.data, second.logits.data) << "two runs of the same forward differ";
         }
       }
+}
+
+// O3 --gemv-chains with down projections 1e12 times larger than the init's: every block's part
+// of a row passes the fixed point's range (2^20), so the last block computes every tile
+// again in fp32 (gemv_chain.cuh's slow path); the logits still match the CPU reference, and
+// two runs agree. f32 and bf16, one token and two sequences of one.
+TEST(GpuDecodeShapes, GemvChainsPastTheFixedPointsRangeRecomputeExactly) {
+  auto device = openDevice();
+  TLC_SKIP_WITHOUT_GPU(device);
+  auto gpu = quietGpuBackend(std::move(device));
+  auto cpu = createCpuBackend();
+  LlamaConfig config = *presetConfig("workshop");
+  config.layers = 2;
+  for (const char *dtype : {"f32", "bf16"})
+    for (int64_t batch : {1, 2}) {
+      Program program = compile(config, 3, batch, 1, dtype, nullptr, true, {}, MatmulPrecision::High, false, 0, {},
+                                /*gemvChains=*/true);
+      const uint64_t seed = freshSeed();
+      Weights weights = Weights::random(program.parameters, seed);
+      for (const Parameter &parameter : program.parameters) {
+        if (parameter.key.find("down_proj") == std::string::npos) continue;
+        Tensor scaled = weights.at(parameter.key);
+        for (float &x : scaled.data) x *= 1e12f;
+        weights.set(parameter.key, scaled);
+      }
+      const std::vector<int32_t> tokens = randomTokenIds(program, seed + 1);
+      cpu->load(program, weights);
+      const std::vector<float> expected = cpu->forward(tokens).logits.data;
+      gpu->load(program, weights);
+      ForwardResult first = gpu->forward(tokens), second = gpu->forward(tokens);
+      const double error = relativeError(first.logits.data, expected);
+      std::printf("RESULT_CHAIN_RECOMPUTE dtype=%s batch=%lld logits_rel_err=%.3e seed=%llu\n", dtype, (long long)batch,
+                  error, (unsigned long long)seed);
+      EXPECT_LE(error, tolerance(dtype)) << dtype << " batch " << batch << ", seed " << seed;
+      EXPECT_EQ(first.logits.data, second.logits.data) << "two runs of the same forward differ";
+    }
 }
 
 // --gemv-tensor-cores (gemm_gemv.cuh v9; AMD runs the same kernels on v2's FMAs): a

@@ -38,7 +38,8 @@ inline Program compile(const LlamaConfig &config, int level, int64_t batch, int6
                        const AdamWOptions *training = nullptr, std::optional<bool> fuseNormGrad = {},
                        const std::function<void(mlir::ModuleOp)> &edit = {},
                        MatmulPrecision precision = MatmulPrecision::High, bool persistent = false,
-                       double allReduceBucketMib = 0, const ScheduleOverrides &overrides = {}) {
+                       double allReduceBucketMib = 0, const ScheduleOverrides &overrides = {},
+                       bool gemvChains = false) {
   mlir::DialectRegistry registry;
   registerTlcDialects(registry);
   mlir::MLIRContext context(registry);
@@ -49,6 +50,7 @@ inline Program compile(const LlamaConfig &config, int level, int64_t batch, int6
   options.persistent = persistent;
   options.allReduceBucketMib = allReduceBucketMib;
   options.overrides = overrides;
+  options.gemvChains = gemvChains;
   EXPECT_TRUE(mlir::succeeded(optimizeModule(*module, options, {}, training)));
   auto program = buildProgram(*module, options, training);
   EXPECT_TRUE(mlir::succeeded(program));

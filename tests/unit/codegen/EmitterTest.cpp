@@ -686,6 +686,70 @@ TEST(Codegen, O3LaunchesTheTensorCoreMatrixVectorGemmsOnTheirOwn) {
   EXPECT_EQ(chained, 8) << "each block's attention, after its QKV GEMM";
 }
 
+// O3 --gemv-chains: a decode step's gate/up runs in its down projection's kernel
+// (gemv_chain.cuh): one kernel a block reads x and both weights (neither written by any
+// kernel: both specs read them before the producers' wait) and writes only the next
+// residual (h, the intermediate, is no value in memory); its fixed-point sums, arrival
+// count and flag are sync words, its grid one block for each BI columns of h. Not without
+// the option, not at O2, not at prefill rows, not in a persistent kernel (whose parts are
+// O2's kernels); f32 as bf16.
+TEST(Codegen, DecodeGateUpRunsInsideItsDownProjectionWhereAsked) {
+  auto chained = [](int level, const char *dtype, int64_t batch, int64_t seq, bool persistent = false,
+                    ScheduleOverrides overrides = {}) {
+    CompileOptions options{level, batch, seq, dtype};
+    options.gemvChains = true;
+    options.persistent = persistent;
+    options.overrides = overrides;
+    return compileModelFile(std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl", options);
+  };
+  for (const char *dtype : {"bf16", "f32"})
+    for (int64_t rows : {1, 2}) {
+      Program o3 = chained(3, dtype, rows, 1);
+      int chains = 0;
+      for (const Kernel &kernel : o3.kernels) {
+        if (!contains(kernel.source, "  tl_gemv_chain<")) continue;
+        ++chains;
+        EXPECT_TRUE(kernel.chained) << kernel.name;
+        ASSERT_EQ(kernel.outputs.size(), 1u) << kernel.name;
+        EXPECT_EQ(o3.values[size_t(kernel.outputs[0])].shape, (std::vector<int64_t>{rows, 1, 512})) << kernel.name;
+        int weights = 0;
+        for (int input : kernel.inputs) weights += o3.storageOf(input).storage == Storage::Weight;
+        EXPECT_EQ(weights, 2) << kernel.name << ": gate/up's and down's";
+        size_t constant = 0;
+        for (size_t at = kernel.source.find("static constexpr bool B_CONSTANT = true;"); at != std::string::npos;
+             at = kernel.source.find("static constexpr bool B_CONSTANT = true;", at + 1))
+          ++constant;
+        EXPECT_EQ(constant, 2u) << kernel.name << ": both specs' weights read ahead of the wait";
+        int BM = 0, BN = 0;
+        ASSERT_EQ(std::sscanf(kernel.source.c_str() + kernel.source.find("_producer<", kernel.source.find("  tl_gemv_chain<")),
+                              "_producer<%d, %d,", &BM, &BN),
+                  2);
+        EXPECT_EQ(BM, rows);
+        const KernelLaunch *launch = findLaunch(kernel, "cuda", "sm_90a");
+        ASSERT_NE(launch, nullptr);
+        EXPECT_EQ(launch->gridBlocks, 2048 / (BN / 2)) << kernel.name << ": a block for each BI columns of h";
+        // The widest tile of 8 to 32 columns of h leaving a block for every two SMs: 16 (128 blocks).
+        EXPECT_EQ(BN / 2, 16) << kernel.name;
+        EXPECT_GE(2 * launch->gridBlocks, o3.targetMultiprocessors) << kernel.name;
+        EXPECT_EQ(kernel.syncWords, 3 + 2 * rows * 512) << kernel.name;  // arrivals, a flag, a pad, 64-bit sums
+      }
+      EXPECT_EQ(chains, 8) << dtype << ", " << rows << " rows";
+      for (const Value &value : o3.values)
+        if (value.storage == Storage::Activation) EXPECT_NE(value.shape.back(), 2048) << value.name << " is stored";
+    }
+  ScheduleOverrides wide;
+  wide.gemvChainColumns = 64;
+  const Program widened = chained(3, "bf16", 1, 1, false, wide);
+  EXPECT_EQ(findLaunch(kernelNamed(widened, "tl_rmsnorm_linear_split_swiglu_linear_add"), "cuda", "sm_90a")->gridBlocks,
+            2048 / 64);
+  for (const Program &program : {workshop(3, "bf16", 1, 1), chained(2, "bf16", 1, 1), chained(3, "bf16", 8, 128),
+                                 chained(3, "bf16", 1, 1, true)})
+    for (const Kernel &kernel : program.kernels) {
+      EXPECT_FALSE(contains(kernel.source, "  tl_gemv_chain<")) << kernel.name;
+      for (const Kernel &part : kernel.parts) EXPECT_FALSE(contains(part.source, "  tl_gemv_chain<")) << part.name;
+    }
+}
+
 // A decode step's GEMMs (one or two rows) run the matrix-vector path on every target, its
 // tile read from the call's spec arguments (<name>_spec<BM, BN, 1, WARPS, 1, 1, K_SPLITS,
 // 0>); three rows of narrow GEMMs take it on tensor cores, wide ones and 16 rows the tiled

@@ -5,6 +5,8 @@
 #include "runtime/Backend.h"
 #include "runtime/OpKind.h"
 
+#include <algorithm>
+
 using namespace tlc;
 
 namespace {
@@ -59,6 +61,43 @@ INSTANTIATE_TEST_SUITE_P(Configs, LevelsAgree,
                                            LevelCase{"tinyllama_narrow_f32", support::narrowTinyLlama(), "f32", 1e-5},
                                            LevelCase{"workshop_bf16", *presetConfig("workshop"), "bf16", 2e-2}),
                          [](const auto &info) { return info.param.name; });
+
+// A decode-shaped forward (one or two rows) at O3 with gemvChains runs each block's gate/up
+// in its down projection's prologue (tl-fuse-gemv-chains: one kernel, h a Local) and still
+// gives O0's logits, f32 and bf16, at both models' widths.
+TEST(Levels, DecodeShapedGemvChainsRunGateUpInsideDownAndMatchO0) {
+  struct Case {
+    LlamaConfig config;
+    const char *dtype;
+    double tolerance;
+  };
+  LlamaConfig narrow = support::narrowTinyLlama();
+  for (const Case &c : {Case{*presetConfig("workshop"), "f32", 1e-5}, Case{*presetConfig("workshop"), "bf16", 2e-2},
+                        Case{narrow, "f32", 1e-5}})
+    for (int64_t batch : {1, 2}) {
+      Program o0 = support::compileConfig(c.config, {0, batch, 1, c.dtype});
+      CompileOptions options{3, batch, 1, c.dtype};
+      options.gemvChains = true;
+      Program o3 = support::compileConfig(c.config, options);
+      int chains = 0;
+      for (const Kernel &kernel : o3.kernels)
+        chains += std::count_if(kernel.ops.begin(), kernel.ops.end(),
+                                [](const OpRecord &op) { return op.kind == OpKind::linear; }) == 2;
+      EXPECT_EQ(chains, c.config.layers) << c.dtype << " batch " << batch;
+      for (const Value &value : o3.values)
+        if (value.storage == Storage::Activation)
+          EXPECT_NE(value.shape.back(), c.config.ffn) << value.name << ": h is stored";
+      const uint64_t seed = ::testing::UnitTest::GetInstance()->random_seed() + 17 + uint64_t(batch);
+      Weights weights = Weights::random(o0.parameters, seed);
+      std::vector<int32_t> tokens = randomTokenIds(o0, seed);
+      auto backend = createCpuBackend(2);
+      backend->load(o0, weights);
+      ForwardResult expected = backend->forward(tokens);
+      backend->load(o3, weights);
+      ForwardResult result = backend->forward(tokens);
+      EXPECT_LE(relativeError(result.logits.data, expected.logits.data), c.tolerance) << c.dtype << " batch " << batch;
+    }
+}
 
 // Models a little off the builder's path (an elementwise op before a projection or a
 // norm) compile at every level, give O0's logits, and at O2 the inserted op runs inside a
