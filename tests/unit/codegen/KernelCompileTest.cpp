@@ -321,6 +321,30 @@ TEST(KernelCompile, TensorCoreMatrixVectorGemmsCompileForBothVendors) {
   ASSERT_NO_THROW(jitCompileAll(*hiprtc, kernels, options));
 }
 
+// --gemv-chains' kernels (gemv_chain.cuh: gate/up inside down at a decode step's rows), one
+// and two rows, bf16 and f32, both models' widths, compile with NVRTC and with hipRTC for
+// gfx90a (fixed-point atomics, the recompute path, two blocks an SM).
+TEST(KernelCompile, GemvChainsCompileForBothVendors) {
+  std::map<std::string, std::string> entryOf;
+  for (const char *model : {"workshop", "tinyllama-1.1b"})
+    for (int64_t rows : {1, 2})
+      for (const char *dtype : {"bf16", "f32"}) {
+        CompileOptions options{3, rows, 1, dtype};
+        options.gemvChains = true;
+        addKernelsHolding(model, options, "  tl_gemv_chain<", entryOf);
+      }
+  std::vector<JitSource> kernels = asSources(entryOf);
+  ASSERT_EQ(kernels.size(), 8u) << "a chain for each model, rows and dtype";
+  compileForNvidia(kernels);
+  std::unique_ptr<JitCompiler> hiprtc;
+  JitOptions options;
+  options.useCache = false;
+  options.progress = false;
+  ASSERT_NO_THROW(hiprtc = createHiprtcCompiler()) << "hipRTC (libamdhip64-dev) must be installed where the tests run";
+  options.arch = "gfx90a";
+  ASSERT_NO_THROW(jitCompileAll(*hiprtc, kernels, options));
+}
+
 // The tf32 tiles only --wgmma-tile reaches compile for sm_90a: the warp-specialized GEMM
 // (gemm_wgmma_tf32.cuh v3, the producer flag) at both widths, two and one consumer
 // warpgroups, and v1's 128x64 tiles; the same sources compile for sm_80 (where they run
