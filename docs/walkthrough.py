@@ -53,7 +53,12 @@ LEVELS = [
      "rows are stored, not when the whole QKV GEMM is done. A cost model hands the tasks, in "
      "order, to the worker that can start each first; a worker waits on the done words of "
      "the tasks it needs, never on a grid-wide barrier. It is correct and, so far, slower than "
-     "the chained launches (`docs/megakernel.md` says why), so it is not the default."),
+     "the chained launches (`docs/megakernel.md` says why), so it is not the default. With "
+     "`--gemv-chains`, at a decode step's rows, `tl-fuse-gemv-chains` then moves each block's "
+     "gate/up `tl.fused_linear` into its down projection's prologue (a GEMM nested in a GEMM's "
+     "prologue, printed as such): one kernel whose blocks each compute a slice of h and add "
+     "their part of the down projection, h never stored; also correct and slower so far "
+     "(`docs/megakernel.md`, \"Gate/up inside down\")."),
 ]
 
 

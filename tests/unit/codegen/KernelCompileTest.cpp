@@ -92,6 +92,17 @@ void compileForNvidia(const std::vector<JitSource> &kernels) {
   }
 }
 
+// `kernels` compiled by hipRTC for gfx90a (one at a time, as hipRTC must be).
+void compileForGfx90a(const std::vector<JitSource> &kernels) {
+  std::unique_ptr<JitCompiler> hiprtc;
+  ASSERT_NO_THROW(hiprtc = createHiprtcCompiler()) << "hipRTC (libamdhip64-dev) must be installed where the tests run";
+  JitOptions options;
+  options.useCache = false;
+  options.progress = false;
+  options.arch = "gfx90a";
+  ASSERT_NO_THROW(jitCompileAll(*hiprtc, kernels, options));
+}
+
 // Small batch and sequence keep the Programs quick to build; the tiles the schedule picks
 // only at full size come from the benchmarks' shapes (the 1.1B QKV's 256x160 flat tiles,
 // the workshop down projection's 8-stage pipeline).
@@ -312,13 +323,7 @@ TEST(KernelCompile, TensorCoreMatrixVectorGemmsCompileForBothVendors) {
   std::vector<JitSource> kernels = asSources(entryOf);
   ASSERT_GE(kernels.size(), 9u) << "four projections and the logits a model, on tensor cores";
   compileForNvidia(kernels);
-  std::unique_ptr<JitCompiler> hiprtc;
-  JitOptions options;
-  options.useCache = false;
-  options.progress = false;
-  ASSERT_NO_THROW(hiprtc = createHiprtcCompiler()) << "hipRTC (libamdhip64-dev) must be installed where the tests run";
-  options.arch = "gfx90a";
-  ASSERT_NO_THROW(jitCompileAll(*hiprtc, kernels, options));
+  compileForGfx90a(kernels);
 }
 
 // --gemv-chains' kernels (gemv_chain.cuh: gate/up inside down at a decode step's rows), one
@@ -336,13 +341,7 @@ TEST(KernelCompile, GemvChainsCompileForBothVendors) {
   std::vector<JitSource> kernels = asSources(entryOf);
   ASSERT_EQ(kernels.size(), 8u) << "a chain for each model, rows and dtype";
   compileForNvidia(kernels);
-  std::unique_ptr<JitCompiler> hiprtc;
-  JitOptions options;
-  options.useCache = false;
-  options.progress = false;
-  ASSERT_NO_THROW(hiprtc = createHiprtcCompiler()) << "hipRTC (libamdhip64-dev) must be installed where the tests run";
-  options.arch = "gfx90a";
-  ASSERT_NO_THROW(jitCompileAll(*hiprtc, kernels, options));
+  compileForGfx90a(kernels);
 }
 
 // The tf32 tiles only --wgmma-tile reaches compile for sm_90a: the warp-specialized GEMM
