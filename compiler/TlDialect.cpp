@@ -6,13 +6,20 @@
 
 #include "compiler/TlDialect.cpp.inc"
 
-// A weight as the region of a tl.block sees it (a block argument) traced to the value
-// the block was given, so names inside O3's blocks match those outside.
+// A weight as a region sees it (a block argument of a tl.block, or of a fused linear's
+// prologue that holds a GEMM of its own: tl-fuse-gemv-chains) traced to the value the op
+// was given, so names inside O3's blocks and prologues match those outside.
 static mlir::Value resolveWeight(mlir::Value weight) {
   while (auto argument = llvm::dyn_cast<mlir::BlockArgument>(weight)) {
-    auto block = llvm::dyn_cast<tl::BlockOp>(argument.getOwner()->getParentOp());
-    if (!block) break;
-    weight = block.getInputs()[argument.getArgNumber()];
+    mlir::Operation *owner = argument.getOwner()->getParentOp();
+    if (auto block = llvm::dyn_cast<tl::BlockOp>(owner)) {
+      weight = block.getInputs()[argument.getArgNumber()];
+    } else if (auto fused = llvm::dyn_cast<tl::FusedLinearOp>(owner);
+               fused && argument.getOwner()->getParent() == &fused.getPrologue()) {
+      weight = fused.getPrologueInputs()[argument.getArgNumber()];
+    } else {
+      break;
+    }
   }
   return weight;
 }
