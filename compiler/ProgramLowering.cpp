@@ -72,22 +72,20 @@ void appendOpNames(mlir::Block &body, std::vector<std::string> &parts) {
       parts.push_back(opName(&op));
 }
 
-// tl_rmsnorm_linear_split_rope_transpose_f32_1024x1024x512: the fused ops in order.
-// A GEMM in the prologue (tl-fuse-gemv-chains) names its own ops first:
-// tl_rmsnorm_linear_split_swiglu_linear_add_bf16_1x512x2048.
+// A fused linear's ops in order, each once; a GEMM in its prologue (tl-fuse-gemv-chains)
+// names its own first, then its reader's follow.
 void appendFusedLinearNames(tl::FusedLinearOp fused, std::vector<std::string> &parts) {
   std::vector<std::string> own;
   for (mlir::Operation &op : fused.getPrologue().front())
     if (auto producer = llvm::dyn_cast<tl::FusedLinearOp>(op)) appendFusedLinearNames(producer, parts);
-  mlir::Block &prologue = fused.getPrologue().front();
-  for (mlir::Operation &op : prologue)
-    if (!llvm::isa<tl::YieldOp, tl::FusedLinearOp>(op) && !isView(&op) && !llvm::is_contained(own, opName(&op)))
-      own.push_back(opName(&op));
+    else if (!llvm::isa<tl::YieldOp>(op) && !isView(&op) && !llvm::is_contained(own, opName(&op))) own.push_back(opName(&op));
   own.push_back("linear");
   appendOpNames(fused.getEpilogue().front(), own);
   parts.insert(parts.end(), own.begin(), own.end());
 }
 
+// tl_rmsnorm_linear_split_rope_transpose_f32_1024x1024x512, and with a GEMM in the
+// prologue tl_rmsnorm_linear_split_swiglu_linear_add_bf16_1x512x2048.
 std::string fusedLinearName(tl::FusedLinearOp fused, DType dtype) {
   std::vector<std::string> parts;
   appendFusedLinearNames(fused, parts);

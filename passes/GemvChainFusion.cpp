@@ -12,9 +12,9 @@
 // At a few rows every GEMM streams its weights, and in a decode step the hand-off between
 // two launches costs as much as a GEMM's streaming (docs/megakernel.md). Fused, each block
 // computes a slice of h's columns itself (gate/up's matching rows), keeps it on chip and
-// multiplies it by the down projection's matching K slice, adding that part of y into an
-// fp32 row with atomics (a split-K over the producer's columns, gemv_chain.cuh): h is never
-// stored and the down projection needs no wait for the whole of h. Opt-in (--gemv-chains:
+// multiplies it by the down projection's matching K slice, adding that part of y into the
+// row with integer (fixed-point) atomics (a split-K over the producer's columns,
+// gemv_chain.cuh): h is never stored and the down projection needs no wait for the whole of h. Opt-in (--gemv-chains:
 // slower so far, docs/megakernel.md); not in a persistent kernel (whose tasks are O2's
 // kernels' blocks), nor where the reader computes more of its A than the producer's output.
 #include "passes/Passes.h"
@@ -86,9 +86,11 @@ FusedLinearOp producerOf(FusedLinearOp reader, std::string &why) {
     why = "the reader's epilogue writes more than one output";
   else if (!rowsAsStored(producer))
     why = "the producer's A is more than its input's rows or their RMSNorm";
-  else
-    why = tlc::codegen::whyNotGemvChain(rows, shape(producerA).back(), shape(input).back(),
-                                        llvm::cast<mlir::RankedTensorType>(reader.getWeight().getType()).getDimSize(0));
+  else {
+    const int64_t width = shape(input).back(), accumulator = shape(producer.getWeight()).front();
+    why = tlc::codegen::whyNotGemvChain(rows, shape(producerA).back(), width, int(accumulator / width),
+                                        shape(reader.getWeight()).front());
+  }
   return why.empty() ? producer : nullptr;
 }
 

@@ -150,6 +150,13 @@ bool bReadsWeightParts(const KernelSource &source, const GemmSpec &gemm, const s
   return true;
 }
 
+bool readsEightAlongK(const GemmSpec &gemm, const GemmPlan &plan) {
+  ChunkLoop eightAlongK{"k", "k", 8, gemm.K, gemmSamples(gemm, false), {}};
+  eightAlongK.samples["n"] = sampleValues(gemm.N);
+  return (plan.computedA || (plan.aParts && ElementCode::contiguous(gemm.aOffset, eightAlongK))) && plan.bParts &&
+         !gemm.bKN && ElementCode::contiguous(gemm.bOffset, eightAlongK);
+}
+
 GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm) {
   GemmPlan plan;
   // Operands the matrix units take: bf16, or fp32 split for tf32 products unless the
@@ -171,13 +178,9 @@ GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm) {
   plan.bParts =
       gemm.bKN ? std::optional<Separated>(Separated{}) : separate(gemm.bOffset, "n", gemm.N, gemm.batch, gemm.K);
   if (plan.bParts && !gemm.bKN && plan.bParts->row.maxValue() > INT32_MAX) plan.bParts.reset();
-  // A few rows (a decode step): B streamed once by the matrix-vector path, which reads A
-  // (or computes it) and B 8 k at a time.
-  ChunkLoop eightAlongK{"k", "k", 8, gemm.K, gemmSamples(gemm, false), {}};
-  eightAlongK.samples["n"] = sampleValues(gemm.N);
+  // A few rows (a decode step): B streamed once by the matrix-vector path.
   plan.flat = flatColumns(gemm);
-  if ((plan.computedA || (plan.aParts && ElementCode::contiguous(gemm.aOffset, eightAlongK))) && plan.bParts &&
-      !gemm.bKN && ElementCode::contiguous(gemm.bOffset, eightAlongK)) {
+  if (readsEightAlongK(gemm, plan)) {
     plan.gemv = chooseGemvTile(gemm, source.machine(), int(dtypeBytes(source.dtype(gemm.b))));
     if (plan.gemv) return plan;
   }
@@ -361,6 +364,13 @@ std::string operandBHooks(const KernelSource &source, const GemmSpec &gemm, cons
 }
 
 
+std::function<std::string(const ElementExpr &)> describeAccumulator(const GemmGroup &group) {
+  return [group](const ElementExpr &leaf) {
+    BandRead read = bandOf(leaf, group);
+    return read.band == 0 ? std::string("acc") : fmt::format("acc[{} + c]", group.bands[read.band]);
+  };
+}
+
 std::function<std::string(const ElementExpr &, const std::string &)>
 epilogueAccumulator(const GemmGroup &group, bool paired) {
   // The tile's place of group column x (its row's index): two runs where the tile pairs them.
@@ -390,10 +400,7 @@ EpilogueCode epilogueHook(const KernelSource &source, const GemmSpec &gemm, bool
     epilogue += "    } break;\n";
     std::vector<std::string> stores;
     // Reads of a band after the first say which: acc[2048 + c] (up beside gate).
-    auto accumulator = [&](const ElementExpr &leaf) {
-      BandRead read = bandOf(leaf, group);
-      return read.band == 0 ? std::string("acc") : fmt::format("acc[{} + c]", group.bands[read.band]);
-    };
+    auto accumulator = describeAccumulator(group);
     for (const Store &store : group.stores) {
       // An output written by several stores (a concatenation's pieces) says where each goes.
       bool shared = std::count_if(group.stores.begin(), group.stores.end(),
@@ -474,6 +481,20 @@ std::string fp32ProductsLine(const GemmPlan &plan) {
                          : std::string("of the tf32-rounded operands (plain TF32)"));
 }
 
+std::string describeOperandA(const KernelSource &source, const GemmSpec &gemm, const GemmPlan &plan) {
+  return fmt::format("{}{}",
+                     plan.computedA ? describe(gemm.aValue, source.names()) + " computed as it is loaded" : source.name(gemm.a),
+                     !gemm.rowNorm ? ""
+                     : gemm.gain >= 0
+                         ? fmt::format(" normalized per row (rmsnorm, gain {}, eps {}): the gain scales A as it "
+                                       "is loaded, the inverse RMS the accumulator rows",
+                                       source.name(gemm.gain), gemm.eps)
+                         : fmt::format(" normalized per row (rmsnorm, eps {}; its gain was folded into {}'s "
+                                       "columns when the weights were loaded): the inverse RMS scales the "
+                                       "accumulator rows",
+                                       gemm.eps, source.name(gemm.b)));
+}
+
 // The kernel's header comment: what it computes and on which path with which tile.
 std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &gemm, const GemmPlan &plan,
                                     const std::vector<std::string> &epilogueDetails) {
@@ -482,18 +503,7 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
   headerLines.push_back(fmt::format("GEMM [batch {}] M {} x N {} x K {}: acc = A · B{} in fp32{}", gemm.batch, gemm.M,
                                     gemm.N, gemm.K, gemm.bKN ? " (B stored [K, N])" : "ᵀ",
                                     plan.aKM ? " (A stored [K, M])" : ""));
-  headerLines.push_back(fmt::format("prologue: A = {}{}",
-                                    plan.computedA ? describe(gemm.aValue, source.names()) + " computed as it is loaded"
-                                                   : source.name(gemm.a),
-                                    !gemm.rowNorm ? ""
-                                    : gemm.gain >= 0
-                                        ? fmt::format(" normalized per row (rmsnorm, gain {}, eps {}): the gain scales A as it "
-                                                      "is loaded, the inverse RMS the accumulator rows",
-                                                      source.name(gemm.gain), gemm.eps)
-                                        : fmt::format(" normalized per row (rmsnorm, eps {}; its gain was folded into {}'s "
-                                                      "columns when the weights were loaded): the inverse RMS scales the "
-                                                      "accumulator rows",
-                                                      gemm.eps, source.name(gemm.b))));
+  headerLines.push_back("prologue: A = " + describeOperandA(source, gemm, plan));
   std::vector<std::string> details = gemm.normGrad ? normGradDetails(source, gemm, plan) : epilogueDetails;
   headerLines.insert(headerLines.end(), details.begin(), details.end());
   if (plan.gemv) {

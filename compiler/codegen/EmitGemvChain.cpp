@@ -26,32 +26,17 @@ std::string produceHook(const GemmSpec &producer, ElementCode &code) {
          code.values(group.stores[0].value, "out", loop, "    ") + "  }\n};\n";
 }
 
-// A producer read as the matrix-vector path reads a GEMM's operands: A (or what computes
-// it) and B 8 k at a time along k.
-void checkReadable(const KernelSource &source, const GemmSpec &producer, const GemmPlan &plan) {
-  ChunkLoop eightAlongK{"k", "k", 8, producer.K, {{"m", {0, 1}}, {"bt", {0}}, {"n", {0, 1, 7, 8}}}, {}};
-  const bool a = plan.computedA || (plan.aParts && ElementCode::contiguous(producer.aOffset, eightAlongK));
-  if (!a || !plan.bParts || producer.bKN || !ElementCode::contiguous(producer.bOffset, eightAlongK) || producer.K % 8 != 0)
-    throw Error(fmt::format("code generation: kernel '{}': the GEMM in its prologue cannot read A and B 8 k at a time",
-                            source.entry()));
-}
-
-std::vector<std::string> chainHeader(const KernelSource &source, const GemmSpec &producer, const GemmSpec &reader,
-                                     const GemvChainTile &tile, const std::vector<std::string> &readerEpilogue) {
+std::vector<std::string> chainHeader(const KernelSource &source, const GemmSpec &producer, const GemmPlan &producerPlan,
+                                     const GemmSpec &reader, const GemvChainTile &tile,
+                                     const std::vector<std::string> &readerEpilogue) {
   const GemmGroup &group = producer.groups[0];
   std::vector<std::string> bands;
   for (int64_t start : group.bands) bands.push_back(fmt::format("{}..{}", start, start + group.width - 1));
-  auto accumulator = [&](const ElementExpr &leaf) {
-    const int64_t column = leaf.column.evaluate({{"c", 0}, {"m", 0}});
-    return column == group.bands[0] ? std::string("acc") : fmt::format("acc[{} + c]", column);
-  };
-  const std::string a = producer.aValue ? describe(producer.aValue, source.names()) : source.name(producer.a);
   std::vector<std::string> lines = {
-      fmt::format("producer GEMM M {} x N {} x K {}: acc = A · {}ᵀ in fp32, A = {}{}", producer.M, producer.N, producer.K,
-                  source.name(producer.b), a,
-                  producer.rowNorm ? fmt::format(" normalized per row (rmsnorm, eps {})", producer.eps) : ""),
+      fmt::format("producer GEMM M {} x N {} x K {}: acc = A · {}ᵀ in fp32, A = {}", producer.M, producer.N, producer.K,
+                  source.name(producer.b), describeOperandA(source, producer, producerPlan)),
       fmt::format("producer epilogue, accumulator columns {}: h = {}, kept in shared memory in fp32 (never stored)",
-                  fmt::join(bands, " with "), describe(group.stores[0].value, source.names(), accumulator)),
+                  fmt::join(bands, " with "), describe(group.stores[0].value, source.names(), describeAccumulator(group))),
       fmt::format("reader GEMM M {} x N {} x K {}: acc = h · {}ᵀ, each block its K slice of {} (its own columns of h), "
                   "its sums added into the sync words as 64-bit fixed point (the same on every run); the last "
                   "block to arrive runs the epilogue",
@@ -74,14 +59,16 @@ EmittedKernel emitGemvChain(const KernelSource &source, const GemmSpec &reader) 
     throw Error(fmt::format("code generation: kernel '{}': a GEMM chain's reader must take all of its producer's one "
                             "group as its K, one group of columns, B stored [N, K]",
                             source.entry()));
-  if (std::string why = whyNotGemvChain(producer.M, producer.K, group.width, reader.N); !why.empty())
+  if (std::string why = whyNotGemvChain(producer.M, producer.K, group.width, int(group.bands.size()), reader.N); !why.empty())
     throw Error(fmt::format("code generation: kernel '{}': no GEMV chain: {}", source.entry(), why));
   const Machine &machine = source.machine();
   const GemvChainTile tile = chooseGemvChainTile(group.width, machine);
   const int BM = int(producer.M), BN = tile.BI * int(group.bands.size());
 
   GemmPlan producerPlan = planGemm(source, producer);
-  checkReadable(source, producer, producerPlan);
+  if (!readsEightAlongK(producer, producerPlan))
+    throw Error(fmt::format("code generation: kernel '{}': the GEMM in its prologue cannot read A and B 8 k at a time",
+                            source.entry()));
   producerPlan.gemv = GemvTile{BM, BN, 1, tile.warps, false, {0}};
   GemmPlan readerPlan;
   readerPlan.bConstant = source.constantArgument(reader.b);
@@ -99,12 +86,13 @@ EmittedKernel emitGemvChain(const KernelSource &source, const GemmSpec &reader) 
           operandBHooks(source, reader, readerPlan, readerColumns) + epilogue.hook;
 
   std::string out = source.header("two matrix-vector GEMMs chained in one kernel",
-                                  chainHeader(source, producer, reader, tile, epilogue.details));
+                                  chainHeader(source, producer, producerPlan, reader, tile, epilogue.details));
   out += source.prelude({"gemv_chain.cuh"});
   out += code.globals();
   out += source.paramsStruct();
   out += spec;
-  // Two blocks an SM at least: at one (168 registers a thread) the 1.1B's chain ran 16 % slower.
+  // Two blocks an SM at least: at one (168 registers a thread) the 1.1B's chain ran slower
+  // (bench/RESULTS.md, 2026-12-04).
   out += fmt::format("#define {}_BOUNDS {} * TL_WARP, 2\n", entry, tile.warps);
   const std::string specs = fmt::format("{}<{}, {}, 1, {}, 1, 1, 1, 0>, {}<{}, {}, 1, {}, 1, 1, 1, 0>", producerName, BM,
                                         BN, tile.warps, readerName, BM, reader.N, tile.warps);

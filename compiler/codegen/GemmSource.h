@@ -58,6 +58,11 @@ struct GemmPlan {
 };
 
 GemmPlan planGemm(const KernelSource &source, const GemmSpec &gemm);
+// Whether A (or what computes it) and B can be read 8 k at a time along k, as the
+// matrix-vector paths read them.
+bool readsEightAlongK(const GemmSpec &gemm, const GemmPlan &plan);
+// A's source in words, with its RMSNorm, for a kernel's header: "in0 normalized per row ...".
+std::string describeOperandA(const KernelSource &source, const GemmSpec &gemm, const GemmPlan &plan);
 
 // Which accumulator columns a column tile computes (tile_cols) and the weight row behind
 // tile column j (b_column): flat tiles run across the groups' columns, the group of each 8
@@ -91,5 +96,7 @@ EpilogueCode epilogueHook(const KernelSource &source, const GemmSpec &gemm, bool
 // v[i] (the band read at the group's own columns), row[...] (another band of the tile).
 std::function<std::string(const ElementExpr &, const std::string &)>
 epilogueAccumulator(const GemmGroup &group, bool paired);
+// The same reads in words, for a kernel's header: acc (the group's own columns), acc[2048 + c].
+std::function<std::string(const ElementExpr &)> describeAccumulator(const GemmGroup &group);
 
 } // namespace tlc::codegen::gemm

@@ -600,14 +600,20 @@ GemmSpec buildLinear(KernelContext &context, tl::LinearOp linear, mlir::Operatio
 // A fused linear's shape, A and B; returns A's leading shape (its rows).
 Shape fusedOperands(KernelContext &context, tl::FusedLinearOp fused, GemmSpec &gemm);
 
+// The groups of a fused GEMM's epilogue (a fused linear's, dX's) whose results are stored
+// to the kernel's arguments; `lead`: the accumulator's leading shape.
+template <class Fused> std::vector<GemmGroup> storedGroups(KernelContext &context, Fused fused, const Shape &lead) {
+  GemmBuilder builder(context, fused.getEpilogue().front().getArgument(0), lead);
+  for (auto [result, yielded] : llvm::zip(fused.getResults(), fused.epilogueYield().getValues()))
+    builder.addOutput(yielded, context.requireParam(result, "result"));
+  return builder.groups();
+}
+
 GemmSpec buildFusedLinear(KernelContext &context, tl::FusedLinearOp fused) {
   context.addComputed(fused);
   GemmSpec gemm;
   Shape lead = fusedOperands(context, fused, gemm);
-  GemmBuilder builder(context, fused.getEpilogue().front().getArgument(0), lead);
-  for (auto [result, yielded] : llvm::zip(fused.getResults(), fused.epilogueYield().getValues()))
-    builder.addOutput(yielded, context.requireParam(result, "result"));
-  gemm.groups = builder.groups();
+  gemm.groups = storedGroups(context, fused, lead);
   return gemm;
 }
 
@@ -632,8 +638,8 @@ Shape fusedOperands(KernelContext &context, tl::FusedLinearOp fused, GemmSpec &g
   gemm.N = shapeOf(fused.getWeight())[0];
   gemm.M = product(lead);
   if (auto producer = a.getDefiningOp<tl::FusedLinearOp>(); producer && context.isComputed(a)) {
-    if (shapeOf(producer.getResult(0)) != aShape || gemm.M > kMaxGemvFmaRows)
-      context.fail("a GEMM in a prologue must yield its reader's A as it is, for a few rows");
+    if (shapeOf(producer.getResult(0)) != aShape)
+      context.fail("a GEMM in a prologue must yield its reader's A as it is");
     gemm.producer = std::make_shared<const GemmSpec>(buildChainProducer(context, producer));
   } else {
     buildOperandA(context, gemm, a, lead);
@@ -742,10 +748,7 @@ GemmSpec buildFusedLinearGradInput(KernelContext &context, tl::FusedLinearGradIn
     gemm.groups = {GemmGroup{N, {0}, {}}};
     return gemm;
   }
-  GemmBuilder builder(context, fused.getEpilogue().front().getArgument(0), lead);
-  for (auto [result, yielded] : llvm::zip(fused.getResults(), fused.epilogueYield().getValues()))
-    builder.addOutput(yielded, context.requireParam(result, "result"));
-  gemm.groups = builder.groups();
+  gemm.groups = storedGroups(context, fused, lead);
   return gemm;
 }
 

@@ -236,13 +236,14 @@ int64_t gemvChainSharedBytes(int64_t rows, int64_t K, int64_t N, int BI, int ban
   return (rows * ceilDiv(K, 8) * 8 + rows * (N + 4) + rows * (int64_t(BI) * bands + 4) + rows * BI + rows + rows * warps) * 4;
 }
 
-std::string whyNotGemvChain(int64_t rows, int64_t K, int64_t width, int64_t N) {
+std::string whyNotGemvChain(int64_t rows, int64_t K, int64_t width, int bands, int64_t N) {
   if (rows > kMaxGemvFmaRows) return fmt::format("{} rows, more than the matrix-vector path takes", rows);
   if (K % 8 != 0 || width % 8 != 0)
     return fmt::format("K {} and the producer's {} columns must be multiples of 8", K, width);
   if (!narrowestChainTile(width))
     return fmt::format("no tile of 8 to 256 columns divides {} into at most {} blocks", width, kMaxGemvChainBlocks);
-  if (int64_t bytes = gemvChainSharedBytes(rows, K, N, 64, 2, 16); bytes > (64 << 10))
+  // The widest tile and most warps the options can ask for.
+  if (int64_t bytes = gemvChainSharedBytes(rows, K, N, 256, bands, 16); bytes > (64 << 10))
     return fmt::format("its rows need {} bytes of shared memory, more than AMD's 64 KiB", bytes);
   return "";
 }

@@ -167,18 +167,18 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
 // block computes, BI, and its warps. BI: the widest power of two from 8 to 32 that divides
 // the producer's group (`width`) into a block for every two SMs at least (the reader's K
 // slice of each weight row is BI elements: wider reads stream better, fewer blocks less);
-// on an H200 that is 32 for the 1.1B and 16 for the workshop, the best of 8 to 64 at both.
-// Or overrides.gemvChainColumns where it divides the group.
+// on an H200 that is 32 for the 1.1B and 16 for the workshop, the best measured (8 to 64 for
+// the workshop, 16 to 64 for the 1.1B). Or overrides.gemvChainColumns where it divides the group.
 struct GemvChainTile {
   int BI = 8, warps = 8;
 };
 GemvChainTile chooseGemvChainTile(int64_t width, const Machine &machine);
-// Why gemv_chain.cuh cannot run a producer of `rows` x `width` outputs over K and its
-// reader of N outputs (over K = width); empty when it can: at most kMaxGemvFmaRows rows,
-// K and width read 8 at a time, a tile of 8 to 256 columns that leaves at most 1024 blocks
-// (the fixed-point sums' range), and shared memory within AMD's 64 KiB. tl-fuse-gemv-chains
-// asks before it fuses.
-std::string whyNotGemvChain(int64_t rows, int64_t K, int64_t width, int64_t N);
+// Why gemv_chain.cuh cannot run a producer of `rows` x `width` outputs over K (its
+// accumulator `bands` runs of `width` columns) and its reader of N outputs (over K = width);
+// empty when it can: at most kMaxGemvFmaRows rows, K and width read 8 at a time, a tile of 8
+// to 256 columns that leaves at most 1024 blocks (the fixed-point sums' range), and shared
+// memory within AMD's 64 KiB at any tile. tl-fuse-gemv-chains asks before it fuses.
+std::string whyNotGemvChain(int64_t rows, int64_t K, int64_t width, int bands, int64_t N);
 // gemv_chain.cuh's shared memory, in bytes.
 int64_t gemvChainSharedBytes(int64_t rows, int64_t K, int64_t N, int BI, int bands, int warps);
 

@@ -69,7 +69,8 @@ struct CompileOptions {
   bool persistent = false;
   // O3 at a decode step's rows: each block's gate/up GEMM inside its down projection's kernel
   // (tl-fuse-gemv-chains, gemv_chain.cuh: h kept on chip, one hand-off less a block). Off by
-  // default while it measures slower than the two chained launches (docs/megakernel.md).
+  // default while it measures slower than the two chained launches (docs/megakernel.md);
+  // without effect on a persistent kernel (whose parts are O2's kernels) or a training step.
   bool gemvChains = false;
   // Training on several ranks (data parallelism, docs/distributed.md): the gradients are
   // averaged over the ranks inside the step, in buckets of this many MiB, each as soon as
