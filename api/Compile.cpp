@@ -68,6 +68,7 @@ ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
   flag("TLC_GEMV_TENSOR_CORES", overrides.gemvTensorCores);
   flag("TLC_CACHE_ATTENTION_FMA", overrides.cacheAttentionFma);
   flag("TLC_CHAIN_CACHE_ATTENTION", overrides.chainCacheAttention);
+  flag("TLC_GEMV_DEPENDENTS_AT_END", overrides.gemvDependentsAtEnd);
   if (const char *trigger = std::getenv("TLC_PDL_TRIGGER"); trigger && std::string(trigger) == "start")
     overrides.dependentsAtStart = true;
   return overrides;
@@ -121,6 +122,7 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
   if (overrides.noWeightRing) parts.push_back("no-weight-ring");
   if (overrides.noClusters) parts.push_back("no-clusters");
   if (overrides.dependentsAtStart) parts.push_back("dependents-at-start");
+  if (overrides.gemvDependentsAtEnd) parts.push_back("gemv-dependents-at-end");
   if (overrides.workersPerSM) parts.push_back(fmt::format("workers-per-sm={}", overrides.workersPerSM));
   if (overrides.gemvSplits) parts.push_back(fmt::format("gemv-splits={}", overrides.gemvSplits));
   if (overrides.gemvColumns) parts.push_back(fmt::format("gemv-columns={}", overrides.gemvColumns));

@@ -20,7 +20,7 @@
 # the tiled paths at O2 and O3, a batch-8 decode step with each)
 # and pdecode (the persistent decode step's variants: each against O2's logits, timed twice,
 # the 1.1B's layer timeline) and o3sanitize (the persistent kernel under memcheck,
-# racecheck and synccheck) and lab (bench/gemv-lab's two programs, built with the machine's
+# racecheck and synccheck) and lab (bench/gemv-lab's three programs, built with the machine's
 # nvcc) and f32 (issue 31: the f32 levels timed, O2's forward and training step profiled,
 # the sm_90a tf32 tiles swept, Nsight Compute on block 0's four GEMMs) and bf16ncu (the bf16
 # O3 forward's GEMMs at 8 x 128, launch by launch and under Nsight Compute) and jitvariants (JIT_VARIANTS, TLC_JIT_OPTIONS values separated by ';', say
@@ -392,10 +392,10 @@ if want chainsweep; then  # O3's decode-shaped forwards with one kind of launch 
 fi
 if want lab; then  # bench/gemv-lab: matrix-vector designs alone, and the decode step as 88 launches or one
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  for lab in gemv_lab step_lab; do
+  for lab in gemv_lab step_lab overlap_lab; do
     "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a "bench/gemv-lab/$lab.cu" -o "$LOGS/$lab" > "$LOGS/$lab.txt" 2>&1 &&
       timeout 150 "$LOGS/$lab" >> "$LOGS/$lab.txt" 2>&1
-    note "$lab: rc=$? $(grep -E 'step of four|^v|^chained|^persistent|relative error' "$LOGS/$lab.txt" | tr '\n' ';' | cut -c1-900)"
+    note "$lab: rc=$? $(grep -E 'step of four|^v|^chained|^persistent|^registers|^ring|relative error' "$LOGS/$lab.txt" | tr '\n' ';' | cut -c1-900)"
   done
 fi
 

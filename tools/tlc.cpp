@@ -219,6 +219,10 @@ cl::opt<int> workersPerSM("workers-per-sm", cl::desc("O3: workers of the persist
 cl::opt<bool> dependentsAtStart("dependents-at-start",
                                 cl::desc("chained kernels let the next one launch at their start"), cl::Hidden,
                                 cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<bool> gemvDependentsAtEnd("gemv-dependents-at-end",
+                                  cl::desc("one-row matrix-vector GEMMs let the next kernel launch after their products, "
+                                           "not their last wave before its wait"),
+                                  cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 
 // -- Reading the IR ------------------------------------------------------------------
 cl::opt<bool> printIrAfterAll("print-ir-after-all", cl::desc("print the IR after every pass"), cl::cat(irCategory), cl::sub(oneLevel));
@@ -561,6 +565,7 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.noWeightRing = noWeightRing;
   overrides.noClusters = noClusters;
   overrides.dependentsAtStart = dependentsAtStart;
+  overrides.gemvDependentsAtEnd = gemvDependentsAtEnd;
   overrides.workersPerSM = workersPerSM;
   overrides.gemvSplits = gemvSplits;
   overrides.gemvColumns = gemvColumns;

@@ -2,6 +2,7 @@
 // streaming loads of weights, warp sums and an 8-wide dot product.
 #pragma once
 #include <cuda_runtime.h>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -58,6 +59,18 @@ inline float bf16_to_float(uint16_t b) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+// Weights [n, k] with unit gain (uniform in ±sqrt(3 / k)), so products in a row stay finite;
+// the same seed gives the same matrix in every lab.
+inline std::vector<uint16_t> unit_gain_weights(int n, int k, uint32_t seed) {
+  std::vector<uint16_t> w(size_t(n) * k);
+  const float a = std::sqrt(3.0f / float(k));
+  for (auto &h : w) {
+    seed = seed * 1664525u + 1013904223u;
+    h = float_to_bf16((float(seed >> 8) / 8388608.0f - 1.0f) * a);
+  }
+  return w;
 }
 
 // `record` (launches on `st`) captured as one CUDA graph: the median of 20 replays after 3, in ms.

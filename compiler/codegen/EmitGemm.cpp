@@ -301,9 +301,13 @@ std::string specConstants(const KernelSource &source, const GemmSpec &gemm, cons
                       plan.weightParts);
   spec += fmt::format("  static constexpr bool B_CONSTANT = {};  // no kernel writes B: may be read before the producers' wait\n",
                       plan.bConstant);
-  if (plan.gemv)
+  if (plan.gemv) {
     spec += fmt::format("  static constexpr bool GEMV_MMA = {};  // matrix-vector products on tensor cores (v9)\n",
                         plan.gemv->tensorCores);
+    spec += fmt::format("  static constexpr int DEPENDENTS_EARLY_FROM = {};  // blocks from here on let the next kernel "
+                        "launch before their wait (v12)\n",
+                        plan.gemv->dependentsEarlyFrom(gemm, source.machine().multiprocessors));
+  }
   spec += fmt::format("  static constexpr int CLUSTER_N = {} && TILES_N <= {} ? TILES_N : 1;  // a row's tiles, one "
                       "cluster where the target has them\n",
                       gemm.normGrad && maxClusterTiles(source.machine()) > 0, kMaxClusterTiles);
@@ -532,6 +536,9 @@ std::vector<std::string> gemmHeader(const KernelSource &source, const GemmSpec &
                                         "memory in fp32, blocks of {} warps over {} columns{}{}, fp32 FMAs on B streamed "
                                         "with 16-byte loads",
                                         gemv.BM, gemv.BM == 1 ? "" : "s", gemv.warps, gemv.BN, runs, split));
+    if (source.chained() && gemv.dependentsEarly)
+      headerLines.push_back(fmt::format("NVIDIA: blocks {} on (the last wave) let the next kernel launch before their wait",
+                                        gemv.dependentsEarlyFrom(gemm, source.machine().multiprocessors)));
     return headerLines;
   }
   if (plan.matrixUnits && plan.operands.tf32Products > 0) headerLines.push_back(fp32ProductsLine(plan));

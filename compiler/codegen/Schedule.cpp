@@ -318,7 +318,13 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   while (tile.sharedBytes(gemm) > sharedTarget && tile.splits < chunks) ++tile.splits;
   tile.splits = int(ceilDiv(chunks, ceilDiv(chunks, tile.splits)));  // no empty split
   if (tile.sharedBytes(gemm) > machine.sharedBytesPerBlock - machine.reservedPerBlock) return std::nullopt;
+  tile.dependentsEarly = tile.BM == 1 && !tile.tensorCores && !machine.overrides.gemvDependentsAtEnd;
   return tile;
+}
+
+int64_t GemvTile::dependentsEarlyFrom(const GemmSpec &gemm, int multiprocessors) const {
+  const int64_t blocks = gemm.batch * columnTiles(gemm, BN) * splits;
+  return dependentsEarly ? std::max<int64_t>(0, blocks - multiprocessors) : blocks;
 }
 
 GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine, bool fp32) {

@@ -129,6 +129,10 @@ constexpr int kMaxGemvFmaRows = 2;
 struct GemvTile {
   int BM = 1, BN = 16, splits = 1, warps = 8;
   bool tensorCores = false;  // gemm_gemv.cuh v9: mma.sync on groups of 16 columns, up to 16 rows
+  // Chained: the blocks of the last wave (the last `multiprocessors`) let the next kernel
+  // launch before they wait for their producers (gemm_gemv.cuh v12), not after their
+  // products. Taken for one row on FMAs; at two rows it measured slower.
+  bool dependentsEarly = false;
   // Per group, where a tile is two runs of columns: the second run's distance from the
   // first (tilePairs), else 0.
   std::vector<int64_t> pairs;
@@ -138,6 +142,9 @@ struct GemvTile {
   int64_t stagedRowElements(const GemmSpec &gemm) const;
   bool warpsSplitK() const;  // tensor cores: more warps than column groups, partial tiles added
   int64_t sharedBytes(const GemmSpec &gemm) const;
+  // The first block of the last wave on `multiprocessors` SMs (the grid's size where none
+  // lets its dependents launch early).
+  int64_t dependentsEarlyFrom(const GemmSpec &gemm, int multiprocessors) const;
 };
 // Where a tile of BN columns holds the epilogue's reads only as two runs (each group's
 // width / 2 columns, then as many `pair` columns on: RoPE's halves of a head, i and

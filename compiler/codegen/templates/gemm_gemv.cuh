@@ -7,11 +7,12 @@
 //       as they are staged, RMSNorm's gain applied); each warp then streams whole columns
 //       of B with 16-byte loads, UNROLL of them in flight a lane, and multiplies them with
 //       every staged row in fp32 FMAs (exact in fp32: no tensor-core rounding). The
-//       block's L2 prefetch of its B slice is issued before waiting for the producers:
-//       weights do not depend on them, so under a dependent launch the next kernel's
-//       weights stream in while this one finishes. Split tiles leave their partial tile
-//       in the workspace and the last to arrive adds the parts in split order. RMSNorm's
-//       sum of squares is taken over each whole row by every block (a few KiB from L2).
+//       block's L2 prefetch of its B slice (since v11, of its start) is issued before
+//       waiting for the producers: weights do not depend on them, so under a dependent
+//       launch the next kernel's weights stream in while this one finishes. Split tiles
+//       leave their partial tile in the workspace and the last to arrive adds the parts in
+//       split order. RMSNorm's sum of squares is taken over each whole row by every block
+//       (a few KiB from L2).
 //   v2  a warp's columns are loaded together, up to 16 loads a lane in flight (v1 took
 //       them one after another, a couple of loads each: latency-bound at the 1.1B's QKV,
 //       19 µs for 10 MB); the schedule takes it for at most 2 rows (at 4 the 1.1B's
@@ -49,6 +50,15 @@
 //   v10 where B is constant (a weight outside a training step: S::B_CONSTANT), that first
 //       round is issued before the producers' wait, so a chained launch's blocks hold
 //       their first weights when the kernel before them ends.
+//   v11 the L2 prefetch before the wait takes the first KiB of each column, not the
+//       block's whole slice: the first round's register loads ask for the same bytes (all
+//       of K at K = 2048 and 16 columns), so the whole slice beside them was every request
+//       twice.
+//   v12 one-row blocks of the last wave (the last SM-count of the grid; every block where
+//       the grid is no wider) let the next kernel launch before they wait, not after their
+//       products: a grid of one block an SM leaves room beside it for the dependent's
+//       blocks, which load their first weights while this one streams. At two rows, and
+//       on tensor cores, the trigger stays after the products (two rows measured slower).
 //
 // Spec (gemm_common.cuh's): BM = M rows (one row tile), BN, K_SPLITS (every tile split
 // alike), WARPS_N warps, GEMV_MMA; hooks a_src/a_chunk, b_src, gain_elem, epilogue.
@@ -90,17 +100,20 @@ template <class S> struct tl_gemv_work {
   }
 };
 
-// The block's slice of B into L2, by `threads` threads from `thread` on: issued before the
-// block waits for its producers (weights do not depend on them), a chained launch's or a
-// persistent task's.
+// The first KiB of each of the block's columns of B into L2, by `threads` threads from
+// `thread` on, line by line across the columns: issued before the block waits for its
+// producers (weights do not depend on them), a chained launch's or a persistent task's.
+// Only the start of each column (v11): the first round of register loads asks for the
+// same bytes, and a whole slice prefetched beside them doubled the block's requests.
 template <class S> TL_DEVICE void tl_gemm_gemv_prefetch(const typename S::Params &p, int thread, int threads) {
 #if defined(TL_NVIDIA) && !defined(TL_RING)  // the ring's producer copies them
-  constexpr int LINE = 128;
+  constexpr int LINE = 128, MOST_LINES = 1024 / LINE;
   const tl_gemv_work<S> work(tl_block_index());
   const tl_tile_cols cols = S::tile_cols(work.tn);
-  const int lines = ((work.kEnd - work.kBegin) * (int)sizeof(*S::b_base(p)) + LINE - 1) / LINE;
+  const int sliceLines = ((work.kEnd - work.kBegin) * (int)sizeof(*S::b_base(p)) + LINE - 1) / LINE;
+  const int lines = sliceLines < MOST_LINES ? sliceLines : MOST_LINES;
   for (int e = thread; e < S::BN * lines; e += threads) {
-    const int j = e / lines, line = e % lines;
+    const int j = e % S::BN, line = e / S::BN;
     if (S::b_column(cols, j) < 0) continue;
     const char *row = reinterpret_cast<const char *>(S::b_src(p, work.bt, cols, j, work.kBegin));
     asm volatile("prefetch.global.L2 [%0];" ::"l"(row + line * LINE));
@@ -539,6 +552,9 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
     if constexpr (MMA) Mma::load(p, cols, work, warp, lane, Mma::first(warp), mmaRound);
   };
   if constexpr (S::B_CONSTANT) loadFirstRound();
+  // The last wave lets the next kernel launch now (v12): its blocks then load their first
+  // weights on the SMs this grid's earlier blocks leave.
+  if (tl_block_index() >= S::DEPENDENTS_EARLY_FROM) tl_allow_dependents_early();
   tl_wait_for_producers();
   if constexpr (!S::B_CONSTANT) loadFirstRound();
 

@@ -563,6 +563,41 @@ TEST(Codegen, MatrixVectorGemmsReadWeightsBeforeTheWaitOnlyWhereNothingWritesThe
   EXPECT_GT(countGemvs(step, "false"), 0);
 }
 
+// A chained one-row GEMV lets the next kernel launch from its last wave's blocks, before
+// they wait (gemm_gemv.cuh v12): the spec's DEPENDENTS_EARLY_FROM is the grid less the
+// target's SMs (0 where the grid is no wider). Two rows, and --gemv-dependents-at-end, keep
+// the trigger after the products (the constant is the grid: no block is early).
+TEST(Codegen, OneRowMatrixVectorGemmsLetTheNextKernelLaunchFromTheirLastWave) {
+  const std::string path = std::string(TLC_SOURCE_DIR) + "/models/tinyllama.tl";
+  auto earlyFrom = [](const Kernel &kernel) {
+    const std::string key = "static constexpr int DEPENDENTS_EARLY_FROM = ";
+    const size_t at = kernel.source.find(key);
+    return at == std::string::npos ? int64_t(-1) : std::stoll(kernel.source.substr(at + key.size()));
+  };
+  auto check = [&](int64_t rows, int multiprocessors, bool atEnd) {
+    CompileOptions options{3, rows, 1, "bf16"};
+    options.multiprocessors = multiprocessors;
+    options.overrides.gemvDependentsAtEnd = atEnd;
+    const Program program = compileModelFile(path, options);
+    int gemvs = 0, early = 0;
+    for (const Kernel &kernel : program.kernels) {
+      if (!contains(kernel.source, "tl_gemm_gemv<")) continue;
+      ++gemvs;
+      const int64_t grid = kernel.launch.at("cuda").gridBlocks, from = earlyFrom(kernel);
+      const bool wanted = rows == 1 && !atEnd;
+      EXPECT_EQ(from, wanted ? std::max<int64_t>(0, grid - multiprocessors) : grid)
+          << kernel.name << " at " << rows << " rows, " << multiprocessors << " SMs";
+      early += from < grid;
+    }
+    EXPECT_EQ(gemvs, 4 * 8 + 1);
+    return early;
+  };
+  EXPECT_EQ(check(1, 132, false), 4 * 8 + 1);
+  EXPECT_EQ(check(1, 66, false), 4 * 8 + 1);
+  EXPECT_EQ(check(1, 132, true), 0);
+  EXPECT_EQ(check(2, 132, false), 0);
+}
+
 // f32 matrix products follow the matmul precision: "high" (the default) splits each
 // operand for three tensor-core products (bf16 parts on sm_90a's wgmma where both operands
 // are K-major and in the forward's attention, tf32 elsewhere), "medium" keeps one product
