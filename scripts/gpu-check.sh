@@ -26,7 +26,9 @@
 # O3 forward's GEMMs at 8 x 128, launch by launch and under Nsight Compute) and jitvariants (JIT_VARIANTS, TLC_JIT_OPTIONS values separated by ';', say
 # -DNAME for a macro a template tests: each checked at O3, then the decode-shaped forwards
 # timed with each and as compiled) and chainsweep (O3's decode-shaped forwards with one kind
-# of chained launch at a time launched on its own, by patch-sources.py; needs tl-run) and f32jit
+# of chained launch at a time launched on its own, by patch-sources.py; needs tl-run) and
+# triggersweep (the same forwards with one kind of FMA GEMV letting its dependent launch from
+# every block before its wait, or from none, by patch-sources.py --constant; needs tl-run) and f32jit
 # (issue 31: JIT_VARIANTS as jitvariants, each checked on the f32 tests, then the f32 levels timed)
 # and f32attention (issue 31: the f32 GPU tests, the f32 levels timed, O2's kernels profiled).
 # BENCH_ARGS: bench/run.py's arguments for the bench step (say --configs workshop:8:128 --dtypes f32).
@@ -386,6 +388,25 @@ if want chainsweep; then  # O3's decode-shaped forwards with one kind of launch 
         file="$base${kind:+-$kind}.json"
         [ -f "$file" ] || continue
         note "$(basename "$model" .tl) ${rows}x1 O3 [${kind:+$kind unchained}${kind:-as compiled}]: $("$BUILD/tools/tl-run" "$file" --target=cuda --iterations=50 2>&1 | grep -E '^ *forward|error' | head -1 | sed 's/ on the GPU.*//')"
+      done
+    done
+  done
+fi
+if want triggersweep; then  # one kind of one- and two-row GEMV at a time triggering early from every block, or never
+  for shape in "models/tinyllama-1.1b.tl 1" "models/tinyllama-1.1b.tl 2" "models/tinyllama.tl 1" "models/tinyllama.tl 2"; do
+    read -r model rows <<< "$shape"
+    base="$LOGS/trigger-$(basename "$model" .tl)-$rows"
+    "$TLC" "$model" -O3 --dtype=bf16 --batch-size=$rows --seq-len=1 --emit=program -o "$base.json" > /dev/null 2>&1
+    variants=""
+    for kind in split_rope transpose_linear_add split_swiglu tl_linear_add x32000x x1000x; do
+      for when in early:0 never:100000000; do  # a kind not in this model (or no FMA GEMV) is skipped
+        python3 scripts/patch-sources.py "$base.json" "$base-$kind-${when%%:*}.json" --entry "$kind" \
+          --constant DEPENDENTS_EARLY_FROM "${when##*:}" > /dev/null 2>&1 && variants+=" $kind-${when%%:*}"
+      done
+    done
+    for round in 1 2; do
+      for variant in "" $variants; do
+        note "$(basename "$model" .tl) ${rows}x1 O3 [${variant:-as compiled}]: $("$BUILD/tools/tl-run" "$base${variant:+-$variant}.json" --target=cuda --iterations=50 2>&1 | grep -E '^ *forward|error' | head -1 | sed 's/ on the GPU.*//')"
       done
     done
   done
