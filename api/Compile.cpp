@@ -69,6 +69,7 @@ ScheduleOverrides withEnvironment(ScheduleOverrides overrides) {
   flag("TLC_CACHE_ATTENTION_FMA", overrides.cacheAttentionFma);
   flag("TLC_CHAIN_CACHE_ATTENTION", overrides.chainCacheAttention);
   flag("TLC_GEMV_DEPENDENTS_AT_END", overrides.gemvDependentsAtEnd);
+  flag("TLC_CHAIN_TENSOR_CORE_GEMVS", overrides.chainTensorCoreGemvs);
   if (const char *trigger = std::getenv("TLC_PDL_TRIGGER"); trigger && std::string(trigger) == "start")
     overrides.dependentsAtStart = true;
   return overrides;
@@ -123,6 +124,7 @@ std::string describeOverrides(const ScheduleOverrides &overrides) {
   if (overrides.noClusters) parts.push_back("no-clusters");
   if (overrides.dependentsAtStart) parts.push_back("dependents-at-start");
   if (overrides.gemvDependentsAtEnd) parts.push_back("gemv-dependents-at-end");
+  if (overrides.chainTensorCoreGemvs) parts.push_back("chain-tensor-core-gemvs");
   if (overrides.workersPerSM) parts.push_back(fmt::format("workers-per-sm={}", overrides.workersPerSM));
   if (overrides.gemvSplits) parts.push_back(fmt::format("gemv-splits={}", overrides.gemvSplits));
   if (overrides.gemvColumns) parts.push_back(fmt::format("gemv-columns={}", overrides.gemvColumns));

@@ -28,7 +28,8 @@
 # timed with each and as compiled) and chainsweep (O3's decode-shaped forwards with one kind
 # of chained launch at a time launched on its own, by patch-sources.py; needs tl-run) and
 # triggersweep (the same forwards with one kind of FMA GEMV letting its dependent launch from
-# every block before its wait, or from none, by patch-sources.py --constant; needs tl-run) and f32jit
+# every block before its wait, or from none, by patch-sources.py --constant; and the tensor-core
+# GEMVs of 4 and 8 rows chained by --chain-tensor-core-gemvs, checked, then timed; needs tl-run) and f32jit
 # (issue 31: JIT_VARIANTS as jitvariants, each checked on the f32 tests, then the f32 levels timed)
 # and f32attention (issue 31: the f32 GPU tests, the f32 levels timed, O2's kernels profiled).
 # BENCH_ARGS: bench/run.py's arguments for the bench step (say --configs workshop:8:128 --dtypes f32).
@@ -406,6 +407,22 @@ if want triggersweep; then  # one kind of one- and two-row GEMV at a time trigge
     done
     for round in 1 2; do
       for variant in "" $variants; do
+        note "$(basename "$model" .tl) ${rows}x1 O3 [${variant:-as compiled}]: $("$BUILD/tools/tl-run" "$base${variant:+-$variant}.json" --target=cuda --iterations=50 2>&1 | grep -E '^ *forward|error' | head -1 | sed 's/ on the GPU.*//')"
+      done
+    done
+  done
+  TLC_CHAIN_TENSOR_CORE_GEMVS=1 timeout 300 "$TESTS" --gtest_filter='GpuDecodeShapes.TensorCore*' > "$LOGS/chained-mma.txt" 2>&1
+  note "tensor-core GEMVs chained, against the cpu: rc=$? $(grep -c '^\[       OK' "$LOGS/chained-mma.txt") passed"
+  for shape in "models/tinyllama-1.1b.tl 4" "models/tinyllama-1.1b.tl 8" "models/tinyllama.tl 8"; do
+    read -r model rows <<< "$shape"
+    base="$LOGS/mma-$(basename "$model" .tl)-$rows"
+    "$TLC" "$model" -O3 --dtype=bf16 --batch-size=$rows --seq-len=1 --emit=program -o "$base.json" > /dev/null 2>&1
+    "$TLC" "$model" -O3 --dtype=bf16 --batch-size=$rows --seq-len=1 --emit=program -o "$base-chained.json" \
+      --chain-tensor-core-gemvs > /dev/null 2>&1
+    python3 scripts/patch-sources.py "$base-chained.json" "$base-chained-late.json" \
+      --constant DEPENDENTS_EARLY_FROM 100000000 > /dev/null 2>&1
+    for round in 1 2; do
+      for variant in "" chained chained-late; do
         note "$(basename "$model" .tl) ${rows}x1 O3 [${variant:-as compiled}]: $("$BUILD/tools/tl-run" "$base${variant:+-$variant}.json" --target=cuda --iterations=50 2>&1 | grep -E '^ *forward|error' | head -1 | sed 's/ on the GPU.*//')"
       done
     done

@@ -210,6 +210,10 @@ cl::opt<bool> chainCacheAttention("chain-cache-attention",
                                   cl::desc("decode attention over the KV cache launched as a dependent of the QKV "
                                            "GEMM before it (chained), as the block's other kernels are"),
                                   cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
+cl::opt<bool> chainTensorCoreGemvs("chain-tensor-core-gemvs",
+                                   cl::desc("O3: the tensor-core matrix-vector GEMMs (3 to 16 rows) chained too, their "
+                                            "last wave letting the next kernel launch before its wait"),
+                                   cl::Hidden, cl::cat(scheduleCategory), cl::sub(everywhere));
 cl::opt<int> cacheAttentionSplitKeys(
     "cache-attention-split-keys",
     cl::desc("decode attention over the KV cache: a sequence's keys cut into splits of at least this many (whole tiles)"),
@@ -566,6 +570,7 @@ tlc::ScheduleOverrides scheduleOverrides() {
   overrides.noClusters = noClusters;
   overrides.dependentsAtStart = dependentsAtStart;
   overrides.gemvDependentsAtEnd = gemvDependentsAtEnd;
+  overrides.chainTensorCoreGemvs = chainTensorCoreGemvs;
   overrides.workersPerSM = workersPerSM;
   overrides.gemvSplits = gemvSplits;
   overrides.gemvColumns = gemvColumns;

@@ -732,11 +732,12 @@ EmittedKernel emitGemm(const KernelSource &source, const GemmSpec &gemm) {
   return emitted;
 }
 
-// Chained, the tensor-core GEMVs measured slower than on their own (docs/codegen.md, "O3").
+// Chained, the tensor-core GEMVs measured slower than on their own (docs/codegen.md, "O3"),
+// before v12's early trigger (--chain-tensor-core-gemvs chains them with it).
 bool gemmLaunchesApart(const KernelSource &source, const GemmSpec &gemm) {
   if (gemm.producer) return false;
   const GemmPlan plan = planGemm(source, gemm);
-  return plan.gemv && plan.gemv->tensorCores;
+  return plan.gemv && plan.gemv->tensorCores && !source.machine().overrides.chainTensorCoreGemvs;
 }
 
 } // namespace tlc::codegen

@@ -318,7 +318,8 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   while (tile.sharedBytes(gemm) > sharedTarget && tile.splits < chunks) ++tile.splits;
   tile.splits = int(ceilDiv(chunks, ceilDiv(chunks, tile.splits)));  // no empty split
   if (tile.sharedBytes(gemm) > machine.sharedBytesPerBlock - machine.reservedPerBlock) return std::nullopt;
-  tile.dependentsEarly = tile.BM == 1 && !tile.tensorCores && !machine.overrides.gemvDependentsAtEnd;
+  tile.dependentsEarly = !machine.overrides.gemvDependentsAtEnd &&
+                        (tile.tensorCores ? machine.overrides.chainTensorCoreGemvs : tile.BM == 1);
   return tile;
 }
 

@@ -131,7 +131,8 @@ struct GemvTile {
   bool tensorCores = false;  // gemm_gemv.cuh v9: mma.sync on groups of 16 columns, up to 16 rows
   // Chained: the blocks of the last wave (the last `multiprocessors`) let the next kernel
   // launch before they wait for their producers (gemm_gemv.cuh v12), not after their
-  // products. Taken for one row on FMAs; at two rows it measured slower.
+  // products. Taken for one row on FMAs (at two rows it measured slower), and on tensor
+  // cores where --chain-tensor-core-gemvs chains them.
   bool dependentsEarly = false;
   // Per group, where a tile is two runs of columns: the second run's distance from the
   // first (tilePairs), else 0.

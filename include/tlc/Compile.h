@@ -27,6 +27,7 @@ struct ScheduleOverrides {
   bool noClusters = false;    // no thread-block clusters (RMSNorm's backward through the workspace)
   bool dependentsAtStart = false;  // chained kernels let the next one launch at their start
   bool gemvDependentsAtEnd = false;  // one-row GEMVs let the next kernel launch after their products (before v12)
+  bool chainTensorCoreGemvs = false;  // tensor-core GEMVs chained too, their last wave triggering as one-row GEMVs'
   int workersPerSM = 0;       // O3's persistent kernel: workers sharing an SM (0: the schedule's)
   int gemvSplits = 0;         // matrix-vector GEMMs: K split this many ways where it can be (0: the schedule's)
   int gemvColumns = 0;        // matrix-vector GEMMs: columns a tile, where they hold the epilogue (0: the schedule's)
@@ -39,7 +40,7 @@ struct ScheduleOverrides {
 
   bool empty() const {
     return gemmTile.empty() && wgmmaTile.empty() && attentionTile.empty() && attentionGradRows == 0 && !noWgmma && !noGemv && !noWeightRing &&
-           !noClusters && !dependentsAtStart && !gemvDependentsAtEnd && workersPerSM == 0 && gemvSplits == 0 && gemvColumns == 0 && gemvWarps == 0 && gemvChainColumns == 0 &&
+           !noClusters && !dependentsAtStart && !gemvDependentsAtEnd && !chainTensorCoreGemvs && workersPerSM == 0 && gemvSplits == 0 && gemvColumns == 0 && gemvWarps == 0 && gemvChainColumns == 0 &&
            !gemvTensorCores && !cacheAttentionFma && !chainCacheAttention &&
            cacheAttentionSplitKeys == 0;
   }

@@ -596,6 +596,22 @@ TEST(Codegen, OneRowMatrixVectorGemmsLetTheNextKernelLaunchFromTheirLastWave) {
   EXPECT_EQ(check(1, 66, false), 4 * 8 + 1);
   EXPECT_EQ(check(1, 132, true), 0);
   EXPECT_EQ(check(2, 132, false), 0);
+  // Tensor-core GEMVs (8 rows here) launch on their own, none early; --chain-tensor-core-gemvs
+  // chains them (all but the forward's first kernel) with the one-row rule.
+  for (bool chain : {false, true}) {
+    CompileOptions options{3, 8, 1, "bf16"};
+    options.overrides.chainTensorCoreGemvs = chain;
+    const Program program = compileModelFile(path, options);
+    int mma = 0;
+    for (const Kernel &kernel : program.kernels) {
+      if (!contains(kernel.source, "static constexpr bool GEMV_MMA = true;")) continue;
+      ++mma;
+      const int64_t grid = kernel.launch.at("cuda").gridBlocks;
+      EXPECT_EQ(kernel.chained, chain) << kernel.name;
+      EXPECT_EQ(earlyFrom(kernel), chain ? std::max<int64_t>(0, grid - 132) : grid) << kernel.name;
+    }
+    EXPECT_EQ(mma, 4 * 8 + 1) << "every GEMV of the workshop's 8 rows on tensor cores";
+  }
 }
 
 // f32 matrix products follow the matmul precision: "high" (the default) splits each
