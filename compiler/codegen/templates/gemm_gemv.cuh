@@ -57,8 +57,9 @@
 //   v12 one-row blocks of the last wave (the last SM-count of the grid; every block where
 //       the grid is no wider) let the next kernel launch before they wait, not after their
 //       products: a grid of one block an SM leaves room beside it for the dependent's
-//       blocks, which load their first weights while this one streams. At two rows, and
-//       on tensor cores, the trigger stays after the products (two rows measured slower).
+//       blocks, which load their first weights while this one streams. At two rows the
+//       trigger stays after the products (measured slower early); on tensor cores, which
+//       launch on their own, too, unless --chain-tensor-core-gemvs chains them.
 //
 // Spec (gemm_common.cuh's): BM = M rows (one row tile), BN, K_SPLITS (every tile split
 // alike), WARPS_N warps, GEMV_MMA; hooks a_src/a_chunk, b_src, gain_elem, epilogue.
