@@ -45,6 +45,19 @@ NCCL_DIR=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nc
 export NCCL_NVLS_ENABLE=0
 ldd "$TLC" | grep -Eq 'libLLVM|libMLIR' && note "WARNING: tlc links libLLVM/libMLIR" || note "tlc: self-contained"
 
+# LABEL BASE VARIANT...: the programs BASE.json ("" below: as compiled) and BASE-VARIANT.json timed
+# by tl-run (graph replay, median of 50), two interleaved rounds, a line each in the notes.
+time_variants() {
+  local label=$1 base=$2 round variant
+  shift 2
+  for round in 1 2; do
+    for variant in "" "$@"; do
+      note "$label [${variant:-as compiled}]: $("$BUILD/tools/tl-run" "$base${variant:+-$variant}.json" --target=cuda \
+        --iterations=50 2>&1 | grep -E '^ *forward|error' | head -1 | sed 's/ on the GPU.*//')"
+    done
+  done
+}
+
 o3run() {  # model batch seq level [flags...]: one timed bf16 forward line (--dtype=f32 later overrides)
   local model=$1 batch=$2 seq=$3 level=$4 log
   shift 4
@@ -381,16 +394,12 @@ if want chainsweep; then  # O3's decode-shaped forwards with one kind of launch 
     base="$LOGS/sweep-$(basename "$model" .tl)-$rows"
     "$TLC" "$model" -O3 --dtype=bf16 --batch-size=$rows --seq-len=1 --emit=program -o "$base.json" > /dev/null 2>&1
     kinds="split_rope flash_attention transpose_linear_add split_swiglu tl_linear_add_bf16 x32000x x1000x"
+    variants=()
     for kind in $kinds; do  # a kind with no chained launch (or not in this model) is skipped
-      python3 scripts/patch-sources.py "$base.json" "$base-$kind.json" --unchain "$kind" > /dev/null 2>&1 || rm -f "$base-$kind.json"
+      python3 scripts/patch-sources.py "$base.json" "$base-$kind-unchained.json" --unchain "$kind" > /dev/null 2>&1 &&
+        variants+=("$kind-unchained")
     done
-    for round in 1 2; do
-      for kind in "" $kinds; do
-        file="$base${kind:+-$kind}.json"
-        [ -f "$file" ] || continue
-        note "$(basename "$model" .tl) ${rows}x1 O3 [${kind:+$kind unchained}${kind:-as compiled}]: $("$BUILD/tools/tl-run" "$file" --target=cuda --iterations=50 2>&1 | grep -E '^ *forward|error' | head -1 | sed 's/ on the GPU.*//')"
-      done
-    done
+    time_variants "$(basename "$model" .tl) ${rows}x1 O3" "$base" "${variants[@]}"
   done
 fi
 if want triggersweep; then  # one kind of one- and two-row GEMV at a time triggering early from every block, or never
@@ -398,18 +407,14 @@ if want triggersweep; then  # one kind of one- and two-row GEMV at a time trigge
     read -r model rows <<< "$shape"
     base="$LOGS/trigger-$(basename "$model" .tl)-$rows"
     "$TLC" "$model" -O3 --dtype=bf16 --batch-size=$rows --seq-len=1 --emit=program -o "$base.json" > /dev/null 2>&1
-    variants=""
+    variants=()
     for kind in split_rope transpose_linear_add split_swiglu tl_linear_add x32000x x1000x; do
       for when in early:0 never:100000000; do  # a kind not in this model (or no FMA GEMV) is skipped
         python3 scripts/patch-sources.py "$base.json" "$base-$kind-${when%%:*}.json" --entry "$kind" \
-          --constant DEPENDENTS_EARLY_FROM "${when##*:}" > /dev/null 2>&1 && variants+=" $kind-${when%%:*}"
+          --constant DEPENDENTS_EARLY_FROM "${when##*:}" > /dev/null 2>&1 && variants+=("$kind-${when%%:*}")
       done
     done
-    for round in 1 2; do
-      for variant in "" $variants; do
-        note "$(basename "$model" .tl) ${rows}x1 O3 [${variant:-as compiled}]: $("$BUILD/tools/tl-run" "$base${variant:+-$variant}.json" --target=cuda --iterations=50 2>&1 | grep -E '^ *forward|error' | head -1 | sed 's/ on the GPU.*//')"
-      done
-    done
+    time_variants "$(basename "$model" .tl) ${rows}x1 O3" "$base" "${variants[@]}"
   done
   TLC_CHAIN_TENSOR_CORE_GEMVS=1 timeout 300 "$TESTS" --gtest_filter='GpuDecodeShapes.TensorCore*' > "$LOGS/chained-mma.txt" 2>&1
   note "tensor-core GEMVs chained, against the cpu: rc=$? $(grep -c '^\[       OK' "$LOGS/chained-mma.txt") passed"
@@ -421,11 +426,7 @@ if want triggersweep; then  # one kind of one- and two-row GEMV at a time trigge
       --chain-tensor-core-gemvs > /dev/null 2>&1
     python3 scripts/patch-sources.py "$base-chained.json" "$base-chained-late.json" \
       --constant DEPENDENTS_EARLY_FROM 100000000 > /dev/null 2>&1
-    for round in 1 2; do
-      for variant in "" chained chained-late; do
-        note "$(basename "$model" .tl) ${rows}x1 O3 [${variant:-as compiled}]: $("$BUILD/tools/tl-run" "$base${variant:+-$variant}.json" --target=cuda --iterations=50 2>&1 | grep -E '^ *forward|error' | head -1 | sed 's/ on the GPU.*//')"
-      done
-    done
+    time_variants "$(basename "$model" .tl) ${rows}x1 O3" "$base" chained chained-late
   done
 fi
 if want lab; then  # bench/gemv-lab: matrix-vector designs alone, and the decode step as 88 launches or one

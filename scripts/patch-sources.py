@@ -34,14 +34,20 @@ import re
 import sys
 
 
-def patch(program, entry_pattern, replacements):
-    """Applies the replacements to the matching sources; returns {entry: [count per replacement]}."""
+def selected_sources(program, entry_pattern):
+    """The program's sources and the entries of those that --entry selects (an error if none)."""
     sources = program.get("sources")
     if not isinstance(sources, dict) or not sources:
         raise ValueError("the program has no GPU sources (was it compiled for a GPU target?)")
     selected = [entry for entry in sorted(sources) if re.search(entry_pattern, entry)]
     if not selected:
         raise ValueError(f"no source's entry matches --entry '{entry_pattern}'")
+    return sources, selected
+
+
+def patch(program, entry_pattern, replacements):
+    """Applies the replacements to the matching sources; returns {entry: [count per replacement]}."""
+    sources, selected = selected_sources(program, entry_pattern)
     counts = {entry: [] for entry in selected}
     for old, new in replacements:
         changed = 0
@@ -58,10 +64,7 @@ def patch(program, entry_pattern, replacements):
 
 def set_constants(program, entry_pattern, constants):
     """Sets each NAME's integer value in the matching sources; returns {entry: [count per constant]}."""
-    sources = program.get("sources") or {}
-    selected = [entry for entry in sorted(sources) if re.search(entry_pattern, entry)]
-    if not selected:
-        raise ValueError(f"no source's entry matches --entry '{entry_pattern}'")
+    sources, selected = selected_sources(program, entry_pattern)
     counts = {entry: [] for entry in selected}
     for name, value in constants:
         if not re.fullmatch(r"-?\d+", value):

@@ -11,7 +11,7 @@
 //   registers, no PDL:       stream order the only dependency (step_lab's "chained");
 //   registers, PDL at end:   a warp's first round of weights loaded before the wait, the
 //                            dependent allowed to launch once every row is done (tlc's
-//                            chained GEMVs today);
+//                            chained GEMVs before gemm_gemv.cuh v12);
 //   registers, PDL at start: the same, the dependent allowed to launch at once; with B
 //                            blocks an SM (4 fill its registers, 2 leave room for the
 //                            dependent's blocks beside them);

@@ -635,11 +635,11 @@ std::string gemmEntry(const KernelSource &source, const GemmPlan &plan) {
 // Each path's launch shape, the workspace and sync words its tiles share, and the tile
 // tasks a persistent kernel runs it as.
 void gemvLaunches(const GemmSpec &gemm, const GemvTile &gemv, bool bConstant, EmittedKernel &emitted) {
-  const int64_t tiles = gemm.batch * columnTiles(gemm, gemv.BN);
-  emitted.launch["cuda"] = {tiles * gemv.splits, gemv.threads(32), gemv.sharedBytes(gemm)};
-  emitted.launch["hip"] = {tiles * gemv.splits, gemv.threads(64), gemv.sharedBytes(gemm)};
+  const int64_t tiles = gemv.tiles(gemm);
+  emitted.launch["cuda"] = {gemv.blocks(gemm), gemv.threads(32), gemv.sharedBytes(gemm)};
+  emitted.launch["hip"] = {gemv.blocks(gemm), gemv.threads(64), gemv.sharedBytes(gemm)};
   if (gemv.splits > 1) {
-    emitted.workspaceBytes = tiles * gemv.splits * gemv.BM * gemv.BN * 4;
+    emitted.workspaceBytes = gemv.blocks(gemm) * gemv.BM * gemv.BN * 4;
     emitted.syncWords = tiles;
   }
   // A split's task reads A and B over all of K (a superset) and may write its whole tile

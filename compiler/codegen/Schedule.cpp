@@ -323,9 +323,10 @@ std::optional<GemvTile> chooseGemvTile(const GemmSpec &gemm, const Machine &mach
   return tile;
 }
 
+int64_t GemvTile::tiles(const GemmSpec &gemm) const { return gemm.batch * columnTiles(gemm, BN); }
+int64_t GemvTile::blocks(const GemmSpec &gemm) const { return tiles(gemm) * splits; }
 int64_t GemvTile::dependentsEarlyFrom(const GemmSpec &gemm, int multiprocessors) const {
-  const int64_t blocks = gemm.batch * columnTiles(gemm, BN) * splits;
-  return dependentsEarly ? std::max<int64_t>(0, blocks - multiprocessors) : blocks;
+  return dependentsEarly ? std::max<int64_t>(0, blocks(gemm) - multiprocessors) : blocks(gemm);
 }
 
 GemmTile chooseGemmTile(const GemmSpec &gemm, const Machine &machine, bool fp32) {

@@ -143,6 +143,8 @@ struct GemvTile {
   int64_t stagedRowElements(const GemmSpec &gemm) const;
   bool warpsSplitK() const;  // tensor cores: more warps than column groups, partial tiles added
   int64_t sharedBytes(const GemmSpec &gemm) const;
+  int64_t tiles(const GemmSpec &gemm) const;   // column tiles, over the batch
+  int64_t blocks(const GemmSpec &gemm) const;  // the grid: every tile's splits
   // The first block of the last wave on `multiprocessors` SMs (the grid's size where none
   // lets its dependents launch early).
   int64_t dependentsEarlyFrom(const GemmSpec &gemm, int multiprocessors) const;

@@ -554,8 +554,9 @@ template <class S> TL_DEVICE void tl_gemm_gemv(const typename S::Params &p) {
   };
   if constexpr (S::B_CONSTANT) loadFirstRound();
   // The last wave lets the next kernel launch now (v12): its blocks then load their first
-  // weights on the SMs this grid's earlier blocks leave.
-  if (tl_block_index() >= S::DEPENDENTS_EARLY_FROM) tl_allow_dependents_early();
+  // weights on the SMs this grid's earlier blocks leave. (A block's second trigger, after
+  // its products, changes nothing: the next kernel launches once every block has given one.)
+  if (tl_block_index() >= S::DEPENDENTS_EARLY_FROM) tl_allow_dependents();
   tl_wait_for_producers();
   if constexpr (!S::B_CONSTANT) loadFirstRound();
 

@@ -353,13 +353,6 @@ TL_DEVICE void tl_allow_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-// A block that lets the next kernel launch before its own wait: once every block has done so
-// (or has reached tl_allow_dependents), the dependent's blocks take what room the SMs have.
-TL_DEVICE void tl_allow_dependents_early() {
-#if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 900 && !defined(TL_PERSISTENT)
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 // With TL_DEPENDENTS_AT_START the next kernel may launch as soon as this one starts.
 TL_DEVICE void tl_allow_dependents_at_start() {
 #if defined(TL_NVIDIA) && __CUDA_ARCH__ >= 900 && defined(TL_DEPENDENTS_AT_START)

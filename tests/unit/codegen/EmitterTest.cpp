@@ -597,7 +597,7 @@ TEST(Codegen, OneRowMatrixVectorGemmsLetTheNextKernelLaunchFromTheirLastWave) {
   EXPECT_EQ(check(1, 132, true), 0);
   EXPECT_EQ(check(2, 132, false), 0);
   // Tensor-core GEMVs (8 rows here) launch on their own, none early; --chain-tensor-core-gemvs
-  // chains them (all but the forward's first kernel) with the one-row rule.
+  // chains every one of them, with the one-row rule.
   for (bool chain : {false, true}) {
     CompileOptions options{3, 8, 1, "bf16"};
     options.overrides.chainTensorCoreGemvs = chain;
